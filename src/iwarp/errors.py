@@ -1,0 +1,99 @@
+"""The error hierarchy shared by every protocol core.
+
+Two branches, never mixed:
+
+* :class:`LocalProtocolError` -- the caller misused the API (a ULPDU larger
+  than MULPDU, a send in the wrong state...). Nothing reaches the wire.
+* :class:`RemoteProtocolError` -- the peer broke the protocol. Each subclass
+  knows the wire meaning of the failure, so that a Terminate message (RFC 5040
+  §7) can be built from the exception alone: ``layer``, ``etype`` and
+  ``code``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class TerminateLayer(IntEnum):
+    """RFC 5040 §7.1: the layer that detected the error (4 bits)."""
+
+    RDMAP = 0  #: RDMA Protocol
+    DDP = 1  #: Direct Data Placement
+    LLP = 2  #: Lower Layer Protocol: MPA over TCP
+
+
+class MpaErrorCode(IntEnum):
+    """MPA error codes: RFC 5044 §8 (1-4) and RFC 6581 §6 (5-7).
+
+    They travel in a Terminate with layer LLP and error type 0 (MPA).
+    """
+
+    #: TCP connection closed, terminated or lost (RST, FIN, timeout).
+    TCP_CLOSED = 1
+    #: Received MPA CRC does not match the value calculated for the FPDU.
+    CRC_MISMATCH = 2
+    #: A Marker and the ULPDU Length fields disagree on the start of an FPDU.
+    MARKER_MISMATCH = 3
+    #: Invalid MPA Request or Reply frame; the connection is closed at once.
+    INVALID_FRAME = 4
+    #: Local catastrophic error (RFC 6581).
+    LOCAL_CATASTROPHIC = 5
+    #: Insufficient IRD resources (RFC 6581 §9.1).
+    INSUFFICIENT_IRD = 6
+    #: No matching RTR option (RFC 6581 §9.2).
+    NO_MATCHING_RTR = 7
+
+
+#: RFC 5040 §7.1: the error type of every MPA-layer Terminate.
+MPA_ETYPE = 0
+
+
+class IwarpError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class LocalProtocolError(IwarpError):
+    """The local application misused the API; nothing was sent."""
+
+
+class RemoteProtocolError(IwarpError):
+    """The peer violated the protocol.
+
+    ``layer``, ``etype`` and ``code`` are the values of the RFC 5040 Terminate
+    control field that reports this error to the peer.
+    """
+
+    layer: TerminateLayer = TerminateLayer.LLP
+    etype: int = MPA_ETYPE
+    code: int = 0
+
+    def __init__(self, message: str, *, code: int | None = None, etype: int | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        if etype is not None:
+            self.etype = etype
+
+    @property
+    def message(self) -> str:
+        """The human-readable reason."""
+        return str(self.args[0]) if self.args else ""
+
+
+class MpaError(RemoteProtocolError):
+    """An MPA error (RFC 5044 §8), carrying its :class:`MpaErrorCode`."""
+
+    layer = TerminateLayer.LLP
+    etype = MPA_ETYPE
+
+    def __init__(self, code: MpaErrorCode, message: str, *, stream_offset: int | None = None):
+        super().__init__(message, code=int(code))
+        self.mpa_code = MpaErrorCode(code)
+        #: Position (relative to the start of MPA full operation, or a TCP
+        #: sequence number where the caller uses one) where it was detected.
+        self.stream_offset = stream_offset
+
+    def __str__(self) -> str:
+        where = "" if self.stream_offset is None else f" at stream offset {self.stream_offset}"
+        return f"MPA error {int(self.mpa_code)} ({self.mpa_code.name}){where}: {self.message}"
