@@ -269,7 +269,7 @@ class FpduDecoder:
         lead = 4 if self.markers and self._phase == 0 else 0
         if end - start < lead + 2:
             return 0
-        (n,) = _unpack_length(view, start + lead)
+        n: int = _unpack_length(view, start + lead)[0]
         if n > self.max_ulpdu:
             raise MpaError(
                 MpaErrorCode.MARKER_MISMATCH,

@@ -134,6 +134,8 @@ class RtrFlags(IntFlag):
     On the wire A and B sit in the IRD word, C and D in the ORD word.
     """
 
+    NONE = 0
+
     #: A: peer-to-peer mode, an RTR message follows the Reply.
     PEER_TO_PEER = 0x1
     #: B: zero-length Send as RTR.
@@ -157,7 +159,7 @@ class EnhancedData:
 
     ird: int
     ord: int
-    flags: RtrFlags = RtrFlags(0)
+    flags: RtrFlags = RtrFlags.NONE
 
     def __post_init__(self) -> None:
         for name in ("ird", "ord"):
@@ -175,7 +177,7 @@ class EnhancedData:
     @classmethod
     def unpack_from(cls, data: Buffer, offset: int = 0) -> EnhancedData:
         ird_word, ord_word = ENHANCED.unpack_from(data, offset)
-        flags = RtrFlags(0)
+        flags = RtrFlags.NONE
         if ird_word & _IRD_A:
             flags |= RtrFlags.PEER_TO_PEER
         if ird_word & _IRD_B:
