@@ -33,7 +33,7 @@ from iwarp.mpa.wire import (
     ZERO_MARKER,
 )
 
-__all__ = ["FpduDecoder", "FpduEncoder"]
+__all__ = ["FpduDecoder", "FpduEncoder", "fpdu_wire_size"]
 
 _SEQ_MASK = 0xFFFFFFFF
 _PHASE_MASK = MARKER_INTERVAL - 1
@@ -43,7 +43,8 @@ _PADS = (b"", b"\0", b"\0\0", b"\0\0\0")
 _ZERO_CRC = bytes(4)
 _pack_length = ULPDU_LENGTH.pack
 _pack_crc = CRC_FIELD.pack
-_pack_marker = MARKER.pack
+_pack_marker_into = MARKER.pack_into
+_pack_crc_into = CRC_FIELD.pack_into
 _unpack_length = ULPDU_LENGTH.unpack_from
 _unpack_crc = CRC_FIELD.unpack_from
 _unpack_marker = MARKER.unpack_from
@@ -59,6 +60,23 @@ def _check_position(origin: int, position: int | None) -> tuple[int, int]:
     if offset & 3:
         raise ValueError("FPDUs start at multiples of 4 octets from the marker origin")
     return position, offset & _PHASE_MASK
+
+
+def fpdu_wire_size(ulpdu_length: int, phase: int, *, markers: bool) -> int:
+    """Octets on the wire of an FPDU carrying ``ulpdu_length`` octets.
+
+    ``phase`` is the FPDU's first octet relative to the marker origin, modulo
+    512 (0: it starts on a marker position, so a leading marker is counted).
+    Markers, PAD and CRC are included (RFC 5044 §4.1, §4.3).
+    """
+    content = 6 + ulpdu_length + (-(2 + ulpdu_length) & 3)
+    if not markers:
+        return content
+    lead = 4 if phase == 0 else 0
+    at = MARKER_INTERVAL - ((phase + lead) & _PHASE_MASK)
+    if at >= content:
+        return lead + content
+    return lead + content + 4 * ((content - at + _MARKER_STRIDE - 1) // _MARKER_STRIDE)
 
 
 class FpduEncoder:
@@ -123,51 +141,35 @@ class FpduEncoder:
                 value = crc32c(_PADS[pad], value)
             return [head, ulpdu, _PADS[pad] + _pack_crc(value)]
 
+        # With markers the FPDU is assembled in one buffer: one copy of the
+        # ULPDU, then one CRC pass, is cheaper than many small pieces.
         phase = self._phase
-        pieces: list[Buffer] = []
-        wire = content
-        if phase == 0:
-            # RFC 5044 §4.3: a marker between FPDUs is 0 and belongs to (and
-            # is CRC'd with) the FPDU that follows it.
-            pieces.append(ZERO_MARKER)
-            phase = 4
-            wire += 4
-        pieces.append(head)
-        # Content offset (from the length field) of the first marker inside.
-        at = MARKER_INTERVAL - phase
-        if at >= content:
-            pieces.append(ulpdu)
-            pieces.append(_PADS[pad])
-        else:
-            view = memoryview(ulpdu)
-            start = 0  # next ULPDU octet to emit
-            inserted = 0
-            while at < content:
-                cut = at - 2  # ULPDU offset where the marker goes
-                if cut > n:  # after the PAD, right before the CRC
-                    pieces.append(view[start:])
-                    pieces.append(_PADS[pad])
-                    start = -1
-                else:
-                    pieces.append(view[start:cut])
-                    start = cut
-                pieces.append(_pack_marker(0, at + 4 * inserted))
-                inserted += 1
-                at += _MARKER_STRIDE
-            if start >= 0:
-                pieces.append(view[start:])
-                pieces.append(_PADS[pad])
-            wire += 4 * inserted
+        lead = 4 if phase == 0 else 0  # RFC 5044 §4.3: a marker between FPDUs
+        # is 0 and belongs to (and is CRC'd with) the FPDU that follows it.
+        at = MARKER_INTERVAL - ((phase + lead) & _PHASE_MASK)  # first inner marker
+        count = (content - at + _MARKER_STRIDE - 1) // _MARKER_STRIDE if at < content else 0
+        wire = lead + content + 4 * count
+        frame = bytearray(wire)  # zeroed: PAD and marker Reserved fields stay 0
+        header = lead
+        frame[header : header + 2] = head
+        src = 0  # next ULPDU octet to copy
+        dst = header + 2
+        marker = header + at  # wire index of the next inner marker
+        for _ in range(count):
+            if marker < dst + n - src:  # the marker splits the ULPDU
+                take = marker - dst
+                frame[dst:marker] = ulpdu[src : src + take]
+                src += take
+            _pack_marker_into(frame, marker, 0, marker - header)
+            dst = marker + 4
+            marker += MARKER_INTERVAL
+        if src < n:
+            frame[dst : dst + n - src] = ulpdu[src:]
         if self.crc:
-            value = 0
-            for piece in pieces:
-                value = crc32c(piece, value)
-            pieces.append(_pack_crc(value))
-        else:
-            pieces.append(_ZERO_CRC)
-        self._phase = (self._phase + wire) & _PHASE_MASK
+            _pack_crc_into(frame, wire - 4, crc32c(memoryview(frame)[: wire - 4]))
+        self._phase = (phase + wire) & _PHASE_MASK
         self._position = (self._position + wire) & _SEQ_MASK
-        return pieces
+        return [frame]
 
     def encode_bytes(self, ulpdu: Buffer) -> bytes:
         """Frame one ULPDU and return the FPDU as one ``bytes`` object."""
@@ -277,13 +279,7 @@ class FpduDecoder:
                 "the length field cannot delimit a valid FPDU",
                 stream_offset=(self._position + lead) & _SEQ_MASK,
             )
-        content = 6 + n + (-(2 + n) & 3)
-        if not self.markers:
-            return content
-        at = MARKER_INTERVAL - ((self._phase + lead) & _PHASE_MASK)
-        if at >= content:
-            return lead + content
-        return lead + content + 4 * ((content - at + _MARKER_STRIDE - 1) // _MARKER_STRIDE)
+        return fpdu_wire_size(n, self._phase, markers=self.markers)
 
     def _complete_pending(self, view: memoryview, out: list[memoryview]) -> int:
         """Top up the held-back FPDU from ``view``; returns octets consumed."""
