@@ -260,19 +260,14 @@ class FpduDecoder:
     #             marker inside; later ones follow every 508 content octets
     #   count   = markers with a content offset below ``content``
     #   wire    = lead + content + 4 * count
-    # The hot loop in _scan inlines this; _wire_size serves the slow path.
+    # fpdu_wire_size computes it; the hot loop in _scan inlines it.
 
     def _wire_size(self, view: memoryview) -> int:
         """Wire size of the FPDU whose header starts ``view`` (slow path)."""
         lead = 4 if self.markers and self._phase == 0 else 0
         n: int = _unpack_length(view, lead)[0]
         self._check_length(n, lead)
-        content = 6 + n + (-(2 + n) & 3)
-        if not self.markers:
-            return content
-        at = MARKER_INTERVAL - ((self._phase + lead) & _PHASE_MASK)
-        count = (content - at + _MARKER_STRIDE - 1) // _MARKER_STRIDE if at < content else 0
-        return lead + content + 4 * count
+        return fpdu_wire_size(n, self._phase, markers=self.markers)
 
     def _check_length(self, n: int, lead: int) -> None:
         if n > self.max_ulpdu:
