@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     encoder = FpduEncoder(markers=markers, crc=crc, max_ulpdu=limit)
     stream = b"".join(b"".join(encoder.encode(m)) for m in messages)
     decoder = FpduDecoder(markers=markers, crc=crc)
-    received = []
+    received: list[bytes] = []
     reads = [1, 7, 333, 4096, 65536]
     pos = 0
     turn = 0
