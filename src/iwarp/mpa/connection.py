@@ -138,6 +138,7 @@ class MpaConnection:
         self._frame_deadline: float | None = None
         self._emss = emss
         self._peer_closed = False
+        self._framed = False  # draft-culley-iwarp-mpa-02 mode
         self.error: MpaError | None = None
         if role is not None:
             self.start(role, now=now, private_data=private_data)
@@ -232,11 +233,18 @@ class MpaConnection:
 
         Markers and CRC are always on; the first four octets of a direction
         are a zero marker. Each direction may start on its own (call again
-        for the other) at the point both ends agreed on.
+        for the other) at the point both ends agreed on. Which directions
+        frame is a sub-state of ``FULL_OPERATION`` kept outside the
+        transition table: a direction not started yet carries streaming
+        data (``send_stream``, :class:`StreamDataReceived`).
         """
         if now is not None:
             self._now = now
-        self._state = transition(self._role, self._state, MpaInput.START_FRAMED)
+        if not self._framed:
+            self._state = transition(self._role, self._state, MpaInput.START_FRAMED)
+            self._framed = True
+        elif self._state is not MpaState.FULL_OPERATION:
+            raise LocalProtocolError(f"cannot start framing in state {self._state.value}")
         if send and self._encoder is None:
             self._encoder = FpduEncoder(markers=True, crc=True, max_ulpdu=MAX_ULPDU)
         if receive and self._decoder is None:
@@ -352,9 +360,9 @@ class MpaConnection:
 
         :raises LocalProtocolError: MPA owns the send direction now.
         """
-        transition(self._role, self._state, MpaInput.SEND_STREAM)
-        if self._state is MpaState.FULL_OPERATION and self._encoder is not None:
-            raise LocalProtocolError("the send direction is framing FPDUs")
+        half = self._framed and self._encoder is None and self._state is MpaState.FULL_OPERATION
+        if not half:  # culley-02: the send direction has not started framing yet
+            transition(self._role, self._state, MpaInput.SEND_STREAM)
         self._out.append(bytes(data))
 
     def close(self) -> None:
@@ -405,8 +413,11 @@ class MpaConnection:
                 )
         elif state is MpaState.AWAIT_FIRST_FPDU:
             self._feed(data)
-        elif state in _STREAMING or state is MpaState.FULL_OPERATION:
+        elif state in _STREAMING:
             self._state = transition(self._role, state, MpaInput.STREAM_DATA)
+            self._events.append(StreamDataReceived(data=bytes(data)))
+        elif state is MpaState.FULL_OPERATION and self._framed:
+            # culley-02: this direction has not started framing yet.
             self._events.append(StreamDataReceived(data=bytes(data)))
         # SEND_ONLY, CLOSED, FAILED: RFC 5044 §8, nothing more is delivered.
 

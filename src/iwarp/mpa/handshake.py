@@ -159,11 +159,6 @@ _COMMON: Final[dict[tuple[MpaState, MpaInput], MpaState]] = {
     (_S.IDLE, _I.CLOSE): _S.CLOSED,
     (_S.FULL_OPERATION, _I.FPDU): _S.FULL_OPERATION,
     (_S.FULL_OPERATION, _I.SEND_ULPDU): _S.FULL_OPERATION,
-    # culley-02 starts each direction on its own (seed 002 §8.1): until the
-    # other direction starts it still carries streaming data.
-    (_S.FULL_OPERATION, _I.START_FRAMED): _S.FULL_OPERATION,
-    (_S.FULL_OPERATION, _I.STREAM_DATA): _S.FULL_OPERATION,
-    (_S.FULL_OPERATION, _I.SEND_STREAM): _S.FULL_OPERATION,
     (_S.FULL_OPERATION, _I.BAD_FPDU): _S.SEND_ONLY,
     (_S.FULL_OPERATION, _I.PEER_CLOSED): _S.SEND_ONLY,
     (_S.FULL_OPERATION, _I.CONNECTION_LOST): _S.FAILED,
