@@ -20,7 +20,8 @@ from iwarp._crc32c import crc32c
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder
 from iwarp.mpa.wire import MAX_ULPDU, mulpdu
 
-READ_SIZE = 65536
+# asyncio reads a socket 256 KiB at a time (selector transport max_size).
+READ_SIZE = 256 * 1024
 
 
 def rate(func: Callable[[], int], seconds: float) -> float:

@@ -42,6 +42,8 @@ _PHASE_MASK = MARKER_INTERVAL - 1
 #: Content octets between two markers (512 on the wire minus the marker).
 _MARKER_STRIDE = MARKER_INTERVAL - 4
 _PADS = (b"", b"\0", b"\0\0", b"\0\0\0")
+#: Up to this many markers in one ULPDU are cut out in place (see _demarker).
+_DELETE_MAX = 8
 _ZERO_CRC = bytes(4)
 _pack_length = ULPDU_LENGTH.pack
 _pack_crc = CRC_FIELD.pack
@@ -153,8 +155,9 @@ class FpduEncoder:
         pieces: list[Buffer] = [ZERO_MARKER, head] if lead else [head]
         src = 0  # next ULPDU octet to emit
         tail = False  # the rest of the ULPDU and the PAD are emitted
-        for k in range(count):
-            cut = at + k * _MARKER_STRIDE - 2  # ULPDU offset of marker k
+        cut = at - 2  # ULPDU offset of the next marker
+        ptr = at  # its FPDUPTR
+        while count:
             if cut < n:
                 pieces.append(ulpdu[src:cut])
                 src = cut
@@ -162,7 +165,10 @@ class FpduEncoder:
                 pieces.append(ulpdu[src:])
                 pieces.append(_PADS[pad])
                 tail = True
-            pieces.append(_pack_marker(0, at + k * MARKER_INTERVAL))
+            pieces.append(_pack_marker(0, ptr))
+            cut += _MARKER_STRIDE
+            ptr += MARKER_INTERVAL
+            count -= 1
         if not tail:
             pieces.append(ulpdu[src:])
             pieces.append(_PADS[pad])
@@ -363,20 +369,34 @@ class FpduDecoder:
         self, source: bytes | bytearray, header: int, n: int, first: int, count: int, base: int
     ) -> memoryview:
         """Check ``count`` markers from wire index ``first``; return the ULPDU."""
+        # While loops, not range(): this runs per FPDU and was measured faster.
         step = MARKER_INTERVAL
-        for marker in range(first, first + step * count, step):
+        marker = first
+        stop = first + step * count
+        while marker < stop:
             if _unpack_fpduptr(source, marker)[0] & FPDUPTR_MASK != marker - header:
                 self._marker_error(memoryview(source), marker, header, base)
+            marker += step
         # Markers inside the ULPDU are those at a content offset below 2 + n.
         inside = min(count, (header + 2 + n - first + _MARKER_STRIDE - 1) // _MARKER_STRIDE)
         if inside <= 0:
             return memoryview(source)[header + 2 : header + 2 + n]
-        # One copy, then the markers are cut out from the last to the first
-        # (measured faster than joining slices).
-        ulpdu = bytearray(source[header + 2 : header + 2 + n + 4 * inside])
-        for marker in range(first + step * (inside - 1) - header - 2, -1, -step):
-            del ulpdu[marker : marker + 4]
-        return memoryview(ulpdu)
+        if inside <= _DELETE_MAX:
+            # One copy, then the markers are cut out from the last to the
+            # first: measured faster than joining slices when they are few.
+            ulpdu = bytearray(source[header + 2 : header + 2 + n + 4 * inside])
+            cut = first - header - 2 + step * (inside - 1)
+            while cut >= 0:
+                del ulpdu[cut : cut + 4]
+                cut -= step
+            return memoryview(ulpdu)
+        # Many markers: each deletion moves the tail, so join the slices.
+        pieces = [source[header + 2 : first]]
+        pieces += [
+            source[m + 4 : m + step] for m in range(first, first + step * (inside - 1), step)
+        ]
+        pieces.append(source[first + step * (inside - 1) + 4 : header + 2 + n + 4 * inside])
+        return memoryview(b"".join(pieces))
 
     def _marker_error(self, view: memoryview, marker: int, header: int, base: int) -> None:
         """Raise code 3 for the marker at wire index ``marker``.
