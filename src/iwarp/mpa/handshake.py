@@ -134,7 +134,7 @@ class MpaInput(Enum):
 
 #: Inputs that come from the local application (a missing transition for
 #: these raises LocalProtocolError).
-LOCAL_INPUTS: Final = frozenset(
+LOCAL_INPUTS: Final[frozenset[MpaInput]] = frozenset(
     {
         MpaInput.START_INITIATOR,
         MpaInput.START_RESPONDER,
