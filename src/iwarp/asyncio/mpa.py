@@ -1,0 +1,515 @@
+"""MPA over asyncio TCP: :func:`connect`, :func:`serve` and :class:`MpaSocket`.
+
+A thin shell around :class:`~iwarp.mpa.connection.MpaConnection`: every
+received chunk goes to the core with ``loop.time()`` as ``now``, the core's
+output is written with one ``write``/``writelines`` per batch, and its one
+startup timer is a single ``loop.call_at`` handle. It is an
+``asyncio.Protocol`` (no StreamReader/Writer pair; :func:`serve` adds one
+task per connection for the application's handler), so one loop holds
+thousands of connections; per-connection memory is bounded by the core's
+limits plus a receive high-water mark (reading pauses while the
+application lags).
+
+::
+
+    async def echo(sock: MpaSocket) -> None:
+        async for ulpdu in sock:
+            sock.send(ulpdu)
+            await sock.drain()
+
+    server = await serve(echo, "127.0.0.1", 0)
+    sock = await connect("127.0.0.1", port, private_data=b"hi")
+    sock.send(b"hello")
+    print(await sock.receive())
+    await sock.close()
+
+Socket options: TCP_NODELAY is on (an FPDU is sent when it is complete);
+the EMSS is read from TCP_MAXSEG and gives ``params.mulpdu``. Each
+:meth:`MpaSocket.send` is one write, so with FPDUs no larger than MULPDU a
+TCP segment starts with an FPDU whenever the kernel allows (RFC 5044 §5.1);
+:meth:`MpaSocket.send_many` writes several FPDUs at once for throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from iwarp._typing import Buffer
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
+from iwarp.mpa.config import MpaConfig, Role
+from iwarp.mpa.connection import DEFAULT_EMSS, MpaConnection
+from iwarp.mpa.events import (
+    ConnectionClosed,
+    ConnectionEstablished,
+    ConnectionFailed,
+    ConnectionRejected,
+    MpaParams,
+    NegotiationFailed,
+    RequestReceived,
+    StreamDataReceived,
+    UlpduReceived,
+)
+
+__all__ = [
+    "Accept",
+    "MpaRejectedError",
+    "MpaSocket",
+    "Reject",
+    "connect",
+    "serve",
+]
+
+#: Received-but-unread octets above which reading pauses (per connection).
+RECEIVE_HIGH_WATER = 1 << 20
+_RECEIVE_LOW_WATER = RECEIVE_HIGH_WATER // 4
+
+
+class MpaRejectedError(IwarpError):
+    """The MPA connection was not established: rejected by the peer (R=1) or
+    refused by a local policy. The TCP connection has been closed."""
+
+    def __init__(self, event: ConnectionRejected) -> None:
+        who = "peer" if event.by_peer else "local policy"
+        super().__init__(f"MPA connection rejected by {who}: {event.reason}")
+        self.event = event
+
+    @property
+    def private_data(self) -> bytes:
+        return self.event.private_data
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """A Responder's decision: accept with this private data (and optional
+    RFC 6581 IRD/ORD overrides)."""
+
+    private_data: bytes = b""
+    ird: int | None = None
+    ord: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """A Responder's decision: reject (R=1) with this private data."""
+
+    private_data: bytes = b""
+
+
+#: Called by :func:`serve` with each valid Request; returns the decision.
+Decider = Callable[[RequestReceived], "Accept | Reject"]
+#: Called by :func:`serve` with each connection that ended before full
+#: operation: the error (or rejection) and the peer address.
+FailureHook = Callable[[IwarpError, object], None]
+
+
+def _tcp_emss(transport: asyncio.BaseTransport) -> int:
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return DEFAULT_EMSS
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        emss = int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
+    except (OSError, AttributeError):
+        return DEFAULT_EMSS
+    return emss if emss > 0 else DEFAULT_EMSS
+
+
+class _MpaProtocol(asyncio.Protocol):
+    """Drives one MpaConnection from transport callbacks."""
+
+    def __init__(
+        self,
+        role: Role,
+        config: MpaConfig,
+        *,
+        private_data: bytes = b"",
+        decide: Decider | None = None,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._role = role
+        self._private_data = private_data
+        self._decide = decide
+        self.conn = MpaConnection(None, config)
+        self.transport: asyncio.Transport | None = None
+        self.established: asyncio.Future[MpaParams] = self._loop.create_future()
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        self.error: IwarpError | None = None
+        self.emss = DEFAULT_EMSS
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._received: deque[bytes] = deque()
+        self._received_octets = 0
+        self._reading_paused = False
+        self._eof = False
+        self._reader: asyncio.Future[None] | None = None
+        self._write_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+
+    # -- transport callbacks ------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.emss = _tcp_emss(transport)
+        self.conn.set_emss(self.emss)
+        try:
+            self.conn.start(self._role, now=self._loop.time(), private_data=self._private_data)
+        except LocalProtocolError as exc:
+            self._set_error(exc)
+            transport.abort()
+            return
+        self._process()
+
+    def data_received(self, data: bytes) -> None:
+        self.conn.receive_data(data, now=self._loop.time())
+        self._process()
+
+    def eof_received(self) -> bool:
+        self.conn.receive_data(b"", now=self._loop.time())
+        self._process()
+        # Keep our half open: MPA may still send (RFC 5044 §7.2, half close).
+        return self.transport is not None and not self.transport.is_closing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            self.conn.connection_lost(f"TCP connection lost: {exc}")
+        elif self.conn.params is None:
+            self.conn.connection_lost("TCP connection closed during MPA startup")
+        else:
+            self.conn.receive_data(b"")
+        self._process(flush=False)
+        self._cancel_timer()
+        self._eof = True
+        if not self.established.done():
+            self.established.set_exception(
+                self.error or MpaError(MpaErrorCode.TCP_CLOSED, "connection closed")
+            )
+            self.established.exception()  # mark retrieved: the error is also in .error
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self._wake_reader()
+        self._wake_drain()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drain()
+
+    # -- the core's events --------------------------------------------------------
+
+    def _process(self, *, flush: bool = True) -> None:
+        conn = self.conn
+        while (event := conn.next_event()) is not None:
+            if isinstance(event, UlpduReceived):
+                data = bytes(event.data)
+                self._received.append(data)
+                self._received_octets += len(data)
+            elif isinstance(event, RequestReceived):
+                self._on_request(event)
+            elif isinstance(event, ConnectionEstablished):
+                if not self.established.done():
+                    self.established.set_result(event.params)
+            elif isinstance(event, ConnectionRejected):
+                self._set_error(MpaRejectedError(event))
+                self._close_transport()
+            elif isinstance(event, (ConnectionFailed, NegotiationFailed)):
+                self._set_error(event.error)
+                if isinstance(event, NegotiationFailed) or event.close:
+                    self._close_transport()
+            elif isinstance(event, ConnectionClosed):
+                self._eof = True
+            elif isinstance(event, StreamDataReceived):
+                pass  # not used in immediate startup; MPA has exited
+        if flush:
+            self._flush()
+        self._arm_timer()
+        if self._received or self._eof or self.error is not None:
+            self._wake_reader()
+        if (
+            self._received_octets > RECEIVE_HIGH_WATER
+            and not self._reading_paused
+            and self.transport is not None
+        ):
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _on_request(self, event: RequestReceived) -> None:
+        decision: Accept | Reject = Accept() if self._decide is None else self._decide(event)
+        try:
+            if isinstance(decision, Reject):
+                self.conn.reject(decision.private_data)
+            else:
+                self.conn.accept(decision.private_data, ird=decision.ird, ord=decision.ord)
+        except LocalProtocolError as exc:
+            self._set_error(exc)
+            self._flush()
+            self._close_transport()
+
+    def _set_error(self, error: IwarpError) -> None:
+        if self.error is None:
+            self.error = error
+        if not self.established.done():
+            self.established.set_exception(error)
+            self.established.exception()
+
+    # -- output, timer ------------------------------------------------------------
+
+    def _flush(self) -> None:
+        chunks = self.conn.data_to_send_chunks()
+        transport = self.transport
+        if not chunks or transport is None or transport.is_closing():
+            return
+        if len(chunks) == 1:
+            transport.write(chunks[0])
+        else:
+            transport.writelines(chunks)  # one write for the whole batch
+
+    def _close_transport(self) -> None:
+        """Flush what the core queued (e.g. a Reply) and close now (error 4:
+        "the TCP connection MUST be immediately closed", RFC 5044 §8)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        self._flush()
+        transport.close()
+
+    def _arm_timer(self) -> None:
+        deadline = self.conn.get_timer()
+        if deadline == self._timer_at:
+            return
+        self._cancel_timer()
+        if deadline is not None:
+            self._timer_at = deadline
+            self._timer = self._loop.call_at(deadline, self._on_timer)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.conn.handle_timer(self._loop.time())
+        self._process()
+
+    # -- for MpaSocket ------------------------------------------------------------
+
+    def _wake_reader(self) -> None:
+        waiter = self._reader
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _wake_drain(self) -> None:
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def receive(self) -> bytes | None:
+        while not self._received:
+            if self.error is not None and not isinstance(self.error, MpaRejectedError):
+                raise self.error
+            if self._eof:
+                return None
+            self._reader = self._loop.create_future()
+            try:
+                await self._reader
+            finally:
+                self._reader = None
+        data = self._received.popleft()
+        self._received_octets -= len(data)
+        if (
+            self._reading_paused
+            and self._received_octets < _RECEIVE_LOW_WATER
+            and self.transport is not None
+        ):
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return data
+
+    async def drain(self) -> None:
+        while self._write_paused and not self.closed.done():
+            self._drain_waiter = self._loop.create_future()
+            try:
+                await self._drain_waiter
+            finally:
+                self._drain_waiter = None
+
+
+class MpaSocket:
+    """An MPA connection in full operation on a TCP socket."""
+
+    def __init__(self, protocol: _MpaProtocol, params: MpaParams) -> None:
+        self._protocol = protocol
+        self._params = params
+
+    @property
+    def params(self) -> MpaParams:
+        """What the Request/Reply exchange negotiated (MULPDU from TCP_MAXSEG)."""
+        return self._protocol.conn.params or self._params
+
+    @property
+    def connection(self) -> MpaConnection:
+        """The sans-IO core (for inspection; drive it only through this socket)."""
+        return self._protocol.conn
+
+    @property
+    def error(self) -> IwarpError | None:
+        """The error that ended the connection, if any (``.code`` for MPA)."""
+        return self._protocol.error
+
+    @property
+    def emss(self) -> int:
+        return self._protocol.emss
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        transport = self._protocol.transport
+        return default if transport is None else transport.get_extra_info(name, default)
+
+    def send(self, ulpdu: Buffer) -> None:
+        """Frame and write one ULPDU (one write). Call :meth:`drain` to
+        respect backpressure.
+
+        :raises LocalProtocolError: the connection cannot send (closed,
+            failed) or the ULPDU is too large.
+        """
+        self._protocol.conn.send_ulpdu(ulpdu)
+        self._protocol._flush()
+
+    def send_many(self, ulpdus: Iterable[Buffer]) -> None:
+        """Frame several ULPDUs and write them with a single write."""
+        conn = self._protocol.conn
+        for ulpdu in ulpdus:
+            conn.send_ulpdu(ulpdu)
+        self._protocol._flush()
+
+    async def drain(self) -> None:
+        """Wait until the transport's write buffer is below its high-water mark."""
+        await self._protocol.drain()
+
+    async def receive(self) -> bytes | None:
+        """The next ULPDU, or None after the peer closed cleanly.
+
+        :raises MpaError: the connection failed (``.code`` is the RFC 5044 §8
+            code); ULPDUs that arrived before the error are returned first.
+        """
+        return await self._protocol.receive()
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[bytes]:
+        while (data := await self.receive()) is not None:
+            yield data
+
+    async def close(self) -> None:
+        """Graceful close: flush what is queued, send FIN, wait for the close."""
+        protocol = self._protocol
+        conn = protocol.conn
+        if conn.state.value not in ("closed", "failed"):
+            conn.close()
+        transport = protocol.transport
+        if transport is not None and not transport.is_closing():
+            protocol._flush()
+            transport.close()
+        await protocol.closed
+
+    def abort(self) -> None:
+        """Close at once (RST), dropping unsent data."""
+        transport = self._protocol.transport
+        if transport is not None:
+            transport.abort()
+
+
+async def connect(
+    host: str,
+    port: int,
+    *,
+    config: MpaConfig | None = None,
+    private_data: bytes = b"",
+    local_addr: tuple[str, int] | None = None,
+) -> MpaSocket:
+    """Open a TCP connection and run MPA startup as Initiator.
+
+    Returns once MPA is in full operation. The core's ``reply_timeout``
+    bounds the wait for the Reply.
+
+    :raises MpaRejectedError: the Responder rejected (R=1) or a local policy
+        refused its Reply.
+    :raises MpaError: startup failed (code 1: closed/reset/timeout; 4:
+        invalid Reply) or RFC 6581 negotiation failed (6, 7).
+    :raises OSError: the TCP connection could not be opened.
+    """
+    loop = asyncio.get_running_loop()
+    cfg = config if config is not None else MpaConfig()
+    _, protocol = await loop.create_connection(
+        lambda: _MpaProtocol(Role.INITIATOR, cfg, private_data=private_data),
+        host,
+        port,
+        local_addr=local_addr,
+    )
+    try:
+        params = await protocol.established
+    except BaseException:
+        if protocol.transport is not None:
+            protocol.transport.close()
+        raise
+    return MpaSocket(protocol, params)
+
+
+async def serve(
+    handler: Callable[[MpaSocket], Awaitable[None]],
+    host: str | None,
+    port: int,
+    *,
+    config: MpaConfig | None = None,
+    decide: Decider | None = None,
+    on_failure: FailureHook | None = None,
+    backlog: int = 1024,
+) -> asyncio.Server:
+    """Listen for TCP connections and run MPA startup on each as Responder.
+
+    ``decide`` sees each valid Request (private data, enhanced data) and
+    returns :class:`Accept` or :class:`Reject`; by default every Request is
+    accepted. Each connection in full operation is passed to ``handler`` in
+    a task of its own; the socket is closed when the handler returns.
+    Connections that end before full operation (bad frames, timeouts,
+    rejects) are reported to ``on_failure`` and closed; the server goes on.
+    """
+    loop = asyncio.get_running_loop()
+    cfg = config if config is not None else MpaConfig()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def run(protocol: _MpaProtocol) -> None:
+        try:
+            params = await protocol.established
+        except IwarpError as exc:
+            if on_failure is not None:
+                on_failure(exc, _peer(protocol))
+            return
+        sock = MpaSocket(protocol, params)
+        try:
+            await handler(sock)
+        finally:
+            await sock.close()
+
+    def factory() -> _MpaProtocol:
+        protocol = _MpaProtocol(Role.RESPONDER, cfg, decide=decide)
+        task = loop.create_task(run(protocol))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return protocol
+
+    return await loop.create_server(factory, host, port, backlog=backlog)
+
+
+def _peer(protocol: _MpaProtocol) -> object:
+    transport = protocol.transport
+    return None if transport is None else transport.get_extra_info("peername")
