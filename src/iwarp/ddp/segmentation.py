@@ -1,0 +1,115 @@
+"""DDP segmentation at the data source (RFC 5041 §5.2).
+
+A message becomes one or more segments of at most MULPDU octets each,
+header included; the last carries the L flag, a zero-length message is
+exactly one segment. Segments are made lazily, one at a time, so a 16 MiB
+RDMA Write never sits in memory twice: each ULPDU is one ``bytearray``
+holding the header and a copy of its slice of the payload (the only copy on
+the send path, which MPA then frames without copying).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from iwarp._typing import Buffer
+from iwarp.ddp.wire import (
+    DDP_VERSION,
+    LAST_FLAG,
+    MAX_MSN,
+    MAX_TO,
+    TAGGED_FLAG,
+    TAGGED_HEADER,
+    TAGGED_HEADER_SIZE,
+    UNTAGGED_HEADER,
+    UNTAGGED_HEADER_SIZE,
+)
+from iwarp.errors import LocalProtocolError
+
+__all__ = ["MAX_MESSAGE", "tagged_segments", "untagged_segments"]
+
+#: RFC 5041 §5.2: "The ULP Message Length MUST be less than 2^32."
+MAX_MESSAGE = 0xFFFFFFFF
+
+_pack_tagged = TAGGED_HEADER.pack_into
+_pack_untagged = UNTAGGED_HEADER.pack_into
+
+
+def _check(payload: memoryview, header: int, mulpdu: int) -> int:
+    if len(payload) > MAX_MESSAGE:
+        raise LocalProtocolError("a DDP message must be shorter than 2**32 octets (RFC 5041 §5.2)")
+    room = mulpdu - header
+    if room <= 0:
+        raise LocalProtocolError(f"MULPDU {mulpdu} leaves no room after a {header}-octet header")
+    return room
+
+
+def tagged_segments(
+    payload: Buffer, *, stag: int, to: int, rsvdulp: int, mulpdu: int
+) -> Iterator[bytearray]:
+    """Segments of a tagged message placed at ``to`` in the buffer ``stag``.
+
+    Each segment's TO is the initial TO plus its offset in the message (RFC
+    5041 §5.2).
+
+    :raises LocalProtocolError: the message is too long, ``mulpdu`` too
+        small, or the message would wrap the 64-bit TO.
+    """
+    view = memoryview(payload).cast("B")
+    room = _check(view, TAGGED_HEADER_SIZE, mulpdu)
+    total = len(view)
+    if to + total > MAX_TO + 1:
+        raise LocalProtocolError("the message would wrap the 64-bit Tagged Offset")
+    return _tagged(view, total, room, stag, to, rsvdulp)
+
+
+def _tagged(
+    view: memoryview, total: int, room: int, stag: int, to: int, rsvdulp: int
+) -> Iterator[bytearray]:
+    control = TAGGED_FLAG | DDP_VERSION
+    offset = 0
+    while True:
+        n = min(room, total - offset)
+        last = offset + n == total
+        ulpdu = bytearray(TAGGED_HEADER_SIZE + n)
+        _pack_tagged(ulpdu, 0, control | (LAST_FLAG if last else 0), rsvdulp, stag, to + offset)
+        ulpdu[TAGGED_HEADER_SIZE:] = view[offset : offset + n]
+        yield ulpdu
+        offset += n
+        if last:
+            return
+
+
+def untagged_segments(
+    payload: Buffer, *, qn: int, msn: int, rsvdulp: int, rsvdulp2: int = 0, mulpdu: int
+) -> Iterator[bytearray]:
+    """Segments of an untagged message ``msn`` on queue ``qn``.
+
+    Each segment's MO is its offset in the message (RFC 5041 §5.2).
+
+    :raises LocalProtocolError: the message is too long or ``mulpdu`` too
+        small.
+    """
+    view = memoryview(payload).cast("B")
+    room = _check(view, UNTAGGED_HEADER_SIZE, mulpdu)
+    if not 0 <= msn <= MAX_MSN:
+        raise LocalProtocolError(f"MSN {msn} is not a 32-bit value")
+    return _untagged(view, len(view), room, qn, msn, rsvdulp, rsvdulp2)
+
+
+def _untagged(
+    view: memoryview, total: int, room: int, qn: int, msn: int, rsvdulp: int, rsvdulp2: int
+) -> Iterator[bytearray]:
+    control = DDP_VERSION
+    offset = 0
+    while True:
+        n = min(room, total - offset)
+        last = offset + n == total
+        ulpdu = bytearray(UNTAGGED_HEADER_SIZE + n)
+        flags = control | (LAST_FLAG if last else 0)
+        _pack_untagged(ulpdu, 0, flags, rsvdulp, rsvdulp2, qn, msn, offset)
+        ulpdu[UNTAGGED_HEADER_SIZE:] = view[offset : offset + n]
+        yield ulpdu
+        offset += n
+        if last:
+            return

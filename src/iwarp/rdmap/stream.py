@@ -1,0 +1,778 @@
+"""The RDMAP core: one RDMAP stream over DDP over any ULPDU transport, sans-IO.
+
+Feed received ULPDUs to :meth:`RdmapStream.handle_ulpdu`, post work with
+:meth:`~RdmapStream.post_send` / :meth:`~RdmapStream.post_recv`, take the
+ULPDUs to send with :meth:`~RdmapStream.ulpdus_to_send` and hand them to
+MPA; events (completions, Terminates, readiness) come back from
+``handle_ulpdu`` and from :meth:`~RdmapStream.take_events`.
+
+What it enforces:
+
+* Sends into posted receive buffers, in order; RDMA Writes and Read
+  Responses into registered memory; every remote access checked against
+  the STag's region (valid, same protection domain, rights, bounds, TO wrap)
+  *before* any octet moves (RFC 5041 §7.1, RFC 5040 §7.2, RFC 5042).
+* ORD: at most ``ord`` Read Requests outstanding; later work waits behind
+  them, in order (RFC 5040 §6.1). IRD: the peer may have at most ``ird``
+  Read Requests being answered; one more finds no buffer on queue 1.
+* Completions in submission order (RFC 5040 §5.5 rule 15).
+* The first error in received data is answered by one Terminate carrying
+  the RFC's layer, type, code and header copies (RFC 5040 §4.8, §7.1);
+  later segments are dropped, work is flushed (RFC 5041 §7.1).
+* RFC 6581: an initiator sends the negotiated RTR first (zero-length Send,
+  or RDMA Write / Read with STag 1); a responder sends nothing until the
+  initiator's first message, swallows an RTR, and answers a first message
+  that is not an RTR it offered with Terminate LLP/MPA code 7.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from iwarp._typing import Buffer
+from iwarp.ddp.errors import DdpError, DdpTaggedCode, DdpTaggedError, DdpUntaggedCode
+from iwarp.ddp.placement import DdpReceiver, TaggedSegment, UntaggedQueue, UntaggedSegment
+from iwarp.ddp.segmentation import MAX_MESSAGE, tagged_segments, untagged_segments
+from iwarp.ddp.wire import (
+    LAST_FLAG,
+    TAGGED_FLAG,
+    TAGGED_HEADER_SIZE,
+    UNTAGGED_HEADER,
+    UNTAGGED_HEADER_SIZE,
+    QueueNumber,
+)
+from iwarp.errors import (
+    LocalProtocolError,
+    MpaError,
+    MpaErrorCode,
+    RemoteProtocolError,
+    TerminateLayer,
+)
+from iwarp.mpa.wire import RtrFlags
+from iwarp.rdmap.errors import (
+    RdmapError,
+    RdmapErrorType,
+    RemoteOperationCode,
+    RemoteOperationError,
+    RemoteProtectionCode,
+    RemoteProtectionError,
+)
+from iwarp.rdmap.memory import Access, AccessFault, MemoryRegion, ProtectionDomain
+from iwarp.rdmap.state import StreamInput, StreamState, transition
+from iwarp.rdmap.wire import (
+    INVALIDATE_OPCODES,
+    OPCODE_QUEUE,
+    OPCODE_TAGGED,
+    RDMAP_VERSION,
+    READ_REQUEST_SIZE,
+    SOLICITED_OPCODES,
+    TERMINATE_CONTROL_SIZE,
+    RdmapOpcode,
+    ReadRequest,
+    TerminateHeader,
+    rdmap_control,
+    split_control,
+)
+from iwarp.rdmap.work import (
+    Completion,
+    CompletionStatus,
+    Event,
+    ReadWR,
+    RecvWR,
+    SendWR,
+    Sge,
+    StreamReady,
+    TerminateReceived,
+    TerminateSent,
+    WorkOpcode,
+    WriteWR,
+)
+
+__all__ = ["RTR_STAG", "RdmapStream"]
+
+#: The STag of RFC 6581 zero-length RDMA Write / Read RTRs: nonzero, because
+#: some hardware fails tagged segments with STag 0 (siw uses 1 as well).
+RTR_STAG = 1
+_NO_RTR = RtrFlags(0)
+#: Room for the longest Terminate header: 4 + 2 + 18 + 28 octets, rounded up.
+_TERMINATE_BUFFER = 128
+
+_TAGGED_FAULTS = {
+    AccessFault.INVALID_STAG: DdpTaggedCode.INVALID_STAG,
+    AccessFault.STAG_NOT_ASSOCIATED: DdpTaggedCode.STAG_NOT_ASSOCIATED,
+    # RFC 5041 has no "access rights" code; like siw, report the STag as
+    # not valid for this access (docs/rdmap.md).
+    AccessFault.ACCESS_RIGHTS: DdpTaggedCode.INVALID_STAG,
+    AccessFault.BASE_OR_BOUNDS: DdpTaggedCode.BASE_OR_BOUNDS,
+    AccessFault.TO_WRAP: DdpTaggedCode.TO_WRAP,
+}
+_READ_FAULTS = {
+    AccessFault.INVALID_STAG: RemoteProtectionCode.INVALID_STAG,
+    AccessFault.STAG_NOT_ASSOCIATED: RemoteProtectionCode.STAG_NOT_ASSOCIATED,
+    AccessFault.ACCESS_RIGHTS: RemoteProtectionCode.ACCESS_RIGHTS,
+    AccessFault.BASE_OR_BOUNDS: RemoteProtectionCode.BASE_OR_BOUNDS,
+    AccessFault.TO_WRAP: RemoteProtectionCode.TO_WRAP,
+}
+_READ_CONTROL = rdmap_control(RdmapOpcode.RDMA_READ_REQUEST)
+_RESPONSE_CONTROL = rdmap_control(RdmapOpcode.RDMA_READ_RESPONSE)
+_WRITE_CONTROL = rdmap_control(RdmapOpcode.RDMA_WRITE)
+_TERMINATE_CONTROL = rdmap_control(RdmapOpcode.TERMINATE)
+
+
+@dataclass(eq=False, slots=True)
+class _Work:
+    """One send-queue entry from posting to completion."""
+
+    opcode: WorkOpcode
+    wr_id: int
+    #: Internal work (an RTR) completes without a completion event.
+    internal: bool = False
+    payload: memoryview | None = None
+    rdmap: int = 0
+    invalidate: int = 0
+    remote_stag: int = 0
+    remote_to: int = 0
+    request: ReadRequest | None = None
+    sink: MemoryRegion | None = None
+    received: int = 0
+    status: CompletionStatus | None = None  # set when done
+
+
+@dataclass(eq=False, slots=True)
+class _Response:
+    """A Read Response to send: source octets and the sink to address."""
+
+    source: memoryview
+    request: ReadRequest
+
+
+@dataclass(eq=False, slots=True)
+class _Outgoing:
+    """The message being segmented, and what finishing it means."""
+
+    segments: Iterator[bytearray]
+    work: _Work | None = None
+    response: bool = False
+    extra: list[bytearray] = field(default_factory=list)
+
+
+class RdmapStream:
+    """One RDMAP stream (the protocol half of a queue pair).
+
+    :param pd: the protection domain of the stream: remote accesses may
+        reach only regions of this PD.
+    :param initiator: the MPA initiator (sends the RTR, may send at once).
+    :param mulpdu: the largest ULPDU MPA accepts (DDP segments fit it).
+    :param ird: inbound Read Requests the peer may have outstanding.
+    :param ord: outbound Read Requests we may have outstanding.
+    :param rtr: RFC 6581 peer-to-peer: for an initiator, the one RTR type
+        the Reply selected (``RtrFlags.SEND``/``WRITE``/``READ``); for a
+        responder, the types it accepts. Empty for client-server mode.
+    """
+
+    def __init__(
+        self,
+        pd: ProtectionDomain,
+        *,
+        initiator: bool,
+        mulpdu: int,
+        ird: int = 1,
+        ord: int = 1,
+        rtr: RtrFlags = _NO_RTR,
+    ) -> None:
+        rtr &= RtrFlags.SEND | RtrFlags.WRITE | RtrFlags.READ
+        if initiator and rtr and rtr not in (RtrFlags.SEND, RtrFlags.WRITE, RtrFlags.READ):
+            raise LocalProtocolError("an initiator sends exactly one RTR type")
+        if mulpdu <= UNTAGGED_HEADER_SIZE + TERMINATE_CONTROL_SIZE + 52:
+            raise LocalProtocolError(f"MULPDU {mulpdu} is too small for RDMAP headers")
+        if initiator and rtr == RtrFlags.READ and ord < 1:
+            raise LocalProtocolError("a Read RTR needs ORD >= 1 (RFC 6581 §9.1)")
+        self.pd = pd
+        self.initiator = initiator
+        self.mulpdu = mulpdu
+        self.ird = ird
+        self.ord = ord
+        self.rtr = rtr
+        self.state = StreamState.OPERATIONAL if initiator else StreamState.WAIT_PEER
+        self._recv: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.SEND)
+        self._reads: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.READ_REQUEST)
+        self._terms: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.TERMINATE)
+        self._read_slot = memoryview(bytearray(READ_REQUEST_SIZE))
+        for _ in range(ird):
+            self._reads.post(self._read_slot, None)
+        self._terms.post(memoryview(bytearray(_TERMINATE_BUFFER)), None)
+        self._ddp: DdpReceiver[RecvWR | None] = DdpReceiver(
+            {0: self._recv, 1: self._reads, 2: self._terms}, self._resolve_tagged
+        )
+        self._msn = [1, 1, 1]  # next MSN we send, per queue
+        self._sq: deque[_Work] = deque()  # posted, not started
+        self._inflight: deque[_Work] = deque()  # started, not completed
+        self._orq: deque[_Work] = deque()  # Read Requests awaiting a response
+        self._irq: deque[_Response] = deque()  # Read Responses to send
+        self._current: _Outgoing | None = None
+        self._terminate: bytearray | None = None
+        self._rx_tagged_opcode = -1
+        self._events: list[Event] = []
+        if initiator:
+            self._events.append(StreamReady())
+            if rtr:
+                self._sq.append(self._rtr_work(rtr))
+
+    # -- posting (local input) ----------------------------------------------
+
+    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
+        """Queue a Send, RDMA Write or RDMA Read.
+
+        :raises LocalProtocolError: the stream is terminated or closed, the
+            local memory is not usable, or (Read) ORD is 0.
+        """
+        self.state = transition(self.state, StreamInput.POST)
+        if isinstance(wr, SendWR):
+            work = self._send_work(wr)
+        elif isinstance(wr, WriteWR):
+            payload = self._source(wr.data)
+            if wr.remote_to + len(payload) > 0xFFFFFFFFFFFFFFFF + 1:
+                raise LocalProtocolError("the RDMA Write would wrap the remote TO")
+            work = _Work(WorkOpcode.RDMA_WRITE, wr.wr_id, payload=payload)
+            work.remote_stag, work.remote_to = wr.remote_stag, wr.remote_to
+        elif isinstance(wr, ReadWR):
+            work = self._read_work(wr)
+        else:
+            raise LocalProtocolError(f"not a send-queue work request: {wr!r}")
+        self._sq.append(work)
+
+    def post_recv(self, wr: RecvWR) -> None:
+        """Post a receive buffer for one incoming Send (consumed in order)."""
+        self.state = transition(self.state, StreamInput.POST)
+        view = self._local(wr.local, Access.LOCAL_WRITE)
+        self._recv.post(view, wr)
+
+    def _send_work(self, wr: SendWR) -> _Work:
+        payload = self._source(wr.data)
+        if wr.invalidate_stag is None:
+            opcode = RdmapOpcode.SEND_WITH_SE if wr.solicited else RdmapOpcode.SEND
+            invalidate = 0
+        else:
+            if not 0 <= wr.invalidate_stag <= 0xFFFFFFFF:
+                raise LocalProtocolError(f"invalidate STag {wr.invalidate_stag} is not 32-bit")
+            opcode = (
+                RdmapOpcode.SEND_WITH_SE_AND_INVALIDATE
+                if wr.solicited
+                else RdmapOpcode.SEND_WITH_INVALIDATE
+            )
+            invalidate = wr.invalidate_stag
+        return _Work(
+            WorkOpcode.SEND,
+            wr.wr_id,
+            payload=payload,
+            rdmap=rdmap_control(opcode),
+            invalidate=invalidate,
+        )
+
+    def _read_work(self, wr: ReadWR) -> _Work:
+        if self.ord < 1:
+            raise LocalProtocolError("ORD is 0: RDMA Reads are not allowed on this stream")
+        sink = self._local(wr.local, Access.LOCAL_WRITE)
+        size = len(sink)
+        region = wr.local.region
+        request = ReadRequest(
+            region.stag, region.address + wr.local.offset, size, wr.remote_stag, wr.remote_to
+        )
+        return _Work(WorkOpcode.RDMA_READ, wr.wr_id, request=request, sink=region)
+
+    def _rtr_work(self, rtr: RtrFlags) -> _Work:
+        empty = memoryview(b"")
+        if rtr == RtrFlags.SEND:
+            work = _Work(WorkOpcode.SEND, 0, internal=True, payload=empty)
+            work.rdmap = rdmap_control(RdmapOpcode.SEND)
+            return work
+        if rtr == RtrFlags.WRITE:
+            work = _Work(WorkOpcode.RDMA_WRITE, 0, internal=True, payload=empty)
+            work.remote_stag = RTR_STAG
+            return work
+        request = ReadRequest(RTR_STAG, 0, 0, RTR_STAG, 0)
+        return _Work(WorkOpcode.RDMA_READ, 0, internal=True, request=request)
+
+    def _local(self, sge: Sge, rights: Access) -> memoryview:
+        region = sge.region
+        if not region.valid:
+            raise LocalProtocolError(f"STag {region.stag:#010x} is invalidated or deregistered")
+        if region.pd is not self.pd:
+            raise LocalProtocolError("the region belongs to another protection domain")
+        if rights & ~region.access:
+            raise LocalProtocolError(f"the region lacks {rights!r}")
+        size = sge.size
+        if sge.offset < 0 or size < 0 or sge.offset + size > region.length:
+            raise LocalProtocolError("the SGE lies outside its region")
+        if size > MAX_MESSAGE:
+            raise LocalProtocolError("a message must be shorter than 2**32 octets")
+        return region.view[sge.offset : sge.offset + size]
+
+    def _source(self, data: Sge | Buffer) -> memoryview:
+        if isinstance(data, Sge):
+            return self._local(data, Access(0))
+        view = memoryview(data).cast("B")
+        if len(view) > MAX_MESSAGE:
+            raise LocalProtocolError("a message must be shorter than 2**32 octets")
+        return view
+
+    # -- sending --------------------------------------------------------------
+
+    @property
+    def has_data_to_send(self) -> bool:
+        """Whether :meth:`ulpdus_to_send` would return something now."""
+        if self.state is StreamState.TERMINATING:
+            return True
+        if self.state is not StreamState.OPERATIONAL:
+            return False
+        if self._current is not None or self._irq:
+            return True
+        return bool(self._sq) and (
+            self._sq[0].opcode is not WorkOpcode.RDMA_READ or len(self._orq) < self.ord
+        )
+
+    def ulpdus_to_send(self, limit: int | None = None) -> list[bytearray]:
+        """The next ULPDUs for MPA, in order, about ``limit`` octets at most.
+
+        Messages are segmented lazily, so call again (after the transport
+        drained) until it returns nothing. Send and Write work completes
+        when its last segment is returned here.
+        """
+        out: list[bytearray] = []
+        if self.state is StreamState.TERMINATING:
+            assert self._terminate is not None
+            out.append(self._terminate)
+            self._terminate = None
+            self.state = transition(self.state, StreamInput.TERMINATE_SENT)
+            return out
+        if self.state is not StreamState.OPERATIONAL:
+            return out
+        size = 0
+        while limit is None or size < limit:
+            current = self._current
+            if current is None:
+                current = self._current = self._next_message()
+                if current is None:
+                    break
+            segment = next(current.segments, None)
+            if segment is None:
+                self._finish(current)
+                continue
+            out.append(segment)
+            size += len(segment)
+        return out
+
+    def _next_message(self) -> _Outgoing | None:
+        # Read Responses first: the peer's reads wait on them (RFC 5040 §5.5).
+        if self._irq:
+            response = self._irq.popleft()
+            req = response.request
+            segments = tagged_segments(
+                response.source,
+                stag=req.sink_stag,
+                to=req.sink_to,
+                rsvdulp=_RESPONSE_CONTROL,
+                mulpdu=self.mulpdu,
+            )
+            return _Outgoing(segments, response=True)
+        if not self._sq:
+            return None
+        work = self._sq[0]
+        if work.opcode is WorkOpcode.RDMA_READ:
+            if len(self._orq) >= self.ord:
+                return None  # ORD reached: the queue waits (RFC 5040 §6.1)
+            assert work.request is not None
+            segments = untagged_segments(
+                work.request.pack(),
+                qn=QueueNumber.READ_REQUEST,
+                msn=self._next_msn(QueueNumber.READ_REQUEST),
+                rsvdulp=_READ_CONTROL,
+                mulpdu=self.mulpdu,
+            )
+            self._orq.append(work)
+        elif work.opcode is WorkOpcode.SEND:
+            assert work.payload is not None
+            segments = untagged_segments(
+                work.payload,
+                qn=QueueNumber.SEND,
+                msn=self._next_msn(QueueNumber.SEND),
+                rsvdulp=work.rdmap,
+                rsvdulp2=work.invalidate,
+                mulpdu=self.mulpdu,
+            )
+        else:
+            assert work.payload is not None
+            segments = tagged_segments(
+                work.payload,
+                stag=work.remote_stag,
+                to=work.remote_to,
+                rsvdulp=_WRITE_CONTROL,
+                mulpdu=self.mulpdu,
+            )
+        self._sq.popleft()
+        self._inflight.append(work)
+        return _Outgoing(segments, work=work)
+
+    def _next_msn(self, qn: int) -> int:
+        msn = self._msn[qn]
+        self._msn[qn] = (msn + 1) & 0xFFFFFFFF
+        return msn
+
+    def _finish(self, current: _Outgoing) -> None:
+        self._current = None
+        if current.response:
+            # The Read Request's slot on queue 1 is free again (IRD).
+            self._reads.post(self._read_slot, None)
+            return
+        work = current.work
+        if work is not None and work.opcode is not WorkOpcode.RDMA_READ:
+            assert work.payload is not None
+            self._done(work, CompletionStatus.SUCCESS, len(work.payload))
+
+    def _done(self, work: _Work, status: CompletionStatus, byte_len: int = 0) -> None:
+        work.status = status
+        work.received = byte_len
+        inflight = self._inflight
+        while inflight and inflight[0].status is not None:
+            head = inflight.popleft()
+            if not head.internal:
+                assert head.status is not None
+                self._events.append(Completion(head.wr_id, head.opcode, head.status, head.received))
+
+    # -- receiving ------------------------------------------------------------
+
+    def take_events(self) -> list[Event]:
+        """Events that happened outside :meth:`handle_ulpdu` (e.g. completions)."""
+        events, self._events = self._events, []
+        return events
+
+    def handle_ulpdu(self, ulpdu: Buffer) -> list[Event]:
+        """Process one received ULPDU (one DDP segment); return the events."""
+        state = self.state
+        if state is not StreamState.OPERATIONAL and state is not StreamState.WAIT_PEER:
+            # RFC 5041 §7.1: after an error, drop every later segment.
+            self.state = transition(state, StreamInput.RECEIVE)
+            return self.take_events()
+        view = memoryview(ulpdu).cast("B") if not isinstance(ulpdu, memoryview) else ulpdu
+        try:
+            if state is StreamState.WAIT_PEER:
+                self._first_message(view)
+            else:
+                self._receive(view)
+        except RemoteProtocolError as exc:
+            self._fail(exc, view)
+        return self.take_events()
+
+    def _first_message(self, view: memoryview) -> None:
+        if self.rtr:
+            if self._is_send_rtr(view):
+                self._recv.skip_message()  # RFC 6581: swallowed, consumes no buffer
+            elif self._is_tagged_rtr(view) or self._is_read_rtr(view):
+                self._receive(view)
+            else:
+                raise MpaError(
+                    MpaErrorCode.NO_MATCHING_RTR,
+                    "the first message is not an RTR this responder offered (RFC 6581 §9.2)",
+                )
+        else:
+            self._receive(view)
+        self.state = transition(self.state, StreamInput.RECEIVE)
+        self._events.append(StreamReady())
+
+    def _is_send_rtr(self, view: memoryview) -> bool:
+        if RtrFlags.SEND not in self.rtr or len(view) != UNTAGGED_HEADER_SIZE:
+            return False
+        control, rdmap, _, qn, msn, mo = UNTAGGED_HEADER.unpack_from(view, 0)
+        return (
+            control & (TAGGED_FLAG | LAST_FLAG) == LAST_FLAG
+            and split_control(rdmap)[1] == RdmapOpcode.SEND
+            and (qn, msn, mo) == (QueueNumber.SEND, self._recv.next_msn, 0)
+        )
+
+    def _is_tagged_rtr(self, view: memoryview) -> bool:
+        return (
+            RtrFlags.WRITE in self.rtr
+            and len(view) == TAGGED_HEADER_SIZE
+            and view[0] & (TAGGED_FLAG | LAST_FLAG) == TAGGED_FLAG | LAST_FLAG
+            and split_control(view[1])[1] == RdmapOpcode.RDMA_WRITE
+        )
+
+    def _is_read_rtr(self, view: memoryview) -> bool:
+        if RtrFlags.READ not in self.rtr:
+            return False
+        if len(view) != UNTAGGED_HEADER_SIZE + READ_REQUEST_SIZE or view[0] & TAGGED_FLAG:
+            return False
+        if split_control(view[1])[1] != RdmapOpcode.RDMA_READ_REQUEST:
+            return False
+        return ReadRequest.unpack_from(view, UNTAGGED_HEADER_SIZE).size == 0
+
+    def _receive(self, view: memoryview) -> None:
+        opcode = self._check_rdmap(view)
+        segment = self._ddp.receive(view)
+        if isinstance(segment, TaggedSegment):
+            if segment.last and opcode == RdmapOpcode.RDMA_READ_RESPONSE:
+                self._read_response_done(segment)
+            return
+        if not segment.last:
+            return
+        if opcode == RdmapOpcode.RDMA_READ_REQUEST:
+            self._read_request(segment, view)
+        elif opcode == RdmapOpcode.TERMINATE:
+            self._terminate_received(segment)
+        else:
+            self._send_received(segment, opcode, view)
+
+    def _check_rdmap(self, view: memoryview) -> int:
+        """RFC 5040 §7.2 checks 2 and 3, before DDP places anything."""
+        self._ddp.check_header(view)
+        version, opcode = split_control(view[1])
+        if version != RDMAP_VERSION:
+            raise RemoteOperationError(
+                RemoteOperationCode.INVALID_VERSION, f"RDMAP version {version}"
+            )
+        tagged = bool(view[0] & TAGGED_FLAG)
+        if opcode > RdmapOpcode.TERMINATE or OPCODE_TAGGED[opcode] != tagged:
+            raise RemoteOperationError(
+                RemoteOperationCode.UNEXPECTED_OPCODE,
+                f"opcode {opcode:#x} in a {'tagged' if tagged else 'untagged'} segment",
+            )
+        if not tagged:
+            qn = UNTAGGED_HEADER.unpack_from(view, 0)[3]
+            if qn <= QueueNumber.TERMINATE and qn != OPCODE_QUEUE[opcode]:
+                raise RemoteOperationError(
+                    RemoteOperationCode.UNEXPECTED_OPCODE, f"opcode {opcode} on queue {qn}"
+                )
+        return opcode
+
+    def _resolve_tagged(
+        self, stag: int, to: int, length: int, rsvdulp: int, first: bool
+    ) -> memoryview:
+        opcode = rsvdulp & 0x0F
+        if first:
+            self._rx_tagged_opcode = opcode
+        elif opcode != self._rx_tagged_opcode:
+            # siw's "packet intersection" rule: a tagged message cannot
+            # interleave another one (RFC 5041 §4.2: same RsvdULP in each segment).
+            raise RemoteOperationError(
+                RemoteOperationCode.UNEXPECTED_OPCODE,
+                f"opcode {opcode} inside an unfinished opcode {self._rx_tagged_opcode} message",
+            )
+        if opcode == RdmapOpcode.RDMA_WRITE:
+            target = self.pd.registry.access(stag, self.pd, to, length, Access.REMOTE_WRITE)
+            if isinstance(target, AccessFault):
+                raise DdpTaggedError(
+                    _TAGGED_FAULTS[target],
+                    f"RDMA Write to STag {stag:#010x} TO {to:#x} length {length}: {target.name}",
+                )
+            return target
+        work = self._orq[0] if self._orq else None
+        if work is None or work.request is None or work.sink is None:
+            raise RemoteOperationError(
+                RemoteOperationCode.UNEXPECTED_OPCODE, "RDMA Read Response without a Read Request"
+            )
+        req = work.request
+        if stag != req.sink_stag or not work.sink.valid:
+            raise DdpTaggedError(
+                DdpTaggedCode.INVALID_STAG,
+                f"Read Response to STag {stag:#010x}, the Read asked for {req.sink_stag:#010x}",
+            )
+        if to != req.sink_to + work.received or work.received + length > req.size:
+            raise DdpTaggedError(
+                DdpTaggedCode.BASE_OR_BOUNDS,
+                f"Read Response at TO {to:#x} (+{length}) outside the {req.size}-octet sink",
+            )
+        work.received += length
+        return work.sink.slice(to, length)
+
+    def _read_response_done(self, segment: TaggedSegment) -> None:
+        work = self._orq[0] if self._orq else None
+        if work is None or work.request is None:
+            raise RemoteOperationError(
+                RemoteOperationCode.UNEXPECTED_OPCODE, "RDMA Read Response without a Read Request"
+            )
+        if work.received != work.request.size:
+            raise DdpTaggedError(
+                DdpTaggedCode.BASE_OR_BOUNDS,
+                f"Read Response of {work.received} octets for a {work.request.size}-octet Read",
+            )
+        self._orq.popleft()
+        self._done(work, CompletionStatus.SUCCESS, work.received)
+
+    def _read_request(self, segment: UntaggedSegment[RecvWR | None], view: memoryview) -> None:
+        if segment.message_length != READ_REQUEST_SIZE:
+            raise RemoteOperationError(
+                RemoteOperationCode.CATASTROPHIC_STREAM,
+                f"RDMA Read Request of {segment.message_length} octets, not {READ_REQUEST_SIZE}",
+            )
+        raw = bytes(segment.buffer.view)
+        req = ReadRequest.unpack_from(raw)
+        if req.size == 0:
+            # RFC 5040 §5.2.1: no STag check, a zero-length response.
+            source = memoryview(b"")
+        else:
+            found = self.pd.registry.access(
+                req.src_stag, self.pd, req.src_to, req.size, Access.REMOTE_READ
+            )
+            if isinstance(found, AccessFault):
+                raise RemoteProtectionError(
+                    _READ_FAULTS[found],
+                    f"RDMA Read of STag {req.src_stag:#010x} TO {req.src_to:#x} "
+                    f"size {req.size}: {found.name}",
+                    rdmap_header=raw,
+                )
+            source = found
+        self._irq.append(_Response(source, req))
+
+    def _send_received(
+        self, segment: UntaggedSegment[RecvWR | None], opcode: int, view: memoryview
+    ) -> None:
+        wr = segment.buffer.context
+        assert wr is not None and segment.message_length is not None
+        invalidated = None
+        if opcode in INVALIDATE_OPCODES:
+            stag = segment.rsvdulp2
+            region = self.pd.registry.lookup(stag)
+            if region is None or not region.valid or region.pd is not self.pd:
+                self._events.append(
+                    Completion(
+                        wr.wr_id,
+                        WorkOpcode.RECV,
+                        CompletionStatus.LOCAL_PROTECTION_ERROR,
+                        segment.message_length,
+                    )
+                )
+                raise RemoteProtectionError(
+                    RemoteProtectionCode.CANNOT_INVALIDATE,
+                    f"Send with Invalidate of STag {stag:#010x}, not valid on this stream",
+                )
+            region.invalidate()
+            invalidated = stag
+        self._events.append(
+            Completion(
+                wr.wr_id,
+                WorkOpcode.RECV,
+                CompletionStatus.SUCCESS,
+                segment.message_length,
+                invalidated_stag=invalidated,
+                solicited=opcode in SOLICITED_OPCODES,
+            )
+        )
+
+    def _terminate_received(self, segment: UntaggedSegment[RecvWR | None]) -> None:
+        assert segment.message_length is not None
+        raw = bytes(segment.buffer.view[: segment.message_length])
+        if len(raw) < TERMINATE_CONTROL_SIZE:
+            raw = raw.ljust(TERMINATE_CONTROL_SIZE, b"\0")  # surfaced as received, padded
+        header = TerminateHeader.unpack_from(raw)
+        self.state = transition(self.state, StreamInput.TERMINATE)
+        self._events.append(TerminateReceived(header))
+        self._flush(_remote_status(header))
+
+    # -- errors ---------------------------------------------------------------
+
+    def _fail(self, exc: RemoteProtocolError, view: memoryview) -> None:
+        """Answer the first error with a Terminate; flush all work (RFC 5040 §7.1)."""
+        header = _terminate_header(exc, view)
+        self.state = transition(self.state, StreamInput.PROTOCOL_ERROR)
+        self._current = None
+        payload = header.pack()
+        self._terminate = next(
+            untagged_segments(
+                payload,
+                qn=QueueNumber.TERMINATE,
+                msn=self._next_msn(QueueNumber.TERMINATE),
+                rsvdulp=_TERMINATE_CONTROL,
+                mulpdu=self.mulpdu,
+            )
+        )
+        self._events.append(TerminateSent(exc, header))
+        send_status = recv_status = CompletionStatus.FLUSHED
+        if view[:1] and view[0] & TAGGED_FLAG:
+            if len(view) > 1 and view[1] & 0x0F == RdmapOpcode.RDMA_READ_RESPONSE:
+                send_status = CompletionStatus.LOCAL_QP_OPERATION_ERROR  # our Read failed
+        elif (
+            isinstance(exc, DdpError)
+            and len(view) >= UNTAGGED_HEADER_SIZE
+            and UNTAGGED_HEADER.unpack_from(view, 0)[3] == QueueNumber.SEND
+        ):
+            if exc.code == DdpUntaggedCode.MESSAGE_TOO_LONG:
+                recv_status = CompletionStatus.LOCAL_LENGTH_ERROR
+            elif exc.code == DdpUntaggedCode.INVALID_MO:
+                recv_status = CompletionStatus.LOCAL_QP_OPERATION_ERROR
+        self._flush(send_status, recv_status)
+
+    def _flush(
+        self,
+        send_status: CompletionStatus,
+        recv_status: CompletionStatus = CompletionStatus.FLUSHED,
+    ) -> None:
+        """Complete all outstanding work; the oldest of each queue gets its status."""
+        status = send_status
+        for work in list(self._inflight):
+            if work.status is None:
+                self._done(work, status, work.received)
+                status = CompletionStatus.FLUSHED
+        while self._sq:
+            work = self._sq.popleft()
+            if not work.internal:
+                self._events.append(Completion(work.wr_id, work.opcode, CompletionStatus.FLUSHED))
+        self._orq.clear()
+        self._irq.clear()
+        status = recv_status
+        while self._recv.buffers:
+            wr = self._recv.buffers.popleft().context
+            if wr is not None:
+                self._events.append(Completion(wr.wr_id, WorkOpcode.RECV, status))
+                status = CompletionStatus.FLUSHED
+
+    # -- teardown -------------------------------------------------------------
+
+    def connection_lost(self) -> list[Event]:
+        """The LLP connection closed: flush everything."""
+        self.state = transition(self.state, StreamInput.LLP_CLOSED)
+        self._flush(CompletionStatus.FLUSHED)
+        return self.take_events()
+
+    def close(self) -> list[Event]:
+        """Stop the stream locally: flush everything."""
+        self.state = transition(self.state, StreamInput.CLOSE)
+        self._flush(CompletionStatus.FLUSHED)
+        return self.take_events()
+
+
+def _terminate_header(exc: RemoteProtocolError, view: memoryview) -> TerminateHeader:
+    """The Terminate for ``exc`` with the copies RFC 5040 §4.8 Figure 10 asks for."""
+    layer = int(exc.layer)
+    if layer == TerminateLayer.LLP:
+        return TerminateHeader(layer, exc.etype, exc.code)
+    ddp_header: bytes | None = None
+    length: int | None = None
+    rdma_header: bytes | None = None
+    if isinstance(exc, DdpError):
+        ddp_header, length = exc.header, exc.segment_length
+    elif isinstance(exc, RdmapError):
+        if exc.etype == RdmapErrorType.LOCAL_CATASTROPHIC:
+            return TerminateHeader(layer, exc.etype, exc.code)
+        ddp_header, length = exc.ddp_header, exc.segment_length
+        if exc.etype == RdmapErrorType.REMOTE_PROTECTION:
+            rdma_header = exc.rdmap_header
+    if ddp_header is None and len(view) >= 1:
+        size = TAGGED_HEADER_SIZE if view[0] & TAGGED_FLAG else UNTAGGED_HEADER_SIZE
+        if len(view) >= size:
+            ddp_header = bytes(view[:size])
+    if ddp_header is not None and length is None:
+        length = len(view)
+    return TerminateHeader(layer, exc.etype, exc.code, length, ddp_header, rdma_header)
+
+
+def _remote_status(header: TerminateHeader) -> CompletionStatus:
+    """Status of the oldest outstanding work when the *peer* terminates."""
+    if header.layer == TerminateLayer.RDMAP and header.etype == RdmapErrorType.REMOTE_PROTECTION:
+        return CompletionStatus.REMOTE_ACCESS_ERROR
+    if header.layer == TerminateLayer.DDP and header.etype == 1:
+        return CompletionStatus.REMOTE_ACCESS_ERROR
+    if header.layer == TerminateLayer.DDP and header.etype == 2:
+        return CompletionStatus.REMOTE_INVALID_REQUEST
+    return CompletionStatus.REMOTE_OPERATION_ERROR

@@ -1,0 +1,169 @@
+"""Work requests, completions and events of the RDMAP core (verbs-shaped).
+
+Work requests name local memory by :class:`Sge` (a registered region, an
+offset and a length), as verbs does by lkey/address/length; a Send or an
+RDMA Write may also take plain bytes as its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import TypeAlias
+
+from iwarp._typing import Buffer
+from iwarp.errors import RemoteProtocolError
+from iwarp.rdmap.memory import MemoryRegion
+from iwarp.rdmap.wire import TerminateHeader
+
+__all__ = [
+    "Completion",
+    "CompletionStatus",
+    "Event",
+    "ReadWR",
+    "RecvWR",
+    "SendWR",
+    "Sge",
+    "StreamReady",
+    "TerminateReceived",
+    "TerminateSent",
+    "WorkOpcode",
+    "WriteWR",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Sge:
+    """A piece of a registered region: ``length`` octets at ``offset``.
+
+    ``length`` None means "to the end of the region".
+    """
+
+    region: MemoryRegion
+    offset: int = 0
+    length: int | None = None
+
+    @property
+    def size(self) -> int:
+        return self.region.length - self.offset if self.length is None else self.length
+
+
+#: A source of outgoing data: a registered piece of memory or plain bytes.
+Source: TypeAlias = "Sge | Buffer"
+
+
+@dataclass(frozen=True, slots=True)
+class SendWR:
+    """Send ``data`` into the peer's next posted receive buffer.
+
+    ``solicited`` asks for a Solicited Event (Send with SE);
+    ``invalidate_stag`` makes it a Send with Invalidate of that remote STag.
+    """
+
+    data: Source
+    wr_id: int = 0
+    solicited: bool = False
+    invalidate_stag: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteWR:
+    """RDMA Write ``data`` to TO ``remote_to`` of the peer's region ``remote_stag``."""
+
+    data: Source
+    remote_stag: int
+    remote_to: int
+    wr_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadWR:
+    """RDMA Read ``local.size`` octets from (``remote_stag``, ``remote_to``) into ``local``."""
+
+    local: Sge
+    remote_stag: int
+    remote_to: int
+    wr_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecvWR:
+    """A receive buffer for one incoming Send."""
+
+    local: Sge
+    wr_id: int = 0
+
+
+class WorkOpcode(Enum):
+    """What a completion completes (verbs' ``ibv_wc_opcode``)."""
+
+    SEND = "send"
+    RDMA_WRITE = "rdma_write"
+    RDMA_READ = "rdma_read"
+    RECV = "recv"
+
+
+class CompletionStatus(Enum):
+    """Status of a completion (verbs' ``ibv_wc_status``)."""
+
+    SUCCESS = "success"
+    #: An incoming Send did not fit the receive buffer.
+    LOCAL_LENGTH_ERROR = "local_length_error"
+    #: An incoming message broke local memory protection (e.g. bad Invalidate STag).
+    LOCAL_PROTECTION_ERROR = "local_protection_error"
+    #: An incoming message broke the protocol.
+    LOCAL_QP_OPERATION_ERROR = "local_qp_operation_error"
+    #: The peer refused the remote access (its Terminate: STag, rights, bounds).
+    REMOTE_ACCESS_ERROR = "remote_access_error"
+    #: The peer had no buffer, or the message did not fit it.
+    REMOTE_INVALID_REQUEST = "remote_invalid_request"
+    #: The peer terminated for another reason.
+    REMOTE_OPERATION_ERROR = "remote_operation_error"
+    #: Never executed: the stream was terminated or closed first.
+    FLUSHED = "flushed"
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A finished work request."""
+
+    wr_id: int
+    opcode: WorkOpcode
+    status: CompletionStatus = CompletionStatus.SUCCESS
+    #: Octets transferred (received, for RECV).
+    byte_len: int = 0
+    #: RECV of a Send with Invalidate: the local STag the peer invalidated.
+    invalidated_stag: int | None = None
+    #: RECV of a Send with Solicited Event.
+    solicited: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status is CompletionStatus.SUCCESS
+
+
+@dataclass(frozen=True, slots=True)
+class StreamReady:
+    """Full operation began: messages may flow both ways.
+
+    The responder reports it when the initiator's first message (the RFC
+    6581 RTR when negotiated) arrived; the initiator at once.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateReceived:
+    """The peer sent a Terminate; the stream is over (RFC 5040 §5.4)."""
+
+    header: TerminateHeader
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateSent:
+    """We detected ``error`` and queued a Terminate describing it."""
+
+    error: RemoteProtocolError
+    header: TerminateHeader
+
+
+Event: TypeAlias = "Completion | StreamReady | TerminateReceived | TerminateSent"
