@@ -1,0 +1,306 @@
+"""The analyzer: from TCP segments to per-connection reports.
+
+For each TCP connection both directions are reassembled, MPA is found by
+its Request/Reply keys (RFC 5044 §7.1) and the negotiated markers and CRC
+are applied to each direction: markers in FPDUs sent *to* the side that set
+M, CRC in both directions if either side set C. Streams whose start was
+not captured are framed from ``--mpa-start`` or found by markers and CRCs.
+Connections that open with a VI/TCP ConnectRequest are decoded as VI/TCP.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from iwarp.analyze.capture import CaptureStats, TcpPacket, read_tcp_packets
+from iwarp.analyze.mpa import (
+    Framing,
+    find_frame,
+    find_start,
+    guess_framing,
+    read_frame,
+    walk_fpdus,
+)
+from iwarp.analyze.records import (
+    ErrorRecord,
+    FpduRecord,
+    NoteRecord,
+    Record,
+    ViSegmentRecord,
+)
+from iwarp.analyze.tcp import ByteStream, Connection, HalfConnection, track_connections
+from iwarp.analyze.vitcp import looks_like_vitcp, walk_segments
+from iwarp.mpa.wire import REPLY_KEY, REQUEST_KEY, MpaFrame, Revision
+
+__all__ = ["Analysis", "ConnectionReport", "DirectionSummary", "Options", "analyze_file"]
+
+INITIATOR = "initiator"
+RESPONDER = "responder"
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the user tells the analyzer about streams it cannot see the start of."""
+
+    #: TCP sequence numbers where MPA full operation starts; each applies to
+    #: the direction whose captured octets it falls in.
+    mpa_start: tuple[int, ...] = ()
+    #: Markers / CRC when no frame says (None: find out).
+    markers: bool | None = None
+    crc: bool | None = None
+    #: Look for FPDUs by markers and CRCs in connections without MPA frames.
+    resync: bool = False
+
+
+@dataclass
+class DirectionSummary:
+    """What one side of a connection sent."""
+
+    direction: str
+    sender: str
+    octets: int
+    protocol: str | None = None
+    framing: Framing | None = None
+    start_seq: int | None = None
+    fpdus: int = 0
+    ulpdu_octets: int = 0
+    segments: int = 0
+    messages: Counter[str] = field(default_factory=Counter)
+    errors: int = 0
+    gaps: int = 0
+    retransmissions: int = 0
+    out_of_order: int = 0
+
+
+@dataclass
+class ConnectionReport:
+    """Everything found in one TCP connection."""
+
+    index: int
+    client: str
+    server: str
+    protocol: str | None
+    request: MpaFrame | None
+    reply: MpaFrame | None
+    records: list[Record]
+    directions: list[DirectionSummary]
+
+    @property
+    def errors(self) -> list[ErrorRecord]:
+        return [r for r in self.records if isinstance(r, ErrorRecord)]
+
+
+@dataclass
+class Analysis:
+    """The analysis of one capture file."""
+
+    connections: list[ConnectionReport]
+    stats: CaptureStats
+
+    def records(self) -> Iterator[Record]:
+        for connection in self.connections:
+            yield from connection.records
+
+    @property
+    def error_count(self) -> int:
+        return sum(len(c.errors) for c in self.connections)
+
+
+def analyze_file(path: str, options: Options | None = None) -> Analysis:
+    """Read and analyze a pcap or pcapng file."""
+    stats = CaptureStats()
+    with open(path, "rb") as f:
+        packets = list(read_tcp_packets(f, stats))
+    return Analysis(analyze_packets(packets, options or Options()), stats)
+
+
+def analyze_packets(packets: Iterable[TcpPacket], options: Options) -> list[ConnectionReport]:
+    """Analyze TCP segments (in capture order), one report per connection."""
+    return [_analyze(connection, options) for connection in track_connections(packets)]
+
+
+# -- one connection ----------------------------------------------------------------
+
+
+@dataclass
+class _Side:
+    half: HalfConnection
+    stream: ByteStream
+    direction: str
+    summary: DirectionSummary
+    summary_index: int
+    records: list[Record] = field(default_factory=list)
+
+    @property
+    def where(self) -> tuple[int, str]:
+        return self.summary_index, self.direction
+
+
+def _analyze(connection: Connection, options: Options) -> ConnectionReport:
+    halves = (connection.client, connection.server)
+    streams = [half.reassemble() for half in halves]
+    request_at = [find_frame(s, REQUEST_KEY) for s in streams]
+    # The Initiator sends the Request; without one, the TCP client is named so.
+    first = 1 if request_at[0] is None and request_at[1] is not None else 0
+    sides = []
+    for i, direction in ((first, INITIATOR), (1 - first, RESPONDER)):
+        half, stream = halves[i], streams[i]
+        summary = DirectionSummary(
+            direction,
+            half.name.split(" -> ")[0],
+            octets=sum(hi - lo for lo, hi in stream.runs),
+            gaps=len(stream.gaps),
+            retransmissions=stream.retransmissions,
+            out_of_order=stream.out_of_order,
+        )
+        sides.append(_Side(half, stream, direction, summary, connection.index))
+    initiator, responder = sides
+    for side in sides:
+        for frame, offset, length in side.stream.conflicts:
+            side.records.append(
+                ErrorRecord(
+                    connection.index,
+                    side.direction,
+                    side.stream.seq(offset),
+                    frame,
+                    None,
+                    "tcp",
+                    f"{length} retransmitted octets differ from the first copy",
+                )
+            )
+
+    protocol: str | None = None
+    request = reply = None
+    starts: dict[str, int] = {}
+    request_off = find_frame(initiator.stream, REQUEST_KEY)
+    if request_off is not None:
+        protocol = "mpa"
+        record, starts[INITIATOR], extra = read_frame(
+            initiator.stream, request_off, where=initiator.where
+        )
+        initiator.records += [r for r in (record, *extra) if r is not None]
+        request = record.mpa if record is not None else None
+    reply_off = find_frame(responder.stream, REPLY_KEY)
+    if reply_off is not None:
+        protocol = "mpa"
+        record, starts[RESPONDER], extra = read_frame(
+            responder.stream, reply_off, where=responder.where
+        )
+        responder.records += [r for r in (record, *extra) if r is not None]
+        reply = record.mpa if record is not None else None
+    for seq in options.mpa_start:
+        for side in sides:
+            offset = side.stream.offset_of(seq)
+            if 0 <= offset <= side.stream.end:
+                starts[side.direction] = offset
+                protocol = protocol or "mpa"
+
+    if protocol is None and any(looks_like_vitcp(s.stream) for s in sides):
+        protocol = "vitcp"
+        if not looks_like_vitcp(initiator.stream):
+            initiator, responder = responder, initiator
+            initiator.direction, responder.direction = INITIATOR, RESPONDER
+            initiator.summary.direction, responder.summary.direction = INITIATOR, RESPONDER
+        for side in (initiator, responder):
+            side.summary.protocol = "vitcp"
+            side.records += walk_segments(side.stream, where=side.where)
+    elif protocol is not None or options.resync:
+        rejected = reply is not None and reply.reject
+        for side, peer_frame in ((initiator, reply), (responder, request)):
+            if rejected:
+                break
+            found = _framing(side, starts.get(side.direction), request, reply, peer_frame, options)
+            if found is None:
+                continue
+            framing, start = found
+            protocol = "mpa"
+            side.summary.protocol = "mpa"
+            side.summary.framing = framing
+            side.summary.start_seq = side.stream.seq(start)
+            side.records += walk_fpdus(side.stream, start, framing, where=side.where)
+
+    records: list[Record] = []
+    for side in sides:
+        _summarize(side)
+        records += side.records
+    records.sort(key=lambda r: r.frame if r.frame is not None else 1 << 62)
+    return ConnectionReport(
+        connection.index,
+        connection.client.name.split(" -> ")[0],
+        connection.server.name.split(" -> ")[0],
+        protocol,
+        request,
+        reply,
+        records,
+        [s.summary for s in sides],
+    )
+
+
+def _framing(
+    side: _Side,
+    start: int | None,
+    request: MpaFrame | None,
+    reply: MpaFrame | None,
+    peer_frame: MpaFrame | None,
+    options: Options,
+) -> tuple[Framing, int] | None:
+    """The framing of one direction and the offset of its first FPDU."""
+    # RFC 5044 §7.1.1: M asks for markers in FPDUs sent *to* the frame's
+    # sender; C=1 on either side means CRCs both ways.
+    markers = peer_frame.markers if peer_frame is not None else options.markers
+    crc: bool | None = options.crc
+    if request is not None and reply is not None:
+        crc = request.crc or reply.crc
+    elif (request is not None and request.crc) or (reply is not None and reply.crc):
+        crc = True
+    rdmac = any(f is not None and f.revision == Revision.REV0 for f in (request, reply))
+    stream = side.stream
+    if start is not None:
+        if start >= stream.end:
+            return None
+        if markers is not None and crc is not None:
+            return Framing(start, markers, crc, rdmac), start
+        guessed = guess_framing(stream, start, markers=markers, crc=crc)
+        if guessed is None:
+            side.records.append(
+                NoteRecord(
+                    side.summary_index,
+                    side.direction,
+                    stream.seq(start),
+                    stream.frame_at(start),
+                    "cannot tell whether markers and CRCs are used; give --markers/--crc",
+                )
+            )
+            return None
+        return Framing(start, guessed.markers, guessed.crc, rdmac), start
+    found = find_start(stream, markers=markers, crc=crc)
+    if found is None:
+        return None
+    framing, first = found
+    side.records.append(
+        NoteRecord(
+            side.summary_index,
+            side.direction,
+            stream.seq(first),
+            stream.frame_at(first),
+            "MPA start not captured; first FPDU found by "
+            + ("markers" if framing.markers else "CRCs"),
+        )
+    )
+    return Framing(framing.origin, framing.markers, framing.crc, rdmac), first
+
+
+def _summarize(side: _Side) -> None:
+    summary = side.summary
+    for record in side.records:
+        if isinstance(record, FpduRecord):
+            summary.fpdus += 1
+            summary.ulpdu_octets += record.ulpdu_length
+            summary.messages[str(record.ulp.get("opcode_name", "?"))] += 1
+        elif isinstance(record, ViSegmentRecord):
+            summary.segments += 1
+            summary.messages[str(record.fields.get("segment_type", "?"))] += 1
+        elif isinstance(record, ErrorRecord):
+            summary.errors += 1

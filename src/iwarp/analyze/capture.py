@@ -1,0 +1,307 @@
+"""Capture files: pcap and pcapng, down to TCP segments.
+
+Link layers: Ethernet (with 802.1Q/802.1ad tags), Linux cooked capture v1
+(SLL) and v2 (SLL2), raw IP, BSD loopback (NULL). Network layers: IPv4
+(non-first fragments are skipped) and IPv6 (extension headers walked).
+Everything else in the file is counted and skipped.
+
+Formats: pcap (libpcap, both byte orders, micro- and nanosecond stamps) and
+pcapng (Section Header, Interface Description, Enhanced/Simple/obsolete
+Packet blocks; ``if_tsresol`` honoured).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address
+from typing import BinaryIO, Final
+
+__all__ = ["CaptureError", "CaptureStats", "TcpPacket", "read_tcp_packets"]
+
+# Link types (https://www.tcpdump.org/linktypes.html).
+LINKTYPE_NULL: Final = 0
+LINKTYPE_ETHERNET: Final = 1
+LINKTYPE_RAW: Final = 101
+LINKTYPE_LINUX_SLL: Final = 113
+LINKTYPE_IPV4: Final = 228
+LINKTYPE_IPV6: Final = 229
+LINKTYPE_LINUX_SLL2: Final = 276
+#: DLT_RAW as some platforms number it in files.
+_RAW_ALIASES: Final = frozenset({12, 14, LINKTYPE_RAW})
+
+_ETHERTYPE_IPV4: Final = 0x0800
+_ETHERTYPE_IPV6: Final = 0x86DD
+_ETHERTYPE_VLAN: Final = frozenset({0x8100, 0x88A8, 0x9100})
+_IPPROTO_TCP: Final = 6
+_IPV6_EXTENSIONS: Final = frozenset({0, 43, 60})  # hop-by-hop, routing, destination
+_IPV6_FRAGMENT: Final = 44
+_IPV6_AH: Final = 51
+
+_PCAP_MAGIC: Final = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
+    b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
+    b"\xa1\xb2\x3c\x4d": (">", 1e-9),
+}
+_PCAPNG_SHB: Final = 0x0A0D0D0A
+_PCAPNG_BOM: Final = 0x1A2B3C4D
+
+_U16: Final = struct.Struct("!H")
+_IPV4: Final = struct.Struct("!BBHHHBB2x4s4s")
+_IPV6: Final = struct.Struct("!4xHBB16s16s")
+_TCP: Final = struct.Struct("!HHIIBB")
+
+
+class CaptureError(Exception):
+    """The file is not a capture this reader understands."""
+
+
+@dataclass(frozen=True, slots=True)
+class TcpPacket:
+    """One TCP segment as captured."""
+
+    #: 1-based frame number in the file, as Wireshark counts.
+    frame: int
+    time: float
+    src: str
+    sport: int
+    dst: str
+    dport: int
+    seq: int
+    ack: int
+    flags: int
+    payload: bytes
+    #: Payload octets on the wire; more than ``len(payload)`` when the
+    #: capture was cut short (snaplen).
+    wire_length: int
+
+
+@dataclass(slots=True)
+class CaptureStats:
+    """What the reader saw besides TCP segments."""
+
+    frames: int = 0
+    tcp: int = 0
+    skipped: int = 0
+    fragments: int = 0
+    truncated_file: bool = False
+
+
+TCP_SYN: Final = 0x02
+TCP_FIN: Final = 0x01
+TCP_RST: Final = 0x04
+
+
+def read_tcp_packets(f: BinaryIO, stats: CaptureStats | None = None) -> Iterator[TcpPacket]:
+    """Every TCP segment in the pcap or pcapng file ``f``, in file order."""
+    stats = stats if stats is not None else CaptureStats()
+    head = f.read(4)
+    if head in _PCAP_MAGIC:
+        frames = _pcap_frames(f, head, stats)
+    elif len(head) == 4 and int.from_bytes(head, "little") == _PCAPNG_SHB:
+        frames = _pcapng_frames(f, head, stats)
+    else:
+        raise CaptureError("not a pcap or pcapng file")
+    for linktype, time, data in frames:
+        stats.frames += 1
+        packet = _decode(stats.frames, linktype, time, data, stats)
+        if packet is None:
+            stats.skipped += 1
+        else:
+            stats.tcp += 1
+            yield packet
+
+
+# -- file formats ---------------------------------------------------------------
+
+
+def _pcap_frames(
+    f: BinaryIO, magic: bytes, stats: CaptureStats
+) -> Iterator[tuple[int, float, bytes]]:
+    order, resolution = _PCAP_MAGIC[magic]
+    rest = f.read(20)
+    if len(rest) < 20:
+        raise CaptureError("truncated pcap header")
+    linktype = struct.unpack(order + "16xI", rest)[0] & 0x0FFFFFFF
+    record = struct.Struct(order + "IIII")
+    while True:
+        header = f.read(16)
+        if not header:
+            return
+        if len(header) < 16:
+            stats.truncated_file = True
+            return
+        seconds, fraction, caplen, _ = record.unpack(header)
+        data = f.read(caplen)
+        if len(data) < caplen:
+            stats.truncated_file = True
+            return
+        yield linktype, seconds + fraction * resolution, data
+
+
+def _pcapng_frames(
+    f: BinaryIO, first: bytes, stats: CaptureStats
+) -> Iterator[tuple[int, float, bytes]]:
+    order = "<"
+    interfaces: list[tuple[int, float]] = []
+    pending = first
+    while True:
+        head = pending + f.read(8 - len(pending))
+        pending = b""
+        if not head:
+            return
+        if len(head) < 8:
+            stats.truncated_file = True
+            return
+        if head[:4] == b"\x0a\x0d\x0d\x0a":  # Section Header: a palindrome type
+            # Its byte-order magic decides how everything in the section reads.
+            bom = f.read(4)
+            if len(bom) < 4:
+                stats.truncated_file = True
+                return
+            order = "<" if int.from_bytes(bom, "little") == _PCAPNG_BOM else ">"
+            if struct.unpack(order + "I", bom)[0] != _PCAPNG_BOM:
+                raise CaptureError("bad pcapng byte-order magic")
+            block_type = _PCAPNG_SHB
+            length = struct.unpack(order + "I", head[4:8])[0]
+            body = bom + f.read(max(0, length - 16))
+            interfaces = []
+        else:
+            block_type, length = struct.unpack(order + "II", head)
+            body = f.read(max(0, length - 12))
+        if length < 12 or length % 4:
+            raise CaptureError(f"bad pcapng block length {length}")
+        trailer = f.read(4)
+        if len(body) < length - 12 or len(trailer) < 4:
+            stats.truncated_file = True
+            return
+        if block_type == 1 and len(body) >= 8:  # Interface Description Block
+            linktype = struct.unpack_from(order + "H", body, 0)[0]
+            interfaces.append((linktype, _tsresol(body[8:], order)))
+        elif block_type == 6 and len(body) >= 20:  # Enhanced Packet Block
+            iface, high, low, caplen = struct.unpack_from(order + "IIII", body, 0)
+            if iface < len(interfaces):
+                linktype, resolution = interfaces[iface]
+                yield linktype, ((high << 32) | low) * resolution, body[20 : 20 + caplen]
+        elif block_type == 3 and interfaces and len(body) >= 4:  # Simple Packet Block
+            original = struct.unpack_from(order + "I", body, 0)[0]
+            yield interfaces[0][0], 0.0, body[4 : 4 + min(original, len(body) - 4)]
+        elif block_type == 2 and len(body) >= 20:  # obsolete Packet Block
+            iface, _, high, low, caplen = struct.unpack_from(order + "HHIII", body, 0)
+            if iface < len(interfaces):
+                linktype, resolution = interfaces[iface]
+                yield linktype, ((high << 32) | low) * resolution, body[20 : 20 + caplen]
+
+
+def _tsresol(options: bytes, order: str) -> float:
+    """The interface's time unit from its ``if_tsresol`` option (default µs)."""
+    pos = 0
+    while pos + 4 <= len(options):
+        code, length = struct.unpack_from(order + "HH", options, pos)
+        if code == 0:
+            break
+        if code == 9 and length >= 1:
+            value = options[pos + 4]
+            return float(2 ** -(value & 0x7F)) if value & 0x80 else 10.0**-value
+        pos += 4 + (length + 3) // 4 * 4
+    return 1e-6
+
+
+# -- link, network and transport layers ------------------------------------------
+
+
+def _decode(
+    frame: int, linktype: int, time: float, data: bytes, stats: CaptureStats
+) -> TcpPacket | None:
+    network = _link(linktype, data)
+    if network is None:
+        return None
+    ethertype, offset = network
+    if ethertype == _ETHERTYPE_IPV4:
+        ip = _ipv4(data, offset, stats)
+    elif ethertype == _ETHERTYPE_IPV6:
+        ip = _ipv6(data, offset, stats)
+    else:
+        return None
+    if ip is None:
+        return None
+    src, dst, start, end = ip
+    if end - start < _TCP.size:
+        return None
+    sport, dport, seq, ack, data_offset, flags = _TCP.unpack_from(data, start)
+    payload_start = start + (data_offset >> 4) * 4
+    wire_length = max(0, end - payload_start)
+    payload = data[payload_start:end] if payload_start < len(data) else b""
+    return TcpPacket(frame, time, src, sport, dst, dport, seq, ack, flags, payload, wire_length)
+
+
+def _link(linktype: int, data: bytes) -> tuple[int, int] | None:
+    """``(ethertype, offset of the network header)``, or None."""
+    if linktype == LINKTYPE_ETHERNET:
+        offset = 12
+        while len(data) >= offset + 2:
+            ethertype: int = _U16.unpack_from(data, offset)[0]
+            if ethertype not in _ETHERTYPE_VLAN:
+                return ethertype, offset + 2
+            offset += 4
+        return None
+    if linktype == LINKTYPE_LINUX_SLL and len(data) >= 16:
+        return _U16.unpack_from(data, 14)[0], 16
+    if linktype == LINKTYPE_LINUX_SLL2 and len(data) >= 20:
+        return _U16.unpack_from(data, 0)[0], 20
+    if linktype in _RAW_ALIASES and data:
+        version = data[0] >> 4
+        return (_ETHERTYPE_IPV4 if version == 4 else _ETHERTYPE_IPV6 if version == 6 else 0), 0
+    if linktype == LINKTYPE_IPV4:
+        return _ETHERTYPE_IPV4, 0
+    if linktype == LINKTYPE_IPV6:
+        return _ETHERTYPE_IPV6, 0
+    if linktype == LINKTYPE_NULL and len(data) >= 4:
+        family = int.from_bytes(data[:4], "little")
+        if family > 0xFFFF:
+            family = int.from_bytes(data[:4], "big")
+        return (_ETHERTYPE_IPV4 if family == 2 else _ETHERTYPE_IPV6), 4
+    return None
+
+
+def _ipv4(data: bytes, offset: int, stats: CaptureStats) -> tuple[str, str, int, int] | None:
+    if len(data) < offset + _IPV4.size:
+        return None
+    version_ihl, _, total, _, fragment, _, proto, src, dst = _IPV4.unpack_from(data, offset)
+    if version_ihl >> 4 != 4 or proto != _IPPROTO_TCP:
+        return None
+    if fragment & 0x3FFF:  # MF set or a non-zero offset
+        stats.fragments += 1
+        if fragment & 0x1FFF:
+            return None
+    start = offset + (version_ihl & 0x0F) * 4
+    # The IP length, not the frame length: Ethernet pads short frames.
+    end = offset + total if total else len(data)
+    return str(IPv4Address(src)), str(IPv4Address(dst)), start, end
+
+
+def _ipv6(data: bytes, offset: int, stats: CaptureStats) -> tuple[str, str, int, int] | None:
+    if len(data) < offset + 40 or data[offset] >> 4 != 6:
+        return None
+    payload_length, next_header, _, src, dst = _IPV6.unpack_from(data, offset)
+    start = offset + 40
+    end = start + payload_length if payload_length else len(data)
+    while next_header != _IPPROTO_TCP:
+        if len(data) < start + 8:
+            return None
+        if next_header in _IPV6_EXTENSIONS:
+            following, size = data[start], (data[start + 1] + 1) * 8
+        elif next_header == _IPV6_AH:
+            following, size = data[start], (data[start + 1] + 2) * 4
+        elif next_header == _IPV6_FRAGMENT:
+            stats.fragments += 1
+            if _U16.unpack_from(data, start + 2)[0] & 0xFFF8:
+                return None
+            following, size = data[start], 8
+        else:
+            return None
+        next_header = following
+        start += size
+    return str(IPv6Address(src)), str(IPv6Address(dst)), start, end

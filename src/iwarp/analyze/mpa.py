@@ -1,0 +1,464 @@
+"""MPA in a reassembled byte stream: frames, FPDUs, markers, CRCs, resync.
+
+Pure functions over :class:`~iwarp.analyze.tcp.ByteStream`; nothing here
+reads files. Unlike a receiver, the analyzer does not stop at the first
+error: it reports it and walks on by ULPDU_Length, and when it loses the
+FPDU boundaries (a gap in the capture, or two bad FPDUs in a row) it finds
+them again by markers (RFC 5044 §4.3, seed 000 §5.4 items 2 and 3) or, with
+CRCs and no markers, by two consecutive FPDUs with valid CRCs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from iwarp._crc32c import crc32c
+from iwarp.analyze.records import (
+    ErrorRecord,
+    FpduRecord,
+    FrameRecord,
+    MarkerRecord,
+    NoteRecord,
+    Record,
+)
+from iwarp.analyze.tcp import ByteStream
+from iwarp.errors import MpaErrorCode
+from iwarp.mpa.framing import fpdu_wire_size
+from iwarp.mpa.wire import (
+    CRC_FIELD,
+    CRC_SIZE,
+    ENHANCED_SIZE,
+    FPDUPTR_MASK,
+    FRAME_HEADER_SIZE,
+    HEADER_SIZE,
+    MARKER,
+    MARKER_INTERVAL,
+    MARKER_SIZE,
+    MAX_PRIVATE_DATA,
+    RESERVED_FLAGS,
+    ULPDU_LENGTH,
+    FrameFlags,
+    MpaFrame,
+    Revision,
+    parse_frame_header,
+)
+from iwarp.rdmap.wire import describe_ulpdu
+
+__all__ = [
+    "FpduView",
+    "Framing",
+    "find_frame",
+    "find_start",
+    "find_sync",
+    "guess_framing",
+    "inspect_fpdu",
+    "read_frame",
+    "walk_fpdus",
+]
+
+#: How far into a direction's stream a Request/Reply is looked for (a ULP
+#: may stream before starting MPA, seed 000 §6.1).
+FRAME_SEARCH: Final = 1 << 16
+#: How far past a lost boundary a CRC scan looks for the next FPDU.
+CRC_SCAN: Final = 1 << 14
+#: Markers tried when resynchronizing before giving up.
+MARKER_TRIES: Final = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """How one direction's FPDUs are framed."""
+
+    #: Offset (in the direction's ByteStream) of the first octet of MPA full
+    #: operation; markers sit at ``origin + k * 512``. When the start was not
+    #: captured, any offset with the right phase.
+    origin: int
+    markers: bool
+    crc: bool
+    #: RDMAC mode (a Rev 0 frame, RFC 5044 Appendix C): DDP/RDMAP version 0.
+    rdmac: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FpduView:
+    """One FPDU taken apart (RFC 5044 §4): what :func:`inspect_fpdu` finds."""
+
+    wire_length: int
+    ulpdu: bytes
+    pad: bytes
+    crc: int
+    crc_expected: int
+    #: ``(offset in the FPDU, reserved, fpduptr, expected fpduptr)``.
+    markers: tuple[tuple[int, int, int, int], ...]
+
+    def valid(self, framing: Framing) -> bool:
+        """CRC right (when used) and every marker right."""
+        crc_ok = not framing.crc or self.crc == self.crc_expected
+        return crc_ok and all(r == 0 and p == e for _, r, p, e in self.markers)
+
+
+def inspect_fpdu(stream: ByteStream, start: int, framing: Framing) -> FpduView | int | None:
+    """Take apart the FPDU at ``start``.
+
+    Returns the view, or the offset where captured data stops short of the
+    FPDU (a gap or the end of the capture), or None when ``start`` itself
+    was not captured.
+    """
+    phase = (start - framing.origin) % MARKER_INTERVAL
+    lead = MARKER_SIZE if framing.markers and phase == 0 else 0
+    head = stream.read(start + lead, HEADER_SIZE)
+    if head is None:
+        stop = stream.run_end(start)
+        return None if stop == start else stop
+    length: int = ULPDU_LENGTH.unpack_from(head)[0]
+    wire = fpdu_wire_size(length, phase, markers=framing.markers)
+    data = stream.read(start, wire)
+    if data is None:
+        return stream.run_end(start)
+    body = memoryview(data)[:-CRC_SIZE]
+    markers: list[tuple[int, int, int, int]] = []
+    pieces: list[memoryview] = []
+    cursor = 0
+    if framing.markers:
+        # RFC 5044 §4.3: FPDUPTR counts back to the ULPDU_Length field; a
+        # marker right before that field (between FPDUs) holds 0.
+        for at in range(-phase % MARKER_INTERVAL, len(body), MARKER_INTERVAL):
+            reserved, pointer = MARKER.unpack_from(body, at)
+            markers.append((at, reserved, pointer, 0 if at == 0 else at - lead))
+            pieces.append(body[cursor:at])
+            cursor = at + MARKER_SIZE
+    pieces.append(body[cursor:])
+    content = b"".join(pieces)
+    ulpdu = content[HEADER_SIZE : HEADER_SIZE + length]
+    return FpduView(
+        wire_length=wire,
+        ulpdu=ulpdu,
+        pad=content[HEADER_SIZE + length :],
+        crc=CRC_FIELD.unpack_from(data, wire - CRC_SIZE)[0],
+        crc_expected=crc32c(body),
+        markers=tuple(markers),
+    )
+
+
+# -- Request / Reply frames ------------------------------------------------------
+
+
+def find_frame(stream: ByteStream, key: bytes) -> int | None:
+    """Offset of the first ``key`` (Request or Reply) near the stream start."""
+    at = stream.data.find(key, 0, FRAME_SEARCH)
+    return None if at < 0 else at
+
+
+def read_frame(
+    stream: ByteStream, offset: int, *, where: tuple[int, str]
+) -> tuple[FrameRecord | None, int, list[Record]]:
+    """Decode the frame at ``offset``.
+
+    Returns the frame record (None if its header was not captured), the
+    offset just past the frame, and the errors and notes it raises.
+    """
+    index, direction = where
+    seq = stream.seq(offset)
+    frame_no = stream.frame_at(offset)
+    header = stream.read(offset, FRAME_HEADER_SIZE)
+    if header is None:
+        note = NoteRecord(index, direction, seq, frame_no, "MPA frame header not captured")
+        return None, offset, [note]
+    is_request, flags, revision, pd_length = parse_frame_header(header)
+    assert is_request is not None  # found by its key
+    out: list[Record] = []
+    end = offset + FRAME_HEADER_SIZE + pd_length
+    private = stream.read(offset + FRAME_HEADER_SIZE, pd_length)
+    if private is None:
+        out.append(NoteRecord(index, direction, seq, frame_no, "private data not fully captured"))
+        private = bytes(stream.data[offset + FRAME_HEADER_SIZE : stream.run_end(offset)])
+    mpa = MpaFrame(
+        is_request=is_request,
+        flags=FrameFlags(flags & ~RESERVED_FLAGS),
+        revision=revision,
+        private_data=private,
+        reserved=flags & RESERVED_FLAGS,
+    )
+    name = "Request" if is_request else "Reply"
+
+    def error(message: str) -> None:
+        out.append(
+            ErrorRecord(
+                index, direction, seq, frame_no, int(MpaErrorCode.INVALID_FRAME), "mpa", message
+            )
+        )
+
+    # RFC 5044 §7.1 / RFC 6581 §5: what makes a frame invalid (error 4).
+    if revision > Revision.REV2:
+        error(f"MPA {name} with unknown revision {revision}")
+    if revision >= Revision.REV1 and pd_length > MAX_PRIVATE_DATA:
+        error(f"MPA {name} PD_Length {pd_length} exceeds {MAX_PRIVATE_DATA}")
+    if mpa.is_enhanced and pd_length < ENHANCED_SIZE:
+        error(f"MPA {name} sets S but has {pd_length} octets of private data")
+    if is_request and mpa.reject:
+        out.append(NoteRecord(index, direction, seq, frame_no, "R bit set in a Request"))
+    if flags & RESERVED_FLAGS:
+        out.append(
+            NoteRecord(index, direction, seq, frame_no, f"reserved flag bits {flags & 0x0F:#x} set")
+        )
+    record = FrameRecord(index, direction, seq, frame_no, mpa, pd_length)
+    return record, end, out
+
+
+# -- FPDUs -----------------------------------------------------------------------
+
+
+def walk_fpdus(
+    stream: ByteStream, start: int, framing: Framing, *, where: tuple[int, str]
+) -> Iterator[Record]:
+    """Every FPDU from ``start`` on, with the errors and notes found on the way."""
+    pos = start
+    bad_in_a_row = 0
+    while pos < stream.end:
+        view = inspect_fpdu(stream, pos, framing)
+        if not isinstance(view, FpduView):
+            resume = _past_gap(stream, pos if view is None else view)
+            if resume is None:
+                yield _note(
+                    stream,
+                    pos,
+                    where,
+                    f"capture ends inside an FPDU ({stream.end - pos} octets captured)",
+                )
+                return
+            yield _note(
+                stream,
+                pos,
+                where,
+                f"{resume - pos} octets not captured at or after sequence "
+                f"{stream.seq(pos)}; looking for the next FPDU",
+            )
+            found = find_sync(stream, resume, framing)
+            if found is None:
+                yield _note(stream, resume, where, _cannot_resync(framing))
+                return
+            yield _note(stream, found, where, "FPDU boundaries found again")
+            pos = found
+            continue
+        record = _fpdu_record(stream, pos, view, framing, where)
+        yield record
+        yield from _fpdu_errors(view, record, framing, where)
+        bad_in_a_row = 0 if view.valid(framing) else bad_in_a_row + 1
+        pos += view.wire_length
+        if bad_in_a_row >= 2 and pos < stream.end:
+            found = find_sync(stream, pos, framing)
+            if found is None:
+                yield _note(stream, pos, where, "FPDU boundaries lost; " + _cannot_resync(framing))
+                return
+            if found != pos:
+                yield _note(
+                    stream,
+                    found,
+                    where,
+                    f"FPDU boundaries lost; resynchronized {found - pos} octets further on",
+                )
+            pos = found
+            bad_in_a_row = 0
+
+
+def _cannot_resync(framing: Framing) -> str:
+    if framing.markers or framing.crc:
+        return "no FPDU boundary found in the rest of the stream"
+    return "without markers or CRCs FPDU boundaries cannot be found again"
+
+
+def _past_gap(stream: ByteStream, stop: int) -> int | None:
+    """The first captured offset after the gap at ``stop``, None at the end."""
+    if stop >= stream.end:
+        return None
+    return stream.next_captured(stop)
+
+
+def _note(stream: ByteStream, offset: int, where: tuple[int, str], message: str) -> NoteRecord:
+    return NoteRecord(where[0], where[1], stream.seq(offset), stream.frame_at(offset), message)
+
+
+def _fpdu_record(
+    stream: ByteStream, pos: int, view: FpduView, framing: Framing, where: tuple[int, str]
+) -> FpduRecord:
+    return FpduRecord(
+        where[0],
+        where[1],
+        stream.seq(pos),
+        stream.frame_at(pos),
+        wire_length=view.wire_length,
+        ulpdu_length=len(view.ulpdu),
+        markers=tuple(
+            MarkerRecord(stream.seq(pos + at), reserved, pointer, expected)
+            for at, reserved, pointer, expected in view.markers
+        ),
+        pad=view.pad,
+        crc=view.crc,
+        crc_expected=view.crc_expected,
+        crc_checked=framing.crc,
+        ulp=describe_ulpdu(view.ulpdu),
+    )
+
+
+def _fpdu_errors(
+    view: FpduView,
+    record: FpduRecord,
+    framing: Framing,
+    where: tuple[int, str],
+) -> Iterator[ErrorRecord]:
+    index, direction = where
+    seq, frame = record.seq, record.frame
+    if record.crc_ok is False:
+        yield ErrorRecord(
+            index,
+            direction,
+            seq,
+            frame,
+            int(MpaErrorCode.CRC_MISMATCH),
+            "mpa",
+            f"CRC field {view.crc:#010x}, computed {view.crc_expected:#010x}",
+        )
+    for marker in record.markers:
+        if marker.fpduptr & FPDUPTR_MASK != marker.expected:
+            yield ErrorRecord(
+                index,
+                direction,
+                marker.seq,
+                frame,
+                int(MpaErrorCode.MARKER_MISMATCH),
+                "mpa",
+                f"marker FPDUPTR {marker.fpduptr:#06x}, the FPDU is {marker.expected:#06x} back",
+            )
+        elif marker.fpduptr != marker.expected:
+            yield ErrorRecord(
+                index,
+                direction,
+                marker.seq,
+                frame,
+                None,
+                "mpa",
+                f"marker FPDUPTR {marker.fpduptr:#06x} has its two low bits set",
+            )
+        if marker.reserved:
+            yield ErrorRecord(
+                index,
+                direction,
+                marker.seq,
+                frame,
+                None,
+                "mpa",
+                f"marker Reserved field {marker.reserved:#06x} is not zero",
+            )
+    if any(view.pad):
+        yield ErrorRecord(
+            index, direction, seq, frame, None, "mpa", f"PAD {view.pad.hex()} is not zero"
+        )
+    problems = record.ulp.get("problems")
+    if isinstance(problems, list):
+        for problem in problems:
+            text = str(problem)
+            if framing.rdmac and text in ("DDP version 0", "RDMAP version 0"):
+                continue  # RDMAC mode runs version 0 (RFC 5044 Appendix C)
+            yield ErrorRecord(index, direction, seq, frame, None, "ddp/rdmap", text)
+
+
+# -- finding FPDU boundaries -------------------------------------------------------
+
+
+def find_sync(stream: ByteStream, offset: int, framing: Framing) -> int | None:
+    """The first FPDU start at or after ``offset`` that can be trusted.
+
+    With markers: a marker whose FPDUPTR leads to a complete, valid FPDU that
+    holds it (RFC 5044 §4.3). Without markers but with CRCs: two FPDUs in a
+    row with valid CRCs, on the 4-octet grid FPDUs lie on. None otherwise.
+    """
+    if framing.markers:
+        return _sync_by_markers(stream, offset, framing)
+    if framing.crc:
+        first = offset + (framing.origin - offset) % 4
+        for start in range(first, min(stream.end, offset + CRC_SCAN), 4):
+            if _trusted(stream, start, framing, count=2):
+                return start
+    return None
+
+
+def _sync_by_markers(stream: ByteStream, offset: int, framing: Framing) -> int | None:
+    marker = offset + (framing.origin - offset) % MARKER_INTERVAL
+    for _ in range(MARKER_TRIES):
+        if marker + MARKER_SIZE > stream.end:
+            return None
+        raw = stream.read(marker, MARKER_SIZE)
+        if raw is not None:
+            pointer = MARKER.unpack_from(raw)[1] & FPDUPTR_MASK
+            header = marker + MARKER_SIZE if pointer == 0 else marker - pointer
+            start = header
+            if (header - framing.origin) % MARKER_INTERVAL == MARKER_SIZE:
+                start = header - MARKER_SIZE
+            if start >= offset:
+                view = inspect_fpdu(stream, start, framing)
+                if (
+                    isinstance(view, FpduView)
+                    and view.valid(framing)
+                    and start <= marker < start + view.wire_length
+                ):
+                    return start
+        marker += MARKER_INTERVAL
+    return None
+
+
+def _trusted(stream: ByteStream, start: int, framing: Framing, *, count: int) -> bool:
+    """``count`` valid FPDUs from ``start`` (fewer if the stream ends cleanly)."""
+    pos = start
+    for _ in range(count):
+        view = inspect_fpdu(stream, pos, framing)
+        if not isinstance(view, FpduView) or not view.valid(framing):
+            return False
+        pos += view.wire_length
+        if pos >= stream.end:
+            return pos == stream.end
+    return True
+
+
+def guess_framing(
+    stream: ByteStream, start: int, *, markers: bool | None, crc: bool | None
+) -> Framing | None:
+    """Markers and CRC for a stream whose MPA start is known but not its frames."""
+    for m in (False, True) if markers is None else (markers,):
+        for c in (True, False) if crc is None else (crc,):
+            framing = Framing(start, m, c)
+            if c and _trusted(stream, start, framing, count=2):
+                return framing
+            if not c and m and _trusted(stream, start, framing, count=3):
+                return framing
+    return None
+
+
+def find_start(
+    stream: ByteStream, *, markers: bool | None, crc: bool | None
+) -> tuple[Framing, int] | None:
+    """Framing and first FPDU of a stream whose MPA start was not captured.
+
+    Markers: every marker phase (4-octet steps) is tried until one leads to
+    valid FPDUs. Without markers, CRCs: every offset is tried until two FPDUs
+    in a row have valid CRCs.
+    """
+    first = stream.next_captured(0)
+    if first is None:
+        return None
+    for m in (True, False) if markers is None else (markers,):
+        for c in (True, False) if crc is None else (crc,):
+            if not m and not c:
+                continue
+            for phase in range(0, MARKER_INTERVAL, 4) if m else range(4):
+                framing = Framing(first + phase, m, c)
+                if m:
+                    found = _sync_by_markers(stream, first, framing)
+                    if found is not None and _trusted(stream, found, framing, count=2):
+                        return framing, found
+                    continue
+                for start in range(first + phase, min(stream.end, first + CRC_SCAN), 4):
+                    if _trusted(stream, start, Framing(start, m, c), count=2):
+                        return Framing(start, m, c), start
+    return None
