@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from iwarp.analyze.synth import Direction, TcpCapture
 from iwarp.ddp.wire import TaggedHeader, UntaggedHeader
 from iwarp.mpa.framing import FpduEncoder
-from iwarp.mpa.wire import EnhancedData, FrameFlags, MpaFrame, Revision, RtrFlags
-from iwarp.rdmap.wire import ReadRequest, RdmapOpcode, rdmap_control
+from iwarp.mpa.wire import EnhancedData, FrameFlags, MpaFrame, Revision
+from iwarp.rdmap.wire import RdmapOpcode, ReadRequest, rdmap_control
 
 C2S, S2C = Direction.C2S, Direction.S2C
 
