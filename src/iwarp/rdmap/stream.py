@@ -52,6 +52,7 @@ from iwarp.errors import (
 )
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdmap.errors import (
+    LocalCatastrophicError,
     RdmapError,
     RdmapErrorType,
     RemoteOperationCode,
@@ -728,6 +729,24 @@ class RdmapStream:
                 status = CompletionStatus.FLUSHED
 
     # -- teardown -------------------------------------------------------------
+
+    def terminate(self, error: RemoteProtocolError) -> list[Event]:
+        """Abort with a Terminate for an error found outside the stream.
+
+        For LLP errors (an MPA CRC error, RFC 6581 negotiation failures 6
+        and 7) and local catastrophic ones: the Terminate carries no header
+        copies (RFC 5040 §4.8 Figure 10).
+
+        :raises LocalProtocolError: a Terminate was already sent or received.
+        """
+        if self.state not in (StreamState.OPERATIONAL, StreamState.WAIT_PEER):
+            raise LocalProtocolError(f"cannot terminate in state {self.state.name}")
+        self._fail(error, memoryview(b""))
+        return self.take_events()
+
+    def terminate_local(self) -> list[Event]:
+        """Abort with a Terminate "RDMAP local catastrophic error"."""
+        return self.terminate(LocalCatastrophicError("local catastrophic error"))
 
     def connection_lost(self) -> list[Event]:
         """The LLP connection closed: flush everything."""

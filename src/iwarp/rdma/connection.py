@@ -1,0 +1,288 @@
+"""The whole iWARP stack for one TCP connection, sans-IO: MPA + DDP + RDMAP.
+
+:class:`RdmaConnection` composes :class:`~iwarp.mpa.connection.MpaConnection`
+(startup, framing, CRC, markers) with an
+:class:`~iwarp.rdmap.stream.RdmapStream` (Send, RDMA Write/Read, Terminate,
+RTR), created when MPA reaches full operation with the negotiated MULPDU,
+IRD/ORD and RTR type::
+
+    conn = RdmaConnection(Role.INITIATOR, pd, now=t)
+    sock.sendall(b"".join(conn.data_to_send()))
+    for event in conn.receive_data(sock.recv(65536), now=t):
+        ...   # ConnectionEstablished, StreamReady, Completion, TerminateReceived...
+    conn.post_send(SendWR(b"hello"))
+    sock.sendall(b"".join(conn.data_to_send()))
+
+Error handling follows the RFCs end to end: an MPA CRC or marker error is
+answered with a Terminate (layer LLP, RFC 5044 §8) when the connection can
+still send; RFC 6581 negotiation failures (codes 6, 7) with the Terminate
+RFC 6581 §9 prescribes; DDP/RDMAP errors by the stream. After a Terminate
+went out or came in, :attr:`RdmaConnection.must_close` turns True: flush
+:meth:`~RdmaConnection.data_to_send` and close the TCP connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeAlias
+
+from iwarp._typing import Buffer
+from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
+from iwarp.mpa.config import MpaConfig, Role
+from iwarp.mpa.connection import DEFAULT_EMSS, MpaConnection
+from iwarp.mpa.events import (
+    ConnectionClosed,
+    ConnectionEstablished,
+    ConnectionFailed,
+    ConnectionRejected,
+    MpaParams,
+    NegotiationFailed,
+    RequestReceived,
+    UlpduReceived,
+)
+from iwarp.mpa.handshake import MpaState
+from iwarp.mpa.wire import RtrFlags
+from iwarp.rdmap.memory import ProtectionDomain
+from iwarp.rdmap.state import StreamState
+from iwarp.rdmap.stream import RdmapStream
+from iwarp.rdmap.work import (
+    Completion,
+    ReadWR,
+    RecvWR,
+    SendWR,
+    StreamReady,
+    TerminateReceived,
+    TerminateSent,
+    WriteWR,
+)
+
+__all__ = ["Event", "RdmaConnection"]
+
+#: Everything :meth:`RdmaConnection.receive_data` reports.
+Event: TypeAlias = (
+    "RequestReceived | ConnectionEstablished | ConnectionRejected | ConnectionFailed"
+    " | ConnectionClosed | StreamReady | Completion | TerminateReceived | TerminateSent"
+)
+
+#: Octets of ULPDUs pulled from the stream per :meth:`data_to_send` call by default.
+DEFAULT_SEND_BATCH = 1 << 20
+
+
+class RdmaConnection:
+    """MPA + DDP + RDMAP on one TCP connection, without I/O.
+
+    :param role: Initiator (sends the MPA Request) or Responder.
+    :param pd: the protection domain of the queue pair this connection is.
+    :param config: MPA options (revision, CRC, markers, IRD/ORD, RTR).
+    :param on_stream: called with the new :class:`RdmapStream` as soon as MPA
+        reaches full operation, before any ULPDU is processed: the place to
+        post receive buffers, as verbs users do before ``rdma_accept``.
+    """
+
+    def __init__(
+        self,
+        role: Role,
+        pd: ProtectionDomain,
+        config: MpaConfig | None = None,
+        *,
+        private_data: bytes = b"",
+        now: float = 0.0,
+        emss: int = DEFAULT_EMSS,
+        on_stream: Callable[[RdmapStream], None] | None = None,
+    ) -> None:
+        self.pd = pd
+        self.role = role
+        self.mpa = MpaConnection(role, config, private_data=private_data, now=now, emss=emss)
+        self.stream: RdmapStream | None = None
+        self.on_stream = on_stream
+        self._events: list[Event] = []
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def params(self) -> MpaParams | None:
+        """The negotiated MPA parameters once in full operation."""
+        return self.mpa.params
+
+    @property
+    def must_close(self) -> bool:
+        """The TCP connection should be closed once the queued octets are sent.
+
+        True after a Terminate was sent or received, after the peer closed,
+        or when MPA requires it.
+        """
+        if self.mpa.must_close or self.mpa.state in (MpaState.FAILED, MpaState.CLOSED):
+            return True
+        stream = self.stream
+        return stream is not None and stream.state in (
+            StreamState.TERMINATED,
+            StreamState.CLOSED,
+        )
+
+    # -- the responder's decision -------------------------------------------------
+
+    def accept(
+        self, private_data: bytes = b"", *, ird: int | None = None, ord: int | None = None
+    ) -> list[Event]:
+        """Responder: accept the Request (after a :class:`RequestReceived`)."""
+        self.mpa.accept(private_data, ird=ird, ord=ord)
+        self._process()
+        return self._take()
+
+    def reject(self, private_data: bytes = b"") -> list[Event]:
+        """Responder: reject the Request (MPA Reply with R=1)."""
+        self.mpa.reject(private_data)
+        self._process()
+        return self._take()
+
+    # -- work ---------------------------------------------------------------------
+
+    def _require_stream(self) -> RdmapStream:
+        if self.stream is None:
+            raise LocalProtocolError("the connection is not in full operation yet")
+        return self.stream
+
+    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
+        """Queue a Send, RDMA Write or RDMA Read (see :class:`RdmapStream`)."""
+        self._require_stream().post_send(wr)
+
+    def post_recv(self, wr: RecvWR) -> None:
+        """Post a receive buffer for one incoming Send."""
+        self._require_stream().post_recv(wr)
+
+    def take_events(self) -> list[Event]:
+        """Events produced outside :meth:`receive_data` (send completions)."""
+        if self.stream is not None:
+            self._events.extend(self.stream.take_events())
+        return self._take()
+
+    # -- bytes in -----------------------------------------------------------------
+
+    def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
+        """Process octets from TCP (``b""`` means FIN); return the events."""
+        self.mpa.receive_data(data, now)
+        self._process()
+        return self._take()
+
+    def connection_lost(self, reason: str = "connection reset") -> list[Event]:
+        """The TCP connection was lost."""
+        self.mpa.connection_lost(reason)
+        self._process()
+        return self._take()
+
+    def get_timer(self) -> float | None:
+        """When :meth:`handle_timer` must be called next (MPA startup), or None."""
+        return self.mpa.get_timer()
+
+    def handle_timer(self, now: float) -> list[Event]:
+        self.mpa.handle_timer(now)
+        self._process()
+        return self._take()
+
+    def set_emss(self, emss: int) -> None:
+        """Report the TCP EMSS (before full operation: it sizes the MULPDU)."""
+        self.mpa.set_emss(emss)
+
+    def close(self) -> list[Event]:
+        """Close locally: outstanding work is flushed."""
+        if self.stream is not None and self.stream.state is not StreamState.CLOSED:
+            self._events.extend(self.stream.close())
+        if self.mpa.state not in (MpaState.CLOSED, MpaState.FAILED):
+            self.mpa.close()
+        return self._take()
+
+    def _process(self) -> None:
+        mpa = self.mpa
+        events = self._events
+        while (event := mpa.next_event()) is not None:
+            if isinstance(event, UlpduReceived):
+                if self.stream is not None:
+                    events.extend(self.stream.handle_ulpdu(event.data))
+            elif isinstance(event, ConnectionEstablished):
+                self._start_stream(event.params)
+                events.append(event)
+                if self.stream is not None:
+                    events.extend(self.stream.take_events())
+            elif isinstance(event, NegotiationFailed):
+                self._terminate(event.error)
+            elif isinstance(event, ConnectionFailed):
+                self._mpa_failed(event)
+                events.append(event)
+            elif isinstance(event, ConnectionClosed):
+                if self.stream is not None and self.stream.state is not StreamState.CLOSED:
+                    events.extend(self.stream.connection_lost())
+                events.append(event)
+            elif isinstance(event, (RequestReceived, ConnectionRejected)):
+                events.append(event)
+
+    def _start_stream(self, params: MpaParams) -> None:
+        if params.ddp_version != 1:
+            # RFC 5044 Appendix C RDMAC mode: DDP/RDMAP version 0 is not implemented.
+            self._terminate(
+                MpaError(MpaErrorCode.LOCAL_CATASTROPHIC, "DDP/RDMAP version 0 is not supported")
+            )
+            return
+        initiator = self.role is Role.INITIATOR
+        rtr = params.rtr if params.peer_to_peer and params.rtr is not None else RtrFlags(0)
+        self.stream = RdmapStream(
+            self.pd,
+            initiator=initiator,
+            mulpdu=params.mulpdu,
+            ird=params.ird,
+            ord=params.ord,
+            rtr=rtr,
+        )
+        if self.on_stream is not None:
+            self.on_stream(self.stream)
+
+    def _terminate(self, error: MpaError) -> None:
+        """Send a Terminate for an LLP-layer error (RFC 6581 §9, RFC 5044 §8)."""
+        if self.stream is None:
+            params = self.mpa.params
+            if params is None:
+                return
+            self.stream = RdmapStream(self.pd, initiator=True, mulpdu=params.mulpdu, ird=0, ord=0)
+            self.stream.take_events()
+        if self.stream.state in (StreamState.OPERATIONAL, StreamState.WAIT_PEER):
+            self._events.extend(self.stream.terminate(error))
+
+    def _mpa_failed(self, event: ConnectionFailed) -> None:
+        stream = self.stream
+        if stream is None:
+            return
+        code = event.error.mpa_code
+        if not event.close and code in (MpaErrorCode.CRC_MISMATCH, MpaErrorCode.MARKER_MISMATCH):
+            # RFC 5044 §8 / RFC 5040 §6.2.1: report the LLP error in a Terminate.
+            self._terminate(event.error)
+        elif stream.state is not StreamState.CLOSED:
+            self._events.extend(stream.connection_lost())
+
+    # -- bytes out ----------------------------------------------------------------
+
+    def data_to_send(self, limit: int | None = DEFAULT_SEND_BATCH) -> list[Buffer]:
+        """Octets to write to TCP, as buffers for ``writelines``.
+
+        Pulls up to about ``limit`` octets of ULPDUs from the stream (large
+        messages are segmented lazily: call again after the transport
+        drained), frames them, and adds MPA's own output (frames, held FPDUs).
+        """
+        stream = self.stream
+        mpa = self.mpa
+        if stream is not None and mpa.state in (
+            MpaState.FULL_OPERATION,
+            MpaState.AWAIT_FIRST_FPDU,
+            MpaState.SEND_ONLY,
+        ):
+            for ulpdu in stream.ulpdus_to_send(limit):
+                mpa.send_ulpdu(ulpdu)
+            self._events.extend(stream.take_events())
+        return mpa.data_to_send_chunks()
+
+    @property
+    def has_data_to_send(self) -> bool:
+        """Whether the stream has ULPDUs ready (more calls to :meth:`data_to_send`)."""
+        return self.stream is not None and self.stream.has_data_to_send
+
+    def _take(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
