@@ -6,7 +6,6 @@ import hashlib
 import os
 
 import pytest
-from rdma_harness import make_ends, pump
 
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import ConnectionEstablished
@@ -25,6 +24,7 @@ from iwarp.rdmap.work import (
     WorkOpcode,
     WriteWR,
 )
+from rdma.rdma_harness import make_ends, pump
 
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 

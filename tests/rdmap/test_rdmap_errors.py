@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rdmap_harness import Side, make_pair, pump
 
 from iwarp.ddp.wire import TAGGED_HEADER_SIZE, UNTAGGED_HEADER_SIZE, TaggedHeader, UntaggedHeader
 from iwarp.errors import LocalProtocolError
@@ -18,6 +17,7 @@ from iwarp.rdmap.memory import Access, MemoryRegion
 from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.wire import RdmapOpcode, ReadRequest, rdmap_control
 from iwarp.rdmap.work import CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WorkOpcode, WriteWR
+from rdmap.rdmap_harness import Side, make_pair, pump
 
 GUARD = b"\xa5" * 16
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ

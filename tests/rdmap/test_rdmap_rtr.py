@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from rdmap_harness import make_pair, pump
 
 from iwarp.ddp.wire import TaggedHeader, UntaggedHeader
 from iwarp.errors import LocalProtocolError, RemoteProtocolError
@@ -15,6 +14,7 @@ from iwarp.rdmap.state import TRANSITIONS, StreamInput, StreamState, transition
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import ReadRequest
 from iwarp.rdmap.work import RecvWR, SendWR, Sge, StreamReady, WorkOpcode
+from rdmap.rdmap_harness import make_pair, pump
 
 
 def test_write_rtr_bytes_match_siw() -> None:

@@ -7,7 +7,6 @@ import os
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rdmap_harness import make_pair, pump
 
 from iwarp.ddp.wire import UntaggedHeader
 from iwarp.errors import LocalProtocolError
@@ -22,6 +21,7 @@ from iwarp.rdmap.work import (
     WorkOpcode,
     WriteWR,
 )
+from rdmap.rdmap_harness import make_pair, pump
 
 
 def test_send_into_posted_buffers_in_order() -> None:

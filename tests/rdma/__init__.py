@@ -1,0 +1,1 @@
+"""Tests of the composed stack and its adapters."""
