@@ -443,7 +443,9 @@ class VitcpConnection:
                     read.local_address,
                     read.local_handle,
                     read.length,
-                    CompletionStatus.FLUSHED,
+                    CompletionStatus.FLUSHED
+                    if read.status is CompletionStatus.SUCCESS
+                    else read.status,
                 )
             )
         self._reads.clear()

@@ -1,0 +1,791 @@
+"""Data transfer on a connected VI (§2.2.2.2, §3.2-§3.7), two endpoints in memory."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from iwarp.errors import RemoteProtocolError
+from iwarp.vitcp.config import Role, VitcpConfig
+from iwarp.vitcp.connection import LocalBuffer, VitcpConnection
+from iwarp.vitcp.crc import CrcOrder, crc
+from iwarp.vitcp.errors import (
+    CrcMismatchError,
+    DescriptorError,
+    MalformedSegmentError,
+    MemoryProtectionError,
+    UnexpectedSegmentError,
+    VitcpUsageError,
+)
+from iwarp.vitcp.events import (
+    CompletionStatus,
+    Connected,
+    ConnectionClosed,
+    Event,
+    MessageReceived,
+    RdmaReadCompleted,
+    RdmaReadServed,
+    RdmaWriteReceived,
+    RemoteErrorReported,
+    SendCompleted,
+)
+from iwarp.vitcp.handshake import State
+from iwarp.vitcp.wire import (
+    HEADER_SIZE,
+    RdmaHeader,
+    Reliability,
+    SegmentFlags,
+    SegmentHeader,
+    SegmentType,
+    ViErrorType,
+    decode_segment,
+    encode_segment,
+)
+
+
+def state_of(connection: VitcpConnection) -> State:
+    """The state, read through a call so that mypy does not narrow it."""
+    return connection.state
+
+
+class Pair:
+    """An active and a passive endpoint joined by an in-memory stream."""
+
+    def __init__(self, a_config: VitcpConfig, b_config: VitcpConfig, chunk: int = 0) -> None:
+        self.a = VitcpConnection(a_config, Role.ACTIVE)
+        self.b = VitcpConnection(b_config, Role.PASSIVE)
+        self.ea: list[Event] = []
+        self.eb: list[Event] = []
+        self.wire_ab: list[bytes] = []
+        self.wire_ba: list[bytes] = []
+        self.chunk = chunk
+        self.a.connect(0.0, b_config.discriminator)
+        self.b.tcp_accepted(0.0)
+        self.a.tcp_established(0.0)
+        self.pump()
+        assert self.b.match()
+        self.b.accept()
+        self.pump()
+        assert state_of(self.a) is State.CONNECTED and self.b.state is State.CONNECTED
+        self.ea.clear()
+        self.eb.clear()
+
+    def _deliver(self, to: VitcpConnection, data: bytes) -> list[Event]:
+        if not self.chunk:
+            return to.receive_data(data)
+        events = []
+        for i in range(0, len(data), self.chunk):
+            events += to.receive_data(data[i : i + self.chunk])
+        return events
+
+    def pump(self, limit: int = 1000) -> None:
+        for _ in range(limit):
+            da, db = self.a.data_to_send(), self.b.data_to_send()
+            self.ea += self.a.take_events()
+            self.eb += self.b.take_events()
+            if not da and not db:
+                return
+            if da:
+                self.wire_ab.append(da)
+                self.eb += self._deliver(self.b, da)
+            if db:
+                self.wire_ba.append(db)
+                self.ea += self._deliver(self.a, db)
+        raise AssertionError("endpoints never went quiet")
+
+
+def of(events: list[Event], kind: type[Any]) -> list[Any]:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def segments(wire: bytes, *, trailer: bool = False) -> list[Any]:
+    out = []
+    pos = 0
+    while pos < len(wire):
+        seg = decode_segment(wire, pos, trailer=trailer)
+        assert seg is not None
+        out.append(seg)
+        pos += seg.size
+    return out
+
+
+def cfg(**kw: Any) -> VitcpConfig:
+    return VitcpConfig(**kw)
+
+
+LEVELS = list(Reliability)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("use_crc", [False, True])
+@pytest.mark.parametrize("flow", [False, True])
+def test_every_message_type(level: Reliability, use_crc: bool, flow: bool) -> None:
+    config = cfg(reliability=level, crc=use_crc, flow_control=flow, mtu=700)
+    p = Pair(config, config, chunk=333)
+    target = bytearray(4000)
+    region = p.b.register(target)
+    local = p.a.register(bytearray(4000))
+    p.b.post_receive(3)
+    p.pump()
+    n_send = p.a.send(b"s" * 2000, immediate=0xCAFE)
+    n_write = p.a.rdma_write(
+        b"w" * 1500, remote_address=region.address + 5, memory_handle=region.handle
+    )
+    n_write_imm = p.a.rdma_write(
+        b"", remote_address=region.address, memory_handle=region.handle, immediate=7
+    )
+    n_empty = p.a.send(b"")
+    target[3000:3100] = b"r" * 100
+    n_read = None
+    if level is not Reliability.UNRELIABLE:
+        n_read = p.a.rdma_read(
+            local_handle=local.handle,
+            local_address=local.address + 1,
+            remote_address=region.address + 3000,
+            memory_handle=region.handle,
+            length=100,
+        )
+    p.pump()
+    messages = of(p.eb, MessageReceived)
+    assert [(m.message_number, m.data, m.immediate_data) for m in messages] == [
+        (n_send, b"s" * 2000, 0xCAFE),
+        (n_empty, b"", None),
+    ]
+    writes = of(p.eb, RdmaWriteReceived)
+    assert [(w.message_number, w.length, w.immediate_data) for w in writes] == [
+        (n_write, 1500, None),
+        (n_write_imm, 0, 7),
+    ]
+    assert target[5:1505] == b"w" * 1500
+    completions = of(p.ea, SendCompleted)
+    assert sorted(c.message_number for c in completions) == sorted(
+        [n_send, n_write, n_write_imm, n_empty]
+    )
+    assert all(c.status is CompletionStatus.SUCCESS for c in completions)
+    if n_read is not None:
+        (read,) = of(p.ea, RdmaReadCompleted)
+        assert read.message_number == n_read and read.status is CompletionStatus.SUCCESS
+        assert local.view[1:101] == b"r" * 100
+        assert of(p.eb, RdmaReadServed)[0].message_number == n_read
+    assert p.b.descriptors_posted == 0
+    # Every segment carries a trailer iff CRC was agreed, and no payload
+    # exceeds the MTU.
+    for seg in segments(b"".join(p.wire_ab), trailer=use_crc):
+        assert (seg.trailer is not None) == use_crc
+        assert seg.crc_ok in (None, True)
+        assert len(seg.payload) <= 700
+
+
+def test_segmentation_and_numbering() -> None:
+    p = Pair(cfg(mtu=100, initial_message_number=0xFFFFFFFE), cfg())
+    p.b.post_receive(2)
+    p.pump()
+    p.wire_ab.clear()
+    first = p.a.send(bytes(range(250)), immediate=1)
+    second = p.a.send(b"x")
+    assert first == 0xFFFFFFFF and second == 0  # CE took 0xFFFFFFFE; numbers wrap
+    p.pump()
+    segs = segments(b"".join(p.wire_ab))
+    assert [(s.header.message_number, s.header.data_offset, len(s.payload)) for s in segs] == [
+        (first, 0, 100),
+        (first, 100, 100),
+        (first, 200, 50),
+        (second, 0, 1),
+    ]
+    assert [s.header.eom for s in segs] == [False, False, True, True]
+    # IdV and the immediate value in every segment of the message (§3.2).
+    assert all(s.header.flags & SegmentFlags.IDV for s in segs[:3])
+    assert all(s.header.immediate_data == 1 for s in segs[:3])
+    assert not segs[3].header.flags & SegmentFlags.IDV and segs[3].header.immediate_data == 0
+
+
+def test_read_response_carries_request_number_and_nop_the_last_message() -> None:
+    config = cfg(reliability=Reliability.RECEPTION, mtu=64)
+    p = Pair(config, config)
+    region = p.b.register(bytearray(b"abcdefgh" * 20))
+    local = p.a.register(bytearray(200))
+    number = p.a.rdma_read(
+        local_handle=local.handle,
+        local_address=local.address,
+        remote_address=region.address,
+        memory_handle=region.handle,
+        length=160,
+    )
+    p.pump()
+    responses = [
+        s for s in segments(b"".join(p.wire_ba)) if s.header.type is SegmentType.RDMA_READ_RESPONSE
+    ]
+    assert [s.header.message_number for s in responses] == [number] * 3
+    assert [s.header.data_offset for s in responses] == [0, 64, 128]
+    assert responses[0].rdma == RdmaHeader(region.address, region.handle, 160)
+    assert bytes(local.view[:160]) == b"abcdefgh" * 20
+    # The responder acknowledges the request with a NOP carrying its own
+    # last message number (the CE's, as it sent no message).
+    nops = [s for s in segments(b"".join(p.wire_ba)) if s.header.type is SegmentType.NOP]
+    assert nops and all(n.header.message_number == 0 for n in nops)
+    assert nops[-1].header.message_ack == number
+
+
+def test_interleaved_read_response_is_accepted() -> None:
+    """§2.2.2.2.3: read response segments may sit between a message's segments."""
+    config = cfg(reliability=Reliability.DELIVERY, mtu=50)
+    p = Pair(config, config)
+    region_b = p.b.register(bytearray(b"R" * 100))
+    local = p.a.register(bytearray(100))
+    p.a.post_receive(1)
+    p.pump()
+    number = p.a.rdma_read(
+        local_handle=local.handle,
+        local_address=local.address,
+        remote_address=region_b.address,
+        memory_handle=region_b.handle,
+        length=100,
+    )
+    request = p.a.data_to_send()
+    p.b.receive_data(request)
+    p.b.take_events()
+    response = segments(p.b.data_to_send())
+    send_number = p.b.send(b"S" * 100)
+    send = segments(p.b.data_to_send())
+    assert len(response) == 2 and len(send) == 2
+    raw_send = [
+        b"".join(bytes(x) for x in encode_segment(s.header, payload=s.payload)) for s in send
+    ]
+    raw_resp = [
+        b"".join(bytes(x) for x in encode_segment(s.header, rdma=s.rdma, payload=s.payload))
+        for s in response
+    ]
+    interleaved = raw_send[0] + raw_resp[0] + raw_resp[1] + raw_send[1]
+    events = p.a.receive_data(interleaved)
+    (read,) = of(events, RdmaReadCompleted)
+    (message,) = of(events, MessageReceived)
+    assert read.message_number == number and bytes(local.view) == b"R" * 100
+    assert message.message_number == send_number and message.data == b"S" * 100
+
+
+def test_other_interleaving_is_a_protocol_error() -> None:
+    p = Pair(cfg(), cfg())
+    p.b.post_receive(2)
+    first = encode_segment(SegmentHeader(SegmentType.SEND, SegmentFlags(0), message_number=1))
+    second = encode_segment(SegmentHeader(SegmentType.SEND, message_number=2))
+    events = p.b.receive_data(b"".join(bytes(x) for x in first + second))
+    (closed,) = of(events, ConnectionClosed)
+    assert isinstance(closed.error, UnexpectedSegmentError)
+    assert state_of(p.b) is State.DISCONNECTED
+
+
+def test_message_numbers_must_follow() -> None:
+    p = Pair(cfg(), cfg())
+    p.b.post_receive(2)
+    one = encode_segment(SegmentHeader(SegmentType.SEND, message_number=10))
+    three = encode_segment(SegmentHeader(SegmentType.SEND, message_number=12))
+    events = p.b.receive_data(b"".join(bytes(x) for x in one + three))
+    assert of(events, MessageReceived)[0].message_number == 10
+    assert isinstance(of(events, ConnectionClosed)[0].error, UnexpectedSegmentError)
+
+
+def test_nop_with_wrong_number_is_an_error() -> None:
+    p = Pair(cfg(), cfg())
+    p.b.post_receive(1)
+    msg = encode_segment(SegmentHeader(SegmentType.SEND, message_number=5))
+    nop = encode_segment(SegmentHeader(SegmentType.NOP, message_number=4))
+    events = p.b.receive_data(b"".join(bytes(x) for x in msg + nop))
+    assert isinstance(of(events, ConnectionClosed)[0].error, UnexpectedSegmentError)
+
+
+def test_reliable_reception_completes_on_ack() -> None:
+    config = cfg(reliability=Reliability.RECEPTION)
+    p = Pair(config, config)
+    p.b.post_receive(2)
+    p.pump()
+    number = p.a.send(b"hello")
+    p.b.receive_data(p.a.data_to_send())
+    assert not of(p.a.take_events(), SendCompleted)  # not before the ACK
+    ack = p.b.data_to_send()  # a NOP carrying Message ACK
+    (nop,) = segments(ack)
+    assert nop.header.type is SegmentType.NOP and nop.header.message_ack == number
+    (done,) = p.a.receive_data(ack)
+    assert isinstance(done, SendCompleted) and done.message_number == number
+    # Idle afterwards: no NOP answers a NOP.
+    assert p.a.data_to_send() == b"" and p.b.data_to_send() == b""
+
+
+@pytest.mark.parametrize("level", [Reliability.UNRELIABLE, Reliability.DELIVERY])
+def test_lower_levels_complete_when_sent(level: Reliability) -> None:
+    p = Pair(cfg(reliability=level), cfg(reliability=level))
+    number = p.a.send(b"x")
+    (done,) = p.a.take_events()
+    assert isinstance(done, SendCompleted) and done.message_number == number
+
+
+def test_flow_control_holds_sends_until_credit() -> None:
+    p = Pair(cfg(flow_control=True), cfg())
+    first = p.a.send(b"one")
+    assert p.a.data_to_send() == b""  # §3.2: delayed until a descriptor is posted
+    p.b.post_receive(1)
+    p.pump()
+    assert [m.data for m in of(p.eb, MessageReceived)] == [b"one"]
+    assert of(p.ea, SendCompleted)[0].message_number == first
+    # RDMA Writes without immediate data need no descriptor.
+    region = p.b.register(bytearray(10))
+    p.a.send(b"two")
+    p.a.rdma_write(b"w", remote_address=region.address, memory_handle=region.handle)
+    assert p.a.data_to_send() == b""  # the write waits behind the Send: order is kept
+    p.b.post_receive(1)
+    p.pump()
+    assert [m.data for m in of(p.eb, MessageReceived)] == [b"one", b"two"]
+    assert bytes(region.view[0:1]) == b"w"
+
+
+def test_credit_nops_do_not_flood() -> None:
+    p = Pair(cfg(flow_control=True), cfg())
+    nops = 0
+    for _ in range(200):
+        p.b.post_receive(1)
+        nops += len(segments(p.b.data_to_send()))
+    assert 1 <= nops <= 10
+    # Nothing to say without flow control at the peer.
+    q = Pair(cfg(), cfg())
+    q.b.post_receive(5)
+    assert q.b.data_to_send() == b""
+
+
+def test_flow_control_with_credits_ahead() -> None:
+    p = Pair(cfg(flow_control=True), cfg())
+    p.b.post_receive(3)
+    p.pump()
+    for i in range(5):
+        p.a.send(bytes([i]))
+    p.pump()
+    assert len(of(p.eb, MessageReceived)) == 3
+    p.b.post_receive(2)
+    p.pump()
+    assert [m.data for m in of(p.eb, MessageReceived)] == [bytes([i]) for i in range(5)]
+
+
+def test_read_window_is_enforced() -> None:
+    config = cfg(read_window=2, mtu=1000)
+    p = Pair(config, cfg(read_window=5))
+    region = p.b.register(bytearray(1000))
+    local = p.a.register(bytearray(1000))
+    for i in range(4):
+        p.a.rdma_read(
+            local_handle=local.handle,
+            local_address=local.address + i * 10,
+            remote_address=region.address,
+            memory_handle=region.handle,
+            length=10,
+        )
+    wire = p.a.data_to_send()
+    assert len(segments(wire)) == 2  # two outstanding, two queued
+    p.b.receive_data(wire)
+    done = p.a.receive_data(p.b.data_to_send())
+    assert len(of(done, RdmaReadCompleted)) == 2
+    wire = p.a.data_to_send()
+    assert len(segments(wire)) == 2  # the window opened again
+    p.b.receive_data(wire)
+    done = p.a.receive_data(p.b.data_to_send())
+    assert len(of(done, RdmaReadCompleted)) == 2
+
+
+def test_responder_refuses_reads_beyond_window() -> None:
+    p = Pair(cfg(read_window=1), cfg(read_window=1))
+    region = p.b.register(bytearray(10))
+    rdma = RdmaHeader(region.address, region.handle, 10)
+    reads = [
+        encode_segment(SegmentHeader(SegmentType.RDMA_READ_REQUEST, message_number=n), rdma=rdma)
+        for n in (1, 2)
+    ]
+    events = p.b.receive_data(b"".join(bytes(x) for r in reads for x in r))
+    assert isinstance(of(events, ConnectionClosed)[0].error, DescriptorError)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_protection_error_per_level(level: Reliability) -> None:
+    p = Pair(cfg(reliability=level), cfg(reliability=level))
+    region = p.b.register(bytearray(10))
+    p.b.post_receive(1)
+    p.pump()
+    bad = p.a.rdma_write(b"x" * 11, remote_address=region.address, memory_handle=region.handle)
+    after = p.a.send(b"after")
+    p.pump()
+    writes = of(p.eb, RdmaWriteReceived)
+    if level is Reliability.UNRELIABLE:
+        # Dropped with an error status; the VI goes on.
+        assert writes[0].status is CompletionStatus.PROTECTION_ERROR
+        assert of(p.eb, MessageReceived)[0].message_number == after
+        assert state_of(p.b) is State.CONNECTED
+        assert bytes(region.view) == bytes(10)
+        return
+    closed = of(p.eb, ConnectionClosed)[0]
+    assert isinstance(closed.error, MemoryProtectionError)
+    assert state_of(p.b) is State.DISCONNECTED
+    if level is Reliability.RECEPTION:
+        (report,) = of(p.ea, RemoteErrorReported)
+        assert report.message_number == bad and report.vi_error is ViErrorType.MPE
+        statuses = {c.message_number: c.status for c in of(p.ea, SendCompleted)}
+        assert statuses[bad] is CompletionStatus.PROTECTION_ERROR
+        assert statuses[after] is CompletionStatus.FLUSHED
+
+
+@pytest.mark.parametrize(
+    ("handle_delta", "address_delta", "length"),
+    [(1, 0, 4), (0, -1, 4), (0, 7, 4), (0, 0, 11)],
+)
+def test_bounds_and_handles(handle_delta: int, address_delta: int, length: int) -> None:
+    config = cfg(reliability=Reliability.RECEPTION)
+    p = Pair(config, config)
+    region = p.b.register(bytearray(10))
+    local = p.a.register(bytearray(20))
+    number = p.a.rdma_read(
+        local_handle=local.handle,
+        local_address=local.address,
+        remote_address=region.address + address_delta,
+        memory_handle=region.handle + handle_delta,
+        length=length,
+    )
+    p.pump()
+    (read,) = of(p.ea, RdmaReadCompleted)
+    assert read.message_number == number
+    assert read.status is CompletionStatus.PROTECTION_ERROR
+    assert isinstance(of(p.eb, ConnectionClosed)[0].error, MemoryProtectionError)
+
+
+def test_disabled_rdma_and_region_permissions() -> None:
+    p = Pair(cfg(), cfg(rdma_write=False, rdma_read=False))
+    with pytest.raises(VitcpUsageError, match="RDMA Write"):
+        p.a.rdma_write(b"x", remote_address=0, memory_handle=1)
+    with pytest.raises(VitcpUsageError, match="RDMA Read"):
+        p.a.rdma_read(local_handle=1, local_address=0, remote_address=0, memory_handle=1, length=1)
+    q = Pair(cfg(), cfg())
+    region = q.b.register(bytearray(10), remote_write=False)
+    q.a.rdma_write(b"x", remote_address=region.address, memory_handle=region.handle)
+    q.pump()
+    assert isinstance(of(q.eb, ConnectionClosed)[0].error, MemoryProtectionError)
+    with pytest.raises(VitcpUsageError):
+        q.b.register(b"readonly")
+    with pytest.raises(VitcpUsageError):
+        q.b.deregister(999)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_missing_descriptor(level: Reliability) -> None:
+    p = Pair(cfg(reliability=level), cfg(reliability=level))
+    number = p.a.send(b"nobody posted")
+    p.pump()
+    if level is Reliability.UNRELIABLE:
+        (message,) = of(p.eb, MessageReceived)
+        assert message.status is CompletionStatus.DESCRIPTOR_ERROR and message.data == b""
+        assert state_of(p.b) is State.CONNECTED
+        return
+    assert isinstance(of(p.eb, ConnectionClosed)[0].error, DescriptorError)
+    if level is Reliability.RECEPTION:
+        assert of(p.ea, RemoteErrorReported)[0].vi_error is ViErrorType.VDE
+        assert of(p.ea, SendCompleted)[0].message_number == number
+        assert of(p.ea, SendCompleted)[0].status is CompletionStatus.DESCRIPTOR_ERROR
+
+
+def test_descriptor_capacity() -> None:
+    p = Pair(cfg(reliability=Reliability.UNRELIABLE), cfg(reliability=Reliability.UNRELIABLE))
+    p.b.post_receive(1, capacity=4)
+    p.b.post_receive(1, capacity=4)
+    p.a.send(b"12345")
+    p.a.send(b"1234")
+    p.pump()
+    first, second = of(p.eb, MessageReceived)
+    assert first.status is CompletionStatus.DESCRIPTOR_ERROR
+    assert second.data == b"1234" and second.status is CompletionStatus.SUCCESS
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_bad_crc_per_level(level: Reliability) -> None:
+    """§3.6 action 2: deliver with a transport error; close unless Unreliable;
+    Reliable Reception reports an Unrecoverable Transport Error."""
+    config = cfg(reliability=level, crc=True, mtu=10)
+    p = Pair(config, config)
+    p.b.post_receive(2)
+    p.pump()
+    number = p.a.send(b"0123456789abcdefghij")
+    wire = bytearray(p.a.data_to_send())
+    wire[HEADER_SIZE + 2] ^= 0x40  # a payload octet of the first segment
+    events = p.b.receive_data(bytes(wire))
+    (message,) = of(events, MessageReceived)
+    assert message.status is CompletionStatus.TRANSPORT_ERROR
+    assert message.message_number == number
+    if level is Reliability.UNRELIABLE:
+        assert state_of(p.b) is State.CONNECTED
+        assert len(message.data) == 20
+        p.a.send(b"next")
+        p.pump()
+        assert of(p.eb, MessageReceived)[-1].data == b"next"
+        return
+    assert state_of(p.b) is State.DISCONNECTED
+    assert isinstance(of(events, ConnectionClosed)[0].error, CrcMismatchError)
+    if level is Reliability.RECEPTION:
+        (nop,) = segments(p.b.data_to_send(), trailer=True)
+        assert nop.header.type is SegmentType.NOP
+        assert nop.header.vi_error is ViErrorType.UTE and nop.header.message_ack == number
+
+
+def test_transmit_error_pads_and_flags() -> None:
+    config = cfg(reliability=Reliability.RECEPTION, mtu=4)
+    p = Pair(config, config)
+    p.b.post_receive(2)
+    p.pump()
+    p.wire_ab.clear()
+    region = p.a.register(bytearray(b"registered"))
+    good = p.a.send(LocalBuffer(region.handle, region.address, 10))
+    bad = p.a.send(LocalBuffer(region.handle, region.address + 5, 10))
+    p.pump()
+    statuses = {c.message_number: c.status for c in of(p.ea, SendCompleted)}
+    assert statuses == {
+        good: CompletionStatus.SUCCESS,
+        bad: CompletionStatus.PROTECTION_ERROR,
+    }
+    first, second = of(p.eb, MessageReceived)
+    assert first.data == b"registered" and first.status is CompletionStatus.SUCCESS
+    assert second.data == bytes(10) and second.status is CompletionStatus.TRANSMIT_ERROR
+    flagged = [s for s in segments(b"".join(p.wire_ab)) if s.header.flags & SegmentFlags.TRE]
+    assert len(flagged) == 3 and all(s.header.message_number == bad for s in flagged)
+    assert state_of(p.b) is State.CONNECTED
+
+
+def test_urgent_only_when_the_peer_allowed_it() -> None:
+    p = Pair(cfg(), cfg(urgent_marker=True))
+    p.a.send(b"x" * 10, urgent=True)
+    out = p.a.segments_to_send()
+    assert [s.urgent for s in out] == [True]
+    p.b.post_receive(1)
+    p.b.send(b"y", urgent=True)
+    assert not any(s.urgent for s in p.b.segments_to_send())
+
+
+def test_urgent_marks_only_the_first_segment() -> None:
+    p = Pair(cfg(mtu=4), cfg(urgent_marker=True))
+    p.a.send(b"x" * 10, urgent=True)
+    assert [s.urgent for s in p.a.segments_to_send()] == [True, False, False]
+
+
+def test_close_flushes_outstanding() -> None:
+    config = cfg(reliability=Reliability.RECEPTION)
+    p = Pair(config, config)
+    number = p.a.send(b"pending")
+    p.a.close()
+    events = p.a.take_events()
+    assert of(events, SendCompleted)[0].status is CompletionStatus.FLUSHED
+    assert of(events, SendCompleted)[0].message_number == number
+    assert of(events, ConnectionClosed)
+    with pytest.raises(VitcpUsageError):
+        p.a.send(b"late")
+    assert p.a.receive_data(b"ignored") == []
+
+
+def test_tcp_close_ends_the_vi() -> None:
+    p = Pair(cfg(), cfg())
+    p.b.connection_lost(1.0)
+    assert state_of(p.b) is State.DISCONNECTED
+    assert of(p.b.take_events(), ConnectionClosed)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x02" + bytes(23),  # bad version
+        b"\x01\x09" + bytes(22),  # unknown type 9
+        b"\x01\x80\x00\x05" + bytes(20),  # length below the header
+        SegmentHeader(SegmentType.CONNECT_REQUEST, length=164).pack() + bytes(140),
+        SegmentHeader(SegmentType.NOP, length=30).pack() + bytes(6),
+        SegmentHeader(SegmentType.RDMA_READ_RESPONSE, length=40).pack() + bytes(16),
+    ],
+)
+@pytest.mark.parametrize("level", LEVELS)
+def test_malformed_segment_closes(raw: bytes, level: Reliability) -> None:
+    p = Pair(cfg(reliability=level), cfg(reliability=level))
+    events = p.b.receive_data(raw)
+    (closed,) = of(events, ConnectionClosed)
+    assert isinstance(closed.error, RemoteProtocolError)
+    assert state_of(p.b) is State.DISCONNECTED
+    nops = segments(p.b.data_to_send())
+    if level is Reliability.RECEPTION:
+        assert nops[0].header.vi_error & ViErrorType.UTE
+    else:
+        assert nops == []
+
+
+def test_write_must_fill_its_rdma_length() -> None:
+    p = Pair(cfg(), cfg())
+    region = p.b.register(bytearray(10))
+    seg = encode_segment(
+        SegmentHeader(SegmentType.RDMA_WRITE, message_number=1),
+        rdma=RdmaHeader(region.address, region.handle, 5),
+        payload=b"abc",
+    )
+    events = p.b.receive_data(b"".join(bytes(x) for x in seg))
+    assert isinstance(of(events, ConnectionClosed)[0].error, MalformedSegmentError)
+
+
+def test_remote_error_with_is_code_is_reported() -> None:
+    config = cfg(reliability=Reliability.RECEPTION)
+    p = Pair(config, config)
+    number = p.a.send(b"x")
+    p.a.data_to_send()
+    nop = SegmentHeader(
+        SegmentType.NOP,
+        message_number=0,
+        message_ack=number,
+        vi_error=ViErrorType.VDE,
+        is_error_code=0x42,
+    )
+    events = p.a.receive_data(nop.pack())
+    (report,) = of(events, RemoteErrorReported)
+    assert report.is_error_code == 0x42 and report.vi_error is ViErrorType.VDE
+    assert of(events, SendCompleted)[0].status is CompletionStatus.DESCRIPTOR_ERROR
+    assert state_of(p.a) is State.DISCONNECTED
+
+
+def test_lower_levels_ignore_ack_fields() -> None:
+    p = Pair(cfg(), cfg())
+    nop = SegmentHeader(SegmentType.NOP, message_ack=77, vi_error=ViErrorType.MPE)
+    events = p.a.receive_data(nop.pack())
+    assert events == [] and p.a.state is State.CONNECTED
+
+
+def test_big_message_crosses_many_segments() -> None:
+    config = cfg(mtu=65000, crc=True)
+    p = Pair(config, config)
+    p.b.post_receive(1)
+    p.pump()
+    data = random.Random(1).randbytes(3 * 1024 * 1024 + 17)
+    p.a.send(data)
+    p.pump()
+    assert of(p.eb, MessageReceived)[0].data == data
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["send", "write", "read"]),
+        st.integers(0, 3000),
+        st.one_of(st.none(), st.integers(0, 2**32 - 1)),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    operations=ops,
+    level=st.sampled_from([Reliability.DELIVERY, Reliability.RECEPTION]),
+    use_crc=st.booleans(),
+    flow=st.booleans(),
+    mtu=st.integers(1, 2000),
+    chunk=st.integers(0, 700),
+    order=st.sampled_from(list(CrcOrder)),
+    includes=st.booleans(),
+)
+def test_hypothesis_round_trips(
+    operations: list[tuple[str, int, int | None]],
+    level: Reliability,
+    use_crc: bool,
+    flow: bool,
+    mtu: int,
+    chunk: int,
+    order: CrcOrder,
+    includes: bool,
+) -> None:
+    a_config = cfg(reliability=level, crc=use_crc, flow_control=flow, mtu=mtu, crc_order=order)
+    b_config = cfg(reliability=level, crc=use_crc, length_includes_trailer=includes, mtu=4000)
+    p = Pair(a_config, b_config, chunk=chunk)
+    rng = random.Random(len(operations))
+    remote = p.b.register(bytearray(rng.randbytes(3000)))
+    local = p.a.register(bytearray(3000))
+    sent: list[bytes] = []
+    for op, size, immediate in operations:
+        data = rng.randbytes(size)
+        if op == "send":
+            p.b.post_receive(1)
+            p.a.send(data, immediate=immediate)
+            sent.append(data)
+        elif op == "write":
+            p.a.rdma_write(
+                data, remote_address=remote.address, memory_handle=remote.handle, immediate=None
+            )
+            p.pump()
+            assert bytes(remote.view[:size]) == data
+        else:
+            p.a.rdma_read(
+                local_handle=local.handle,
+                local_address=local.address,
+                remote_address=remote.address,
+                memory_handle=remote.handle,
+                length=size,
+            )
+            p.pump()
+            assert bytes(local.view[:size]) == bytes(remote.view[:size])
+        p.pump()
+    assert [m.data for m in of(p.eb, MessageReceived)] == sent
+    assert all(c.status is CompletionStatus.SUCCESS for c in of(p.ea, SendCompleted))
+    assert state_of(p.a) is State.CONNECTED and p.b.state is State.CONNECTED
+    assert not of(p.ea, ConnectionClosed) and not of(p.eb, ConnectionClosed)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.binary(max_size=300),
+    level=st.sampled_from(LEVELS),
+    use_crc=st.booleans(),
+    split=st.integers(0, 300),
+)
+def test_fuzz_connected_endpoint(
+    data: bytes, level: Reliability, use_crc: bool, split: int
+) -> None:
+    """Arbitrary octets on a connected VI: only events, never an exception."""
+    config = cfg(reliability=level, crc=use_crc)
+    p = Pair(config, config)
+    p.b.register(bytearray(64))
+    p.b.post_receive(2)
+    prefix = b"\x01" + data[1:] if data else data
+    for blob in (data, prefix):
+        q = Pair(config, config)
+        q.b.register(bytearray(64))
+        q.b.post_receive(2)
+        q.b.receive_data(blob[:split])
+        q.b.receive_data(blob[split:])
+        q.b.data_to_send()
+    with contextlib.suppress(VitcpUsageError):
+        p.b.receive_data(data)
+
+
+def test_crc_trailer_detected_lsb() -> None:
+    # A peer computing the Ethernet bit order is understood.
+    config = cfg(crc=True, crc_order=CrcOrder.LSB_FIRST)
+    p = Pair(config, cfg(crc=True))
+    p.b.post_receive(1)
+    p.pump()
+    p.a.send(b"ethernet order")
+    wire = p.a.data_to_send()
+    (seg,) = segments(wire, trailer=True)
+    assert seg.crc_order is CrcOrder.LSB_FIRST
+    assert seg.trailer == crc(wire[:-4], CrcOrder.LSB_FIRST)
+    events = p.b.receive_data(wire)
+    assert of(events, MessageReceived)[0].data == b"ethernet order"
+
+
+def test_connected_event_params() -> None:
+    a = VitcpConnection(cfg(), Role.ACTIVE)
+    b = VitcpConnection(cfg(), Role.PASSIVE)
+    a.connect(0.0)
+    b.tcp_accepted(0.0)
+    a.tcp_established(0.0)
+    b.receive_data(a.data_to_send())
+    b.take_events()
+    b.match()
+    b.accept()
+    (connected,) = a.receive_data(b.data_to_send())
+    assert isinstance(connected, Connected)
+    assert connected.params.reliability is Reliability.DELIVERY
