@@ -10,6 +10,7 @@ Connections that open with a VI/TCP ConnectRequest are decoded as VI/TCP.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -221,11 +222,10 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
             side.summary.start_seq = side.stream.seq(start)
             side.records += walk_fpdus(side.stream, start, framing, where=side.where)
 
-    records: list[Record] = []
     for side in sides:
         _summarize(side)
-        records += side.records
-    records.sort(key=lambda r: r.frame if r.frame is not None else 1 << 62)
+    # Each direction stays in stream order; the two are interleaved by frame.
+    records = list(heapq.merge(*(side.records for side in sides), key=_frame_order))
     return ConnectionReport(
         connection.index,
         connection.client.name.split(" -> ")[0],
@@ -290,6 +290,10 @@ def _framing(
         )
     )
     return Framing(framing.origin, framing.markers, framing.crc, rdmac), first
+
+
+def _frame_order(record: Record) -> int:
+    return record.frame if record.frame is not None else 1 << 62
 
 
 def _summarize(side: _Side) -> None:

@@ -65,6 +65,8 @@ FRAME_SEARCH: Final = 1 << 16
 CRC_SCAN: Final = 1 << 14
 #: Markers tried when resynchronizing before giving up.
 MARKER_TRIES: Final = 256
+#: The shortest ULPDU DDP sends: a tagged header (RFC 5041 §4.2).
+MIN_DDP_HEADER: Final = 14
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +358,8 @@ def _fpdu_errors(
             index, direction, seq, frame, None, "mpa", f"PAD {view.pad.hex()} is not zero"
         )
     problems = record.ulp.get("problems")
-    if isinstance(problems, list):
+    # A ULPDU that fails its CRC is not trusted: its header problems are noise.
+    if isinstance(problems, list) and record.crc_ok is not False:
         for problem in problems:
             text = str(problem)
             if framing.rdmac and text in ("DDP version 0", "RDMAP version 0"):
@@ -409,16 +412,27 @@ def _sync_by_markers(stream: ByteStream, offset: int, framing: Framing) -> int |
 
 
 def _trusted(stream: ByteStream, start: int, framing: Framing, *, count: int) -> bool:
-    """``count`` valid FPDUs from ``start`` (fewer if the stream ends cleanly)."""
+    """``count`` valid FPDUs from ``start`` (fewer if the stream ends cleanly).
+
+    Each must hold at least a DDP header. Without CRCs only markers vouch for
+    a boundary, and runs of zeros look like markers pointing nowhere, so at
+    least one marker inside an FPDU (a non-zero FPDUPTR) must agree too.
+    """
     pos = start
+    inner_markers = 0
     for _ in range(count):
         view = inspect_fpdu(stream, pos, framing)
         if not isinstance(view, FpduView) or not view.valid(framing):
             return False
+        if len(view.ulpdu) < MIN_DDP_HEADER:
+            return False
+        inner_markers += sum(1 for m in view.markers if m[2])
         pos += view.wire_length
         if pos >= stream.end:
-            return pos == stream.end
-    return True
+            break
+    if pos > stream.end:
+        return False
+    return framing.crc or inner_markers > 0
 
 
 def guess_framing(
@@ -447,6 +461,25 @@ def find_start(
     first = stream.next_captured(0)
     if first is None:
         return None
+    # CRCs are the stronger evidence: try every way with them first.
+    trials = [(m, True) for m in ((True, False) if markers is None else (markers,))]
+    if markers is not False:
+        trials.append((True, False))
+    for m, c in trials:
+        if crc is not None and c != crc:
+            continue
+        if m:
+            for phase in range(0, MARKER_INTERVAL, 4):
+                framing = Framing(first + phase, m, c)
+                found = _sync_by_markers(stream, first, framing)
+                if found is not None and _trusted(stream, found, framing, count=3):
+                    return framing, found
+            continue
+        for start in range(first, min(stream.end, first + CRC_SCAN)):
+            framing = Framing(start, m, c)
+            if _trusted(stream, start, framing, count=2):
+                return framing, start
+    return None
     for m in (True, False) if markers is None else (markers,):
         for c in (True, False) if crc is None else (crc,):
             if not m and not c:

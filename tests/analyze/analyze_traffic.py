@@ -186,3 +186,16 @@ def pcap_records(data: bytes) -> tuple[bytes, list[tuple[int, int, bytes]]]:
         out.append((sec, usec, data[pos + 16 : pos + 16 + caplen]))
         pos += 16 + caplen
     return header, out
+
+
+def drop_segments(classic: bytes, *, port: int, seqs: set[int]) -> bytes:
+    """The capture without the data segments sent from ``port`` at ``seqs`` (IPv4)."""
+    header, records = pcap_records(classic)
+    out = header
+    for sec, usec, data in records:
+        sport, _, seq = struct.unpack_from("!HHI", data, 34)
+        has_payload = len(data) > 54
+        if sport == port and seq in seqs and has_payload:
+            continue
+        out += struct.pack("<IIII", sec, usec, len(data), len(data)) + data
+    return out
