@@ -83,7 +83,30 @@ def fpdu_wire_size(ulpdu_length: int, phase: int, *, markers: bool) -> int:
     return lead + content + 4 * ((content - at + _MARKER_STRIDE - 1) // _MARKER_STRIDE)
 
 
-class FpduEncoder:
+class _Framer:
+    """What both directions track: the options and the stream position."""
+
+    __slots__ = ("_phase", "_position", "crc", "markers", "max_ulpdu")
+    _LIMIT: int
+
+    def __init__(
+        self,
+        *,
+        markers: bool = False,
+        crc: bool = True,
+        origin: int = 0,
+        position: int | None = None,
+        max_ulpdu: int = MAX_ULPDU,
+    ) -> None:
+        if not 0 <= max_ulpdu <= self._LIMIT:
+            raise ValueError(f"max_ulpdu must be 0..{self._LIMIT}, got {max_ulpdu}")
+        self.markers = markers
+        self.crc = crc
+        self.max_ulpdu = max_ulpdu
+        self._position, self._phase = _check_position(origin, position)
+
+
+class FpduEncoder(_Framer):
     """Frames ULPDUs into FPDUs for one direction of one MPA connection.
 
     :param markers: insert a Marker at every 512th octet of the stream.
@@ -95,23 +118,8 @@ class FpduEncoder:
     :param max_ulpdu: refuse larger ULPDUs (the current MULPDU, at most 64768).
     """
 
-    __slots__ = ("_phase", "_position", "crc", "markers", "max_ulpdu")
-
-    def __init__(
-        self,
-        *,
-        markers: bool = False,
-        crc: bool = True,
-        origin: int = 0,
-        position: int | None = None,
-        max_ulpdu: int = MAX_ULPDU,
-    ) -> None:
-        if not 0 <= max_ulpdu <= MAX_ULPDU:
-            raise ValueError(f"max_ulpdu must be 0..{MAX_ULPDU}, got {max_ulpdu}")
-        self.markers = markers
-        self.crc = crc
-        self.max_ulpdu = max_ulpdu
-        self._position, self._phase = _check_position(origin, position)
+    __slots__ = ()
+    _LIMIT = MAX_ULPDU  # RFC 5044 §5.3: no sender posts more
 
     @property
     def position(self) -> int:
@@ -183,7 +191,7 @@ class FpduEncoder:
         return b"".join(self.encode(ulpdu))
 
 
-class FpduDecoder:
+class FpduDecoder(_Framer):
     """Recovers ULPDUs from the in-order byte stream of one MPA half connection.
 
     Feed it the received octets in chunks of any size with :meth:`feed`; it
@@ -199,7 +207,8 @@ class FpduDecoder:
     between calls.
     """
 
-    __slots__ = ("_pending", "_phase", "_position", "crc", "error", "markers", "max_ulpdu")
+    __slots__ = ("_pending", "error")
+    _LIMIT = 0xFFFF  # a receiver may accept what the 16-bit field can say
 
     def __init__(
         self,
@@ -210,12 +219,9 @@ class FpduDecoder:
         position: int | None = None,
         max_ulpdu: int = MAX_ULPDU,
     ) -> None:
-        if not 0 <= max_ulpdu <= 0xFFFF:
-            raise ValueError(f"max_ulpdu must be 0..65535, got {max_ulpdu}")
-        self.markers = markers
-        self.crc = crc
-        self.max_ulpdu = max_ulpdu
-        self._position, self._phase = _check_position(origin, position)
+        super().__init__(
+            markers=markers, crc=crc, origin=origin, position=position, max_ulpdu=max_ulpdu
+        )
         self._pending = bytearray()
         #: The first error seen, or None. Set once, never cleared.
         self.error: MpaError | None = None
