@@ -1,0 +1,218 @@
+"""``iwarp decode`` against Wireshark's dissectors, FPDU by FPDU.
+
+Where tshark can decode a capture (MPA Rev 1, one FPDU per TCP segment,
+markers the same both ways; see tools/tshark-check/README.md), both must
+agree on every FPDU: ULPDU_Length, the CRC field and its verdict, markers,
+and the DDP/RDMAP fields. Where tshark cannot (several FPDUs per segment
+with markers, streams cut anywhere, RFC 6581), iwarp must still decode what
+was sent.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from analyze_traffic import (
+    Conversation,
+    aligned,
+    coalesced,
+    frame,
+    payload,
+    read_request,
+    read_response,
+    resegmented,
+    send,
+    write,
+)
+
+from iwarp.analyze.analyzer import analyze_file
+from iwarp.analyze.records import ErrorRecord, FpduRecord
+from iwarp.ddp.wire import UntaggedHeader
+from iwarp.mpa.wire import EnhancedData, Revision, RtrFlags
+from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader, rdmap_control
+from tsharkutil import needs_tshark
+
+pytestmark = [pytest.mark.tshark, needs_tshark]
+
+FIELDS = (
+    "iwarp_mpa.ulpdulength",
+    "iwarp_mpa.crc_check",
+    "iwarp_mpa.crc",
+    "iwarp_mpa.marker_res",
+    "iwarp_mpa.marker_fpduptr",
+    "iwarp_ddp.tagged_flag",
+    "iwarp_ddp.last_flag",
+    "iwarp_ddp.dv",
+    "iwarp_ddp.stag",
+    "iwarp_ddp.tagged_offset",
+    "iwarp_ddp.qn",
+    "iwarp_ddp.msn",
+    "iwarp_ddp.mo",
+    "iwarp_rdma.version",
+    "iwarp_rdma.opcode",
+    "iwarp_rdma.inval_stag",
+    "iwarp_rdma.sinkstag",
+    "iwarp_rdma.sinkto",
+    "iwarp_rdma.rdmardsz",
+    "iwarp_rdma.srcstag",
+    "iwarp_rdma.srcto",
+    "iwarp_rdma.term_layer",
+    "iwarp_rdma.term_errcode_llp",
+)
+
+
+def tshark_fpdus(path: Path) -> list[dict[str, str]]:
+    """One dict per frame holding an FPDU: tshark's field values as shown."""
+    tshark = shutil.which("tshark")
+    assert tshark is not None
+    cmd = [tshark, "-n", "-r", str(path), "-T", "fields", "-E", "separator=\t"]
+    cmd += ["-E", "occurrence=a", "-E", "aggregator=,"]
+    cmd += ["-o", "tcp.try_heuristic_first:TRUE", "-o", "tcp.desegment_tcp_streams:TRUE"]
+    cmd += ["--disable-heuristic", "rpcrdma_iwarp", "--disable-heuristic", "smb_direct_iwarp"]
+    cmd += ["-Y", "iwarp_mpa.ulpdulength"]
+    for name in FIELDS:
+        cmd += ["-e", name]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    return [dict(zip(FIELDS, line.split("\t"), strict=True)) for line in out.splitlines()]
+
+
+def number(text: str) -> int:
+    return int(text, 0)
+
+
+def flag(text: str) -> bool:
+    return text.lower() in ("1", "true")
+
+
+def agree(ours: FpduRecord, theirs: dict[str, str]) -> None:
+    """Every field tshark shows for this FPDU matches ours."""
+    assert number(theirs["iwarp_mpa.ulpdulength"]) == ours.ulpdu_length
+    # tshark shows the four CRC octets read big-endian; ours is the value.
+    shown = theirs["iwarp_mpa.crc_check"] or theirs["iwarp_mpa.crc"]
+    assert number(shown) == int.from_bytes(ours.crc.to_bytes(4, "little"), "big")
+    pointers = [number(p) for p in theirs["iwarp_mpa.marker_fpduptr"].split(",") if p]
+    reserved = [number(r) for r in theirs["iwarp_mpa.marker_res"].split(",") if r]
+    assert pointers == [m.fpduptr for m in ours.markers]
+    assert reserved == [m.reserved for m in ours.markers]
+    ulp = ours.ulp
+    assert flag(theirs["iwarp_ddp.tagged_flag"]) == ulp["tagged"]
+    assert flag(theirs["iwarp_ddp.last_flag"]) == ulp["last"]
+    assert number(theirs["iwarp_ddp.dv"]) == ulp["ddp_version"]
+    assert number(theirs["iwarp_rdma.version"]) == ulp["rdmap_version"]
+    assert number(theirs["iwarp_rdma.opcode"]) == ulp["opcode"]
+    if ulp["tagged"]:
+        assert number(theirs["iwarp_ddp.stag"]) == ulp["stag"]
+        assert number(theirs["iwarp_ddp.tagged_offset"]) == ulp["to"]
+    else:
+        for field in ("qn", "msn", "mo"):
+            assert number(theirs[f"iwarp_ddp.{field}"]) == ulp[field]
+    request = ulp.get("read_request")
+    if isinstance(request, dict):
+        assert number(theirs["iwarp_rdma.sinkstag"]) == request["sink_stag"]
+        assert number(theirs["iwarp_rdma.sinkto"]) == request["sink_to"]
+        assert number(theirs["iwarp_rdma.rdmardsz"]) == request["size"]
+        assert number(theirs["iwarp_rdma.srcstag"]) == request["src_stag"]
+        assert number(theirs["iwarp_rdma.srcto"]) == request["src_to"]
+    terminate = ulp.get("terminate")
+    if isinstance(terminate, dict):
+        assert number(theirs["iwarp_rdma.term_layer"]) == terminate["layer"]
+        assert number(theirs["iwarp_rdma.term_errcode_llp"]) == terminate["code"]
+
+
+def terminate(msn: int) -> bytes:
+    header = UntaggedHeader(qn=2, msn=msn, rsvdulp=rdmap_control(RdmapOpcode.TERMINATE))
+    return header.pack() + TerminateHeader(layer=2, etype=0, code=2).pack()
+
+
+def traffic(markers: bool, crc: bool) -> Conversation:
+    conv = Conversation(
+        frame(True, markers=markers, crc=crc, private=b"ask"),
+        frame(False, markers=markers, crc=crc, private=b"answer"),
+    )
+    conv.i2r = [
+        send(1, payload(100, 1)),
+        write(0xABCD, 0x1000, payload(1000, 2)),
+        send(2, payload(3, 3), opcode=RdmapOpcode.SEND_WITH_SE),
+        read_request(1, 4096),
+        send(3, payload(1300, 4)),
+        write(0xABCD, 0x2000, payload(0, 5)),
+    ]
+    conv.r2i = [
+        read_response(0x1234, 0x10, payload(900, 6)),
+        send(1, payload(51, 7)),
+        terminate(1),
+    ]
+    return conv
+
+
+@pytest.mark.parametrize("markers", [False, True])
+@pytest.mark.parametrize("crc", [True, False])
+def test_every_fpdu_agrees_with_tshark(tmp_path: Path, markers: bool, crc: bool) -> None:
+    conv = traffic(markers, crc)
+    cap, seqs = conv.capture(aligned)
+    path = tmp_path / "agree.pcap"
+    cap.write(str(path))
+    analysis = analyze_file(str(path))
+    ours = [r for r in analysis.records() if isinstance(r, FpduRecord)]
+    theirs = tshark_fpdus(path)
+    assert len(ours) == len(theirs) == len(conv.i2r) + len(conv.r2i)
+    for mine, other in zip(ours, theirs, strict=True):
+        agree(mine, other)
+    assert not [r for r in analysis.records() if isinstance(r, ErrorRecord)]
+    assert sorted(r.seq for r in ours) == sorted(seqs["initiator"] + seqs["responder"])
+
+
+def test_bad_crc_verdicts_agree_with_tshark(tmp_path: Path) -> None:
+    import tsharkutil
+
+    conv = traffic(True, True)
+
+    def damage(name: str, pieces: list[bytes]) -> list[bytes]:
+        if name == "initiator":
+            pieces[1] = pieces[1][:40] + bytes([pieces[1][40] ^ 0x20]) + pieces[1][41:]
+        return pieces
+
+    cap, _ = conv.capture(aligned, mutate=damage)
+    path = tmp_path / "bad.pcap"
+    cap.write(str(path))
+    ours = [r for r in analyze_file(str(path)).records() if isinstance(r, FpduRecord)]
+    theirs = tsharkutil.decode(str(path)).fpdus
+    assert [r.crc_ok for r in ours] == [p.crc_status == "good" for p in theirs]
+    assert [r.crc_ok for r in ours].count(False) == 1
+
+
+@pytest.mark.parametrize(
+    "case", ["markers-coalesced", "markers-resegmented", "resegmented-octets", "rev2"]
+)
+def test_what_tshark_cannot_decode_iwarp_does(tmp_path: Path, case: str) -> None:
+    conv = traffic(case != "resegmented-octets", True)
+    cut = aligned
+    if case == "markers-coalesced":
+        cut = coalesced(3)
+    elif case.endswith("resegmented") or case == "resegmented-octets":
+        cut = resegmented([5, 61, 700, 3])
+    elif case == "rev2":
+        flags = RtrFlags.PEER_TO_PEER | RtrFlags.WRITE
+        conv.request = frame(True, rev=Revision.REV2, enhanced=EnhancedData(2, 2, flags))
+        conv.reply = frame(False, rev=Revision.REV2, enhanced=EnhancedData(2, 2, flags))
+        conv.i2r.insert(0, write(0, 0, b""))
+    cap, seqs = conv.capture(cut)
+    path = tmp_path / f"{case}.pcap"
+    cap.write(str(path))
+    analysis = analyze_file(str(path))
+    assert not [r for r in analysis.records() if isinstance(r, ErrorRecord)]
+    for direction, ulpdus in (("initiator", conv.i2r), ("responder", conv.r2i)):
+        found = [
+            r for r in analysis.records() if isinstance(r, FpduRecord) and r.direction == direction
+        ]
+        assert [r.seq for r in found] == seqs[direction]
+        assert [r.ulpdu_length for r in found] == [len(u) for u in ulpdus]
+        assert all(r.crc_ok for r in found)
+    if case == "rev2":
+        # tshark decodes these FPDUs too, and must agree with us on each.
+        ours = [r for r in analysis.records() if isinstance(r, FpduRecord)]
+        for mine, other in zip(ours, tshark_fpdus(path), strict=True):
+            agree(mine, other)
