@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from analyze_traffic import (
     Conversation,
+    Cutter,
     aligned,
     coalesced,
     frame,
@@ -189,7 +190,7 @@ def test_bad_crc_verdicts_agree_with_tshark(tmp_path: Path) -> None:
 )
 def test_what_tshark_cannot_decode_iwarp_does(tmp_path: Path, case: str) -> None:
     conv = traffic(case != "resegmented-octets", True)
-    cut = aligned
+    cut: Cutter = aligned
     if case == "markers-coalesced":
         cut = coalesced(3)
     elif case.endswith("resegmented") or case == "resegmented-octets":
