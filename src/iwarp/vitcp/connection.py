@@ -316,13 +316,18 @@ class VitcpConnection:
         self._machine.process(Input.TCP_ACCEPTED)
         self._deadline = now + self.config.incoming_timeout
 
-    def match(self) -> bool:
+    def match(self, config: VitcpConfig | None = None) -> bool:
         """Passive: the called discriminator matched a waiting VI (§4.3).
 
-        Checks the attributes that must agree (§3.3: reliability level and
-        peer-to-peer); on a mismatch sends ConnectReject and returns False.
+        ``config`` is that VI's configuration, when the listener that took
+        the TCP connection had another. Checks the attributes that must agree
+        (§3.3: reliability level and peer-to-peer); on a mismatch sends
+        ConnectReject and returns False.
         """
         self._machine.process(Input.MATCH)
+        if config is not None:
+            self.config = config
+            self._next_number = config.initial_message_number
         peer = self._peer_ce
         assert peer is not None
         mine = self.config

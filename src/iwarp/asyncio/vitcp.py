@@ -1,0 +1,680 @@
+"""VI/TCP over asyncio: :func:`connect`, :class:`VitcpListener`, :class:`VitcpEndpoint`.
+
+A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection`: each
+received chunk goes to the core, the core's segments are written at once,
+its one establishment timer is a ``loop.call_at`` handle. One listener owns
+one TCP port and hands incoming connections to the VI waiting for the called
+discriminator (§2.2.2.2.1), or answers ConnectNoMatch.
+
+::
+
+    listener = await VitcpListener.start("127.0.0.1", 0)
+    server = asyncio.create_task(listener.accept(b"echo", keep_posted=4))
+    client = await connect("127.0.0.1", listener.port, b"echo")
+    vi = await server
+    await client.send(b"hello")
+    print((await vi.receive()).data)
+
+Urgent data (§3.7): every socket has SO_OOBINLINE, so urgent octets stay in
+the stream. We only ever mark an octet urgent where the kernel points the
+urgent pointer *at* it: on Linux that is ``net.ipv4.tcp_stdurg = 1``; with the
+default BSD behaviour (pointer after the octet) urgent data is never sent,
+as §3.7 demands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import ipaddress
+import socket
+from collections import deque
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from iwarp._typing import Buffer
+from iwarp.errors import IwarpError
+from iwarp.vitcp.config import Negotiated, Role, VitcpConfig, peer_role
+from iwarp.vitcp.connection import LocalBuffer, MemoryRegion, VitcpConnection
+from iwarp.vitcp.errors import VitcpError
+from iwarp.vitcp.events import (
+    Connected,
+    ConnectionClosed,
+    ConnectionRejected,
+    ConnectionRequested,
+    Event,
+    MessageReceived,
+    RdmaReadCompleted,
+    RdmaWriteReceived,
+    ReconnectNeeded,
+    SendCompleted,
+)
+from iwarp.vitcp.handshake import State
+
+__all__ = [
+    "VitcpClosedError",
+    "VitcpEndpoint",
+    "VitcpListener",
+    "VitcpRejectedError",
+    "connect",
+    "connect_peer",
+]
+
+#: Pause between peer-to-peer attempts that met ConnectNoMatch (§4).
+PEER_RETRY_INTERVAL = 0.05
+#: Received-but-unread octets above which reading pauses.
+RECEIVE_HIGH_WATER = 64 << 20
+
+
+class VitcpRejectedError(IwarpError):
+    """ConnectReject, or ConnectNoMatch: no VI waits for that discriminator."""
+
+    def __init__(self, no_match: bool) -> None:
+        super().__init__("no matching discriminator" if no_match else "connection rejected")
+        self.no_match = no_match
+
+
+class VitcpClosedError(IwarpError):
+    """The VI connection is closed; ``error`` is the protocol error, if any."""
+
+    def __init__(self, reason: str, error: VitcpError | None = None) -> None:
+        super().__init__(reason)
+        self.error = error
+
+
+def urgent_pointer_exact() -> bool:
+    """Whether the kernel's urgent pointer points at the urgent octet
+    (RFC 1122), which §3.7 requires before any octet is marked urgent."""
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_stdurg").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def _prepare_socket(transport: asyncio.BaseTransport) -> socket.socket | None:
+    """TCP_NODELAY and SO_OOBINLINE; returns a duplicate socket for MSG_OOB."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return None
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)
+        return socket.fromfd(sock.fileno(), sock.family, sock.type)
+    except OSError:
+        return None
+
+
+class _VitcpProtocol(asyncio.Protocol):
+    """Drives one VitcpConnection from transport callbacks."""
+
+    def __init__(self, core: VitcpConnection, *, keep_posted: int = 0) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.core = core
+        self.keep_posted = keep_posted
+        self.transport: asyncio.Transport | None = None
+        self.outcome: asyncio.Future[Event] = self._loop.create_future()
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        self.close_reason: VitcpClosedError | None = None
+        self.on_request: Callable[[_VitcpProtocol, ConnectionRequested], None] | None = None
+        self.messages: deque[MessageReceived] = deque()
+        self.notices: deque[Event] = deque()
+        self.completions: dict[int, asyncio.Future[Event]] = {}
+        self.urgent_sent = 0
+        self._urgent_ok = False
+        self._oob: socket.socket | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._drain: asyncio.Future[None] | None = None
+        self._write_paused = False
+        self._buffered = 0
+        self._reading_paused = False
+
+    # -- transport callbacks --
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._oob = _prepare_socket(transport)
+        self._urgent_ok = self._oob is not None and urgent_pointer_exact()
+        now = self._loop.time()
+        if self.core.role is Role.ACTIVE:
+            self.core.tcp_established(now)
+        else:
+            self.core.tcp_accepted(now)
+        self.process()
+
+    def data_received(self, data: bytes) -> None:
+        for event in self.core.receive_data(data):
+            self._on_event(event)
+        self.process()
+
+    def eof_received(self) -> bool:
+        return False  # VI/TCP has no half close: closing TCP closes the VI
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.core.state is not State.DISCONNECTED:
+            self.core.connection_lost(self._loop.time())
+        self.process(write=False)
+        if self._oob is not None:
+            self._oob.close()
+            self._oob = None
+        self.transport = None
+        self._cancel_timer()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        if not self.outcome.done():
+            self.outcome.set_exception(VitcpClosedError("TCP connection closed"))
+            self.outcome.exception()
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    # -- the core --
+
+    def process(self, *, write: bool = True) -> None:
+        """Handle the core's events and send its segments, until both are done."""
+        while True:
+            events = self.core.take_events()
+            if not events:
+                break
+            for event in events:
+                self._on_event(event)
+        if write:
+            self._write()
+        self._arm_timer()
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, MessageReceived):
+            self.messages.append(event)
+            self._buffered += len(event.data)
+            self._repost()
+            self._wake()
+        elif isinstance(event, RdmaWriteReceived):
+            self.notices.append(event)
+            if event.immediate_data is not None:
+                self._repost()
+            self._wake()
+        elif isinstance(event, (SendCompleted, RdmaReadCompleted)):
+            future = self.completions.pop(event.message_number, None)
+            if future is not None and not future.done():
+                future.set_result(event)
+        elif isinstance(event, ConnectionRequested):
+            if self.on_request is not None:
+                self.on_request(self, event)
+        elif isinstance(event, (Connected, ConnectionRejected, ReconnectNeeded)):
+            if not self.outcome.done():
+                self.outcome.set_result(event)
+        elif isinstance(event, ConnectionClosed):
+            self._on_closed(event)
+        else:
+            self.notices.append(event)
+            self._wake()
+
+    def _on_closed(self, event: ConnectionClosed) -> None:
+        self.close_reason = VitcpClosedError(event.reason, event.error)
+        if not self.outcome.done():
+            self.outcome.set_exception(self.close_reason)
+            self.outcome.exception()
+        for future in self.completions.values():
+            if not future.done():
+                future.set_exception(self.close_reason)
+                future.exception()
+        self.completions.clear()
+        self._write()
+        if self.transport is not None:
+            self.transport.close()
+        self._wake()
+
+    def _repost(self) -> None:
+        if self.keep_posted and self.core.state is State.CONNECTED:
+            self.core.post_receive(1)
+
+    def _write(self) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self.core.segments_to_send()
+            return
+        batch: list[Buffer] = []
+        for segment in self.core.segments_to_send():
+            if segment.urgent and self._urgent_ok and self._send_urgent(batch, segment.parts):
+                batch = []
+                continue
+            batch.extend(segment.parts)
+        if batch:
+            transport.write(b"".join(batch))
+
+    def _send_urgent(self, batch: list[Buffer], parts: list[Buffer]) -> bool:
+        """Send the segment's first octet with MSG_OOB (§3.7), if nothing is
+        queued ahead of it; False to send it normally."""
+        transport = self.transport
+        assert transport is not None and self._oob is not None
+        if batch:
+            transport.write(b"".join(batch))
+        if transport.get_write_buffer_size():
+            return False
+        data = b"".join(bytes(p) for p in parts)
+        try:
+            sent = self._oob.send(data[:1], socket.MSG_OOB)
+        except OSError:
+            sent = 0
+        if sent != 1:
+            transport.write(data)
+            return True
+        self.urgent_sent += 1
+        transport.write(data[1:])
+        return True
+
+    def _arm_timer(self) -> None:
+        deadline = self.core.get_timer()
+        self._cancel_timer()
+        if deadline is not None:
+            self._timer = self._loop.call_at(deadline, self._on_timer)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.core.handle_timer(self._loop.time())
+        self.process()
+
+    # -- waiting --
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        if (
+            self._buffered > RECEIVE_HIGH_WATER
+            and self.transport is not None
+            and not self._reading_paused
+        ):
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    async def wait(self) -> None:
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def consumed(self, octets: int) -> None:
+        self._buffered -= octets
+        if self._reading_paused and self._buffered < RECEIVE_HIGH_WATER // 4:
+            self._reading_paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
+
+    async def drain(self) -> None:
+        if self._write_paused and self.transport is not None:
+            self._drain = self._loop.create_future()
+            await self._drain
+
+
+class VitcpEndpoint:
+    """A connected VI: post descriptors, send, RDMA, receive (§3.2-§3.4)."""
+
+    def __init__(self, protocol: _VitcpProtocol, params: Negotiated) -> None:
+        self._protocol = protocol
+        self._core = protocol.core
+        #: What the CE exchange settled.
+        self.params = params
+
+    @property
+    def connection(self) -> VitcpConnection:
+        """The sans-IO core (for inspection)."""
+        return self._core
+
+    @property
+    def urgent_sent(self) -> int:
+        """Segments whose first octet went as TCP urgent data."""
+        return self._protocol.urgent_sent
+
+    def register(
+        self,
+        buffer: Buffer,
+        *,
+        address: int | None = None,
+        remote_write: bool = True,
+        remote_read: bool = True,
+    ) -> MemoryRegion:
+        """Register memory for RDMA (see :meth:`VitcpConnection.register`)."""
+        return self._core.register(
+            buffer, address=address, remote_write=remote_write, remote_read=remote_read
+        )
+
+    def post_receive(self, count: int = 1, capacity: int | None = None) -> None:
+        """Post receive descriptors."""
+        self._core.post_receive(count, capacity)
+        self._protocol.process()
+
+    def _track(self, number: int) -> asyncio.Future[Event]:
+        future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
+        self._protocol.completions[number] = future
+        self._protocol.process()
+        return future
+
+    def _check_open(self) -> None:
+        if self._protocol.close_reason is not None:
+            raise self._protocol.close_reason
+
+    def send_nowait(
+        self, data: Buffer | LocalBuffer, *, immediate: int | None = None, urgent: bool = False
+    ) -> asyncio.Future[Event]:
+        """Post a Send; the future completes with its :class:`SendCompleted`."""
+        self._check_open()
+        number = self._core.send(data, immediate=immediate, urgent=urgent)
+        return self._track(number)
+
+    async def send(
+        self, data: Buffer | LocalBuffer, *, immediate: int | None = None, urgent: bool = False
+    ) -> SendCompleted:
+        """Send a message and wait for its descriptor to complete."""
+        event = await self.send_nowait(data, immediate=immediate, urgent=urgent)
+        await self._protocol.drain()
+        assert isinstance(event, SendCompleted)
+        return event
+
+    async def rdma_write(
+        self,
+        data: Buffer | LocalBuffer,
+        *,
+        remote_address: int,
+        memory_handle: int,
+        immediate: int | None = None,
+    ) -> SendCompleted:
+        """RDMA Write into the peer's registered memory."""
+        self._check_open()
+        number = self._core.rdma_write(
+            data, remote_address=remote_address, memory_handle=memory_handle, immediate=immediate
+        )
+        event = await self._track(number)
+        await self._protocol.drain()
+        assert isinstance(event, SendCompleted)
+        return event
+
+    async def rdma_read(
+        self,
+        *,
+        local: MemoryRegion,
+        local_address: int | None = None,
+        remote_address: int,
+        memory_handle: int,
+        length: int,
+    ) -> RdmaReadCompleted:
+        """RDMA Read from the peer into ``local`` (at its start by default)."""
+        self._check_open()
+        number = self._core.rdma_read(
+            local_handle=local.handle,
+            local_address=local.address if local_address is None else local_address,
+            remote_address=remote_address,
+            memory_handle=memory_handle,
+            length=length,
+        )
+        event = await self._track(number)
+        assert isinstance(event, RdmaReadCompleted)
+        return event
+
+    async def receive(self) -> MessageReceived:
+        """The next Send message; raises :class:`VitcpClosedError` at the end."""
+        protocol = self._protocol
+        while not protocol.messages:
+            if protocol.close_reason is not None:
+                raise protocol.close_reason
+            await protocol.wait()
+        message = protocol.messages.popleft()
+        protocol.consumed(len(message.data))
+        return message
+
+    async def next_notice(self) -> Event:
+        """The next other event (RDMA Write received, read served, remote error)."""
+        protocol = self._protocol
+        while not protocol.notices:
+            if protocol.close_reason is not None:
+                raise protocol.close_reason
+            await protocol.wait()
+        return protocol.notices.popleft()
+
+    def pending_notices(self) -> list[Event]:
+        """Other events received so far, without waiting."""
+        notices = list(self._protocol.notices)
+        self._protocol.notices.clear()
+        return notices
+
+    async def close(self) -> None:
+        """VipDisconnect: send what is queued, close TCP, wait for it."""
+        if self._core.state is not State.DISCONNECTED:
+            self._core.close()
+            self._protocol.process()
+        await self._protocol.closed
+
+    async def wait_closed(self) -> VitcpClosedError | None:
+        """Wait until the peer or an error ends the VI; returns why."""
+        await self._protocol.closed
+        return self._protocol.close_reason
+
+
+async def connect(
+    host: str,
+    port: int,
+    remote_discriminator: bytes = b"",
+    *,
+    config: VitcpConfig | None = None,
+    keep_posted: int = 0,
+    local_address: tuple[str, int] | None = None,
+) -> VitcpEndpoint:
+    """VipConnectRequest (§4.2): set up TCP, exchange CE segments.
+
+    With ``config.peer_to_peer`` a ConnectNoMatch means the peer is not
+    waiting yet; we retry until ``config.connect_timeout`` (§4).
+    """
+    config = config or VitcpConfig()
+    loop = asyncio.get_running_loop()
+    core = VitcpConnection(config, Role.ACTIVE)
+    core.connect(loop.time(), remote_discriminator)
+    deadline = loop.time() + config.connect_timeout
+    while True:
+        protocol = _VitcpProtocol(core, keep_posted=keep_posted)
+        remaining = deadline - loop.time()
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(
+                    lambda p=protocol: p,
+                    host,
+                    port,
+                    local_addr=local_address,
+                ),
+                max(remaining, 0.001),
+            )
+        except (OSError, TimeoutError) as exc:
+            core.tcp_failed(loop.time())
+            raise VitcpClosedError(f"TCP connection setup failed: {exc}") from exc
+        outcome = await protocol.outcome
+        if isinstance(outcome, Connected):
+            if keep_posted:
+                core.post_receive(keep_posted)
+                protocol.process()
+            return VitcpEndpoint(protocol, outcome.params)
+        if isinstance(outcome, ConnectionRejected):
+            await protocol.closed
+            raise VitcpRejectedError(outcome.no_match)
+        # ReconnectNeeded: drop this TCP connection, try again (§4.2, §4).
+        assert protocol.transport is not None
+        protocol.transport.close()
+        await protocol.closed
+        await asyncio.sleep(min(PEER_RETRY_INTERVAL, max(0.0, deadline - loop.time())))
+        if core.state is State.DISCONNECTED or loop.time() >= deadline:
+            core.handle_timer(max(loop.time(), deadline))
+            raise VitcpClosedError("peer-to-peer connection timed out")
+
+
+Handler = Callable[[VitcpEndpoint], Awaitable[None]]
+
+
+@dataclasses.dataclass(slots=True)
+class _Waiter:
+    config: VitcpConfig
+    keep_posted: int
+    future: asyncio.Future[VitcpEndpoint] | None = None
+    handler: Handler | None = None
+
+
+class VitcpListener:
+    """The passive side: one TCP port, VIs told apart by discriminator (§2.2.2.2.1)."""
+
+    def __init__(self, config: VitcpConfig | None = None) -> None:
+        self.config = config or VitcpConfig()
+        self._server: asyncio.Server | None = None
+        self._waiting: dict[bytes, deque[_Waiter]] = {}
+        self._serving: dict[bytes, _Waiter] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._protocols: set[_VitcpProtocol] = set()
+
+    @classmethod
+    async def start(
+        cls, host: str, port: int, *, config: VitcpConfig | None = None
+    ) -> VitcpListener:
+        """Listen on ``host``:``port`` (port 0 picks one)."""
+        listener = cls(config)
+        loop = asyncio.get_running_loop()
+        listener._server = await loop.create_server(listener._protocol_factory, host, port)
+        return listener
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def host(self) -> str:
+        assert self._server is not None
+        return str(self._server.sockets[0].getsockname()[0])
+
+    def _protocol_factory(self) -> _VitcpProtocol:
+        protocol = _VitcpProtocol(VitcpConnection(self.config, Role.PASSIVE))
+        protocol.on_request = self._on_request
+        self._protocols.add(protocol)
+        protocol.closed.add_done_callback(lambda _: self._protocols.discard(protocol))
+        return protocol
+
+    async def accept(
+        self,
+        discriminator: bytes = b"",
+        *,
+        config: VitcpConfig | None = None,
+        keep_posted: int = 0,
+        timeout: float | None = None,
+    ) -> VitcpEndpoint:
+        """VipConnectWait + VipConnectAccept for one connection."""
+        config = dataclasses.replace(config or self.config, discriminator=discriminator)
+        future: asyncio.Future[VitcpEndpoint] = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(config, keep_posted, future=future)
+        self._waiting.setdefault(discriminator, deque()).append(waiter)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            queue = self._waiting.get(discriminator)
+            if queue is not None and waiter in queue:
+                queue.remove(waiter)
+
+    def serve(
+        self,
+        discriminator: bytes,
+        handler: Handler,
+        *,
+        config: VitcpConfig | None = None,
+        keep_posted: int = 0,
+    ) -> None:
+        """Accept every connection for ``discriminator`` and run ``handler``."""
+        config = dataclasses.replace(config or self.config, discriminator=discriminator)
+        self._serving[discriminator] = _Waiter(config, keep_posted, handler=handler)
+
+    def _on_request(self, protocol: _VitcpProtocol, request: ConnectionRequested) -> None:
+        core = protocol.core
+        queue = self._waiting.get(request.called_discriminator)
+        waiter = queue.popleft() if queue else self._serving.get(request.called_discriminator)
+        if waiter is None:
+            core.no_match()  # §4.3: send ConnectNoMatch, close TCP
+            return
+        if not core.match(waiter.config):
+            if waiter.future is not None and not waiter.future.done():
+                waiter.future.set_exception(VitcpRejectedError(no_match=False))
+            return
+        core.accept()
+        protocol.keep_posted = waiter.keep_posted
+        if waiter.keep_posted:
+            core.post_receive(waiter.keep_posted)
+        assert core.params is not None
+        endpoint = VitcpEndpoint(protocol, core.params)
+        if waiter.future is not None:
+            if not waiter.future.done():
+                waiter.future.set_result(endpoint)
+        elif waiter.handler is not None:
+            task = asyncio.get_running_loop().create_task(self._run(waiter.handler, endpoint))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _run(handler: Handler, endpoint: VitcpEndpoint) -> None:
+        try:
+            await handler(endpoint)
+        finally:
+            await endpoint.close()
+
+    async def close(self) -> None:
+        """Stop listening and close every connection it accepted."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for protocol in list(self._protocols):
+            if protocol.transport is not None:
+                protocol.transport.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def connect_peer(
+    listener: VitcpListener,
+    remote_host: str,
+    remote_port: int,
+    *,
+    local_discriminator: bytes,
+    remote_discriminator: bytes,
+    config: VitcpConfig | None = None,
+    keep_posted: int = 0,
+) -> VitcpEndpoint:
+    """VipConnectPeerRequest (§4): the end with the higher IP address connects
+    (retrying on ConnectNoMatch), the other waits on its listener."""
+    config = dataclasses.replace(
+        config or VitcpConfig(), peer_to_peer=True, discriminator=local_discriminator
+    )
+    remote_ip = ipaddress.ip_address(
+        (await asyncio.get_running_loop().getaddrinfo(remote_host, remote_port))[0][4][0]
+    )
+    role = peer_role(listener.host, str(remote_ip), local_discriminator, remote_discriminator)
+    if role is Role.ACTIVE:
+        return await connect(
+            remote_host,
+            remote_port,
+            remote_discriminator,
+            config=config,
+            keep_posted=keep_posted,
+            local_address=(listener.host, 0),
+        )
+    return await listener.accept(
+        local_discriminator,
+        config=config,
+        keep_posted=keep_posted,
+        timeout=config.connect_timeout,
+    )
