@@ -205,6 +205,7 @@ class _MpaProtocol(asyncio.Protocol):
 
     def _process(self, *, flush: bool = True) -> None:
         conn = self.conn
+        params: MpaParams | None = None
         while (event := conn.next_event()) is not None:
             if isinstance(event, UlpduReceived):
                 data = bytes(event.data)
@@ -213,8 +214,7 @@ class _MpaProtocol(asyncio.Protocol):
             elif isinstance(event, RequestReceived):
                 self._on_request(event)
             elif isinstance(event, ConnectionEstablished):
-                if not self.established.done():
-                    self.established.set_result(event.params)
+                params = event.params  # resolved below, unless NegotiationFailed follows
             elif isinstance(event, ConnectionRejected):
                 self._set_error(MpaRejectedError(event))
                 self._close_transport()
@@ -226,6 +226,8 @@ class _MpaProtocol(asyncio.Protocol):
                 self._eof = True
             elif isinstance(event, StreamDataReceived):
                 pass  # not used in immediate startup; MPA has exited
+        if params is not None and self.error is None and not self.established.done():
+            self.established.set_result(params)
         if flush:
             self._flush()
         self._arm_timer()

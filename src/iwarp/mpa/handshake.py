@@ -508,7 +508,10 @@ def build_reply(
     pd = _enhanced_prefix(negotiated.reply) + bytes(private_data)
     _check_outgoing_pd(config, revision, len(pd))
     reply = MpaFrame(is_request=False, flags=flags, revision=revision, private_data=pd)
-    markers_send = rdmac or request.markers
+    # Appendix C: an RDMAC peer always sends markers, and our Reply says
+    # M=1; a Rev 0 Requester's own M bit still tells whether it wants them
+    # (an RDMAC RNIC always sets it). Our own Rev 0 side sends them always.
+    markers_send = request.markers or (rdmac and config.revision == 0)
     params = MpaParams(
         revision=revision,
         ddp_version=0 if revision == 0 else 1,
