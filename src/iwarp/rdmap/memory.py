@@ -127,12 +127,20 @@ class ProtectionDomain:
         self.registry = registry if registry is not None else MemoryRegistry()
 
     def register(
-        self, buffer: Buffer, access: Access = Access.LOCAL_WRITE, *, address: int = 0
+        self,
+        buffer: Buffer,
+        access: Access = Access.LOCAL_WRITE,
+        *,
+        address: int = 0,
+        stag: int | None = None,
     ) -> MemoryRegion:
         """Register ``buffer`` with ``access`` rights, at TO ``address``.
 
+        ``stag`` asks for a particular STag (to replay recorded traffic); it
+        must be free, 32-bit, and not 0 or 1.
+
         :raises LocalProtocolError: write access asked for a read-only buffer,
-            or the region would wrap the 64-bit TO space.
+            the region would wrap the 64-bit TO space, or ``stag`` is taken.
         """
         view = memoryview(buffer).cast("B")
         writes = Access.LOCAL_WRITE | Access.REMOTE_WRITE
@@ -140,7 +148,7 @@ class ProtectionDomain:
             raise LocalProtocolError("write access needs a writable buffer")
         if not 0 <= address <= _MAX_TO or address + len(view) > _MAX_TO + 1:
             raise LocalProtocolError(f"region at {address:#x} does not fit the 64-bit TO space")
-        return self.registry._add(self, view, Access(access), address)
+        return self.registry._add(self, view, Access(access), address, stag)
 
 
 class MemoryRegistry:
@@ -179,13 +187,23 @@ class MemoryRegistry:
         return region.slice(to, length)
 
     def _add(
-        self, pd: ProtectionDomain, view: memoryview, access: Access, address: int
+        self,
+        pd: ProtectionDomain,
+        view: memoryview,
+        access: Access,
+        address: int,
+        stag: int | None = None,
     ) -> MemoryRegion:
-        self._key = (self._key + 0x5B) & 0xFF
-        stag = (self._next_index << 8) | self._key
-        self._next_index += 1
-        if self._next_index > 0xFFFFFF:
-            self._next_index = 1
+        if stag is not None:
+            if not 2 <= stag <= 0xFFFFFFFF or stag in self._regions:
+                raise LocalProtocolError(f"STag {stag:#010x} is not available")
+        else:
+            while True:
+                self._key = (self._key + 0x5B) & 0xFF
+                stag = (self._next_index << 8) | self._key
+                self._next_index = self._next_index + 1 if self._next_index < 0xFFFFFF else 1
+                if stag not in self._regions:
+                    break
         region = MemoryRegion(pd, view, access, stag, address)
         self._regions[stag] = region
         return region

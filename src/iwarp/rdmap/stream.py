@@ -467,7 +467,7 @@ class RdmapStream:
         return self.take_events()
 
     def _first_message(self, view: memoryview) -> None:
-        if self.rtr:
+        if self.rtr and not self._is_terminate(view):
             if self._is_send_rtr(view):
                 self._recv.skip_message()  # RFC 6581: swallowed, consumes no buffer
             elif self._is_tagged_rtr(view) or self._is_read_rtr(view):
@@ -479,8 +479,18 @@ class RdmapStream:
                 )
         else:
             self._receive(view)
-        self.state = transition(self.state, StreamInput.RECEIVE)
-        self._events.append(StreamReady())
+        if self.state is StreamState.WAIT_PEER:
+            self.state = transition(self.state, StreamInput.RECEIVE)
+            self._events.append(StreamReady())
+
+    @staticmethod
+    def _is_terminate(view: memoryview) -> bool:
+        """A Terminate is always processed, even in place of the RTR."""
+        return (
+            len(view) >= 2
+            and not view[0] & TAGGED_FLAG
+            and split_control(view[1])[1] == RdmapOpcode.TERMINATE
+        )
 
     def _is_send_rtr(self, view: memoryview) -> bool:
         if RtrFlags.SEND not in self.rtr or len(view) != UNTAGGED_HEADER_SIZE:
