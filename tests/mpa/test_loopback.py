@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -92,26 +93,16 @@ def expected(cell: Cell) -> tuple[str, dict[str, object]]:
     }
 
 
-SIDES = {
-    "init": [
-        Side(rev, prof, m, c)
-        for rev in (0, 1, 2)
-        for prof in ((NP,) if rev == 0 else (NP, P))
-        for m in (False, True)
-        for c in (False, True)
-    ],
-}
-
-
 def cells() -> list[Cell]:
     out = []
+    bools = (False, True)
     for rev_i, rev_r in itertools.product((0, 1, 2), repeat=2):
         mixed = (rev_i == 0) != (rev_r == 0)
-        profiles = [(NP, NP), (P, P)] if mixed else [(NP, NP)]
-        for (prof_i, prof_r), mi, mr, ci, cr, accept, pd in itertools.product(
-            profiles, *[(False, True)] * 5, ("0", "1", "max")
-        ):
-            out.append(Cell(Side(rev_i, prof_i, mi, ci), Side(rev_r, prof_r, mr, cr), accept, pd))
+        for prof in (NP, P) if mixed else (NP,):
+            for mi, mr, ci, cr, accept in itertools.product(bools, bools, bools, bools, bools):
+                for pd in ("0", "1", "max"):
+                    init, resp = Side(rev_i, prof, mi, ci), Side(rev_r, prof, mr, cr)
+                    out.append(Cell(init, resp, accept, pd))
     return out
 
 
@@ -121,7 +112,7 @@ async def echo(sock: MpaSocket) -> None:
         await sock.drain()
 
 
-def decider(accept: bool):  # type: ignore[no-untyped-def]
+def decider(accept: bool) -> Callable[[RequestReceived], Accept | Reject]:
     def decide(request: RequestReceived) -> Accept | Reject:
         reply = request.private_data[::-1]
         return Accept(reply) if accept else Reject(reply)
@@ -190,7 +181,7 @@ async def run_matrix(all_cells: list[Cell]) -> list[tuple[Cell, str, object]]:
         return cell, outcome, detail
 
     try:
-        results = await asyncio.gather(*(one(c) for c in all_cells))
+        outcomes = await asyncio.gather(*(one(c) for c in all_cells))
         # Server-side outcomes, per server, as a multiset.
         await asyncio.sleep(0.05)
         for _ in range(100):
@@ -207,7 +198,7 @@ async def run_matrix(all_cells: list[Cell]) -> list[tuple[Cell, str, object]]:
         for server in servers.values():
             server.close()
             await server.wait_closed()
-    return results
+    return outcomes
 
 
 def test_startup_matrix_over_loopback() -> None:
