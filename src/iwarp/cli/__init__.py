@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from iwarp import __version__
 
 #: Subcommand modules, in the order ``iwarp --help`` lists them.
-COMMANDS: tuple[str, ...] = ("demo", "decode")
+COMMANDS: tuple[str, ...] = ("demo", "interop", "decode", "vitcp")
 
 
 def build_parser() -> argparse.ArgumentParser:
