@@ -8,7 +8,8 @@ import asyncio
 import socket
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 
@@ -57,7 +58,7 @@ async def silent(writer: asyncio.StreamWriter, data: bytes) -> None:
     pass
 
 
-Behaviour = Callable[[asyncio.StreamWriter, bytes], Awaitable[None]]
+Behaviour = Callable[[asyncio.StreamWriter, bytes], Coroutine[Any, Any, None]]
 
 BAD_REQUESTS: dict[str, tuple[Behaviour, bytes, int, float]] = {
     # name: (behaviour, octets, expected code, expected time bound)
