@@ -1,0 +1,172 @@
+"""Real traffic: the project's asyncio MPA stack talking to itself over
+loopback, captured by ``dumpcap`` and decoded by ``iwarp decode``.
+
+The capture must decode with zero errors and hold exactly the messages the
+test sent; where tshark can decode it, tshark must agree on every FPDU.
+Needs root (or capture rights) and Wireshark's ``dumpcap``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from analyze_traffic import payload, send
+from tshark_fields import agree, tshark_fpdus
+
+from iwarp.analyze.analyzer import analyze_file
+from iwarp.analyze.records import ErrorRecord, FpduRecord, FrameRecord
+from iwarp.asyncio.mpa import MpaSocket, connect, serve
+from iwarp.mpa.config import MpaConfig
+from iwarp.mpa.wire import Revision
+
+DUMPCAP = shutil.which("dumpcap")
+
+pytestmark = [
+    pytest.mark.tshark,
+    pytest.mark.skipif(
+        DUMPCAP is None or os.geteuid() != 0,
+        reason="needs dumpcap and the right to capture on loopback (root)",
+    ),
+]
+
+SIZES = [0, 1, 100, 1000, 3000, 7, 511, 512, 513, 2048]
+
+
+class Capture:
+    """dumpcap on an interface, filtered to one TCP port, until stopped."""
+
+    def __init__(self, path: Path, port: int, interface: str, *, pcapng: bool) -> None:
+        assert DUMPCAP is not None
+        # A UDP port of our own proves the capture is live: probes are sent
+        # until one reaches the file (the analyzer skips them: not TCP).
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.bind(("127.0.0.1", 0))
+        probe_port = probe.getsockname()[1]
+        bpf = f"tcp port {port} or udp port {probe_port}"
+        cmd = [DUMPCAP, "-q", "-i", interface, "-f", bpf, "-w", str(path)]
+        if not pcapng:
+            cmd.append("-P")
+        self.path = path
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 20
+            empty = -1
+            while True:
+                assert self.proc.poll() is None, "dumpcap exited"
+                assert time.monotonic() < deadline, "dumpcap did not start capturing"
+                size = path.stat().st_size if path.exists() else 0
+                if size:
+                    if empty < 0:
+                        empty = size
+                    elif size > empty:
+                        break
+                probe.sendto(b"probe", ("127.0.0.1", probe_port))
+                time.sleep(0.02)
+        finally:
+            probe.close()
+
+    def stop(self) -> None:
+        time.sleep(0.3)  # let the last segments reach the ring buffer
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+
+async def exchange(port_box: list[int], config: MpaConfig, started: asyncio.Event) -> None:
+    """Serve an echo on loopback, connect, send every size, read the echoes."""
+
+    async def echo(sock: MpaSocket) -> None:
+        async for ulpdu in sock:
+            sock.send(ulpdu)
+            await sock.drain()
+
+    server = await serve(echo, "127.0.0.1", 0, config=config)
+    port_box.append(server.sockets[0].getsockname()[1])
+    started.set()
+    await asyncio.sleep(0)  # the capture starts in the test thread
+    while len(port_box) < 2:
+        await asyncio.sleep(0.01)
+    sock = await asyncio.wait_for(connect("127.0.0.1", port_box[0], config=config), 10)
+    for msn, size in enumerate(SIZES, 1):
+        sock.send(send(msn, payload(size, msn)))
+        await sock.drain()
+        echoed = await asyncio.wait_for(sock.receive(), 10)
+        assert echoed == send(msn, payload(size, msn))
+    await asyncio.wait_for(sock.close(), 10)
+    server.close()
+    await asyncio.wait_for(server.wait_closed(), 10)
+
+
+def run_exchange(tmp_path: Path, config: MpaConfig, interface: str, pcapng: bool) -> Path:
+    path = tmp_path / ("lo.pcapng" if pcapng else "lo.pcap")
+    ports: list[int] = []
+    capture: list[Capture] = []
+
+    async def main() -> None:
+        started = asyncio.Event()
+        task = asyncio.create_task(exchange(ports, config, started))
+        await asyncio.wait_for(started.wait(), 10)
+        capture.append(await asyncio.to_thread(Capture, path, ports[0], interface, pcapng=pcapng))
+        ports.append(0)
+        await asyncio.wait_for(task, 60)
+
+    try:
+        asyncio.run(main())
+    finally:
+        for c in capture:
+            c.stop()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("markers", "revision", "interface", "pcapng"),
+    [
+        (False, Revision.REV1, "lo", True),
+        (True, Revision.REV2, "lo", False),
+        (True, Revision.REV1, "any", True),
+    ],
+)
+def test_loopback_exchange_decodes_cleanly(
+    tmp_path: Path, markers: bool, revision: int, interface: str, pcapng: bool
+) -> None:
+    config = MpaConfig(markers=markers, revision=revision)
+    path = run_exchange(tmp_path, config, interface, pcapng)
+    analysis = analyze_file(str(path))
+    assert [r for r in analysis.records() if isinstance(r, ErrorRecord)] == []
+    (connection,) = [c for c in analysis.connections if c.protocol == "mpa"]
+    frames = [r for r in connection.records if isinstance(r, FrameRecord)]
+    assert [(f.mpa.is_request, f.mpa.revision, f.mpa.markers) for f in frames] == [
+        (True, revision, markers),
+        (False, revision, markers),
+    ]
+    expected = [len(send(msn, payload(size, msn))) for msn, size in enumerate(SIZES, 1)]
+    for direction in ("initiator", "responder"):
+        found = [
+            r
+            for r in connection.records
+            if isinstance(r, FpduRecord)
+            and r.direction == direction
+            and r.ulp.get("opcode_name") == "SEND"
+        ]
+        assert [r.ulpdu_length for r in found] == expected
+        assert [r.ulp["msn"] for r in found] == list(range(1, len(SIZES) + 1))
+        assert all(r.crc_ok for r in found)
+        assert all(m.ok for r in found for m in r.markers)
+        assert any(r.markers for r in found) is markers
+    if not markers:
+        # Real segmentation, no markers: tshark decodes it too and must agree.
+        ours = [r for r in connection.records if isinstance(r, FpduRecord)]
+        theirs = tshark_fpdus(path)
+        assert len(theirs) == len(ours)
+        for mine, other in zip(ours, theirs, strict=True):
+            agree(mine, other)
