@@ -1,0 +1,611 @@
+"""RDMA over TCP with asyncio: a verbs-shaped API on the sans-IO stack.
+
+A :class:`QueuePair` is one iWARP connection (MPA + DDP + RDMAP, driven by
+:class:`~iwarp.rdma.connection.RdmaConnection`) with two faces:
+
+* **verbs**: register memory in a :class:`ProtectionDomain`, ``post_send``
+  (Send, RDMA Write, RDMA Read work requests) and ``post_recv``, then poll
+  or await :class:`CompletionQueue` entries with their status::
+
+      pd = ProtectionDomain()
+      mr = pd.register(bytearray(1 << 20), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+      qp = await connect("127.0.0.1", port, pd=pd)
+      qp.post_send(WriteWR(b"data", remote_stag, remote_to, wr_id=1))
+      completion = await qp.send_cq.wait()
+
+* **simple**: ``await qp.send(b"hello")``, ``await qp.receive()`` (with a
+  pool of receive buffers the queue pair reposts itself: ``connect(...,
+  receive_buffers=8)``), ``await qp.rdma_write(data, stag, to)``,
+  ``await qp.rdma_read(mr, stag, to)``. Errors raise :class:`RdmaError`.
+
+Receive buffers must be posted before the peer's Sends arrive: pass
+``receive_buffers`` or a ``setup`` callback, which runs as soon as MPA is
+in full operation and before any message is processed (as verbs users post
+receives before ``rdma_accept``).
+
+Negative ``wr_id`` values are reserved for the simple API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from iwarp._typing import Buffer
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
+from iwarp.mpa.config import MpaConfig, Role
+from iwarp.mpa.connection import DEFAULT_EMSS
+from iwarp.mpa.events import (
+    ConnectionClosed,
+    ConnectionEstablished,
+    ConnectionFailed,
+    ConnectionRejected,
+    MpaParams,
+    RequestReceived,
+)
+from iwarp.rdma.connection import Event, RdmaConnection
+from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
+from iwarp.rdmap.stream import RdmapStream
+from iwarp.rdmap.wire import TerminateHeader
+from iwarp.rdmap.work import (
+    Completion,
+    CompletionStatus,
+    ReadWR,
+    RecvWR,
+    SendWR,
+    Sge,
+    TerminateReceived,
+    TerminateSent,
+    WorkOpcode,
+    WriteWR,
+)
+
+__all__ = [
+    "Access",
+    "CompletionQueue",
+    "ConnectionTerminatedError",
+    "MemoryRegion",
+    "ProtectionDomain",
+    "QueuePair",
+    "RdmaError",
+    "connect",
+    "serve",
+]
+
+#: ULPDU octets pulled from the stream per write (one ``writelines``).
+SEND_BATCH: Final = 1 << 20
+#: Received-but-unread octets of the simple receive path above which reading pauses.
+RECEIVE_HIGH_WATER: Final = 4 << 20
+
+
+class RdmaError(IwarpError):
+    """A work request completed with an error status."""
+
+    def __init__(self, completion: Completion, terminate: TerminateHeader | None = None) -> None:
+        where = ""
+        if terminate is not None:
+            where = (
+                f" (Terminate layer {terminate.layer}, type {terminate.etype}, "
+                f"code {terminate.code:#04x})"
+            )
+        super().__init__(
+            f"{completion.opcode.value} work request {completion.wr_id}: "
+            f"{completion.status.value}{where}"
+        )
+        self.completion = completion
+        self.terminate = terminate
+
+
+class ConnectionTerminatedError(IwarpError):
+    """The connection ended (Terminate, close or failure) while waiting."""
+
+
+class CompletionQueue:
+    """Completions of one queue pair's send or receive work, in order."""
+
+    def __init__(self) -> None:
+        self._items: deque[Completion] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def poll(self, max_entries: int | None = None) -> list[Completion]:
+        """Take up to ``max_entries`` completions without waiting."""
+        n = len(self._items) if max_entries is None else min(max_entries, len(self._items))
+        return [self._items.popleft() for _ in range(n)]
+
+    async def wait(self) -> Completion:
+        """The next completion.
+
+        :raises ConnectionTerminatedError: the connection is over and no
+            completion is left.
+        """
+        while not self._items:
+            if self._closed:
+                raise ConnectionTerminatedError("the queue pair is closed")
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+    def _push(self, completion: Completion) -> None:
+        self._items.append(completion)
+        self._wake()
+
+    def _close(self) -> None:
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+def _tcp_emss(transport: asyncio.BaseTransport) -> int:
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return DEFAULT_EMSS
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        emss = int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
+    except (OSError, AttributeError):
+        return DEFAULT_EMSS
+    return emss if emss > 0 else DEFAULT_EMSS
+
+
+Setup = Callable[["QueuePair"], None]
+
+
+class QueuePair(asyncio.Protocol):
+    """One iWARP connection: queue pair, completion queues and simple API.
+
+    Made by :func:`connect` and :func:`serve`; not instantiated directly.
+    """
+
+    def __init__(
+        self,
+        role: Role,
+        pd: ProtectionDomain,
+        config: MpaConfig,
+        *,
+        private_data: bytes = b"",
+        receive_buffers: int = 0,
+        receive_size: int = 1 << 16,
+        setup: Setup | None = None,
+        first_send_delay: float = 0.0,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.pd = pd
+        self.role = role
+        self.config = config
+        self.send_cq = CompletionQueue()
+        self.recv_cq = CompletionQueue()
+        self._private_data = private_data
+        self._receive_buffers = receive_buffers
+        self._receive_size = receive_size
+        self._setup = setup
+        self._first_send_delay = first_send_delay
+        self._hold = False
+        self.conn: RdmaConnection | None = None
+        self.transport: asyncio.Transport | None = None
+        self.established: asyncio.Future[MpaParams] = self._loop.create_future()
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        #: The error that ended the connection, if any.
+        self.error: IwarpError | None = None
+        #: The Terminate that ended the stream (sent or received), if any.
+        self.terminate: TerminateHeader | None = None
+        self.terminate_received = False
+        self._ids = itertools.count(-1, -1)
+        self._pending: dict[int, asyncio.Future[Completion]] = {}
+        self._pool: dict[int, MemoryRegion] = {}
+        self._messages: deque[bytes] = deque()
+        self._message_octets = 0
+        self._reader: asyncio.Future[None] | None = None
+        self._write_paused = False
+        self._reading_paused = False
+        self._idle: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def params(self) -> MpaParams:
+        """The negotiated MPA parameters (CRC, markers, IRD/ORD, MULPDU, RTR...)."""
+        assert self.conn is not None and self.conn.params is not None
+        return self.conn.params
+
+    @property
+    def stream(self) -> RdmapStream:
+        """The RDMAP core (for inspection)."""
+        assert self.conn is not None and self.conn.stream is not None
+        return self.conn.stream
+
+    def register(
+        self, buffer: Buffer, access: Access = Access.LOCAL_WRITE, *, address: int = 0
+    ) -> MemoryRegion:
+        """Register memory in this queue pair's protection domain."""
+        return self.pd.register(buffer, access, address=address)
+
+    # -- verbs --------------------------------------------------------------------
+
+    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
+        """Post a Send, RDMA Write or RDMA Read; its completion goes to ``send_cq``."""
+        self._connection().post_send(wr)
+        self._flush()
+
+    def post_recv(self, wr: RecvWR) -> None:
+        """Post a receive buffer; its completion goes to ``recv_cq``."""
+        self._connection().post_recv(wr)
+
+    def _connection(self) -> RdmaConnection:
+        if self.conn is None or self.conn.stream is None:
+            raise LocalProtocolError("the queue pair is not connected")
+        return self.conn
+
+    # -- simple API -----------------------------------------------------------------
+
+    async def _run(self, wr: SendWR | WriteWR | ReadWR) -> Completion:
+        future: asyncio.Future[Completion] = self._loop.create_future()
+        self._pending[wr.wr_id] = future
+        try:
+            self.post_send(wr)
+        except BaseException:
+            del self._pending[wr.wr_id]
+            raise
+        completion = await future
+        if not completion.ok:
+            raise RdmaError(completion, self.terminate)
+        return completion
+
+    async def send(
+        self, data: Buffer | Sge, *, solicited: bool = False, invalidate_stag: int | None = None
+    ) -> None:
+        """Send a message into the peer's next receive buffer; wait for completion."""
+        await self._run(
+            SendWR(data, next(self._ids), solicited=solicited, invalidate_stag=invalidate_stag)
+        )
+
+    async def rdma_write(self, data: Buffer | Sge, remote_stag: int, remote_to: int) -> None:
+        """RDMA Write ``data`` to the peer's (``remote_stag``, ``remote_to``)."""
+        await self._run(WriteWR(data, remote_stag, remote_to, next(self._ids)))
+
+    async def rdma_read(self, local: MemoryRegion | Sge, remote_stag: int, remote_to: int) -> int:
+        """RDMA Read into ``local`` (a region with local write access); returns octets."""
+        sge = local if isinstance(local, Sge) else Sge(local)
+        completion = await self._run(ReadWR(sge, remote_stag, remote_to, next(self._ids)))
+        return completion.byte_len
+
+    async def receive(self) -> bytes:
+        """The next message received into the queue pair's receive pool.
+
+        :raises ConnectionTerminatedError: the connection ended first.
+        """
+        if not self._receive_buffers:
+            raise LocalProtocolError("no receive pool: pass receive_buffers to connect/serve")
+        while not self._messages:
+            if self.closed.done() or self.terminate is not None or self.error is not None:
+                raise ConnectionTerminatedError(self._why())
+            self._reader = self._loop.create_future()
+            try:
+                await self._reader
+            finally:
+                self._reader = None
+        data = self._messages.popleft()
+        self._message_octets -= len(data)
+        if self._reading_paused and self._message_octets < RECEIVE_HIGH_WATER // 4:
+            self._reading_paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
+        return data
+
+    async def flush(self) -> None:
+        """Wait until every posted message was handed to TCP."""
+        while self.conn is not None and self.conn.has_data_to_send and not self.closed.done():
+            self._idle = self._loop.create_future()
+            try:
+                await self._idle
+            finally:
+                self._idle = None
+
+    async def close(self) -> None:
+        """Graceful close: send what is posted, then FIN; outstanding work is flushed."""
+        await self.flush()
+        transport = self.transport
+        if self.conn is not None:
+            self._dispatch(self.conn.close())
+        if transport is not None and not transport.is_closing():
+            self._write(self.conn.data_to_send(0) if self.conn is not None else [])
+            transport.close()
+        await self.closed
+
+    def abort(self) -> None:
+        """Close at once (RST)."""
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _why(self) -> str:
+        if self.terminate is not None:
+            side = "received" if self.terminate_received else "sent"
+            t = self.terminate
+            return f"Terminate {side}: layer {t.layer}, type {t.etype}, code {t.code:#04x}"
+        if self.error is not None:
+            return str(self.error)
+        return "connection closed"
+
+    # -- transport callbacks --------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.conn = RdmaConnection(
+            self.role,
+            self.pd,
+            self.config,
+            private_data=self._private_data,
+            now=self._loop.time(),
+            emss=_tcp_emss(transport),
+            on_stream=self._on_stream,
+        )
+        self._flush()
+        self._arm_timer()
+
+    def data_received(self, data: bytes) -> None:
+        assert self.conn is not None
+        self._dispatch(self.conn.receive_data(data, self._loop.time()))
+        self._flush()
+
+    def eof_received(self) -> bool:
+        assert self.conn is not None
+        self._dispatch(self.conn.receive_data(b"", self._loop.time()))
+        self._flush()
+        return True  # we close once our side is done
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.conn is not None:
+            reason = f"TCP connection lost: {exc}" if exc else "TCP connection closed"
+            self._dispatch(self.conn.connection_lost(reason))
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self.established.done():
+            self.established.set_exception(
+                self.error or MpaError(MpaErrorCode.TCP_CLOSED, "connection closed")
+            )
+            self.established.exception()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionTerminatedError(self._why()))
+        self._pending.clear()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.send_cq._close()
+        self.recv_cq._close()
+        self._wake(self._reader)
+        self._wake(self._idle)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._flush()
+
+    # -- the stack's events -----------------------------------------------------------
+
+    def _on_stream(self, stream: RdmapStream) -> None:
+        for _ in range(self._receive_buffers):
+            region = self.pd.register(bytearray(self._receive_size))
+            wr_id = next(self._ids)
+            self._pool[wr_id] = region
+            stream.post_recv(RecvWR(Sge(region), wr_id=wr_id))
+        if self._setup is not None:
+            self._setup(self)
+
+    def _dispatch(self, events: list[Event]) -> None:
+        for event in events:
+            if isinstance(event, Completion):
+                self._complete(event)
+            elif isinstance(event, ConnectionEstablished):
+                if self.role is Role.INITIATOR and self._first_send_delay > 0:
+                    # siw-vm README: a siw responder may miss an FPDU that
+                    # follows its Reply within a few milliseconds.
+                    self._hold = True
+                    self._loop.call_later(self._first_send_delay, self._release)
+                if not self.established.done():
+                    self.established.set_result(event.params)
+            elif isinstance(event, RequestReceived):
+                assert self.conn is not None
+                self._dispatch(self.conn.accept())
+            elif isinstance(event, (TerminateReceived, TerminateSent)):
+                self.terminate = event.header
+                self.terminate_received = isinstance(event, TerminateReceived)
+                self._wake(self._reader)
+            elif isinstance(event, ConnectionRejected):
+                self._fail(LocalProtocolError(f"MPA connection rejected: {event.reason}"))
+            elif isinstance(event, ConnectionFailed):
+                self._fail(event.error)
+            elif isinstance(event, ConnectionClosed):
+                self._wake(self._reader)
+
+    def _fail(self, error: IwarpError) -> None:
+        if self.error is None:
+            self.error = error
+        if not self.established.done():
+            self.established.set_exception(error)
+            self.established.exception()
+        self._wake(self._reader)
+
+    def _complete(self, completion: Completion) -> None:
+        wr_id = completion.wr_id
+        future = self._pending.pop(wr_id, None)
+        if future is not None:
+            if not future.done():
+                future.set_result(completion)
+            return
+        region = self._pool.get(wr_id)
+        if region is None:
+            cq = self.recv_cq if completion.opcode is WorkOpcode.RECV else self.send_cq
+            cq._push(completion)
+            return
+        if completion.status is not CompletionStatus.SUCCESS:
+            return
+        data = bytes(region.view[: completion.byte_len])
+        self._messages.append(data)
+        self._message_octets += len(data)
+        if self.conn is not None and self.conn.stream is not None:
+            self.conn.stream.post_recv(RecvWR(Sge(region), wr_id=wr_id))
+        if self._message_octets > RECEIVE_HIGH_WATER and not self._reading_paused:
+            self._reading_paused = True
+            if self.transport is not None:
+                self.transport.pause_reading()
+        self._wake(self._reader)
+
+    # -- output -------------------------------------------------------------------------
+
+    def _release(self) -> None:
+        self._hold = False
+        self._flush()
+
+    def _flush(self) -> None:
+        conn = self.conn
+        transport = self.transport
+        if conn is None or transport is None:
+            return
+        limit = 0 if self._hold else SEND_BATCH
+        while True:
+            chunks = conn.data_to_send(limit)
+            if chunks and not transport.is_closing():
+                self._write(chunks)
+            self._dispatch(conn.take_events())
+            if self._write_paused or limit == 0 or not conn.has_data_to_send:
+                break
+        if not conn.has_data_to_send:
+            self._wake(self._idle)
+        if conn.must_close and not transport.is_closing():
+            transport.close()  # after the Terminate (or the peer's FIN): RFC 5040 §6.2.1
+        self._arm_timer()
+
+    def _write(self, chunks: list[Buffer]) -> None:
+        transport = self.transport
+        if transport is None or not chunks:
+            return
+        if len(chunks) == 1:
+            transport.write(chunks[0])
+        else:
+            transport.writelines(chunks)
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deadline = self.conn.get_timer() if self.conn is not None else None
+        if deadline is not None:
+            self._timer = self._loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.conn is not None:
+            self._dispatch(self.conn.handle_timer(self._loop.time()))
+            self._flush()
+
+    @staticmethod
+    def _wake(waiter: asyncio.Future[None] | None) -> None:
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+async def connect(
+    host: str,
+    port: int,
+    *,
+    pd: ProtectionDomain | None = None,
+    config: MpaConfig | None = None,
+    private_data: bytes = b"",
+    receive_buffers: int = 0,
+    receive_size: int = 1 << 16,
+    setup: Setup | None = None,
+    first_send_delay: float = 0.0,
+) -> QueuePair:
+    """Connect as MPA Initiator and return the queue pair in full operation.
+
+    :param first_send_delay: seconds to hold our first FPDU after the Reply
+        (0.5 against Linux siw, whose responder may miss an early FPDU).
+    :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8).
+    :raises LocalProtocolError: the peer rejected the connection.
+    """
+    loop = asyncio.get_running_loop()
+    domain = pd if pd is not None else ProtectionDomain()
+    _, qp = await loop.create_connection(
+        lambda: QueuePair(
+            Role.INITIATOR,
+            domain,
+            config or MpaConfig(),
+            private_data=private_data,
+            receive_buffers=receive_buffers,
+            receive_size=receive_size,
+            setup=setup,
+            first_send_delay=first_send_delay,
+        ),
+        host,
+        port,
+    )
+    try:
+        await qp.established
+    except BaseException:
+        qp.abort()
+        raise
+    return qp
+
+
+async def serve(
+    handler: Callable[[QueuePair], Awaitable[None]],
+    host: str | None,
+    port: int,
+    *,
+    pd: ProtectionDomain | None = None,
+    config: MpaConfig | None = None,
+    receive_buffers: int = 0,
+    receive_size: int = 1 << 16,
+    setup: Setup | None = None,
+) -> asyncio.Server:
+    """Accept iWARP connections as MPA Responder; run ``handler`` for each.
+
+    Every Request is accepted. Each connection gets its own protection
+    domain unless ``pd`` is given. The queue pair is closed when the handler
+    returns.
+    """
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def run(qp: QueuePair) -> None:
+        try:
+            await qp.established
+        except IwarpError:
+            return
+        try:
+            await handler(qp)
+        finally:
+            await qp.close()
+
+    def factory() -> QueuePair:
+        qp = QueuePair(
+            Role.RESPONDER,
+            pd if pd is not None else ProtectionDomain(),
+            config or MpaConfig(),
+            receive_buffers=receive_buffers,
+            receive_size=receive_size,
+            setup=setup,
+        )
+        task = loop.create_task(run(qp))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return qp
+
+    return await loop.create_server(factory, host, port)
