@@ -425,6 +425,10 @@ class VitcpEndpoint:
         assert isinstance(event, RdmaReadCompleted)
         return event
 
+    async def drain(self) -> None:
+        """Wait until TCP takes more (the transport's write buffer drained)."""
+        await self._protocol.drain()
+
     async def receive(self) -> MessageReceived:
         """The next Send message; raises :class:`VitcpClosedError` at the end."""
         protocol = self._protocol

@@ -1,0 +1,338 @@
+"""``iwarp vitcp``: run VI/TCP (draft-dicecco-vitcp-01) between two hosts.
+
+``iwarp vitcp listen`` waits for VI connections on one TCP port;
+``iwarp vitcp connect`` opens one and moves ``--count`` messages of
+``--size`` octets with Send, RDMA Write or RDMA Read. A short exchange of
+control Sends (immediate data ``CONTROL_TAG``, JSON bodies) sets the
+transfer up and returns the listener's summary::
+
+    connector -> {"op": ..., "size": S, "count": N}
+    listener  -> {"handle": H, "address": A, "length": S}   (a region of S octets)
+    ... the transfer ...
+    connector -> {"done": true}
+    listener  -> its summary
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import sys
+import time
+from collections import deque
+from typing import Any
+
+from iwarp.asyncio.vitcp import (
+    VitcpClosedError,
+    VitcpEndpoint,
+    VitcpListener,
+    VitcpRejectedError,
+    connect,
+)
+from iwarp.errors import IwarpError
+from iwarp.vitcp.config import VitcpConfig
+from iwarp.vitcp.events import (
+    CompletionStatus,
+    Event,
+    MessageReceived,
+    RdmaReadServed,
+    RdmaWriteReceived,
+)
+from iwarp.vitcp.wire import Reliability
+
+#: Immediate data marking the CLI's control messages ("VITC").
+CONTROL_TAG = 0x56495443
+#: Sends in flight before the connector waits for the oldest completion.
+WINDOW = 16
+#: Receive descriptors each end keeps posted.
+DESCRIPTORS = 32
+LEVELS = {
+    "unreliable": Reliability.UNRELIABLE,
+    "delivery": Reliability.DELIVERY,
+    "reception": Reliability.RECEPTION,
+}
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--crc", action="store_true", help="offer the CRC option (§3.6)")
+    parser.add_argument(
+        "--mtu", type=int, default=32768, help="largest segment payload to offer (default 32768)"
+    )
+    parser.add_argument(
+        "--reliability",
+        choices=sorted(LEVELS),
+        default="delivery",
+        help="VI reliability level (default delivery)",
+    )
+    parser.add_argument(
+        "--discriminator", default="iwarp", help="VI discriminator (default 'iwarp')"
+    )
+    parser.add_argument(
+        "--flow-control", action="store_true", help="Descriptor Flow Control Enabled (§3.3)"
+    )
+    parser.add_argument("--json", action="store_true", help="print summaries as JSON lines")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "vitcp",
+        help="VI/TCP (Internet VI): listen for or open VI connections and move data",
+        description="VI/TCP (draft-dicecco-vitcp-01): connection establishment, Send, "
+        "RDMA Write and RDMA Read over TCP, with optional CRC and flow control.",
+    )
+    actions = parser.add_subparsers(dest="vitcp_command", metavar="ACTION", required=True)
+    listen = actions.add_parser("listen", help="accept VI connections on one port")
+    listen.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    listen.add_argument("--port", type=int, required=True, help="TCP port (0 picks one)")
+    listen.add_argument(
+        "--count", type=int, default=1, help="connections to serve, 0 = forever (default 1)"
+    )
+    _common(listen)
+    listen.set_defaults(func=run_listen)
+    conn = actions.add_parser("connect", help="open a VI connection and transfer data")
+    conn.add_argument("host", metavar="HOST")
+    conn.add_argument("port", metavar="PORT", type=int)
+    conn.add_argument("--count", type=int, default=1, help="messages to move (default 1)")
+    conn.add_argument("--size", type=int, default=1024, help="octets per message (default 1024)")
+    conn.add_argument(
+        "--op", choices=["send", "write", "read"], default="send", help="operation (default send)"
+    )
+    _common(conn)
+    conn.set_defaults(func=run_connect)
+
+
+def _config(args: argparse.Namespace) -> VitcpConfig:
+    if not 1 <= args.mtu <= 0xFFFFFFFF:
+        raise SystemExit("iwarp vitcp: --mtu must be between 1 and 2^32-1")
+    discriminator = args.discriminator.encode()
+    if len(discriminator) > 64:
+        raise SystemExit("iwarp vitcp: --discriminator has at most 64 octets")
+    return VitcpConfig(
+        reliability=LEVELS[args.reliability],
+        mtu=args.mtu,
+        crc=args.crc,
+        flow_control=args.flow_control,
+        discriminator=discriminator,
+    )
+
+
+def payload(index: int, size: int) -> bytes:
+    """The deterministic content of message ``index`` (both ends can check it)."""
+    seed = index.to_bytes(4, "big")
+    block = hashlib.sha256(seed).digest()
+    return (block * (size // 32 + 1))[:size]
+
+
+def _print(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary), flush=True)
+        return
+    print(
+        f"{summary['role']}: {summary['messages']} messages, {summary['octets']} octets, "
+        f"sha256 {summary['sha256'][:16]}..., status {summary['status']}",
+        flush=True,
+    )
+    if summary.get("mib_per_s") is not None:
+        print(f"  {summary['seconds']:.3f} s, {summary['mib_per_s']:.1f} MiB/s", flush=True)
+
+
+async def _control(endpoint: VitcpEndpoint, body: dict[str, Any]) -> None:
+    await endpoint.send(json.dumps(body).encode(), immediate=CONTROL_TAG)
+
+
+async def _next_control(endpoint: VitcpEndpoint, received: list[MessageReceived]) -> Any:
+    while True:
+        message = await endpoint.receive()
+        if message.immediate_data == CONTROL_TAG:
+            return json.loads(message.data)
+        received.append(message)
+
+
+# --- listen ---------------------------------------------------------------------------
+
+
+async def _serve_one(endpoint: VitcpEndpoint) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    messages = octets = writes = reads = 0
+    errors: list[str] = []
+    summary: dict[str, Any] = {"role": "listener", "status": "ok"}
+    try:
+        while True:
+            message = await endpoint.receive()
+            for notice in endpoint.pending_notices():
+                if isinstance(notice, RdmaWriteReceived):
+                    writes += 1
+                    octets += notice.length
+                    if notice.status is not CompletionStatus.SUCCESS:
+                        errors.append(notice.status.value)
+                elif isinstance(notice, RdmaReadServed):
+                    reads += 1
+                    octets += notice.length
+            if message.immediate_data != CONTROL_TAG:
+                messages += 1
+                octets += len(message.data)
+                digest.update(message.data)
+                if message.status is not CompletionStatus.SUCCESS:
+                    errors.append(message.status.value)
+                continue
+            request = json.loads(message.data)
+            if "op" in request:
+                size = max(1, int(request["size"]))
+                memory = bytearray(payload(0, size))
+                region = endpoint.register(memory)  # lives as long as the connection
+                reply = {"handle": region.handle, "address": region.address, "length": size}
+                await _control(endpoint, reply)
+            elif request.get("done"):
+                summary.update(
+                    messages=messages + writes + reads,
+                    octets=octets,
+                    sends=messages,
+                    writes=writes,
+                    reads_served=reads,
+                    sha256=digest.hexdigest(),
+                    errors=errors,
+                )
+                await _control(endpoint, summary)
+                break
+        await endpoint.wait_closed()
+    except (VitcpClosedError, IwarpError) as exc:
+        summary.update(status=f"error: {exc}")
+    summary.setdefault("messages", messages + writes + reads)
+    summary.setdefault("octets", octets)
+    summary.setdefault("sha256", digest.hexdigest())
+    summary["mtu"] = endpoint.params.mtu
+    summary["crc"] = endpoint.params.crc
+    summary["reliability"] = endpoint.params.reliability.name.lower()
+    return summary
+
+
+async def _listen(args: argparse.Namespace) -> int:
+    config = _config(args)
+    listener = await VitcpListener.start(args.host, args.port, config=config)
+    if not args.json:
+        print(f"listening on {listener.host}:{listener.port}", flush=True)
+    else:
+        print(json.dumps({"type": "listening", "host": listener.host, "port": listener.port}))
+        sys.stdout.flush()
+    served = 0
+    status = 0
+    try:
+        while args.count <= 0 or served < args.count:
+            endpoint = await listener.accept(config.discriminator, keep_posted=DESCRIPTORS)
+            summary = await _serve_one(endpoint)
+            summary["type"] = "summary"
+            _print(summary, args.json)
+            if summary["status"] != "ok":
+                status = 1
+            served += 1
+    finally:
+        await listener.close()
+    return status
+
+
+def run_listen(args: argparse.Namespace) -> int:
+    return asyncio.run(_listen(args))
+
+
+# --- connect --------------------------------------------------------------------------
+
+
+async def _transfer(endpoint: VitcpEndpoint, args: argparse.Namespace) -> dict[str, Any]:
+    received: list[MessageReceived] = []
+    await _control(endpoint, {"op": args.op, "size": args.size, "count": args.count})
+    target = await _next_control(endpoint, received)
+    sent = hashlib.sha256()
+    read_digest = hashlib.sha256()
+    local = endpoint.register(bytearray(max(1, args.size)))
+    failures = 0
+    start = time.perf_counter()
+    inflight: deque[asyncio.Future[Event]] = deque()
+    for index in range(args.count):
+        data = payload(index + 1, args.size)
+        if args.op == "send":
+            sent.update(data)
+            inflight.append(endpoint.send_nowait(data))
+            if len(inflight) >= WINDOW:
+                failures += _failed(await inflight.popleft())
+                await endpoint.drain()
+        elif args.op == "write":
+            done = await endpoint.rdma_write(
+                data, remote_address=target["address"], memory_handle=target["handle"]
+            )
+            failures += _failed(done)
+        else:
+            done_read = await endpoint.rdma_read(
+                local=local,
+                remote_address=target["address"],
+                memory_handle=target["handle"],
+                length=args.size,
+            )
+            failures += _failed(done_read)
+            read_digest.update(local.view[: args.size])
+    while inflight:
+        failures += _failed(await inflight.popleft())
+    elapsed = time.perf_counter() - start
+    await _control(endpoint, {"done": True})
+    peer = await _next_control(endpoint, received)
+    octets = args.count * args.size
+    digest = hashlib.sha256()
+    for message in received:
+        digest.update(message.data)
+    return {
+        "role": "connector",
+        "op": args.op,
+        "messages": args.count,
+        "octets": octets,
+        "sha256": digest.hexdigest(),
+        "sent_sha256": sent.hexdigest() if args.op == "send" else None,
+        "read_sha256": read_digest.hexdigest() if args.op == "read" else None,
+        "seconds": round(elapsed, 6),
+        "mib_per_s": round(octets / elapsed / (1 << 20), 3) if elapsed > 0 else None,
+        "failures": failures,
+        "status": "ok" if failures == 0 else "error",
+        "peer": peer,
+    }
+
+
+def _failed(event: Event) -> int:
+    status = getattr(event, "status", CompletionStatus.SUCCESS)
+    return 0 if status is CompletionStatus.SUCCESS else 1
+
+
+async def _connect(args: argparse.Namespace) -> int:
+    config = _config(args)
+    if args.count < 0 or args.size < 0 or args.size > 0xFFFFFFFF:
+        raise SystemExit("iwarp vitcp: --count and --size must be >= 0 (size < 2^32)")
+    try:
+        endpoint = await connect(
+            args.host,
+            args.port,
+            config.discriminator,
+            config=config,
+            keep_posted=DESCRIPTORS,
+        )
+    except (VitcpRejectedError, VitcpClosedError) as exc:
+        print(f"iwarp vitcp: {exc}", file=sys.stderr)
+        return 1
+    try:
+        summary = await _transfer(endpoint, args)
+    except (IwarpError, KeyError, ValueError) as exc:
+        print(f"iwarp vitcp: {exc}", file=sys.stderr)
+        await endpoint.close()
+        return 1
+    summary.update(
+        type="summary",
+        mtu=endpoint.params.mtu,
+        crc=endpoint.params.crc,
+        reliability=endpoint.params.reliability.name.lower(),
+        flow_control=args.flow_control,
+    )
+    await endpoint.close()
+    _print(summary, args.json)
+    return 0 if summary["status"] == "ok" else 1
+
+
+def run_connect(args: argparse.Namespace) -> int:
+    return asyncio.run(_connect(args))

@@ -1,0 +1,364 @@
+"""VI/TCP over real loopback sockets: the asyncio adapter and the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+import iwarp.asyncio.vitcp as aio
+from iwarp.asyncio.vitcp import (
+    VitcpClosedError,
+    VitcpEndpoint,
+    VitcpListener,
+    VitcpRejectedError,
+    connect,
+    connect_peer,
+)
+from iwarp.cli import main
+from iwarp.cli.vitcp import payload
+from iwarp.vitcp.config import VitcpConfig
+from iwarp.vitcp.events import CompletionStatus, RdmaReadServed, RdmaWriteReceived
+from iwarp.vitcp.wire import Reliability
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float = 20.0) -> T:
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def pair(
+    active: VitcpConfig, passive: VitcpConfig, discriminator: bytes = b"t"
+) -> tuple[VitcpListener, VitcpEndpoint, VitcpEndpoint]:
+    listener = await VitcpListener.start("127.0.0.1", 0, config=passive)
+    server = asyncio.create_task(listener.accept(discriminator, keep_posted=8))
+    client = await connect("127.0.0.1", listener.port, discriminator, config=active)
+    return listener, client, await server
+
+
+SIZES = [0, 1, 999, 1000, 1001, 70_000]
+
+
+@pytest.mark.parametrize("level", list(Reliability))
+@pytest.mark.parametrize("use_crc", [False, True])
+@pytest.mark.parametrize("flow", [False, True])
+def test_every_operation_over_loopback(level: Reliability, use_crc: bool, flow: bool) -> None:
+    async def body() -> None:
+        config = VitcpConfig(reliability=level, crc=use_crc, flow_control=flow, mtu=1000)
+        listener, client, server = await pair(config, config)
+        try:
+            assert client.params.crc == use_crc and server.params.mtu == 1000
+            remote = server.register(bytearray(max(SIZES)))
+            local = client.register(bytearray(max(SIZES)))
+            for size in SIZES:
+                data = payload(size, size)
+                done = await client.send(data, immediate=size)
+                assert done.status is CompletionStatus.SUCCESS
+                message = await server.receive()
+                assert (message.data, message.immediate_data) == (data, size)
+                await client.rdma_write(
+                    data, remote_address=remote.address, memory_handle=remote.handle
+                )
+                notice = await server.next_notice()
+                assert isinstance(notice, RdmaWriteReceived) and notice.length == size
+                assert bytes(remote.view[:size]) == data
+                if level is Reliability.UNRELIABLE:
+                    continue  # RDMA Read needs a reliable VI [VIAR]
+                remote.view[:size] = data[::-1]
+                read = await client.rdma_read(
+                    local=local,
+                    remote_address=remote.address,
+                    memory_handle=remote.handle,
+                    length=size,
+                )
+                assert read.status is CompletionStatus.SUCCESS
+                assert bytes(local.view[:size]) == data[::-1]
+                (served,) = server.pending_notices()
+                assert isinstance(served, RdmaReadServed) and served.length == size
+            # The other direction too.
+            client.post_receive(1)
+            await server.send(b"back")
+            assert (await client.receive()).data == b"back"
+        finally:
+            await client.close()
+            assert await server.wait_closed() is not None
+            await listener.close()
+
+    run(body())
+
+
+@pytest.mark.parametrize("use_crc", [False, True])
+def test_sixteen_mebibytes(use_crc: bool) -> None:
+    async def body() -> None:
+        config = VitcpConfig(reliability=Reliability.RECEPTION, crc=use_crc, mtu=65000)
+        listener, client, server = await pair(config, config)
+        data = os.urandom(16 << 20)
+        done = await client.send(data)
+        assert done.status is CompletionStatus.SUCCESS
+        assert (await server.receive()).data == data
+        await client.close()
+        await listener.close()
+
+    run(body(), 60)
+
+
+def test_listener_demultiplexes_by_discriminator() -> None:
+    async def body() -> None:
+        listener = await VitcpListener.start("127.0.0.1", 0)
+        seen: list[tuple[bytes, bytes]] = []
+
+        def handler(name: bytes) -> Callable[[VitcpEndpoint], Awaitable[None]]:
+            async def serve(endpoint: VitcpEndpoint) -> None:
+                message = await endpoint.receive()
+                seen.append((name, message.data))
+                await endpoint.send(name)
+
+            return serve
+
+        listener.serve(b"alpha", handler(b"alpha"), keep_posted=2)
+        listener.serve(b"beta", handler(b"beta"), keep_posted=2)
+        for name in (b"beta", b"alpha", b"beta"):
+            client = await connect("127.0.0.1", listener.port, name, keep_posted=2)
+            await client.send(b"to " + name)
+            assert (await client.receive()).data == name
+            await client.close()
+        assert sorted(seen) == sorted(
+            [(b"alpha", b"to alpha"), (b"beta", b"to beta"), (b"beta", b"to beta")]
+        )
+        with pytest.raises(VitcpRejectedError) as info:
+            await connect("127.0.0.1", listener.port, b"gamma")
+        assert info.value.no_match
+        await listener.close()
+
+    run(body())
+
+
+def test_attribute_mismatch_is_rejected() -> None:
+    async def body() -> None:
+        listener = await VitcpListener.start("127.0.0.1", 0)
+        waiting = asyncio.create_task(
+            listener.accept(b"r", config=VitcpConfig(reliability=Reliability.RECEPTION))
+        )
+        await asyncio.sleep(0)
+        with pytest.raises(VitcpRejectedError) as info:
+            await connect("127.0.0.1", listener.port, b"r")
+        assert not info.value.no_match
+        with pytest.raises(VitcpRejectedError):
+            await waiting
+        await listener.close()
+
+    run(body())
+
+
+def test_connect_failure_and_peer_close() -> None:
+    async def body() -> None:
+        listener = await VitcpListener.start("127.0.0.1", 0)
+        port = listener.port
+        server = asyncio.create_task(listener.accept(b"x"))
+        client = await connect("127.0.0.1", port, b"x", keep_posted=1)
+        vi = await server
+        await vi.close()
+        with pytest.raises(VitcpClosedError):
+            await client.receive()
+        with pytest.raises(VitcpClosedError):
+            await client.send(b"late")
+        await listener.close()
+        with pytest.raises(VitcpClosedError, match="setup failed"):
+            await connect("127.0.0.1", port, b"x")
+
+    run(body())
+
+
+def test_peer_to_peer_retries_until_the_peer_waits() -> None:
+    async def body() -> None:
+        config = VitcpConfig(connect_timeout=5.0)
+        high = await VitcpListener.start("127.0.0.2", 0)
+        low = await VitcpListener.start("127.0.0.1", 0)
+        # The higher address is active: it starts first and meets NoMatch
+        # until the lower end waits (§4).
+        active = asyncio.create_task(
+            connect_peer(
+                high,
+                "127.0.0.1",
+                low.port,
+                local_discriminator=b"H",
+                remote_discriminator=b"L",
+                config=config,
+                keep_posted=1,
+            )
+        )
+        await asyncio.sleep(0.2)
+        assert not active.done()
+        passive = await connect_peer(
+            low,
+            "127.0.0.2",
+            high.port,
+            local_discriminator=b"L",
+            remote_discriminator=b"H",
+            config=config,
+            keep_posted=1,
+        )
+        a = await active
+        assert a.connection.role.value == "active" and passive.connection.role.value == "passive"
+        await a.send(b"peer")
+        assert (await passive.receive()).data == b"peer"
+        await a.close()
+        await high.close()
+        await low.close()
+
+    try:
+        run(body())
+    except OSError as exc:  # pragma: no cover - hosts without 127.0.0.2
+        pytest.skip(f"no second loopback address: {exc}")
+
+
+def test_peer_to_peer_times_out() -> None:
+    async def body() -> None:
+        low = await VitcpListener.start("127.0.0.1", 0)
+        with pytest.raises(VitcpClosedError):
+            await connect(
+                "127.0.0.1",
+                low.port,
+                b"nobody",
+                config=VitcpConfig(peer_to_peer=True, connect_timeout=0.3),
+            )
+        await low.close()
+
+    run(body())
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_urgent_octet_only_with_an_exact_urgent_pointer(
+    monkeypatch: pytest.MonkeyPatch, exact: bool
+) -> None:
+    monkeypatch.setattr(aio, "urgent_pointer_exact", lambda: exact)
+
+    async def body() -> None:
+        listener, client, server = await pair(VitcpConfig(), VitcpConfig(urgent_marker=True))
+        assert client.params.urgent_allowed and not server.params.urgent_allowed
+        for i in range(3):
+            await client.send(b"urgent %d" % i, urgent=True)
+            assert (await server.receive()).data == b"urgent %d" % i  # SO_OOBINLINE
+        assert client.urgent_sent == (3 if exact else 0)
+        client.post_receive(1)
+        await server.send(b"never urgent", urgent=True)
+        assert (await client.receive()).data == b"never urgent"
+        assert server.urgent_sent == 0
+        await client.close()
+        await listener.close()
+
+    run(body())
+
+
+def test_urgent_follows_the_kernel_setting() -> None:
+    try:
+        with open("/proc/sys/net/ipv4/tcp_stdurg") as f:
+            expected = f.read().strip() == "1"
+    except OSError:
+        expected = False
+    assert aio.urgent_pointer_exact() is expected
+
+
+# --- CLI ------------------------------------------------------------------------
+
+
+def test_cli_listen_and_connect(capsys: pytest.CaptureFixture[str]) -> None:
+    ops = ["send", "write", "read"]
+    listener = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "iwarp",
+            "vitcp",
+            "listen",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--count",
+            str(len(ops)),
+            "--crc",
+            "--reliability",
+            "reception",
+            "--flow-control",
+            "--mtu",
+            "4000",
+            "--discriminator",
+            "cli",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert listener.stdout is not None
+        ready = json.loads(listener.stdout.readline())
+        port = ready["port"]
+        for op in ops:
+            status = main(
+                [
+                    "vitcp",
+                    "connect",
+                    "127.0.0.1",
+                    str(port),
+                    "--crc",
+                    "--reliability",
+                    "reception",
+                    "--flow-control",
+                    "--mtu",
+                    "9000",
+                    "--discriminator",
+                    "cli",
+                    "--count",
+                    "5",
+                    "--size",
+                    "10000",
+                    "--op",
+                    op,
+                    "--json",
+                ]
+            )
+            assert status == 0
+            summary = json.loads(capsys.readouterr().out)
+            assert summary["messages"] == 5 and summary["octets"] == 50000
+            assert summary["mtu"] == 4000 and summary["crc"] is True
+            peer = summary["peer"]
+            assert peer["messages"] == 5 and peer["octets"] == 50000
+            expected = hashlib.sha256(b"".join(payload(i + 1, 10000) for i in range(5)))
+            if op == "send":
+                assert summary["sent_sha256"] == peer["sha256"] == expected.hexdigest()
+            else:
+                assert peer["sha256"] == hashlib.sha256().hexdigest()
+            if op == "read":
+                reads = hashlib.sha256(payload(0, 10000) * 5).hexdigest()
+                assert summary["read_sha256"] == reads
+        out, _ = listener.communicate(timeout=10)
+        summaries = [json.loads(line) for line in out.splitlines()]
+        assert [s["status"] for s in summaries] == ["ok"] * 3
+        assert listener.returncode == 0
+    finally:
+        if listener.poll() is None:
+            listener.kill()
+            listener.wait()
+
+
+def test_cli_rejects_unknown_discriminator(capsys: pytest.CaptureFixture[str]) -> None:
+    async def body() -> int:
+        listener = await VitcpListener.start("127.0.0.1", 0)
+        port = listener.port
+        status = await asyncio.to_thread(
+            main, ["vitcp", "connect", "127.0.0.1", str(port), "--discriminator", "zzz"]
+        )
+        await listener.close()
+        return status
+
+    assert run(body()) == 1
+    assert "no matching discriminator" in capsys.readouterr().err
