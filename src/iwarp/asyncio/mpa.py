@@ -53,6 +53,7 @@ from iwarp.mpa.events import (
     StreamDataReceived,
     UlpduReceived,
 )
+from iwarp.mpa.handshake import build_request
 
 __all__ = [
     "Accept",
@@ -447,10 +448,12 @@ async def connect(
         refused its Reply.
     :raises MpaError: startup failed (code 1: closed/reset/timeout; 4:
         invalid Reply) or RFC 6581 negotiation failed (6, 7).
+    :raises LocalProtocolError: the private data is too long for ``config``.
     :raises OSError: the TCP connection could not be opened.
     """
     loop = asyncio.get_running_loop()
     cfg = config if config is not None else MpaConfig()
+    build_request(cfg, private_data)  # LocalProtocolError before any connection
     _, protocol = await loop.create_connection(
         lambda: _MpaProtocol(Role.INITIATOR, cfg, private_data=private_data),
         host,

@@ -1,0 +1,212 @@
+"""Options and output shared by ``iwarp listen`` and ``iwarp connect``."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from typing import TextIO
+
+from iwarp.errors import IwarpError, MpaError
+from iwarp.mpa.config import MpaConfig, Rev0Profile
+from iwarp.mpa.events import MpaParams
+from iwarp.mpa.wire import IRD_ORD_MASK, MpaFrame, RtrFlags
+
+_RTR_NAMES = {"send": RtrFlags.SEND, "write": RtrFlags.WRITE, "read": RtrFlags.READ}
+
+
+def _hex(text: str) -> bytes:
+    try:
+        return bytes.fromhex(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not hexadecimal octets: {text!r}") from exc
+
+
+def _ird_ord(text: str) -> int:
+    value = int(text, 0)
+    if not 0 <= value <= IRD_ORD_MASK:
+        raise argparse.ArgumentTypeError(f"must be 0..{IRD_ORD_MASK:#x} (0x3fff: no negotiation)")
+    return value
+
+
+def _rtr(text: str) -> RtrFlags:
+    flags = RtrFlags(0)
+    for name in filter(None, text.split(",")):
+        if name not in _RTR_NAMES:
+            raise argparse.ArgumentTypeError(f"RTR types are send, write, read; got {name!r}")
+        flags |= _RTR_NAMES[name]
+    return flags
+
+
+def add_mpa_options(parser: argparse.ArgumentParser) -> None:
+    """The options both commands share (the issue's CLI contract)."""
+    group = parser.add_argument_group("MPA startup")
+    group.add_argument(
+        "--mpa-rev", type=int, choices=(0, 1, 2), default=2, help="MPA revision (default 2)"
+    )
+    group.add_argument(
+        "--markers", action="store_true", help="ask the peer to send markers (our M bit)"
+    )
+    group.add_argument("--no-crc", action="store_true", help="offer CRC off (our C bit 0)")
+    group.add_argument(
+        "--crc-required", action="store_true", help="always use CRC; refuse peers that send C=0"
+    )
+    group.add_argument(
+        "--private-data", type=_hex, default=b"", metavar="HEX", help="our private data"
+    )
+    group.add_argument("--reject", action="store_true", help="reject the peer's frame")
+    group.add_argument("--ird", type=_ird_ord, default=16, help="RFC 6581 IRD (default 16)")
+    group.add_argument("--ord", type=_ird_ord, default=16, help="RFC 6581 ORD (default 16)")
+    group.add_argument(
+        "--p2p", action="store_true", help="RFC 6581 peer-to-peer: request an RTR (Initiator)"
+    )
+    group.add_argument(
+        "--rtr",
+        type=_rtr,
+        default=RtrFlags.WRITE | RtrFlags.READ,
+        metavar="TYPES",
+        help="RTR types offered/supported, comma separated: send,write,read (default write,read)",
+    )
+    group.add_argument(
+        "--pd-limit",
+        type=int,
+        default=512,
+        metavar="N",
+        help="private data limit for Rev >= 1 frames (default 512; siw/cxgb4 use 256)",
+    )
+    group.add_argument(
+        "--permissive",
+        action="store_true",
+        help="RFC 5044 Appendix C permissive profile: run RDMAC mode with Rev 0 peers",
+    )
+    group.add_argument(
+        "--timeout", type=float, default=None, metavar="S", help="startup timeouts in seconds"
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+def config_from(args: argparse.Namespace) -> MpaConfig:
+    """The MpaConfig the options describe; ValueError explains a bad mix."""
+    extra: dict[str, float] = {}
+    if args.timeout is not None:
+        extra = {
+            "request_timeout": args.timeout,
+            "reply_timeout": args.timeout,
+            "frame_timeout": args.timeout,
+        }
+    return MpaConfig(
+        revision=args.mpa_rev,
+        markers=args.markers,
+        crc=not args.no_crc,
+        crc_required=args.crc_required,
+        ird=args.ird,
+        ord=args.ord,
+        peer_to_peer=args.p2p,
+        rtr_types=args.rtr,
+        private_data_limit=args.pd_limit,
+        rev0_profile=Rev0Profile.PERMISSIVE if args.permissive else Rev0Profile.NON_PERMISSIVE,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def params_record(params: MpaParams) -> dict[str, object]:
+    return {
+        "rev": params.revision,
+        "ddp_version": params.ddp_version,
+        "markers_send": params.markers_send,
+        "markers_receive": params.markers_receive,
+        "crc": params.crc,
+        "enhanced": params.enhanced,
+        "ird": params.ird,
+        "ord": params.ord,
+        "peer_ird": params.peer_ird,
+        "peer_ord": params.peer_ord,
+        "peer_to_peer": params.peer_to_peer,
+        "rtr": None if params.rtr is None else params.rtr.name.lower(),  # type: ignore[union-attr]
+        "mulpdu": params.mulpdu,
+        "peer_private_data": params.peer_private_data.hex(),
+    }
+
+
+def frame_record(frame: MpaFrame) -> dict[str, object]:
+    record: dict[str, object] = {
+        "rev": frame.revision,
+        "markers": frame.markers,
+        "crc": frame.crc,
+        "reject": frame.reject,
+        "private_data": frame.ulp_private_data.hex(),
+    }
+    enhanced = frame.enhanced
+    if enhanced is not None:
+        record["ird"] = enhanced.ird
+        record["ord"] = enhanced.ord
+        record["p2p"] = RtrFlags.PEER_TO_PEER in enhanced.flags
+        record["rtr"] = [name for name, flag in _RTR_NAMES.items() if flag in enhanced.flags]
+    return record
+
+
+def error_record(error: IwarpError) -> dict[str, object]:
+    code = error.code if isinstance(error, MpaError) else None
+    return {"type": "error", "code": code, "message": str(error)}
+
+
+class Output:
+    """Prints records as JSON lines or as short human-readable lines."""
+
+    def __init__(self, json_lines: bool, stream: TextIO | None = None) -> None:
+        self.json = json_lines
+        self.stream = stream if stream is not None else sys.stdout
+        #: Set before the summary: one more record (the summary) is printed,
+        #: nothing after it.
+        self.closed = False
+        self._finished = False
+
+    def emit(self, record: dict[str, object]) -> None:
+        if self._finished:
+            return
+        self._finished = self.closed
+        if self.json:
+            line = json.dumps(record, sort_keys=False)
+        else:
+            kind = record.get("type", "")
+            rest = " ".join(f"{k}={_show(v)}" for k, v in record.items() if k != "type")
+            line = f"{kind}: {rest}"
+        print(line, file=self.stream, flush=True)
+
+
+def _show(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "-"
+    return str(value)
+
+
+class Digest:
+    """Counts messages and octets and hashes their payloads in order."""
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.octets = 0
+        self._sha = hashlib.sha256()
+
+    def add(self, payload: bytes) -> None:
+        self.messages += 1
+        self.octets += len(payload)
+        self._sha.update(payload)
+
+    def summary(self, **extra: object) -> dict[str, object]:
+        return {
+            "type": "summary",
+            "messages": self.messages,
+            "octets": self.octets,
+            "sha256": self._sha.hexdigest(),
+            **extra,
+        }
+
+
+def message(index: int, size: int) -> bytes:
+    """The ``index``-th test message of ``size`` octets (deterministic)."""
+    block = hashlib.sha256(index.to_bytes(8, "big")).digest()
+    return (block * (size // len(block) + 1))[:size]

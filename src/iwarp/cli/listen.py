@@ -1,0 +1,147 @@
+"""``iwarp listen``: accept MPA connections (as Responder) and count what arrives.
+
+Serves many connections at once until ``--count`` messages (ULPDUs) have
+been received in total, or ``--connections`` connections have ended, then
+prints a summary and exits: 0 if no connection failed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from iwarp.asyncio.mpa import Accept, MpaRejectedError, MpaSocket, Reject, serve
+from iwarp.cli._mpa import (
+    Digest,
+    Output,
+    add_mpa_options,
+    config_from,
+    error_record,
+    frame_record,
+    params_record,
+)
+from iwarp.errors import IwarpError
+from iwarp.mpa.config import MpaConfig
+from iwarp.mpa.events import RequestReceived
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "listen",
+        help="accept MPA connections as Responder and count the messages received",
+        description="Listen for TCP connections, run MPA startup as Responder (RFC 5044 §7.1, "
+        "RFC 6581), print the negotiated parameters, and count and hash the messages "
+        "received until --count messages (or --connections connections) are done.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="TCP port (default 0: any free port)")
+    parser.add_argument(
+        "--count", type=int, default=0, help="exit after this many messages (default 0: never)"
+    )
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=0,
+        metavar="N",
+        help="exit after N connections ended, accepted or not (default 0: no limit)",
+    )
+    add_mpa_options(parser)
+    parser.set_defaults(func=run)
+
+
+def _peer(sock_or_addr: object) -> str:
+    if isinstance(sock_or_addr, tuple) and len(sock_or_addr) >= 2:
+        return f"{sock_or_addr[0]}:{sock_or_addr[1]}"
+    return str(sock_or_addr)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Output(args.json)
+    try:
+        config = config_from(args)
+    except ValueError as exc:
+        out.emit({"type": "error", "code": None, "message": f"bad options: {exc}"})
+        return 2
+    try:
+        return asyncio.run(_listen(args, config, out))
+    except OSError as exc:
+        out.emit({"type": "error", "code": None, "message": f"cannot listen: {exc}"})
+        return 1
+
+
+async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> int:
+    digest = Digest()
+    done = asyncio.Event()
+    state = {"ended": 0, "errors": 0, "accepted": 0, "active": 0}
+
+    def ended() -> None:
+        state["ended"] += 1
+        if args.connections and state["ended"] >= args.connections:
+            done.set()
+
+    def decide(request: RequestReceived) -> Accept | Reject:
+        out.emit({"type": "request", **frame_record(request.frame)})
+        if args.reject:
+            return Reject(args.private_data)
+        return Accept(args.private_data)
+
+    def on_failure(error: IwarpError, peer: object) -> None:
+        if isinstance(error, MpaRejectedError):
+            out.emit({"type": "rejected", "peer": _peer(peer), "reason": error.event.reason})
+        else:
+            state["errors"] += 1
+            out.emit({**error_record(error), "peer": _peer(peer)})
+        ended()
+
+    async def handler(sock: MpaSocket) -> None:
+        peer = _peer(sock.get_extra_info("peername"))
+        state["accepted"] += 1
+        state["active"] += 1
+        try:
+            await serve_one(sock, peer)
+        finally:
+            state["active"] -= 1
+
+    async def serve_one(sock: MpaSocket, peer: str) -> None:
+        out.emit({"type": "established", "peer": peer, **params_record(sock.params)})
+        received = Digest()
+        try:
+            async for payload in sock:
+                digest.add(payload)
+                received.add(payload)
+                if args.count and digest.messages >= args.count:
+                    done.set()
+        except IwarpError as exc:
+            state["errors"] += 1
+            out.emit({**error_record(exc), "peer": peer})
+        out.emit(
+            {
+                "type": "closed",
+                "peer": peer,
+                "messages": received.messages,
+                "octets": received.octets,
+            }
+        )
+        ended()
+
+    server = await serve(
+        handler, args.host, args.port, config=config, decide=decide, on_failure=on_failure
+    )
+    host, port = server.sockets[0].getsockname()[:2]
+    out.emit({"type": "listening", "host": host, "port": port})
+    try:
+        await done.wait()
+    finally:
+        server.close()
+    # Let connections that are closing report it; the summary comes last.
+    for _ in range(100):
+        if not state["active"]:
+            break
+        await asyncio.sleep(0.01)
+    out.closed = True
+    out.emit(
+        digest.summary(
+            connections=state["ended"], accepted=state["accepted"], errors=state["errors"]
+        )
+    )
+    return 1 if state["errors"] else 0
