@@ -181,13 +181,16 @@ class QueuePair(asyncio.Protocol):
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
         first_send_delay: float = 0.0,
+        shared_cq: bool = False,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self.pd = pd
         self.role = role
         self.config = config
+        #: Completions of posted Sends, RDMA Writes and Reads.
         self.send_cq = CompletionQueue()
-        self.recv_cq = CompletionQueue()
+        #: Completions of posted receives (the same queue with ``shared_cq``).
+        self.recv_cq = self.send_cq if shared_cq else CompletionQueue()
         self._private_data = private_data
         self._receive_buffers = receive_buffers
         self._receive_size = receive_size
@@ -292,7 +295,7 @@ class QueuePair(asyncio.Protocol):
             raise LocalProtocolError("no receive pool: pass receive_buffers to connect/serve")
         while not self._messages:
             if self.closed.done() or self.terminate is not None or self.error is not None:
-                raise ConnectionTerminatedError(self._why())
+                raise ConnectionTerminatedError(self.end_reason)
             self._reader = self._loop.create_future()
             try:
                 await self._reader
@@ -331,7 +334,9 @@ class QueuePair(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def _why(self) -> str:
+    @property
+    def end_reason(self) -> str:
+        """Why the connection ended (Terminate fields, error), for messages."""
         if self.terminate is not None:
             side = "received" if self.terminate_received else "sent"
             t = self.terminate
@@ -381,7 +386,7 @@ class QueuePair(asyncio.Protocol):
             self.established.exception()
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(ConnectionTerminatedError(self._why()))
+                future.set_exception(ConnectionTerminatedError(self.end_reason))
         self._pending.clear()
         if not self.closed.done():
             self.closed.set_result(None)
@@ -532,11 +537,13 @@ async def connect(
     receive_size: int = 1 << 16,
     setup: Setup | None = None,
     first_send_delay: float = 0.0,
+    shared_cq: bool = False,
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
     :param first_send_delay: seconds to hold our first FPDU after the Reply
         (0.5 against Linux siw, whose responder may miss an early FPDU).
+    :param shared_cq: one completion queue for send and receive work.
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8).
     :raises LocalProtocolError: the peer rejected the connection.
     """
@@ -552,6 +559,7 @@ async def connect(
             receive_size=receive_size,
             setup=setup,
             first_send_delay=first_send_delay,
+            shared_cq=shared_cq,
         ),
         host,
         port,
@@ -574,6 +582,7 @@ async def serve(
     receive_buffers: int = 0,
     receive_size: int = 1 << 16,
     setup: Setup | None = None,
+    shared_cq: bool = False,
 ) -> asyncio.Server:
     """Accept iWARP connections as MPA Responder; run ``handler`` for each.
 
@@ -602,6 +611,7 @@ async def serve(
             receive_buffers=receive_buffers,
             receive_size=receive_size,
             setup=setup,
+            shared_cq=shared_cq,
         )
         task = loop.create_task(run(qp))
         tasks.add(task)

@@ -27,6 +27,7 @@ from typing import Final, Protocol
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import (
     Completion,
+    CompletionStatus,
     ReadWR,
     RecvWR,
     SendWR,
@@ -130,6 +131,11 @@ class RpingServer:
     _phase: _Phase = _Phase.WAIT_READ_ADV
     _write_len: int = 0
 
+    @property
+    def finished(self) -> bool:
+        """The client disconnected (or an error ended the exchange)."""
+        return self._phase is _Phase.FINISHED
+
     def setup(self, qp: WorkPoster) -> None:
         """Register the buffers and post the receive (before accepting)."""
         self._bufs = _register(self.pd, self.size, False, self.regions)
@@ -140,6 +146,9 @@ class RpingServer:
         """React to one completion; returns ``-v``/``-d`` style lines."""
         bufs, qp = self._bufs, self._qp
         assert bufs is not None and qp is not None
+        if completion.status is CompletionStatus.FLUSHED:
+            self._phase = _Phase.FINISHED  # the client disconnected
+            return []
         if not completion.ok:
             self.error = f"{completion.opcode.value} completion {completion.status.value}"
             self._phase = _Phase.FINISHED
@@ -226,6 +235,10 @@ class RpingClient:
         """React to one completion; returns ``-v`` style lines."""
         bufs, qp = self._bufs, self._qp
         assert bufs is not None and bufs.start is not None and qp is not None
+        if completion.status is CompletionStatus.FLUSHED and not self.finished:
+            self.error = f"disconnected after {self.pings} pings"
+            self._phase = _Phase.FINISHED
+            return []
         if not completion.ok:
             self.error = f"{completion.opcode.value} completion {completion.status.value}"
             self._phase = _Phase.FINISHED

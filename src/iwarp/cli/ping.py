@@ -1,0 +1,200 @@
+"""``iwarp ping``: a drop-in for rdma-core's ``rping`` over our iWARP stack.
+
+Same flags as rping (``-s``/``-c``, ``-a``, ``-p``, ``-C``, ``-S``, ``-V``,
+``-v``, ``-d``) and the same conversation on the wire (see
+:mod:`iwarp.rdma.rping`), so it talks to real ``rping`` on Linux siw in
+both directions. Exit status 0 when every ping completed (and validated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from iwarp.asyncio.rdma import (
+    ConnectionTerminatedError,
+    ProtectionDomain,
+    QueuePair,
+    connect,
+    serve,
+)
+from iwarp.errors import IwarpError
+from iwarp.mpa.config import MpaConfig
+from iwarp.mpa.wire import RtrFlags
+from iwarp.rdma.rping import DEFAULT_SIZE, MIN_SIZE, RpingClient, RpingServer
+
+#: rping's default port.
+DEFAULT_PORT = 7174
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "ping",
+        help="rping-compatible RDMA ping-pong (Send, RDMA Read, RDMA Write)",
+        description="A drop-in for rdma-core's rping: the client advertises a buffer, the "
+        "server RDMA-Reads it and RDMA-Writes it back into the client's sink, once per ping. "
+        "Talks to real rping (e.g. on Linux siw).",
+    )
+    role = parser.add_mutually_exclusive_group(required=True)
+    role.add_argument("-s", dest="server", action="store_true", help="server")
+    role.add_argument("-c", dest="client", action="store_true", help="client")
+    parser.add_argument("-a", dest="address", default=None, help="address (server: bind)")
+    parser.add_argument("-p", dest="port", type=int, default=DEFAULT_PORT, help="port (7174)")
+    parser.add_argument("-C", dest="count", type=int, default=0, help="pings (0: forever)")
+    parser.add_argument(
+        "-S", dest="size", type=int, default=DEFAULT_SIZE, help=f"ping size ({DEFAULT_SIZE})"
+    )
+    parser.add_argument("-V", dest="validate", action="store_true", help="validate ping data")
+    parser.add_argument("-v", dest="verbose", action="store_true", help="print ping data")
+    parser.add_argument("-d", dest="debug", action="store_true", help="debug output")
+    parser.add_argument("--no-crc", action="store_true", help="do not ask for MPA CRC")
+    parser.add_argument("--markers", action="store_true", help="ask for MPA markers")
+    parser.add_argument(
+        "--rev", type=int, choices=(1, 2), default=2, help="MPA revision to send (2)"
+    )
+    parser.add_argument(
+        "--p2p",
+        choices=("write", "read", "send"),
+        default=None,
+        help="client: RFC 6581 peer-to-peer with this RTR type",
+    )
+    parser.add_argument(
+        "--delay",
+        type=float,
+        default=0.5,
+        help="client: seconds between the MPA Reply and our first message (0.5; "
+        "a siw responder may miss an earlier one)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="give up after this many seconds"
+    )
+    parser.set_defaults(func=run)
+
+
+_RTR = {"write": RtrFlags.WRITE, "read": RtrFlags.READ, "send": RtrFlags.SEND}
+
+
+def _config(args: argparse.Namespace) -> MpaConfig:
+    p2p = args.p2p is not None and args.client
+    return MpaConfig(
+        revision=args.rev,
+        crc=not args.no_crc,
+        markers=args.markers,
+        ird=16,
+        ord=16,
+        peer_to_peer=p2p,
+        rtr_types=_RTR[args.p2p] if p2p else RtrFlags.WRITE | RtrFlags.READ | RtrFlags.SEND,
+    )
+
+
+def _describe(qp: QueuePair) -> str:
+    p = qp.params
+    rtr = f", RTR {(p.rtr.name or str(int(p.rtr))).lower()}" if p.peer_to_peer and p.rtr else ""
+    return (
+        f"MPA Rev {p.revision}, CRC {'on' if p.crc else 'off'}, markers "
+        f"{'on' if p.markers_send else 'off'}/{'on' if p.markers_receive else 'off'}, "
+        f"IRD {p.ird}, ORD {p.ord}, MULPDU {p.mulpdu}{rtr}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.size < MIN_SIZE:
+        print(f"size {args.size} too small (minimum {MIN_SIZE})", file=sys.stderr)
+        return 2
+    try:
+        if args.timeout:
+            return asyncio.run(_with_timeout(args))
+        return asyncio.run(_client(args) if args.client else _server(args))
+    except (OSError, IwarpError) as exc:
+        print(f"iwarp ping: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _with_timeout(args: argparse.Namespace) -> int:
+    try:
+        return await asyncio.wait_for(_client(args) if args.client else _server(args), args.timeout)
+    except TimeoutError:
+        print(f"iwarp ping: timed out after {args.timeout} s", file=sys.stderr)
+        return 1
+
+
+async def _client(args: argparse.Namespace) -> int:
+    pd = ProtectionDomain()
+    client = RpingClient(pd, size=args.size, count=args.count, validate=args.validate)
+    qp = await connect(
+        args.address or "127.0.0.1",
+        args.port,
+        pd=pd,
+        config=_config(args),
+        setup=client.setup,
+        first_send_delay=args.delay,
+        shared_cq=True,
+    )
+    if args.debug:
+        print(f"connected: {_describe(qp)}")
+    client.start()
+    try:
+        while not client.finished and client.error is None:
+            completion = await qp.send_cq.wait()
+            if args.debug:
+                print(f"{completion.opcode.value} completion: {completion.status.value}")
+            for line in client.handle(completion):
+                if args.verbose and line.startswith("ping data"):
+                    print(line)
+    except ConnectionTerminatedError as exc:
+        client.error = client.error or str(exc)
+    await qp.close()
+    if client.error is not None:
+        print(client.error, file=sys.stderr)
+        return 1
+    if args.debug:
+        print(f"{client.pings} pings done; disconnected")
+    return 0
+
+
+async def _server(args: argparse.Namespace) -> int:
+    result: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    servers: dict[int, RpingServer] = {}
+
+    def setup(qp: QueuePair) -> None:
+        logic = RpingServer(qp.pd, size=max(args.size, MIN_SIZE))
+        servers[id(qp)] = logic
+        logic.setup(qp)
+
+    async def handler(qp: QueuePair) -> None:
+        logic = servers.pop(id(qp))
+        if args.debug:
+            print(f"accepted: {_describe(qp)}")
+        try:
+            while logic.error is None and not logic.finished:
+                completion = await qp.send_cq.wait()
+                if args.debug:
+                    print(f"{completion.opcode.value} completion: {completion.status.value}")
+                for line in logic.handle(completion):
+                    if (args.verbose and line.startswith("server ping data")) or args.debug:
+                        print(line)
+        except ConnectionTerminatedError:
+            pass
+        if qp.terminate is not None:
+            logic.error = logic.error or f"terminated: {qp.end_reason}"
+        if not result.done():
+            result.set_result(0 if logic.error is None else 1)
+        if logic.error is not None:
+            print(logic.error, file=sys.stderr)
+        elif args.debug:
+            print(f"{logic.pings} pings served; client disconnected")
+
+    server = await serve(
+        handler,
+        args.address or "0.0.0.0",
+        args.port,
+        config=_config(args),
+        setup=setup,
+        shared_cq=True,
+    )
+    if args.debug:
+        print(f"listening on port {server.sockets[0].getsockname()[1]}", flush=True)
+    async with server:
+        status = await result
+    return status
