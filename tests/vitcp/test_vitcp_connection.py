@@ -789,3 +789,23 @@ def test_connected_event_params() -> None:
     (connected,) = a.receive_data(b.data_to_send())
     assert isinstance(connected, Connected)
     assert connected.params.reliability is Reliability.DELIVERY
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.binary(max_size=400), use_crc=st.booleans(), split=st.integers(0, 400))
+def test_fuzz_establishment(data: bytes, use_crc: bool, split: int) -> None:
+    """Arbitrary octets to a passive end awaiting a ConnectRequest and to an
+    active end awaiting the accept: only events, never an exception."""
+    seg_type = [5, 6, 7, 8][split % 4]
+    for blob in (data, b"\x01" + bytes([seg_type]) + data[2:]):
+        passive = VitcpConnection(cfg(crc=use_crc), Role.PASSIVE)
+        passive.tcp_accepted(0.0)
+        active = VitcpConnection(cfg(crc=use_crc), Role.ACTIVE)
+        active.connect(0.0)
+        active.tcp_established(0.0)
+        active.data_to_send()
+        for endpoint in (passive, active):
+            endpoint.receive_data(blob[:split])
+            endpoint.receive_data(blob[split:])
+            endpoint.data_to_send()
+        assert state_of(passive) in (State.INCOMING, State.MATCHING, State.DISCONNECTED)

@@ -1193,5 +1193,17 @@ class VitcpConnection:
                     CompletionStatus.TRANSPORT_ERROR,
                 )
             )
+        elif rx is not None and rx.type is SegmentType.RDMA_WRITE and rx.rdma is not None:
+            # The data placed so far stays placed; the completion says it is bad.
+            self._events.append(
+                RdmaWriteReceived(
+                    rx.number,
+                    rx.rdma.address,
+                    rx.rdma.memory_handle,
+                    rx.rdma.length,
+                    rx.immediate,
+                    CompletionStatus.TRANSPORT_ERROR,
+                )
+            )
         assert error.message_number is not None
         self._report_and_close(error, error.message_number)
