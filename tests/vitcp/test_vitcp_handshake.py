@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -401,3 +401,78 @@ def test_config_validation() -> None:
         VitcpConfig(read_window=-1)
     with pytest.raises(ValueError, match="32 bits"):
         VitcpConfig(initial_message_number=1 << 32)
+
+
+def _reach(role: Role, target: State) -> VitcpConnection:
+    """An endpoint of ``role`` driven into ``target`` through the public API."""
+    config = VitcpConfig(discriminator=b"svc")
+    if role is Role.ACTIVE:
+        a = VitcpConnection(config, Role.ACTIVE)
+        if target is State.DISCONNECTED:
+            return a
+        a.connect(0.0, b"svc")
+        if target is State.CONNECTING:
+            return a
+        a.tcp_established(0.0)
+        if target is State.PENDING_ACCEPT:
+            return a
+        b = VitcpConnection(config, Role.PASSIVE)
+        b.tcp_accepted(0.0)
+        b.receive_data(a.data_to_send())
+        b.match()
+        b.accept()
+        a.receive_data(b.data_to_send())
+        return a
+    b = VitcpConnection(config, Role.PASSIVE)
+    if target is State.LISTENING:
+        return b
+    b.tcp_accepted(0.0)
+    if target is State.INCOMING:
+        return b
+    a = VitcpConnection(config, Role.ACTIVE)
+    a.connect(0.0, b"svc")
+    a.tcp_established(0.0)
+    b.receive_data(a.data_to_send())
+    if target is State.MATCHING:
+        return b
+    b.match()
+    if target is State.PENDING_ACCEPT:
+        return b
+    b.accept()
+    return b
+
+
+LOCAL_CALLS: dict[Input, Callable[[VitcpConnection], object]] = {
+    Input.CONNECT_REQUEST: lambda c: c.connect(0.0),
+    Input.ACCEPT: lambda c: c.accept(),
+    Input.REJECT: lambda c: c.reject(),
+    Input.DISCONNECT: lambda c: c.close(),
+    Input.MATCH: lambda c: c.match(),
+    Input.NO_MATCH: lambda c: c.no_match(),
+}
+REACHABLE = {
+    Role.ACTIVE: [State.DISCONNECTED, State.CONNECTING, State.PENDING_ACCEPT, State.CONNECTED],
+    Role.PASSIVE: [
+        State.LISTENING,
+        State.INCOMING,
+        State.MATCHING,
+        State.PENDING_ACCEPT,
+        State.CONNECTED,
+    ],
+}
+
+
+@pytest.mark.parametrize("role", list(Role))
+def test_endpoint_follows_its_table_for_every_local_input(role: Role) -> None:
+    table = ACTIVE_TRANSITIONS if role is Role.ACTIVE else PASSIVE_TRANSITIONS
+    for state in REACHABLE[role]:
+        for event, call in LOCAL_CALLS.items():
+            endpoint = _reach(role, state)
+            assert state_of(endpoint) is state
+            if (state, event) in table:
+                call(endpoint)
+                assert state_of(endpoint) is table[state, event]
+            else:
+                with pytest.raises(VitcpUsageError):
+                    call(endpoint)
+                assert state_of(endpoint) is state
