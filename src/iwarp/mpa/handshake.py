@@ -65,6 +65,7 @@ __all__ = [
     "check_request",
     "complete_initiator",
     "incompatible_reply",
+    "mermaid",
     "parse_frame",
     "private_data_limit",
     "transition",
@@ -631,3 +632,23 @@ def complete_initiator(
         local_private_data=request.ulp_private_data,
     )
     return InitiatorOutcome(MpaInput.REPLY_ACCEPT, params=params, negotiation_error=error)
+
+
+def mermaid(role: Role) -> str:
+    """The table of ``role`` drawn as a mermaid ``stateDiagram-v2``.
+
+    ``docs/mpa-connection.md`` holds this text; a test keeps them equal.
+    Self-loops and the shared close/fail edges are drawn too: the diagram
+    is the table, nothing more and nothing less.
+    """
+    table = transitions_for(role)
+    edges: dict[tuple[MpaState, MpaState], list[str]] = {}
+    for (state, event), nxt in table.items():
+        edges.setdefault((state, nxt), []).append(event.value)
+    lines = ["stateDiagram-v2", f"    [*] --> {MpaState.IDLE.name}"]
+    order = list(MpaState)
+    for (state, nxt), events in sorted(
+        edges.items(), key=lambda item: (order.index(item[0][0]), order.index(item[0][1]))
+    ):
+        lines.append(f"    {state.name} --> {nxt.name} : {', '.join(sorted(events))}")
+    return "\n".join(lines) + "\n"
