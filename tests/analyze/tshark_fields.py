@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from iwarp.analyze.records import FpduRecord
@@ -31,23 +32,54 @@ FIELDS = (
     "iwarp_rdma.srcstag",
     "iwarp_rdma.srcto",
     "iwarp_rdma.term_layer",
+    "iwarp_rdma.term_etype_rdma",
+    "iwarp_rdma.term_etype_ddp",
+    "iwarp_rdma.term_etype_llp",
+    "iwarp_rdma.term_errcode",
+    "iwarp_rdma.term_errcode_rdma",
+    "iwarp_rdma.term_errcode_ddp_tagged",
+    "iwarp_rdma.term_errcode_ddp_untagged",
     "iwarp_rdma.term_errcode_llp",
 )
 
 
 def tshark_fpdus(path: Path) -> list[dict[str, str]]:
-    """One dict per frame holding an FPDU: tshark's field values as shown."""
+    """One dict per FPDU tshark decoded, in capture order: its field values as shown.
+
+    Read from PDML, where each FPDU is an ``iwarp_mpa`` element followed by
+    its ``iwarp_ddp_rdmap`` element; repeated fields (markers) are joined
+    with commas.
+    """
     tshark = shutil.which("tshark")
     assert tshark is not None
-    cmd = [tshark, "-n", "-r", str(path), "-T", "fields", "-E", "separator=\t"]
-    cmd += ["-E", "occurrence=a", "-E", "aggregator=,"]
+    cmd = [tshark, "-n", "-r", str(path), "-T", "pdml"]
     cmd += ["-o", "tcp.try_heuristic_first:TRUE", "-o", "tcp.desegment_tcp_streams:TRUE"]
     cmd += ["--disable-heuristic", "rpcrdma_iwarp", "--disable-heuristic", "smb_direct_iwarp"]
-    cmd += ["-Y", "iwarp_mpa.ulpdulength"]
-    for name in FIELDS:
-        cmd += ["-e", name]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
-    return [dict(zip(FIELDS, line.split("\t"), strict=True)) for line in out.splitlines()]
+    fpdus: list[dict[str, str]] = []
+    for packet in ET.fromstring(out).iter("packet"):
+        current: dict[str, str] | None = None
+        for proto in packet.findall("proto"):
+            name = proto.get("name")
+            if name == "iwarp_mpa":
+                fields = _fields(proto)
+                current = None
+                if "iwarp_mpa.ulpdulength" in fields:
+                    current = dict.fromkeys(FIELDS, "") | fields
+                    fpdus.append(current)
+            elif name == "iwarp_ddp_rdmap" and current is not None:
+                current.update(_fields(proto))
+    return fpdus
+
+
+def _fields(proto: ET.Element) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for field in proto.iter("field"):
+        name = field.get("name", "")
+        if name in FIELDS:
+            show = field.get("show", "")
+            values[name] = f"{values[name]},{show}" if name in values else show
+    return values
 
 
 def number(text: str) -> int:
@@ -90,4 +122,8 @@ def agree(ours: FpduRecord, theirs: dict[str, str]) -> None:
     terminate = ulp.get("terminate")
     if isinstance(terminate, dict):
         assert number(theirs["iwarp_rdma.term_layer"]) == terminate["layer"]
-        assert number(theirs["iwarp_rdma.term_errcode_llp"]) == terminate["code"]
+        # tshark names the EType and code fields after the layer.
+        etypes = [v for k, v in theirs.items() if "term_etype_" in k and v]
+        codes = [v for k, v in theirs.items() if k.startswith("iwarp_rdma.term_errcode") and v]
+        assert [number(v) for v in etypes] == [terminate["etype"]]
+        assert [number(v) for v in codes] == [terminate["code"]]
