@@ -325,3 +325,27 @@ def test_fuzz_ce_options(options: bytes, tail: bytes) -> None:
 
 def test_option_type_values() -> None:
     assert [int(o) for o in OptionType] == [0, 1, 2]
+
+
+def test_complete_buffer_decides_the_last_segment() -> None:
+    wire = joined(encode_segment(SegmentHeader(SegmentType.SEND), payload=b"end"))
+    assert decode_segment(wire) is None  # a trailer may still come
+    seg = decode_segment(wire, complete=True)
+    assert seg is not None and seg.trailer is None and bytes(seg.payload) == b"end"
+    with_crc = joined(encode_segment(SegmentHeader(SegmentType.SEND), payload=b"end", trailer=True))
+    seg = decode_segment(with_crc, complete=True)
+    assert seg is not None and seg.crc_ok
+
+
+def test_guessing_both_readings_on_data_segments() -> None:
+    inside = joined(
+        encode_segment(
+            SegmentHeader(SegmentType.SEND),
+            payload=b"abc",
+            trailer=True,
+            length_includes_trailer=True,
+        )
+    )
+    seg = decode_segment(inside, length_includes_trailer=None)
+    assert seg is not None and seg.length_includes_trailer and seg.crc_ok
+    assert bytes(seg.payload) == b"abc" and seg.size == len(inside)

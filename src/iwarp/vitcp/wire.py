@@ -433,15 +433,18 @@ def decode_segment(
     *,
     trailer: bool | None = None,
     length_includes_trailer: bool | None = False,
+    complete: bool = False,
 ) -> DecodedSegment | None:
     """Decode the segment at ``buf[offset:]``; None if more octets are needed.
 
     ``trailer``: whether the segment ends with a CRC (known from the CE
     segments); None decides per segment as §3.5/§3.6 allow: CE segments iff
     they carry the CRC option, ConnectReject/NoMatch by their length (or a
-    valid CRC following them), other segments iff a valid CRC follows.
-    ``length_includes_trailer``: the reading of Segment Length; None detects
-    it from the CRC. Raises :class:`~iwarp.vitcp.errors.MalformedSegmentError`
+    valid CRC following them), other segments iff a valid CRC ends or follows
+    them. ``length_includes_trailer``: the reading of Segment Length; None
+    detects it from the CRC. ``complete``: ``buf`` holds all there will ever
+    be (a capture), so a segment that ends the data has no trailer rather than
+    one still to come. Raises :class:`~iwarp.vitcp.errors.MalformedSegmentError`
     only; a wrong CRC is reported in the result, not raised.
     """
     view = memoryview(buf).cast("B") if not isinstance(buf, bytes) else memoryview(buf)
@@ -493,9 +496,19 @@ def decode_segment(
                     view, offset, header, None, end - 4, trailer_at=end - 4, includes=True
                 )
         if trailer is None:
-            if available < length + TRAILER_SIZE:
+            if (
+                length_includes_trailer is not False
+                and length - TRAILER_SIZE >= minimum_length(seg_type)
+                and _check(view, offset, end - 4, end - 4) is not None
+            ):
+                return _finish(
+                    view, offset, header, None, end - 4, trailer_at=end - 4, includes=True
+                )
+            if available < length + TRAILER_SIZE and not complete:
                 return None
-            has_trailer = _check(view, offset, end, end) is not None
+            has_trailer = (
+                available >= length + TRAILER_SIZE and _check(view, offset, end, end) is not None
+            )
         else:
             has_trailer = trailer
         if has_trailer and length_includes_trailer:
