@@ -516,3 +516,15 @@ class TestRtr:
         assert rep.reject and rep.ulp_private_data == b"no" and rep.enhanced is not None
         out = complete_initiator(CFG, req, rep, emss=EMSS)
         assert out.input is MpaInput.REPLY_REJECT and out.params is None
+
+
+def test_docs_draw_the_tables() -> None:
+    """docs/mpa-connection.md shows exactly the transition tables."""
+    from pathlib import Path
+
+    from iwarp.mpa.config import Role
+    from iwarp.mpa.handshake import mermaid
+
+    doc = (Path(__file__).parents[2] / "docs" / "mpa-connection.md").read_text()
+    for role in Role:
+        assert "```mermaid\n" + mermaid(role) + "```" in doc, role
