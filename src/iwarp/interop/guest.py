@@ -362,6 +362,10 @@ class GuestBuilder:
     def build_siw(self, src: Path, kver: str, variant: SiwVariant) -> tuple[Path, str]:
         """Compile siw.ko with the variant's knobs; returns the module and the knob lines."""
         build = self.root / "build" / kver / variant.name
+        stamp = build / "iwarp-build.json"
+        key = json.dumps({"source": str(src), "variant": asdict(variant)}, sort_keys=True)
+        if (build / "siw.ko").exists() and stamp.exists() and stamp.read_text() == key:
+            return build / "siw.ko", (build / "iwarp-knobs.txt").read_text()
         shutil.rmtree(build, ignore_errors=True)
         shutil.copytree(src, build)
         knobs: list[str] = []
@@ -379,6 +383,8 @@ class GuestBuilder:
             ["make", "-s", "-C", f"/usr/src/linux-headers-{kver}", f"M={build}",
              "CONFIG_RDMA_SIW=m", "modules"]
         )  # fmt: skip
+        (build / "iwarp-knobs.txt").write_text("\n".join(knobs) + "\n")
+        stamp.write_text(key)
         return build / "siw.ko", "\n".join(knobs) + "\n"
 
     def make_rootfs(

@@ -97,12 +97,19 @@ class Job:
         out = self.guest.jobs / f"{self.id}.out"
         return out.read_text(errors="replace") if out.exists() else ""
 
-    def wait(self, timeout: float) -> JobResult:
-        """Wait for the job; on timeout the result has ``rc=None`` (the job keeps running)."""
+    def kill(self) -> None:
+        """Stop the job and everything it started (its own session in the guest)."""
+        if not self.done():
+            self.guest.run(f"kill -KILL -$(cat /run/jobs/{self.id}.pid)", timeout=10)
+
+    def wait(self, timeout: float, *, kill: bool = False) -> JobResult:
+        """Wait for the job; on timeout ``rc`` is None and, with ``kill``, the job is stopped."""
         deadline = time.monotonic() + timeout
         while not self.done():
             self.guest.check_alive()
             if time.monotonic() > deadline:
+                if kill:
+                    self.kill()
                 return JobResult(None, self.output(), time.monotonic() - self.started)
             time.sleep(0.05)
         text = self._rc_file.read_text().strip()

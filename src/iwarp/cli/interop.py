@@ -1,0 +1,186 @@
+"""``iwarp interop``: run iwarp against Linux soft-iWARP (siw) in a qemu guest.
+
+iwarp interop build [--force]           build the guest (Debian packages, cached)
+iwarp interop siw [--case PATTERN] ...  run the interop suite, print the report
+iwarp interop list                      list the cases
+iwarp interop guest [--variant V] [CMD] boot the guest, run CMD (or print its info)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from iwarp.interop.guest import VARIANTS, GuestBuilder, GuestBuildError, GuestImage, cache_root
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "interop",
+        help="run iwarp against Linux siw and rdma-core tools in a qemu guest",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    inner = parser.add_subparsers(dest="interop_command", metavar="ACTION", required=True)
+
+    build = inner.add_parser("build", help="build (or reuse) the siw guest")
+    build.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    build.set_defaults(func=run_build)
+
+    siw = inner.add_parser("siw", help="run the interop suite against siw")
+    siw.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="only cases whose name matches (glob, or substring); repeatable",
+    )
+    siw.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        choices=sorted(VARIANTS),
+        help="only cases on this siw build; repeatable",
+    )
+    siw.add_argument("--json", action="store_true", help="print the report as JSON")
+    siw.add_argument("--report", type=Path, metavar="FILE", help="also write the report here")
+    siw.add_argument("--build", action="store_true", help="build the guest first if needed")
+    siw.add_argument(
+        "--workdir", type=Path, help="captures and logs (default: a new folder in the cache)"
+    )
+    siw.add_argument("--siw-debug", action="store_true", help="siw dynamic debug into dmesg")
+    siw.set_defaults(func=run_suite)
+
+    lister = inner.add_parser("list", help="list the cases")
+    lister.add_argument("--case", action="append", default=[], metavar="PATTERN")
+    lister.add_argument("--variant", action="append", default=[], choices=sorted(VARIANTS))
+    lister.set_defaults(func=run_list)
+
+    guest = inner.add_parser("guest", help="boot the guest and run a shell command in it")
+    guest.add_argument("--variant", default="default", choices=sorted(VARIANTS))
+    guest.add_argument("--timeout", type=float, default=120.0)
+    guest.add_argument("script", nargs=argparse.REMAINDER, help="command (default: guest info)")
+    guest.set_defaults(func=run_guest)
+
+
+def _log(text: str) -> None:
+    print(f"[interop] {text}", file=sys.stderr, flush=True)
+
+
+def _image(build: bool) -> GuestImage | None:
+    image = GuestImage.load()
+    if image is None and build:
+        image = GuestBuilder(log=_log).build()
+    return image
+
+
+def run_build(args: argparse.Namespace) -> int:
+    try:
+        GuestBuilder(log=_log).build(force=args.force)
+    except GuestBuildError as exc:
+        _log(f"cannot build the guest: {exc}")
+        return 2
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from iwarp.interop.cases import all_cases
+    from iwarp.interop.suite import select
+
+    for case in select(all_cases(), args.case, args.variant):
+        print(f"{case.name:40} {case.variant:9} {case.direction}  {case.options}")
+    return 0
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    from iwarp.interop.cases import all_cases
+    from iwarp.interop.report import Report
+    from iwarp.interop.suite import Outcome, Runner, Status, order_for_boot, select
+
+    cases = select(all_cases(), args.case, args.variant)
+    if not cases:
+        _log("no case matches")
+        return 2
+    t0 = time.monotonic()
+    try:
+        image = _image(args.build)
+    except GuestBuildError as exc:
+        image = None
+        _log(f"cannot build the guest: {exc}")
+    if image is None:
+        reason = "the siw guest is not built (run: iwarp interop build)"
+        report = Report([Outcome(c, Status.NOT_RUN, reason) for c in cases])
+        return _finish(report, args, guest_missing=True)
+    workdir = args.workdir or cache_root() / "runs" / time.strftime("suite-%Y%m%d-%H%M%S")
+    workdir.mkdir(parents=True, exist_ok=True)
+    runner = Runner(image, workdir, log=_log, siw_debug=args.siw_debug)
+    outcomes: list[Outcome] = []
+    by_name = {}
+    try:
+        for case in order_for_boot(cases):
+            outcome = runner.run_case(case)
+            by_name[case.name] = outcome
+            mark = (
+                f"{outcome.status}".upper() if outcome.status is not Status.NOT_RUN else "not run"
+            )
+            time_text = f" {outcome.seconds:.1f}s" if outcome.status is not Status.NOT_RUN else ""
+            _log(f"{mark:7} {case.name}{time_text}: {outcome.reason}")
+    finally:
+        runner.close()
+    outcomes = [by_name[c.name] for c in cases if c.name in by_name]
+    report = Report(
+        outcomes,
+        boots=runner.boots,
+        total_seconds=time.monotonic() - t0,
+        guest={
+            "kernel": image.kver,
+            "workdir": str(workdir),
+            "rping_sizes": [runner.facts.rping_min_size, runner.facts.rping_max_size],
+            "packages": {
+                k: v
+                for k, v in image.packages.items()
+                if k in ("rdma-core", "rdmacm-utils", "perftest", "ibverbs-providers")
+            },
+        },
+    )
+    return _finish(report, args)
+
+
+def _finish(report: Any, args: argparse.Namespace, *, guest_missing: bool = False) -> int:
+    text = report.to_json() if args.json else report.to_text()
+    sys.stdout.write(text)
+    if args.report:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        as_json = args.report.suffix == ".json"
+        args.report.write_text(report.to_json() if as_json else report.to_text())
+    if guest_missing:
+        return 3
+    return 1 if report.failed else 0
+
+
+def run_guest(args: argparse.Namespace) -> int:
+    from iwarp.interop.vm import Guest, GuestError
+
+    image = GuestImage.load()
+    if image is None:
+        _log("the siw guest is not built (run: iwarp interop build)")
+        return 3
+    script = " ".join(args.script[1:] if args.script[:1] == ["--"] else args.script)
+    try:
+        with Guest(image, variant=args.variant) as guest:
+            _log(f"guest ready in {guest.boot_seconds:.1f} s (siw {args.variant})")
+            if not script:
+                sys.stdout.write(guest.info())
+                return 0
+            result = guest.run(script, timeout=args.timeout)
+            sys.stdout.write(result.output)
+            if result.rc is None:
+                _log(f"command did not finish in {args.timeout:.0f} s")
+                return 124
+            return result.rc
+    except GuestError as exc:
+        _log(str(exc))
+        return 2

@@ -1,0 +1,433 @@
+"""The catalogue of interop cases against siw (see docs/interop.md for what each proves).
+
+Templates are filled per case by the runner: ``{host}`` is the address a guest
+program uses to reach iwarp (10.0.2.100), ``{serve_port}`` the port iwarp
+serves on, ``{host_port}``/``{guest_port}`` the two ends of a host-to-guest
+forward, ``{min_size}``/``{max_size}`` rping's accepted buffer sizes as the
+guest's rping states them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from iwarp.interop.host import Need
+from iwarp.interop.suite import (
+    Case,
+    Direction,
+    Judge,
+    Run,
+    all_of,
+    both_succeed,
+    mpa_established,
+    refused,
+)
+
+D = Direction
+
+_LISTEN: Final = ("listen", "--host", "127.0.0.1", "--port", "{serve_port}", "--json")
+_CONNECT: Final = ("connect", "127.0.0.1", "{host_port}", "--json")
+_NEED_LISTEN: Final = Need("listen", ("--host", "--port", "--count", "--json"))
+_NEED_CONNECT: Final = Need("connect", ("--count", "--size", "--json"))
+
+#: rping as siw's MPA Initiator (client) or Responder (server), one exchange.
+_RPING_CLIENT_1: Final = "rping -c -a {host} -p {serve_port} -C 1 -S 64"
+_RPING_SERVER_1: Final = "rping -s -a 0.0.0.0 -p {guest_port} -C 1 -S 64"
+
+
+def guest_refused(run: Run) -> tuple[bool, str]:
+    """The guest program fails cleanly (exits non-zero, no hang): siw or iwarp refused it."""
+    if run.guest is None:
+        return False, "the guest program did not run"
+    if run.guest.rc is None:
+        return False, "the guest program hung"
+    if run.guest.rc == 0:
+        return False, "the guest program succeeded, expected a refusal"
+    last = run.guest.output.strip().splitlines()[-1:] or ["(no output)"]
+    return True, f"refused, guest exit {run.guest.rc}: {last[0].strip()}"
+
+
+def guest_succeeds(run: Run) -> tuple[bool, str]:
+    if run.guest is None or run.guest.rc != 0:
+        rc = None if run.guest is None else run.guest.rc
+        tail = run.guest.output.strip().splitlines()[-2:] if run.guest else []
+        return False, f"guest program exit {rc}: {' | '.join(tail)}"
+    return True, "guest program exit 0"
+
+
+def _mpa_cases() -> list[Case]:
+    """MPA connection setup: siw's own frames against iwarp listen/connect."""
+    est: Judge
+    cases: list[Case] = []
+    for crc in (True, False):
+        flag = () if crc else ("--no-crc",)
+        est = mpa_established(rev=2, crc=True) if crc else mpa_established(rev=2, crc=False)
+        cases.append(
+            Case(
+                f"mpa/siw-request/listen-{'crc' if crc else 'nocrc'}",
+                "rping",
+                D.SIW_TO_IWARP,
+                f"siw Rev 2 Request (C=0) to iwarp listen {'offering CRC' if crc else '--no-crc'}",
+                est,
+                guest_cmd=_RPING_CLIENT_1,
+                iwarp_args=(*_LISTEN, "--count", "1", *flag),
+                needs=(Need(_NEED_LISTEN.command, _NEED_LISTEN.options + flag),),
+                timeout=30,
+            )
+        )
+        cases.append(
+            Case(
+                f"mpa/connect/rev2-{'crc' if crc else 'nocrc'}",
+                "rping",
+                D.IWARP_TO_SIW,
+                f"iwarp connect Rev 2 {'C=1' if crc else 'C=0'} to siw rping -s",
+                est,
+                guest_cmd=_RPING_SERVER_1,
+                iwarp_args=(*_CONNECT, "--count", "1", "--size", "16", *flag),
+                needs=(Need(_NEED_CONNECT.command, _NEED_CONNECT.options + flag),),
+                timeout=30,
+            )
+        )
+    for rev in (1, 0):
+        cases.append(
+            Case(
+                f"mpa/connect/rev{rev}",
+                "rping",
+                D.IWARP_TO_SIW,
+                f"iwarp connect --mpa-rev {rev}: siw echoes the Request's Rev",
+                mpa_established(rev=rev),
+                guest_cmd=_RPING_SERVER_1,
+                iwarp_args=(*_CONNECT, "--count", "1", "--size", "16", "--mpa-rev", str(rev)),
+                needs=(Need("connect", (*_NEED_CONNECT.options, "--mpa-rev")),),
+                timeout=30,
+            )
+        )
+    cases += [
+        Case(
+            "mpa/connect/markers-refused",
+            "rping",
+            D.IWARP_TO_SIW,
+            "iwarp connect --markers (M=1): siw answers R=1, iwarp exits with a clear error",
+            refused(iwarp_words=("reject",)),
+            guest_cmd=_RPING_SERVER_1,
+            iwarp_args=(*_CONNECT, "--count", "1", "--size", "16", "--markers"),
+            needs=(Need("connect", (*_NEED_CONNECT.options, "--markers")),),
+            timeout=30,
+        ),
+        Case(
+            "mpa/listen/markers-refused",
+            "rping",
+            D.SIW_TO_IWARP,
+            "iwarp listen --markers: siw refuses a Reply with M=1 (rping fails, no hang)",
+            guest_refused,
+            serves=True,
+            guest_cmd=_RPING_CLIENT_1,
+            iwarp_args=(*_LISTEN, "--count", "1", "--markers"),
+            needs=(Need("listen", (*_NEED_LISTEN.options, "--markers")),),
+            timeout=30,
+        ),
+        Case(
+            "mpa/listen/crc-required",
+            "rping",
+            D.SIW_TO_IWARP,
+            "iwarp listen --crc-required vs siw's C=0 Request: iwarp rejects, rping fails",
+            guest_refused,
+            serves=True,
+            guest_cmd=_RPING_CLIENT_1,
+            iwarp_args=(*_LISTEN, "--count", "1", "--crc-required"),
+            needs=(Need("listen", (*_NEED_LISTEN.options, "--crc-required")),),
+            timeout=30,
+        ),
+        Case(
+            "mpa/siw-crc/listen-nocrc",
+            "rping",
+            D.SIW_TO_IWARP,
+            "siw CRC-required build (C=1) to iwarp listen --no-crc: CRC used both ways",
+            mpa_established(rev=2, crc=True),
+            variant="crc",
+            guest_cmd=_RPING_CLIENT_1,
+            iwarp_args=(*_LISTEN, "--count", "1", "--no-crc"),
+            needs=(Need("listen", (*_NEED_LISTEN.options, "--no-crc")),),
+            timeout=30,
+        ),
+        Case(
+            "mpa/siw-crc/connect-nocrc",
+            "rping",
+            D.IWARP_TO_SIW,
+            # siw's mpa_crc_required governs only its own Request: as Responder it
+            # answers a C=0 Request with C=0 (seen on the wire, siw 6.1).
+            "iwarp connect --no-crc to the siw CRC-required build: C=0 both ways",
+            mpa_established(rev=2, crc=False),
+            variant="crc",
+            guest_cmd=_RPING_SERVER_1,
+            iwarp_args=(*_CONNECT, "--count", "1", "--size", "16", "--no-crc"),
+            needs=(Need("connect", (*_NEED_CONNECT.options, "--no-crc")),),
+            timeout=30,
+        ),
+        Case(
+            "mpa/siw-v1/listen",
+            "rping",
+            D.SIW_TO_IWARP,
+            "siw Rev 1 build's Request (no RFC 6581 data) to iwarp listen",
+            mpa_established(rev=1),
+            variant="v1",
+            guest_cmd=_RPING_CLIENT_1,
+            iwarp_args=(*_LISTEN, "--count", "1"),
+            needs=(_NEED_LISTEN,),
+            timeout=30,
+        ),
+    ]
+    # RFC 6581 §9.2: siw as peer-to-peer Initiator; iwarp (responder) echoes A and picks one RTR.
+    for variant, rtr in (("p2p", "write"), ("p2p-write", "write"), ("p2p-read", "read")):
+        cases.append(
+            Case(
+                f"p2p/siw-{variant}/listen",
+                "rping",
+                D.SIW_TO_IWARP,
+                f"siw {variant} build offers RTR {VARIANT_RTRS[variant]}; iwarp picks {rtr}",
+                mpa_established(rev=2, peer_to_peer=True, rtr=rtr),
+                variant=variant,
+                guest_cmd=_RPING_CLIENT_1,
+                iwarp_args=(*_LISTEN, "--count", "1"),
+                needs=(_NEED_LISTEN,),
+                timeout=30,
+            )
+        )
+    return cases
+
+
+VARIANT_RTRS: Final = {"p2p": "Write+Read", "p2p-write": "Write", "p2p-read": "Read"}
+
+#: RFC 6581 with siw as Responder: what siw chooses for each RTR type iwarp offers.
+#: siw prefers Write, then Read; it never accepts a Send RTR (B), so an offer of
+#: only Send gets a Reply choosing Write that the Initiator must refuse (TERM 7).
+P2P_RESPONDER: Final = {"write": "write", "read": "read", "send": None}
+
+
+def _p2p_initiator_cases() -> list[Case]:
+    cases = []
+    for offer, chosen in P2P_RESPONDER.items():
+        judge: Judge
+        if chosen is None:
+            judge = refused(iwarp_words=("rtr",))
+            expect = "siw has no Send RTR: iwarp refuses siw's choice (no matching RTR)"
+        else:
+            judge = mpa_established(rev=2, peer_to_peer=True, rtr=chosen)
+            expect = f"siw chooses {chosen}"
+        cases.append(
+            Case(
+                f"p2p/connect-rtr-{offer}",
+                "rping",
+                D.IWARP_TO_SIW,
+                f"iwarp connect --p2p --rtr {offer}: {expect}",
+                judge,
+                guest_cmd=_RPING_SERVER_1,
+                iwarp_args=(*_CONNECT, "--count", "1", "--size", "16", "--p2p", "--rtr", offer),
+                needs=(Need("connect", (*_NEED_CONNECT.options, "--p2p", "--rtr")),),
+                timeout=30,
+            )
+        )
+    return cases
+
+
+def _rping_cases() -> list[Case]:
+    """rping both ways against iwarp ping: counts 1 and 100, smallest to largest buffer."""
+    cases = []
+    shapes = (
+        ("1", "{min_size}"),
+        ("1", "{max_size}"),
+        ("100", "{min_size}"),
+        ("100", "{max_size}"),
+    )
+    for count, size in shapes:
+        for crc in (False, True):
+            crc_flag = ("--crc",) if crc else ("--no-crc",)
+            label = f"c{count}-{'min' if 'min' in size else 'max'}-{'crc' if crc else 'nocrc'}"
+            common = ("-C", count, "-S", size, "-V", *crc_flag)
+            cases.append(
+                Case(
+                    f"rping/iwarp-client/{label}",
+                    "rping",
+                    D.IWARP_TO_SIW,
+                    f"rping -s -V -C {count} -S {size} | iwarp ping -c {' '.join(crc_flag)}",
+                    both_succeed,
+                    guest_cmd=f"rping -s -a 0.0.0.0 -p {{guest_port}} -C {count} -S {size} -V",
+                    iwarp_args=("ping", "-c", "-a", "127.0.0.1", "-p", "{host_port}", *common),
+                    needs=(Need("ping", ("-c", "-a", "-p", "-C", "-S", "-V", *crc_flag)),),
+                    timeout=120,
+                )
+            )
+            cases.append(
+                Case(
+                    f"rping/iwarp-server/{label}",
+                    "rping",
+                    D.SIW_TO_IWARP,
+                    f"rping -c -V -C {count} -S {size} | iwarp ping -s {' '.join(crc_flag)}",
+                    both_succeed,
+                    guest_cmd=f"rping -c -a {{host}} -p {{serve_port}} -C {count} -S {size} -V",
+                    iwarp_args=("ping", "-s", "-a", "127.0.0.1", "-p", "{serve_port}", *common),
+                    needs=(Need("ping", ("-s", "-a", "-p", "-C", "-S", "-V", *crc_flag)),),
+                    timeout=120,
+                )
+            )
+    cases.append(
+        Case(
+            "rping/iwarp-client/markers-refused",
+            "rping",
+            D.IWARP_TO_SIW,
+            "iwarp ping -c --markers to rping -s: siw refuses M=1, iwarp exits with an error",
+            refused(iwarp_words=("reject",)),
+            guest_cmd="rping -s -a 0.0.0.0 -p {guest_port} -C 1 -S 64 -V",
+            iwarp_args=(
+                "ping",
+                "-c",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                "{host_port}",
+                "-C",
+                "1",
+                "--markers",
+            ),
+            needs=(Need("ping", ("-c", "-a", "-p", "-C", "--markers")),),
+            timeout=30,
+        )
+    )
+    return cases
+
+
+def _rdmacm_cases() -> list[Case]:
+    """ucmatose, rdma_server/rdma_client and perftest: siw↔siw controls, then against iwarp."""
+    cases = [
+        Case(
+            "control/rping",
+            "rping",
+            D.SIW_TO_SIW,
+            "rping -s / rping -c -V -C 10 -S 1024, both on siw0 in the guest",
+            all_of(both_succeed),
+            guest_server="rping -s -a {guest_ip} -p {guest_port} -C 10 -S 1024 -V",
+            guest_cmd="rping -c -a {guest_ip} -p {guest_port} -C 10 -S 1024 -V",
+        ),
+        Case(
+            "control/ucmatose-c36",
+            "ucmatose",
+            D.SIW_TO_SIW,
+            # Both ends in one guest: from -c 37 on, siw refuses a CQ (ENOMEM).
+            "ucmatose -c 36 (10 Sends of 100 octets each way per connection)",
+            both_succeed,
+            guest_server="ucmatose -b {guest_ip} -p {guest_port} -c 36",
+            guest_cmd="ucmatose -s {guest_ip} -p {guest_port} -c 36",
+            timeout=120,
+        ),
+        Case(
+            "control/rdma_server",
+            "rdma_server/rdma_client",
+            D.SIW_TO_SIW,
+            "rdma_client sends 16 octets, rdma_server sends them back",
+            both_succeed,
+            guest_server="rdma_server -s {guest_ip} -p {guest_port}",
+            guest_cmd="rdma_client -s {guest_ip} -p {guest_port}",
+        ),
+    ]
+    for test in ("send_bw", "write_bw", "read_bw", "send_lat", "write_lat", "read_lat"):
+        opts = "-R -d siw0 -F -n 50 -s 4096 -p {guest_port}"
+        cases.append(
+            Case(
+                f"control/ib_{test}",
+                f"ib_{test}",
+                D.SIW_TO_SIW,
+                f"ib_{test} {opts.replace('{guest_port}', 'P')}",
+                both_succeed,
+                guest_server=f"ib_{test} {opts}",
+                guest_cmd=f"sleep 1; ib_{test} {opts} {{guest_ip}}",
+                timeout=90,
+            )
+        )
+    cases += [
+        Case(
+            "ucmatose/siw-client/c50-nodata",
+            "ucmatose",
+            D.SIW_TO_IWARP,
+            "ucmatose -c 50 -C 0: 50 connections at once to iwarp listen, no data",
+            guest_succeeds,
+            guest_cmd="ucmatose -s {host} -p {serve_port} -c 50 -C 0",
+            iwarp_args=(*_LISTEN,),
+            needs=(Need("listen", ("--host", "--port", "--json")),),
+            timeout=120,
+            serves=True,
+        ),
+        Case(
+            "ucmatose/siw-client/c50-data",
+            "ucmatose",
+            D.SIW_TO_IWARP,
+            "ucmatose -c 50: each connection sends and expects back 10 Sends",
+            guest_succeeds,
+            guest_cmd="ucmatose -s {host} -p {serve_port} -c 50",
+            iwarp_args=(*_LISTEN, "--echo"),
+            needs=(Need("listen", ("--host", "--port", "--json", "--echo")),),
+            timeout=120,
+        ),
+        Case(
+            "ucmatose/siw-server/c50",
+            "ucmatose",
+            D.IWARP_TO_SIW,
+            "ucmatose server -c 50 against 50 concurrent iwarp connections",
+            both_succeed,
+            guest_cmd="ucmatose -b 0.0.0.0 -p {guest_port} -c 50",
+            iwarp_args=(
+                *_CONNECT,
+                "--connections",
+                "50",
+                "--count",
+                "10",
+                "--size",
+                "100",
+                "--echo",
+            ),
+            needs=(Need("connect", ("--json", "--count", "--size", "--connections", "--echo")),),
+            timeout=120,
+        ),
+        Case(
+            "rdma_server/iwarp-client",
+            "rdma_server",
+            D.IWARP_TO_SIW,
+            "iwarp connect --op send, 16 octets: rdma_server receives and answers",
+            guest_succeeds,
+            guest_cmd="rdma_server -s 0.0.0.0 -p {guest_port}",
+            iwarp_args=(*_CONNECT, "--op", "send", "--count", "1", "--size", "16"),
+            needs=(Need("connect", ("--json", "--count", "--size", "--op")),),
+            timeout=30,
+        ),
+        Case(
+            "rdma_client/iwarp-server",
+            "rdma_client",
+            D.SIW_TO_IWARP,
+            "rdma_client sends 16 octets and waits for them back from iwarp listen --echo",
+            guest_succeeds,
+            guest_cmd="rdma_client -s {host} -p {serve_port}",
+            iwarp_args=(*_LISTEN, "--echo"),
+            needs=(Need("listen", ("--host", "--port", "--json", "--echo")),),
+            timeout=30,
+        ),
+    ]
+    perftest_reason = (
+        "iwarp has no perftest peer: perftest -R swaps its own parameter message "
+        "(QP number, PSN, rkey, buffer address) in a Send before the test"
+    )
+    for test in ("send_bw", "write_bw", "read_bw", "send_lat", "write_lat", "read_lat"):
+        cases.append(
+            Case(
+                f"perftest/ib_{test}",
+                f"ib_{test}",
+                D.SIW_TO_IWARP,
+                f"ib_{test} -R against iwarp, siw as client and as server",
+                both_succeed,
+                blocked=perftest_reason,
+            )
+        )
+    return cases
+
+
+def all_cases() -> list[Case]:
+    """Every case, in report order."""
+    return [*_mpa_cases(), *_p2p_initiator_cases(), *_rping_cases(), *_rdmacm_cases()]

@@ -1,0 +1,441 @@
+"""The interop cases against siw, and the runner that plays them in as few boots as possible.
+
+A case names the tool on the siw side, the direction (who is the MPA
+Initiator), the options, the siw build (variant) and what it needs from
+iwarp. The runner boots the guest once, switches siw builds in place
+(``siw-use``) between groups of cases, captures each case's traffic on the
+host loopback and has tshark check it. A case whose iwarp side is missing is
+reported ``not run`` with the exact reason, never passed.
+
+Directions:
+
+* ``siw→iwarp``: a program in the guest is the client (siw sends the MPA
+  Request); iwarp serves on ``127.0.0.1:P``, reached from the guest as
+  ``10.0.2.100:P``.
+* ``iwarp→siw``: the guest program serves; iwarp connects to the host end of a
+  forward (``127.0.0.1:H`` -> guest port).
+* ``siw↔siw``: both ends in the guest on siw0 (a control: does the tool itself
+  run on siw here?). No iwarp, so nothing to capture on the host.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+from iwarp.interop.capture import Capture, CaptureError, Verdict, check_capture
+from iwarp.interop.guest import VARIANTS, GuestImage
+from iwarp.interop.host import IwarpProcess, Need, ProcResult, cli_commands, missing, port_listening
+from iwarp.interop.vm import GUEST_IP, HOST_ALIAS, Guest, GuestError, JobResult
+
+
+class Status(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_RUN = "not run"
+
+
+class Direction(StrEnum):
+    SIW_TO_IWARP = "siw→iwarp"
+    IWARP_TO_SIW = "iwarp→siw"
+    SIW_TO_SIW = "siw↔siw"
+
+
+@dataclass(slots=True)
+class Run:
+    """What one case produced, for its judge."""
+
+    guest: JobResult | None = None
+    guest_server: JobResult | None = None
+    iwarp: ProcResult | None = None
+    verdict: Verdict | None = None
+
+
+#: A judge reads a run and returns (passed, reason).
+Judge = Callable[[Run], tuple[bool, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One interop case; ``guest_cmd``/``iwarp_args`` are templates (see :meth:`Runner.fill`)."""
+
+    name: str
+    tool: str
+    direction: Direction
+    options: str
+    judge: Judge
+    variant: str = "default"
+    guest_cmd: str = ""
+    #: Guest server for a guest-to-guest control case.
+    guest_server: str = ""
+    iwarp_args: tuple[str, ...] = ()
+    needs: tuple[Need, ...] = ()
+    #: A reason the case cannot run whatever iwarp offers (e.g. a tool absent from the guest).
+    blocked: str = ""
+    timeout: float = 60.0
+    #: iwarp keeps serving after the guest program ends (no --count): stop it then.
+    serves: bool = False
+
+
+@dataclass(slots=True)
+class Outcome:
+    case: Case
+    status: Status
+    reason: str
+    seconds: float = 0.0
+    capture: str = ""
+    tshark: dict[str, Any] = field(default_factory=dict)
+    commands: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.case
+        return {
+            "case": c.name,
+            "tool": c.tool,
+            "direction": str(c.direction),
+            "variant": c.variant,
+            "options": c.options,
+            "status": str(self.status),
+            "reason": self.reason,
+            "seconds": round(self.seconds, 2),
+            "capture": self.capture,
+            "tshark": self.tshark,
+            "commands": self.commands,
+        }
+
+
+# --- judges ---------------------------------------------------------------------------------
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+
+def both_succeed(run: Run) -> tuple[bool, str]:
+    """Both programs exit 0 (the iwarp one and the guest one)."""
+    parts = []
+    for label, rc, out in _ends(run):
+        if rc != 0:
+            why = "timed out" if rc is None else f"exit {rc}"
+            parts.append(f"{label} {why}: {_tail(out)}")
+    return (not parts, "; ".join(parts) or "both sides exit 0")
+
+
+def _ends(run: Run) -> list[tuple[str, int | None, str]]:
+    ends = []
+    if run.iwarp is not None:
+        ends.append(("iwarp", run.iwarp.rc, run.iwarp.output))
+    if run.guest_server is not None:
+        ends.append(("guest server", run.guest_server.rc, run.guest_server.output))
+    if run.guest is not None:
+        ends.append(("guest", run.guest.rc, run.guest.output))
+    return ends
+
+
+def negotiated(run: Run) -> dict[str, Any] | None:
+    """The first JSON object iwarp printed that reports the negotiated MPA parameters."""
+    if run.iwarp is None:
+        return None
+    objs = run.iwarp.json_lines()
+    # iwarp listen/connect print {"type": "established", "rev": ..., "crc": ...}; the
+    # "request" line before it shows the peer's frame, not the outcome.
+    for obj in objs:
+        if obj.get("type") == "established":
+            return obj
+    for obj in objs:
+        if obj.get("type") not in ("request", "reply") and "rev" in obj:
+            return obj
+    return None
+
+
+def _get(params: dict[str, Any], *names: str) -> Any:
+    for name in names:
+        if name in params:
+            return params[name]
+    return None
+
+
+def mpa_established(**expect: Any) -> Judge:
+    """iwarp reports an MPA connection whose parameters match ``expect`` (rev, crc, ...)."""
+
+    def judge(run: Run) -> tuple[bool, str]:
+        params = negotiated(run)
+        if params is None:
+            out = run.iwarp.output if run.iwarp else ""
+            return False, f"iwarp reported no negotiated parameters: {_tail(out)}"
+        wrong = []
+        for key, want in expect.items():
+            got = _get(params, key, *_ALIASES.get(key, ()))
+            if not _same(got, want):
+                wrong.append(f"{key}={got!r} (expected {want!r})")
+        if wrong:
+            return False, "negotiated " + ", ".join(wrong)
+        shown = ", ".join(f"{k}={_get(params, k, *_ALIASES.get(k, ()))}" for k in expect)
+        return True, f"MPA established: {shown}"
+
+    return judge
+
+
+def _same(got: Any, want: Any) -> bool:
+    # Enum-valued fields (the RTR type) print as "WRITE", "RtrFlags.WRITE", "write"...
+    if isinstance(want, str) and got is not None:
+        return str(got).lower().rsplit(".", 1)[-1] == want.lower()
+    return bool(got == want)
+
+
+_ALIASES: Final = {"rev": ("revision",), "peer_to_peer": ("p2p",)}
+
+
+def refused(*, iwarp_words: Sequence[str] = (), guest_fails: bool = False) -> Judge:
+    """The connection is refused cleanly: iwarp exits non-zero (no hang) naming the cause."""
+
+    def judge(run: Run) -> tuple[bool, str]:
+        if run.iwarp is None:
+            return False, "iwarp did not run"
+        if run.iwarp.timed_out:
+            return False, f"iwarp hung (stopped after {run.iwarp.seconds:.0f} s)"
+        text = run.iwarp.output.lower()
+        if run.iwarp.rc == 0 and not guest_fails:
+            return False, f"iwarp exit 0, expected a refusal: {_tail(run.iwarp.output)}"
+        if iwarp_words and not any(w in text for w in iwarp_words):
+            return False, f"iwarp's error does not say {'/'.join(iwarp_words)}: {_tail(text)}"
+        if guest_fails and run.guest is not None:
+            if run.guest.rc is None:
+                return False, "the guest program hung"
+            if run.guest.rc == 0:
+                return False, "the guest program succeeded, expected it to be refused"
+        return True, f"refused in {run.iwarp.seconds:.1f} s: {_tail(run.iwarp.output, 1)}"
+
+    return judge
+
+
+def all_of(*judges: Judge) -> Judge:
+    def judge(run: Run) -> tuple[bool, str]:
+        reasons = []
+        for j in judges:
+            ok, why = j(run)
+            if not ok:
+                return False, why
+            reasons.append(why)
+        return True, "; ".join(reasons)
+
+    return judge
+
+
+# --- the runner -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Facts:
+    """What the runner learnt about the guest at boot (tools present, rping's size range)."""
+
+    tools: dict[str, bool] = field(default_factory=dict)
+    rping_min_size: int = 0
+    rping_max_size: int = 0
+    info: str = ""
+
+
+class Runner:
+    """Runs cases on one guest boot (rebooting only if the guest dies)."""
+
+    def __init__(
+        self,
+        image: GuestImage,
+        workdir: Path,
+        *,
+        log: Callable[[str], None] = print,
+        siw_debug: bool = False,
+    ) -> None:
+        self.image = image
+        self.workdir = workdir
+        self.log = log
+        self.siw_debug = siw_debug
+        self.guest: Guest | None = None
+        self.boots: list[float] = []
+        self.facts = Facts()
+        self._turn = 0
+        try:
+            self.commands: dict[str, set[str]] | None = cli_commands()
+        except Exception as exc:  # the CLI of another part may be broken
+            self.log(f"iwarp CLI does not load: {exc!r}")
+            self.commands = None
+
+    # --- guest lifecycle ---
+
+    def ensure_guest(self, variant: str) -> Guest:
+        if self.guest is not None:
+            try:
+                self.guest.check_alive()
+            except GuestError as exc:
+                self.log(f"guest died: {exc}; booting again")
+                self.guest.close()
+                self.guest = None
+        if self.guest is None:
+            guest = Guest(
+                self.image,
+                variant=variant,
+                forwards=4,
+                rundir=self.workdir / f"boot{len(self.boots) + 1}",
+                siw_debug=self.siw_debug,
+            )
+            guest.start()
+            assert guest.boot_seconds is not None
+            self.boots.append(guest.boot_seconds)
+            self.log(f"guest booted in {guest.boot_seconds:.1f} s (siw {variant})")
+            self.guest = guest
+            self._learn(guest)
+        elif self.guest.variant != variant:
+            res = self.guest.run(f"siw-use {shlex.quote(variant)}", timeout=30)
+            if not res.ok:
+                raise GuestError(f"siw-use {variant} failed: {res.output.strip()}")
+            self.guest.variant = variant
+        return self.guest
+
+    def _learn(self, guest: Guest) -> None:
+        info = guest.info()
+        self.facts.info = info
+        for line in info.splitlines():
+            tool, sep, state = line.partition(": ")
+            if sep and state in ("yes", "missing"):
+                self.facts.tools[tool] = state == "yes"
+        # rping states its accepted size range when given one outside it.
+        res = guest.run("timeout 3 rping -s -S 1 -a 127.0.0.1 -p 1 2>&1 | head -3", timeout=10)
+        m = re.search(r"valid range is (\d+) to (\d+)", res.output)
+        if m:
+            self.facts.rping_min_size, self.facts.rping_max_size = map(int, m.groups())
+
+    def close(self) -> None:
+        if self.guest is not None:
+            self.guest.close()
+            self.guest = None
+
+    # --- cases ---
+
+    def fill(self, text: str, values: dict[str, Any]) -> str:
+        """Substitute ``{port}``, ``{host}``, ``{min_size}``... in a template."""
+        return text.format(**values)
+
+    def run_case(self, case: Case) -> Outcome:
+        why = case.blocked or missing(case.needs, self.commands)
+        if why:
+            return Outcome(case, Status.NOT_RUN, why)
+        t0 = time.monotonic()
+        try:
+            guest = self.ensure_guest(case.variant)
+            tools = [w for w in case.tool.replace("/", " ").split() if w in self.facts.tools]
+            absent = [t for t in tools if not self.facts.tools[t]]
+            if absent:
+                return Outcome(case, Status.NOT_RUN, f"{', '.join(absent)} not in the guest")
+            if case.direction is Direction.SIW_TO_SIW:
+                outcome = self._guest_only(guest, case)
+            else:
+                outcome = self._with_iwarp(guest, case)
+        except (GuestError, CaptureError, OSError) as exc:
+            outcome = Outcome(case, Status.FAIL, f"harness: {exc}")
+        outcome.seconds = time.monotonic() - t0
+        return outcome
+
+    def _values(self, guest: Guest) -> dict[str, Any]:
+        self._turn += 1
+        i = self._turn % len(guest.hostfwd)
+        return {
+            "host": HOST_ALIAS,
+            "guest_ip": GUEST_IP,
+            "guest_port": guest.guest_port(i),
+            "host_port": guest.hostfwd[i],
+            "serve_port": guest.guestfwd[i % len(guest.guestfwd)],
+            "min_size": self.facts.rping_min_size or 64,
+            "max_size": self.facts.rping_max_size or 65536,
+        }
+
+    def _guest_only(self, guest: Guest, case: Case) -> Outcome:
+        v = self._values(guest)
+        port = v["guest_port"]
+        server = guest.spawn(self.fill(case.guest_server, v), timeout=case.timeout)
+        listening = guest.run(f"wait-listen {port} 20", timeout=25)
+        if not listening.ok:
+            srv = server.wait(5, kill=True)
+            return Outcome(case, Status.FAIL, f"guest server never listened: {_tail(srv.output)}")
+        client = guest.run(self.fill(case.guest_cmd, v), timeout=case.timeout)
+        run = Run(guest=client, guest_server=server.wait(10, kill=True))
+        ok, reason = case.judge(run)
+        out = Outcome(case, Status.PASS if ok else Status.FAIL, reason)
+        out.commands = {"guest server": case.guest_server, "guest": case.guest_cmd}
+        return out
+
+    def _with_iwarp(self, guest: Guest, case: Case) -> Outcome:
+        v = self._values(guest)
+        args = [self.fill(a, v) for a in case.iwarp_args]
+        safe = case.name.replace("/", "_")
+        pcap = self.workdir / "captures" / f"{safe}.pcapng"
+        log = self.workdir / "logs" / f"{safe}.iwarp.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        run = Run()
+        guest_cmd = self.fill(case.guest_cmd, v)
+        if case.direction is Direction.SIW_TO_IWARP:
+            port = v["serve_port"]
+            with Capture(pcap, port):
+                proc = IwarpProcess(args, log)
+                deadline = time.monotonic() + 15
+                while not port_listening(port) and proc.running() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if not port_listening(port):
+                    res = proc.wait(1)
+                    return Outcome(case, Status.FAIL, f"iwarp never listened: {_tail(res.output)}")
+                run.guest = guest.run(guest_cmd, timeout=case.timeout)
+                grace = 1.0 if case.serves or run.guest.rc is None else 10.0
+                run.iwarp = proc.wait(grace)
+        else:
+            port = v["host_port"]
+            server = guest.spawn(guest_cmd, timeout=case.timeout)
+            listening = guest.run(f"wait-listen {v['guest_port']} 20", timeout=25)
+            if not listening.ok:
+                srv = server.wait(5, kill=True)
+                return Outcome(
+                    case, Status.FAIL, f"guest server never listened: {_tail(srv.output)}"
+                )
+            with Capture(pcap, port):
+                proc = IwarpProcess(args, log)
+                run.iwarp = proc.wait(case.timeout)
+                run.guest = server.wait(15 if run.iwarp.rc == 0 else 3, kill=True)
+        run.verdict = check_capture(pcap)
+        ok, reason = case.judge(run)
+        status = Status.PASS if ok else Status.FAIL
+        if ok and not run.verdict.ok:
+            status, reason = Status.FAIL, "tshark: " + "; ".join(run.verdict.problems())
+        elif ok and not run.verdict.decoded:
+            status, reason = Status.FAIL, run.verdict.summary()
+        out = Outcome(case, status, reason, capture=str(pcap), tshark=run.verdict.as_dict())
+        out.commands = {"iwarp": "iwarp " + shlex.join(args), "guest": guest_cmd}
+        return out
+
+
+def select(cases: Iterable[Case], patterns: Sequence[str], variants: Sequence[str]) -> list[Case]:
+    """Cases whose name matches one of ``patterns`` (glob, or substring) and variant is listed."""
+    chosen = []
+    for case in cases:
+        if variants and case.variant not in variants:
+            continue
+        if patterns and not any(_matches(case.name, p) for p in patterns):
+            continue
+        chosen.append(case)
+    return chosen
+
+
+def _matches(name: str, pattern: str) -> bool:
+    if any(ch in pattern for ch in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return pattern in name
+
+
+def order_for_boot(cases: Sequence[Case]) -> list[Case]:
+    """Group cases by siw build (default first) so the guest switches builds least often."""
+    rank = {name: i for i, name in enumerate(VARIANTS)}
+    return sorted(cases, key=lambda c: rank.get(c.variant, len(rank)))
