@@ -51,8 +51,15 @@ def errors(analysis: Analysis) -> list[ErrorRecord]:
 
 
 def check_decoded(analysis: Analysis, conv: Conversation, seqs: dict[str, list[int]]) -> None:
-    """Every FPDU found where it was sent, with what was sent in it, and no errors."""
+    """Every FPDU found where it was sent, with what was sent in it, and no errors;
+    the out-of-order receiver replaying the capture delivers the same FPDUs."""
     assert errors(analysis) == []
+    for connection in analysis.connections:
+        for summary in connection.directions:
+            if summary.receiver is not None:
+                assert summary.receiver.error is None
+                assert summary.receiver.delivered == summary.fpdus
+                assert summary.receiver.passed == summary.fpdus
     for direction, ulpdus in (("initiator", conv.i2r), ("responder", conv.r2i)):
         found = fpdus(analysis, direction)
         assert [r.seq for r in found] == seqs[direction]
@@ -136,6 +143,9 @@ def test_out_of_order_and_retransmitted_segments(tmp_path: Path) -> None:
     initiator = analysis.connections[0].directions[0]
     assert initiator.out_of_order > 0
     assert initiator.retransmissions > 0
+    # With markers, the receiver passed some ULPDUs before the gaps closed.
+    assert initiator.receiver is not None
+    assert initiator.receiver.passed_ahead > 0
 
 
 def test_rev2_enhanced_frames(tmp_path: Path) -> None:
@@ -203,6 +213,10 @@ def test_bad_crc_is_error_2_at_its_fpdu(tmp_path: Path) -> None:
     assert (error.code, error.direction, error.seq) == (2, "initiator", seqs["initiator"][2])
     found = fpdus(analysis, "initiator")
     assert [r.crc_ok for r in found] == [True, True, False, True, True, True]
+    replay = analysis.connections[0].directions[0].receiver
+    assert replay is not None and replay.error is not None
+    assert (replay.error.mpa_code, replay.error.stream_offset) == (2, error.seq)
+    assert replay.delivered == 2
 
 
 def test_bad_marker_pointer_is_error_3(tmp_path: Path) -> None:
@@ -218,6 +232,9 @@ def test_bad_marker_pointer_is_error_3(tmp_path: Path) -> None:
     assert (error.code, error.seq) == (3, marker.seq)
     assert not fpdus(analysis, "initiator")[1].markers[0].ok
     assert len(fpdus(analysis, "initiator")) == 6
+    replay = analysis.connections[0].directions[0].receiver
+    assert replay is not None and replay.error is not None
+    assert (replay.error.mpa_code, replay.error.stream_offset) == (3, marker.seq)
 
 
 def test_marker_reserved_and_pad_must_be_zero(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from iwarp.analyze.records import (
     Record,
     ViSegmentRecord,
 )
+from iwarp.analyze.replay import ReceiverReplay, replay_receiver
 from iwarp.analyze.tcp import ByteStream, Connection, HalfConnection, track_connections
 from iwarp.analyze.vitcp import looks_like_vitcp, walk_segments
 from iwarp.mpa.wire import REPLY_KEY, REQUEST_KEY, MpaFrame, Revision
@@ -73,6 +74,8 @@ class DirectionSummary:
     gaps: int = 0
     retransmissions: int = 0
     out_of_order: int = 0
+    #: The out-of-order receiver's view of this direction (MPA start known).
+    receiver: ReceiverReplay | None = None
 
 
 @dataclass
@@ -221,6 +224,13 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
             side.summary.framing = framing
             side.summary.start_seq = side.stream.seq(start)
             side.records += walk_fpdus(side.stream, start, framing, where=side.where)
+            if start == framing.origin:  # the MPA start is known, not guessed
+                side.summary.receiver = replay_receiver(
+                    side.half.packets,
+                    side.stream.seq(start),
+                    markers=framing.markers,
+                    crc=framing.crc,
+                )
 
     for side in sides:
         _summarize(side)

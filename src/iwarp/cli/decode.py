@@ -138,6 +138,7 @@ def _summary_json(connection: ConnectionReport) -> dict[str, object]:
                 "tcp_gaps": d.gaps,
                 "tcp_retransmissions": d.retransmissions,
                 "tcp_out_of_order": d.out_of_order,
+                "receiver": None if d.receiver is None else d.receiver.to_json(),
             }
             for d in connection.directions
         ],
@@ -210,7 +211,17 @@ def _direction_text(d: DirectionSummary) -> str:
         head += f"; {d.segments} VI segments"
     if d.messages:
         head += " [" + ", ".join(f"{k} {v}" for k, v in d.messages.most_common()) + "]"
-    return head + f"; {d.errors} errors"
+    head += f"; {d.errors} errors"
+    replay = d.receiver
+    if replay is not None:
+        head += (
+            f"\n    out-of-order receiver: {replay.passed} ULPDUs passed "
+            f"({replay.passed_ahead} ahead of order), {replay.delivered} delivered, "
+            f"at most {replay.peak_buffered} octets held"
+        )
+        if replay.error is not None:
+            head += f", stopped by MPA error {int(replay.error.mpa_code)}"
+    return head
 
 
 def _line(record: ErrorRecord | NoteRecord) -> str:

@@ -1,0 +1,72 @@
+"""Replaying a captured direction through the out-of-order MPA receiver.
+
+The segments go to :class:`~iwarp.mpa.ooo.OutOfOrderReceiver` in capture
+order, as an MPA-aware receiver at the capture point would have taken them:
+the replay says how many ULPDUs it could pass before their turn (thanks to
+markers), how many it delivered, the most octets it had to hold, and the
+error it stopped at. It is a second, independent opinion on the stream: the
+analyzer's walk and the receiver must find the same FPDUs and the same
+first error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from iwarp.analyze.capture import TcpPacket
+from iwarp.errors import MpaError
+from iwarp.mpa.ooo import OutOfOrderReceiver, ReceiveFailed, UlpduDelivered, UlpduPassed
+
+__all__ = ["ReceiverReplay", "replay_receiver"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverReplay:
+    """What the out-of-order receiver made of one captured direction."""
+
+    passed: int
+    #: ULPDUs passed while an earlier part of the stream was still missing.
+    passed_ahead: int
+    delivered: int
+    #: The most payload octets held between two segments.
+    peak_buffered: int
+    error: MpaError | None
+
+    def to_json(self) -> dict[str, object]:
+        error = self.error
+        return {
+            "passed": self.passed,
+            "passed_ahead": self.passed_ahead,
+            "delivered": self.delivered,
+            "peak_buffered": self.peak_buffered,
+            "error_code": None if error is None else int(error.mpa_code),
+            "error_seq": None if error is None else error.stream_offset,
+        }
+
+
+def replay_receiver(
+    packets: Iterable[TcpPacket], start_seq: int, *, markers: bool, crc: bool
+) -> ReceiverReplay:
+    """Feed ``packets`` (one direction, capture order) to a fresh receiver."""
+    receiver = OutOfOrderReceiver(start=start_seq, markers=markers, crc=crc, max_ulpdu=0xFFFF)
+    passed = ahead = delivered = peak = 0
+    for packet in packets:
+        if not packet.payload:
+            continue
+        events = receiver.receive(packet.seq, packet.payload)
+        waiting = set()
+        for event in events:
+            if isinstance(event, UlpduPassed):
+                passed += 1
+                waiting.add(event.offset)
+            elif isinstance(event, UlpduDelivered):
+                delivered += 1
+                waiting.discard(event.offset)
+            elif isinstance(event, ReceiveFailed):
+                break
+        ahead += len(waiting)
+        peak = max(peak, receiver.buffered)
+        if receiver.error is not None:
+            break
+    return ReceiverReplay(passed, ahead, delivered, peak, receiver.error)
