@@ -362,3 +362,63 @@ def test_cli_rejects_unknown_discriminator(capsys: pytest.CaptureFixture[str]) -
 
     assert run(body()) == 1
     assert "no matching discriminator" in capsys.readouterr().err
+
+
+def test_tcp_close_while_pending_accept_reconnects() -> None:
+    """§4.2 "TCP Closes - Reestablish": the active end sets TCP up again."""
+
+    async def body() -> int:
+        connections = 0
+
+        async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            await reader.readexactly(24)  # the ConnectRequest's header: then hang up
+            writer.close()
+
+        server = await asyncio.start_server(drop, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(VitcpClosedError, match="timed out"):
+            await connect("127.0.0.1", port, b"x", config=VitcpConfig(connect_timeout=0.5))
+        server.close()
+        await server.wait_closed()
+        return connections
+
+    assert run(body()) >= 2
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        b"\x02\x85" + bytes(22),  # version 2
+        b"\x01\x1f" + bytes(22),  # unknown type
+        b"\x01\x80\x00\x18" + bytes(20),  # a Send before any ConnectRequest
+        b"\x01\x85\x00\x20" + bytes(28),  # ConnectRequest shorter than its CE header
+    ],
+)
+def test_listener_closes_on_malformed_first_segment(first: bytes) -> None:
+    async def body() -> bytes:
+        listener = await VitcpListener.start("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(first)
+        await writer.drain()
+        answer = await reader.read()  # EOF: the listener closed TCP
+        writer.close()
+        await listener.close()
+        return answer
+
+    assert run(body()) == b""
+
+
+def test_listener_times_out_silent_connections() -> None:
+    async def body() -> bytes:
+        listener = await VitcpListener.start(
+            "127.0.0.1", 0, config=VitcpConfig(incoming_timeout=0.2)
+        )
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        answer = await reader.read()  # §4.3 Incoming: timeout - close TCP connection
+        writer.close()
+        await listener.close()
+        return answer
+
+    assert run(body(), 5) == b""

@@ -513,8 +513,8 @@ async def connect(
             await protocol.closed
             raise VitcpRejectedError(outcome.no_match)
         # ReconnectNeeded: drop this TCP connection, try again (§4.2, §4).
-        assert protocol.transport is not None
-        protocol.transport.close()
+        if protocol.transport is not None:
+            protocol.transport.close()
         await protocol.closed
         await asyncio.sleep(min(PEER_RETRY_INTERVAL, max(0.0, deadline - loop.time())))
         if core.state is State.DISCONNECTED or loop.time() >= deadline:

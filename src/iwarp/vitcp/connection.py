@@ -147,7 +147,9 @@ class _Pending:
     rdma: RdmaHeader | None
     transmit_error: bool = False
     urgent: bool = False
-    local: tuple[int, int] | None = None  # read: (local handle, local address)
+    #: Read: local handle, address, and the target octets (taken at post
+    #: time, so a later deregistration cannot pull them away).
+    local: tuple[int, int, memoryview] | None = None
 
     @property
     def consumes_descriptor(self) -> bool:
@@ -272,7 +274,7 @@ class VitcpConnection:
 
     def data_to_send(self) -> bytes:
         """All pending octets at once (urgent marks are dropped: allowed, §3.7 MAY)."""
-        return b"".join(bytes(p) for seg in self.segments_to_send() for p in seg.parts)
+        return b"".join(p for seg in self.segments_to_send() for p in seg.parts)
 
     def get_timer(self) -> float | None:
         """When :meth:`handle_timer` must be called, if at all."""
@@ -548,13 +550,14 @@ class VitcpConnection:
         if params.reliability is Reliability.UNRELIABLE:
             raise VitcpUsageError("RDMA Read needs a reliable connection [VIAR]")
         region = self._regions.get(local_handle)
-        if region is None or region.view.readonly or region.slice(local_address, length) is None:
+        target = region.slice(local_address, length) if region is not None else None
+        if target is None or target.readonly:
             raise VitcpUsageError("the read target is not inside writable registered memory")
         if not 0 <= length <= MAX_MESSAGE:
             raise VitcpUsageError("RDMA length is 32 bits")
         rdma = RdmaHeader(remote_address & (1 << 64) - 1, memory_handle & _MASK32, length)
         pending = _Pending(SegmentType.RDMA_READ_REQUEST, 0, b"", None, rdma)
-        pending.local = (local_handle, local_address)
+        pending.local = (local_handle, local_address, target)
         return self._post(pending)
 
     def _params(self) -> Negotiated:
@@ -664,10 +667,7 @@ class VitcpConnection:
         self._last_sent = pending.number
         if pending.type is SegmentType.RDMA_READ_REQUEST:
             assert pending.local is not None and pending.rdma is not None
-            handle, address = pending.local
-            region = self._regions[handle]
-            view = region.slice(address, pending.rdma.length)
-            assert view is not None
+            handle, address, view = pending.local
             self._reads.append(_Read(pending.number, handle, address, view, pending.rdma.length))
         elif pending.transmit_error:
             self._complete_local(pending.type, pending.number, CompletionStatus.PROTECTION_ERROR)
