@@ -290,3 +290,33 @@ def test_rev2_ird_ord_and_rtr(
             await server.wait_closed()
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_fallback_to_rev1_after_an_unenhanced_responder_closes() -> None:
+    """RFC 6581 §10: the Initiator MAY retry with the unenhanced protocol."""
+
+    async def main() -> None:
+        failures: list[IwarpError] = []
+        server = await serve(
+            echo,
+            "127.0.0.1",
+            0,
+            config=MpaConfig(revision=1),
+            on_failure=lambda error, peer: failures.append(error),
+        )
+        port = server.sockets[0].getsockname()[1]
+        try:
+            with pytest.raises(MpaError) as info:
+                await connect("127.0.0.1", port)
+            assert info.value.code == 1
+            sock = await connect("127.0.0.1", port, fallback_to_rev1=True, private_data=b"pd")
+            assert sock.params.revision == 1 and not sock.params.enhanced
+            sock.send(b"after fallback")
+            assert await sock.receive() == b"after fallback"
+            await sock.close()
+            assert [e.code for e in failures if isinstance(e, MpaError)] == [4, 4]
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(main(), 10))

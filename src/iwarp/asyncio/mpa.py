@@ -36,7 +36,7 @@ import asyncio
 import socket
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from iwarp._typing import Buffer
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
@@ -438,11 +438,16 @@ async def connect(
     config: MpaConfig | None = None,
     private_data: bytes = b"",
     local_addr: tuple[str, int] | None = None,
+    fallback_to_rev1: bool = False,
 ) -> MpaSocket:
     """Open a TCP connection and run MPA startup as Initiator.
 
     Returns once MPA is in full operation. The core's ``reply_timeout``
-    bounds the wait for the Reply.
+    bounds the wait for the Reply. With ``fallback_to_rev1``, a Rev 2
+    Request that the peer answers by closing the connection (an unenhanced
+    Responder, RFC 6581 §10) is retried once, on a new connection, as a
+    plain Rev 1 Request (what cxgb4 does); ``params.revision`` tells which
+    one succeeded.
 
     :raises MpaRejectedError: the Responder rejected (R=1) or a local policy
         refused its Reply.
@@ -451,9 +456,26 @@ async def connect(
     :raises LocalProtocolError: the private data is too long for ``config``.
     :raises OSError: the TCP connection could not be opened.
     """
-    loop = asyncio.get_running_loop()
     cfg = config if config is not None else MpaConfig()
     build_request(cfg, private_data)  # LocalProtocolError before any connection
+    try:
+        return await _connect_once(host, port, cfg, private_data, local_addr)
+    except MpaError as exc:
+        # RFC 6581 §10: "the initiator MAY attempt to establish an RDMA
+        # connection using the unenhanced MPA protocol".
+        if not (fallback_to_rev1 and cfg.revision == 2 and exc.code == MpaErrorCode.TCP_CLOSED):
+            raise
+    return await _connect_once(host, port, replace(cfg, revision=1), private_data, local_addr)
+
+
+async def _connect_once(
+    host: str,
+    port: int,
+    cfg: MpaConfig,
+    private_data: bytes,
+    local_addr: tuple[str, int] | None,
+) -> MpaSocket:
+    loop = asyncio.get_running_loop()
     _, protocol = await loop.create_connection(
         lambda: _MpaProtocol(Role.INITIATOR, cfg, private_data=private_data),
         host,

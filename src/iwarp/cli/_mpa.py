@@ -83,6 +83,11 @@ def add_mpa_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--timeout", type=float, default=None, metavar="S", help="startup timeouts in seconds"
     )
+    group.add_argument(
+        "--fallback-rev1",
+        action="store_true",
+        help="connect: if the peer closes on a Rev 2 Request, retry once with Rev 1",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
 
 

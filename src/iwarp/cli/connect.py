@@ -57,7 +57,13 @@ def run(args: argparse.Namespace) -> int:
 
 async def _connect(args: argparse.Namespace, config: MpaConfig, out: Output) -> int:
     try:
-        sock = await connect(args.host, args.port, config=config, private_data=args.private_data)
+        sock = await connect(
+            args.host,
+            args.port,
+            config=config,
+            private_data=args.private_data,
+            fallback_to_rev1=args.fallback_rev1,
+        )
     except MpaRejectedError as exc:
         frame = exc.event.frame
         record: dict[str, object] = {"type": "rejected", "reason": exc.event.reason}

@@ -511,6 +511,15 @@ class MpaConnection:
             return
         self._state = transition(self._role, self._state, MpaInput.REQUEST)
         self._rx += rest
+        if len(self._rx) > self.config.receive_buffer_limit:
+            self._fail(
+                MpaInput.BAD_FRAME,
+                MpaError(
+                    MpaErrorCode.INVALID_FRAME,
+                    f"more than {self.config.receive_buffer_limit} octets followed the Request",
+                ),
+            )
+            return
         if verdict is RequestVerdict.REFUSE:
             self._send_reject(frame, b"")
             self._events.append(
