@@ -320,3 +320,30 @@ def test_fallback_to_rev1_after_an_unenhanced_responder_closes() -> None:
             await server.wait_closed()
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_responder_holds_fpdus_until_the_first_fpdu_arrives() -> None:
+    """RFC 5044 §7.1.2 rule 4 over real sockets: the Responder's early sends
+    reach the wire only after the Initiator's first FPDU."""
+
+    async def main() -> None:
+        async def eager(sock: MpaSocket) -> None:
+            sock.send(b"sent at once by the Responder")
+            async for ulpdu in sock:
+                sock.send(ulpdu)
+
+        server = await serve(eager, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            sock = await connect("127.0.0.1", port)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(sock.receive(), 0.3)
+            sock.send(b"first")
+            assert await sock.receive() == b"sent at once by the Responder"
+            assert await sock.receive() == b"first"
+            await sock.close()
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
