@@ -809,3 +809,184 @@ def test_fuzz_establishment(data: bytes, use_crc: bool, split: int) -> None:
             endpoint.receive_data(blob[split:])
             endpoint.data_to_send()
         assert state_of(passive) in (State.INCOMING, State.MATCHING, State.DISCONNECTED)
+
+
+def raw(*segments: list[bytes | bytearray | memoryview]) -> bytes:
+    return b"".join(bytes(part) for parts in segments for part in parts)
+
+
+def send_seg(number: int, offset: int = 0, *, eom: bool = True, data: bytes = b"ab") -> bytes:
+    flags = SegmentFlags.EOM if eom else SegmentFlags(0)
+    header = SegmentHeader(SegmentType.SEND, flags, data_offset=offset, message_number=number)
+    return raw(encode_segment(header, payload=data))
+
+
+def write_seg(
+    number: int, rdma: RdmaHeader, offset: int = 0, *, eom: bool = True, data: bytes = b"ab"
+) -> bytes:
+    flags = SegmentFlags.EOM if eom else SegmentFlags(0)
+    header = SegmentHeader(SegmentType.RDMA_WRITE, flags, data_offset=offset, message_number=number)
+    return raw(encode_segment(header, rdma=rdma, payload=data))
+
+
+@pytest.mark.parametrize(
+    ("case", "error"),
+    [
+        ("continuation offset", MalformedSegmentError),
+        ("first offset", MalformedSegmentError),
+        ("rdma header changes", MalformedSegmentError),
+        ("write past its length", MalformedSegmentError),
+        ("multi-segment read request", MalformedSegmentError),
+        ("connect on a connected vi", UnexpectedSegmentError),
+    ],
+)
+def test_crafted_message_errors(case: str, error: type[Exception]) -> None:
+    p = Pair(cfg(), cfg())
+    p.b.post_receive(4)
+    region = p.b.register(bytearray(100))
+    rdma = RdmaHeader(region.address, region.handle, 4)
+    wire = {
+        "continuation offset": send_seg(1, eom=False) + send_seg(1, 5),
+        "first offset": send_seg(1, 3),
+        "rdma header changes": write_seg(1, rdma, eom=False)
+        + write_seg(1, RdmaHeader(region.address + 1, region.handle, 4), 2),
+        "write past its length": write_seg(1, rdma, eom=False) + write_seg(1, rdma, 2, data=b"xyz"),
+        "multi-segment read request": raw(
+            encode_segment(
+                SegmentHeader(SegmentType.RDMA_READ_REQUEST, SegmentFlags(0), message_number=1),
+                rdma=rdma,
+            )
+        ),
+        "connect on a connected vi": raw(
+            encode_segment(SegmentHeader(SegmentType.CONNECT_REJECT, message_number=1))
+        ),
+    }[case]
+    events = p.b.receive_data(wire)
+    (closed,) = of(events, ConnectionClosed)
+    assert isinstance(closed.error, error), closed
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["no read", "wrong number", "wrong offset", "too long", "short", "transmit error"],
+)
+def test_crafted_read_responses(case: str) -> None:
+    p = Pair(cfg(), cfg())
+    local = p.a.register(bytearray(10))
+    if case != "no read":
+        number = p.a.rdma_read(
+            local_handle=local.handle,
+            local_address=local.address,
+            remote_address=0x99,
+            memory_handle=7,
+            length=4,
+        )
+    else:
+        number = 1
+    p.a.data_to_send()
+    rdma = RdmaHeader(0x99, 7, 4)
+
+    def response(num: int, offset: int, data: bytes, flags: SegmentFlags) -> bytes:
+        header = SegmentHeader(
+            SegmentType.RDMA_READ_RESPONSE, flags, data_offset=offset, message_number=num
+        )
+        return raw(encode_segment(header, rdma=rdma, payload=data))
+
+    eom = SegmentFlags.EOM
+    wire = {
+        "no read": response(number, 0, b"abcd", eom),
+        "wrong number": response(number + 1, 0, b"abcd", eom),
+        "wrong offset": response(number, 1, b"abc", eom),
+        "too long": response(number, 0, b"abcde", eom),
+        "short": response(number, 0, b"abc", eom),
+        "transmit error": response(number, 0, b"ab", SegmentFlags.TRE)
+        + response(number, 2, b"cd", eom),
+    }[case]
+    events = p.a.receive_data(wire)
+    if case == "transmit error":
+        (read,) = of(events, RdmaReadCompleted)
+        assert read.status is CompletionStatus.TRANSMIT_ERROR
+        return
+    (closed,) = of(events, ConnectionClosed)
+    expected = (
+        UnexpectedSegmentError if case in ("no read", "wrong number") else (MalformedSegmentError)
+    )
+    assert isinstance(closed.error, expected)
+
+
+def test_active_refuses_data_before_the_accept() -> None:
+    a = VitcpConnection(cfg(), Role.ACTIVE)
+    a.connect(0.0)
+    a.tcp_established(0.0)
+    events = a.receive_data(send_seg(1))
+    assert isinstance(of(events, ConnectionClosed)[0].error, UnexpectedSegmentError)
+
+
+@pytest.mark.parametrize("kind", ["send", "write"])
+def test_bad_crc_in_the_middle_of_a_message(kind: str) -> None:
+    config = cfg(reliability=Reliability.DELIVERY, crc=True, mtu=4)
+    p = Pair(config, config)
+    p.b.post_receive(1)
+    region = p.b.register(bytearray(12))
+    p.pump()
+    if kind == "send":
+        number = p.a.send(b"0123456789ab")
+    else:
+        number = p.a.rdma_write(
+            b"0123456789ab", remote_address=region.address, memory_handle=region.handle
+        )
+    wire = bytearray(p.a.data_to_send())
+    wire[-6] ^= 1  # the last segment's payload
+    events = p.b.receive_data(bytes(wire))
+    kind_event = MessageReceived if kind == "send" else RdmaWriteReceived
+    (delivered,) = of(events, kind_event)
+    assert delivered.message_number == number
+    assert delivered.status is CompletionStatus.TRANSPORT_ERROR
+    assert isinstance(of(events, ConnectionClosed)[0].error, CrcMismatchError)
+
+
+def test_usage_limits() -> None:
+    p = Pair(cfg(read_window=0), cfg())
+    local = p.a.register(bytearray(4))
+    with pytest.raises(VitcpUsageError, match="window is zero"):
+        p.a.rdma_read(
+            local_handle=local.handle,
+            local_address=local.address,
+            remote_address=0,
+            memory_handle=1,
+            length=1,
+        )
+    q = Pair(cfg(), cfg())
+    local = q.a.register(bytearray(4))
+    with pytest.raises(VitcpUsageError, match="writable registered memory"):
+        q.a.rdma_read(
+            local_handle=local.handle,
+            local_address=local.address,
+            remote_address=0,
+            memory_handle=1,
+            length=5,
+        )
+    with pytest.raises(VitcpUsageError, match="32 bits"):
+        q.a.send(b"", immediate=1 << 32)
+    with pytest.raises(VitcpUsageError, match="negative"):
+        q.a.post_receive(-1)
+    with pytest.raises(VitcpUsageError, match="64 bits"):
+        q.a.register(bytearray(4), address=(1 << 64) - 2)
+    u = Pair(cfg(reliability=Reliability.UNRELIABLE), cfg(reliability=Reliability.UNRELIABLE))
+    local = u.a.register(bytearray(4))
+    with pytest.raises(VitcpUsageError, match="reliable"):
+        u.a.rdma_read(
+            local_handle=local.handle,
+            local_address=local.address,
+            remote_address=0,
+            memory_handle=1,
+            length=1,
+        )
+
+
+def test_close_flushes_queued_messages() -> None:
+    p = Pair(cfg(flow_control=True), cfg())
+    held = p.a.send(b"held: no credit")
+    p.a.close()
+    (done,) = of(p.a.take_events(), SendCompleted)
+    assert done.message_number == held and done.status is CompletionStatus.FLUSHED
