@@ -134,6 +134,9 @@ def _print(summary: dict[str, Any], as_json: bool) -> None:
         f"sha256 {summary['sha256'][:16]}..., status {summary['status']}",
         flush=True,
     )
+    for key in ("sent_sha256", "read_sha256"):
+        if summary.get(key):
+            print(f"  {key.replace('_', ' ')} {summary[key][:16]}...", flush=True)
     if summary.get("mib_per_s") is not None:
         print(f"  {summary['seconds']:.3f} s, {summary['mib_per_s']:.1f} MiB/s", flush=True)
 
