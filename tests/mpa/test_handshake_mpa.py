@@ -528,3 +528,13 @@ def test_docs_draw_the_tables() -> None:
     doc = (Path(__file__).parents[2] / "docs" / "mpa-connection.md").read_text()
     for role in Role:
         assert "```mermaid\n" + mermaid(role) + "```" in doc, role
+
+
+def test_reject_carries_required_ord() -> None:
+    """RFC 6581 §9.1: the Responder "MAY reject ... and specify the required
+    ORD in the MPA Reject Frame responder ORD"."""
+    req = build_request(MpaConfig(ird=2, peer_to_peer=True), b"")
+    rep, _ = build_reply(CFG, req, accept=False, ird=4, ord=8, emss=EMSS)
+    assert rep.reject and rep.enhanced == EnhancedData(ird=4, ord=8, flags=RtrFlags.PEER_TO_PEER)
+    out = complete_initiator(MpaConfig(ird=2, peer_to_peer=True), req, rep, emss=EMSS)
+    assert out.input is MpaInput.REPLY_REJECT

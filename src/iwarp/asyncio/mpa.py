@@ -95,9 +95,12 @@ class Accept:
 
 @dataclass(frozen=True, slots=True)
 class Reject:
-    """A Responder's decision: reject (R=1) with this private data."""
+    """A Responder's decision: reject (R=1) with this private data (and, for
+    RFC 6581 peers, the IRD/ORD to report, e.g. the ORD required)."""
 
     private_data: bytes = b""
+    ird: int | None = None
+    ord: int | None = None
 
 
 #: Called by :func:`serve` with each valid Request; returns the decision.
@@ -246,7 +249,7 @@ class _MpaProtocol(asyncio.Protocol):
         decision: Accept | Reject = Accept() if self._decide is None else self._decide(event)
         try:
             if isinstance(decision, Reject):
-                self.conn.reject(decision.private_data)
+                self.conn.reject(decision.private_data, ird=decision.ird, ord=decision.ord)
             else:
                 self.conn.accept(decision.private_data, ird=decision.ird, ord=decision.ord)
         except LocalProtocolError as exc:

@@ -304,14 +304,19 @@ class MpaConnection:
             self._feed(rest)
         return params
 
-    def reject(self, private_data: bytes = b"") -> None:
+    def reject(
+        self, private_data: bytes = b"", *, ird: int | None = None, ord: int | None = None
+    ) -> None:
         """Responder: reject the Request; queue a Reply with R=1 and exit MPA.
 
         The TCP connection stays open (RFC 5044 §7.1.2 rule 2): later octets
         arrive as :class:`StreamDataReceived`; close it with :meth:`close`.
+        For an enhanced Request, ``ird``/``ord`` (default: the configured
+        values) go into the Reject unchanged, e.g. the ORD the application
+        requires when the Initiator's IRD was too small (RFC 6581 §9.1).
         """
         request = self._awaiting_decision(MpaInput.REJECT)
-        self._send_reject(request, private_data)
+        self._send_reject(request, private_data, ird=ird, ord=ord)
         self._events.append(
             ConnectionRejected(
                 by_peer=False,
@@ -327,9 +332,22 @@ class MpaConnection:
             raise LocalProtocolError(f"cannot {event.value} in state {self._state.value}")
         return self._request
 
-    def _send_reject(self, request: MpaFrame, private_data: bytes) -> None:
+    def _send_reject(
+        self,
+        request: MpaFrame,
+        private_data: bytes,
+        *,
+        ird: int | None = None,
+        ord: int | None = None,
+    ) -> None:
         reply, _ = build_reply(
-            self.config, request, accept=False, private_data=private_data, emss=self._emss
+            self.config,
+            request,
+            accept=False,
+            private_data=private_data,
+            ird=ird,
+            ord=ord,
+            emss=self._emss,
         )
         self._state = transition(self._role, self._state, MpaInput.REJECT)
         self._out.append(reply.pack())

@@ -25,7 +25,7 @@ This module holds *data and pure functions*:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from types import MappingProxyType
 from typing import Final
@@ -506,6 +506,13 @@ def build_reply(
         # RFC 6581 §10: an enhanced Request gets an enhanced Reply.
         flags |= FrameFlags.ENHANCED
         negotiated = _responder_enhanced(config, peer, ird, ord_)
+        if not accept and negotiated.reply is not None:
+            # §9.1: a Reject may carry the ORD the ULP requires (and our
+            # IRD) as they are, so the Initiator can retry with more.
+            reply_flags = negotiated.reply.flags & RtrFlags.PEER_TO_PEER
+            negotiated = replace(
+                negotiated, reply=EnhancedData(ird=ird, ord=ord_, flags=reply_flags)
+            )
     pd = _enhanced_prefix(negotiated.reply) + bytes(private_data)
     _check_outgoing_pd(config, revision, len(pd))
     reply = MpaFrame(is_request=False, flags=flags, revision=revision, private_data=pd)
