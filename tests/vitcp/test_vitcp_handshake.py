@@ -476,3 +476,62 @@ def test_endpoint_follows_its_table_for_every_local_input(role: Role) -> None:
                 with pytest.raises(VitcpUsageError):
                     call(endpoint)
                 assert state_of(endpoint) is state
+
+
+def _ce_segment(seg_type: SegmentType) -> bytes:
+    ce = CeHeader(
+        VitcpConfig().attributes,
+        mtu=1000,
+        calling_discriminator=b"svc",
+        called_discriminator=b"svc",
+    )
+    parts = encode_segment(SegmentHeader(seg_type), ce=ce)
+    return b"".join(bytes(p) for p in parts)
+
+
+REMOTE_SEGMENTS: dict[Input, bytes] = {
+    Input.RECV_CONNECT_REQUEST: _ce_segment(SegmentType.CONNECT_REQUEST),
+    Input.RECV_CONNECT_ACCEPT: _ce_segment(SegmentType.CONNECT_ACCEPT),
+    Input.RECV_CONNECT_REJECT: SegmentHeader(SegmentType.CONNECT_REJECT).pack(),
+    Input.RECV_CONNECT_NO_MATCH: SegmentHeader(SegmentType.CONNECT_NO_MATCH).pack(),
+}
+
+
+@pytest.mark.parametrize("role", list(Role))
+def test_endpoint_follows_its_table_for_every_peer_segment(role: Role) -> None:
+    table = ACTIVE_TRANSITIONS if role is Role.ACTIVE else PASSIVE_TRANSITIONS
+    for state in REACHABLE[role]:
+        for event, segment in REMOTE_SEGMENTS.items():
+            endpoint = _reach(role, state)
+            endpoint.receive_data(segment)
+            if (state, event) in table:
+                expected = table[state, event]
+            elif (state, Input.PROTOCOL_ERROR) in table:
+                expected = State.DISCONNECTED  # anything else the peer sends
+            else:
+                expected = state  # no TCP connection to receive on: ignored
+            assert state_of(endpoint) is expected, (state, event)
+
+
+@pytest.mark.parametrize("role", list(Role))
+def test_endpoint_tcp_inputs_in_every_state(role: Role) -> None:
+    table = ACTIVE_TRANSITIONS if role is Role.ACTIVE else PASSIVE_TRANSITIONS
+    calls: dict[Input, Callable[[VitcpConnection], object]] = {
+        Input.TCP_ESTABLISHED: lambda c: c.tcp_established(0.0),
+        Input.TCP_ACCEPTED: lambda c: c.tcp_accepted(0.0),
+        Input.TCP_FAILED: lambda c: c.tcp_failed(0.0),
+        Input.TCP_CLOSED: lambda c: c.connection_lost(0.0),
+        Input.TIMEOUT: lambda c: c.handle_timer(1e9),
+    }
+    for state in REACHABLE[role]:
+        for event, call in calls.items():
+            endpoint = _reach(role, state)
+            if (state, event) in table:
+                call(endpoint)
+                assert state_of(endpoint) is table[state, event], (state, event)
+            elif event in LOCAL_INPUTS:
+                with pytest.raises(VitcpUsageError):
+                    call(endpoint)
+            else:
+                call(endpoint)  # TCP closing or a timer with nothing to do
+                assert state_of(endpoint) is state, (state, event)

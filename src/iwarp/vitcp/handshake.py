@@ -76,7 +76,8 @@ class Input(Enum):
     PROTOCOL_ERROR = "protocol error"
 
 
-#: Inputs that come from the consumer: an invalid one is API misuse.
+#: Inputs that come from the consumer or its adapter (reporting TCP set-up):
+#: an invalid one is API misuse. TCP closing, timeouts and segments are not.
 LOCAL_INPUTS: Final = frozenset(
     {
         Input.CONNECT_REQUEST,
@@ -85,6 +86,9 @@ LOCAL_INPUTS: Final = frozenset(
         Input.DISCONNECT,
         Input.MATCH,
         Input.NO_MATCH,
+        Input.TCP_ESTABLISHED,
+        Input.TCP_ACCEPTED,
+        Input.TCP_FAILED,
     }
 )
 
