@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from helpers import all_splits, chunked
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
@@ -595,3 +596,85 @@ def test_garbage_after_establishment(data: bytes, responder_side: bool) -> None:
 
 def test_request_key_constants() -> None:
     assert MpaConnection(Role.INITIATOR).data_to_send()[:16] == REQUEST_KEY
+
+
+# --- a pair driven in random order --------------------------------------------------
+
+
+class PairMachine(RuleBasedStateMachine):
+    """An Initiator and a Responder whose API calls and byte deliveries
+    interleave at random: every ULPDU arrives once, in order; the Responder
+    sends nothing but its Reply before the Initiator's first FPDU arrives;
+    nothing fails."""
+
+    @initialize(markers=st.tuples(st.booleans(), st.booleans()), crc=st.booleans())
+    def setup(self, markers: tuple[bool, bool], crc: bool) -> None:
+        self.init = MpaConnection(Role.INITIATOR, MpaConfig(markers=markers[0], crc=crc))
+        self.resp = MpaConnection(Role.RESPONDER, MpaConfig(markers=markers[1]))
+        self.i2r = bytearray()
+        self.r2i = bytearray()
+        self.sent: dict[str, list[bytes]] = {"i": [], "r": []}
+        self.got: dict[str, list[bytes]] = {"i": [], "r": []}
+
+    def _collect(self) -> None:
+        self.i2r += self.init.data_to_send()
+        self.r2i += self.resp.data_to_send()
+        for side, conn in (("i", self.init), ("r", self.resp)):
+            for ev in conn.events():
+                assert not isinstance(ev, ConnectionFailed), ev
+                if isinstance(ev, UlpduReceived):
+                    self.got[side].append(bytes(ev.data))
+
+    @rule(n=st.integers(1, 700))
+    def deliver_to_responder(self, n: int) -> None:
+        self._collect()
+        if self.i2r:
+            chunk = bytes(self.i2r[:n])
+            del self.i2r[:n]
+            self.resp.receive_data(chunk)
+        self._collect()
+
+    @rule(n=st.integers(1, 700))
+    def deliver_to_initiator(self, n: int) -> None:
+        self._collect()
+        if self.r2i:
+            chunk = bytes(self.r2i[:n])
+            del self.r2i[:n]
+            self.init.receive_data(chunk)
+        self._collect()
+
+    @precondition(lambda self: self.resp.state is MpaState.AWAIT_DECISION)
+    @rule(pd=st.binary(max_size=20))
+    def accept(self, pd: bytes) -> None:
+        self.resp.accept(pd)
+        self._collect()
+
+    @precondition(lambda self: self.init.state is MpaState.FULL_OPERATION)
+    @rule(payload=st.binary(max_size=1200))
+    def initiator_sends(self, payload: bytes) -> None:
+        self.init.send_ulpdu(payload)
+        self.sent["i"].append(payload)
+        self._collect()
+
+    @precondition(
+        lambda self: self.resp.state in (MpaState.AWAIT_FIRST_FPDU, MpaState.FULL_OPERATION)
+    )
+    @rule(payload=st.binary(max_size=1200))
+    def responder_sends(self, payload: bytes) -> None:
+        fenced = self.resp.fenced
+        self.resp.send_ulpdu(payload)
+        self.sent["r"].append(payload)
+        if fenced:
+            assert self.resp.data_to_send() == b""  # rule 4
+        self._collect()
+
+    @invariant()
+    def in_order_and_never_ahead(self) -> None:
+        assert self.got["r"] == self.sent["i"][: len(self.got["r"])]
+        assert self.got["i"] == self.sent["r"][: len(self.got["i"])]
+        if self.resp.fenced:
+            assert not self.got["r"]
+
+
+TestPairMachine = PairMachine.TestCase
+TestPairMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
