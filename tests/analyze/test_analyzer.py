@@ -237,6 +237,30 @@ def test_bad_marker_pointer_is_error_3(tmp_path: Path) -> None:
     assert (replay.error.mpa_code, replay.error.stream_offset) == (3, marker.seq)
 
 
+def test_length_running_past_the_capture_is_caught_by_markers(tmp_path: Path) -> None:
+    conv = standard(True, False)
+    cap, seqs = conv.capture()
+    lead = 4 if (seqs["initiator"][1] - seqs["initiator"][0]) % 512 == 0 else 0
+
+    def huge_length(name: str, pieces: list[bytes]) -> list[bytes]:
+        if name == "initiator":
+            fpdu = bytearray(pieces[1])
+            fpdu[lead : lead + 2] = b"\xf0\x00"  # 61440 octets: past the end
+            pieces[1] = bytes(fpdu)
+        return pieces
+
+    cap, seqs = conv.capture(mutate=huge_length)
+    analysis = analyze(tmp_path, cap)
+    (error,) = errors(analysis)
+    assert error.code == 3
+    start = seqs["initiator"][0]
+    assert (error.seq - start) % 512 == 0  # reported at the marker that disagrees
+    # The walk finds its feet again at that marker and decodes the rest.
+    found = [r.seq for r in fpdus(analysis, "initiator")]
+    assert found[0] == seqs["initiator"][0]
+    assert found[-1] == seqs["initiator"][-1]
+
+
 def test_marker_reserved_and_pad_must_be_zero(tmp_path: Path) -> None:
     conv = standard(True, False, crc=False)
     conv.i2r = [send(1, payload(701, 1))]  # a 719-octet ULPDU: PAD of 3, a marker inside

@@ -221,6 +221,25 @@ def walk_fpdus(
     while pos < stream.end:
         view = inspect_fpdu(stream, pos, framing)
         if not isinstance(view, FpduView):
+            stray = _stray_marker(stream, pos, framing)
+            if stray is not None:
+                # The FPDU's length reaches past a marker that points elsewhere.
+                yield ErrorRecord(
+                    where[0],
+                    where[1],
+                    stream.seq(stray),
+                    stream.frame_at(stray),
+                    int(MpaErrorCode.MARKER_MISMATCH),
+                    "mpa",
+                    f"ULPDU_Length of the FPDU at sequence {stream.seq(pos)} runs past a "
+                    "marker that points elsewhere",
+                )
+                found = find_sync(stream, pos + MARKER_SIZE, framing)
+                if found is None:
+                    yield _note(stream, pos, where, _cannot_resync(framing))
+                    return
+                pos = found
+                continue
             resume = _past_gap(stream, pos if view is None else view)
             if resume is None:
                 yield _note(
@@ -263,6 +282,26 @@ def walk_fpdus(
                 )
             pos = found
             bad_in_a_row = 0
+
+
+def _stray_marker(stream: ByteStream, start: int, framing: Framing) -> int | None:
+    """A captured marker inside the incomplete FPDU at ``start`` that does not
+    point back to it (RFC 5044 §4.3), or None."""
+    if not framing.markers:
+        return None
+    phase = (start - framing.origin) % MARKER_INTERVAL
+    lead = MARKER_SIZE if phase == 0 else 0
+    head = stream.read(start + lead, HEADER_SIZE)
+    if head is None:
+        return None
+    wire = fpdu_wire_size(ULPDU_LENGTH.unpack_from(head)[0], phase, markers=True)
+    stop = min(stream.run_end(start), start + wire - CRC_SIZE)
+    header = start + lead
+    for marker in range(start - phase + MARKER_INTERVAL, stop, MARKER_INTERVAL):
+        raw = stream.read(marker, MARKER_SIZE)
+        if raw is not None and MARKER.unpack_from(raw)[1] & FPDUPTR_MASK != marker - header:
+            return marker
+    return None
 
 
 def _cannot_resync(framing: Framing) -> str:
