@@ -36,7 +36,7 @@ from pathlib import Path
 from iwarp._typing import Buffer
 from iwarp.errors import IwarpError
 from iwarp.vitcp.config import Negotiated, Role, VitcpConfig, peer_role
-from iwarp.vitcp.connection import LocalBuffer, MemoryRegion, VitcpConnection
+from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.errors import VitcpError
 from iwarp.vitcp.events import (
     Connected,
@@ -51,6 +51,7 @@ from iwarp.vitcp.events import (
     SendCompleted,
 )
 from iwarp.vitcp.handshake import State
+from iwarp.vitcp.memory import LocalBuffer, MemoryRegion
 
 __all__ = [
     "VitcpClosedError",

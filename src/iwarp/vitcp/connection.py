@@ -57,6 +57,7 @@ from iwarp.vitcp.handshake import (
     Machine,
     State,
 )
+from iwarp.vitcp.memory import LocalBuffer, MemoryRegion, MemoryTable
 from iwarp.vitcp.wire import (
     CONNECT_TYPES,
     DESCRIPTORS_MODULUS,
@@ -80,51 +81,12 @@ __all__ = ["LocalBuffer", "MemoryRegion", "OutSegment", "VitcpConnection"]
 
 _MASK32: Final = MESSAGE_NUMBER_MODULUS - 1
 _MASK16: Final = DESCRIPTORS_MODULUS - 1
-#: Where synthetic region addresses start, and the unmapped gap between
-#: regions (so an off-by-one address lands outside every region).
-_ADDRESS_BASE: Final = 0x1000_0000
-_ADDRESS_GAP: Final = 0x1000
 #: Largest VI message: Data Offset and RDMA Length are 32 bits (§3.2, §3.4).
 MAX_MESSAGE: Final = 0xFFFFFFFF
 #: The immediate data carried by control messages must fit 32 bits.
 _HANDSHAKE_STATES: Final = frozenset(
     {State.INCOMING, State.MATCHING, State.PENDING_ACCEPT, State.CONNECTING}
 )
-
-
-@dataclass(slots=True)
-class MemoryRegion:
-    """Registered memory (§2.2.2.1): a handle qualifies addresses in it."""
-
-    handle: int
-    address: int
-    view: memoryview
-    remote_write: bool
-    remote_read: bool
-
-    @property
-    def length(self) -> int:
-        return len(self.view)
-
-    def slice(self, address: int, length: int) -> memoryview | None:
-        """The octets at ``address``, or None if they leave the region."""
-        start = address - self.address
-        if start < 0 or length < 0 or start + length > len(self.view):
-            return None
-        return self.view[start : start + length]
-
-
-@dataclass(frozen=True, slots=True)
-class LocalBuffer:
-    """Message data named by registered memory, as a VI descriptor does.
-
-    If it is not inside a registered region the message is still sent, padded
-    with zeros and flagged Transmit Error (§2.2.2.2.5).
-    """
-
-    memory_handle: int
-    address: int
-    length: int
 
 
 @dataclass(slots=True)
@@ -238,9 +200,7 @@ class VitcpConnection:
         self._consumed = 0
         self._peer_error_seen = False
         # Memory.
-        self._regions: dict[int, MemoryRegion] = {}
-        self._next_handle = 1
-        self._next_address = _ADDRESS_BASE
+        self._memory = MemoryTable()
         # Send side.
         self._queue: deque[_Pending] = deque()
         self._unacked: deque[tuple[int, SegmentType]] = deque()
@@ -471,24 +431,13 @@ class VitcpConnection:
         remote_read: bool = True,
     ) -> MemoryRegion:
         """Register memory; peers name it by the returned handle and address."""
-        view = memoryview(buffer).cast("B")
-        if remote_write and view.readonly:
-            raise VitcpUsageError("remote writes need writable memory")
-        if address is None:
-            address = self._next_address
-            self._next_address += -(-max(1, len(view)) // _ADDRESS_GAP) * _ADDRESS_GAP
-            self._next_address += _ADDRESS_GAP
-        if address < 0 or address + len(view) > 1 << 64:
-            raise VitcpUsageError("address range outside 64 bits")
-        region = MemoryRegion(self._next_handle, address, view, remote_write, remote_read)
-        self._regions[region.handle] = region
-        self._next_handle += 1
-        return region
+        return self._memory.register(
+            buffer, address=address, remote_write=remote_write, remote_read=remote_read
+        )
 
     def deregister(self, handle: int) -> None:
         """Forget a region; later RDMA naming it is a protection error."""
-        if self._regions.pop(handle, None) is None:
-            raise VitcpUsageError(f"no memory region with handle {handle}")
+        self._memory.deregister(handle)
 
     def post_receive(self, count: int = 1, capacity: int | None = None) -> None:
         """Post ``count`` receive descriptors of ``capacity`` octets (None:
@@ -549,8 +498,7 @@ class VitcpConnection:
             raise VitcpUsageError("the negotiated RDMA read window is zero")
         if params.reliability is Reliability.UNRELIABLE:
             raise VitcpUsageError("RDMA Read needs a reliable connection [VIAR]")
-        region = self._regions.get(local_handle)
-        target = region.slice(local_address, length) if region is not None else None
+        target = self._memory.resolve(local_handle, local_address, length)
         if target is None or target.readonly:
             raise VitcpUsageError("the read target is not inside writable registered memory")
         if not 0 <= length <= MAX_MESSAGE:
@@ -574,8 +522,7 @@ class VitcpConnection:
     def _source(self, data: Buffer | LocalBuffer) -> tuple[Buffer, bool]:
         """The octets to send, and whether they had to be padded (§2.2.2.2.5)."""
         if isinstance(data, LocalBuffer):
-            region = self._regions.get(data.memory_handle)
-            view = region.slice(data.address, data.length) if region is not None else None
+            view = self._memory.resolve(data.memory_handle, data.address, data.length)
             if view is None:
                 return bytes(data.length), True
             data = view
@@ -1026,7 +973,7 @@ class VitcpConnection:
     ) -> memoryview | None:
         """The region octets an RDMA segment names, or a protection error."""
         assert rdma is not None
-        region = self._regions.get(rdma.memory_handle)
+        region = self._memory.get(rdma.memory_handle)
         enabled = self.config.rdma_write if write else self.config.rdma_read
         allowed = region is not None and (region.remote_write if write else region.remote_read)
         view = region.slice(rdma.address, rdma.length) if region is not None else None
