@@ -65,6 +65,8 @@ FRAME_SEARCH: Final = 1 << 16
 CRC_SCAN: Final = 1 << 14
 #: Markers tried when resynchronizing before giving up.
 MARKER_TRIES: Final = 256
+#: Markers tried per phase when looking for the marker phase of a stream.
+PHASE_TRIES: Final = 8
 #: The shortest ULPDU DDP sends: a tagged header (RFC 5041 §4.2).
 MIN_DDP_HEADER: Final = 14
 
@@ -426,28 +428,39 @@ def find_sync(stream: ByteStream, offset: int, framing: Framing) -> int | None:
     return None
 
 
-def _sync_by_markers(stream: ByteStream, offset: int, framing: Framing) -> int | None:
+def _sync_by_markers(
+    stream: ByteStream, offset: int, framing: Framing, *, tries: int = MARKER_TRIES
+) -> int | None:
     marker = offset + (framing.origin - offset) % MARKER_INTERVAL
-    for _ in range(MARKER_TRIES):
+    for _ in range(tries):
         if marker + MARKER_SIZE > stream.end:
             return None
-        raw = stream.read(marker, MARKER_SIZE)
-        if raw is not None:
-            pointer = MARKER.unpack_from(raw)[1] & FPDUPTR_MASK
-            header = marker + MARKER_SIZE if pointer == 0 else marker - pointer
-            start = header
-            if (header - framing.origin) % MARKER_INTERVAL == MARKER_SIZE:
-                start = header - MARKER_SIZE
-            if start >= offset:
-                view = inspect_fpdu(stream, start, framing)
-                if (
-                    isinstance(view, FpduView)
-                    and view.valid(framing)
-                    and start <= marker < start + view.wire_length
-                ):
-                    return start
+        start = _pointed_start(stream, marker, framing)
+        if start is not None and start >= offset:
+            view = inspect_fpdu(stream, start, framing)
+            if isinstance(view, FpduView) and view.valid(framing):
+                return start
         marker += MARKER_INTERVAL
     return None
+
+
+def _pointed_start(stream: ByteStream, marker: int, framing: Framing) -> int | None:
+    """The start of the FPDU the marker at ``marker`` points to, if that FPDU's
+    ULPDU_Length makes it hold the marker (a cheap test before the CRC)."""
+    raw = stream.read(marker, MARKER_SIZE)
+    if raw is None:
+        return None
+    pointer = MARKER.unpack_from(raw)[1] & FPDUPTR_MASK
+    header = marker + MARKER_SIZE if pointer == 0 else marker - pointer
+    start = header
+    if (header - framing.origin) % MARKER_INTERVAL == MARKER_SIZE:
+        start = header - MARKER_SIZE
+    head = stream.read(header, HEADER_SIZE)
+    if head is None:
+        return None
+    phase = (start - framing.origin) % MARKER_INTERVAL
+    wire = fpdu_wire_size(ULPDU_LENGTH.unpack_from(head)[0], phase, markers=True)
+    return start if start <= marker < start + wire else None
 
 
 def _trusted(stream: ByteStream, start: int, framing: Framing, *, count: int) -> bool:
@@ -510,7 +523,8 @@ def find_start(
         if m:
             for phase in range(0, MARKER_INTERVAL, 4):
                 framing = Framing(first + phase, m, c)
-                found = _sync_by_markers(stream, first, framing)
+                # Markers are in every stretch of 512 octets: the first few decide.
+                found = _sync_by_markers(stream, first, framing, tries=PHASE_TRIES)
                 if found is not None and _trusted(stream, found, framing, count=3):
                     return framing, found
             continue
@@ -518,19 +532,4 @@ def find_start(
             framing = Framing(start, m, c)
             if _trusted(stream, start, framing, count=2):
                 return framing, start
-    return None
-    for m in (True, False) if markers is None else (markers,):
-        for c in (True, False) if crc is None else (crc,):
-            if not m and not c:
-                continue
-            for phase in range(0, MARKER_INTERVAL, 4) if m else range(4):
-                framing = Framing(first + phase, m, c)
-                if m:
-                    found = _sync_by_markers(stream, first, framing)
-                    if found is not None and _trusted(stream, found, framing, count=2):
-                        return framing, found
-                    continue
-                for start in range(first + phase, min(stream.end, first + CRC_SCAN), 4):
-                    if _trusted(stream, start, Framing(start, m, c), count=2):
-                        return Framing(start, m, c), start
     return None
