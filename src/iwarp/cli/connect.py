@@ -38,6 +38,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("port", type=int, help="TCP port of the listener")
     parser.add_argument("--count", type=int, default=1, help="messages to send (default 1)")
     parser.add_argument("--size", type=int, default=64, help="octets per message (default 64)")
+    parser.add_argument(
+        "--delay",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait S seconds after the Reply before the first message (a Linux siw "
+        "Responder may miss an FPDU that follows its Reply too closely)",
+    )
     add_mpa_options(parser)
     parser.set_defaults(func=run)
 
@@ -93,6 +101,8 @@ async def _connect(args: argparse.Namespace, config: MpaConfig, out: Output) -> 
         await sock.close()
         return 0
     digest = Digest()
+    if args.delay > 0:
+        await asyncio.sleep(args.delay)
     try:
         if args.size > params.mulpdu:
             raise LocalProtocolError(
