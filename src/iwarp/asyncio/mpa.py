@@ -53,7 +53,7 @@ from iwarp.mpa.events import (
     StreamDataReceived,
     UlpduReceived,
 )
-from iwarp.mpa.handshake import build_request
+from iwarp.mpa.handshake import MpaState, build_request
 
 __all__ = [
     "Accept",
@@ -419,7 +419,7 @@ class MpaSocket:
         """Graceful close: flush what is queued, send FIN, wait for the close."""
         protocol = self._protocol
         conn = protocol.conn
-        if conn.state.value not in ("closed", "failed"):
+        if conn.state not in (MpaState.CLOSED, MpaState.FAILED):
             conn.close()
         transport = protocol.transport
         if transport is not None and not transport.is_closing():
