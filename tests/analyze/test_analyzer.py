@@ -536,3 +536,69 @@ def test_vitcp_connection(tmp_path: Path) -> None:
     write_record = list(analysis.records())[-1].to_json()
     assert write_record["rdma"] == {"address": 0x1000, "memory_handle": 7, "length": 3}
     assert write_record["crc_ok"] is True
+
+
+P2P = RtrFlags.PEER_TO_PEER
+
+
+@pytest.mark.parametrize(
+    ("request_data", "reply_data", "first", "expected"),
+    [
+        # A matching peer-to-peer exchange: a zero-length Write as RTR.
+        (
+            EnhancedData(4, 4, P2P | RtrFlags.WRITE),
+            EnhancedData(4, 4, P2P | RtrFlags.WRITE),
+            "write",
+            [],
+        ),
+        (
+            EnhancedData(4, 4, P2P | RtrFlags.READ),
+            EnhancedData(4, 4, P2P | RtrFlags.READ),
+            "read",
+            [],
+        ),
+        # The first FPDU is not the RTR the Reply allowed (RFC 6581 §9.2).
+        (
+            EnhancedData(4, 4, P2P | RtrFlags.WRITE),
+            EnhancedData(4, 4, P2P | RtrFlags.WRITE),
+            "send",
+            [7],
+        ),
+        (
+            EnhancedData(4, 4, P2P | RtrFlags.WRITE | RtrFlags.READ),
+            EnhancedData(4, 4, P2P | RtrFlags.READ),
+            "write",
+            [7],
+        ),
+        # The Responder drops the peer-to-peer model, or offers no RTR.
+        (EnhancedData(4, 4, P2P | RtrFlags.WRITE), EnhancedData(4, 4), "send", [7]),
+        (EnhancedData(4, 4, P2P | RtrFlags.WRITE), EnhancedData(4, 4, P2P), "write", [7, 7]),
+        # Responder ORD above the Initiator IRD (§9.1): error 6.
+        (EnhancedData(2, 4), EnhancedData(4, 3), "send", [6]),
+        # 0x3FFF must be answered with 0x3FFF.
+        (EnhancedData(0x3FFF, 4), EnhancedData(4, 4), "send", [None]),
+        # RTR flags without A.
+        (EnhancedData(4, 4, RtrFlags.WRITE), EnhancedData(4, 4), "send", [None]),
+        # An unenhanced Reply to an enhanced Request (§10).
+        (EnhancedData(4, 4), None, "send", [None]),
+    ],
+)
+def test_rfc6581_negotiation_rules(
+    tmp_path: Path,
+    request_data: EnhancedData,
+    reply_data: EnhancedData | None,
+    first: str,
+    expected: list[int | None],
+) -> None:
+    reply = (
+        frame(False, rev=Revision.REV1)
+        if reply_data is None
+        else frame(False, rev=Revision.REV2, enhanced=reply_data)
+    )
+    conv = Conversation(frame(True, rev=Revision.REV2, enhanced=request_data), reply)
+    rtr = {"write": write(1, 0, b""), "read": read_request(1, 0), "send": send(1, payload(8, 1))}
+    conv.i2r = [rtr[first], send(2, payload(30, 2))]
+    cap, _ = conv.capture()
+    found = errors(analyze(tmp_path, cap))
+    assert [e.code for e in found] == expected
+    assert all(e.layer == "mpa" for e in found)

@@ -5,8 +5,9 @@ experiment with siw in a qemu guest, every chunk read from and written to
 the guest, and siw's FPDUs as the recording tool decoded them. Each
 experiment is laid out as a capture (one chunk per TCP segment) and decoded:
 the FPDUs found must be the ones the tool recorded, with no protocol error
-except where the experiment injected one (the host sending zero CRCs on a
-connection that negotiated CRCs). Where tshark is present it must agree on
+except those the experiment injected on the host side (zero CRCs after C=1,
+an unenhanced Reply to an enhanced Request, a peer-to-peer Reply without an
+RTR type): siw itself breaks no rule. Where tshark is present it must agree on
 every FPDU.
 """
 
@@ -26,8 +27,13 @@ from iwarp.analyze.synth import Direction, TcpCapture
 
 EVIDENCE = Path(__file__).resolve().parents[3] / "shared" / "tools" / "siw-vm" / "evidence"
 FILES = sorted(EVIDENCE.glob("*.json")) if EVIDENCE.is_dir() else []
-#: Experiments where the host (not siw) sent zero CRCs although C=1.
-HOST_ZERO_CRC = {"a_rpingsrv_nocrc_siw-crc"}
+#: Experiments where the host (not siw) broke a rule on purpose: the MPA
+#: error code each of its errors must carry.
+HOST_FAULTS: dict[str, int | None] = {
+    "a_rpingsrv_nocrc_siw-crc": 2,  # zero CRC fields although C=1
+    "a_rev1": None,  # an unenhanced Reply to an enhanced Request (RFC 6581 §10)
+    "a_rpingsrv_p2p-nomatch_siw-p2p": 7,  # a peer-to-peer Reply with no RTR type (§9.2)
+}
 
 pytestmark = pytest.mark.skipif(not FILES, reason=f"no siw evidence in {EVIDENCE}")
 
@@ -80,9 +86,9 @@ def test_siw_traffic_decodes_as_recorded(tmp_path: Path, path: Path) -> None:
     assert [r.ulp["opcode"] for r in found] == [f["RDMAP_opcode"] for f in recorded]
     assert all(r.crc_ok is not False for r in found)
     errors = [r for r in records if isinstance(r, ErrorRecord)]
-    if path.stem in HOST_ZERO_CRC:
+    if path.stem in HOST_FAULTS:
         assert errors
-        assert all(e.code == 2 and e.direction != siw for e in errors)
+        assert all(e.code == HOST_FAULTS[path.stem] and e.direction != siw for e in errors)
     else:
         assert errors == []
     if shutil.which("tshark") and any(isinstance(r, FpduRecord) for r in records):

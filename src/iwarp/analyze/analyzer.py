@@ -24,9 +24,11 @@ from iwarp.analyze.mpa import (
     read_frame,
     walk_fpdus,
 )
+from iwarp.analyze.negotiation import check_reply, check_rtr
 from iwarp.analyze.records import (
     ErrorRecord,
     FpduRecord,
+    FrameRecord,
     NoteRecord,
     Record,
     ViSegmentRecord,
@@ -177,6 +179,7 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
 
     protocol: str | None = None
     request = reply = None
+    request_record = reply_record = None
     starts: dict[str, int] = {}
     request_off = find_frame(initiator.stream, REQUEST_KEY)
     if request_off is not None:
@@ -186,6 +189,7 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
         )
         initiator.records += [r for r in (record, *extra) if r is not None]
         request = record.mpa if record is not None else None
+        request_record = record
     reply_off = find_frame(responder.stream, REPLY_KEY)
     if reply_off is not None:
         protocol = "mpa"
@@ -194,6 +198,7 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
         )
         responder.records += [r for r in (record, *extra) if r is not None]
         reply = record.mpa if record is not None else None
+        reply_record = record
     for seq in options.mpa_start:
         for side in sides:
             offset = side.stream.offset_of(seq)
@@ -232,6 +237,8 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
                     crc=framing.crc,
                 )
 
+    if request_record is not None and reply_record is not None:
+        _check_negotiation(initiator, responder, request_record, reply_record)
     for side in sides:
         _summarize(side)
     # Each direction stays in stream order; the two are interleaved by frame.
@@ -300,6 +307,26 @@ def _framing(
         )
     )
     return Framing(framing.origin, framing.markers, framing.crc, rdmac), first
+
+
+def _check_negotiation(
+    initiator: _Side, responder: _Side, request: FrameRecord, reply: FrameRecord
+) -> None:
+    """RFC 6581 rules between the frames, and on the Initiator's first FPDU."""
+    for code, message in check_reply(request.mpa, reply.mpa):
+        responder.records.append(
+            ErrorRecord(reply.stream, RESPONDER, reply.seq, reply.frame, code, "mpa", message)
+        )
+    first = next((r for r in initiator.records if isinstance(r, FpduRecord)), None)
+    if first is None:
+        return
+    problem = check_rtr(reply.mpa, first)
+    if problem is not None:
+        code, message = problem
+        initiator.records.insert(
+            initiator.records.index(first) + 1,
+            ErrorRecord(first.stream, INITIATOR, first.seq, first.frame, code, "mpa", message),
+        )
 
 
 def _frame_order(record: Record) -> int:
