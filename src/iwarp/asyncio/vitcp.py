@@ -501,7 +501,10 @@ async def connect(
                 ),
                 max(remaining, 0.001),
             )
-        except (OSError, TimeoutError) as exc:
+        except TimeoutError:
+            core.handle_timer(max(loop.time(), deadline))  # the consumer's timeout (§4.2)
+            raise VitcpClosedError("connection establishment timed out") from None
+        except OSError as exc:
             core.tcp_failed(loop.time())
             raise VitcpClosedError(f"TCP connection setup failed: {exc}") from exc
         outcome = await protocol.outcome
