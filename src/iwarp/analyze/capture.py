@@ -228,12 +228,16 @@ def _decode(
     if ip is None:
         return None
     src, dst, start, end = ip
-    if end - start < _TCP.size:
+    if end - start < _TCP.size or len(data) < start + _TCP.size:
         return None
     sport, dport, seq, ack, data_offset, flags = _TCP.unpack_from(data, start)
-    payload_start = start + (data_offset >> 4) * 4
+    header_length = (data_offset >> 4) * 4
+    if header_length < 20:
+        return None
+    payload_start = start + header_length
     wire_length = max(0, end - payload_start)
-    payload = data[payload_start:end] if payload_start < len(data) else b""
+    # A capture cut short (snaplen) holds less than the IP length says.
+    payload = data[payload_start : min(end, len(data))] if payload_start < len(data) else b""
     return TcpPacket(frame, time, src, sport, dst, dport, seq, ack, flags, payload, wire_length)
 
 
@@ -276,6 +280,8 @@ def _ipv4(data: bytes, offset: int, stats: CaptureStats) -> tuple[str, str, int,
         stats.fragments += 1
         if fragment & 0x1FFF:
             return None
+    if version_ihl & 0x0F < 5:
+        return None
     start = offset + (version_ihl & 0x0F) * 4
     # The IP length, not the frame length: Ethernet pads short frames.
     end = offset + total if total else len(data)
