@@ -182,26 +182,24 @@ class SegmentHeader:
         )
         if version != VERSION:
             raise MalformedSegmentError(f"VI/TCP version {version}, expected {VERSION}")
-        raw_type = type_flags & TYPE_MASK
-        try:
-            seg_type = SegmentType(raw_type)
-        except ValueError:
-            raise MalformedSegmentError(f"unknown VI segment type {raw_type}") from None
-        minimum = minimum_length(seg_type)
+        seg_type = _TYPES[type_flags & TYPE_MASK]
+        if seg_type is None:
+            raise MalformedSegmentError(f"unknown VI segment type {type_flags & TYPE_MASK}")
+        minimum = _MINIMUM[seg_type]
         if length < minimum:
             raise MalformedSegmentError(
                 f"{seg_type.name} segment length {length} below its minimum {minimum}"
             )
         return cls(
             seg_type,
-            SegmentFlags(type_flags & ~TYPE_MASK & 0xFF),
+            _FLAGS[type_flags >> 5],
             length,
             data_offset,
             immediate,
             number,
             ack,
             posted,
-            ViErrorType(rec & VI_ERROR_MASK),
+            _VI_ERRORS[rec & VI_ERROR_MASK],
             rec >> 8,
             version,
         )
@@ -393,6 +391,15 @@ class CeHeader:
             ended,
             extra=bytes(view[pos:end]),
         )
+
+
+# Lookup tables for the header decoder's hot path (enum calls are slow).
+_TYPES: Final[tuple[SegmentType | None, ...]] = tuple(
+    {int(t): t for t in SegmentType}.get(i) for i in range(TYPE_MASK + 1)
+)
+_FLAGS: Final = tuple(SegmentFlags(i << 5) for i in range(8))
+_VI_ERRORS: Final = tuple(ViErrorType(i) for i in range(VI_ERROR_MASK + 1))
+_MINIMUM: Final = {t: minimum_length(t) for t in SegmentType}
 
 
 # --- Whole segments --------------------------------------------------------------
