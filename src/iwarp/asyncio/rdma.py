@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from iwarp._typing import Buffer
+from iwarp.asyncio.mpa import Accept, Decider, FailureHook, Reject
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import DEFAULT_EMSS
@@ -67,6 +68,7 @@ from iwarp.rdmap.work import (
 __all__ = [
     "Access",
     "CompletionQueue",
+    "ConnectionRejectedError",
     "ConnectionTerminatedError",
     "MemoryRegion",
     "ProtectionDomain",
@@ -102,6 +104,15 @@ class RdmaError(IwarpError):
 
 class ConnectionTerminatedError(IwarpError):
     """The connection ended (Terminate, close or failure) while waiting."""
+
+
+class ConnectionRejectedError(LocalProtocolError):
+    """MPA startup ended in a reject (R=1 from the peer, or a local policy
+    or ``decide`` refused); ``event`` has the frame and its private data."""
+
+    def __init__(self, event: ConnectionRejected) -> None:
+        super().__init__(f"MPA connection rejected: {event.reason}")
+        self.event = event
 
 
 class CompletionQueue:
@@ -182,6 +193,7 @@ class QueuePair(asyncio.Protocol):
         setup: Setup | None = None,
         first_send_delay: float = 0.0,
         shared_cq: bool = False,
+        decide: Decider | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self.pd = pd
@@ -195,6 +207,7 @@ class QueuePair(asyncio.Protocol):
         self._receive_buffers = receive_buffers
         self._receive_size = receive_size
         self._setup = setup
+        self._decide = decide
         self._first_send_delay = first_send_delay
         self._hold = False
         self.conn: RdmaConnection | None = None
@@ -427,13 +440,19 @@ class QueuePair(asyncio.Protocol):
                     self.established.set_result(event.params)
             elif isinstance(event, RequestReceived):
                 assert self.conn is not None
-                self._dispatch(self.conn.accept())
+                decision = Accept() if self._decide is None else self._decide(event)
+                if isinstance(decision, Reject):
+                    self._dispatch(self.conn.reject(decision.private_data))
+                else:
+                    self._dispatch(
+                        self.conn.accept(decision.private_data, ird=decision.ird, ord=decision.ord)
+                    )
             elif isinstance(event, (TerminateReceived, TerminateSent)):
                 self.terminate = event.header
                 self.terminate_received = isinstance(event, TerminateReceived)
                 self._wake(self._reader)
             elif isinstance(event, ConnectionRejected):
-                self._fail(LocalProtocolError(f"MPA connection rejected: {event.reason}"))
+                self._fail(ConnectionRejectedError(event))
             elif isinstance(event, ConnectionFailed):
                 self._fail(event.error)
             elif isinstance(event, ConnectionClosed):
@@ -583,12 +602,20 @@ async def serve(
     receive_size: int = 1 << 16,
     setup: Setup | None = None,
     shared_cq: bool = False,
+    decide: Decider | None = None,
+    on_failure: FailureHook | None = None,
 ) -> asyncio.Server:
     """Accept iWARP connections as MPA Responder; run ``handler`` for each.
 
     Every Request is accepted. Each connection gets its own protection
     domain unless ``pd`` is given. The queue pair is closed when the handler
     returns.
+
+    ``decide`` (optional) sees each valid Request and returns
+    :class:`~iwarp.asyncio.mpa.Accept` or :class:`~iwarp.asyncio.mpa.Reject`.
+    Connections that end before full operation (bad frames, timeouts,
+    rejects) are closed and, with ``on_failure``, reported with the peer
+    address.
     """
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
@@ -596,7 +623,12 @@ async def serve(
     async def run(qp: QueuePair) -> None:
         try:
             await qp.established
-        except IwarpError:
+        except IwarpError as exc:
+            if qp.transport is not None and not qp.transport.is_closing():
+                qp.transport.close()  # after a reject, MPA leaves TCP open
+            if on_failure is not None:
+                peer = None if qp.transport is None else qp.transport.get_extra_info("peername")
+                on_failure(exc, peer)
             return
         try:
             await handler(qp)
@@ -612,6 +644,7 @@ async def serve(
             receive_size=receive_size,
             setup=setup,
             shared_cq=shared_cq,
+            decide=decide,
         )
         task = loop.create_task(run(qp))
         tasks.add(task)
