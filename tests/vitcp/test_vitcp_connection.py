@@ -990,3 +990,17 @@ def test_close_flushes_queued_messages() -> None:
     p.a.close()
     (done,) = of(p.a.take_events(), SendCompleted)
     assert done.message_number == held and done.status is CompletionStatus.FLUSHED
+
+
+def test_is_error_code_alone_is_reported_once() -> None:
+    config = cfg(reliability=Reliability.RECEPTION)
+    p = Pair(config, config)
+    number = p.a.send(b"x")
+    p.a.data_to_send()
+    nop = SegmentHeader(SegmentType.NOP, message_ack=number, is_error_code=9).pack()
+    events = p.a.receive_data(nop + nop)
+    (report,) = of(events, RemoteErrorReported)
+    assert (report.message_number, report.is_error_code) == (number, 9)
+    assert report.vi_error is ViErrorType.NONE
+    assert of(events, SendCompleted)[0].status is CompletionStatus.SUCCESS
+    assert state_of(p.a) is State.CONNECTED

@@ -199,6 +199,7 @@ class VitcpConnection:
         self._peer_posted = 0
         self._consumed = 0
         self._peer_error_seen = False
+        self._is_reported: tuple[int, int] | None = None
         # Memory.
         self._memory = MemoryTable()
         # Send side.
@@ -865,7 +866,15 @@ class VitcpConnection:
             number, seg_type = self._unacked.popleft()
             status = status_of(error) if error and number == ack else CompletionStatus.SUCCESS
             self._events.append(SendCompleted(number, seg_type, status))
-        if not error or self._peer_error_seen:
+        if not error:
+            # §3.2 IS Error Code alone: implementation-specific, supplemental
+            # status for message ``ack``; reported once, the VI goes on.
+            code = header.is_error_code
+            if code and (ack, code) != self._is_reported:
+                self._is_reported = (ack, code)
+                self._events.append(RemoteErrorReported(ack, error, code))
+            return
+        if self._peer_error_seen:
             return
         self._peer_error_seen = True
         self._events.append(RemoteErrorReported(ack, error, header.is_error_code))
