@@ -94,7 +94,11 @@ def urgent_pointer_exact() -> bool:
 
 
 def _prepare_socket(transport: asyncio.BaseTransport) -> socket.socket | None:
-    """TCP_NODELAY and SO_OOBINLINE; returns a duplicate socket for MSG_OOB."""
+    """TCP_NODELAY and SO_OOBINLINE (urgent octets stay in the stream).
+
+    Returns a duplicate of the socket for sending MSG_OOB (asyncio's
+    transport cannot), only if urgent octets may be sent at all (§3.7).
+    """
     sock = transport.get_extra_info("socket")
     if sock is None:
         return None
@@ -102,6 +106,8 @@ def _prepare_socket(transport: asyncio.BaseTransport) -> socket.socket | None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)
+        if not urgent_pointer_exact():
+            return None
         return socket.fromfd(sock.fileno(), sock.family, sock.type)
     except OSError:
         return None
@@ -138,7 +144,7 @@ class _VitcpProtocol(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self._oob = _prepare_socket(transport)
-        self._urgent_ok = self._oob is not None and urgent_pointer_exact()
+        self._urgent_ok = self._oob is not None
         now = self._loop.time()
         if self.core.role is Role.ACTIVE:
             self.core.tcp_established(now)
