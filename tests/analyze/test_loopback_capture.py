@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 from analyze_traffic import payload, send
 from tshark_fields import agree, tshark_fpdus
 
-from iwarp.analyze.analyzer import analyze_file
+from iwarp.analyze.analyzer import Options, analyze_file
 from iwarp.analyze.records import ErrorRecord, FpduRecord, FrameRecord
 from iwarp.asyncio.mpa import MpaSocket, connect, serve
 from iwarp.mpa.config import MpaConfig
@@ -174,3 +175,100 @@ def test_loopback_exchange_decodes_cleanly(
         assert len(theirs) == len(ours)
         for mine, other in zip(ours, theirs, strict=True):
             agree(mine, other)
+
+
+# -- the project's command line tools, as separate processes -------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
+    """Until something listens on ``port`` (read from /proc: no probe connection)."""
+    deadline = time.monotonic() + 20
+    needle = f":{port:04X} "
+    while True:
+        assert proc.poll() is None, "the listener exited"
+        assert time.monotonic() < deadline, "nothing listens"
+        with open("/proc/net/tcp") as table:
+            if any(needle in line and line.split()[3] == "0A" for line in table):
+                return
+        time.sleep(0.02)
+
+
+def run_cli(tmp_path: Path, server: list[str], client: list[str], port: int) -> Path:
+    """Capture a listener and a client of ``python -m iwarp`` talking over loopback."""
+    path = tmp_path / "cli.pcapng"
+    capture = Capture(path, port, "lo", pcapng=True)
+    iwarp = [sys.executable, "-m", "iwarp"]
+    listener = subprocess.Popen([*iwarp, *server], stdout=subprocess.DEVNULL)
+    try:
+        wait_listening(port, listener)
+        done = subprocess.run([*iwarp, *client], capture_output=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert listener.wait(timeout=30) == 0
+    finally:
+        if listener.poll() is None:
+            listener.kill()
+            listener.wait(timeout=10)
+        capture.stop()
+    return path
+
+
+@pytest.mark.parametrize("markers", [False, True])
+def test_iwarp_ping_over_loopback(tmp_path: Path, markers: bool) -> None:
+    port, pings = free_port(), 3
+    common = ["-a", "127.0.0.1", "-p", str(port), "-C", str(pings), "-S", "100"]
+    client = ["ping", "-c", *common, "-V", "--p2p", "write", "--delay", "0"]
+    if markers:
+        client.append("--markers")
+    path = run_cli(tmp_path, ["ping", "-s", *common], client, port)
+    analysis = analyze_file(str(path))
+    assert [r for r in analysis.records() if isinstance(r, ErrorRecord)] == []
+    (connection,) = analysis.connections
+    initiator, responder = connection.directions
+    # rping, per ping: the client advertises its source buffer (Send), the
+    # server RDMA-Reads it, says so (Send), the client advertises its sink
+    # (Send), the server RDMA-Writes it and says so (Send). The client's
+    # first FPDU is the zero-length RDMA Write RTR (RFC 6581).
+    assert initiator.messages == {"SEND": 2 * pings, "RDMA_READ_RESPONSE": pings, "RDMA_WRITE": 1}
+    assert responder.messages == {
+        "SEND": 2 * pings,
+        "RDMA_READ_REQUEST": pings,
+        "RDMA_WRITE": pings,
+    }
+    assert responder.framing is not None and responder.framing.markers is markers
+    first = next(r for r in connection.records if isinstance(r, FpduRecord))
+    assert (first.direction, first.ulp["opcode_name"], first.ulp["payload_length"]) == (
+        "initiator",
+        "RDMA_WRITE",
+        0,
+    )
+    if not markers:
+        ours = [r for r in connection.records if isinstance(r, FpduRecord)]
+        theirs = tshark_fpdus(path)
+        assert len(theirs) == len(ours)
+        for mine, other in zip(ours, theirs, strict=True):
+            agree(mine, other)
+
+
+def test_iwarp_listen_and_connect_over_loopback(tmp_path: Path) -> None:
+    port, count, size = free_port(), 5, 3000
+    mpa = ["--markers", "--mpa-rev", "1"]
+    path = run_cli(
+        tmp_path,
+        ["listen", "--port", str(port), "--count", str(count), *mpa],
+        ["connect", "127.0.0.1", str(port), "--count", str(count), "--size", str(size), *mpa],
+        port,
+    )
+    # iwarp connect sends bare ULPDUs (MPA only), not DDP segments.
+    analysis = analyze_file(str(path), Options(ddp=False))
+    assert [r for r in analysis.records() if isinstance(r, ErrorRecord)] == []
+    (connection,) = analysis.connections
+    found = [r for r in connection.records if isinstance(r, FpduRecord)]
+    assert [(r.direction, r.ulpdu_length) for r in found] == [("initiator", size)] * count
+    assert all(r.crc_ok and r.markers and all(m.ok for m in r.markers) for r in found)

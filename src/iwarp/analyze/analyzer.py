@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from iwarp.analyze.capture import CaptureStats, TcpPacket, read_tcp_packets
 from iwarp.analyze.mpa import (
@@ -56,6 +56,8 @@ class Options:
     crc: bool | None = None
     #: Look for FPDUs by markers and CRCs in connections without MPA frames.
     resync: bool = False
+    #: The ULPDUs are DDP segments; False for MPA carrying anything else.
+    ddp: bool = True
 
 
 @dataclass
@@ -224,6 +226,7 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
             if found is None:
                 continue
             framing, start = found
+            framing = replace(framing, ddp=options.ddp)
             protocol = "mpa"
             side.summary.protocol = "mpa"
             side.summary.framing = framing
@@ -238,7 +241,7 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
                 )
 
     if request_record is not None and reply_record is not None:
-        _check_negotiation(initiator, responder, request_record, reply_record)
+        _check_negotiation(initiator, responder, request_record, reply_record, options)
     for side in sides:
         _summarize(side)
     # Each direction stays in stream order; the two are interleaved by frame.
@@ -310,7 +313,11 @@ def _framing(
 
 
 def _check_negotiation(
-    initiator: _Side, responder: _Side, request: FrameRecord, reply: FrameRecord
+    initiator: _Side,
+    responder: _Side,
+    request: FrameRecord,
+    reply: FrameRecord,
+    options: Options,
 ) -> None:
     """RFC 6581 rules between the frames, and on the Initiator's first FPDU."""
     for code, message in check_reply(request.mpa, reply.mpa):
@@ -318,7 +325,7 @@ def _check_negotiation(
             ErrorRecord(reply.stream, RESPONDER, reply.seq, reply.frame, code, "mpa", message)
         )
     first = next((r for r in initiator.records if isinstance(r, FpduRecord)), None)
-    if first is None:
+    if first is None or not options.ddp:  # an RTR is a DDP message
         return
     problem = check_rtr(reply.mpa, first)
     if problem is not None:
@@ -339,7 +346,7 @@ def _summarize(side: _Side) -> None:
         if isinstance(record, FpduRecord):
             summary.fpdus += 1
             summary.ulpdu_octets += record.ulpdu_length
-            summary.messages[str(record.ulp.get("opcode_name", "?"))] += 1
+            summary.messages[str(record.ulp.get("opcode_name", "ULPDU"))] += 1
         elif isinstance(record, ViSegmentRecord):
             summary.segments += 1
             summary.messages[str(record.fields.get("segment_type", "?"))] += 1

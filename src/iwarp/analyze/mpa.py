@@ -83,6 +83,8 @@ class Framing:
     crc: bool
     #: RDMAC mode (a Rev 0 frame, RFC 5044 Appendix C): DDP/RDMAP version 0.
     rdmac: bool = False
+    #: The ULPDUs are DDP segments (RFC 5041): decode and check their headers.
+    ddp: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +343,7 @@ def _fpdu_record(
         crc=view.crc,
         crc_expected=view.crc_expected,
         crc_checked=framing.crc,
-        ulp=describe_ulpdu(view.ulpdu),
+        ulp=describe_ulpdu(view.ulpdu) if framing.ddp else {},
     )
 
 
@@ -476,7 +478,7 @@ def _trusted(stream: ByteStream, start: int, framing: Framing, *, count: int) ->
         view = inspect_fpdu(stream, pos, framing)
         if not isinstance(view, FpduView) or not view.valid(framing):
             return False
-        if len(view.ulpdu) < MIN_DDP_HEADER:
+        if framing.ddp and len(view.ulpdu) < MIN_DDP_HEADER:
             return False
         inner_markers += sum(1 for m in view.markers if m[2])
         pos += view.wire_length

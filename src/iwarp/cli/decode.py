@@ -65,6 +65,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="look for FPDUs (by markers and CRCs) in connections without MPA frames",
     )
     parser.add_argument(
+        "--raw-ulp",
+        action="store_true",
+        help="the ULPDUs are not DDP segments (e.g. traffic of iwarp connect): "
+        "do not decode or check DDP/RDMAP headers",
+    )
+    parser.add_argument(
         "--stream",
         metavar="N",
         type=int,
@@ -88,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         markers=_TRISTATE[args.markers],
         crc=_TRISTATE[args.crc],
         resync=args.resync,
+        ddp=not args.raw_ulp,
     )
     try:
         analysis = analyze_file(args.capture, options)
