@@ -150,3 +150,21 @@ def test_unreadable_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     path.write_bytes(b"nothing")
     assert main(["decode", str(path)]) == 2
     assert main(["decode", str(tmp_path / "missing.pcap")]) == 2
+
+
+def test_raw_ulp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conv = Conversation(frame(True), frame(False))
+    conv.i2r = [b"\xff" * 40, b"not a DDP segment"]  # MPA carrying something else
+    cap, _ = conv.capture()
+    path = tmp_path / "raw.pcap"
+    cap.write(str(path))
+    status, out = run(capsys, str(path), "--json")
+    assert status == 1
+    assert {line["layer"] for line in json_lines(out) if line["type"] == "error"} == {"ddp/rdmap"}
+    status, out = run(capsys, str(path), "--json", "--raw-ulp")
+    assert status == 0
+    fpdus = [line for line in json_lines(out) if line["type"] == "fpdu"]
+    assert [(f["ulpdu_length"], f["ddp"], f["rdmap"]) for f in fpdus] == [
+        (40, {}, {}),
+        (17, {}, {}),
+    ]
