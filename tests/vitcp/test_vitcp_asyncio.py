@@ -422,3 +422,25 @@ def test_listener_times_out_silent_connections() -> None:
         return answer
 
     assert run(body(), 5) == b""
+
+
+def test_cli_attribute_mismatch(capsys: pytest.CaptureFixture[str]) -> None:
+    listener = subprocess.Popen(
+        [sys.executable, "-m", "iwarp", "vitcp", "listen", "--port", "0", "--json"]
+        + ["--reliability", "reception"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert listener.stdout is not None
+        port = json.loads(listener.stdout.readline())["port"]
+        status = main(["vitcp", "connect", "127.0.0.1", str(port), "--reliability", "delivery"])
+        assert status == 1
+        assert "connection rejected" in capsys.readouterr().err
+        out, _ = listener.communicate(timeout=10)
+        assert json.loads(out)["status"] == "rejected"
+        assert listener.returncode == 1
+    finally:
+        if listener.poll() is None:
+            listener.kill()
+            listener.wait()

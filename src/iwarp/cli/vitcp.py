@@ -223,13 +223,21 @@ async def _listen(args: argparse.Namespace) -> int:
     status = 0
     try:
         while args.count <= 0 or served < args.count:
-            endpoint = await listener.accept(config.discriminator, keep_posted=DESCRIPTORS)
+            served += 1
+            try:
+                endpoint = await listener.accept(config.discriminator, keep_posted=DESCRIPTORS)
+            except VitcpRejectedError:
+                # §3.3: reliability level or peer-to-peer differ; ConnectReject sent.
+                status = 1
+                rejected = {"role": "listener", "messages": 0, "octets": 0}
+                rejected.update(sha256=hashlib.sha256().hexdigest(), status="rejected")
+                _print({"type": "summary", **rejected}, args.json)
+                continue
             summary = await _serve_one(endpoint)
             summary["type"] = "summary"
             _print(summary, args.json)
             if summary["status"] != "ok":
                 status = 1
-            served += 1
     finally:
         await listener.close()
     return status
