@@ -424,10 +424,12 @@ def test_listener_times_out_silent_connections() -> None:
     assert run(body(), 5) == b""
 
 
+LISTEN = [sys.executable, "-m", "iwarp", "vitcp", "listen"]
+
+
 def test_cli_attribute_mismatch(capsys: pytest.CaptureFixture[str]) -> None:
     listener = subprocess.Popen(
-        [sys.executable, "-m", "iwarp", "vitcp", "listen", "--port", "0", "--json"]
-        + ["--reliability", "reception"],
+        [*LISTEN, "--port", "0", "--json", "--reliability", "reception"],
         stdout=subprocess.PIPE,
         text=True,
     )
