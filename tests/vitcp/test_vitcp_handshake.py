@@ -535,3 +535,9 @@ def test_endpoint_tcp_inputs_in_every_state(role: Role) -> None:
             else:
                 call(endpoint)  # TCP closing or a timer with nothing to do
                 assert state_of(endpoint) is state, (state, event)
+
+
+def test_docs_sans_io_example_runs() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    first = re.findall(r"```python\n(.*?)\n```", text, re.S)[0]
+    exec(compile(first, "docs/vitcp.md", "exec"), {"now": 0.0})
