@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -446,3 +447,15 @@ def test_cli_attribute_mismatch(capsys: pytest.CaptureFixture[str]) -> None:
         if listener.poll() is None:
             listener.kill()
             listener.wait()
+
+
+def test_docs_asyncio_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "vitcp.md"
+    block = re.findall(r"```python\n(.*?)\n```", docs.read_text(encoding="utf-8"), re.S)[1]
+    source = "async def example():\n" + "".join(f"    {line}\n" for line in block.splitlines())
+    namespace: dict[str, Any] = {"asyncio": asyncio}
+    exec(compile(source, "docs/vitcp.md", "exec"), namespace)
+    run(namespace["example"]())
+    assert "b'hello'" in capsys.readouterr().out
