@@ -1004,3 +1004,15 @@ def test_is_error_code_alone_is_reported_once() -> None:
     assert report.vi_error is ViErrorType.NONE
     assert of(events, SendCompleted)[0].status is CompletionStatus.SUCCESS
     assert state_of(p.a) is State.CONNECTED
+
+
+def test_unbounded_descriptors_still_have_a_limit() -> None:
+    config = cfg(reliability=Reliability.RECEPTION, mtu=100)
+    p = Pair(config, cfg(reliability=Reliability.RECEPTION, max_receive_size=250))
+    p.b.post_receive(2)
+    p.pump()
+    number = p.a.send(bytes(300))
+    p.pump()
+    assert isinstance(of(p.eb, ConnectionClosed)[0].error, DescriptorError)
+    (report,) = of(p.ea, RemoteErrorReported)
+    assert report.message_number == number and report.vi_error is ViErrorType.VDE

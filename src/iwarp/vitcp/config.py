@@ -97,6 +97,10 @@ class VitcpConfig:
     length_includes_trailer: bool = False
     """Count the trailer in the Segment Length we send; the peer's reading is
     detected from its CE segment."""
+    max_receive_size: int = 1 << 30
+    """Largest Send a receive descriptor posted without a capacity accepts:
+    a longer one is a descriptor error, so a peer cannot make us buffer
+    without bound."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.mtu <= 0xFFFFFFFF:
@@ -105,6 +109,8 @@ class VitcpConfig:
             raise ValueError(f"read window {self.read_window} out of range")
         if len(self.discriminator) > DISCRIMINATOR_SIZE:
             raise ValueError("a discriminator has at most 64 octets")
+        if self.max_receive_size < 0:
+            raise ValueError("max_receive_size must not be negative")
         if not 0 <= self.initial_message_number < 1 << 32:
             raise ValueError("message numbers are 32 bits")
 

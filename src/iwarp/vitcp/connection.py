@@ -912,10 +912,13 @@ class VitcpConnection:
         payload = seg.payload
         size = len(payload)
         if rx.type is SegmentType.SEND:
-            if rx.capacity is not None and rx.offset + size > rx.capacity:
-                self._message_error(
-                    rx, DescriptorError("Send longer than the receive descriptor"), params
+            capacity = self.config.max_receive_size if rx.capacity is None else rx.capacity
+            if rx.offset + size > capacity and rx.status is not CompletionStatus.DESCRIPTOR_ERROR:
+                too_long = DescriptorError(
+                    f"Send longer than the {capacity}-octet receive descriptor",
+                    message_number=rx.number,
                 )
+                self._message_error(rx, too_long, params)
                 if self.state is not State.CONNECTED:
                     return
             if rx.status is not CompletionStatus.DESCRIPTOR_ERROR and size:
