@@ -209,6 +209,10 @@ class OutOfOrderReceiver:
         lo_clipped = max(lo, self._next)
         if lo_clipped >= hi:
             return events
+        if hi == lo + len(payload) and self._in_order_at(lo):
+            # Nothing out of order is held: the in-order fast path.
+            self._receive_in_order(payload, events)
+            return events
         view = memoryview(payload)
         pieces = self._commit(lo_clipped, hi)
         if not pieces:
@@ -223,6 +227,50 @@ class OutOfOrderReceiver:
         except MpaError as exc:
             self._fail(exc, events)
         return events
+
+    def _in_order_at(self, lo: int) -> bool:
+        """Whether octets at ``lo`` continue the stream with nothing else held
+        but the start of the next FPDU (no islands, no later octets)."""
+        if self._passed or self._candidates:
+            return False
+        if not self._seen_lo:
+            return lo == self._next
+        return self._seen_lo == [self._next] and self._seen_hi == [lo]
+
+    def _receive_in_order(self, payload: Buffer, events: list[ReceiveEvent]) -> None:
+        """Frame octets that continue the stream when nothing else is held.
+
+        The head of the next FPDU, if held, is taken back; one FpduDecoder
+        checks every FPDU completed (the chain's checks, without the
+        bookkeeping); an incomplete tail is held again.
+        """
+        start = self._next
+        decoder = self._decoder(start)
+        data = payload if isinstance(payload, bytes) else bytes(payload)
+        if self._seen_lo:
+            head = self._read(start, self._seen_hi[0] - start)
+            assert head is not None  # the only octets held are exactly these
+            data = bytes(head) + data
+            self._blocks.clear()
+            self._block_at.clear()
+            self._held = 0
+            self._seen_lo.clear()
+            self._seen_hi.clear()
+        offset = start
+        for ulpdu in decoder.feed(data):
+            wire = fpdu_wire_size(len(ulpdu), offset % MARKER_INTERVAL, markers=self.markers)
+            seq = self._seq(offset)
+            events.append(UlpduPassed(seq, offset, ulpdu, wire))
+            events.append(UlpduDelivered(seq, offset, len(ulpdu), wire))
+            offset += wire
+        self._next = offset
+        if decoder.error is not None:
+            self._fail(decoder.error, events)
+            return
+        end = start + len(data)
+        if offset < end:
+            self._commit(offset, end)
+            self._store(offset, data[offset - start :])
 
     # -- sequence space and octet storage -----------------------------------
 
