@@ -105,6 +105,22 @@ def test_sixteen_mebibytes(use_crc: bool) -> None:
         done = await client.send(data)
         assert done.status is CompletionStatus.SUCCESS
         assert (await server.receive()).data == data
+        if use_crc:  # RDMA Write and Read of 16 MiB too, once
+            remote = server.register(bytearray(len(data)))
+            local = client.register(bytearray(len(data)))
+            await client.rdma_write(
+                data, remote_address=remote.address, memory_handle=remote.handle
+            )
+            assert remote.view == data
+            remote.view[:4] = b"read"
+            read = await client.rdma_read(
+                local=local,
+                remote_address=remote.address,
+                memory_handle=remote.handle,
+                length=len(data),
+            )
+            assert read.status is CompletionStatus.SUCCESS
+            assert bytes(local.view[:4]) == b"read" and local.view[4:] == data[4:]
         await client.close()
         await listener.close()
 
