@@ -81,7 +81,8 @@ def by_type(lines: list[dict[str, object]], kind: str) -> list[dict[str, object]
         [],
         ["--mpa-rev", "1", "--markers"],
         ["--mpa-rev", "1", "--no-crc"],
-        ["--mpa-rev", "0", "--markers", "--no-crc"],
+        # DDP version 0 (Rev 0) is not implemented: bare MPA ULPDUs.
+        ["--mpa-rev", "0", "--markers", "--no-crc", "--op", "mpa"],
     ],
 )
 def test_messages_arrive_and_summaries_agree(options: list[str]) -> None:

@@ -88,6 +88,14 @@ def add_mpa_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="connect: if the peer closes on a Rev 2 Request, retry once with Rev 1",
     )
+    parser.add_argument(
+        "--op",
+        choices=("send", "write", "read", "mpa"),
+        default="send",
+        help="what carries the messages: RDMAP Sends (default), RDMA Writes into or RDMA "
+        "Reads from buffers the listener advertises, or bare MPA ULPDUs (no DDP/RDMAP; "
+        "the only choice with DDP version 0, i.e. Rev 0 peers)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
 
 

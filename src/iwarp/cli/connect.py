@@ -1,16 +1,20 @@
-"""``iwarp connect``: open an MPA connection (as Initiator) and send messages.
+"""``iwarp connect``: open an iWARP connection (as MPA Initiator) and move messages.
 
-Sends ``--count`` messages of ``--size`` octets, closes gracefully and
-exits 0; any error (including a reject) exits 1. The summary's
-``messages``, ``octets`` and ``sha256`` describe the messages sent, so a
-script can compare them with the ``iwarp listen`` summary.
+Moves ``--count`` messages of ``--size`` octets with ``--op`` (RDMAP Sends,
+RDMA Writes into the listener's advertised buffers, RDMA Reads from them,
+or bare MPA ULPDUs; see :mod:`iwarp.cli._ops`), closes gracefully and exits
+0; any error (including a reject) exits 1. The summary's ``messages``,
+``octets`` and ``sha256`` describe the messages sent (read, for ``read``),
+so a script can compare them with the ``iwarp listen`` summary.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from dataclasses import replace
 
+from iwarp.asyncio import rdma
 from iwarp.asyncio.mpa import MpaRejectedError, connect
 from iwarp.cli._mpa import (
     Digest,
@@ -22,8 +26,11 @@ from iwarp.cli._mpa import (
     message,
     params_record,
 )
-from iwarp.errors import IwarpError, LocalProtocolError
+from iwarp.cli._ops import CONTROL_BUFFERS, check_stack, connect_traffic, error_fields, qp_emss
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig
+from iwarp.mpa.handshake import build_request
+from iwarp.rdma.rping import ADVERT
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,7 +67,81 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         out.emit({"type": "error", "code": None, "message": f"bad options: {exc}"})
         return 2
-    return asyncio.run(_connect(args, config, out))
+    if args.op == "mpa":
+        return asyncio.run(_connect(args, config, out))
+    return asyncio.run(_connect_rdma(args, config, out))
+
+
+async def _open_qp(args: argparse.Namespace, config: MpaConfig) -> rdma.QueuePair:
+    async def once(cfg: MpaConfig) -> rdma.QueuePair:
+        return await rdma.connect(
+            args.host,
+            args.port,
+            config=cfg,
+            private_data=args.private_data,
+            receive_buffers=CONTROL_BUFFERS,
+            receive_size=ADVERT.size,
+            first_send_delay=args.delay,
+        )
+
+    build_request(config, args.private_data)  # LocalProtocolError before connecting
+    try:
+        return await once(config)
+    except MpaError as exc:
+        # RFC 6581 §10: an unenhanced Responder closes on a Rev 2 Request.
+        if not (
+            args.fallback_rev1 and config.revision == 2 and exc.code == MpaErrorCode.TCP_CLOSED
+        ):
+            raise
+    return await once(replace(config, revision=1))
+
+
+async def _connect_rdma(args: argparse.Namespace, config: MpaConfig, out: Output) -> int:
+    try:
+        qp = await _open_qp(args, config)
+    except rdma.ConnectionRejectedError as exc:
+        frame = exc.event.frame
+        record: dict[str, object] = {"type": "rejected", "reason": exc.event.reason}
+        if frame is not None:
+            record.update(frame_record(frame))
+        out.emit(record)
+        return 1
+    except (IwarpError, OSError) as exc:
+        if isinstance(exc, IwarpError):
+            out.emit(error_record(exc))
+        else:
+            out.emit({"type": "error", "code": 1, "message": f"TCP connect failed: {exc}"})
+        return 1
+    out.emit(
+        {
+            "type": "established",
+            "peer": f"{args.host}:{args.port}",
+            "emss": qp_emss(qp),
+            **params_record(qp.params),
+        }
+    )
+    if args.reject:
+        # RFC 5044 §7.1.2 rule 6: the Initiator's ULP may close after
+        # examining the Reply's private data.
+        out.emit({"type": "rejected", "reason": "closed by the Initiator after the Reply"})
+        await qp.close()
+        return 0
+    digest = Digest()
+    try:
+        check_stack(qp)
+        await connect_traffic(qp, args.op, args.count, args.size, digest)
+        await qp.close()
+    except IwarpError as exc:
+        record_ = error_fields(qp, exc)
+        qp.abort()
+        out.emit(record_ if record_ is not None else error_record(exc))
+        return 1
+    failure = error_fields(qp)
+    if failure is not None:
+        out.emit(failure)
+        return 1
+    out.emit(digest.summary(op=args.op))
+    return 0
 
 
 async def _connect(args: argparse.Namespace, config: MpaConfig, out: Output) -> int:

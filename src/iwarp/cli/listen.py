@@ -1,8 +1,11 @@
-"""``iwarp listen``: accept MPA connections (as Responder) and count what arrives.
+"""``iwarp listen``: accept iWARP connections (as MPA Responder) and count what arrives.
 
-Serves many connections at once until ``--count`` messages (ULPDUs) have
-been received in total, or ``--connections`` connections have ended, then
-prints a summary and exits: 0 if no connection failed, 1 otherwise.
+Serves many connections at once until ``--count`` messages have been
+received in total, or ``--connections`` connections have ended, then prints
+a summary and exits: 0 if no connection failed, 1 otherwise. The messages
+are RDMAP Sends, RDMA Writes into advertised buffers or RDMA Reads from
+them (``--op``, see :mod:`iwarp.cli._ops`), or bare MPA ULPDUs
+(``--op mpa``).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from iwarp.asyncio import rdma
 from iwarp.asyncio.mpa import Accept, MpaRejectedError, MpaSocket, Reject, serve
 from iwarp.cli._mpa import (
     Digest,
@@ -20,6 +24,7 @@ from iwarp.cli._mpa import (
     frame_record,
     params_record,
 )
+from iwarp.cli._ops import ListenSession, check_stack, error_fields
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import RequestReceived
@@ -44,6 +49,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=0,
         metavar="N",
         help="exit after N connections ended, accepted or not (default 0: no limit)",
+    )
+    parser.add_argument(
+        "--max-size",
+        type=int,
+        default=16 << 20,
+        metavar="S",
+        help="largest message a peer may announce, in octets (default 16 MiB)",
     )
     add_mpa_options(parser)
     parser.set_defaults(func=run)
@@ -86,7 +98,7 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
         return Accept(args.private_data)
 
     def on_failure(error: IwarpError, peer: object) -> None:
-        if isinstance(error, MpaRejectedError):
+        if isinstance(error, (MpaRejectedError, rdma.ConnectionRejectedError)):
             out.emit({"type": "rejected", "peer": _peer(peer), "reason": error.event.reason})
         else:
             state["errors"] += 1
@@ -124,11 +136,65 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
         )
         ended()
 
-    server = await serve(
-        handler, args.host, args.port, config=config, decide=decide, on_failure=on_failure
-    )
+    sessions: dict[int, ListenSession] = {}
+
+    def setup(qp: rdma.QueuePair) -> None:
+        session = ListenSession(args.op, args.max_size)
+        sessions[id(qp)] = session
+        session.setup(qp)
+
+    async def rdma_handler(qp: rdma.QueuePair) -> None:
+        # No session when the stack never started RDMAP (check_stack says why).
+        session = sessions.pop(id(qp), None) or ListenSession(args.op, args.max_size)
+        peer = _peer(qp.transport.get_extra_info("peername") if qp.transport else None)
+        state["accepted"] += 1
+        state["active"] += 1
+        out.emit({"type": "established", "peer": peer, **params_record(qp.params)})
+
+        def on_message(payload: bytes) -> None:
+            digest.add(payload)
+            if args.count and digest.messages >= args.count:
+                done.set()
+
+        try:
+            check_stack(qp)
+            await session.run(on_message)
+            record = error_fields(qp)
+        except IwarpError as exc:
+            record = error_fields(qp, exc)
+            qp.abort()
+        finally:
+            state["active"] -= 1
+        if record is not None:
+            state["errors"] += 1
+            out.emit({**record, "peer": peer})
+        received = session.digest
+        out.emit(
+            {
+                "type": "closed",
+                "peer": peer,
+                "messages": received.messages,
+                "octets": received.octets,
+            }
+        )
+        ended()
+
+    if args.op == "mpa":
+        server = await serve(
+            handler, args.host, args.port, config=config, decide=decide, on_failure=on_failure
+        )
+    else:
+        server = await rdma.serve(
+            rdma_handler,
+            args.host,
+            args.port,
+            config=config,
+            setup=setup,
+            decide=decide,
+            on_failure=on_failure,
+        )
     host, port = server.sockets[0].getsockname()[:2]
-    out.emit({"type": "listening", "host": host, "port": port})
+    out.emit({"type": "listening", "host": host, "port": port, "op": args.op})
     try:
         await done.wait()
     finally:
@@ -141,7 +207,10 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
     out.closed = True
     out.emit(
         digest.summary(
-            connections=state["ended"], accepted=state["accepted"], errors=state["errors"]
+            connections=state["ended"],
+            accepted=state["accepted"],
+            errors=state["errors"],
+            op=args.op,
         )
     )
     return 1 if state["errors"] else 0

@@ -1,0 +1,353 @@
+"""The traffic of ``iwarp listen`` / ``iwarp connect --op send|write|read``.
+
+Over the composed stack (:mod:`iwarp.asyncio.rdma`: MPA + DDP + RDMAP) the
+two commands hold a small conversation. Every control message is an RDMAP
+Send of 16 octets laid out as rping's buffer advertisement
+(:data:`iwarp.rdma.rping.ADVERT`: BE64 tagged offset, BE32 STag, BE32
+length):
+
+1. ``connect`` → ``listen``, *hello*: (N, 0, S), "N messages of S octets
+   follow" (N in the offset field). It is also the first FPDU, which lifts
+   the Responder's fence (RFC 5044 §7.1.2 rule 4) so the listener may speak.
+2. ``listen`` → ``connect``, one *advertisement* per credit, W of them at
+   first (W = 8, fewer for large S, at most 8 MiB of buffers; never more
+   than N in total, so nothing is in flight towards ``connect`` when it
+   closes and its close is never answered by a reset):
+
+   * ``send``: (0, 0, S): one receive buffer of S octets is posted;
+   * ``write``: (TO, STag, S) of a region with remote write access;
+   * ``read``: (TO, STag, S) of a region with remote read access that
+     holds the next message.
+
+3. ``connect``, for each message, spends one advertisement: ``send`` sends
+   the message; ``write`` RDMA-Writes it to (STag, TO) and then Sends a
+   *notice* (TO, STag, S); ``read`` RDMA-Reads S octets from (STag, TO),
+   and Sends the notice once the Read Response has arrived.
+4. ``listen`` takes each message (the Send's payload, or what the region
+   holds when its notice arrives: RDMAP delivers the notice after the
+   Write's data is placed, RFC 5040 §5.5), counts and hashes it, reposts
+   the buffer (refilling a read region) and advertises it again.
+5. ``connect`` closes gracefully after ``--count`` messages.
+
+The advertisements are credits: the listener never has more messages in
+flight than buffers posted, so an untagged Send never finds its queue empty
+(RFC 5041 §7.2 would terminate the stream). Messages are
+:func:`iwarp.cli._mpa.message` ``(i, S)`` for every op, so the listener's
+and the connector's ``sha256`` agree, and agree across ops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from iwarp.asyncio.rdma import Access, ConnectionTerminatedError, QueuePair
+from iwarp.cli._mpa import Digest, message
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError
+from iwarp.rdma.rping import ADVERT
+from iwarp.rdmap.memory import MemoryRegion
+from iwarp.rdmap.work import Completion, CompletionStatus, RecvWR, SendWR, Sge
+
+__all__ = [
+    "OPS",
+    "ListenSession",
+    "SessionError",
+    "check_stack",
+    "connect_traffic",
+    "error_fields",
+    "qp_emss",
+]
+
+#: ``--op`` values: the three RDMAP ops, and ``mpa`` (bare MPA ULPDUs).
+OPS = ("send", "write", "read", "mpa")
+#: Most credits (buffers) a listener offers per connection ...
+MAX_WINDOW = 8
+#: ... and most octets of buffers it registers for them.
+WINDOW_OCTETS = 8 << 20
+#: Receive buffers each side keeps for 16-octet control messages.
+CONTROL_BUFFERS = MAX_WINDOW + 1
+#: Base address of the listener's regions in the TO space (any value works).
+_BASE_TO = 0x1000_0000
+#: wr_id of the Sends that carry control messages (completions are polled).
+_CONTROL_ID = 0x7FFF_FFFF
+
+
+class SessionError(LocalProtocolError):
+    """The peer ran a different ``--op`` or broke the conversation."""
+
+
+def window_for(size: int) -> int:
+    """How many buffers of ``size`` octets a listener offers at once."""
+    return max(1, min(MAX_WINDOW, WINDOW_OCTETS // max(size, 1)))
+
+
+def qp_emss(qp: QueuePair) -> int | None:
+    """The TCP EMSS of the queue pair's socket (TCP_MAXSEG), if readable."""
+    transport = qp.transport
+    sock = None if transport is None else transport.get_extra_info("socket")
+    try:
+        return None if sock is None else int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
+    except OSError:
+        return None
+
+
+def error_fields(qp: QueuePair, error: IwarpError | None = None) -> dict[str, object] | None:
+    """The ``error`` record for how ``qp`` ended, or None if it ended cleanly.
+
+    ``code`` is the MPA error code (RFC 5044 §8) for MPA errors, else the
+    Terminate's error code, with its ``layer`` and ``etype`` (RFC 5040 §8);
+    null for local errors.
+    """
+    error = error if error is not None else qp.error
+    terminate = qp.terminate
+    if error is None and terminate is None:
+        return None
+    code: int | None = None
+    if isinstance(error, MpaError):
+        code = error.code
+    elif terminate is not None:
+        code = terminate.code
+    record: dict[str, object] = {"type": "error", "code": code}
+    if terminate is not None:
+        record["terminate"] = "received" if qp.terminate_received else "sent"
+        record["layer"] = int(terminate.layer)
+        record["etype"] = terminate.etype
+    record["message"] = str(error) if error is not None else qp.end_reason
+    return record
+
+
+def check_stack(qp: QueuePair) -> None:
+    """Raise if the stack could not start RDMAP on this connection.
+
+    :raises SessionError: the negotiation gave DDP/RDMAP version 0 (RFC 5044
+        Appendix C RDMAC mode, Rev 0 peers): the stack answered with a
+        Terminate (local catastrophic error).
+    """
+    if qp.params.ddp_version != 1:
+        raise SessionError(
+            f"DDP/RDMAP version {qp.params.ddp_version} (RDMAC mode with a Rev 0 peer) is not "
+            "implemented: use --op mpa"
+        )
+
+
+def _check_completion(completion: Completion) -> None:
+    if not completion.ok and completion.status is not CompletionStatus.FLUSHED:
+        raise SessionError(
+            f"{completion.opcode.value} work request completed with {completion.status.value}"
+        )
+
+
+def _drain_control_sends(qp: QueuePair) -> None:
+    """Take the completions of our control Sends (they only report errors)."""
+    for completion in qp.send_cq.poll():
+        _check_completion(completion)
+
+
+# -- the listener ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Received:
+    """One receive completion: a control message (TO, STag, length) or,
+    with ``send``, a payload in buffer ``wr_id``."""
+
+    wr_id: int
+    control: bool
+    to: int = 0
+    stag: int = 0
+    length: int = 0
+
+
+@dataclass
+class ListenSession:
+    """One accepted connection of ``iwarp listen --op send|write|read``.
+
+    :meth:`setup` runs as soon as MPA is in full operation (it posts the
+    buffers for control messages, so the hello finds one); :meth:`run`
+    serves until the peer closes.
+    """
+
+    op: str
+    max_size: int
+    #: Messages and octets of this connection.
+    digest: Digest = field(default_factory=Digest)
+    _qp: QueuePair | None = None
+    _control: dict[int, MemoryRegion] = field(default_factory=dict)
+    _buffers: dict[int, MemoryRegion] = field(default_factory=dict)
+    _regions: dict[int, MemoryRegion] = field(default_factory=dict)
+    _filled: int = 0
+    _total: int = 0
+    _advertised: int = 0
+
+    def setup(self, qp: QueuePair) -> None:
+        self._qp = qp
+        self._post_control(qp, 0)  # for the hello
+
+    def _post_control(self, qp: QueuePair, wr_id: int) -> None:
+        region = self._control.get(wr_id)
+        if region is None:
+            region = self._control[wr_id] = qp.register(bytearray(ADVERT.size))
+        qp.post_recv(RecvWR(Sge(region), wr_id=wr_id))
+
+    async def run(self, on_message: Callable[[bytes], None]) -> None:
+        """Serve the peer's messages until it closes; ``on_message`` sees each.
+
+        :raises SessionError: the peer broke the conversation.
+        """
+        qp = self._qp
+        assert qp is not None
+        try:
+            hello = await self._next(qp)
+            if hello is None:
+                return
+            if not hello.control:
+                raise SessionError("the first message was not a hello")
+            size, self._total = hello.length, hello.to
+            if size > self.max_size:
+                raise SessionError(
+                    f"the peer's messages of {size} octets exceed --max-size {self.max_size}"
+                )
+            self._offer(qp, size, min(window_for(size), self._total))
+            while (received := await self._next(qp)) is not None:
+                if self.digest.messages >= self._total:
+                    raise SessionError(f"more than the {self._total} messages announced")
+                payload = self._take(received, size)
+                self.digest.add(payload)
+                on_message(payload)
+                self._readvertise(qp, received, size)
+                _drain_control_sends(qp)
+        except ConnectionTerminatedError:
+            pass
+
+    async def _next(self, qp: QueuePair) -> _Received | None:
+        """The next receive completion, or None once the peer closed."""
+        completion = await qp.recv_cq.wait()
+        if completion.status is CompletionStatus.FLUSHED:
+            return None
+        _check_completion(completion)
+        wr_id = completion.wr_id
+        control = self._control.get(wr_id)
+        if control is None:
+            return _Received(wr_id, control=False, length=completion.byte_len)
+        if completion.byte_len != ADVERT.size:
+            raise SessionError(
+                f"expected a {ADVERT.size}-octet control message, got {completion.byte_len} "
+                f"octets (does the peer run iwarp connect --op {self.op}?)"
+            )
+        to, stag, length = ADVERT.unpack_from(control.view)
+        if wr_id == 0:
+            del self._control[0]  # the hello's buffer is not reposted
+        else:
+            self._post_control(qp, wr_id)
+        return _Received(wr_id, control=True, to=to, stag=stag, length=length)
+
+    def _offer(self, qp: QueuePair, size: int, window: int) -> None:
+        # Receive buffers are consumed in the order posted (RFC 5041 §5.3):
+        # with send, every buffer after the hello is a payload buffer; with
+        # write and read, a 16-octet one for each notice.
+        length = max(size, 1)
+        for k in range(window):
+            wr_id = 1 + k
+            if self.op == "send":
+                region = qp.register(bytearray(length))
+                self._buffers[wr_id] = region
+                qp.post_recv(RecvWR(Sge(region, 0, size), wr_id=wr_id))
+                self._advertise(qp, 0, 0, size)
+            else:
+                access = Access.REMOTE_WRITE if self.op == "write" else Access.REMOTE_READ
+                region = qp.register(
+                    bytearray(length), Access.LOCAL_WRITE | access, address=_BASE_TO + k * length
+                )
+                self._regions[region.stag] = region
+                self._post_control(qp, wr_id)
+                self._fill(region, size)
+                self._advertise(qp, region.address, region.stag, size)
+
+    def _fill(self, region: MemoryRegion, size: int) -> None:
+        if self.op == "read":
+            region.view[:size] = message(self._filled, size)
+            self._filled += 1
+
+    def _advertise(self, qp: QueuePair, to: int, stag: int, length: int) -> None:
+        if self._advertised >= self._total:
+            return  # every announced message has its credit
+        self._advertised += 1
+        qp.post_send(SendWR(ADVERT.pack(to, stag, length), wr_id=_CONTROL_ID))
+
+    def _take(self, received: _Received, size: int) -> bytes:
+        if self.op == "send":
+            return bytes(self._buffers[received.wr_id].view[: received.length])
+        if not received.control:
+            raise SessionError("a payload Send arrived: the peer runs --op send")
+        region = self._regions.get(received.stag)
+        if region is None or received.to != region.address or received.length > size:
+            raise SessionError(
+                f"the notice (TO {received.to:#x}, STag {received.stag:#x}, "
+                f"{received.length} octets) names no buffer we advertised"
+            )
+        return bytes(region.view[: received.length])
+
+    def _readvertise(self, qp: QueuePair, received: _Received, size: int) -> None:
+        if self.op == "send":
+            region = self._buffers[received.wr_id]
+            qp.post_recv(RecvWR(Sge(region, 0, size), wr_id=received.wr_id))
+            self._advertise(qp, 0, 0, size)
+            return
+        region = self._regions[received.stag]
+        self._fill(region, size)
+        self._advertise(qp, region.address, region.stag, size)
+
+
+# -- the connecting side ------------------------------------------------------------
+
+
+async def connect_traffic(qp: QueuePair, op: str, count: int, size: int, digest: Digest) -> None:
+    """Run ``--count`` messages of ``--size`` octets with ``op`` on ``qp``.
+
+    ``qp`` must have a receive pool of :data:`CONTROL_BUFFERS` buffers of 16
+    octets (``connect(..., receive_buffers=, receive_size=)``). The digest
+    gets each message sent (``send``, ``write``) or read (``read``).
+
+    :raises SessionError: the listener runs another op or advertised too
+        little.
+    :raises IwarpError: the connection failed.
+    """
+    await qp.send(ADVERT.pack(count, 0, size))  # hello
+    credits: deque[tuple[int, int, int]] = deque()
+    sink = qp.register(bytearray(max(size, 1))) if op == "read" else None
+    for i in range(count):
+        while not credits:
+            advert = await qp.receive()
+            if len(advert) != ADVERT.size:
+                raise SessionError(f"expected a {ADVERT.size}-octet advertisement")
+            credits.append(ADVERT.unpack(advert))
+        to, stag, length = credits.popleft()
+        if (stag == 0) != (op == "send"):
+            theirs = "send" if stag == 0 else "write or read"
+            raise SessionError(f"the listener runs --op {theirs}, we run --op {op}")
+        if length < size:
+            raise SessionError(f"the listener offers {length} octets per message, not {size}")
+        if op == "send":
+            payload = message(i, size)
+            await qp.send(payload)
+        elif op == "write":
+            payload = message(i, size)
+            await qp.rdma_write(payload, stag, to)
+            await qp.send(ADVERT.pack(to, stag, size))
+        else:
+            assert sink is not None
+            await qp.rdma_read(Sge(sink, 0, size), stag, to)
+            payload = bytes(sink.view[:size])
+            await qp.send(ADVERT.pack(to, stag, size))
+        digest.add(payload)
+
+
+async def wait_closed(qp: QueuePair, timeout: float = 5.0) -> None:
+    """Wait for the queue pair's TCP connection to close (bounded)."""
+    try:
+        await asyncio.wait_for(asyncio.shield(qp.closed), timeout)
+    except TimeoutError:
+        qp.abort()
