@@ -349,3 +349,44 @@ def test_guessing_both_readings_on_data_segments() -> None:
     seg = decode_segment(inside, length_includes_trailer=None)
     assert seg is not None and seg.length_includes_trailer and seg.crc_ok
     assert bytes(seg.payload) == b"abc" and seg.size == len(inside)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    attributes=st.integers(0, 0x7F),
+    mtu=st.integers(0, 2**32 - 1),
+    window=st.integers(0, 2**16 - 1),
+    calling=st.binary(max_size=64),
+    called=st.binary(max_size=64),
+    use_crc=st.booleans(),
+    urgent=st.booleans(),
+    others=st.lists(st.tuples(st.integers(3, 0xFFFF), st.binary(max_size=12)), max_size=3),
+    includes=st.booleans(),
+)
+def test_hypothesis_ce_round_trip(
+    attributes: int,
+    mtu: int,
+    window: int,
+    calling: bytes,
+    called: bytes,
+    use_crc: bool,
+    urgent: bool,
+    others: list[tuple[int, bytes]],
+    includes: bool,
+) -> None:
+    ce = CeHeader(
+        Attributes(attributes), mtu, window, calling, called, use_crc, urgent, tuple(others)
+    )
+    wire = joined(
+        encode_segment(
+            SegmentHeader(SegmentType.CONNECT_ACCEPT),
+            ce=ce,
+            trailer=use_crc,
+            length_includes_trailer=includes,
+        )
+    )
+    seg = decode_segment(wire, length_includes_trailer=None)
+    assert seg is not None and seg.ce == ce and seg.size == len(wire)
+    assert seg.crc_ok is (True if use_crc else None)
+    if use_crc:
+        assert seg.length_includes_trailer is includes
