@@ -305,6 +305,9 @@ class CeHeader:
     other_options: tuple[tuple[int, bytes], ...] = ()
     #: Whether the End of Option List was present.
     end_option: bool = True
+    #: Octets after the End option, inside Segment Length: none from a peer
+    #: that leaves the trailer out of the length, the CRC from one that
+    #: counts it (see ``decode_segment``). Not part of equality.
     extra: bytes = field(default=b"", compare=False)
 
     @property
