@@ -155,7 +155,7 @@ def relayed_capture(path: Path, options: list[str]) -> None:
 @pytest.mark.parametrize("markers", [False, True])
 @pytest.mark.parametrize("crc", [False, True])
 def test_tshark_decodes_a_cli_session(tmp_path: Path, markers: bool, crc: bool) -> None:
-    options = ["--mpa-rev", "1"]
+    options = ["--mpa-rev", "1", "--op", "mpa"]  # bare ULPDUs: MPA framing only
     options += ["--markers"] if markers else []  # both ends: tshark assumes symmetry
     options += [] if crc else ["--no-crc"]
     path = tmp_path / "session.pcapng"
