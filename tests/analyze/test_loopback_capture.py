@@ -256,19 +256,41 @@ def test_iwarp_ping_over_loopback(tmp_path: Path, markers: bool) -> None:
             agree(mine, other)
 
 
-def test_iwarp_listen_and_connect_over_loopback(tmp_path: Path) -> None:
+@pytest.mark.parametrize("op", ["mpa", "send", "write", "read"])
+def test_iwarp_listen_and_connect_over_loopback(tmp_path: Path, op: str) -> None:
     port, count, size = free_port(), 5, 3000
-    mpa = ["--markers", "--mpa-rev", "1"]
+    mpa = ["--markers", "--mpa-rev", "1", "--op", op]
     path = run_cli(
         tmp_path,
         ["listen", "--port", str(port), "--count", str(count), *mpa],
         ["connect", "127.0.0.1", str(port), "--count", str(count), "--size", str(size), *mpa],
         port,
     )
-    # iwarp connect sends bare ULPDUs (MPA only), not DDP segments.
-    analysis = analyze_file(str(path), Options(ddp=False))
+    # --op mpa sends bare ULPDUs (MPA only), not DDP segments.
+    analysis = analyze_file(str(path), Options(ddp=op != "mpa"))
     assert [r for r in analysis.records() if isinstance(r, ErrorRecord)] == []
     (connection,) = analysis.connections
     found = [r for r in connection.records if isinstance(r, FpduRecord)]
-    assert [(r.direction, r.ulpdu_length) for r in found] == [("initiator", size)] * count
-    assert all(r.crc_ok and r.markers and all(m.ok for m in r.markers) for r in found)
+    assert found
+    assert all(r.crc_ok and all(m.ok for m in r.markers) for r in found)
+    assert all(r.markers for r in found if r.wire_length > 512)
+    if op == "mpa":
+        assert [(r.direction, r.ulpdu_length) for r in found] == [("initiator", size)] * count
+        return
+    # The messages themselves (credit advertisements and the like aside):
+    # one FPDU each, the loopback MULPDU being far above their size.
+    opcode, direction = {
+        "send": ("SEND", "initiator"),
+        "write": ("RDMA_WRITE", "initiator"),
+        "read": ("RDMA_READ_RESPONSE", "responder"),
+    }[op]
+    carrying = [
+        r
+        for r in found
+        if r.ulp.get("opcode_name") == opcode and r.ulp.get("payload_length") == size
+    ]
+    assert [r.direction for r in carrying] == [direction] * count
+    if op == "read":
+        requests = [r for r in found if r.ulp.get("opcode_name") == "RDMA_READ_REQUEST"]
+        sizes = [r.ulp["read_request"]["size"] for r in requests]  # type: ignore[index]
+        assert (sizes, {r.direction for r in requests}) == ([size] * count, {"initiator"})
