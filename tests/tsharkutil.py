@@ -35,6 +35,11 @@ class MpaPdu:
     fields: dict[str, str] = field(default_factory=dict)
     markers: list[tuple[int, int]] = field(default_factory=list)  # (reserved, fpduptr)
     crc_status: str | None = None  # "good", "bad" or None when unchecked
+    #: The DDP/RDMAP header tshark decoded in this FPDU (``iwarp_ddp.*`` and
+    #: ``iwarp_rdma.*`` fields; the iwarp_ddp_rdmap proto follows its MPA PDU).
+    ddp: dict[str, str] = field(default_factory=dict)
+    #: TCP source port of the packet that carried it (tells the direction).
+    src_port: int = 0
 
 
 @dataclass
@@ -72,16 +77,27 @@ def decode(path: str) -> TsharkResult:
     malformed: list[int] = []
     for packet in root.iter("packet"):
         number = 0
+        src_port = 0
         for proto in packet.iter("proto"):
+            if proto.get("name") == "tcp":
+                for f in proto.iter("field"):
+                    if f.get("name") == "tcp.srcport":
+                        src_port = int(f.get("show", "0"))
             if proto.get("name") == "geninfo":
                 for f in proto.iter("field"):
                     if f.get("name") == "num":
                         number = int(f.get("show", "0"))
             if proto.get("name") == "_ws.malformed":
                 malformed.append(number)
+            if proto.get("name") == "iwarp_ddp_rdmap" and pdus and pdus[-1].frame == number:
+                for f in proto.iter("field"):
+                    name = f.get("name", "")
+                    if name.startswith("iwarp_") and name not in pdus[-1].ddp:
+                        pdus[-1].ddp[name] = f.get("show", "")
+                continue
             if proto.get("name") != "iwarp_mpa":
                 continue
-            pdu = MpaPdu(frame=number, kind="fpdu")
+            pdu = MpaPdu(frame=number, kind="fpdu", src_port=src_port)
             marker_res: list[int] = []
             for f in proto.iter("field"):
                 name = f.get("name", "")

@@ -25,7 +25,8 @@ import pytest
 
 from iwarp.analyze.synth import Direction, TcpCapture
 from iwarp.mpa.framing import fpdu_wire_size
-from tsharkutil import decode, needs_tshark
+from iwarp.rdma.rping import ADVERT
+from tsharkutil import MpaPdu, decode, needs_tshark
 
 pytestmark = [pytest.mark.tshark, needs_tshark]
 
@@ -202,3 +203,83 @@ def test_tshark_decodes_a_cli_session(tmp_path: Path, markers: bool, crc: bool) 
         else:
             assert fpdu.markers == []
         position += wire
+
+
+def relayed_chunks_capture(path: Path, options: list[str]) -> None:
+    """Relay one session; each chunk read becomes one TCP segment (no markers)."""
+    port = free_port()
+    relay = RecordingRelay(port)
+    relay.start()
+    run_session(port, relay.port, options)
+    relay.join(10)
+    capture = TcpCapture()
+    for direction, chunk in relay.chunks:
+        capture.send(direction, chunk)
+    capture.close()
+    capture.write(str(path))
+
+
+def _ddp(pdu: MpaPdu, name: str) -> int:
+    return int(pdu.ddp[name], 0)
+
+
+@pytest.mark.parametrize("op", ["send", "write", "read"])
+def test_tshark_decodes_the_rdmap_messages_of_each_op(tmp_path: Path, op: str) -> None:
+    """Send, RDMA Write, Read Request and Read Response carry the DDP/RDMAP
+    fields of the conversation in iwarp.cli._ops, as tshark decodes them."""
+    path = tmp_path / "ops.pcapng"
+    options = ["--op", op]
+    if DUMPCAP is not None and os.geteuid() == 0:
+        live_capture(path, options)
+    else:
+        relayed_chunks_capture(path, options)
+    result = decode(str(path))
+    assert result.malformed == []
+    assert [p.kind for p in result.pdus[:2]] == ["request", "reply"]
+    client = result.pdus[0].src_port
+    c2s = [p for p in result.fpdus if p.src_port == client]
+    s2c = [p for p in result.fpdus if p.src_port != client]
+    for pdu in result.fpdus:
+        assert pdu.crc_status == "good"
+        assert _ddp(pdu, "iwarp_ddp.dv") == 1 and _ddp(pdu, "iwarp_rdma.version") == 1
+        assert _ddp(pdu, "iwarp_ddp.last_flag") == 1  # every message fits one segment
+    for side in (c2s, s2c):  # RFC 5041 §5.1: MSNs count from 1 per queue
+        for qn in (0, 1):
+            untagged = [
+                p for p in side if "iwarp_ddp.qn" in p.ddp and _ddp(p, "iwarp_ddp.qn") == qn
+            ]
+            assert [_ddp(p, "iwarp_ddp.msn") for p in untagged] == list(range(1, len(untagged) + 1))
+            assert all(_ddp(p, "iwarp_ddp.mo") == 0 for p in untagged)
+    opcodes = [_ddp(p, "iwarp_rdma.opcode") for p in c2s]
+    control = int(ADVERT.size) + 18  # a 16-octet Send: untagged header + payload
+    # The listener's advertisements: one Send per message.
+    adverts = [p for p in s2c if _ddp(p, "iwarp_rdma.opcode") == 3]
+    assert [p.fields["iwarp_mpa.ulpdulength"] for p in adverts] == [str(control)] * COUNT
+    region_tos = {0x1000_0000 + k * SIZE for k in range(COUNT)}
+    if op == "send":
+        assert opcodes == [3] * (1 + COUNT)
+        assert [int(p.fields["iwarp_mpa.ulpdulength"]) for p in c2s] == [control] + [
+            18 + SIZE
+        ] * COUNT
+    elif op == "write":
+        assert opcodes == [3] + [0, 3] * COUNT  # hello, then (Write, notice) per message
+        for write in c2s[1::2]:
+            assert _ddp(write, "iwarp_ddp.tagged_flag") == 1
+            assert int(write.fields["iwarp_mpa.ulpdulength"]) == 14 + SIZE
+            assert _ddp(write, "iwarp_ddp.stag") > 1
+            assert _ddp(write, "iwarp_ddp.tagged_offset") in region_tos
+    else:
+        assert opcodes == [3] + [1, 3] * COUNT  # hello, then (Read Request, notice)
+        requests = c2s[1::2]
+        responses = [p for p in s2c if _ddp(p, "iwarp_rdma.opcode") == 2]
+        assert len(responses) == COUNT
+        for request, response in zip(requests, responses, strict=True):
+            assert _ddp(request, "iwarp_ddp.qn") == 1
+            assert _ddp(request, "iwarp_rdma.rdmardsz") == SIZE
+            assert _ddp(request, "iwarp_rdma.srcstag") > 1
+            assert _ddp(request, "iwarp_rdma.srcto") in region_tos
+            # RFC 5040 §4.4: the Read Response targets the Request's sink.
+            assert _ddp(response, "iwarp_ddp.tagged_flag") == 1
+            assert _ddp(response, "iwarp_ddp.stag") == _ddp(request, "iwarp_rdma.sinkstag")
+            assert _ddp(response, "iwarp_ddp.tagged_offset") == _ddp(request, "iwarp_rdma.sinkto")
+            assert int(response.fields["iwarp_mpa.ulpdulength"]) == 14 + SIZE
