@@ -37,6 +37,7 @@ from iwarp.mpa.wire import (
     MARKER_INTERVAL,
     MARKER_SIZE,
     MAX_PRIVATE_DATA,
+    MAX_ULPDU,
     RESERVED_FLAGS,
     ULPDU_LENGTH,
     FrameFlags,
@@ -223,6 +224,9 @@ def walk_fpdus(
     pos = start
     bad_in_a_row = 0
     while pos < stream.end:
+        oversize = _oversize(stream, pos, framing, where)
+        if oversize is not None:
+            yield oversize
         view = inspect_fpdu(stream, pos, framing)
         if not isinstance(view, FpduView):
             stray = _stray_marker(stream, pos, framing)
@@ -286,6 +290,30 @@ def walk_fpdus(
                 )
             pos = found
             bad_in_a_row = 0
+
+
+def _oversize(
+    stream: ByteStream, start: int, framing: Framing, where: tuple[int, str]
+) -> ErrorRecord | None:
+    """Error 3 for a ULPDU_Length above 64768, which no sender may post (RFC
+    5044 §5.3) and FpduDecoder refuses as unable to delimit an FPDU."""
+    lead = MARKER_SIZE if framing.markers and (start - framing.origin) % MARKER_INTERVAL == 0 else 0
+    head = stream.read(start + lead, HEADER_SIZE)
+    if head is None:
+        return None
+    length: int = ULPDU_LENGTH.unpack_from(head)[0]
+    if length <= MAX_ULPDU:
+        return None
+    at = start + lead
+    return ErrorRecord(
+        where[0],
+        where[1],
+        stream.seq(at),
+        stream.frame_at(at),
+        int(MpaErrorCode.MARKER_MISMATCH),
+        "mpa",
+        f"ULPDU_Length {length} exceeds the {MAX_ULPDU} octets a sender may post",
+    )
 
 
 def _stray_marker(stream: ByteStream, start: int, framing: Framing) -> int | None:

@@ -49,7 +49,8 @@ def replay_receiver(
     packets: Iterable[TcpPacket], start_seq: int, *, markers: bool, crc: bool
 ) -> ReceiverReplay:
     """Feed ``packets`` (one direction, capture order) to a fresh receiver."""
-    receiver = OutOfOrderReceiver(start=start_seq, markers=markers, crc=crc, max_ulpdu=0xFFFF)
+    # The default limit (64768, RFC 5044 §5.3) is the analyzer's too.
+    receiver = OutOfOrderReceiver(start=start_seq, markers=markers, crc=crc)
     passed = ahead = delivered = peak = 0
     for packet in packets:
         if not packet.payload:
