@@ -29,6 +29,7 @@ Negative ``wr_id`` values are reserved for the simple API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
 from collections import deque
@@ -484,7 +485,9 @@ class QueuePair(asyncio.Protocol):
         self._messages.append(data)
         self._message_octets += len(data)
         if self.conn is not None and self.conn.stream is not None:
-            self.conn.stream.post_recv(RecvWR(Sge(region), wr_id=wr_id))
+            # A Terminate or close in the same chunk may have ended the stream.
+            with contextlib.suppress(LocalProtocolError):
+                self.conn.stream.post_recv(RecvWR(Sge(region), wr_id=wr_id))
         if self._message_octets > RECEIVE_HIGH_WATER and not self._reading_paused:
             self._reading_paused = True
             if self.transport is not None:
