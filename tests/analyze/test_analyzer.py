@@ -34,6 +34,7 @@ from iwarp.analyze.capture import CaptureError, TcpPacket, read_tcp_packets
 from iwarp.analyze.records import ErrorRecord, FpduRecord, FrameRecord, NoteRecord
 from iwarp.analyze.synth import TcpCapture
 from iwarp.ddp.wire import UntaggedHeader
+from iwarp.mpa.framing import FpduEncoder
 from iwarp.mpa.wire import EnhancedData, Revision, RtrFlags
 from iwarp.rdmap.wire import RdmapOpcode, rdmap_control
 
@@ -618,3 +619,25 @@ def test_rfc6581_negotiation_rules(
     found = errors(analyze(tmp_path, cap))
     assert [e.code for e in found] == expected
     assert all(e.layer == "mpa" for e in found)
+
+
+def test_culley_02_stream_without_frames(tmp_path: Path) -> None:
+    # draft-culley-iwarp-mpa-02 §8.1: no Request/Reply; MPA starts at an agreed
+    # point with markers and CRC always on, the first four octets a zero marker.
+    cap = TcpCapture()
+    cap.send(C2S, b"GO RDMA\n")  # the ULP's own negotiation, in streaming mode
+    start = cap.seq(C2S)
+    encoder = FpduEncoder(markers=True, crc=True, origin=start)
+    ulpdus = [send(i, payload(200 * i, i)) for i in range(1, 8)]
+    positions = []
+    for ulpdu in ulpdus:
+        positions.append(encoder.position)
+        cap.send(C2S, encoder.encode_bytes(ulpdu), mss=700)
+    cap.close()
+    by_hand = analyze(tmp_path, cap, Options(mpa_start=(start,), markers=True, crc=True))
+    assert errors(by_hand) == []
+    assert [r.seq for r in fpdus(by_hand, "initiator")] == positions
+    replay = by_hand.connections[0].directions[0].receiver
+    assert replay is not None and replay.delivered == len(ulpdus)
+    found = analyze(tmp_path, cap, Options(resync=True))
+    assert [r.seq for r in fpdus(found, "initiator")] == positions
