@@ -140,6 +140,8 @@ class _Side:
     summary: DirectionSummary
     summary_index: int
     records: list[Record] = field(default_factory=list)
+    #: Offset just past this side's MPA frame: where its FPDUs begin.
+    start: int | None = None
 
     @property
     def where(self) -> tuple[int, str]:
@@ -179,34 +181,18 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
                 )
             )
 
-    protocol: str | None = None
-    request = reply = None
-    request_record = reply_record = None
-    starts: dict[str, int] = {}
-    request_off = find_frame(initiator.stream, REQUEST_KEY)
-    if request_off is not None:
-        protocol = "mpa"
-        record, starts[INITIATOR], extra = read_frame(
-            initiator.stream, request_off, where=initiator.where
-        )
-        initiator.records += [r for r in (record, *extra) if r is not None]
-        request = record.mpa if record is not None else None
-        request_record = record
-    reply_off = find_frame(responder.stream, REPLY_KEY)
-    if reply_off is not None:
-        protocol = "mpa"
-        record, starts[RESPONDER], extra = read_frame(
-            responder.stream, reply_off, where=responder.where
-        )
-        responder.records += [r for r in (record, *extra) if r is not None]
-        reply = record.mpa if record is not None else None
-        reply_record = record
+    request_record = _read_frame(initiator, REQUEST_KEY)
+    reply_record = _read_frame(responder, REPLY_KEY)
+    request = request_record.mpa if request_record is not None else None
+    reply = reply_record.mpa if reply_record is not None else None
+    protocol = "mpa" if request_record is not None or reply_record is not None else None
+    starts = {side.direction: side.start for side in sides if side.start is not None}
     for seq in options.mpa_start:
         for side in sides:
             offset = side.stream.offset_of(seq)
             if 0 <= offset <= side.stream.end:
                 starts[side.direction] = offset
-                protocol = protocol or "mpa"
+                protocol = "mpa"
 
     if protocol is None and any(looks_like_vitcp(s.stream) for s in sides):
         protocol = "vitcp"
@@ -217,28 +203,12 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
         for side in (initiator, responder):
             side.summary.protocol = "vitcp"
             side.records += walk_segments(side.stream, where=side.where)
-    elif protocol is not None or options.resync:
-        rejected = reply is not None and reply.reject
+    elif (protocol is not None or options.resync) and not (reply is not None and reply.reject):
         for side, peer_frame in ((initiator, reply), (responder, request)):
-            if rejected:
-                break
             found = _framing(side, starts.get(side.direction), request, reply, peer_frame, options)
-            if found is None:
-                continue
-            framing, start = found
-            framing = replace(framing, ddp=options.ddp)
-            protocol = "mpa"
-            side.summary.protocol = "mpa"
-            side.summary.framing = framing
-            side.summary.start_seq = side.stream.seq(start)
-            side.records += walk_fpdus(side.stream, start, framing, where=side.where)
-            if start == framing.origin:  # the MPA start is known, not guessed
-                side.summary.receiver = replay_receiver(
-                    side.half.packets,
-                    side.stream.seq(start),
-                    markers=framing.markers,
-                    crc=framing.crc,
-                )
+            if found is not None:
+                protocol = "mpa"
+                _decode_mpa(side, *found, options)
 
     if request_record is not None and reply_record is not None:
         _check_negotiation(initiator, responder, request_record, reply_record, options)
@@ -256,6 +226,29 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
         records,
         [s.summary for s in sides],
     )
+
+
+def _read_frame(side: _Side, key: bytes) -> FrameRecord | None:
+    """Find and decode the Request or Reply a side sent; note where MPA starts."""
+    offset = find_frame(side.stream, key)
+    if offset is None:
+        return None
+    record, side.start, extra = read_frame(side.stream, offset, where=side.where)
+    side.records += [r for r in (record, *extra) if r is not None]
+    return record
+
+
+def _decode_mpa(side: _Side, framing: Framing, start: int, options: Options) -> None:
+    """Walk one direction's FPDUs; replay it through the receiver if its start is known."""
+    framing = replace(framing, ddp=options.ddp)
+    side.summary.protocol = "mpa"
+    side.summary.framing = framing
+    side.summary.start_seq = side.stream.seq(start)
+    side.records += walk_fpdus(side.stream, start, framing, where=side.where)
+    if start == framing.origin:  # the MPA start is known, not guessed
+        side.summary.receiver = replay_receiver(
+            side.half.packets, side.stream.seq(start), markers=framing.markers, crc=framing.crc
+        )
 
 
 def _framing(
