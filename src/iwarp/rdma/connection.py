@@ -281,7 +281,14 @@ class RdmaConnection:
     @property
     def has_data_to_send(self) -> bool:
         """Whether the stream has ULPDUs ready (more calls to :meth:`data_to_send`)."""
-        return self.stream is not None and self.stream.has_data_to_send
+        # Not once MPA cannot send (e.g. FAILED after a bad first FPDU): the
+        # stream's queued Terminate would never leave, and callers loop.
+        return (
+            self.stream is not None
+            and self.stream.has_data_to_send
+            and self.mpa.state
+            in (MpaState.FULL_OPERATION, MpaState.AWAIT_FIRST_FPDU, MpaState.SEND_ONLY)
+        )
 
     def _take(self) -> list[Event]:
         events, self._events = self._events, []
