@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import select
 import socket
@@ -13,7 +14,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from iwarp.mpa.wire import REQUEST_KEY
+from iwarp.mpa.framing import FpduDecoder, FpduEncoder
+from iwarp.mpa.wire import REQUEST_KEY, FrameFlags
+from iwarp.rdma.rping import ADVERT
 
 IWARP = [sys.executable, "-m", "iwarp"]
 
@@ -249,3 +252,236 @@ def test_siw_compatible_request_from_connect() -> None:
     assert proc.returncode == 1  # no Reply came: error 1
     rc, out2 = connect(port, "--pd-limit", "256", "--private-data", "ab" * 253)
     assert rc == 1 and "exceeds the limit of 256" in str(out2[-1]["message"])
+
+
+# -- --op send|write|read: RDMAP over the composed stack ---------------------------
+
+#: Record types the commands print (the JSON-lines contract).
+TYPES = {"listening", "request", "established", "rejected", "error", "closed", "summary"}
+
+
+def check_contract(lines: list[dict[str, object]]) -> None:
+    """Every line is a typed record; errors carry a code; the summary is last."""
+    assert lines, "no output"
+    for line in lines:
+        assert line["type"] in TYPES, line
+        if line["type"] == "error":
+            assert "code" in line and line["message"], line
+    assert [line["type"] for line in lines].count("summary") <= 1
+    if any(line["type"] == "summary" for line in lines):
+        summary = lines[-1]
+        assert summary["type"] == "summary"
+        assert isinstance(summary["messages"], int) and isinstance(summary["octets"], int)
+        assert isinstance(summary["sha256"], str) and len(summary["sha256"]) == 64
+
+
+def expected_sha(count: int, size: int) -> str:
+    """SHA-256 of the messages the commands move, computed here from the
+    documented message pattern: SHA-256(i as 8 octets) repeated, cut to size."""
+    sha = hashlib.sha256()
+    for i in range(count):
+        block = hashlib.sha256(i.to_bytes(8, "big")).digest()
+        sha.update((block * (size // 32 + 1))[:size])
+    return sha.hexdigest()
+
+
+@pytest.mark.parametrize("op", ["send", "write", "read"])
+@pytest.mark.parametrize(
+    "options",
+    [[], ["--markers"], ["--no-crc"], ["--mpa-rev", "1", "--markers", "--no-crc"]],
+    ids=["crc", "crc+markers", "nothing", "rev1+markers"],
+)
+def test_each_op_moves_the_messages(op: str, options: list[str]) -> None:
+    count, size = 5, 40_000  # larger than MULPDU: several DDP segments per message
+    with listen("--count", str(count), "--op", op, *options) as listener:
+        rc, out = connect(
+            listener.port, "--count", str(count), "--size", str(size), "--op", op, *options
+        )
+        lrc, lines = listener.finish()
+    check_contract(out)
+    check_contract(lines)
+    assert rc == 0 and lrc == 0, (out, lines)
+    sent, received = out[-1], lines[-1]
+    assert sent["type"] == received["type"] == "summary"
+    assert sent["op"] == received["op"] == op
+    for summary in (sent, received):
+        assert summary["messages"] == count and summary["octets"] == count * size
+        assert summary["sha256"] == expected_sha(count, size)
+    (est,) = by_type(out, "established")
+    (server_side,) = by_type(lines, "established")
+    assert est["ddp_version"] == 1 and est["crc"] == ("--no-crc" not in options)
+    assert est["markers_receive"] == server_side["markers_send"] == ("--markers" in options)
+    (closed,) = by_type(lines, "closed")
+    assert closed["messages"] == count and closed["octets"] == count * size
+
+
+@pytest.mark.parametrize("op", ["send", "write", "read"])
+def test_many_connections_at_once(op: str) -> None:
+    per, clients, size = 6, 4, 100
+    sizes = ["--count", str(per), "--size", str(size)]
+    with listen("--count", str(per * clients), "--op", op) as listener:
+        procs = [
+            subprocess.Popen(
+                [*IWARP, "connect", "127.0.0.1", str(listener.port), "--json", "--op", op, *sizes],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(clients)
+        ]
+        outs = [p.communicate(timeout=30)[0] for p in procs]
+        lrc, lines = listener.finish()
+    check_contract(lines)
+    assert lrc == 0 and all(p.returncode == 0 for p in procs), (outs, lines)
+    for text in outs:
+        summary = json.loads(text.splitlines()[-1])
+        assert summary["sha256"] == expected_sha(per, size)
+    summary = lines[-1]
+    assert summary["messages"] == per * clients and summary["octets"] == per * clients * size
+    assert summary["accepted"] == clients and summary["errors"] == 0
+    assert sorted(int(str(c["messages"])) for c in by_type(lines, "closed")) == [per] * clients
+
+
+def test_zero_octet_messages_and_peer_to_peer_rtr() -> None:
+    for op, rtr in (("write", "write"), ("read", "read"), ("send", "send")):
+        with listen("--count", "3", "--op", op, "--rtr", rtr) as listener:
+            rc, out = connect(
+                listener.port, "--count", "3", "--size", "0", "--op", op, "--p2p", "--rtr", rtr
+            )
+            lrc, lines = listener.finish()
+        assert rc == 0 and lrc == 0, (out, lines)
+        assert by_type(out, "established")[0]["rtr"] == rtr
+        assert out[-1]["messages"] == lines[-1]["messages"] == 3
+        assert out[-1]["sha256"] == lines[-1]["sha256"] == expected_sha(0, 0)
+
+
+@pytest.mark.parametrize(("theirs", "ours"), [("write", "send"), ("send", "read")])
+def test_different_ops_are_refused(theirs: str, ours: str) -> None:
+    with listen("--connections", "1", "--op", theirs) as listener:
+        rc, out = connect(listener.port, "--op", ours)
+        lrc, lines = listener.finish()
+    check_contract(out)
+    check_contract(lines)
+    assert rc == 1 and lrc == 1
+    assert f"the listener runs --op {'send' if theirs == 'send' else 'write or read'}" in str(
+        by_type(out, "error")[0]["message"]
+    )
+    assert by_type(lines, "error") and lines[-1]["errors"] == 1
+
+
+def test_write_into_a_read_buffer_is_terminated() -> None:
+    """The region a read listener advertises has no remote write right: the
+    RDMA Write is refused with a Terminate (RFC 5040 §7.2) on both sides."""
+    with listen("--connections", "1", "--op", "read") as listener:
+        rc, out = connect(listener.port, "--op", "write", "--count", "2")
+        lrc, lines = listener.finish()
+    check_contract(out)
+    check_contract(lines)
+    assert rc == 1 and lrc == 1, (out, lines)
+    (sent,) = by_type(lines, "error")
+    assert sent["terminate"] == "sent" and sent["layer"] in (0, 1)  # RDMAP or DDP protection
+    assert sent["code"] is not None
+    (received,) = by_type(out, "error")
+    if "terminate" in received:
+        assert received["terminate"] == "received" and received["code"] == sent["code"]
+    else:  # our next write met the listener's close before the Terminate was read
+        assert received["code"] == 1, received
+
+
+def test_rev0_has_no_rdmap() -> None:
+    """DDP version 0 (Rev 0 peers) is not implemented: a Terminate with the
+    RFC 6581 code 5 (local catastrophic), and a hint to use --op mpa."""
+    with listen("--connections", "1", "--mpa-rev", "0") as listener:
+        rc, out = connect(listener.port, "--mpa-rev", "0")
+        lrc, lines = listener.finish()
+    assert rc == 1 and lrc == 1
+    for records in (out, lines):
+        (error,) = by_type(records, "error")
+        assert error["code"] == 5 and "--op mpa" in str(error["message"])
+
+
+def test_message_larger_than_max_size() -> None:
+    with listen("--connections", "1", "--max-size", "1000") as listener:
+        rc, _ = connect(listener.port, "--size", "1001")
+        lrc, lines = listener.finish()
+    assert rc == 1 and lrc == 1
+    assert "exceed --max-size 1000" in str(by_type(lines, "error")[0]["message"])
+
+
+@pytest.mark.parametrize("op", ["send", "write", "mpa"])
+def test_reject_each_op(op: str) -> None:
+    with listen("--reject", "--private-data", "6e6f", "--connections", "1", "--op", op) as lst:
+        rc, out = connect(lst.port, "--op", op, "--private-data", "0102")
+        lrc, lines = lst.finish()
+    check_contract(out)
+    check_contract(lines)
+    assert rc == 1 and lrc == 0
+    (rejected,) = by_type(out, "rejected")
+    assert rejected["private_data"] == "6e6f" and rejected["reject"] is True
+    assert by_type(lines, "request")[0]["private_data"] == "0102"
+    assert by_type(lines, "rejected") and lines[-1]["messages"] == 0
+
+
+def mpa_peer(port: int) -> socket.socket:
+    """A hand-made Initiator: Rev 1 Request with C=1, Reply read."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(REQUEST_KEY + bytes([FrameFlags.CRC, 1, 0, 0]))
+    reply = b""
+    while len(reply) < 20:
+        chunk = sock.recv(20 - len(reply))
+        assert chunk
+        reply += chunk
+    assert reply[:16] == b"MPA ID Rep Frame" and reply[16] & FrameFlags.CRC
+    return sock
+
+
+def read_terminate(sock: socket.socket) -> bytes | None:
+    """The Terminate among the ULPDUs the listener sends (CRC on, no
+    markers) before it closes, or None."""
+    decoder = FpduDecoder(markers=False, crc=True)
+    sock.settimeout(10)
+    while data := sock.recv(4096):
+        for ulpdu in decoder.feed(data):
+            if ulpdu[1] & 0x0F == 0x07:  # RDMAP opcode Terminate
+                return bytes(ulpdu)
+    return None
+
+
+def send_header(qn: int, msn: int = 1) -> bytes:
+    """RFC 5041 §4.3 untagged header, L=1, DV=1; RDMAP Send, version 1."""
+    return bytes([0x41, 0x43, 0, 0, 0, 0]) + b"".join(n.to_bytes(4, "big") for n in (qn, msn, 0))
+
+
+@pytest.mark.parametrize("fault", ["crc", "ddp", "crc-first"])
+def test_bad_peer_gets_a_terminate(fault: str) -> None:
+    """A peer that breaks MPA (CRC) or DDP (queue number 5) after a good
+    start gets the Terminate RFC 5040 §7 prescribes; listen reports it and
+    goes on serving. A bad first FPDU cannot be answered (the Responder is
+    still fenced, RFC 5044 §7.1.2 rule 4): the connection is just closed."""
+    encoder = FpduEncoder(crc=True)
+    with listen("--connections", "2") as listener:
+        with mpa_peer(listener.port) as peer:
+            if fault != "crc-first":  # a good hello: 5 messages of 16 octets
+                peer.sendall(encoder.encode_bytes(send_header(0) + ADVERT.pack(5, 0, 16)))
+            qn = 5 if fault == "ddp" else 0
+            fpdu = bytearray(encoder.encode_bytes(send_header(qn, msn=2) + b"x" * 16))
+            if fault != "ddp":
+                fpdu[-1] ^= 0xFF
+            peer.sendall(fpdu)
+            term = read_terminate(peer)
+        layer = 2 if fault != "ddp" else 1  # LLP (MPA) or DDP
+        if fault == "crc-first":
+            assert term is None
+        else:
+            assert term is not None
+            assert term[0] & 0x80 == 0 and int.from_bytes(term[6:10], "big") == 2  # queue 2
+            assert term[18] >> 4 == layer  # RFC 5040 §4.8: Layer, then EType
+        # The listener goes on serving others.
+        rc, _ = connect(listener.port, "--count", "3")
+        lrc, lines = listener.finish()
+    assert rc == 0
+    check_contract(lines)
+    assert lrc == 1 and lines[-1]["errors"] == 1 and lines[-1]["messages"] == 3
+    (error,) = by_type(lines, "error")
+    assert error["layer"] == layer
+    if fault != "ddp":
+        assert error["code"] == 2  # RFC 5044 §8: CRC mismatch

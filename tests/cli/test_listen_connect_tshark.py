@@ -252,9 +252,9 @@ def test_tshark_decodes_the_rdmap_messages_of_each_op(tmp_path: Path, op: str) -
             assert all(_ddp(p, "iwarp_ddp.mo") == 0 for p in untagged)
     opcodes = [_ddp(p, "iwarp_rdma.opcode") for p in c2s]
     control = int(ADVERT.size) + 18  # a 16-octet Send: untagged header + payload
-    # The listener's advertisements: one Send per message.
+    # The listener's advertisements, one Send per message, and its receipt.
     adverts = [p for p in s2c if _ddp(p, "iwarp_rdma.opcode") == 3]
-    assert [p.fields["iwarp_mpa.ulpdulength"] for p in adverts] == [str(control)] * COUNT
+    assert [p.fields["iwarp_mpa.ulpdulength"] for p in adverts] == [str(control)] * (COUNT + 1)
     region_tos = {0x1000_0000 + k * SIZE for k in range(COUNT)}
     if op == "send":
         assert opcodes == [3] * (1 + COUNT)

@@ -27,7 +27,12 @@ length):
    holds when its notice arrives: RDMAP delivers the notice after the
    Write's data is placed, RFC 5040 §5.5), counts and hashes it, reposts
    the buffer (refilling a read region) and advertises it again.
-5. ``connect`` closes gracefully after ``--count`` messages.
+5. ``listen`` → ``connect``, *receipt* (N, 0, 0) once the N-th message
+   is in. ``connect`` closes gracefully only after it: a Send or RDMA
+   Write completes when handed to TCP, so without the receipt ``connect``
+   could report success for data the listener refused (its Terminate would
+   arrive after the close). Nothing else travels towards ``connect`` then,
+   so its close is never answered by a reset.
 
 The advertisements are credits: the listener never has more messages in
 flight than buffers posted, so an untagged Send never finds its queue empty
@@ -39,14 +44,16 @@ and the connector's ``sha256`` agree, and agree across ops.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from iwarp.asyncio.rdma import Access, ConnectionTerminatedError, QueuePair
 from iwarp.cli._mpa import Digest, message
-from iwarp.errors import IwarpError, LocalProtocolError, MpaError
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.rdma.rping import ADVERT
 from iwarp.rdmap.memory import MemoryRegion
 from iwarp.rdmap.work import Completion, CompletionStatus, RecvWR, SendWR, Sge
@@ -59,6 +66,7 @@ __all__ = [
     "connect_traffic",
     "error_fields",
     "qp_emss",
+    "reset",
 ]
 
 #: ``--op`` values: the three RDMAP ops, and ``mpa`` (bare MPA ULPDUs).
@@ -94,19 +102,38 @@ def qp_emss(qp: QueuePair) -> int | None:
         return None
 
 
+def reset(qp: QueuePair) -> None:
+    """Abort with a TCP reset (SO_LINGER 0), so the peer learns of the
+    failure (MPA error 1) rather than seeing a clean close."""
+    transport = qp.transport
+    sock = None if transport is None else transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    qp.abort()
+
+
 def error_fields(qp: QueuePair, error: IwarpError | None = None) -> dict[str, object] | None:
     """The ``error`` record for how ``qp`` ended, or None if it ended cleanly.
 
     ``code`` is the MPA error code (RFC 5044 §8) for MPA errors, else the
     Terminate's error code, with its ``layer`` and ``etype`` (RFC 5040 §8);
-    null for local errors.
+    null for local errors. ``error`` is what the application caught; the
+    connection's own failure (``qp.error``, ``qp.terminate``) explains it
+    better when there is one.
     """
-    error = error if error is not None else qp.error
     terminate = qp.terminate
+    cause = qp.error
+    if isinstance(cause, MpaError) and not (
+        terminate is not None and cause.mpa_code is MpaErrorCode.TCP_CLOSED
+    ):
+        error = cause  # e.g. a CRC error: the Terminate we sent reports it
+    elif error is None:
+        error = cause
     if error is None and terminate is None:
         return None
     code: int | None = None
-    if isinstance(error, MpaError):
+    if isinstance(error, MpaError) and (terminate is None or error.code != MpaErrorCode.TCP_CLOSED):
         code = error.code
     elif terminate is not None:
         code = terminate.code
@@ -115,7 +142,13 @@ def error_fields(qp: QueuePair, error: IwarpError | None = None) -> dict[str, ob
         record["terminate"] = "received" if qp.terminate_received else "sent"
         record["layer"] = int(terminate.layer)
         record["etype"] = terminate.etype
-    record["message"] = str(error) if error is not None else qp.end_reason
+    informative = isinstance(error, SessionError) or (
+        isinstance(error, MpaError) and error.code == code
+    )
+    if error is not None and (terminate is None or informative):
+        record["message"] = str(error)
+    else:
+        record["message"] = qp.end_reason
     return record
 
 
@@ -211,6 +244,8 @@ class ListenSession:
                     f"the peer's messages of {size} octets exceed --max-size {self.max_size}"
                 )
             self._offer(qp, size, min(window_for(size), self._total))
+            if self._total == 0:
+                self._receipt(qp)
             while (received := await self._next(qp)) is not None:
                 if self.digest.messages >= self._total:
                     raise SessionError(f"more than the {self._total} messages announced")
@@ -218,6 +253,8 @@ class ListenSession:
                 self.digest.add(payload)
                 on_message(payload)
                 self._readvertise(qp, received, size)
+                if self.digest.messages == self._total:
+                    self._receipt(qp)
                 _drain_control_sends(qp)
         except ConnectionTerminatedError:
             pass
@@ -265,6 +302,9 @@ class ListenSession:
                 self._post_control(qp, wr_id)
                 self._fill(region, size)
                 self._advertise(qp, region.address, region.stag, size)
+
+    def _receipt(self, qp: QueuePair) -> None:
+        qp.post_send(SendWR(ADVERT.pack(self._total, 0, 0), wr_id=_CONTROL_ID))
 
     def _fill(self, region: MemoryRegion, size: int) -> None:
         if self.op == "read":
@@ -343,6 +383,9 @@ async def connect_traffic(qp: QueuePair, op: str, count: int, size: int, digest:
             payload = bytes(sink.view[:size])
             await qp.send(ADVERT.pack(to, stag, size))
         digest.add(payload)
+    receipt = await qp.receive()
+    if len(receipt) != ADVERT.size or ADVERT.unpack(receipt) != (count, 0, 0):
+        raise SessionError(f"expected the listener's receipt for {count} messages")
 
 
 async def wait_closed(qp: QueuePair, timeout: float = 5.0) -> None:

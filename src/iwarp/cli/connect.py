@@ -26,7 +26,14 @@ from iwarp.cli._mpa import (
     message,
     params_record,
 )
-from iwarp.cli._ops import CONTROL_BUFFERS, check_stack, connect_traffic, error_fields, qp_emss
+from iwarp.cli._ops import (
+    CONTROL_BUFFERS,
+    check_stack,
+    connect_traffic,
+    error_fields,
+    qp_emss,
+    reset,
+)
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.handshake import build_request
@@ -133,7 +140,7 @@ async def _connect_rdma(args: argparse.Namespace, config: MpaConfig, out: Output
         await qp.close()
     except IwarpError as exc:
         record_ = error_fields(qp, exc)
-        qp.abort()
+        reset(qp)
         out.emit(record_ if record_ is not None else error_record(exc))
         return 1
     failure = error_fields(qp)

@@ -24,7 +24,7 @@ from iwarp.cli._mpa import (
     frame_record,
     params_record,
 )
-from iwarp.cli._ops import ListenSession, check_stack, error_fields
+from iwarp.cli._ops import ListenSession, check_stack, error_fields, reset
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import RequestReceived
@@ -162,7 +162,7 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
             record = error_fields(qp)
         except IwarpError as exc:
             record = error_fields(qp, exc)
-            qp.abort()
+            reset(qp)
         finally:
             state["active"] -= 1
         if record is not None:
