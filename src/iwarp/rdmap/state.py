@@ -16,7 +16,7 @@ from typing import Final
 
 from iwarp.errors import LocalProtocolError, RemoteProtocolError
 
-__all__ = ["TRANSITIONS", "StreamInput", "StreamState", "transition"]
+__all__ = ["TRANSITIONS", "StreamInput", "StreamState", "mermaid", "transition"]
 
 
 class StreamState(Enum):
@@ -93,3 +93,15 @@ def transition(state: StreamState, event: StreamInput) -> StreamState:
         if event.local:
             raise LocalProtocolError(message) from None
         raise RemoteProtocolError(message) from None
+
+
+def mermaid() -> str:
+    """The transition table as a mermaid ``stateDiagram-v2`` (docs/rdmap.md)."""
+    lines = [
+        "stateDiagram-v2",
+        "    [*] --> wait_peer: responder",
+        "    [*] --> operational: initiator",
+    ]
+    for (state, event), target in TRANSITIONS.items():
+        lines.append(f"    {state.value} --> {target.value}: {event.value[0]}")
+    return "\n".join(lines)
