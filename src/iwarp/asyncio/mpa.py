@@ -23,6 +23,29 @@ application lags).
     print(await sock.receive())
     await sock.close()
 
+Delayed startup (seed 000 §6.1.2, §6.1.4) and draft-culley-iwarp-mpa-02:
+:func:`open_stream` and :func:`serve_stream` give an :class:`MpaStream`, a
+TCP connection in streaming mode. The application exchanges octets with
+``write``/``read``/``readuntil``/``readexactly``, then switches the live
+connection into MPA with :meth:`MpaStream.start_mpa` (as Initiator or
+Responder, the Responder optionally sending a last streaming message) or
+:meth:`MpaStream.start_framed` (culley-02: no frames, markers and CRC on,
+each direction at its own point). Octets received but not read yet when
+the switch happens belong to MPA and are handed to it: nothing read ahead
+is lost::
+
+    async def upgrade(stream: MpaStream) -> None:
+        await stream.readuntil(b"\n")                  # the peer's streaming hello
+        sock = await stream.start_mpa(Role.RESPONDER, last_streaming=b"MPA now\n")
+        async for ulpdu in sock:
+            ...
+
+    server = await serve_stream(upgrade, "127.0.0.1", 0)
+    stream = await open_stream("127.0.0.1", port)
+    stream.write(b"hello\n")
+    await stream.readuntil(b"MPA now\n")
+    sock = await stream.start_mpa(Role.INITIATOR, private_data=b"hi")
+
 Socket options: TCP_NODELAY is on (an FPDU is sent when it is complete);
 the EMSS is read from TCP_MAXSEG and gives ``params.mulpdu``. Each
 :meth:`MpaSocket.send` is one write, so with FPDUs no larger than MULPDU a
@@ -59,9 +82,12 @@ __all__ = [
     "Accept",
     "MpaRejectedError",
     "MpaSocket",
+    "MpaStream",
     "Reject",
     "connect",
+    "open_stream",
     "serve",
+    "serve_stream",
 ]
 
 #: Received-but-unread octets above which reading pauses (per connection).
@@ -127,7 +153,7 @@ class _MpaProtocol(asyncio.Protocol):
 
     def __init__(
         self,
-        role: Role,
+        role: Role | None,
         config: MpaConfig,
         *,
         private_data: bytes = b"",
@@ -152,6 +178,12 @@ class _MpaProtocol(asyncio.Protocol):
         self._reader: asyncio.Future[None] | None = None
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
+        #: Streaming octets not read yet (before MPA starts, delayed startup
+        #: and culley-02); handed to MPA when it starts receiving.
+        self._stream = bytearray()
+        self._socket: MpaSocket | None = None
+        #: Resolved by connection_made (serve_stream's handler waits for it).
+        self.made: asyncio.Future[None] = self._loop.create_future()
 
     # -- transport callbacks ------------------------------------------------------
 
@@ -160,6 +192,9 @@ class _MpaProtocol(asyncio.Protocol):
         self.transport = transport
         self.emss = _tcp_emss(transport)
         self.conn.set_emss(self.emss)
+        self.made.set_result(None)
+        if self._role is None:
+            return  # streaming mode until start_mpa()/start_framed()
         try:
             self.conn.start(self._role, now=self._loop.time(), private_data=self._private_data)
         except LocalProtocolError as exc:
@@ -229,16 +264,18 @@ class _MpaProtocol(asyncio.Protocol):
             elif isinstance(event, ConnectionClosed):
                 self._eof = True
             elif isinstance(event, StreamDataReceived):
-                pass  # not used in immediate startup; MPA has exited
+                # Streaming mode (delayed startup, a culley-02 direction not
+                # framed yet), or after a reject (the transport is closing).
+                self._stream += event.data
         if params is not None and self.error is None and not self.established.done():
             self.established.set_result(params)
         if flush:
             self._flush()
         self._arm_timer()
-        if self._received or self._eof or self.error is not None:
+        if self._received or self._stream or self._eof or self.error is not None:
             self._wake_reader()
         if (
-            self._received_octets > RECEIVE_HIGH_WATER
+            self._received_octets + len(self._stream) > RECEIVE_HIGH_WATER
             and not self._reading_paused
             and self.transport is not None
         ):
@@ -340,6 +377,72 @@ class _MpaProtocol(asyncio.Protocol):
             self.transport.resume_reading()
         return data
 
+    # -- streaming mode (for MpaStream) -------------------------------------------
+
+    def _resume_if_drained(self) -> None:
+        if (
+            self._reading_paused
+            and self._received_octets + len(self._stream) < _RECEIVE_LOW_WATER
+            and self.transport is not None
+        ):
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    async def more_stream(self) -> bool:
+        """Wait for more streaming octets; False at end of stream."""
+        have = len(self._stream)
+        while len(self._stream) == have:
+            if self._eof or self.closed.done():
+                return False
+            self._reader = self._loop.create_future()
+            try:
+                await self._reader
+            finally:
+                self._reader = None
+        return True
+
+    def take_stream(self, n: int) -> bytes:
+        data = bytes(self._stream[:n])
+        del self._stream[:n]
+        self._resume_if_drained()
+        return data
+
+    def start(
+        self,
+        role: Role,
+        *,
+        private_data: bytes,
+        last_streaming: bytes,
+        decide: Decider | None,
+    ) -> None:
+        """Delayed startup: the unread streaming octets go to MPA."""
+        if decide is not None:
+            self._decide = decide
+        read_ahead = self.take_stream(len(self._stream))
+        self.conn.start(
+            role,
+            now=self._loop.time(),
+            private_data=private_data,
+            last_streaming=last_streaming,
+            read_ahead=read_ahead,
+        )
+        self._process()
+
+    def start_framed(self, *, send: bool, receive: bool) -> None:
+        """culley-02: start framing; unread octets go to MPA with ``receive``."""
+        read_ahead = self.take_stream(len(self._stream)) if receive else b""
+        self.conn.start_framed(
+            send=send, receive=receive, now=self._loop.time(), read_ahead=read_ahead
+        )
+        self._process()
+
+    async def socket(self) -> MpaSocket:
+        """The MpaSocket once MPA is in full operation (one per connection)."""
+        params = await self.established
+        if self._socket is None:
+            self._socket = MpaSocket(self, params)
+        return self._socket
+
     async def drain(self) -> None:
         while self._write_paused and not self.closed.done():
             self._drain_waiter = self._loop.create_future()
@@ -432,6 +535,187 @@ class MpaSocket:
         transport = self._protocol.transport
         if transport is not None:
             transport.abort()
+
+
+class MpaStream:
+    """A TCP connection in streaming mode, before MPA starts.
+
+    For delayed startup (seed 000 §6.1.2: "the ULP exchanges streaming data,
+    then both ends switch to MPA at an agreed point"; the dual-stack
+    sequence of §6.1.4) and for draft-culley-iwarp-mpa-02 (§8.1: framing
+    starts per direction at a point of the stream the application chose).
+    Made by :func:`open_stream` and :func:`serve_stream`.
+
+    Reads return octets the peer sent as streaming data; octets that arrive
+    after the peer switched to MPA but before we did stay unread, and the
+    switch hands them to MPA, so a Request (or an FPDU) that came in the
+    same segment as the last streaming message is not lost. Read exactly up
+    to the switch point (``readuntil``/``readexactly``), or give back what
+    was read past it with :meth:`unread`.
+    """
+
+    def __init__(self, protocol: _MpaProtocol) -> None:
+        self._protocol = protocol
+
+    @property
+    def connection(self) -> MpaConnection:
+        """The sans-IO core (for inspection)."""
+        return self._protocol.conn
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        transport = self._protocol.transport
+        return default if transport is None else transport.get_extra_info(name, default)
+
+    def write(self, data: Buffer) -> None:
+        """Send streaming octets (before MPA, or on a culley-02 direction not framed yet).
+
+        :raises LocalProtocolError: MPA owns the send direction.
+        """
+        self._protocol.conn.send_stream(data)
+        self._protocol._flush()
+
+    async def drain(self) -> None:
+        await self._protocol.drain()
+
+    async def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` (default: all available) streaming octets; ``b""`` at end of stream."""
+        protocol = self._protocol
+        if not protocol._stream and not await protocol.more_stream():
+            return b""
+        available = len(protocol._stream)
+        return protocol.take_stream(available if n < 0 else min(n, available))
+
+    async def readexactly(self, n: int) -> bytes:
+        """Exactly ``n`` octets.
+
+        :raises asyncio.IncompleteReadError: the stream ended first.
+        """
+        protocol = self._protocol
+        while len(protocol._stream) < n:
+            if not await protocol.more_stream():
+                raise asyncio.IncompleteReadError(protocol.take_stream(len(protocol._stream)), n)
+        return protocol.take_stream(n)
+
+    async def readuntil(self, separator: bytes = b"\n") -> bytes:
+        """The octets up to and including ``separator``.
+
+        :raises asyncio.IncompleteReadError: the stream ended first.
+        """
+        protocol = self._protocol
+        start = 0
+        while (end := protocol._stream.find(separator, start)) < 0:
+            start = max(0, len(protocol._stream) - len(separator) + 1)
+            if not await protocol.more_stream():
+                raise asyncio.IncompleteReadError(protocol.take_stream(len(protocol._stream)), None)
+        return protocol.take_stream(end + len(separator))
+
+    def unread(self, data: bytes) -> None:
+        """Put octets back in front of the unread ones (they go to MPA at the switch)."""
+        self._protocol._stream[:0] = data
+
+    async def start_mpa(
+        self,
+        role: Role,
+        *,
+        private_data: bytes = b"",
+        last_streaming: bytes = b"",
+        decide: Decider | None = None,
+    ) -> MpaSocket:
+        """Switch this live connection into MPA startup (RFC 5044 §7.1.2) as
+        ``role`` and return the socket once in full operation.
+
+        :param private_data: Initiator: the Request's private data.
+        :param last_streaming: streaming octets sent right before MPA starts
+            (the Responder's last streaming message, seed 000 §6.1.4 rule 2).
+        :param decide: Responder: accept or reject the Request (default: accept).
+        :raises MpaRejectedError: rejected (the TCP connection is closed).
+        :raises MpaError: startup failed (codes 1, 4, 6, 7).
+        :raises LocalProtocolError: MPA was started already, or bad private data.
+        """
+        self._protocol.start(
+            role, private_data=private_data, last_streaming=last_streaming, decide=decide
+        )
+        return await self._protocol.socket()
+
+    async def start_framed(self, *, send: bool = True, receive: bool = True) -> MpaSocket:
+        """draft-culley-iwarp-mpa-02 §8.1: start FPDU framing with no
+        Request/Reply, markers and CRC always on, in one direction or both.
+
+        Call again for the other direction at its own switch point (the
+        same socket is returned). Until then that direction carries
+        streaming data: :meth:`write` for sending, :meth:`read` and friends
+        for receiving; ``send``/``receive`` on the socket refuse it.
+        """
+        self._protocol.start_framed(send=send, receive=receive)
+        return await self._protocol.socket()
+
+    async def close(self) -> None:
+        """Flush and close the TCP connection (FIN); wait until closed."""
+        protocol = self._protocol
+        if protocol.conn.state not in (MpaState.CLOSED, MpaState.FAILED):
+            protocol.conn.close()
+        transport = protocol.transport
+        if transport is not None and not transport.is_closing():
+            protocol._flush()
+            transport.close()
+        await protocol.closed
+
+    def abort(self) -> None:
+        transport = self._protocol.transport
+        if transport is not None:
+            transport.abort()
+
+
+async def open_stream(
+    host: str,
+    port: int,
+    *,
+    config: MpaConfig | None = None,
+    local_addr: tuple[str, int] | None = None,
+) -> MpaStream:
+    """Open a TCP connection in streaming mode, to switch into MPA later
+    (:meth:`MpaStream.start_mpa`, :meth:`MpaStream.start_framed`).
+
+    :raises OSError: the TCP connection could not be opened.
+    """
+    loop = asyncio.get_running_loop()
+    cfg = config if config is not None else MpaConfig()
+    _, protocol = await loop.create_connection(
+        lambda: _MpaProtocol(None, cfg), host, port, local_addr=local_addr
+    )
+    return MpaStream(protocol)
+
+
+async def serve_stream(
+    handler: Callable[[MpaStream], Awaitable[None]],
+    host: str | None,
+    port: int,
+    *,
+    config: MpaConfig | None = None,
+    backlog: int = 1024,
+) -> asyncio.Server:
+    """Accept TCP connections in streaming mode; run ``handler`` for each in a
+    task of its own. The handler switches into MPA when its protocol says so;
+    the connection is closed when it returns."""
+    loop = asyncio.get_running_loop()
+    cfg = config if config is not None else MpaConfig()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def run(stream: MpaStream) -> None:
+        await stream._protocol.made
+        try:
+            await handler(stream)
+        finally:
+            await stream.close()
+
+    def factory() -> _MpaProtocol:
+        protocol = _MpaProtocol(None, cfg)
+        task = loop.create_task(run(MpaStream(protocol)))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return protocol
+
+    return await loop.create_server(factory, host, port, backlog=backlog)
 
 
 async def connect(
