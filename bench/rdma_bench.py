@@ -7,7 +7,8 @@ Run: python bench/rdma_bench.py [--size BYTES] [--count N] [--rounds N]
    iWARP stack with CRC32C on, markers off and on. Each transfer ends with
    an acknowledgement from the receiver, so the time covers delivery.
 2. Round-trip latency of a 64-octet message: raw TCP ping-pong against a
-   Send answered by a Send (CRC on, markers off).
+   Send answered by a Send (CRC on, markers off); an asyncio TCP echo
+   (``asyncio.Protocol``, no iWARP) shows what the event loop alone costs.
 
 The receiver runs in a child process (this script with ``--serve``); the
 ratio column compares with raw TCP measured in the same run.
@@ -31,6 +32,31 @@ PING = 64
 
 
 # --- the receiving process ------------------------------------------------------
+
+
+class _Echo(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+
+
+async def serve_asyncio_echo() -> None:
+    loop = asyncio.get_running_loop()
+    closed = loop.create_future()
+
+    class Echo(_Echo):
+        def connection_lost(self, exc: Exception | None) -> None:
+            if not closed.done():
+                closed.set_result(None)
+
+    server = await loop.create_server(Echo, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await closed
+    server.close()
 
 
 def serve_raw(mode: str, size: int, count: int, rounds: int) -> None:
@@ -163,6 +189,36 @@ async def rdma_bulk(mode: str, size: int, count: int, markers: bool) -> float:
     return size * count / elapsed
 
 
+async def asyncio_ping(rounds: int) -> list[float]:
+    proc, port = start_server("asyncio-echo", "0", "0", str(rounds))
+    loop = asyncio.get_running_loop()
+    replies: asyncio.Queue[bytes] = asyncio.Queue()
+    closed = loop.create_future()
+
+    class Client(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            replies.put_nowait(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            closed.set_result(None)
+
+    transport, _ = await loop.create_connection(Client, "127.0.0.1", port)
+    transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    data = bytes(PING)
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        transport.write(data)
+        got = 0
+        while got < PING:
+            got += len(await replies.get())
+        times.append(time.perf_counter() - start)
+    transport.close()
+    await closed
+    proc.wait(timeout=30)
+    return times
+
+
 async def rdma_ping(rounds: int) -> list[float]:
     proc, port = start_server("rdma-ping", "0", "0", str(rounds))
     qp = await connect("127.0.0.1", port, config=MpaConfig(crc=True), receive_buffers=4)
@@ -189,6 +245,8 @@ def main() -> None:
         mode, size, count, rounds = args.serve[0], *map(int, args.serve[1:])
         if mode.startswith("raw-"):
             serve_raw(mode[4:], size, count, rounds)
+        elif mode == "asyncio-echo":
+            asyncio.run(serve_asyncio_echo())
         else:
             kind = mode[5:].removesuffix("-markers")
             asyncio.run(serve_rdma(kind, size, count, rounds, mode.endswith("-markers")))
@@ -206,8 +264,13 @@ def main() -> None:
             print(f"  {name:<34} {rate / 1e6:9.1f} MB/s   {rate / raw:.2f}x")
     print(f"latency: {PING}-octet round trip, {args.rounds} rounds (median, p99)")
     raw_t = raw_ping(args.rounds)
+    asyncio_t = asyncio.run(asyncio_ping(args.rounds))
     rdma_t = asyncio.run(rdma_ping(args.rounds))
-    for name, times in (("raw TCP ping-pong", raw_t), ("Send / Send, CRC on", rdma_t)):
+    for name, times in (
+        ("raw TCP ping-pong", raw_t),
+        ("asyncio TCP echo (no iWARP)", asyncio_t),
+        ("Send / Send, CRC on", rdma_t),
+    ):
         median = statistics.median(times)
         p99 = sorted(times)[int(len(times) * 0.99)]
         ratio = median / statistics.median(raw_t)

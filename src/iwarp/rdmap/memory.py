@@ -59,7 +59,7 @@ class MemoryRegion:
     per region).
     """
 
-    __slots__ = ("_view", "access", "address", "length", "pd", "stag", "valid")
+    __slots__ = ("_bits", "_view", "access", "address", "length", "pd", "stag", "valid")
 
     def __init__(
         self, pd: ProtectionDomain, view: memoryview, access: Access, stag: int, address: int
@@ -67,6 +67,7 @@ class MemoryRegion:
         self.pd = pd
         self._view = view
         self.access = access
+        self._bits = int(access)  # plain int: IntFlag operators are slow on hot paths
         self.stag = stag
         self.address = address
         self.length = len(view)
@@ -78,15 +79,17 @@ class MemoryRegion:
         """The whole registered buffer (local access, no checks)."""
         return self._view
 
-    def check(
-        self, pd: ProtectionDomain, to: int, length: int, rights: Access
-    ) -> AccessFault | None:
+    def allows(self, rights: int) -> bool:
+        """Whether the region grants every right in ``rights``."""
+        return not rights & ~self._bits
+
+    def check(self, pd: ProtectionDomain, to: int, length: int, rights: int) -> AccessFault | None:
         """Check a remote access; None when allowed (RFC 5041 §7.1, RFC 5040 §7.2)."""
         if not self.valid:
             return AccessFault.INVALID_STAG
         if pd is not self.pd:
             return AccessFault.STAG_NOT_ASSOCIATED
-        if rights & ~self.access:
+        if rights & ~self._bits:
             return AccessFault.ACCESS_RIGHTS
         if to + length > _MAX_TO + 1:
             return AccessFault.TO_WRAP
@@ -175,7 +178,7 @@ class MemoryRegistry:
         return self._regions.get(stag)
 
     def access(
-        self, stag: int, pd: ProtectionDomain, to: int, length: int, rights: Access
+        self, stag: int, pd: ProtectionDomain, to: int, length: int, rights: int
     ) -> memoryview | AccessFault:
         """The octets a remote access may touch, or why it may not."""
         region = self._regions.get(stag)

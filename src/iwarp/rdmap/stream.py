@@ -116,6 +116,9 @@ _READ_FAULTS = {
     AccessFault.BASE_OR_BOUNDS: RemoteProtectionCode.BASE_OR_BOUNDS,
     AccessFault.TO_WRAP: RemoteProtectionCode.TO_WRAP,
 }
+_LOCAL_WRITE = int(Access.LOCAL_WRITE)
+_REMOTE_WRITE = int(Access.REMOTE_WRITE)
+_REMOTE_READ = int(Access.REMOTE_READ)
 _READ_CONTROL = rdmap_control(RdmapOpcode.RDMA_READ_REQUEST)
 _RESPONSE_CONTROL = rdmap_control(RdmapOpcode.RDMA_READ_RESPONSE)
 _WRITE_CONTROL = rdmap_control(RdmapOpcode.RDMA_WRITE)
@@ -247,7 +250,7 @@ class RdmapStream:
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer for one incoming Send (consumed in order)."""
         self.state = transition(self.state, StreamInput.POST)
-        view = self._local(wr.local, Access.LOCAL_WRITE)
+        view = self._local(wr.local, _LOCAL_WRITE)
         self._recv.post(view, wr)
 
     def _send_work(self, wr: SendWR) -> _Work:
@@ -275,7 +278,7 @@ class RdmapStream:
     def _read_work(self, wr: ReadWR) -> _Work:
         if self.ord < 1:
             raise LocalProtocolError("ORD is 0: RDMA Reads are not allowed on this stream")
-        sink = self._local(wr.local, Access.LOCAL_WRITE)
+        sink = self._local(wr.local, _LOCAL_WRITE)
         size = len(sink)
         region = wr.local.region
         request = ReadRequest(
@@ -296,14 +299,14 @@ class RdmapStream:
         request = ReadRequest(RTR_STAG, 0, 0, RTR_STAG, 0)
         return _Work(WorkOpcode.RDMA_READ, 0, internal=True, request=request)
 
-    def _local(self, sge: Sge, rights: Access) -> memoryview:
+    def _local(self, sge: Sge, rights: int) -> memoryview:
         region = sge.region
         if not region.valid:
             raise LocalProtocolError(f"STag {region.stag:#010x} is invalidated or deregistered")
         if region.pd is not self.pd:
             raise LocalProtocolError("the region belongs to another protection domain")
-        if rights & ~region.access:
-            raise LocalProtocolError(f"the region lacks {rights!r}")
+        if not region.allows(rights):
+            raise LocalProtocolError(f"the region lacks {Access(rights)!r}")
         size = sge.size
         if sge.offset < 0 or size < 0 or sge.offset + size > region.length:
             raise LocalProtocolError("the SGE lies outside its region")
@@ -313,7 +316,7 @@ class RdmapStream:
 
     def _source(self, data: Sge | Buffer) -> memoryview:
         if isinstance(data, Sge):
-            return self._local(data, Access(0))
+            return self._local(data, 0)
         view = memoryview(data).cast("B")
         if len(view) > MAX_MESSAGE:
             raise LocalProtocolError("a message must be shorter than 2**32 octets")
@@ -571,7 +574,7 @@ class RdmapStream:
                 f"opcode {opcode} inside an unfinished opcode {self._rx_tagged_opcode} message",
             )
         if opcode == RdmapOpcode.RDMA_WRITE:
-            target = self.pd.registry.access(stag, self.pd, to, length, Access.REMOTE_WRITE)
+            target = self.pd.registry.access(stag, self.pd, to, length, _REMOTE_WRITE)
             if isinstance(target, AccessFault):
                 raise DdpTaggedError(
                     _TAGGED_FAULTS[target],
@@ -624,7 +627,7 @@ class RdmapStream:
             source = memoryview(b"")
         else:
             found = self.pd.registry.access(
-                req.src_stag, self.pd, req.src_to, req.size, Access.REMOTE_READ
+                req.src_stag, self.pd, req.src_to, req.size, _REMOTE_READ
             )
             if isinstance(found, AccessFault):
                 raise RemoteProtectionError(
