@@ -485,3 +485,54 @@ def test_bad_peer_gets_a_terminate(fault: str) -> None:
     assert error["layer"] == layer
     if fault != "ddp":
         assert error["code"] == 2  # RFC 5044 §8: CRC mismatch
+
+
+# -- --delayed and --mpa-mode culley (bare MPA) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--delayed"],
+        ["--delayed", "--mpa-rev", "1", "--markers", "--no-crc"],
+        ["--mpa-mode", "culley"],
+    ],
+)
+def test_streaming_first_then_mpa(options: list[str]) -> None:
+    with listen("--count", "4", "--op", "mpa", "--private-data", "aa", *options) as listener:
+        rc, out = connect(listener.port, "--count", "4", "--size", "700", "--op", "mpa", *options)
+        lrc, lines = listener.finish()
+    check_contract(out)
+    check_contract(lines)
+    assert rc == 0 and lrc == 0, (out, lines)
+    assert out[-1]["sha256"] == lines[-1]["sha256"] == expected_sha(4, 700)
+    (est,) = by_type(out, "established")
+    if "culley" in options:  # seed 002: no frames, markers and CRC always on
+        assert est["markers_send"] and est["markers_receive"] and est["crc"]
+        assert not by_type(lines, "request")
+    else:
+        assert est["peer_private_data"] == "aa"
+        assert est["markers_receive"] == ("--markers" in options)
+        assert by_type(lines, "request")
+
+
+def test_delayed_reject_and_mismatch() -> None:
+    with listen("--connections", "1", "--op", "mpa", "--delayed", "--reject") as listener:
+        rc, out = connect(listener.port, "--op", "mpa", "--delayed")
+        lrc, lines = listener.finish()
+    assert rc == 1 and by_type(out, "rejected") and lrc == 0 and by_type(lines, "rejected")
+    # A plain Initiator to a --delayed listener: its Request is not the hello.
+    with listen("--connections", "1", "--op", "mpa", "--delayed") as listener:
+        rc, out = connect(listener.port, "--op", "mpa", "--timeout", "2")
+        lrc, lines = listener.finish()
+    check_contract(lines)
+    assert rc == 1 and lrc == 1
+    assert "unexpected streaming message" in str(by_type(lines, "error")[0]["message"])
+    assert by_type(out, "error")[0]["code"] == 1
+
+
+def test_streaming_modes_need_bare_mpa() -> None:
+    rc, out = connect(1, "--delayed")
+    assert rc == 2 and "--op mpa" in str(out[-1]["message"])
+    rc, out = connect(1, "--mpa-mode", "culley", "--op", "write")
+    assert rc == 2 and "--op mpa" in str(out[-1]["message"])

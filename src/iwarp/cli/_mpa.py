@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import sys
 from typing import TextIO
 
-from iwarp.errors import IwarpError, MpaError
+from iwarp.asyncio.mpa import MpaStream
+from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Rev0Profile
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.wire import IRD_ORD_MASK, MpaFrame, RtrFlags
@@ -96,11 +98,57 @@ def add_mpa_options(parser: argparse.ArgumentParser) -> None:
         "Reads from buffers the listener advertises, or bare MPA ULPDUs (no DDP/RDMAP; "
         "the only choice with DDP version 0, i.e. Rev 0 peers)",
     )
+    group.add_argument(
+        "--delayed",
+        action="store_true",
+        help="delayed startup (seed 000 §6.1.4): a streaming hello and the listener's last "
+        "streaming message, then MPA on the same connection (with --op mpa)",
+    )
+    group.add_argument(
+        "--mpa-mode",
+        choices=("rfc", "culley"),
+        default="rfc",
+        help="rfc: Request/Reply frames (default); culley: draft-culley-iwarp-mpa-02, no "
+        "frames, markers and CRC on, each direction framed after a streaming line "
+        "(with --op mpa)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+#: Streaming lines of ``--delayed``: the Initiator's hello, the Responder's
+#: last streaming message (seed 000 §6.1.4 rule 2).
+DELAYED_HELLO = b"iwarp delayed startup\n"
+DELAYED_SWITCH = b"iwarp switching to MPA\n"
+#: The streaming line each side sends before framing its direction (culley-02).
+CULLEY_SWITCH = b"iwarp culley-02 framing follows\n"
+
+
+async def expect_line(stream: MpaStream, expected: bytes) -> None:
+    """Read one streaming line and check it is ``expected``.
+
+    :raises MpaError: the peer closed first (code 1).
+    :raises IwarpError: the peer sent something else.
+    """
+    try:
+        line = await stream.readexactly(len(expected))  # fails fast on anything else
+    except asyncio.IncompleteReadError as exc:
+        raise MpaError(
+            MpaErrorCode.TCP_CLOSED,
+            f"peer closed during the streaming exchange (after {len(exc.partial)} octets)",
+        ) from None
+    if line != expected:
+        raise IwarpError(f"unexpected streaming message {line[:80]!r}, wanted {expected!r}")
 
 
 def config_from(args: argparse.Namespace) -> MpaConfig:
     """The MpaConfig the options describe; ValueError explains a bad mix."""
+    if (args.delayed or args.mpa_mode == "culley") and args.op != "mpa":
+        raise ValueError(
+            "--delayed and --mpa-mode culley need --op mpa (the RDMA queue pair starts MPA "
+            "as soon as TCP connects)"
+        )
+    if args.delayed and args.mpa_mode == "culley":
+        raise ValueError("--delayed and --mpa-mode culley exclude each other")
     extra: dict[str, float] = {}
     if args.timeout is not None:
         extra = {

@@ -15,13 +15,17 @@ import asyncio
 from dataclasses import replace
 
 from iwarp.asyncio import rdma
-from iwarp.asyncio.mpa import MpaRejectedError, connect
+from iwarp.asyncio.mpa import MpaRejectedError, MpaSocket, MpaStream, connect, open_stream
 from iwarp.cli._mpa import (
+    CULLEY_SWITCH,
+    DELAYED_HELLO,
+    DELAYED_SWITCH,
     Digest,
     Output,
     add_mpa_options,
     config_from,
     error_record,
+    expect_line,
     frame_record,
     message,
     params_record,
@@ -35,7 +39,7 @@ from iwarp.cli._ops import (
     reset,
 )
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
-from iwarp.mpa.config import MpaConfig
+from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.handshake import build_request
 from iwarp.rdma.rping import ADVERT
 
@@ -151,15 +155,49 @@ async def _connect_rdma(args: argparse.Namespace, config: MpaConfig, out: Output
     return 0
 
 
-async def _connect(args: argparse.Namespace, config: MpaConfig, out: Output) -> int:
-    try:
-        sock = await connect(
+async def _open_mpa(args: argparse.Namespace, config: MpaConfig) -> MpaSocket:
+    """MPA in full operation: immediate startup, or a streaming exchange first
+    (``--delayed``, ``--mpa-mode culley``) on the same TCP connection."""
+    if not args.delayed and args.mpa_mode != "culley":
+        return await connect(
             args.host,
             args.port,
             config=config,
             private_data=args.private_data,
             fallback_to_rev1=args.fallback_rev1,
         )
+    build_request(config, args.private_data)  # LocalProtocolError before connecting
+    stream = await open_stream(args.host, args.port, config=config)
+    try:
+        return await asyncio.wait_for(_switch(stream, args), config.reply_timeout)
+    except TimeoutError:
+        stream.abort()
+        raise MpaError(
+            MpaErrorCode.TCP_CLOSED, f"no answer within {config.reply_timeout:g} s"
+        ) from None
+    except BaseException:
+        stream.abort()
+        raise
+
+
+async def _switch(stream: MpaStream, args: argparse.Namespace) -> MpaSocket:
+    if args.mpa_mode == "culley":
+        # draft-culley-iwarp-mpa-02 §8.1: our direction frames right after
+        # our streaming line, the peer's after its own.
+        stream.write(CULLEY_SWITCH)
+        sock = await stream.start_framed(send=True, receive=False)
+        await expect_line(stream, CULLEY_SWITCH)
+        await stream.start_framed(send=False, receive=True)
+        return sock
+    # Seed 000 §6.1.4: the Responder's last streaming message, then our Request.
+    stream.write(DELAYED_HELLO)
+    await expect_line(stream, DELAYED_SWITCH)
+    return await stream.start_mpa(Role.INITIATOR, private_data=args.private_data)
+
+
+async def _connect(args: argparse.Namespace, config: MpaConfig, out: Output) -> int:
+    try:
+        sock = await _open_mpa(args, config)
     except MpaRejectedError as exc:
         frame = exc.event.frame
         record: dict[str, object] = {"type": "rejected", "reason": exc.event.reason}

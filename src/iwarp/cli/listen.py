@@ -14,19 +14,32 @@ import argparse
 import asyncio
 
 from iwarp.asyncio import rdma
-from iwarp.asyncio.mpa import Accept, MpaRejectedError, MpaSocket, Reject, serve
+from iwarp.asyncio.mpa import (
+    Accept,
+    Decider,
+    MpaRejectedError,
+    MpaSocket,
+    MpaStream,
+    Reject,
+    serve,
+    serve_stream,
+)
 from iwarp.cli._mpa import (
+    CULLEY_SWITCH,
+    DELAYED_HELLO,
+    DELAYED_SWITCH,
     Digest,
     Output,
     add_mpa_options,
     config_from,
     error_record,
+    expect_line,
     frame_record,
     params_record,
 )
 from iwarp.cli._ops import ListenSession, check_stack, error_fields, reset
-from iwarp.errors import IwarpError
-from iwarp.mpa.config import MpaConfig
+from iwarp.errors import IwarpError, MpaError, MpaErrorCode
+from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import RequestReceived
 
 
@@ -136,6 +149,23 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
         )
         ended()
 
+    async def stream_handler(stream: MpaStream) -> None:
+        """``--delayed`` / ``--mpa-mode culley``: streaming first, then MPA."""
+        peer = stream.get_extra_info("peername")
+        try:
+            sock = await asyncio.wait_for(_switch(stream, args, decide), config.request_timeout)
+        except TimeoutError:
+            error = MpaError(
+                MpaErrorCode.TCP_CLOSED,
+                f"no streaming message within {config.request_timeout:g} s",
+            )
+            on_failure(error, peer)
+            return
+        except IwarpError as exc:
+            on_failure(exc, peer)
+            return
+        await handler(sock)
+
     sessions: dict[int, ListenSession] = {}
 
     def setup(qp: rdma.QueuePair) -> None:
@@ -179,7 +209,9 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
         )
         ended()
 
-    if args.op == "mpa":
+    if args.delayed or args.mpa_mode == "culley":
+        server = await serve_stream(stream_handler, args.host, args.port, config=config)
+    elif args.op == "mpa":
         server = await serve(
             handler, args.host, args.port, config=config, decide=decide, on_failure=on_failure
         )
@@ -214,3 +246,18 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
         )
     )
     return 1 if state["errors"] else 0
+
+
+async def _switch(stream: MpaStream, args: argparse.Namespace, decide: Decider) -> MpaSocket:
+    """Switch a streaming connection into MPA as the connecting side expects."""
+    if args.mpa_mode == "culley":
+        # draft-culley-iwarp-mpa-02 §8.1: the peer's direction frames after
+        # its streaming line, ours after our own.
+        await expect_line(stream, CULLEY_SWITCH)
+        sock = await stream.start_framed(send=False, receive=True)
+        stream.write(CULLEY_SWITCH)
+        await stream.start_framed(send=True, receive=False)
+        return sock
+    # Seed 000 §6.1.4: the Initiator's hello, our last streaming message, MPA.
+    await expect_line(stream, DELAYED_HELLO)
+    return await stream.start_mpa(Role.RESPONDER, last_streaming=DELAYED_SWITCH, decide=decide)
