@@ -106,6 +106,8 @@ class Verdict:
     expert_errors: list[str] = field(default_factory=list)
     tcp_payload_frames: int = 0
     undecoded_frames: list[int] = field(default_factory=list)
+    #: RDMAP Terminates seen: (direction, layer, error code) as tshark decoded them.
+    terminates: list[tuple[str, int, int]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -148,6 +150,7 @@ class Verdict:
             "malformed_frames": self.malformed_frames,
             "expert_errors": self.expert_errors,
             "undecoded_frames": len(self.undecoded_frames),
+            "terminates": [list(t) for t in self.terminates],
         }
 
 
@@ -234,6 +237,8 @@ def _fold_packet(packet: ET.Element, verdict: Verdict, initiator: str | None) ->
         elif name == "iwarp_mpa":
             has_mpa = True
             _fold_mpa(proto, packet, verdict, initiator, number)
+        elif name == "iwarp_ddp_rdmap":
+            _fold_terminate(proto, packet, verdict, initiator)
     for f in packet.iter("field"):
         if f.get("name") == "_ws.malformed" and number not in verdict.malformed_frames:
             verdict.malformed_frames.append(number)
@@ -251,6 +256,24 @@ def _fold_packet(packet: ET.Element, verdict: Verdict, initiator: str | None) ->
             verdict.undecoded_frames.append(number)
 
 
+def _direction(packet: ET.Element, initiator: str | None) -> str:
+    return "i>r" if initiator is None or _endpoint(packet) == initiator else "r>i"
+
+
+def _fold_terminate(
+    proto: ET.Element, packet: ET.Element, verdict: Verdict, initiator: str | None
+) -> None:
+    layer = code = None
+    for f in proto.iter("field"):
+        name = f.get("name", "")
+        if name == "iwarp_rdma.term_layer":
+            layer = int(f.get("show", "0"), 0)
+        elif name.startswith("iwarp_rdma.term_errcode"):
+            code = int(f.get("show", "0"), 0)
+    if layer is not None and code is not None:
+        verdict.terminates.append((_direction(packet, initiator), layer, code))
+
+
 def _fold_mpa(
     proto: ET.Element, packet: ET.Element, verdict: Verdict, initiator: str | None, number: int
 ) -> None:
@@ -261,10 +284,10 @@ def _fold_mpa(
         verdict.replies += 1
     elif "iwarp_mpa.ulpdulength" in names:
         count = sum(1 for f in proto.iter("field") if f.get("name") == "iwarp_mpa.ulpdulength")
-        direction = "i>r" if initiator is None or _endpoint(packet) == initiator else "r>i"
-        verdict.fpdus[direction] += count
+        verdict.fpdus[_direction(packet, initiator)] += count
     for f in proto.iter("field"):
         if f.get("name") == "iwarp_mpa.crc_check":
             verdict.crc_checked += 1
-            if "bad" in f.get("showname", "").lower() and number not in verdict.bad_crc_frames:
+            # The value is hex ("0x482badb4" contains "bad"): match the verdict text.
+            if "bad crc" in f.get("showname", "").lower() and number not in verdict.bad_crc_frames:
                 verdict.bad_crc_frames.append(number)

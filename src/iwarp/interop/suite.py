@@ -216,6 +216,18 @@ def refused(*, iwarp_words: Sequence[str] = (), guest_fails: bool = False) -> Ju
     return judge
 
 
+def terminate_sent(direction: str, layer: int, code: int) -> Judge:
+    """tshark saw an RDMAP Terminate with this layer and error code going ``direction``."""
+
+    def judge(run: Run) -> tuple[bool, str]:
+        seen = run.verdict.terminates if run.verdict else []
+        if (direction, layer, code) in seen:
+            return True, f"Terminate {direction} layer {layer} code {code:#04x} on the wire"
+        return False, f"no Terminate {direction} layer {layer} code {code:#04x} (seen: {seen})"
+
+    return judge
+
+
 def all_of(*judges: Judge) -> Judge:
     def judge(run: Run) -> tuple[bool, str]:
         reasons = []
@@ -273,8 +285,19 @@ class Runner:
         if self.guest is not None:
             try:
                 self.guest.check_alive()
+                if self.guest.killed_jobs and not self._healthy(self.guest):
+                    # A program stopped mid-connection can leave siw's connection
+                    # manager stuck (seen: listeners that never answer, rmmod
+                    # refused), so later cases get a fresh kernel.
+                    raise GuestError("siw no longer completes an rping with itself")
+                self.guest.killed_jobs = 0
+                if self.guest.variant != variant:
+                    res = self.guest.run(f"siw-use {shlex.quote(variant)}", timeout=30)
+                    if not res.ok:
+                        raise GuestError(f"siw-use {variant} failed: {res.output.strip()}")
+                    self.guest.variant = variant
             except GuestError as exc:
-                self.log(f"guest died: {exc}; booting again")
+                self.log(f"{exc}; booting again")
                 self.guest.close()
                 self.guest = None
         if self.guest is None:
@@ -291,12 +314,15 @@ class Runner:
             self.log(f"guest booted in {guest.boot_seconds:.1f} s (siw {variant})")
             self.guest = guest
             self._learn(guest)
-        elif self.guest.variant != variant:
-            res = self.guest.run(f"siw-use {shlex.quote(variant)}", timeout=30)
-            if not res.ok:
-                raise GuestError(f"siw-use {variant} failed: {res.output.strip()}")
-            self.guest.variant = variant
         return self.guest
+
+    def _healthy(self, guest: Guest) -> bool:
+        """One rping between two siw endpoints in the guest still works (about 1 s)."""
+        port = 7479
+        server = guest.spawn(f"rping -s -a {GUEST_IP} -p {port} -C 1 -S 64 -V", timeout=15)
+        client = f"wait-listen {port} 5 && rping -c -a {GUEST_IP} -p {port} -C 1 -S 64 -V"
+        ok = guest.run(client, timeout=15).ok
+        return server.wait(5, kill=True).ok and ok
 
     def _learn(self, guest: Guest) -> None:
         info = guest.info()
@@ -309,7 +335,9 @@ class Runner:
         res = guest.run("timeout 3 rping -s -S 1 -a 127.0.0.1 -p 1 2>&1 | head -3", timeout=10)
         m = re.search(r"valid range is (\d+) to (\d+)", res.output)
         if m:
-            self.facts.rping_min_size, self.facts.rping_max_size = map(int, m.groups())
+            # rping refuses its own stated maximum (it checks size > max - 1).
+            self.facts.rping_min_size = int(m.group(1))
+            self.facts.rping_max_size = int(m.group(2)) - 1
 
     def close(self) -> None:
         if self.guest is not None:
@@ -352,7 +380,7 @@ class Runner:
             "host_port": guest.hostfwd[i],
             "serve_port": guest.guestfwd[i % len(guest.guestfwd)],
             "min_size": self.facts.rping_min_size or 64,
-            "max_size": self.facts.rping_max_size or 65536,
+            "max_size": self.facts.rping_max_size or 65535,
         }
 
     def _guest_only(self, guest: Guest, case: Case) -> Outcome:

@@ -100,6 +100,7 @@ class Job:
     def kill(self) -> None:
         """Stop the job and everything it started (its own session in the guest)."""
         if not self.done():
+            self.guest.killed_jobs += 1
             self.guest.run(f"kill -KILL -$(cat /run/jobs/{self.id}.pid)", timeout=10)
 
     def wait(self, timeout: float, *, kill: bool = False) -> JobResult:
@@ -155,6 +156,8 @@ class Guest:
         self.siw_debug = siw_debug
         self.boot_timeout = boot_timeout
         self.boot_seconds: float | None = None
+        #: Jobs stopped by :meth:`Job.kill`: siw may keep state from them.
+        self.killed_jobs = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._console: int | None = None
         self._next_job = 0
