@@ -6,13 +6,17 @@ import hashlib
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from helpers import chunked
 from iwarp.mpa.config import MpaConfig
-from iwarp.mpa.events import ConnectionEstablished
+from iwarp.mpa.events import ConnectionEstablished, RequestReceived
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdmap.memory import Access
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import (
+    Completion,
     CompletionStatus,
     ReadWR,
     RecvWR,
@@ -118,3 +122,48 @@ def test_rev1_connection_has_no_reads() -> None:
     pump(a, b)
     established = [e for e in a.events if isinstance(e, ConnectionEstablished)]
     assert established and established[0].params.revision == 1
+
+
+def _recorded_initiator_stream(markers: bool) -> tuple[bytes, bytes, list[bytes]]:
+    """The octets an initiator sends: Request, then Sends and a Write (after the Reply)."""
+    a, b = make_ends(MpaConfig(markers=markers), MpaConfig(markers=markers))
+    request = b"".join(bytes(x) for x in a.conn.data_to_send())
+    for event in b.conn.receive_data(request):
+        if isinstance(event, RequestReceived):
+            b.conn.accept()
+    reply = b"".join(bytes(x) for x in b.conn.data_to_send())
+    a.conn.receive_data(reply)
+    messages = [os.urandom(n) for n in (0, 5, 3000, 700)]
+    for message in messages:
+        a.conn.post_send(SendWR(message))
+    a.conn.post_send(WriteWR(b"tagged" * 500, 0x4321, 0x10))
+    return request + b"".join(bytes(x) for x in a.conn.data_to_send()), reply, messages
+
+
+@settings(max_examples=40, deadline=None)
+@given(markers=st.booleans(), sizes=st.lists(st.integers(1, 700), min_size=1, max_size=8))
+def test_any_cut_of_the_byte_stream_gives_the_same_result(markers: bool, sizes: list[int]) -> None:
+    wire, _, messages = _recorded_initiator_stream(markers)
+    buffers = [bytearray(4000) for _ in messages]
+    target = bytearray(4000)
+
+    def on_stream(stream: RdmapStream) -> None:
+        for buf in buffers:
+            stream.post_recv(RecvWR(Sge(stream.pd.register(buf))))
+        region = stream.pd.register(target, ALL, address=0x10, stag=0x4321)
+        assert region.stag == 0x4321
+
+    _, b = make_ends(MpaConfig(markers=markers), MpaConfig(markers=markers), on_stream=on_stream)
+    events = []
+    for piece in chunked(wire, sizes):
+        for event in b.conn.receive_data(piece):
+            if isinstance(event, RequestReceived):
+                events += b.conn.accept()
+            events.append(event)
+    recvs = [e for e in events if isinstance(e, Completion)]
+    assert [c.byte_len for c in recvs] == [len(m) for m in messages]
+    assert all(c.ok for c in recvs)
+    for buf, message in zip(buffers, messages, strict=True):
+        assert bytes(buf[: len(message)]) == message
+    assert bytes(target[:3000]) == b"tagged" * 500
+    assert not [e for e in events if isinstance(e, TerminateSent)]
