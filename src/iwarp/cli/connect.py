@@ -47,10 +47,10 @@ from iwarp.rdma.rping import ADVERT
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "connect",
-        help="open an MPA connection as Initiator and send messages",
+        help="open an iWARP connection as MPA Initiator and move messages",
         description="Connect over TCP, run MPA startup as Initiator (RFC 5044 §7.1, RFC 6581), "
-        "print the negotiated parameters, send --count messages of --size octets, "
-        "and close gracefully.",
+        "print the negotiated parameters, move --count messages of --size octets as RDMAP "
+        "Sends, RDMA Writes or RDMA Reads (--op), and close gracefully.",
     )
     parser.add_argument("host", help="address of the listener")
     parser.add_argument("port", type=int, help="TCP port of the listener")

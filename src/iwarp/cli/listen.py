@@ -46,7 +46,7 @@ from iwarp.mpa.events import RequestReceived
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "listen",
-        help="accept MPA connections as Responder and count the messages received",
+        help="accept iWARP connections as MPA Responder and count the messages received",
         description="Listen for TCP connections, run MPA startup as Responder (RFC 5044 §7.1, "
         "RFC 6581), print the negotiated parameters, and count and hash the messages "
         "received until --count messages (or --connections connections) are done.",
