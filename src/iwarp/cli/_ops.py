@@ -43,7 +43,6 @@ and the connector's ``sha256`` agree, and agree across ops.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
 import struct
@@ -59,7 +58,6 @@ from iwarp.rdmap.memory import MemoryRegion
 from iwarp.rdmap.work import Completion, CompletionStatus, RecvWR, SendWR, Sge
 
 __all__ = [
-    "OPS",
     "ListenSession",
     "SessionError",
     "check_stack",
@@ -69,8 +67,6 @@ __all__ = [
     "reset",
 ]
 
-#: ``--op`` values: the three RDMAP ops, and ``mpa`` (bare MPA ULPDUs).
-OPS = ("send", "write", "read", "mpa")
 #: Most credits (buffers) a listener offers per connection ...
 MAX_WINDOW = 8
 #: ... and most octets of buffers it registers for them.
@@ -386,11 +382,3 @@ async def connect_traffic(qp: QueuePair, op: str, count: int, size: int, digest:
     receipt = await qp.receive()
     if len(receipt) != ADVERT.size or ADVERT.unpack(receipt) != (count, 0, 0):
         raise SessionError(f"expected the listener's receipt for {count} messages")
-
-
-async def wait_closed(qp: QueuePair, timeout: float = 5.0) -> None:
-    """Wait for the queue pair's TCP connection to close (bounded)."""
-    try:
-        await asyncio.wait_for(asyncio.shield(qp.closed), timeout)
-    except TimeoutError:
-        qp.abort()
