@@ -335,3 +335,18 @@ def test_arbitrary_ulpdus_give_only_events(data: bytes) -> None:
     assert len(terms) <= 1
     expected = StreamState.TERMINATING if terms else StreamState.OPERATIONAL
     assert b.stream.state is expected
+
+
+def test_terminate_about_a_send_flushes_an_unrelated_read() -> None:
+    a, b = make_pair()
+    src = b.pd.register(bytearray(8), Access.REMOTE_READ)
+    a.stream.post_send(SendWR(b"no buffer for me", wr_id=1))
+    a.stream.post_send(ReadWR(Sge(a.pd.register(bytearray(8))), src.stag, 0, wr_id=2))
+    for ulpdu in a.stream.ulpdus_to_send():
+        b.events.extend(b.stream.handle_ulpdu(bytes(ulpdu)))  # Send first: Terminate
+    pump(a, b)
+    assert received_fields(a) == (1, 2, 0x02)
+    assert [(c.wr_id, c.status) for c in a.completions()] == [
+        (1, CompletionStatus.SUCCESS),
+        (2, CompletionStatus.FLUSHED),
+    ]

@@ -682,7 +682,7 @@ class RdmapStream:
         header = TerminateHeader.unpack_from(raw)
         self.state = transition(self.state, StreamInput.TERMINATE)
         self._events.append(TerminateReceived(header))
-        self._flush(_remote_status(header))
+        self._flush(_remote_status(header) if _about_read(header) else CompletionStatus.FLUSHED)
 
     # -- errors ---------------------------------------------------------------
 
@@ -722,12 +722,17 @@ class RdmapStream:
         send_status: CompletionStatus,
         recv_status: CompletionStatus = CompletionStatus.FLUSHED,
     ) -> None:
-        """Complete all outstanding work; the oldest of each queue gets its status."""
-        status = send_status
+        """Complete all outstanding work.
+
+        ``send_status`` goes to the oldest outstanding RDMA Read (the only
+        send work a Terminate can be about once Sends and Writes went out),
+        ``recv_status`` to the oldest receive; the rest is ``FLUSHED``.
+        """
+        culprit = self._orq[0] if self._orq else None
         for work in list(self._inflight):
             if work.status is None:
+                status = send_status if work is culprit else CompletionStatus.FLUSHED
                 self._done(work, status, work.received)
-                status = CompletionStatus.FLUSHED
         while self._sq:
             work = self._sq.popleft()
             if not work.internal:
@@ -797,6 +802,16 @@ def _terminate_header(exc: RemoteProtocolError, view: memoryview) -> TerminateHe
     if ddp_header is not None and length is None:
         length = len(view)
     return TerminateHeader(layer, exc.etype, exc.code, length, ddp_header, rdma_header)
+
+
+def _about_read(header: TerminateHeader) -> bool:
+    """Whether a received Terminate reports one of our RDMA Read Requests."""
+    if header.rdma_header is not None:
+        return True
+    ddp = header.ddp_header
+    if ddp is not None and len(ddp) == UNTAGGED_HEADER_SIZE:
+        return bool(UNTAGGED_HEADER.unpack_from(ddp, 0)[3] == QueueNumber.READ_REQUEST)
+    return header.layer == TerminateLayer.RDMAP and header.etype == RdmapErrorType.REMOTE_PROTECTION
 
 
 def _remote_status(header: TerminateHeader) -> CompletionStatus:
