@@ -19,6 +19,7 @@ from iwarp.asyncio.rdma import (
     connect,
     serve,
 )
+from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdmap.work import CompletionStatus, RecvWR, SendWR, Sge, WorkOpcode
@@ -178,3 +179,27 @@ def test_remote_access_error_over_sockets() -> None:
 
     run(main)
     assert guarded == b"\xa5" * 48
+
+
+def test_no_matching_rtr_fails_connect_after_the_terminate() -> None:
+    async def main() -> None:
+        ended: asyncio.Future[QueuePair] = asyncio.get_running_loop().create_future()
+
+        async def handler(qp: QueuePair) -> None:
+            await qp.closed
+            ended.set_result(qp)
+
+        server = await serve(handler, "127.0.0.1", 0, config=MpaConfig(rtr_types=RtrFlags.WRITE))
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(MpaError) as info:
+            await connect(
+                "127.0.0.1", port, config=MpaConfig(peer_to_peer=True, rtr_types=RtrFlags.SEND)
+            )
+        assert info.value.code == 7
+        qp = await ended
+        assert qp.terminate is not None and qp.terminate_received
+        assert (qp.terminate.layer, qp.terminate.etype, qp.terminate.code) == (2, 0, 7)
+        server.close()
+        await server.wait_closed()
+
+    run(main)

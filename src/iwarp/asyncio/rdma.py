@@ -47,6 +47,7 @@ from iwarp.mpa.events import (
     ConnectionFailed,
     ConnectionRejected,
     MpaParams,
+    NegotiationFailed,
     RequestReceived,
 )
 from iwarp.rdma.connection import Event, RdmaConnection
@@ -105,8 +106,9 @@ class RdmaError(IwarpError):
         self.terminate = terminate
 
 
-class ConnectionTerminatedError(IwarpError):
-    """The connection ended (Terminate, close or failure) while waiting."""
+class ConnectionTerminatedError(LocalProtocolError):
+    """The connection ended (Terminate, close or failure): nothing can be
+    posted or received any more. The message says why."""
 
 
 class ConnectionRejectedError(LocalProtocolError):
@@ -267,6 +269,8 @@ class QueuePair(asyncio.Protocol):
     def _connection(self) -> RdmaConnection:
         if self.conn is None or self.conn.stream is None:
             raise LocalProtocolError("the queue pair is not connected")
+        if self.conn.must_close:
+            raise ConnectionTerminatedError(self.end_reason)
         return self.conn
 
     # -- simple API -----------------------------------------------------------------
@@ -460,7 +464,7 @@ class QueuePair(asyncio.Protocol):
                 self._wake(self._reader)
             elif isinstance(event, ConnectionRejected):
                 self._fail(ConnectionRejectedError(event))
-            elif isinstance(event, ConnectionFailed):
+            elif isinstance(event, (ConnectionFailed, NegotiationFailed)):
                 self._fail(event.error)
             elif isinstance(event, ConnectionClosed):
                 self._wake(self._reader)
@@ -572,7 +576,8 @@ async def connect(
     :param first_send_delay: seconds to hold our first FPDU after the Reply
         (0.5 against Linux siw, whose responder may miss an early FPDU).
     :param shared_cq: one completion queue for send and receive work.
-    :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8).
+    :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
+        negotiation failed (codes 6, 7; our Terminate was sent).
     :raises LocalProtocolError: the peer rejected the connection.
     """
     loop = asyncio.get_running_loop()
@@ -594,8 +599,12 @@ async def connect(
     )
     try:
         await qp.established
+        if qp.error is not None:
+            # RFC 6581 negotiation failed (codes 6, 7): the Terminate went out.
+            raise qp.error
     except BaseException:
-        qp.abort()
+        if qp.transport is not None and not qp.transport.is_closing():
+            qp.transport.close()  # sends what is queued (a Terminate), then FIN
         raise
     return qp
 

@@ -61,7 +61,8 @@ __all__ = ["Event", "RdmaConnection"]
 #: Everything :meth:`RdmaConnection.receive_data` reports.
 Event: TypeAlias = (
     "RequestReceived | ConnectionEstablished | ConnectionRejected | ConnectionFailed"
-    " | ConnectionClosed | StreamReady | Completion | TerminateReceived | TerminateSent"
+    " | NegotiationFailed | ConnectionClosed | StreamReady | Completion | TerminateReceived"
+    " | TerminateSent"
 )
 
 #: Octets of ULPDUs pulled from the stream per :meth:`data_to_send` call by default.
@@ -205,6 +206,7 @@ class RdmaConnection:
                     events.extend(self.stream.take_events())
             elif isinstance(event, NegotiationFailed):
                 self._terminate(event.error)
+                events.append(event)
             elif isinstance(event, ConnectionFailed):
                 self._mpa_failed(event)
                 events.append(event)
