@@ -48,13 +48,10 @@ from iwarp.errors import (
     MpaError,
     MpaErrorCode,
     RemoteProtocolError,
-    TerminateLayer,
 )
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdmap.errors import (
     LocalCatastrophicError,
-    RdmapError,
-    RdmapErrorType,
     RemoteOperationCode,
     RemoteOperationError,
     RemoteProtectionCode,
@@ -62,6 +59,13 @@ from iwarp.rdmap.errors import (
 )
 from iwarp.rdmap.memory import Access, AccessFault, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamInput, StreamState, transition
+from iwarp.rdmap.terminate import (
+    READ_FAULTS,
+    TAGGED_FAULTS,
+    about_read,
+    remote_status,
+    terminate_header,
+)
 from iwarp.rdmap.wire import (
     INVALIDATE_OPCODES,
     OPCODE_QUEUE,
@@ -100,22 +104,6 @@ _NO_RTR = RtrFlags(0)
 #: Room for the longest Terminate header: 4 + 2 + 18 + 28 octets, rounded up.
 _TERMINATE_BUFFER = 128
 
-_TAGGED_FAULTS = {
-    AccessFault.INVALID_STAG: DdpTaggedCode.INVALID_STAG,
-    AccessFault.STAG_NOT_ASSOCIATED: DdpTaggedCode.STAG_NOT_ASSOCIATED,
-    # RFC 5041 has no "access rights" code; like siw, report the STag as
-    # not valid for this access (docs/rdmap.md).
-    AccessFault.ACCESS_RIGHTS: DdpTaggedCode.INVALID_STAG,
-    AccessFault.BASE_OR_BOUNDS: DdpTaggedCode.BASE_OR_BOUNDS,
-    AccessFault.TO_WRAP: DdpTaggedCode.TO_WRAP,
-}
-_READ_FAULTS = {
-    AccessFault.INVALID_STAG: RemoteProtectionCode.INVALID_STAG,
-    AccessFault.STAG_NOT_ASSOCIATED: RemoteProtectionCode.STAG_NOT_ASSOCIATED,
-    AccessFault.ACCESS_RIGHTS: RemoteProtectionCode.ACCESS_RIGHTS,
-    AccessFault.BASE_OR_BOUNDS: RemoteProtectionCode.BASE_OR_BOUNDS,
-    AccessFault.TO_WRAP: RemoteProtectionCode.TO_WRAP,
-}
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
 _REMOTE_WRITE = int(Access.REMOTE_WRITE)
 _REMOTE_READ = int(Access.REMOTE_READ)
@@ -577,7 +565,7 @@ class RdmapStream:
             target = self.pd.registry.access(stag, self.pd, to, length, _REMOTE_WRITE)
             if isinstance(target, AccessFault):
                 raise DdpTaggedError(
-                    _TAGGED_FAULTS[target],
+                    TAGGED_FAULTS[target],
                     f"RDMA Write to STag {stag:#010x} TO {to:#x} length {length}: {target.name}",
                 )
             return target
@@ -631,7 +619,7 @@ class RdmapStream:
             )
             if isinstance(found, AccessFault):
                 raise RemoteProtectionError(
-                    _READ_FAULTS[found],
+                    READ_FAULTS[found],
                     f"RDMA Read of STag {req.src_stag:#010x} TO {req.src_to:#x} "
                     f"size {req.size}: {found.name}",
                     rdmap_header=raw,
@@ -682,13 +670,13 @@ class RdmapStream:
         header = TerminateHeader.unpack_from(raw)
         self.state = transition(self.state, StreamInput.TERMINATE)
         self._events.append(TerminateReceived(header))
-        self._flush(_remote_status(header) if _about_read(header) else CompletionStatus.FLUSHED)
+        self._flush(remote_status(header) if about_read(header) else CompletionStatus.FLUSHED)
 
     # -- errors ---------------------------------------------------------------
 
     def _fail(self, exc: RemoteProtocolError, view: memoryview) -> None:
         """Answer the first error with a Terminate; flush all work (RFC 5040 §7.1)."""
-        header = _terminate_header(exc, view)
+        header = terminate_header(exc, view)
         self.state = transition(self.state, StreamInput.PROTOCOL_ERROR)
         self._current = None
         payload = header.pack()
@@ -777,49 +765,3 @@ class RdmapStream:
         self.state = transition(self.state, StreamInput.CLOSE)
         self._flush(CompletionStatus.FLUSHED)
         return self.take_events()
-
-
-def _terminate_header(exc: RemoteProtocolError, view: memoryview) -> TerminateHeader:
-    """The Terminate for ``exc`` with the copies RFC 5040 §4.8 Figure 10 asks for."""
-    layer = int(exc.layer)
-    if layer == TerminateLayer.LLP:
-        return TerminateHeader(layer, exc.etype, exc.code)
-    ddp_header: bytes | None = None
-    length: int | None = None
-    rdma_header: bytes | None = None
-    if isinstance(exc, DdpError):
-        ddp_header, length = exc.header, exc.segment_length
-    elif isinstance(exc, RdmapError):
-        if exc.etype == RdmapErrorType.LOCAL_CATASTROPHIC:
-            return TerminateHeader(layer, exc.etype, exc.code)
-        ddp_header, length = exc.ddp_header, exc.segment_length
-        if exc.etype == RdmapErrorType.REMOTE_PROTECTION:
-            rdma_header = exc.rdmap_header
-    if ddp_header is None and len(view) >= 1:
-        size = TAGGED_HEADER_SIZE if view[0] & TAGGED_FLAG else UNTAGGED_HEADER_SIZE
-        if len(view) >= size:
-            ddp_header = bytes(view[:size])
-    if ddp_header is not None and length is None:
-        length = len(view)
-    return TerminateHeader(layer, exc.etype, exc.code, length, ddp_header, rdma_header)
-
-
-def _about_read(header: TerminateHeader) -> bool:
-    """Whether a received Terminate reports one of our RDMA Read Requests."""
-    if header.rdma_header is not None:
-        return True
-    ddp = header.ddp_header
-    if ddp is not None and len(ddp) == UNTAGGED_HEADER_SIZE:
-        return bool(UNTAGGED_HEADER.unpack_from(ddp, 0)[3] == QueueNumber.READ_REQUEST)
-    return header.layer == TerminateLayer.RDMAP and header.etype == RdmapErrorType.REMOTE_PROTECTION
-
-
-def _remote_status(header: TerminateHeader) -> CompletionStatus:
-    """Status of the oldest outstanding work when the *peer* terminates."""
-    if header.layer == TerminateLayer.RDMAP and header.etype == RdmapErrorType.REMOTE_PROTECTION:
-        return CompletionStatus.REMOTE_ACCESS_ERROR
-    if header.layer == TerminateLayer.DDP and header.etype == 1:
-        return CompletionStatus.REMOTE_ACCESS_ERROR
-    if header.layer == TerminateLayer.DDP and header.etype == 2:
-        return CompletionStatus.REMOTE_INVALID_REQUEST
-    return CompletionStatus.REMOTE_OPERATION_ERROR
