@@ -167,3 +167,18 @@ def test_any_cut_of_the_byte_stream_gives_the_same_result(markers: bool, sizes: 
         assert bytes(buf[: len(message)]) == message
     assert bytes(target[:3000]) == b"tagged" * 500
     assert not [e for e in events if isinstance(e, TerminateSent)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(garbage=st.binary(min_size=1, max_size=300), crc=st.booleans())
+def test_arbitrary_octets_after_startup_give_only_events(garbage: bytes, crc: bool) -> None:
+    a, b = make_ends(MpaConfig(crc=crc), MpaConfig(crc=crc))
+    pump(a, b)
+    assert b.conn.stream is not None
+    b.conn.post_recv(RecvWR(Sge(b.pd.register(bytearray(64)))))
+    events = b.conn.receive_data(garbage)
+    events += b.conn.receive_data(garbage)
+    out = b.conn.data_to_send()
+    assert isinstance(events, list) and isinstance(out, list)
+    terms = [e for e in events + b.conn.take_events() if isinstance(e, TerminateSent)]
+    assert len(terms) <= 1
