@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from iwarp.interop.host import Need
-from iwarp.interop.vm import HOST_ALIAS
+from iwarp.interop.profiles import NOT_EXPRESSIBLE, PROFILES, cli_options
 from iwarp.interop.suite import (
     Case,
     Direction,
@@ -24,6 +24,7 @@ from iwarp.interop.suite import (
     refused,
     terminate_sent,
 )
+from iwarp.interop.vm import HOST_ALIAS
 
 D = Direction
 
@@ -439,6 +440,85 @@ def _rdmacm_cases() -> list[Case]:
     return cases
 
 
+def _profile_cases() -> list[Case]:
+    """iwarp configured as each peer profile, against siw, both roles."""
+    cases = []
+    # What siw does with each profile's Request (it echoes Rev 2, follows C,
+    # picks Write over Read) and what each profile answers siw's Request with.
+    connect_expect: dict[str, dict[str, object]] = {
+        "siw": {"rev": 2, "crc": False, "peer_to_peer": False},
+        "cxgb4": {"rev": 2, "crc": True, "peer_to_peer": True, "rtr": "read"},
+        "irdma": {"rev": 2, "crc": True, "peer_to_peer": True, "rtr": "write"},
+        "rfc": {"rev": 2, "crc": True, "peer_to_peer": False},
+    }
+    listen_expect: dict[str, dict[str, object]] = {
+        "siw": {"rev": 2, "crc": False, "peer_to_peer": False},
+        "cxgb4": {"rev": 2, "crc": True, "peer_to_peer": False},
+        "irdma": {},
+        "rfc": {"rev": 2, "crc": True, "peer_to_peer": False},
+    }
+    for name, make in PROFILES.items():
+        opts = cli_options(make())
+        shown = " ".join(opts)
+        cases.append(
+            Case(
+                f"profile/{name}/connect",
+                "rping",
+                D.IWARP_TO_SIW,
+                f"iwarp connect as {name} ({shown}) to siw rping -s",
+                mpa_established(**connect_expect[name]),
+                guest_cmd=_RPING_SERVER_1,
+                iwarp_args=(*_CONNECT, "--count", "0", *opts),
+                needs=(Need("connect", (*_NEED_CONNECT.options, *_option_names(opts))),),
+                timeout=30,
+            )
+        )
+        blocked = ""
+        if name == "irdma":
+            # A real irdma refuses siw's Rev 2 Request: it has no peer-to-peer bit.
+            blocked = "MpaConfig cannot express irdma: " + NOT_EXPRESSIBLE["irdma"][0]
+        cases.append(
+            Case(
+                f"profile/{name}/listen",
+                "rping",
+                D.SIW_TO_IWARP,
+                f"siw rping -c to iwarp listen as {name} ({shown})",
+                mpa_established(**listen_expect[name]),
+                guest_cmd=_RPING_CLIENT_1,
+                iwarp_args=(*_LISTEN_MPA, "--count", "1", *opts),
+                needs=(Need("listen", (*_NEED_LISTEN.options, *_option_names(opts))),),
+                blocked=blocked,
+                timeout=30,
+            )
+        )
+    opts = cli_options(PROFILES["cxgb4"]())
+    cases.append(
+        Case(
+            "profile/cxgb4/listen-siw-p2p",
+            "rping",
+            D.SIW_TO_IWARP,
+            "siw p2p build offers Write+Read RTR to iwarp as cxgb4 (Read only): Read chosen",
+            mpa_established(rev=2, crc=True, peer_to_peer=True, rtr="read"),
+            variant="p2p",
+            guest_cmd=_RPING_CLIENT_1,
+            iwarp_args=(*_LISTEN_MPA, "--count", "1", *opts),
+            needs=(Need("listen", (*_NEED_LISTEN.options, *_option_names(opts))),),
+            timeout=30,
+        )
+    )
+    return cases
+
+
+def _option_names(options: list[str]) -> tuple[str, ...]:
+    return tuple(o for o in options if o.startswith("--"))
+
+
 def all_cases() -> list[Case]:
     """Every case, in report order."""
-    return [*_mpa_cases(), *_p2p_initiator_cases(), *_rping_cases(), *_rdmacm_cases()]
+    return [
+        *_mpa_cases(),
+        *_p2p_initiator_cases(),
+        *_profile_cases(),
+        *_rping_cases(),
+        *_rdmacm_cases(),
+    ]

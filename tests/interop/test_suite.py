@@ -1,0 +1,168 @@
+"""The interop harness without a guest: case catalogue, selection, judges, report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import pytest
+
+from iwarp.interop.capture import Verdict
+from iwarp.interop.cases import all_cases
+from iwarp.interop.guest import VARIANTS
+from iwarp.interop.host import Need, ProcResult, missing
+from iwarp.interop.report import Report
+from iwarp.interop.suite import (
+    Direction,
+    Outcome,
+    Run,
+    Status,
+    both_succeed,
+    mpa_established,
+    order_for_boot,
+    refused,
+    select,
+    terminate_sent,
+)
+from iwarp.interop.vm import JobResult
+
+
+def _iwarp(rc: int | None, *lines: Mapping[str, object], timed_out: bool = False) -> ProcResult:
+    return ProcResult(rc, "\n".join(json.dumps(obj) for obj in lines), 1.0, timed_out)
+
+
+def test_catalogue_is_well_formed() -> None:
+    cases = all_cases()
+    names = [c.name for c in cases]
+    assert len(names) == len(set(names)), "case names are unique"
+    for case in cases:
+        assert case.variant in VARIANTS
+        if case.blocked:
+            continue
+        assert case.guest_cmd, case.name
+        if case.direction is Direction.SIW_TO_SIW:
+            assert case.guest_server and not case.iwarp_args
+        else:
+            assert case.iwarp_args and case.needs, case.name
+            assert case.iwarp_args[0] == case.needs[0].command
+
+
+def test_catalogue_covers_the_issue() -> None:
+    names = {c.name for c in all_cases()}
+    prefixes = ["mpa/", "p2p/", "profile/", "rping/iwarp-client/", "rping/iwarp-server/"]
+    prefixes += ["ucmatose/", "rdma_server/", "rdma_client/", "perftest/ib_read_lat"]
+    for prefix in prefixes:
+        assert any(n.startswith(prefix) for n in names), prefix
+    # both directions of rping, counts 1 and 100, smallest and largest size, CRC off and on
+    for side in ("client", "server"):
+        for shape in ("c1-min", "c1-max", "c100-min", "c100-max"):
+            for crc in ("crc", "nocrc"):
+                assert f"rping/iwarp-{side}/{shape}-{crc}" in names
+
+
+def test_select_by_glob_substring_and_variant() -> None:
+    cases = all_cases()
+    assert {c.name for c in select(cases, ["rping/*-server/c1-*"], [])} == {
+        f"rping/iwarp-server/c1-{s}-{c}" for s in ("min", "max") for c in ("crc", "nocrc")
+    }
+    by_substring = select(cases, ["markers"], [])
+    assert by_substring and all("markers" in c.name for c in by_substring)
+    only_p2p = select(cases, [], ["p2p"])
+    assert only_p2p and all(c.variant == "p2p" for c in only_p2p)
+    assert select(cases, ["no-such-case"], []) == []
+
+
+def test_order_for_boot_groups_variants_default_first() -> None:
+    ordered = order_for_boot(all_cases())
+    variants = [c.variant for c in ordered]
+    assert variants[0] == "default"
+    # each variant appears as one contiguous run
+    runs = [v for i, v in enumerate(variants) if i == 0 or variants[i - 1] != v]
+    assert len(runs) == len(set(runs))
+
+
+def test_missing_names_the_exact_gap() -> None:
+    commands = {"listen": {"--host", "--port"}}
+    assert missing((Need("listen", ("--host",)),), commands) is None
+    assert missing((Need("ping", ()),), commands) == "iwarp has no 'ping' command yet"
+    assert (
+        missing((Need("listen", ("--host", "--echo", "--op")),), commands)
+        == "'iwarp listen' has no --echo, --op option yet"
+    )
+    assert missing((Need("listen"),), None) == "the iwarp CLI does not load"
+
+
+def test_mpa_established_reads_the_established_line() -> None:
+    request = {"type": "request", "rev": 2, "crc": False}
+    established = {"type": "established", "rev": 2, "crc": True, "rtr": "write", "p2p": True}
+    run = Run(iwarp=_iwarp(0, request, established))
+    ok, why = mpa_established(rev=2, crc=True, rtr="write")(run)
+    assert ok, why
+    ok, why = mpa_established(crc=False)(run)
+    assert not ok and "crc=True (expected False)" in why
+    ok, why = mpa_established(rev=2)(Run(iwarp=_iwarp(1, request)))
+    assert not ok and "no negotiated parameters" in why
+
+
+def test_refused_needs_an_error_without_a_hang() -> None:
+    rejected = {"type": "rejected", "reason": "the Responder rejected"}
+    judge = refused(iwarp_words=("reject",))
+    assert judge(Run(iwarp=_iwarp(1, rejected)))[0]
+    assert not judge(Run(iwarp=_iwarp(0, rejected)))[0]
+    assert not judge(Run(iwarp=_iwarp(None, timed_out=True)))[0]
+    assert not judge(Run(iwarp=_iwarp(1, {"type": "error", "message": "boom"})))[0]
+
+
+def test_both_succeed_and_terminate_sent() -> None:
+    good = Run(iwarp=_iwarp(0), guest=JobResult(0, "", 1.0))
+    assert both_succeed(good)[0]
+    bad = Run(iwarp=_iwarp(0), guest=JobResult(None, "waiting", 1.0))
+    ok, why = both_succeed(bad)
+    assert not ok and "guest timed out" in why
+    verdict = Verdict(terminates=[("i>r", 2, 7)])
+    assert terminate_sent("i>r", 2, 7)(Run(verdict=verdict))[0]
+    assert not terminate_sent("r>i", 2, 7)(Run(verdict=verdict))[0]
+
+
+def _report() -> Report:
+    cases = {c.name: c for c in all_cases()}
+    perftest = cases["perftest/ib_send_bw"]
+    failed = Outcome(cases["mpa/connect/rev0"], Status.FAIL, "negotiated rev=1 (expected 0)", 2.0)
+    failed.commands = {"iwarp": "iwarp connect 127.0.0.1 1"}
+    return Report(
+        [
+            Outcome(cases["mpa/connect/rev1"], Status.PASS, "MPA established: rev=1", 1.25),
+            Outcome(perftest, Status.NOT_RUN, perftest.blocked),
+            failed,
+        ],
+        boots=[8.1],
+        total_seconds=42.0,
+    )  # fmt: skip
+
+
+def test_report_text_has_every_case_and_the_reasons() -> None:
+    text = _report().to_text()
+    header = text.splitlines()[0].split()
+    assert header[:4] == ["case", "tool", "direction", "siw"]
+    assert "mpa/connect/rev1" in text and "PASS" in text and "1.2s" in text
+    assert "NOT RUN (with the reason):" in text and "perftest -R swaps" in text
+    assert "FAILED:" in text and "negotiated rev=1 (expected 0)" in text
+    assert "iwarp connect 127.0.0.1 1" in text
+    assert "1 passed, 1 failed, 1 not run; guest boots: 8.1s" in text
+
+
+def test_report_json() -> None:
+    report = _report()
+    data = json.loads(report.to_json())
+    assert data["summary"] == {
+        "passed": 1, "failed": 1, "not_run": 1, "boots_seconds": [8.1], "total_seconds": 42.0,
+    }  # fmt: skip
+    assert [c["status"] for c in data["cases"]] == ["pass", "not run", "fail"]
+    assert data["cases"][0]["direction"] == "iwarp→siw"
+    assert report.failed
+
+
+@pytest.mark.parametrize("status", list(Status))
+def test_only_failures_fail_the_report(status: Status) -> None:
+    case = all_cases()[0]
+    assert Report([Outcome(case, status, "x")]).failed == (status is Status.FAIL)
