@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import pytest
@@ -191,3 +192,23 @@ def test_random_operations_deliver_every_byte(
     assert remote == expected_remote
     for buf, data in checks:
         assert bytes(buf) == data
+
+
+def test_regions_over_mmap_and_memoryview() -> None:
+    a, b = make_pair(mulpdu=300)
+    with mmap.mmap(-1, 4096) as mapped:
+        backing = bytearray(1024)
+        view_region = b.pd.register(memoryview(backing)[256:512], Access.REMOTE_WRITE)
+        map_region = b.pd.register(mapped, Access.REMOTE_WRITE | Access.REMOTE_READ)
+        data = os.urandom(1000)
+        a.stream.post_send(WriteWR(data, map_region.stag, 3000, wr_id=1))
+        a.stream.post_send(WriteWR(data[:256], view_region.stag, 0, wr_id=2))
+        sink = bytearray(1000)
+        a.stream.post_send(ReadWR(Sge(a.pd.register(sink)), map_region.stag, 3000, wr_id=3))
+        pump(a, b)
+        assert mapped[3000:4000] == data and bytes(sink) == data
+        assert bytes(backing[256:512]) == data[:256]
+        assert not any(backing[:256]) and not any(backing[512:])
+        assert all(c.ok for c in a.completions())
+        map_region.deregister()
+        view_region.deregister()

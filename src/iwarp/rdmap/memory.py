@@ -20,6 +20,7 @@ registered at ``address`` covers TOs ``address .. address + length - 1``
 
 from __future__ import annotations
 
+import mmap
 from enum import IntEnum, IntFlag
 from typing import Final
 
@@ -108,9 +109,11 @@ class MemoryRegion:
         self.valid = False
 
     def deregister(self) -> None:
-        """Invalidate and forget the region; its buffer is released."""
+        """Invalidate and forget the region, and release our view of its buffer
+        (an ``mmap`` can be closed once no slice handed out is alive)."""
         self.valid = False
         self.pd.registry._forget(self)
+        self._view.release()
 
     def __repr__(self) -> str:
         state = "valid" if self.valid else "invalid"
@@ -131,7 +134,7 @@ class ProtectionDomain:
 
     def register(
         self,
-        buffer: Buffer,
+        buffer: Buffer | mmap.mmap,
         access: Access = Access.LOCAL_WRITE,
         *,
         address: int = 0,
@@ -145,7 +148,8 @@ class ProtectionDomain:
         :raises LocalProtocolError: write access asked for a read-only buffer,
             the region would wrap the 64-bit TO space, or ``stag`` is taken.
         """
-        view = memoryview(buffer).cast("B")
+        base = memoryview(buffer)
+        view = base if base.format == "B" and base.ndim == 1 else base.cast("B")
         writes = Access.LOCAL_WRITE | Access.REMOTE_WRITE
         if view.readonly and access & writes:
             raise LocalProtocolError("write access needs a writable buffer")
