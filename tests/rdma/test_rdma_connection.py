@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import chunked
-from iwarp.mpa.config import MpaConfig
+from iwarp.mpa.config import MpaConfig, Rev0Profile
 from iwarp.mpa.events import ConnectionEstablished, ConnectionFailed, RequestReceived
+from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdmap.memory import Access
 from iwarp.rdmap.stream import RdmapStream
@@ -182,3 +183,29 @@ def test_arbitrary_octets_after_startup_give_only_events(garbage: bytes, crc: bo
     terms = [e for e in events + b.conn.take_events() if isinstance(e, TerminateSent)]
     assert len(terms) <= 1
     assert b.conn.must_close == bool(terms) or any(isinstance(e, ConnectionFailed) for e in events)
+
+
+def test_rdmac_peer_runs_ddp_and_rdmap_version_0() -> None:
+    """RFC 5044 Appendix C: a Rev 0 peer and a permissive responder run DDP/RDMAP 0."""
+    posted: list[RdmapStream] = []
+    a, b = make_ends(
+        MpaConfig(revision=0, markers=True, crc=True),
+        MpaConfig(rev0_profile=Rev0Profile.PERMISSIVE),
+        on_stream=posted.append,
+    )
+    pump(a, b)
+    assert a.conn.params is not None and a.conn.params.ddp_version == 0
+    assert b.conn.params is not None and b.conn.params.ddp_version == 0
+    (stream_b,) = posted
+    buf = bytearray(3000)
+    stream_b.post_recv(RecvWR(Sge(b.pd.register(buf))))
+    remote = b.pd.register(bytearray(3000), ALL)
+    data = os.urandom(3000)
+    a.conn.post_send(SendWR(data))
+    a.conn.post_send(WriteWR(data, remote.stag, 0))
+    sink = bytearray(3000)
+    a.conn.post_send(ReadWR(Sge(a.pd.register(sink)), remote.stag, 0))
+    pump(a, b)
+    assert bytes(buf) == data and bytes(remote.view) == data and bytes(sink) == data
+    ulpdus = FpduDecoder(markers=True, crc=True).feed(b"".join(a.wire[1:]))
+    assert ulpdus and all(u[0] & 0x03 == 0 and u[1] >> 6 == 0 for u in ulpdus)

@@ -138,11 +138,27 @@ class DdpReceiver(Generic[C]):
     :param resolver: finds the memory for a tagged segment.
     """
 
-    __slots__ = ("_tag_next_to", "_tag_rsvdulp", "_tag_stag", "_tagged_open", "queues", "resolver")
+    __slots__ = (
+        "_tag_next_to",
+        "_tag_rsvdulp",
+        "_tag_stag",
+        "_tagged_open",
+        "queues",
+        "resolver",
+        "version",
+    )
 
-    def __init__(self, queues: dict[int, UntaggedQueue[C]], resolver: TaggedResolver) -> None:
+    def __init__(
+        self,
+        queues: dict[int, UntaggedQueue[C]],
+        resolver: TaggedResolver,
+        *,
+        version: int = DDP_VERSION,
+    ) -> None:
         self.queues = queues
         self.resolver = resolver
+        #: The DV every segment must carry (1; 0 in RFC 5044 Appendix C RDMAC mode).
+        self.version = version
         self._tagged_open = False  # an unfinished tagged message is in progress
         self._tag_stag = 0
         self._tag_next_to = 0
@@ -153,11 +169,11 @@ class DdpReceiver(Generic[C]):
         return self._tagged_open
 
     def check_header(self, ulpdu: memoryview) -> None:
-        """Check that a whole DDP header of version 1 is there, placing nothing.
+        """Check that a whole DDP header of our version is there, placing nothing.
 
         Lets the ULP look at its RsvdULP fields before :meth:`receive`.
 
-        :raises DdpError: the segment is shorter than its header, or DV is not 1.
+        :raises DdpError: the segment is shorter than its header, or DV is wrong.
         """
         n = len(ulpdu)
         if n < 1:
@@ -171,7 +187,7 @@ class DdpReceiver(Generic[C]):
                 code=0,
                 segment_length=n,
             )
-        if control & VERSION_MASK != DDP_VERSION:
+        if control & VERSION_MASK != self.version:
             header = bytes(ulpdu[:size])
             version = control & VERSION_MASK
             if tagged:
@@ -218,7 +234,7 @@ class DdpReceiver(Generic[C]):
                 f"segment of {n} octets is shorter than the tagged DDP header", code=0
             )
         _, rsvdulp, stag, to = TAGGED_HEADER.unpack_from(ulpdu, 0)
-        if control & VERSION_MASK != DDP_VERSION:
+        if control & VERSION_MASK != self.version:
             raise DdpTaggedError(
                 DdpTaggedCode.INVALID_VERSION, f"DDP version {control & VERSION_MASK}"
             )
@@ -262,7 +278,7 @@ class DdpReceiver(Generic[C]):
                 f"segment of {n} octets is shorter than the untagged DDP header", code=0
             )
         _, rsvdulp, rsvdulp2, qn, msn, mo = UNTAGGED_HEADER.unpack_from(ulpdu, 0)
-        if control & VERSION_MASK != DDP_VERSION:
+        if control & VERSION_MASK != self.version:
             raise DdpUntaggedError(
                 DdpUntaggedCode.INVALID_VERSION, f"DDP version {control & VERSION_MASK}"
             )

@@ -45,12 +45,12 @@ def _check(payload: memoryview, header: int, mulpdu: int) -> int:
 
 
 def tagged_segments(
-    payload: Buffer, *, stag: int, to: int, rsvdulp: int, mulpdu: int
+    payload: Buffer, *, stag: int, to: int, rsvdulp: int, mulpdu: int, version: int = DDP_VERSION
 ) -> Iterator[bytearray]:
     """Segments of a tagged message placed at ``to`` in the buffer ``stag``.
 
     Each segment's TO is the initial TO plus its offset in the message (RFC
-    5041 §5.2).
+    5041 §5.2). ``version`` is DV: 1, or 0 for RDMAC peers (RFC 5044 App. C).
 
     :raises LocalProtocolError: the message is too long, ``mulpdu`` too
         small, or the message would wrap the 64-bit TO.
@@ -60,13 +60,13 @@ def tagged_segments(
     total = len(view)
     if to + total > MAX_TO + 1:
         raise LocalProtocolError("the message would wrap the 64-bit Tagged Offset")
-    return _tagged(view, total, room, stag, to, rsvdulp)
+    return _tagged(view, total, room, stag, to, rsvdulp, version)
 
 
 def _tagged(
-    view: memoryview, total: int, room: int, stag: int, to: int, rsvdulp: int
+    view: memoryview, total: int, room: int, stag: int, to: int, rsvdulp: int, version: int
 ) -> Iterator[bytearray]:
-    control = TAGGED_FLAG | DDP_VERSION
+    control = TAGGED_FLAG | (version & 3)
     offset = 0
     while True:
         n = min(room, total - offset)
@@ -81,7 +81,14 @@ def _tagged(
 
 
 def untagged_segments(
-    payload: Buffer, *, qn: int, msn: int, rsvdulp: int, rsvdulp2: int = 0, mulpdu: int
+    payload: Buffer,
+    *,
+    qn: int,
+    msn: int,
+    rsvdulp: int,
+    rsvdulp2: int = 0,
+    mulpdu: int,
+    version: int = DDP_VERSION,
 ) -> Iterator[bytearray]:
     """Segments of an untagged message ``msn`` on queue ``qn``.
 
@@ -94,13 +101,20 @@ def untagged_segments(
     room = _check(view, UNTAGGED_HEADER_SIZE, mulpdu)
     if not 0 <= msn <= MAX_MSN:
         raise LocalProtocolError(f"MSN {msn} is not a 32-bit value")
-    return _untagged(view, len(view), room, qn, msn, rsvdulp, rsvdulp2)
+    return _untagged(view, len(view), room, qn, msn, rsvdulp, rsvdulp2, version)
 
 
 def _untagged(
-    view: memoryview, total: int, room: int, qn: int, msn: int, rsvdulp: int, rsvdulp2: int
+    view: memoryview,
+    total: int,
+    room: int,
+    qn: int,
+    msn: int,
+    rsvdulp: int,
+    rsvdulp2: int,
+    version: int,
 ) -> Iterator[bytearray]:
-    control = DDP_VERSION
+    control = version & 3
     offset = 0
     while True:
         n = min(room, total - offset)

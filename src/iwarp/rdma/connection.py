@@ -218,12 +218,6 @@ class RdmaConnection:
                 events.append(event)
 
     def _start_stream(self, params: MpaParams) -> None:
-        if params.ddp_version != 1:
-            # RFC 5044 Appendix C RDMAC mode: DDP/RDMAP version 0 is not implemented.
-            self._terminate(
-                MpaError(MpaErrorCode.LOCAL_CATASTROPHIC, "DDP/RDMAP version 0 is not supported")
-            )
-            return
         initiator = self.role is Role.INITIATOR
         rtr = params.rtr if params.peer_to_peer and params.rtr is not None else RtrFlags(0)
         self.stream = RdmapStream(
@@ -233,6 +227,7 @@ class RdmaConnection:
             ird=params.ird,
             ord=params.ord,
             rtr=rtr,
+            version=params.ddp_version,  # 0 with an RDMAC peer (RFC 5044 Appendix C)
         )
         if self.on_stream is not None:
             self.on_stream(self.stream)

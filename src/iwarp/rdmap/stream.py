@@ -107,10 +107,6 @@ _TERMINATE_BUFFER = 128
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
 _REMOTE_WRITE = int(Access.REMOTE_WRITE)
 _REMOTE_READ = int(Access.REMOTE_READ)
-_READ_CONTROL = rdmap_control(RdmapOpcode.RDMA_READ_REQUEST)
-_RESPONSE_CONTROL = rdmap_control(RdmapOpcode.RDMA_READ_RESPONSE)
-_WRITE_CONTROL = rdmap_control(RdmapOpcode.RDMA_WRITE)
-_TERMINATE_CONTROL = rdmap_control(RdmapOpcode.TERMINATE)
 
 
 @dataclass(eq=False, slots=True)
@@ -162,6 +158,8 @@ class RdmapStream:
     :param rtr: RFC 6581 peer-to-peer: for an initiator, the one RTR type
         the Reply selected (``RtrFlags.SEND``/``WRITE``/``READ``); for a
         responder, the types it accepts. Empty for client-server mode.
+    :param version: DDP/RDMAP version (MPA's ``params.ddp_version``): 1, or 0
+        for RDMA Consortium peers.
     """
 
     def __init__(
@@ -173,8 +171,11 @@ class RdmapStream:
         ird: int = 1,
         ord: int = 1,
         rtr: RtrFlags = _NO_RTR,
+        version: int = RDMAP_VERSION,
     ) -> None:
         rtr &= RtrFlags.SEND | RtrFlags.WRITE | RtrFlags.READ
+        if version not in (0, 1):
+            raise LocalProtocolError(f"DDP/RDMAP version {version} is not 0 or 1")
         if initiator and rtr and rtr not in (RtrFlags.SEND, RtrFlags.WRITE, RtrFlags.READ):
             raise LocalProtocolError("an initiator sends exactly one RTR type")
         if mulpdu <= UNTAGGED_HEADER_SIZE + TERMINATE_CONTROL_SIZE + 52:
@@ -187,6 +188,10 @@ class RdmapStream:
         self.ird = ird
         self.ord = ord
         self.rtr = rtr
+        #: DDP DV and RDMAP RV of every message: 1 (RFC 5040/5041), or 0 with
+        #: an RDMAC peer (RFC 5044 Appendix C; RFC 5040 §4.1 "both are valid").
+        self.version = version
+        self._control = [rdmap_control(op, version) for op in range(16)]
         self.state = StreamState.OPERATIONAL if initiator else StreamState.WAIT_PEER
         self._recv: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.SEND)
         self._reads: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.READ_REQUEST)
@@ -196,7 +201,7 @@ class RdmapStream:
             self._reads.post(self._read_slot, None)
         self._terms.post(memoryview(bytearray(_TERMINATE_BUFFER)), None)
         self._ddp: DdpReceiver[RecvWR | None] = DdpReceiver(
-            {0: self._recv, 1: self._reads, 2: self._terms}, self._resolve_tagged
+            {0: self._recv, 1: self._reads, 2: self._terms}, self._resolve_tagged, version=version
         )
         self._msn = [1, 1, 1]  # next MSN we send, per queue
         self._sq: deque[_Work] = deque()  # posted, not started
@@ -259,7 +264,7 @@ class RdmapStream:
             WorkOpcode.SEND,
             wr.wr_id,
             payload=payload,
-            rdmap=rdmap_control(opcode),
+            rdmap=self._control[opcode],
             invalidate=invalidate,
         )
 
@@ -278,7 +283,7 @@ class RdmapStream:
         empty = memoryview(b"")
         if rtr == RtrFlags.SEND:
             work = _Work(WorkOpcode.SEND, 0, internal=True, payload=empty)
-            work.rdmap = rdmap_control(RdmapOpcode.SEND)
+            work.rdmap = self._control[RdmapOpcode.SEND]
             return work
         if rtr == RtrFlags.WRITE:
             work = _Work(WorkOpcode.RDMA_WRITE, 0, internal=True, payload=empty)
@@ -365,7 +370,8 @@ class RdmapStream:
                 response.source,
                 stag=req.sink_stag,
                 to=req.sink_to,
-                rsvdulp=_RESPONSE_CONTROL,
+                rsvdulp=self._control[RdmapOpcode.RDMA_READ_RESPONSE],
+                version=self.version,
                 mulpdu=self.mulpdu,
             )
             return _Outgoing(segments, response=True)
@@ -380,7 +386,8 @@ class RdmapStream:
                 work.request.pack(),
                 qn=QueueNumber.READ_REQUEST,
                 msn=self._next_msn(QueueNumber.READ_REQUEST),
-                rsvdulp=_READ_CONTROL,
+                rsvdulp=self._control[RdmapOpcode.RDMA_READ_REQUEST],
+                version=self.version,
                 mulpdu=self.mulpdu,
             )
             self._orq.append(work)
@@ -393,6 +400,7 @@ class RdmapStream:
                 rsvdulp=work.rdmap,
                 rsvdulp2=work.invalidate,
                 mulpdu=self.mulpdu,
+                version=self.version,
             )
         else:
             assert work.payload is not None
@@ -400,7 +408,8 @@ class RdmapStream:
                 work.payload,
                 stag=work.remote_stag,
                 to=work.remote_to,
-                rsvdulp=_WRITE_CONTROL,
+                rsvdulp=self._control[RdmapOpcode.RDMA_WRITE],
+                version=self.version,
                 mulpdu=self.mulpdu,
             )
         self._sq.popleft()
@@ -530,7 +539,7 @@ class RdmapStream:
         """RFC 5040 §7.2 checks 2 and 3, before DDP places anything."""
         self._ddp.check_header(view)
         version, opcode = split_control(view[1])
-        if version != RDMAP_VERSION:
+        if version != self.version:
             raise RemoteOperationError(
                 RemoteOperationCode.INVALID_VERSION, f"RDMAP version {version}"
             )
@@ -685,7 +694,8 @@ class RdmapStream:
                 payload,
                 qn=QueueNumber.TERMINATE,
                 msn=self._next_msn(QueueNumber.TERMINATE),
-                rsvdulp=_TERMINATE_CONTROL,
+                rsvdulp=self._control[RdmapOpcode.TERMINATE],
+                version=self.version,
                 mulpdu=self.mulpdu,
             )
         )
