@@ -46,7 +46,14 @@ def register(sub: Any) -> None:
         help="only cases on this siw build; repeatable",
     )
     siw.add_argument("--json", action="store_true", help="print the report as JSON")
-    siw.add_argument("--report", type=Path, metavar="FILE", help="also write the report here")
+    siw.add_argument(
+        "--report",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also write the report here (JSON if FILE ends in .json); repeatable",
+    )
     siw.add_argument("--build", action="store_true", help="build the guest first if needed")
     siw.add_argument(
         "--workdir", type=Path, help="captures and logs (default: a new folder in the cache)"
@@ -152,10 +159,9 @@ def run_suite(args: argparse.Namespace) -> int:
 def _finish(report: Any, args: argparse.Namespace, *, guest_missing: bool = False) -> int:
     text = report.to_json() if args.json else report.to_text()
     sys.stdout.write(text)
-    if args.report:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        as_json = args.report.suffix == ".json"
-        args.report.write_text(report.to_json() if as_json else report.to_text())
+    for path in args.report:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(report.to_json() if path.suffix == ".json" else report.to_text())
     if guest_missing:
         return 3
     return 1 if report.failed else 0

@@ -319,10 +319,10 @@ class Runner:
     def _healthy(self, guest: Guest) -> bool:
         """One rping between two siw endpoints in the guest still works (about 1 s)."""
         port = 7479
-        server = guest.spawn(f"rping -s -a {GUEST_IP} -p {port} -C 1 -S 64 -V", timeout=15)
-        client = f"wait-listen {port} 5 && rping -c -a {GUEST_IP} -p {port} -C 1 -S 64 -V"
-        ok = guest.run(client, timeout=15).ok
-        return server.wait(5, kill=True).ok and ok
+        server = guest.spawn(f"rping -s -a {GUEST_IP} -p {port} -C 1 -S 64 -V", timeout=10)
+        client = f"wait-listen {port} 3 && rping -c -a {GUEST_IP} -p {port} -C 1 -S 64 -V"
+        ok = guest.run(client, timeout=6).ok
+        return server.wait(2, kill=True).ok and ok
 
     def _learn(self, guest: Guest) -> None:
         info = guest.info()

@@ -250,7 +250,7 @@ class Guest:
         """Run ``script`` to its end (killed in the guest after ``timeout``)."""
         return self.spawn(script, timeout=timeout).wait(timeout + 10.0)
 
-    def close(self, halt_timeout: float = 15.0) -> None:
+    def close(self, halt_timeout: float = 8.0) -> None:
         """Ask the guest to power off; stop our qemu if it does not in time."""
         proc = self._proc
         if proc is not None and proc.poll() is None:
