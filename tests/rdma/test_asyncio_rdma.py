@@ -22,7 +22,7 @@ from iwarp.asyncio.rdma import (
 from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import RtrFlags
-from iwarp.rdmap.work import CompletionStatus, RecvWR, SendWR, Sge, WorkOpcode
+from iwarp.rdmap.work import CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WorkOpcode
 
 REMOTE = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 
@@ -199,6 +199,32 @@ def test_no_matching_rtr_fails_connect_after_the_terminate() -> None:
         qp = await ended
         assert qp.terminate is not None and qp.terminate_received
         assert (qp.terminate.layer, qp.terminate.etype, qp.terminate.code) == (2, 0, 7)
+        server.close()
+        await server.wait_closed()
+
+    run(main)
+
+
+def test_flush_waits_for_reads_queued_behind_ord() -> None:
+    server_pd = ProtectionDomain()
+    source = server_pd.register(bytearray(os.urandom(4096)), REMOTE)
+
+    async def main() -> None:
+        async def handler(qp: QueuePair) -> None:
+            await qp.closed
+
+        server = await serve(handler, "127.0.0.1", 0, pd=server_pd, config=MpaConfig(ird=1))
+        port = server.sockets[0].getsockname()[1]
+        qp = await connect("127.0.0.1", port, config=MpaConfig(ord=1))
+        assert qp.params.ord == 1
+        sinks = [qp.register(bytearray(4096)) for _ in range(4)]
+        for i, sink in enumerate(sinks):
+            qp.post_send(ReadWR(Sge(sink), source.stag, 0, wr_id=i))
+        await qp.flush()  # the fourth Read left only after three responses came back
+        done = [await qp.send_cq.wait() for _ in range(4)]
+        assert [(c.wr_id, c.ok) for c in done] == [(i, True) for i in range(4)]
+        assert all(bytes(s.view) == bytes(source.view) for s in sinks)
+        await qp.close()
         server.close()
         await server.wait_closed()
 

@@ -52,6 +52,7 @@ from iwarp.mpa.events import (
 )
 from iwarp.rdma.connection import Event, RdmaConnection
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
+from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import (
@@ -330,8 +331,9 @@ class QueuePair(asyncio.Protocol):
         return data
 
     async def flush(self) -> None:
-        """Wait until every posted message was handed to TCP."""
-        while self.conn is not None and self.conn.has_data_to_send and not self.closed.done():
+        """Wait until every posted message was handed to TCP (RDMA Reads
+        beyond ORD go out as earlier ones complete)."""
+        while self._unsent() and not self.closed.done():
             self._idle = self._loop.create_future()
             try:
                 await self._idle
@@ -506,6 +508,13 @@ class QueuePair(asyncio.Protocol):
 
     # -- output -------------------------------------------------------------------------
 
+    def _unsent(self) -> bool:
+        conn = self.conn
+        if conn is None or conn.stream is None or conn.must_close:
+            return False
+        # A responder waiting for the initiator's first message cannot send.
+        return conn.stream.unsent and conn.stream.state is not StreamState.WAIT_PEER
+
     def _release(self) -> None:
         self._hold = False
         self._flush()
@@ -523,7 +532,7 @@ class QueuePair(asyncio.Protocol):
             self._dispatch(conn.take_events())
             if self._write_paused or limit == 0 or not conn.has_data_to_send:
                 break
-        if not conn.has_data_to_send:
+        if not self._unsent():
             self._wake(self._idle)
         if conn.must_close and not transport.is_closing():
             transport.close()  # after the Terminate (or the peer's FIN): RFC 5040 §6.2.1

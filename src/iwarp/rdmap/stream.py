@@ -330,6 +330,16 @@ class RdmapStream:
             self._sq[0].opcode is not WorkOpcode.RDMA_READ or len(self._orq) < self.ord
         )
 
+    @property
+    def unsent(self) -> bool:
+        """Posted work or Read Responses not yet fully handed to MPA (even if
+        waiting on ORD or on the responder's first message)."""
+        if self.state is StreamState.TERMINATING:
+            return True
+        if self.state is not StreamState.OPERATIONAL and self.state is not StreamState.WAIT_PEER:
+            return False
+        return bool(self._sq or self._irq or self._current is not None)
+
     def ulpdus_to_send(self, limit: int | None = None) -> list[bytearray]:
         """The next ULPDUs for MPA, in order, about ``limit`` octets at most.
 
