@@ -387,12 +387,21 @@ def test_write_into_a_read_buffer_is_terminated() -> None:
         assert received["code"] == 1, received
 
 
-def test_rev0_has_no_rdmap() -> None:
-    """DDP version 0 (Rev 0 peers) is not implemented: a Terminate with the
-    RFC 6581 code 5 (local catastrophic), and a hint to use --op mpa."""
+def test_rev0_rdmap() -> None:
+    """Rev 0 peers negotiate DDP/RDMAP version 0 (RDMAC mode). Where the
+    stack implements it, the messages flow with version 0 reported; where
+    it does not, it answers with a Terminate carrying the RFC 6581 code 5
+    (local catastrophic) and both commands say to use --op mpa."""
     with listen("--connections", "1", "--mpa-rev", "0") as listener:
-        rc, out = connect(listener.port, "--mpa-rev", "0")
+        rc, out = connect(listener.port, "--mpa-rev", "0", "--count", "3")
         lrc, lines = listener.finish()
+    check_contract(out)
+    check_contract(lines)
+    for records in (out, lines):
+        assert by_type(records, "established")[0]["ddp_version"] == 0
+    if rc == 0:
+        assert lrc == 0 and out[-1]["sha256"] == lines[-1]["sha256"] == expected_sha(3, 64)
+        return
     assert rc == 1 and lrc == 1
     for records in (out, lines):
         (error,) = by_type(records, "error")

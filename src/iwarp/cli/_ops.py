@@ -149,17 +149,20 @@ def error_fields(qp: QueuePair, error: IwarpError | None = None) -> dict[str, ob
 
 
 def check_stack(qp: QueuePair) -> None:
-    """Raise if the stack could not start RDMAP on this connection.
+    """Raise if the stack ended the connection as soon as MPA was up.
 
-    :raises SessionError: the negotiation gave DDP/RDMAP version 0 (RFC 5044
-        Appendix C RDMAC mode, Rev 0 peers): the stack answered with a
-        Terminate (local catastrophic error).
+    :raises SessionError: e.g. the negotiation gave DDP/RDMAP version 0
+        (RFC 5044 Appendix C RDMAC mode, Rev 0 peers) and the stack does not
+        implement it: it answered with a Terminate (local catastrophic error).
     """
+    if qp.terminate is None:
+        return
     if qp.params.ddp_version != 1:
         raise SessionError(
             f"DDP/RDMAP version {qp.params.ddp_version} (RDMAC mode with a Rev 0 peer) is not "
             "implemented: use --op mpa"
         )
+    raise SessionError(qp.end_reason)
 
 
 def _check_completion(completion: Completion) -> None:
