@@ -95,8 +95,7 @@ def add_mpa_options(parser: argparse.ArgumentParser) -> None:
         choices=("send", "write", "read", "mpa"),
         default="send",
         help="what carries the messages: RDMAP Sends (default), RDMA Writes into or RDMA "
-        "Reads from buffers the listener advertises, or bare MPA ULPDUs (no DDP/RDMAP; "
-        "the only choice with DDP version 0, i.e. Rev 0 peers)",
+        "Reads from buffers the listener advertises, or bare MPA ULPDUs (no DDP/RDMAP)",
     )
     group.add_argument(
         "--delayed",
