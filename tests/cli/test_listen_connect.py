@@ -84,7 +84,7 @@ def by_type(lines: list[dict[str, object]], kind: str) -> list[dict[str, object]
         [],
         ["--mpa-rev", "1", "--markers"],
         ["--mpa-rev", "1", "--no-crc"],
-        # DDP version 0 (Rev 0) is not implemented: bare MPA ULPDUs.
+        # A Rev 0 pair with bare MPA ULPDUs (no DDP/RDMAP).
         ["--mpa-rev", "0", "--markers", "--no-crc", "--op", "mpa"],
     ],
 )
