@@ -120,3 +120,65 @@ def test_every_state_input_pair(state: StreamState, event: StreamInput) -> None:
     else:
         with pytest.raises(RemoteProtocolError):
             transition(state, event)
+
+
+def _stream_in(state: StreamState) -> RdmapStream:
+    """A responder driven into ``state`` through its API."""
+    pd = MemoryRegistry().alloc_pd()
+    stream = RdmapStream(pd, initiator=False, mulpdu=1024)
+    if state is StreamState.WAIT_PEER:
+        return stream
+    if state is StreamState.CLOSED:
+        stream.close()
+        return stream
+    stream.handle_ulpdu(TaggedHeader(1, 0, rsvdulp=0x40).pack())  # a zero-length Write
+    if state is StreamState.OPERATIONAL:
+        return stream
+    stream.handle_ulpdu(UntaggedHeader(9, 1).pack())  # invalid QN: Terminate queued
+    if state is StreamState.TERMINATED:
+        stream.ulpdus_to_send()
+    return stream
+
+
+def _apply(stream: RdmapStream, event: StreamInput) -> None:
+    pd = stream.pd
+    if event is StreamInput.RECEIVE:
+        stream.handle_ulpdu(TaggedHeader(1, 0, rsvdulp=0x40).pack())
+    elif event is StreamInput.PROTOCOL_ERROR:
+        stream.handle_ulpdu(UntaggedHeader(9, 1).pack())
+    elif event is StreamInput.TERMINATE:
+        term = UntaggedHeader(2, 1, rsvdulp=0x47).pack() + bytes(4)
+        stream.handle_ulpdu(term)
+    elif event is StreamInput.LLP_CLOSED:
+        stream.connection_lost()
+    elif event is StreamInput.POST:
+        stream.post_recv(RecvWR(Sge(pd.register(bytearray(4)))))
+    elif event is StreamInput.TERMINATE_SENT:
+        stream.ulpdus_to_send()
+    else:
+        stream.close()
+
+
+@pytest.mark.parametrize(("state", "event"), list(itertools.product(StreamState, StreamInput)))
+def test_every_state_input_pair_through_the_api(state: StreamState, event: StreamInput) -> None:
+    stream = _stream_in(state)
+    assert stream.state is state
+    expected = TRANSITIONS.get((state, event))
+    remote_dropped = event in (StreamInput.PROTOCOL_ERROR, StreamInput.TERMINATE) and state in (
+        StreamState.TERMINATING,
+        StreamState.TERMINATED,
+        StreamState.CLOSED,
+    )
+    if remote_dropped:
+        # After a Terminate every received segment is dropped unread (RFC 5041
+        # §7.1): it is a RECEIVE, whatever it holds.
+        expected = TRANSITIONS[state, StreamInput.RECEIVE]
+    if event is StreamInput.TERMINATE_SENT and state is not StreamState.TERMINATING:
+        expected = state  # nothing to send: no input happens
+    if expected is None:
+        with pytest.raises(LocalProtocolError):
+            _apply(stream, event)
+        assert stream.state is state
+    else:
+        _apply(stream, event)
+        assert stream.state is expected
