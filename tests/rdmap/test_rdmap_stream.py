@@ -212,3 +212,19 @@ def test_regions_over_mmap_and_memoryview() -> None:
         assert all(c.ok for c in a.completions())
         map_region.deregister()
         view_region.deregister()
+
+
+def test_remote_addresses_out_of_range_are_refused() -> None:
+    a, _ = make_pair()
+    sink = Sge(a.pd.register(bytearray(4)))
+    for wr in (
+        WriteWR(b"x", 1 << 32, 0),
+        WriteWR(b"x", -1, 0),
+        WriteWR(b"x", 5, 1 << 64),
+        WriteWR(b"xy", 5, (1 << 64) - 1),
+        ReadWR(sink, 1 << 32, 0),
+        ReadWR(sink, 5, -1),
+    ):
+        with pytest.raises(LocalProtocolError):
+            a.stream.post_send(wr)
+    assert a.stream.ulpdus_to_send() == []

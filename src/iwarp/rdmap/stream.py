@@ -101,8 +101,18 @@ __all__ = ["RTR_STAG", "RdmapStream"]
 #: some hardware fails tagged segments with STag 0 (siw uses 1 as well).
 RTR_STAG = 1
 _NO_RTR = RtrFlags(0)
-#: Room for the longest Terminate header: 4 + 2 + 18 + 28 octets, rounded up.
+#: The longest Terminate header: control, segment length, untagged DDP header,
+#: Read Request header (RFC 5040 §4.8).
+_TERMINATE_MAX = TERMINATE_CONTROL_SIZE + 2 + UNTAGGED_HEADER_SIZE + READ_REQUEST_SIZE
+#: Room for the Terminate we receive (a little more, for peers that pad).
 _TERMINATE_BUFFER = 128
+_MAX_TO = 0xFFFFFFFFFFFFFFFF
+
+
+def _check_remote(stag: int, to: int) -> None:
+    if not 0 <= stag <= 0xFFFFFFFF or not 0 <= to <= _MAX_TO:
+        raise LocalProtocolError(f"remote STag {stag} / TO {to} out of range (32 / 64 bits)")
+
 
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
 _REMOTE_WRITE = int(Access.REMOTE_WRITE)
@@ -178,7 +188,7 @@ class RdmapStream:
             raise LocalProtocolError(f"DDP/RDMAP version {version} is not 0 or 1")
         if initiator and rtr and rtr not in (RtrFlags.SEND, RtrFlags.WRITE, RtrFlags.READ):
             raise LocalProtocolError("an initiator sends exactly one RTR type")
-        if mulpdu <= UNTAGGED_HEADER_SIZE + TERMINATE_CONTROL_SIZE + 52:
+        if mulpdu < UNTAGGED_HEADER_SIZE + _TERMINATE_MAX:
             raise LocalProtocolError(f"MULPDU {mulpdu} is too small for RDMAP headers")
         if initiator and rtr == RtrFlags.READ and ord < 1:
             raise LocalProtocolError("a Read RTR needs ORD >= 1 (RFC 6581 §9.1)")
@@ -229,8 +239,9 @@ class RdmapStream:
         if isinstance(wr, SendWR):
             work = self._send_work(wr)
         elif isinstance(wr, WriteWR):
+            _check_remote(wr.remote_stag, wr.remote_to)
             payload = self._source(wr.data)
-            if wr.remote_to + len(payload) > 0xFFFFFFFFFFFFFFFF + 1:
+            if wr.remote_to + len(payload) > _MAX_TO + 1:
                 raise LocalProtocolError("the RDMA Write would wrap the remote TO")
             work = _Work(WorkOpcode.RDMA_WRITE, wr.wr_id, payload=payload)
             work.remote_stag, work.remote_to = wr.remote_stag, wr.remote_to
@@ -269,6 +280,7 @@ class RdmapStream:
         )
 
     def _read_work(self, wr: ReadWR) -> _Work:
+        _check_remote(wr.remote_stag, wr.remote_to)
         if self.ord < 1:
             raise LocalProtocolError("ORD is 0: RDMA Reads are not allowed on this stream")
         sink = self._local(wr.local, _LOCAL_WRITE)
