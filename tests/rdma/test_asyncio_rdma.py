@@ -229,3 +229,25 @@ def test_flush_waits_for_reads_queued_behind_ord() -> None:
         await server.wait_closed()
 
     run(main)
+
+
+def test_peer_reset_ends_waiting_operations() -> None:
+    async def main() -> None:
+        async def handler(qp: QueuePair) -> None:
+            await qp.receive()
+            qp.abort()  # RST while the client waits for an answer
+
+        server = await serve(handler, "127.0.0.1", 0, receive_buffers=1)
+        port = server.sockets[0].getsockname()[1]
+        qp = await connect("127.0.0.1", port, receive_buffers=1)
+        await qp.send(b"hello?")
+        with pytest.raises(ConnectionTerminatedError):
+            await qp.receive()
+        with pytest.raises(ConnectionTerminatedError):
+            await qp.send(b"too late")
+        assert [c.status for c in qp.recv_cq.poll()] == []  # the pool's buffer is internal
+        await qp.closed
+        server.close()
+        await server.wait_closed()
+
+    run(main, timeout=20)
