@@ -237,6 +237,40 @@ class TestRoundTrip:
                 assert where - ptr in starts
                 assert max(s for s in starts if s < where) == where - ptr
 
+    @settings(max_examples=60, deadline=None)
+    @given(
+        sizes=st.lists(st.integers(0, MAX_ULPDU), min_size=1, max_size=4),
+        offset=st.integers(0, 127).map(lambda x: x * 4),
+        crc=st.booleans(),
+        cut=st.integers(1000, 70000),
+    )
+    def test_large_fpdus_with_many_markers(
+        self, sizes: list[int], offset: int, crc: bool, cut: int
+    ) -> None:
+        # Large FPDUs take the planned (cached, strided) marker paths.
+        ulpdus = [bytes([i % 251 + 1]) * n for i, n in enumerate(sizes)]
+        encoder = FpduEncoder(markers=True, crc=crc, position=offset)
+        stream = b"".join(encoder.encode_bytes(u) for u in ulpdus)
+        markers, starts = reference_walk(stream, offset)
+        for where, ptr in markers:
+            assert ptr == 0 or max(s for s in starts if s < where) == where - ptr
+        decoder = FpduDecoder(markers=True, crc=crc, position=offset)
+        assert decode_all(decoder, chunked(stream, [cut])) == ulpdus
+        assert decoder.error is None
+
+    @pytest.mark.parametrize("victim", [0, 1, 5, 9, 20])
+    def test_bad_marker_in_a_large_fpdu_is_located(self, victim: int) -> None:
+        encoder = FpduEncoder(markers=True, crc=False)
+        stream = bytearray(encoder.encode_bytes(bytes(12000)))
+        where = 512 * (victim + 1)
+        assert stream[where : where + 4] == struct.pack(">HH", 0, where - 4)
+        stream[where + 2] ^= 0x01
+        decoder = FpduDecoder(markers=True, crc=False)
+        assert decoder.feed(bytes(stream)) == []
+        assert decoder.error is not None
+        assert decoder.error.mpa_code is MpaErrorCode.MARKER_MISMATCH
+        assert decoder.error.stream_offset == where
+
     def test_every_split_of_a_marker_stream(self) -> None:
         encoder = FpduEncoder(markers=True, crc=True, position=256)
         messages = [bytes([i]) * size for i, size in enumerate((1, 300, 700, 0, 509))]
