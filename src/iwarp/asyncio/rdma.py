@@ -81,10 +81,17 @@ __all__ = [
     "serve",
 ]
 
-#: ULPDU octets pulled from the stream per write (one ``writelines``):
+#: ULPDU octets pulled from the stream per write (one ``sendmsg``):
 #: small enough that the kernel takes a batch at once (measured best on
 #: loopback between 32 and 64 KiB; bench/rdma_bench.py).
 SEND_BATCH: Final = 64 << 10
+#: Octets read per ``recv_into`` into the queue pair's own receive buffer.
+#: A fixed buffer, not asyncio's ``recv(256 KiB)``: that allocates (and
+#: for a short read shrinks) 256 KiB per call, ~14 us per small message.
+RECEIVE_CHUNK: Final = 256 << 10
+#: Most buffers per ``sendmsg`` (Linux IOV_MAX is 1024); longer batches of
+#: small FPDUs are joined, which costs little for small pieces.
+_MAX_IOV: Final = 512
 #: Received-but-unread octets of the simple receive path above which reading pauses.
 RECEIVE_HIGH_WATER: Final = 4 << 20
 
@@ -166,6 +173,19 @@ class CompletionQueue:
             self._waiter.set_result(None)
 
 
+def _unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:
+    """What is left of ``chunks`` after ``sent`` octets went out."""
+    for i, chunk in enumerate(chunks):
+        size = memoryview(chunk).nbytes
+        if sent < size:
+            rest = chunks[i:]
+            if sent:
+                rest[0] = memoryview(chunk).cast("B")[sent:]
+            return rest
+        sent -= size
+    return []
+
+
 def _tcp_emss(transport: asyncio.BaseTransport) -> int:
     sock = transport.get_extra_info("socket")
     if sock is None:
@@ -181,7 +201,7 @@ def _tcp_emss(transport: asyncio.BaseTransport) -> int:
 Setup = Callable[["QueuePair"], None]
 
 
-class QueuePair(asyncio.Protocol):
+class QueuePair(asyncio.BufferedProtocol):
     """One iWARP connection: queue pair, completion queues and simple API.
 
     Made by :func:`connect` and :func:`serve`; not instantiated directly.
@@ -235,6 +255,9 @@ class QueuePair(asyncio.Protocol):
         self._reading_paused = False
         self._idle: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._rbuf = memoryview(bytearray(RECEIVE_CHUNK))
+        #: A duplicate of the TCP socket for ``sendmsg`` (closed with the connection).
+        self._sock: socket.socket | None = None
 
     # -- properties ---------------------------------------------------------------
 
@@ -376,6 +399,10 @@ class QueuePair(asyncio.Protocol):
         # the kernel does not take at once is copied there once, never
         # piled up (asyncio moves its whole buffer on every partial send).
         transport.set_write_buffer_limits(high=0)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and hasattr(socket, "CMSG_LEN"):  # sendmsg exists (not Windows)
+            with contextlib.suppress(OSError):
+                self._sock = sock.dup()
         self.conn = RdmaConnection(
             self.role,
             self.pd,
@@ -388,7 +415,16 @@ class QueuePair(asyncio.Protocol):
         self._flush()
         self._arm_timer()
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._rbuf
+
+    def buffer_updated(self, nbytes: int) -> None:
+        # A copy the size of what arrived (cheap next to asyncio's per-read
+        # allocation): the core may keep views into it, the buffer is reused.
+        self.data_received(bytes(self._rbuf[:nbytes]))
+
     def data_received(self, data: bytes) -> None:
+        """Octets from TCP (``buffer_updated`` calls this)."""
         assert self.conn is not None
         self._dispatch(self.conn.receive_data(data, self._loop.time()))
         self._flush()
@@ -400,6 +436,9 @@ class QueuePair(asyncio.Protocol):
         return True  # we close once our side is done
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
         if self.conn is not None:
             reason = f"TCP connection lost: {exc}" if exc else "TCP connection closed"
             self._dispatch(self.conn.connection_lost(reason))
@@ -542,6 +581,25 @@ class QueuePair(asyncio.Protocol):
         transport = self.transport
         if transport is None or not chunks:
             return
+        sock = self._sock
+        if (
+            sock is not None
+            and 1 < len(chunks) <= _MAX_IOV
+            and not transport.get_write_buffer_size()
+            and not transport.is_closing()
+        ):
+            # Straight from the FPDU pieces to the kernel: asyncio 3.11's
+            # writelines would join them (a copy of every octet) and copy
+            # again what the kernel does not take at once.
+            try:
+                sent = sock.sendmsg(chunks)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                sent = 0  # the transport's own write reports the error
+            chunks = _unsent_part(chunks, sent)
+            if not chunks:
+                return
         if len(chunks) == 1:
             transport.write(chunks[0])
         else:
