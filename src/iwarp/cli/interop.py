@@ -66,6 +66,21 @@ def register(sub: Any) -> None:
     lister.add_argument("--variant", action="append", default=[], choices=sorted(VARIANTS))
     lister.set_defaults(func=run_list)
 
+    peer = inner.add_parser(
+        "peer",
+        help="play the iwarp side of an rdma-core example (ucmatose, rdma_client)",
+        description="iwarp peers for librdmacm examples (see iwarp.interop.peers).",
+    )
+    peer.add_argument("peer", choices=("ucmatose-server", "ucmatose-client", "echo-server"))
+    peer.add_argument("--host", default="127.0.0.1", help="address to bind or connect to")
+    peer.add_argument("--port", type=int, required=True)
+    peer.add_argument("-c", dest="connections", type=int, default=1, help="connections (1)")
+    peer.add_argument("-C", dest="count", type=int, default=10, help="messages each way (10)")
+    peer.add_argument("-S", dest="size", type=int, default=100, help="message size (100)")
+    peer.add_argument("--no-crc", action="store_true", help="do not ask for MPA CRC")
+    peer.add_argument("--timeout", type=float, default=60.0)
+    peer.set_defaults(func=run_peer)
+
     guest = inner.add_parser("guest", help="boot the guest and run a shell command in it")
     guest.add_argument("--variant", default="default", choices=sorted(VARIANTS))
     guest.add_argument("--timeout", type=float, default=120.0)
@@ -190,3 +205,39 @@ def run_guest(args: argparse.Namespace) -> int:
     except GuestError as exc:
         _log(str(exc))
         return 2
+
+
+def run_peer(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from iwarp.interop import peers
+    from iwarp.mpa.config import MpaConfig
+
+    # Many connections at once: a siw Responder under emulation may answer
+    # later than the usual 10 s.
+    config = MpaConfig(crc=not args.no_crc, reply_timeout=max(10.0, args.timeout / 2))
+    common = {"config": config, "timeout": args.timeout}
+    if args.peer == "echo-server":
+        job = peers.echo_server(args.host, args.port, messages=args.count, **common)
+    else:
+        play = peers.ucmatose_server if args.peer == "ucmatose-server" else peers.ucmatose_client
+        job = play(
+            args.host,
+            args.port,
+            connections=args.connections,
+            count=args.count,
+            size=args.size,
+            **common,
+        )
+    result = asyncio.run(job)
+    summary = {
+        "type": "summary",
+        "peer": args.peer,
+        "connections": result.connections,
+        "sent": result.sent,
+        "received": result.received,
+        "errors": result.errors[:10],
+    }
+    print(json.dumps(summary), flush=True)
+    return 0 if result.ok else 1

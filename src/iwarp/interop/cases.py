@@ -24,7 +24,6 @@ from iwarp.interop.suite import (
     refused,
     terminate_sent,
 )
-from iwarp.interop.vm import HOST_ALIAS
 
 D = Direction
 
@@ -332,6 +331,11 @@ def _rping_cases() -> list[Case]:
 UCMA_CONNECTIONS: Final = 36
 
 
+def _peer(name: str, port: str, *options: str) -> tuple[str, ...]:
+    """``iwarp interop peer NAME``: iwarp's side of a librdmacm example."""
+    return ("interop", "peer", name, "--port", port, *options)
+
+
 def _rdmacm_cases() -> list[Case]:
     """ucmatose, rdma_server/rdma_client and perftest: siw↔siw controls, then against iwarp."""
     cases = [
@@ -380,27 +384,32 @@ def _rdmacm_cases() -> list[Case]:
         )
     cases += [
         Case(
-            f"ucmatose/siw-client/c{UCMA_CONNECTIONS}",
+            f"ucmatose/siw-client/c{UCMA_CONNECTIONS}-p2p",
             "ucmatose",
             D.SIW_TO_IWARP,
-            f"ucmatose -s {HOST_ALIAS} -c {UCMA_CONNECTIONS} against an iwarp server",
-            guest_succeeds,
-            blocked=(
-                "needs an iwarp server for ucmatose's exchange: per connection it receives "
-                "and sends back -C Sends, then disconnects (the ucmatose client waits for "
-                "that; with -C 0 too); iwarp listen only receives and never closes first"
-            ),
+            # ucmatose's server sends first; an MPA Responder may not before the
+            # Initiator's first FPDU (RFC 5044 §7.1.2), so only siw's peer-to-peer
+            # build (its RTR comes first) can run ucmatose against an iwarp server.
+            f"ucmatose -c {UCMA_CONNECTIONS} (10 Sends of 100 octets each way per connection) "
+            "on the siw p2p build to iwarp interop peer ucmatose-server",
+            both_succeed,
+            variant="p2p",
+            guest_cmd=f"ucmatose -s {{host}} -p {{serve_port}} -c {UCMA_CONNECTIONS}",
+            iwarp_args=_peer("ucmatose-server", "{serve_port}", "-c", str(UCMA_CONNECTIONS)),
+            needs=(Need("interop", ("peer",)),),
+            timeout=120,
         ),
         Case(
             f"ucmatose/siw-server/c{UCMA_CONNECTIONS}",
             "ucmatose",
             D.IWARP_TO_SIW,
-            f"ucmatose -b 0.0.0.0 -c {UCMA_CONNECTIONS} against an iwarp client",
-            guest_succeeds,
-            blocked=(
-                f"needs an iwarp client opening {UCMA_CONNECTIONS} connections at once that "
-                "sends and receives ucmatose's Sends; iwarp connect opens one connection"
-            ),
+            f"ucmatose -b 0.0.0.0 -c {UCMA_CONNECTIONS} against iwarp interop peer "
+            f"ucmatose-client: {UCMA_CONNECTIONS} connections at once, 10 Sends each way",
+            both_succeed,
+            guest_cmd=f"ucmatose -b 0.0.0.0 -p {{guest_port}} -c {UCMA_CONNECTIONS}",
+            iwarp_args=_peer("ucmatose-client", "{host_port}", "-c", str(UCMA_CONNECTIONS)),
+            needs=(Need("interop", ("peer",)),),
+            timeout=120,
         ),
         Case(
             "rdma_server/iwarp-client",
@@ -417,9 +426,12 @@ def _rdmacm_cases() -> list[Case]:
             "rdma_client/iwarp-server",
             "rdma_client",
             D.SIW_TO_IWARP,
-            "rdma_client sends 16 octets and waits for them back",
-            guest_succeeds,
-            blocked="iwarp listen does not send a received message back (rdma_client waits for it)",
+            "rdma_client sends 16 octets, iwarp interop peer echo-server sends them back",
+            both_succeed,
+            guest_cmd="rdma_client -s {host} -p {serve_port}",
+            iwarp_args=_peer("echo-server", "{serve_port}", "-C", "1"),
+            needs=(Need("interop", ("peer",)),),
+            timeout=30,
         ),
     ]
     perftest_reason = (
