@@ -48,7 +48,7 @@ class Report:
         rows = [_COLUMNS]
         for o in self.outcomes:
             c = o.case
-            note = c.options if o.status is Status.PASS else o.reason
+            note = o.shown_options if o.status is Status.PASS else o.reason
             seconds = f"{o.seconds:.1f}s" if o.status is not Status.NOT_RUN else "-"
             rows.append(
                 (c.name, c.tool, str(c.direction), c.variant, _mark(o.status), seconds, note)

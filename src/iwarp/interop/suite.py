@@ -93,6 +93,12 @@ class Outcome:
     capture: str = ""
     tshark: dict[str, Any] = field(default_factory=dict)
     commands: dict[str, str] = field(default_factory=dict)
+    #: The case's options with the run's values filled in ({min_size} -> 23).
+    options: str = ""
+
+    @property
+    def shown_options(self) -> str:
+        return self.options or self.case.options
 
     def as_dict(self) -> dict[str, Any]:
         c = self.case
@@ -101,7 +107,7 @@ class Outcome:
             "tool": c.tool,
             "direction": str(c.direction),
             "variant": c.variant,
-            "options": c.options,
+            "options": self.shown_options,
             "status": str(self.status),
             "reason": self.reason,
             "seconds": round(self.seconds, 2),
@@ -273,6 +279,7 @@ class Runner:
         self.boots: list[float] = []
         self.facts = Facts()
         self._turn = 0
+        self._last_values: dict[str, Any] = {}
         try:
             self.commands: dict[str, set[str]] | None = cli_commands()
         except Exception as exc:  # the CLI of another part may be broken
@@ -368,12 +375,16 @@ class Runner:
         except (GuestError, CaptureError, OSError) as exc:
             outcome = Outcome(case, Status.FAIL, f"harness: {exc}")
         outcome.seconds = time.monotonic() - t0
+        try:
+            outcome.options = case.options.format(**self._last_values)
+        except (KeyError, IndexError, ValueError):
+            outcome.options = case.options
         return outcome
 
     def _values(self, guest: Guest) -> dict[str, Any]:
         self._turn += 1
         i = self._turn % len(guest.hostfwd)
-        return {
+        self._last_values = {
             "host": HOST_ALIAS,
             "guest_ip": GUEST_IP,
             "guest_port": guest.guest_port(i),
@@ -382,6 +393,7 @@ class Runner:
             "min_size": self.facts.rping_min_size or 64,
             "max_size": self.facts.rping_max_size or 65535,
         }
+        return self._last_values
 
     def _guest_only(self, guest: Guest, case: Case) -> Outcome:
         v = self._values(guest)
