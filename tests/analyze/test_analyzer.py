@@ -470,6 +470,37 @@ def test_arbitrary_stream_octets_are_reported_not_raised(
         record.to_json()
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    garbage=st.lists(st.binary(min_size=1, max_size=300), max_size=6),
+    version_octet=st.booleans(),
+    trailer=st.booleans(),
+)
+def test_arbitrary_octets_after_a_vitcp_connect_are_reported_not_raised(
+    tmp_path_factory: pytest.TempPathFactory,
+    garbage: list[bytes],
+    version_octet: bool,
+    trailer: bool,
+) -> None:
+    from iwarp.vitcp.wire import Attributes, CeHeader, SegmentHeader, SegmentType, encode_segment
+
+    ce = CeHeader(Attributes.RELIABLE_DELIVERY, mtu=1500, crc=trailer)
+    cap = TcpCapture()
+    for direction, kind in ((C2S, SegmentType.CONNECT_REQUEST), (S2C, SegmentType.CONNECT_ACCEPT)):
+        cap.send(direction, b"".join(encode_segment(SegmentHeader(kind), ce=ce, trailer=trailer)))
+    for chunk in garbage:
+        # A leading version 1 octet (§3.2) takes the decoder past its first check.
+        cap.send(C2S, b"\x01" + chunk[1:] if version_octet else chunk)
+        cap.send(S2C, chunk[::-1])
+    path = tmp_path_factory.mktemp("v") / "v.pcap"
+    path.write_bytes(cap.to_bytes())
+    analysis = analyze_file(str(path))
+    (connection,) = analysis.connections
+    assert connection.protocol == "vitcp"
+    for record in analysis.records():
+        record.to_json()
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     sizes=st.lists(st.integers(1, 1500), min_size=1, max_size=5),
