@@ -40,6 +40,7 @@ from iwarp.cli._ops import (
 )
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
+from iwarp.mpa.events import ConnectionRejected
 from iwarp.mpa.handshake import build_request
 from iwarp.rdma.rping import ADVERT
 
@@ -83,6 +84,24 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_connect_rdma(args, config, out))
 
 
+def _rejected(event: ConnectionRejected, out: Output) -> int:
+    """Report a reject (the peer's R=1 or our own policy); the exit status."""
+    record: dict[str, object] = {"type": "rejected", "reason": event.reason}
+    if event.frame is not None:
+        record.update(frame_record(event.frame))
+    out.emit(record)
+    return 1
+
+
+def _not_connected(exc: IwarpError | OSError, out: Output) -> int:
+    """Report why MPA startup or the TCP connect failed; the exit status."""
+    if isinstance(exc, IwarpError):
+        out.emit(error_record(exc))
+    else:
+        out.emit({"type": "error", "code": 1, "message": f"TCP connect failed: {exc}"})
+    return 1
+
+
 async def _open_qp(args: argparse.Namespace, config: MpaConfig) -> rdma.QueuePair:
     async def once(cfg: MpaConfig) -> rdma.QueuePair:
         return await rdma.connect(
@@ -111,18 +130,9 @@ async def _connect_rdma(args: argparse.Namespace, config: MpaConfig, out: Output
     try:
         qp = await _open_qp(args, config)
     except rdma.ConnectionRejectedError as exc:
-        frame = exc.event.frame
-        record: dict[str, object] = {"type": "rejected", "reason": exc.event.reason}
-        if frame is not None:
-            record.update(frame_record(frame))
-        out.emit(record)
-        return 1
+        return _rejected(exc.event, out)
     except (IwarpError, OSError) as exc:
-        if isinstance(exc, IwarpError):
-            out.emit(error_record(exc))
-        else:
-            out.emit({"type": "error", "code": 1, "message": f"TCP connect failed: {exc}"})
-        return 1
+        return _not_connected(exc, out)
     out.emit(
         {
             "type": "established",
@@ -199,18 +209,9 @@ async def _connect(args: argparse.Namespace, config: MpaConfig, out: Output) -> 
     try:
         sock = await _open_mpa(args, config)
     except MpaRejectedError as exc:
-        frame = exc.event.frame
-        record: dict[str, object] = {"type": "rejected", "reason": exc.event.reason}
-        if frame is not None:
-            record.update(frame_record(frame))
-        out.emit(record)
-        return 1
+        return _rejected(exc.event, out)
     except (IwarpError, OSError) as exc:
-        if isinstance(exc, IwarpError):
-            out.emit(error_record(exc))
-        else:
-            out.emit({"type": "error", "code": 1, "message": f"TCP connect failed: {exc}"})
-        return 1
+        return _not_connected(exc, out)
     params = sock.params
     out.emit(
         {
