@@ -11,7 +11,10 @@ Run: python bench/rdma_bench.py [--size BYTES] [--count N] [--rounds N]
    (``asyncio.Protocol``, no iWARP) shows what the event loop alone costs.
 
 The receiver runs in a child process (this script with ``--serve``); the
-ratio column compares with raw TCP measured in the same run.
+ratio column compares with raw TCP measured in the same run. The CPU
+columns are each process's CPU time (user + system, ``time.process_time``)
+per MiB moved: on a shared machine they move less than the rates, and they
+show which side limits.
 """
 
 from __future__ import annotations
@@ -55,14 +58,22 @@ async def serve_asyncio_echo() -> None:
 
     server = await loop.create_server(Echo, "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)
+    cpu = time.process_time()
     await closed
+    report_cpu(cpu)
     server.close()
+
+
+def report_cpu(start: float) -> None:
+    """The receiving process's CPU seconds since ``start``, for the sender to read."""
+    print(time.process_time() - start, flush=True)
 
 
 def serve_raw(mode: str, size: int, count: int, rounds: int) -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     print(listener.getsockname()[1], flush=True)
     conn, _ = listener.accept()
+    cpu = time.process_time()
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if mode == "bulk":
         buf = bytearray(size)
@@ -74,6 +85,7 @@ def serve_raw(mode: str, size: int, count: int, rounds: int) -> None:
                 return
             left -= n
         conn.sendall(b"k")
+        report_cpu(cpu)
     else:
         buf = bytearray(PING)
         for _ in range(rounds):
@@ -81,6 +93,7 @@ def serve_raw(mode: str, size: int, count: int, rounds: int) -> None:
             while got < PING:
                 got += conn.recv_into(memoryview(buf)[got:])
             conn.sendall(buf)
+        report_cpu(cpu)
     conn.close()
 
 
@@ -88,8 +101,11 @@ async def serve_rdma(mode: str, size: int, count: int, rounds: int, markers: boo
     pd = ProtectionDomain()
     target = pd.register(bytearray(size), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
     finished = asyncio.get_running_loop().create_future()
+    cpu = 0.0
 
     async def handler(qp: QueuePair) -> None:
+        nonlocal cpu
+        cpu = time.process_time()
         if mode == "write":
             await qp.receive()  # the initiator speaks first (RFC 5044 §7.1.2 rule 4)
             await qp.send(target.stag.to_bytes(4, "big"))
@@ -117,6 +133,7 @@ async def serve_rdma(mode: str, size: int, count: int, rounds: int, markers: boo
     )
     print(server.sockets[0].getsockname()[1], flush=True)
     await finished
+    report_cpu(cpu)
     server.close()
 
 
@@ -131,18 +148,31 @@ def start_server(*args: str) -> tuple[subprocess.Popen[str], int]:
     return proc, int(proc.stdout.readline())
 
 
-def raw_bulk(size: int, count: int) -> float:
+#: A bulk result: octets per second, and CPU seconds of sender and receiver.
+Bulk = tuple[float, float, float]
+
+
+def finish(proc: subprocess.Popen[str]) -> float:
+    """Wait for the receiving process; its CPU seconds."""
+    assert proc.stdout is not None
+    cpu = float(proc.stdout.readline())
+    proc.wait(timeout=30)
+    return cpu
+
+
+def raw_bulk(size: int, count: int) -> Bulk:
     proc, port = start_server("raw-bulk", str(size), str(count), "0")
     data = bytes(size)
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        cpu = time.process_time()
         start = time.perf_counter()
         for _ in range(count):
             sock.sendall(data)
         sock.recv(1)
         elapsed = time.perf_counter() - start
-    proc.wait(timeout=30)
-    return size * count / elapsed
+        cpu = time.process_time() - cpu
+    return size * count / elapsed, cpu, finish(proc)
 
 
 def raw_ping(rounds: int) -> list[float]:
@@ -159,11 +189,11 @@ def raw_ping(rounds: int) -> list[float]:
             while got < PING:
                 got += sock.recv_into(memoryview(buf)[got:])
             times.append(time.perf_counter() - start)
-    proc.wait(timeout=30)
+    finish(proc)
     return times
 
 
-async def rdma_bulk(mode: str, size: int, count: int, markers: bool) -> float:
+async def rdma_bulk(mode: str, size: int, count: int, markers: bool) -> Bulk:
     proc, port = start_server(
         f"rdma-{mode}" + ("-markers" if markers else ""), str(size), str(count), "0"
     )
@@ -174,19 +204,21 @@ async def rdma_bulk(mode: str, size: int, count: int, markers: bool) -> float:
     if mode == "write":
         await qp.send(b"hello")
         stag = int.from_bytes(await qp.receive(), "big")
+        cpu = time.process_time()
         start = time.perf_counter()
         for i in range(count):
             qp.post_send(WriteWR(data, stag, 0, wr_id=i))
         await qp.send(b"done")
     else:
+        cpu = time.process_time()
         start = time.perf_counter()
         sends = [qp.send(data) for _ in range(count)]
         await asyncio.gather(*sends)
     await qp.receive()  # the receiver's acknowledgement
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu
     await qp.close()
-    proc.wait(timeout=30)
-    return size * count / elapsed
+    return size * count / elapsed, cpu, finish(proc)
 
 
 async def asyncio_ping(rounds: int) -> list[float]:
@@ -215,7 +247,7 @@ async def asyncio_ping(rounds: int) -> list[float]:
         times.append(time.perf_counter() - start)
     transport.close()
     await closed
-    proc.wait(timeout=30)
+    finish(proc)
     return times
 
 
@@ -230,7 +262,7 @@ async def rdma_ping(rounds: int) -> list[float]:
         await qp.receive()
         times.append(time.perf_counter() - start)
     await qp.close()
-    proc.wait(timeout=30)
+    finish(proc)
     return times
 
 
@@ -255,13 +287,16 @@ def main() -> None:
     size, count = args.size, args.count
     mib = size * count / (1 << 20)
     print(f"bulk: {count} messages of {size} octets ({mib:.0f} MiB), two processes, loopback")
-    raw = raw_bulk(size, count)
-    print(f"  {'raw TCP sendall/recv_into':<34} {raw / 1e6:9.1f} MB/s   1.00x")
+    print(f"  {'':<34} {'':>14} {'':>5}   CPU us/MiB: sender receiver")
+    runs: list[tuple[str, Bulk]] = [("raw TCP sendall/recv_into", raw_bulk(size, count))]
+    raw = runs[0][1][0]
     for mode in ("write", "send"):
         for markers in (False, True):
-            rate = asyncio.run(rdma_bulk(mode, size, count, markers))
             name = f"RDMA {mode.title()}, CRC on, markers {'on' if markers else 'off'}"
-            print(f"  {name:<34} {rate / 1e6:9.1f} MB/s   {rate / raw:.2f}x")
+            runs.append((name, asyncio.run(rdma_bulk(mode, size, count, markers))))
+    for name, (rate, sender, receiver) in runs:
+        cpu = f"{sender / mib * 1e6:6.0f} {receiver / mib * 1e6:8.0f}"
+        print(f"  {name:<34} {rate / 1e6:9.1f} MB/s   {rate / raw:.2f}x   {cpu:>21}")
     print(f"latency: {PING}-octet round trip, {args.rounds} rounds (median, p99)")
     raw_t = raw_ping(args.rounds)
     asyncio_t = asyncio.run(asyncio_ping(args.rounds))

@@ -1,11 +1,17 @@
-"""The asyncio queue pair's I/O helpers: what is left after a partial ``sendmsg``."""
+"""The asyncio queue pair's own writing: partial ``sendmsg``, output queued behind a
+full socket, close after the queue drained."""
 
 from __future__ import annotations
+
+import asyncio
+import os
+import socket
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp.asyncio.rdma import _unsent_part
+from iwarp.asyncio.rdma import Access, ProtectionDomain, QueuePair, _unsent_part, connect, serve
+from iwarp.rdmap.work import CompletionStatus, SendWR, WriteWR
 
 
 @settings(max_examples=200, deadline=None)
@@ -30,3 +36,38 @@ def test_unsent_part_keeps_untouched_buffers() -> None:
     assert _unsent_part([a, b], 4)[0] is b
     assert bytes(_unsent_part([a, b], 6)[0]) == b"gh"
     assert _unsent_part([a, b], 8) == []
+
+
+def test_close_sends_everything_queued_behind_a_full_socket() -> None:
+    """Writes and a Send posted, then close() at once, with a small socket
+    buffer: FPDUs wait for the kernel, none is lost, FIN comes last."""
+    size, count = 1 << 20, 4
+    server_pd = ProtectionDomain()
+    target = server_pd.register(bytearray(size * count), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    chunks = [os.urandom(size) for _ in range(count)]
+    seen: list[bytes] = []
+
+    async def main() -> None:
+        async def handler(qp: QueuePair) -> None:
+            await qp.receive()
+            await qp.send(target.stag.to_bytes(4, "big"))
+            seen.append(await qp.receive())  # the last message: the Writes are placed
+            await qp.closed
+
+        server = await serve(handler, "127.0.0.1", 0, pd=server_pd, receive_buffers=2)
+        port = server.sockets[0].getsockname()[1]
+        qp = await connect("127.0.0.1", port, receive_buffers=2)
+        assert qp.transport is not None
+        qp.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+        await qp.send(b"hello")
+        stag = int.from_bytes(await qp.receive(), "big")
+        for i, chunk in enumerate(chunks):
+            qp.post_send(WriteWR(chunk, stag, i * size, wr_id=i))
+        qp.post_send(SendWR(b"done", wr_id=count))
+        await qp.close()
+        server.close()
+        assert [c.status for c in qp.send_cq.poll()] == [CompletionStatus.SUCCESS] * (count + 1)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    assert seen == [b"done"]
+    assert bytes(target.view) == b"".join(chunks)

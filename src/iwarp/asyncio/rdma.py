@@ -246,8 +246,11 @@ class QueuePair(asyncio.BufferedProtocol):
         self.terminate: TerminateHeader | None = None
         self.terminate_received = False
         self._ids = itertools.count(-1, -1)
-        self._pending: dict[int, asyncio.Future[Completion]] = {}
-        self._pool: dict[int, MemoryRegion] = {}
+        #: Simple-API work in flight: a future once someone waits for it.
+        self._pending: dict[int, asyncio.Future[Completion] | None] = {}
+        #: Completions of simple-API work that finished while it was posted.
+        self._finished: dict[int, Completion] = {}
+        self._pool: dict[int, tuple[MemoryRegion, RecvWR]] = {}
         self._messages: deque[bytes] = deque()
         self._message_octets = 0
         self._reader: asyncio.Future[None] | None = None
@@ -255,9 +258,16 @@ class QueuePair(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._idle: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
         self._rbuf = memoryview(bytearray(RECEIVE_CHUNK))
-        #: A duplicate of the TCP socket for ``sendmsg`` (closed with the connection).
+        #: A duplicate of the TCP socket we write with (closed with the connection).
         self._sock: socket.socket | None = None
+        #: FPDU pieces the kernel did not take yet (written when it can).
+        self._out: deque[memoryview] = deque()
+        self._close_when_sent = False
+        #: Our writer is registered: ``_out`` waits for the kernel.
+        self._writer = False
+        self._write_error: OSError | None = None
 
     # -- properties ---------------------------------------------------------------
 
@@ -300,14 +310,20 @@ class QueuePair(asyncio.BufferedProtocol):
     # -- simple API -----------------------------------------------------------------
 
     async def _run(self, wr: SendWR | WriteWR | ReadWR) -> Completion:
-        future: asyncio.Future[Completion] = self._loop.create_future()
-        self._pending[wr.wr_id] = future
+        wr_id = wr.wr_id
+        self._pending[wr_id] = None
         try:
             self.post_send(wr)
         except BaseException:
-            del self._pending[wr.wr_id]
+            self._pending.pop(wr_id, None)
             raise
-        completion = await future
+        # A Send or Write that TCP took at once completed while it was
+        # posted: no future, no trip through the event loop.
+        completion = self._finished.pop(wr_id, None)
+        if completion is None:
+            future: asyncio.Future[Completion] = self._loop.create_future()
+            self._pending[wr_id] = future
+            completion = await future
         if not completion.ok:
             raise RdmaError(completion, self.terminate)
         return completion
@@ -371,11 +387,12 @@ class QueuePair(asyncio.BufferedProtocol):
             self._dispatch(self.conn.close())
         if transport is not None and not transport.is_closing():
             self._write(self.conn.data_to_send(0) if self.conn is not None else [])
-            transport.close()
+            self._close_transport()
         await self.closed
 
     def abort(self) -> None:
         """Close at once (RST)."""
+        self._drop_output()
         if self.transport is not None:
             self.transport.abort()
 
@@ -401,6 +418,11 @@ class QueuePair(asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=0)
         sock = transport.get_extra_info("socket")
         if sock is not None and hasattr(socket, "CMSG_LEN"):  # sendmsg exists (not Windows)
+            # We write FPDUs ourselves, with sendmsg on a duplicate of the
+            # socket (its own descriptor, so its own writer registration):
+            # asyncio 3.11's writelines joins the pieces (a copy of every
+            # octet), and what the kernel does not take at once is copied
+            # into the transport's buffer and moved again as it drains.
             with contextlib.suppress(OSError):
                 self._sock = sock.dup()
         self.conn = RdmaConnection(
@@ -436,9 +458,11 @@ class QueuePair(asyncio.BufferedProtocol):
         return True  # we close once our side is done
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._drop_output()
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        exc = exc or self._write_error
         if self.conn is not None:
             reason = f"TCP connection lost: {exc}" if exc else "TCP connection closed"
             self._dispatch(self.conn.connection_lost(reason))
@@ -450,7 +474,7 @@ class QueuePair(asyncio.BufferedProtocol):
             )
             self.established.exception()
         for future in self._pending.values():
-            if not future.done():
+            if future is not None and not future.done():
                 future.set_exception(ConnectionTerminatedError(self.end_reason))
         self._pending.clear()
         if not self.closed.done():
@@ -472,9 +496,9 @@ class QueuePair(asyncio.BufferedProtocol):
     def _on_stream(self, stream: RdmapStream) -> None:
         for _ in range(self._receive_buffers):
             region = self.pd.register(bytearray(self._receive_size))
-            wr_id = next(self._ids)
-            self._pool[wr_id] = region
-            stream.post_recv(RecvWR(Sge(region), wr_id=wr_id))
+            wr = RecvWR(Sge(region), wr_id=next(self._ids))
+            self._pool[wr.wr_id] = (region, wr)
+            stream.post_recv(wr)
         if self._setup is not None:
             self._setup(self)
 
@@ -520,25 +544,28 @@ class QueuePair(asyncio.BufferedProtocol):
 
     def _complete(self, completion: Completion) -> None:
         wr_id = completion.wr_id
-        future = self._pending.pop(wr_id, None)
-        if future is not None:
-            if not future.done():
+        if wr_id in self._pending:
+            future = self._pending.pop(wr_id)
+            if future is None:
+                self._finished[wr_id] = completion  # _run is still posting it
+            elif not future.done():
                 future.set_result(completion)
             return
-        region = self._pool.get(wr_id)
-        if region is None:
+        entry = self._pool.get(wr_id)
+        if entry is None:
             cq = self.recv_cq if completion.opcode is WorkOpcode.RECV else self.send_cq
             cq._push(completion)
             return
         if completion.status is not CompletionStatus.SUCCESS:
             return
+        region, wr = entry
         data = bytes(region.view[: completion.byte_len])
         self._messages.append(data)
         self._message_octets += len(data)
         if self.conn is not None and self.conn.stream is not None:
             # A Terminate or close in the same chunk may have ended the stream.
             with contextlib.suppress(LocalProtocolError):
-                self.conn.stream.post_recv(RecvWR(Sge(region), wr_id=wr_id))
+                self.conn.stream.post_recv(wr)
         if self._message_octets > RECEIVE_HIGH_WATER and not self._reading_paused:
             self._reading_paused = True
             if self.transport is not None:
@@ -568,13 +595,15 @@ class QueuePair(asyncio.BufferedProtocol):
             chunks = conn.data_to_send(limit)
             if chunks and not transport.is_closing():
                 self._write(chunks)
-            self._dispatch(conn.take_events())
+            events = conn.take_events()
+            if events:
+                self._dispatch(events)
             if self._write_paused or limit == 0 or not conn.has_data_to_send:
                 break
-        if not self._unsent():
+        if self._idle is not None and not self._unsent():
             self._wake(self._idle)
         if conn.must_close and not transport.is_closing():
-            transport.close()  # after the Terminate (or the peer's FIN): RFC 5040 §6.2.1
+            self._close_transport()  # after the Terminate (or the peer's FIN): RFC 5040 §6.2.1
         self._arm_timer()
 
     def _write(self, chunks: list[Buffer]) -> None:
@@ -582,34 +611,79 @@ class QueuePair(asyncio.BufferedProtocol):
         if transport is None or not chunks:
             return
         sock = self._sock
-        if (
-            sock is not None
-            and 1 < len(chunks) <= _MAX_IOV
-            and not transport.get_write_buffer_size()
-            and not transport.is_closing()
-        ):
-            # Straight from the FPDU pieces to the kernel: asyncio 3.11's
-            # writelines would join them (a copy of every octet) and copy
-            # again what the kernel does not take at once.
+        if sock is None:  # no socket of our own: the transport copies
+            if len(chunks) == 1:
+                transport.write(chunks[0])
+            else:
+                transport.writelines(chunks)
+            return
+        if self._writer:  # the kernel is full: queue behind what waits (no copy)
+            self._out.extend(memoryview(chunk) for chunk in chunks)
+        elif not self._send(chunks):
+            self._writer = self._write_paused = True  # _flush pulls no more ULPDUs
+            self._loop.add_writer(sock.fileno(), self._on_writable)
+
+    def _send(self, chunks: list[Buffer]) -> bool:
+        """``sendmsg`` the pieces; False when some wait in ``_out``."""
+        sock = self._sock
+        assert sock is not None
+        for first in range(0, len(chunks), _MAX_IOV):
+            batch = chunks[first : first + _MAX_IOV]
             try:
-                sent = sock.sendmsg(chunks)
+                sent = sock.sendmsg(batch)
             except (BlockingIOError, InterruptedError):
                 sent = 0
-            except OSError:
-                sent = 0  # the transport's own write reports the error
-            chunks = _unsent_part(chunks, sent)
-            if not chunks:
-                return
-        if len(chunks) == 1:
-            transport.write(chunks[0])
+            except OSError as exc:
+                # The transport's reader sees the failure too; report ours.
+                self._write_error = exc
+                self._drop_output()
+                if self.transport is not None:
+                    self.transport.abort()
+                return True
+            left = _unsent_part(batch, sent)
+            if left:
+                out = self._out
+                out.extend(memoryview(chunk) for chunk in left)
+                out.extend(memoryview(chunk) for chunk in chunks[first + _MAX_IOV :])
+                return False
+        return True
+
+    def _on_writable(self) -> None:
+        chunks: list[Buffer] = list(self._out)
+        self._out.clear()
+        if self._sock is None or not self._send(chunks):
+            return  # still full: the writer stays registered
+        self._drop_output()
+        self._write_paused = False
+        if self._close_when_sent:
+            self._close_transport()
         else:
-            transport.writelines(chunks)
+            self._flush()
+
+    def _close_transport(self) -> None:
+        """Close TCP (FIN) once our queued FPDUs are out."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self._writer:
+            self._close_when_sent = True
+        else:
+            transport.close()
+
+    def _drop_output(self) -> None:
+        if self._writer and self._sock is not None:
+            self._loop.remove_writer(self._sock.fileno())
+        self._writer = False
+        self._out.clear()
 
     def _arm_timer(self) -> None:
+        deadline = self.conn.get_timer() if self.conn is not None else None
+        if deadline == self._timer_at and (deadline is None or self._timer is not None):
+            return  # armed as it should be (the common case: no timer at all)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        deadline = self.conn.get_timer() if self.conn is not None else None
+        self._timer_at = deadline
         if deadline is not None:
             self._timer = self._loop.call_at(deadline, self._on_timer)
 
@@ -670,8 +744,7 @@ async def connect(
             # RFC 6581 negotiation failed (codes 6, 7): the Terminate went out.
             raise qp.error
     except BaseException:
-        if qp.transport is not None and not qp.transport.is_closing():
-            qp.transport.close()  # sends what is queued (a Terminate), then FIN
+        qp._close_transport()  # sends what is queued (a Terminate), then FIN
         raise
     return qp
 
@@ -709,8 +782,7 @@ async def serve(
         try:
             await qp.established
         except IwarpError as exc:
-            if qp.transport is not None and not qp.transport.is_closing():
-                qp.transport.close()  # after a reject, MPA leaves TCP open
+            qp._close_transport()  # after a reject, MPA leaves TCP open
             if on_failure is not None:
                 peer = None if qp.transport is None else qp.transport.get_extra_info("peername")
                 on_failure(exc, peer)

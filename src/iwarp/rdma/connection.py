@@ -65,6 +65,9 @@ Event: TypeAlias = (
     " | TerminateSent"
 )
 
+#: MPA states in which the stream's ULPDUs may be framed.
+_SENDING = (MpaState.FULL_OPERATION, MpaState.AWAIT_FIRST_FPDU, MpaState.SEND_ONLY)
+
 #: Octets of ULPDUs pulled from the stream per :meth:`data_to_send` call by default.
 DEFAULT_SEND_BATCH = 1 << 20
 
@@ -112,9 +115,15 @@ class RdmaConnection:
         True after a Terminate was sent or received, after the peer closed,
         or when MPA requires it.
         """
+        stream = self.stream
+        if (
+            stream is not None
+            and stream.state is StreamState.OPERATIONAL
+            and self.mpa.state is MpaState.FULL_OPERATION
+        ):
+            return False  # the common case, checked first: it runs per message
         if self.mpa.must_close or self.mpa.state in (MpaState.FAILED, MpaState.CLOSED):
             return True
-        stream = self.stream
         return stream is not None and stream.state in (
             StreamState.TERMINATED,
             StreamState.CLOSED,
@@ -265,10 +274,10 @@ class RdmaConnection:
         """
         stream = self.stream
         mpa = self.mpa
-        if stream is not None and mpa.state in (
-            MpaState.FULL_OPERATION,
-            MpaState.AWAIT_FIRST_FPDU,
-            MpaState.SEND_ONLY,
+        if (
+            stream is not None
+            and stream.has_data_to_send  # cheap when idle (asked after every receive)
+            and mpa.state in _SENDING
         ):
             for ulpdu in stream.ulpdus_to_send(limit):
                 mpa.send_ulpdu(ulpdu)
@@ -281,10 +290,7 @@ class RdmaConnection:
         # Not once MPA cannot send (e.g. FAILED after a bad first FPDU): the
         # stream's queued Terminate would never leave, and callers loop.
         return (
-            self.stream is not None
-            and self.stream.has_data_to_send
-            and self.mpa.state
-            in (MpaState.FULL_OPERATION, MpaState.AWAIT_FIRST_FPDU, MpaState.SEND_ONLY)
+            self.stream is not None and self.stream.has_data_to_send and self.mpa.state in _SENDING
         )
 
     def _take(self) -> list[Event]:
