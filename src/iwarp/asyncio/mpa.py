@@ -322,6 +322,22 @@ class _MpaProtocol(asyncio.Protocol):
         self._flush()
         transport.close()
 
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        transport = self.transport
+        return default if transport is None else transport.get_extra_info(name, default)
+
+    async def close(self) -> None:
+        """Graceful close of the MPA connection and then of TCP (FIN)."""
+        if self.conn.state not in (MpaState.CLOSED, MpaState.FAILED):
+            self.conn.close()
+        self._close_transport()
+        await self.closed
+
+    def abort(self) -> None:
+        """Close at once (RST), dropping unsent data."""
+        if self.transport is not None:
+            self.transport.abort()
+
     def _arm_timer(self) -> None:
         deadline = self.conn.get_timer()
         if deadline == self._timer_at:
@@ -479,8 +495,7 @@ class MpaSocket:
         return self._protocol.emss
 
     def get_extra_info(self, name: str, default: object = None) -> object:
-        transport = self._protocol.transport
-        return default if transport is None else transport.get_extra_info(name, default)
+        return self._protocol.get_extra_info(name, default)
 
     def send(self, ulpdu: Buffer) -> None:
         """Frame and write one ULPDU (one write). Call :meth:`drain` to
@@ -520,21 +535,11 @@ class MpaSocket:
 
     async def close(self) -> None:
         """Graceful close: flush what is queued, send FIN, wait for the close."""
-        protocol = self._protocol
-        conn = protocol.conn
-        if conn.state not in (MpaState.CLOSED, MpaState.FAILED):
-            conn.close()
-        transport = protocol.transport
-        if transport is not None and not transport.is_closing():
-            protocol._flush()
-            transport.close()
-        await protocol.closed
+        await self._protocol.close()
 
     def abort(self) -> None:
         """Close at once (RST), dropping unsent data."""
-        transport = self._protocol.transport
-        if transport is not None:
-            transport.abort()
+        self._protocol.abort()
 
 
 class MpaStream:
@@ -563,8 +568,7 @@ class MpaStream:
         return self._protocol.conn
 
     def get_extra_info(self, name: str, default: object = None) -> object:
-        transport = self._protocol.transport
-        return default if transport is None else transport.get_extra_info(name, default)
+        return self._protocol.get_extra_info(name, default)
 
     def write(self, data: Buffer) -> None:
         """Send streaming octets (before MPA, or on a culley-02 direction not framed yet).
@@ -651,19 +655,11 @@ class MpaStream:
 
     async def close(self) -> None:
         """Flush and close the TCP connection (FIN); wait until closed."""
-        protocol = self._protocol
-        if protocol.conn.state not in (MpaState.CLOSED, MpaState.FAILED):
-            protocol.conn.close()
-        transport = protocol.transport
-        if transport is not None and not transport.is_closing():
-            protocol._flush()
-            transport.close()
-        await protocol.closed
+        await self._protocol.close()
 
     def abort(self) -> None:
-        transport = self._protocol.transport
-        if transport is not None:
-            transport.abort()
+        """Close at once (RST), dropping unsent data."""
+        self._protocol.abort()
 
 
 async def open_stream(
