@@ -286,17 +286,7 @@ class MpaConnection:
             the private data is too long.
         """
         request = self._awaiting_decision(MpaInput.ACCEPT)
-        reply, params = build_reply(
-            self.config,
-            request,
-            accept=True,
-            private_data=private_data,
-            ird=ird,
-            ord=ord,
-            emss=self._emss,
-        )
-        self._state = transition(self._role, self._state, MpaInput.ACCEPT)
-        self._out.append(reply.pack())
+        params = self._send_reply(request, MpaInput.ACCEPT, private_data, ird=ird, ord=ord)
         self._enter_full_operation(params)
         if self._rx:
             rest = bytes(self._rx)
@@ -316,7 +306,7 @@ class MpaConnection:
         requires when the Initiator's IRD was too small (RFC 6581 §9.1).
         """
         request = self._awaiting_decision(MpaInput.REJECT)
-        self._send_reject(request, private_data, ird=ird, ord=ord)
+        self._send_reply(request, MpaInput.REJECT, private_data, ird=ird, ord=ord)
         self._events.append(
             ConnectionRejected(
                 by_peer=False,
@@ -332,25 +322,28 @@ class MpaConnection:
             raise LocalProtocolError(f"cannot {event.value} in state {self._state.value}")
         return self._request
 
-    def _send_reject(
+    def _send_reply(
         self,
         request: MpaFrame,
+        decision: MpaInput,
         private_data: bytes,
         *,
         ird: int | None = None,
         ord: int | None = None,
-    ) -> None:
-        reply, _ = build_reply(
+    ) -> MpaParams:
+        """Queue the Reply for ``decision`` (ACCEPT or REJECT) and move on."""
+        reply, params = build_reply(
             self.config,
             request,
-            accept=False,
+            accept=decision is MpaInput.ACCEPT,
             private_data=private_data,
             ird=ird,
             ord=ord,
             emss=self._emss,
         )
-        self._state = transition(self._role, self._state, MpaInput.REJECT)
+        self._state = transition(self._role, self._state, decision)
         self._out.append(reply.pack())
+        return params
 
     # -- sending ------------------------------------------------------------------
 
@@ -539,7 +532,7 @@ class MpaConnection:
             )
             return
         if verdict is RequestVerdict.REFUSE:
-            self._send_reject(frame, b"")
+            self._send_reply(frame, MpaInput.REJECT, b"")
             self._events.append(
                 ConnectionRejected(by_peer=False, private_data=b"", reason=why, frame=frame)
             )
