@@ -7,7 +7,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from analyze_traffic import Conversation, frame, payload, send, standard
+from analyze_traffic import Conversation, frame, payload, pcap_records, send, standard
 
 from iwarp.cli import main
 from iwarp.mpa.wire import EnhancedData, Revision, RtrFlags
@@ -168,3 +168,35 @@ def test_raw_ulp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         (40, {}, {}),
         (17, {}, {}),
     ]
+
+
+def test_stream_selects_connections_and_refuses_unknown_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two connections in one file: a clean one (stream 0) and a damaged one (1).
+    def corrupt(name: str, pieces: list[bytes]) -> list[bytes]:
+        if name == "initiator":
+            pieces[0] = pieces[0][:-1] + bytes([pieces[0][-1] ^ 0xFF])
+        return pieces
+
+    header, clean = pcap_records(standard(False, True).capture()[0].to_bytes())
+    _, damaged = pcap_records(
+        standard(False, True).capture(client=("127.0.0.1", 40001), mutate=corrupt)[0].to_bytes()
+    )
+    path = tmp_path / "two.pcap"
+    path.write_bytes(
+        header
+        + b"".join(struct.pack("<IIII", s, u, len(f), len(f)) + f for s, u, f in clean + damaged)
+    )
+    status, out = run(capsys, str(path), "--json")
+    assert status == 1
+    summaries = [line for line in json_lines(out) if line["type"] == "stream_summary"]
+    assert [(s["stream"], s["errors"]) for s in summaries] == [(0, 0), (1, 1)]
+    status, out = run(capsys, str(path), "--json", "--stream", "0")
+    assert status == 0
+    assert {line["stream"] for line in json_lines(out)} == {0}
+    status, out = run(capsys, str(path), "--json", "--stream", "1")
+    assert status == 1
+    assert {line["stream"] for line in json_lines(out)} == {1}
+    assert main(["decode", str(path), "--stream", "2"]) == 2
+    assert "no TCP connection 2" in capsys.readouterr().err

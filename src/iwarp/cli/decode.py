@@ -21,7 +21,7 @@ from iwarp.mpa.wire import MpaFrame
 
 #: Exit status when the capture shows protocol errors.
 EXIT_PROTOCOL_ERRORS = 1
-#: Exit status when the file cannot be read.
+#: Exit status when the file cannot be read (or has no such --stream).
 EXIT_BAD_FILE = 2
 
 _TRISTATE = {"auto": None, "yes": True, "no": False}
@@ -102,6 +102,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"iwarp decode: {args.capture}: {exc}", file=sys.stderr)
         return EXIT_BAD_FILE
     if args.stream:
+        known = {c.index for c in analysis.connections}
+        missing = sorted(set(args.stream) - known)
+        if missing:
+            # A typo must not pass for a clean capture (exit 0, no errors).
+            print(
+                f"iwarp decode: {args.capture}: no TCP connection {missing[0]} "
+                f"(streams: {', '.join(map(str, sorted(known))) or 'none'})",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_FILE
         analysis.connections = [c for c in analysis.connections if c.index in args.stream]
     if args.json:
         write_json(analysis, sys.stdout)
