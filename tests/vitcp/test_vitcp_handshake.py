@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from iwarp.vitcp.config import Role, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
@@ -535,6 +537,26 @@ def test_endpoint_tcp_inputs_in_every_state(role: Role) -> None:
             else:
                 call(endpoint)  # TCP closing or a timer with nothing to do
                 assert state_of(endpoint) is state, (state, event)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    role=st.sampled_from(list(Role)),
+    pick=st.integers(0, 4),
+    data=st.binary(max_size=200),
+    split=st.integers(0, 200),
+)
+def test_fuzz_endpoint_during_establishment(role: Role, pick: int, data: bytes, split: int) -> None:
+    """Arbitrary octets in any state before CONNECTED: only events, never an
+    exception; a connection closes at most once and is then disconnected."""
+    states = [s for s in REACHABLE[role] if s is not State.CONNECTED]
+    for blob in (data, b"\x01" + data[1:]):  # the second one passes the version check
+        endpoint = _reach(role, states[pick % len(states)])
+        events = endpoint.receive_data(blob[:split]) + endpoint.receive_data(blob[split:])
+        endpoint.data_to_send()
+        closed = [e for e in events if isinstance(e, ConnectionClosed)]
+        assert len(closed) <= 1
+        assert not closed or state_of(endpoint) is State.DISCONNECTED
 
 
 def test_docs_sans_io_example_runs() -> None:
