@@ -256,7 +256,9 @@ class ListenSession:
                     self._receipt(qp)
                 _drain_control_sends(qp)
         except ConnectionTerminatedError:
-            pass
+            # Not an error of the conversation: the caller reports how the
+            # queue pair ended (qp.error, qp.terminate) with error_fields().
+            return
 
     async def _next(self, qp: QueuePair) -> _Received | None:
         """The next receive completion, or None once the peer closed."""
