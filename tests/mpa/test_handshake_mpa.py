@@ -23,6 +23,7 @@ from iwarp.mpa.handshake import (
     incompatible_reply,
     parse_frame,
     private_data_limit,
+    retry_as_rev1,
 )
 from iwarp.mpa.wire import (
     IRD_ORD_NONE,
@@ -538,3 +539,12 @@ def test_reject_carries_required_ord() -> None:
     assert rep.reject and rep.enhanced == EnhancedData(ird=4, ord=8, flags=RtrFlags.PEER_TO_PEER)
     out = complete_initiator(MpaConfig(ird=2, peer_to_peer=True), req, rep, emss=EMSS)
     assert out.input is MpaInput.REPLY_REJECT
+
+
+def test_retry_as_rev1_only_after_a_rev2_request_met_a_close() -> None:
+    """RFC 6581 §10: only a Rev 2 Initiator whose Request was answered by a
+    close may try again unenhanced; a bad Reply (error 4) is no such case."""
+    closed = MpaError(MpaErrorCode.TCP_CLOSED, "closed before the Reply")
+    assert retry_as_rev1(MpaConfig(revision=2), closed)
+    assert not retry_as_rev1(MpaConfig(revision=1), closed)
+    assert not retry_as_rev1(MpaConfig(revision=2), MpaError(MpaErrorCode.INVALID_FRAME, "bad"))

@@ -76,7 +76,7 @@ from iwarp.mpa.events import (
     StreamDataReceived,
     UlpduReceived,
 )
-from iwarp.mpa.handshake import MpaState, build_request
+from iwarp.mpa.handshake import MpaState, build_request, retry_as_rev1
 
 __all__ = [
     "Accept",
@@ -744,9 +744,7 @@ async def connect(
     try:
         return await _connect_once(host, port, cfg, private_data, local_addr)
     except MpaError as exc:
-        # RFC 6581 §10: "the initiator MAY attempt to establish an RDMA
-        # connection using the unenhanced MPA protocol".
-        if not (fallback_to_rev1 and cfg.revision == 2 and exc.code == MpaErrorCode.TCP_CLOSED):
+        if not (fallback_to_rev1 and retry_as_rev1(cfg, exc)):
             raise
     return await _connect_once(host, port, replace(cfg, revision=1), private_data, local_addr)
 

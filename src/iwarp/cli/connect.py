@@ -41,7 +41,7 @@ from iwarp.cli._ops import (
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import ConnectionRejected
-from iwarp.mpa.handshake import build_request
+from iwarp.mpa.handshake import build_request, retry_as_rev1
 from iwarp.rdma.rping import ADVERT
 
 
@@ -118,10 +118,7 @@ async def _open_qp(args: argparse.Namespace, config: MpaConfig) -> rdma.QueuePai
     try:
         return await once(config)
     except MpaError as exc:
-        # RFC 6581 §10: an unenhanced Responder closes on a Rev 2 Request.
-        if not (
-            args.fallback_rev1 and config.revision == 2 and exc.code == MpaErrorCode.TCP_CLOSED
-        ):
+        if not (args.fallback_rev1 and retry_as_rev1(config, exc)):
             raise
     return await once(replace(config, revision=1))
 

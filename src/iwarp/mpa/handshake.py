@@ -68,6 +68,7 @@ __all__ = [
     "mermaid",
     "parse_frame",
     "private_data_limit",
+    "retry_as_rev1",
     "transition",
     "transitions_for",
 ]
@@ -362,6 +363,14 @@ def build_request(config: MpaConfig, private_data: bytes) -> MpaFrame:
     pd = _enhanced_prefix(enhanced) + bytes(private_data)
     _check_outgoing_pd(config, config.revision, len(pd))
     return MpaFrame(is_request=True, flags=flags, revision=int(config.revision), private_data=pd)
+
+
+def retry_as_rev1(config: MpaConfig, error: MpaError) -> bool:
+    """RFC 6581 §10: a Responder that does not know Rev 2 closes the
+    connection on our Request; "the initiator MAY attempt to establish an
+    RDMA connection using the unenhanced MPA protocol". Whether ``error``
+    (startup's failure) is that case."""
+    return config.revision == Revision.REV2 and error.mpa_code is MpaErrorCode.TCP_CLOSED
 
 
 def incompatible_reply(config: MpaConfig) -> MpaFrame:
