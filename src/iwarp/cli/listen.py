@@ -104,6 +104,17 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
         if args.connections and state["ended"] >= args.connections:
             done.set()
 
+    def closed(peer: str, received: Digest) -> None:
+        out.emit(
+            {
+                "type": "closed",
+                "peer": peer,
+                "messages": received.messages,
+                "octets": received.octets,
+            }
+        )
+        ended()
+
     def decide(request: RequestReceived) -> Accept | Reject:
         out.emit({"type": "request", **frame_record(request.frame)})
         if args.reject:
@@ -139,15 +150,7 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
         except IwarpError as exc:
             state["errors"] += 1
             out.emit({**error_record(exc), "peer": peer})
-        out.emit(
-            {
-                "type": "closed",
-                "peer": peer,
-                "messages": received.messages,
-                "octets": received.octets,
-            }
-        )
-        ended()
+        closed(peer, received)
 
     async def stream_handler(stream: MpaStream) -> None:
         """``--delayed`` / ``--mpa-mode culley``: streaming first, then MPA."""
@@ -198,16 +201,7 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
         if record is not None:
             state["errors"] += 1
             out.emit({**record, "peer": peer})
-        received = session.digest
-        out.emit(
-            {
-                "type": "closed",
-                "peer": peer,
-                "messages": received.messages,
-                "octets": received.octets,
-            }
-        )
-        ended()
+        closed(peer, session.digest)
 
     if args.delayed or args.mpa_mode == "culley":
         server = await serve_stream(stream_handler, args.host, args.port, config=config)
