@@ -176,7 +176,7 @@ class CompletionQueue:
 def _unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:
     """What is left of ``chunks`` after ``sent`` octets went out."""
     for i, chunk in enumerate(chunks):
-        size = memoryview(chunk).nbytes
+        size = chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
         if sent < size:
             rest = chunks[i:]
             if sent:
@@ -263,7 +263,7 @@ class QueuePair(asyncio.BufferedProtocol):
         #: A duplicate of the TCP socket we write with (closed with the connection).
         self._sock: socket.socket | None = None
         #: FPDU pieces the kernel did not take yet (written when it can).
-        self._out: deque[memoryview] = deque()
+        self._out: deque[Buffer] = deque()
         self._close_when_sent = False
         #: Our writer is registered: ``_out`` waits for the kernel.
         self._writer = False
@@ -563,9 +563,11 @@ class QueuePair(asyncio.BufferedProtocol):
         self._messages.append(data)
         self._message_octets += len(data)
         if self.conn is not None and self.conn.stream is not None:
-            # A Terminate or close in the same chunk may have ended the stream.
-            with contextlib.suppress(LocalProtocolError):
+            # Not contextlib.suppress: that is a context manager per message.
+            try:  # noqa: SIM105
                 self.conn.stream.post_recv(wr)
+            except LocalProtocolError:
+                pass  # a Terminate or close in the same chunk ended the stream
         if self._message_octets > RECEIVE_HIGH_WATER and not self._reading_paused:
             self._reading_paused = True
             if self.transport is not None:
@@ -604,7 +606,8 @@ class QueuePair(asyncio.BufferedProtocol):
             self._wake(self._idle)
         if conn.must_close and not transport.is_closing():
             self._close_transport()  # after the Terminate (or the peer's FIN): RFC 5040 §6.2.1
-        self._arm_timer()
+        if self._timer is not None or conn.get_timer() is not None:
+            self._arm_timer()  # only MPA startup has timers
 
     def _write(self, chunks: list[Buffer]) -> None:
         transport = self.transport
@@ -618,7 +621,7 @@ class QueuePair(asyncio.BufferedProtocol):
                 transport.writelines(chunks)
             return
         if self._writer:  # the kernel is full: queue behind what waits (no copy)
-            self._out.extend(memoryview(chunk) for chunk in chunks)
+            self._out.extend(chunks)
         elif not self._send(chunks):
             self._writer = self._write_paused = True  # _flush pulls no more ULPDUs
             self._loop.add_writer(sock.fileno(), self._on_writable)
@@ -643,8 +646,8 @@ class QueuePair(asyncio.BufferedProtocol):
             left = _unsent_part(batch, sent)
             if left:
                 out = self._out
-                out.extend(memoryview(chunk) for chunk in left)
-                out.extend(memoryview(chunk) for chunk in chunks[first + _MAX_IOV :])
+                out.extend(left)
+                out.extend(chunks[first + _MAX_IOV :])
                 return False
         return True
 

@@ -60,6 +60,12 @@ def tagged_segments(
     total = len(view)
     if to + total > MAX_TO + 1:
         raise LocalProtocolError("the message would wrap the 64-bit Tagged Offset")
+    if total <= room:  # one segment (most messages): no generator to run
+        ulpdu = bytearray(TAGGED_HEADER_SIZE + total)
+        control = TAGGED_FLAG | LAST_FLAG | (version & 3)
+        _pack_tagged(ulpdu, 0, control, rsvdulp, stag, to)
+        ulpdu[TAGGED_HEADER_SIZE:] = view
+        return iter((ulpdu,))
     return _tagged(view, total, room, stag, to, rsvdulp, version)
 
 
@@ -101,7 +107,14 @@ def untagged_segments(
     room = _check(view, UNTAGGED_HEADER_SIZE, mulpdu)
     if not 0 <= msn <= MAX_MSN:
         raise LocalProtocolError(f"MSN {msn} is not a 32-bit value")
-    return _untagged(view, len(view), room, qn, msn, rsvdulp, rsvdulp2, version)
+    total = len(view)
+    if total <= room:  # one segment (most messages): no generator to run
+        ulpdu = bytearray(UNTAGGED_HEADER_SIZE + total)
+        control = LAST_FLAG | (version & 3)
+        _pack_untagged(ulpdu, 0, control, rsvdulp, rsvdulp2, qn, msn, 0)
+        ulpdu[UNTAGGED_HEADER_SIZE:] = view
+        return iter((ulpdu,))
+    return _untagged(view, total, room, qn, msn, rsvdulp, rsvdulp2, version)
 
 
 def _untagged(

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from iwarp._typing import Buffer
 from iwarp.ddp.errors import DdpError, DdpTaggedCode, DdpTaggedError, DdpUntaggedCode
@@ -153,7 +153,6 @@ class _Outgoing:
     segments: Iterator[bytearray]
     work: _Work | None = None
     response: bool = False
-    extra: list[bytearray] = field(default_factory=list)
 
 
 class RdmapStream:
