@@ -154,7 +154,7 @@ def inspect_fpdu(stream: ByteStream, start: int, framing: Framing) -> FpduView |
 
 def find_frame(stream: ByteStream, key: bytes) -> int | None:
     """Offset of the first ``key`` (Request or Reply) near the stream start."""
-    at = stream.data.find(key, 0, FRAME_SEARCH)
+    at = stream.find(key, FRAME_SEARCH)
     return None if at < 0 else at
 
 
@@ -180,7 +180,7 @@ def read_frame(
     private = stream.read(offset + FRAME_HEADER_SIZE, pd_length)
     if private is None:
         out.append(NoteRecord(index, direction, seq, frame_no, "private data not fully captured"))
-        private = bytes(stream.data[offset + FRAME_HEADER_SIZE : stream.run_end(offset)])
+        private = stream.captured(offset + FRAME_HEADER_SIZE, end)
     mpa = MpaFrame(
         is_request=is_request,
         flags=FrameFlags(flags & ~RESERVED_FLAGS),

@@ -69,12 +69,17 @@ class Connection:
 
 @dataclass
 class ByteStream:
-    """The octets of one direction, laid out from sequence number ``base``."""
+    """The octets of one direction, laid out from sequence number ``base``.
+
+    Only captured octets are held (one buffer per run), so a capture whose
+    sequence numbers jump far ahead costs no memory for the jump.
+    """
 
     base: int
-    data: bytearray
     #: Sorted, disjoint ``(lo, hi)`` ranges of captured octets.
     runs: list[tuple[int, int]]
+    #: The octets of each run, in the order of ``runs``.
+    chunks: list[bytearray]
     #: ``(offset, frame)`` of each segment that brought new octets, sorted.
     frames: list[tuple[int, int]]
     retransmissions: int = 0
@@ -97,7 +102,7 @@ class ByteStream:
             base = (first + min(_signed(p.seq - first) for p in with_data)) & _MASK
         else:
             base = 0
-        stream = cls(base, bytearray(), [], [])
+        stream = cls(base, [], [], [])
         highest = 0
         for packet in packets:
             offset = _signed(packet.seq - base) + (1 if packet.flags & TCP_SYN else 0)
@@ -125,36 +130,43 @@ class ByteStream:
     def _add(self, offset: int, payload: bytes, frame: int) -> bool:
         """Lay out ``payload``; returns whether any octet was new."""
         end = offset + len(payload)
-        if end > len(self.data):
-            self.data.extend(bytes(end - len(self.data)))
-        runs = self.runs
+        runs, chunks = self.runs, self.chunks
         # Runs overlapping or touching [offset, end] are runs[k:m].
         k = bisect_left(runs, (offset,))
         if k > 0 and runs[k - 1][1] >= offset:
             k -= 1
         m = bisect_right(runs, (end, _MASK << 32))
+        new = False
         cursor = offset
-        new_parts: list[tuple[int, int]] = []
-        for lo, hi in runs[k:m]:
-            if lo > cursor:
-                new_parts.append((cursor, min(lo, end)))
+        for (lo, hi), chunk in zip(runs[k:m], chunks[k:m], strict=True):
+            new = new or lo > cursor
             seen_lo, seen_hi = max(lo, offset), min(hi, end)
             if seen_lo < seen_hi and (
-                self.data[seen_lo:seen_hi] != payload[seen_lo - offset : seen_hi - offset]
+                chunk[seen_lo - lo : seen_hi - lo] != payload[seen_lo - offset : seen_hi - offset]
             ):
                 self.conflicts.append((frame, seen_lo, seen_hi - seen_lo))
             cursor = max(cursor, hi)
-        if cursor < end:
-            new_parts.append((cursor, end))
-        new_parts = [(lo, hi) for lo, hi in new_parts if lo < hi]
-        if not new_parts:
+        if not (new or cursor < end):
             return False
-        for lo, hi in new_parts:
-            self.data[lo:hi] = payload[lo - offset : hi - offset]
         self.frames.insert(bisect_right(self.frames, (offset, frame)), (offset, frame))
-        merged_lo = min([offset] + [lo for lo, _ in runs[k:m]])
-        merged_hi = max([end] + [hi for _, hi in runs[k:m]])
-        runs[k:m] = [(merged_lo, merged_hi)]
+        if k == m:
+            runs.insert(k, (offset, end))
+            chunks.insert(k, bytearray(payload))
+            return True
+        # Merge into the first run's buffer, in place: the first copy of an
+        # octet stays; the payload fills what lies between the runs.
+        merged = chunks[k]
+        first_lo, cursor = runs[k]
+        if offset < first_lo:
+            merged[0:0] = payload[: first_lo - offset]
+        for (lo, hi), chunk in zip(runs[k + 1 : m], chunks[k + 1 : m], strict=True):
+            merged += payload[cursor - offset : lo - offset]
+            merged += chunk
+            cursor = hi
+        if end > cursor:
+            merged += payload[cursor - offset :]
+        runs[k:m] = [(min(offset, first_lo), max(end, cursor))]
+        chunks[k:m] = [merged]
         return True
 
     def _holes(self) -> list[tuple[int, int]]:
@@ -199,7 +211,27 @@ class ByteStream:
         """``size`` octets at ``offset`` if all were captured."""
         if offset < 0 or self.run_end(offset) < offset + size:
             return None
-        return bytes(self.data[offset : offset + size])
+        return self.captured(offset, offset + size)
+
+    def captured(self, lo: int, hi: int) -> bytes:
+        """The captured octets from ``lo`` up to ``hi`` or the end of the run
+        holding ``lo``, whichever comes first (empty if ``lo`` was missed)."""
+        i = bisect_right(self.runs, (lo, _MASK << 32)) - 1
+        if i < 0 or not self.runs[i][0] <= lo < self.runs[i][1]:
+            return b""
+        run_lo = self.runs[i][0]
+        return bytes(self.chunks[i][lo - run_lo : hi - run_lo])
+
+    def find(self, key: bytes, stop: int) -> int:
+        """Offset of the first ``key`` that lies wholly before ``stop`` in one
+        run of captured octets, or -1."""
+        for (lo, _), chunk in zip(self.runs, self.chunks, strict=True):
+            if lo >= stop:
+                break
+            at = chunk.find(key, 0, stop - lo)
+            if at >= 0:
+                return lo + at
+        return -1
 
     def frame_at(self, offset: int) -> int | None:
         """The frame whose segment brought the octet at ``offset`` (approximately:

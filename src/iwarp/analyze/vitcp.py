@@ -52,7 +52,7 @@ def walk_segments(stream: ByteStream, *, where: tuple[int, str]) -> Iterator[Rec
         seq, frame = stream.seq(pos), stream.frame_at(pos)
         try:
             segment = decode_segment(
-                bytes(stream.data[pos:stop]), 0, trailer=None, length_includes_trailer=includes
+                stream.captured(pos, stop), 0, trailer=None, length_includes_trailer=includes
             )
         except MalformedSegmentError as exc:
             yield ErrorRecord(index, direction, seq, frame, None, "vitcp", str(exc))
