@@ -398,16 +398,17 @@ class Runner:
     def _guest_only(self, guest: Guest, case: Case) -> Outcome:
         v = self._values(guest)
         port = v["guest_port"]
-        server = guest.spawn(self.fill(case.guest_server, v), timeout=case.timeout)
+        server_cmd, client_cmd = self.fill(case.guest_server, v), self.fill(case.guest_cmd, v)
+        server = guest.spawn(server_cmd, timeout=case.timeout)
         listening = guest.run(f"wait-listen {port} 20", timeout=25)
         if not listening.ok:
             srv = server.wait(5, kill=True)
             return Outcome(case, Status.FAIL, f"guest server never listened: {_tail(srv.output)}")
-        client = guest.run(self.fill(case.guest_cmd, v), timeout=case.timeout)
+        client = guest.run(client_cmd, timeout=case.timeout)
         run = Run(guest=client, guest_server=server.wait(10, kill=True))
         ok, reason = case.judge(run)
         out = Outcome(case, Status.PASS if ok else Status.FAIL, reason)
-        out.commands = {"guest server": case.guest_server, "guest": case.guest_cmd}
+        out.commands = {"guest server": server_cmd, "guest": client_cmd}
         return out
 
     def _with_iwarp(self, guest: Guest, case: Case) -> Outcome:
