@@ -41,8 +41,9 @@ def _rtr(text: str) -> RtrFlags:
     return flags
 
 
-def add_mpa_options(parser: argparse.ArgumentParser) -> None:
-    """The options both commands share (the issue's CLI contract)."""
+def add_mpa_options(parser: argparse.ArgumentParser, *, initiator: bool) -> None:
+    """The options both commands share (the issue's CLI contract);
+    ``--fallback-rev1`` only with ``initiator``."""
     group = parser.add_argument_group("MPA startup")
     group.add_argument(
         "--mpa-rev", type=int, choices=(0, 1, 2), default=2, help="MPA revision (default 2)"
@@ -60,9 +61,6 @@ def add_mpa_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--reject", action="store_true", help="reject the peer's frame")
     group.add_argument("--ird", type=_ird_ord, default=16, help="RFC 6581 IRD (default 16)")
     group.add_argument("--ord", type=_ird_ord, default=16, help="RFC 6581 ORD (default 16)")
-    group.add_argument(
-        "--p2p", action="store_true", help="RFC 6581 peer-to-peer: request an RTR (Initiator)"
-    )
     group.add_argument(
         "--rtr",
         type=_rtr,
@@ -86,10 +84,19 @@ def add_mpa_options(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=None, metavar="S", help="startup timeouts in seconds"
     )
     group.add_argument(
-        "--fallback-rev1",
+        "--p2p",
         action="store_true",
-        help="connect: if the peer closes on a Rev 2 Request, retry once with Rev 1",
+        help="RFC 6581 peer-to-peer: request an RTR (Initiator; a Responder answers the "
+        "Initiator's A bit whatever this says, §9.2)",
     )
+    if initiator:
+        group.add_argument(
+            "--fallback-rev1",
+            action="store_true",
+            help="if the peer closes on a Rev 2 Request, retry once with Rev 1 (RFC 6581 §10)",
+        )
+    else:
+        parser.set_defaults(fallback_rev1=False)  # only an Initiator retries
     parser.add_argument(
         "--op",
         choices=("send", "write", "read", "mpa"),

@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="wait S seconds after the Reply before the first message (a Linux siw "
         "Responder may miss an FPDU that follows its Reply too closely)",
     )
-    add_mpa_options(parser)
+    add_mpa_options(parser, initiator=True)
     parser.set_defaults(func=run)
 
 

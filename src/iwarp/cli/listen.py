@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="S",
         help="largest message a peer may announce, in octets (default 16 MiB)",
     )
-    add_mpa_options(parser)
+    add_mpa_options(parser, initiator=False)
     parser.set_defaults(func=run)
 
 
