@@ -155,6 +155,22 @@ def config_from(args: argparse.Namespace) -> MpaConfig:
         )
     if args.delayed and args.mpa_mode == "culley":
         raise ValueError("--delayed and --mpa-mode culley exclude each other")
+    if args.mpa_mode == "culley":
+        # Seed 002 has no Request/Reply: nothing could carry these, and
+        # markers and CRC are always on.
+        given = [
+            name
+            for name, value in (
+                ("--no-crc", args.no_crc),
+                ("--private-data", args.private_data),
+                ("--reject", args.reject),
+                ("--p2p", args.p2p),
+                ("--fallback-rev1", args.fallback_rev1),
+            )
+            if value
+        ]
+        if given:
+            raise ValueError(f"{', '.join(given)} mean nothing with --mpa-mode culley (no frames)")
     extra: dict[str, float] = {}
     if args.timeout is not None:
         extra = {
