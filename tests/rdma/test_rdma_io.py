@@ -7,10 +7,19 @@ import asyncio
 import os
 import socket
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp.asyncio.rdma import Access, ProtectionDomain, QueuePair, _unsent_part, connect, serve
+from iwarp.asyncio.rdma import (
+    Access,
+    ConnectionTerminatedError,
+    ProtectionDomain,
+    QueuePair,
+    _unsent_part,
+    connect,
+    serve,
+)
 from iwarp.rdmap.work import CompletionStatus, SendWR, WriteWR
 
 
@@ -71,3 +80,36 @@ def test_close_sends_everything_queued_behind_a_full_socket() -> None:
     asyncio.run(asyncio.wait_for(main(), 60))
     assert seen == [b"done"]
     assert bytes(target.view) == b"".join(chunks)
+
+
+def test_peer_reset_with_output_queued_ends_the_queue_pair() -> None:
+    """The peer resets while FPDUs wait for the kernel: the queue pair ends
+    (no hang, no writer left behind) and later posts say why."""
+    size = 1 << 20
+    server_pd = ProtectionDomain()
+    target = server_pd.register(bytearray(size), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+
+    async def main() -> None:
+        async def handler(qp: QueuePair) -> None:
+            await qp.receive()
+            await qp.send(target.stag.to_bytes(4, "big"))
+            await qp.receive()  # the first Send after the Writes started
+            qp.abort()
+
+        server = await serve(handler, "127.0.0.1", 0, pd=server_pd, receive_buffers=2)
+        port = server.sockets[0].getsockname()[1]
+        qp = await connect("127.0.0.1", port, receive_buffers=2)
+        assert qp.transport is not None
+        qp.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+        await qp.send(b"hello")
+        stag = int.from_bytes(await qp.receive(), "big")
+        await qp.send(b"go")
+        for i in range(64):
+            qp.post_send(WriteWR(bytes(size), stag, 0, wr_id=i))
+        await qp.closed
+        assert not qp._writer and not qp._out
+        with pytest.raises(ConnectionTerminatedError):
+            qp.post_send(WriteWR(b"late", stag, 0, wr_id=99))
+        server.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
