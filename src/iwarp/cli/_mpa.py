@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import json
 import sys
+from dataclasses import replace
 from typing import TextIO
 
 from iwarp.asyncio.mpa import MpaStream
@@ -16,6 +17,7 @@ from iwarp.mpa.events import MpaParams
 from iwarp.mpa.wire import IRD_ORD_MASK, MpaFrame, RtrFlags
 
 _RTR_NAMES = {"send": RtrFlags.SEND, "write": RtrFlags.WRITE, "read": RtrFlags.READ}
+_RTR_NAME_OF = {flag: name for name, flag in _RTR_NAMES.items()}
 
 
 def _hex(text: str) -> bytes:
@@ -171,14 +173,7 @@ def config_from(args: argparse.Namespace) -> MpaConfig:
         ]
         if given:
             raise ValueError(f"{', '.join(given)} mean nothing with --mpa-mode culley (no frames)")
-    extra: dict[str, float] = {}
-    if args.timeout is not None:
-        extra = {
-            "request_timeout": args.timeout,
-            "reply_timeout": args.timeout,
-            "frame_timeout": args.timeout,
-        }
-    return MpaConfig(
+    config = MpaConfig(
         revision=args.mpa_rev,
         markers=args.markers,
         crc=not args.no_crc,
@@ -189,7 +184,14 @@ def config_from(args: argparse.Namespace) -> MpaConfig:
         rtr_types=args.rtr,
         private_data_limit=args.pd_limit,
         rev0_profile=Rev0Profile.PERMISSIVE if args.permissive else Rev0Profile.NON_PERMISSIVE,
-        **extra,  # type: ignore[arg-type]
+    )
+    if args.timeout is None:
+        return config
+    return replace(
+        config,
+        request_timeout=args.timeout,
+        reply_timeout=args.timeout,
+        frame_timeout=args.timeout,
     )
 
 
@@ -206,7 +208,7 @@ def params_record(params: MpaParams) -> dict[str, object]:
         "peer_ird": params.peer_ird,
         "peer_ord": params.peer_ord,
         "peer_to_peer": params.peer_to_peer,
-        "rtr": None if params.rtr is None else params.rtr.name.lower(),  # type: ignore[union-attr]
+        "rtr": None if params.rtr is None else _RTR_NAME_OF[params.rtr],
         "mulpdu": params.mulpdu,
         "peer_private_data": params.peer_private_data.hex(),
     }
