@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from analyze_traffic import payload, send
-from tshark_fields import agree, tshark_fpdus
+from tshark_fields import agree_all
 
 from iwarp.analyze.analyzer import Options, analyze_file
 from iwarp.analyze.records import ErrorRecord, FpduRecord, FrameRecord
@@ -170,11 +170,7 @@ def test_loopback_exchange_decodes_cleanly(
         assert any(r.markers for r in found) is markers
     if not markers:
         # Real segmentation, no markers: tshark decodes it too and must agree.
-        ours = [r for r in connection.records if isinstance(r, FpduRecord)]
-        theirs = tshark_fpdus(path)
-        assert len(theirs) == len(ours)
-        for mine, other in zip(ours, theirs, strict=True):
-            agree(mine, other)
+        agree_all([r for r in connection.records if isinstance(r, FpduRecord)], path)
 
 
 # -- the project's command line tools, as separate processes -------------------
@@ -249,11 +245,7 @@ def test_iwarp_ping_over_loopback(tmp_path: Path, markers: bool) -> None:
         0,
     )
     if not markers:
-        ours = [r for r in connection.records if isinstance(r, FpduRecord)]
-        theirs = tshark_fpdus(path)
-        assert len(theirs) == len(ours)
-        for mine, other in zip(ours, theirs, strict=True):
-            agree(mine, other)
+        agree_all([r for r in connection.records if isinstance(r, FpduRecord)], path)
 
 
 @pytest.mark.parametrize("op", ["mpa", "send", "write", "read"])

@@ -127,3 +127,12 @@ def agree(ours: FpduRecord, theirs: dict[str, str]) -> None:
         codes = [v for k, v in theirs.items() if k.startswith("iwarp_rdma.term_errcode") and v]
         assert [number(v) for v in etypes] == [terminate["etype"]]
         assert [number(v) for v in codes] == [terminate["code"]]
+
+
+def agree_all(ours: list[FpduRecord], path: Path) -> None:
+    """tshark decodes exactly our FPDUs of the capture at ``path``, in order,
+    and agrees with us on every field of each."""
+    theirs = tshark_fpdus(path)
+    assert len(theirs) == len(ours), (len(theirs), len(ours))
+    for mine, other in zip(ours, theirs, strict=True):
+        agree(mine, other)
