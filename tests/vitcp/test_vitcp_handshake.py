@@ -16,6 +16,7 @@ from iwarp.vitcp.crc import CrcOrder
 from iwarp.vitcp.errors import (
     AttributeMismatchError,
     CrcMismatchError,
+    MalformedSegmentError,
     UnexpectedSegmentError,
     VitcpUsageError,
 )
@@ -332,21 +333,24 @@ def test_tcp_failure() -> None:
 
 
 @pytest.mark.parametrize(
-    "segment",
+    ("segment", "error"),
     [
-        SegmentHeader(SegmentType.SEND).pack(),
-        SegmentHeader(SegmentType.NOP).pack(),
-        SegmentHeader(SegmentType.CONNECT_ACCEPT, length=HEADER_SIZE + 140).pack() + bytes(140),
-        b"\x02" + bytes(23),  # bad version
-        b"\x01\x1f" + bytes(22),  # unknown type
+        (SegmentHeader(SegmentType.SEND).pack(), UnexpectedSegmentError),
+        (SegmentHeader(SegmentType.NOP).pack(), UnexpectedSegmentError),
+        (
+            SegmentHeader(SegmentType.CONNECT_ACCEPT, length=HEADER_SIZE + 140).pack() + bytes(140),
+            UnexpectedSegmentError,
+        ),
+        (b"\x02" + bytes(23), MalformedSegmentError),  # §3.2: version 1 only
+        (b"\x01\x1f" + bytes(22), MalformedSegmentError),  # no segment type 31
     ],
 )
-def test_passive_closes_on_anything_but_a_request(segment: bytes) -> None:
+def test_passive_closes_on_anything_but_a_request(segment: bytes, error: type) -> None:
     b = VitcpConnection(VitcpConfig(), Role.PASSIVE)
     b.tcp_accepted(0.0)
     events = b.receive_data(segment)
     assert state_of(b) is State.DISCONNECTED
-    assert isinstance(events[-1], ConnectionClosed) and events[-1].error is not None
+    assert isinstance(events[-1], ConnectionClosed) and type(events[-1].error) is error
 
 
 def test_bad_crc_on_request_closes() -> None:
