@@ -55,7 +55,7 @@ async def rst_after(writer: asyncio.StreamWriter, data: bytes) -> None:
 
 
 async def silent(writer: asyncio.StreamWriter, data: bytes) -> None:
-    pass
+    """Send nothing: only the other end's timeout can end the connection."""
 
 
 Behaviour = Callable[[asyncio.StreamWriter, bytes], Coroutine[Any, Any, None]]
