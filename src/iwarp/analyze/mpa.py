@@ -382,52 +382,27 @@ def _fpdu_errors(
     where: tuple[int, str],
 ) -> Iterator[ErrorRecord]:
     index, direction = where
-    seq, frame = record.seq, record.frame
+
+    def error(seq: int, code: MpaErrorCode | None, message: str, layer: str = "mpa") -> ErrorRecord:
+        number = None if code is None else int(code)
+        return ErrorRecord(index, direction, seq, record.frame, number, layer, message)
+
+    seq = record.seq
     if record.crc_ok is False:
-        yield ErrorRecord(
-            index,
-            direction,
-            seq,
-            frame,
-            int(MpaErrorCode.CRC_MISMATCH),
-            "mpa",
-            f"CRC field {view.crc:#010x}, computed {view.crc_expected:#010x}",
-        )
+        crc_text = f"CRC field {view.crc:#010x}, computed {view.crc_expected:#010x}"
+        yield error(seq, MpaErrorCode.CRC_MISMATCH, crc_text)
     for marker in record.markers:
+        pointer = f"marker FPDUPTR {marker.fpduptr:#06x}"
         if marker.fpduptr & FPDUPTR_MASK != marker.expected:
-            yield ErrorRecord(
-                index,
-                direction,
-                marker.seq,
-                frame,
-                int(MpaErrorCode.MARKER_MISMATCH),
-                "mpa",
-                f"marker FPDUPTR {marker.fpduptr:#06x}, the FPDU is {marker.expected:#06x} back",
-            )
+            back = f"{pointer}, the FPDU is {marker.expected:#06x} back"
+            yield error(marker.seq, MpaErrorCode.MARKER_MISMATCH, back)
         elif marker.fpduptr != marker.expected:
-            yield ErrorRecord(
-                index,
-                direction,
-                marker.seq,
-                frame,
-                None,
-                "mpa",
-                f"marker FPDUPTR {marker.fpduptr:#06x} has its two low bits set",
-            )
+            yield error(marker.seq, None, f"{pointer} has its two low bits set")
         if marker.reserved:
-            yield ErrorRecord(
-                index,
-                direction,
-                marker.seq,
-                frame,
-                None,
-                "mpa",
-                f"marker Reserved field {marker.reserved:#06x} is not zero",
-            )
+            reserved = f"marker Reserved field {marker.reserved:#06x} is not zero"
+            yield error(marker.seq, None, reserved)
     if any(view.pad):
-        yield ErrorRecord(
-            index, direction, seq, frame, None, "mpa", f"PAD {view.pad.hex()} is not zero"
-        )
+        yield error(seq, None, f"PAD {view.pad.hex()} is not zero")
     problems = record.ulp.get("problems")
     # A ULPDU that fails its CRC is not trusted: its header problems are noise.
     if isinstance(problems, list) and record.crc_ok is not False:
@@ -435,7 +410,7 @@ def _fpdu_errors(
             text = str(problem)
             if framing.rdmac and text in ("DDP version 0", "RDMAP version 0"):
                 continue  # RDMAC mode runs version 0 (RFC 5044 Appendix C)
-            yield ErrorRecord(index, direction, seq, frame, None, "ddp/rdmap", text)
+            yield error(seq, None, text, "ddp/rdmap")
 
 
 # -- finding FPDU boundaries -------------------------------------------------------
