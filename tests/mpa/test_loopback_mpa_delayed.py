@@ -50,6 +50,19 @@ def port_of(server: asyncio.Server) -> int:
     return port
 
 
+async def next_ulpdus(
+    reader: asyncio.StreamReader, decoder: FpduDecoder, first: bytes = b""
+) -> list[bytes]:
+    """The ULPDUs of the first read that completes any (``first`` is what
+    was read already); the peer closing before that fails the test."""
+    ulpdus = [bytes(u) for u in decoder.feed(first)]
+    while not ulpdus:
+        chunk = await reader.read(4096)
+        assert chunk, "the peer closed before a whole FPDU arrived"
+        ulpdus = [bytes(u) for u in decoder.feed(chunk)]
+    return ulpdus
+
+
 async def echo(sock: MpaSocket) -> None:
     async for ulpdu in sock:
         sock.send(ulpdu[::-1])
@@ -121,10 +134,7 @@ def test_read_ahead_request_and_fpdu_are_not_lost() -> None:
             reply = await reader.readexactly(20)
             assert reply[:16] == REPLY_KEY and reply[17] == 1
             assert await received.get() == b"first FPDU"
-            decoder = FpduDecoder(crc=True)
-            ulpdus: list[bytes] = []
-            while not ulpdus:
-                ulpdus = [bytes(u) for u in decoder.feed(await reader.read(4096))]
+            ulpdus = await next_ulpdus(reader, FpduDecoder(crc=True))
             assert ulpdus == [b"after the fence"]
             writer.write(encoder.encode_bytes(b"second"))
             assert await received.get() == b"second"
@@ -154,10 +164,7 @@ def test_unread_hands_octets_back_to_mpa() -> None:
             request = REQUEST_KEY + bytes([FrameFlags.CRC, 1, 0, 0])
             writer.write(b"HELLO\n" + request + encoder.encode_bytes(b"abc"))
             assert (await reader.readexactly(20))[:16] == REPLY_KEY
-            decoder = FpduDecoder(crc=True)
-            ulpdus: list[bytes] = []
-            while not ulpdus:
-                ulpdus = [bytes(u) for u in decoder.feed(await reader.read(4096))]
+            ulpdus = await next_ulpdus(reader, FpduDecoder(crc=True))
             assert ulpdus == [b"cba"]
             writer.close()
 
@@ -265,10 +272,7 @@ def test_culley02_wire_format_and_read_ahead() -> None:
             writer.write(b"GO\n" + encoder.encode_bytes(b"in the same segment"))
             data = await reader.readexactly(4)
             assert data == bytes(4)  # marker at stream offset 0, FPDUPTR 0
-            decoder = FpduDecoder(markers=True, crc=True)
-            ulpdus = [bytes(u) for u in decoder.feed(data)]
-            while not ulpdus:
-                ulpdus = [bytes(u) for u in decoder.feed(await reader.read(4096))]
+            ulpdus = await next_ulpdus(reader, FpduDecoder(markers=True, crc=True), data)
             assert ulpdus == [b"reply"]
             writer.close()
             await writer.wait_closed()
