@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Read a pcap or pcapng capture, reassemble every TCP connection, find MPA "
         "by its Request/Reply frames and check every FPDU: markers (position, reserved "
         "field, FPDUPTR), PAD, CRC, DDP and RDMAP headers. VI/TCP connections are decoded "
-        "too. Exit status 1 when the capture shows protocol errors, 2 when it cannot be read.",
+        "too. Exit status 1 when the capture shows protocol errors, 2 when it cannot be read "
+        "or --stream names no connection in it.",
     )
     parser.add_argument("capture", help="pcap or pcapng file")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
