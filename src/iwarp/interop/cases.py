@@ -378,7 +378,12 @@ def _rdmacm_cases() -> list[Case]:
                 f"ib_{test} {opts.replace('{guest_port}', 'P')}",
                 both_succeed,
                 guest_server=f"ib_{test} {opts}",
-                guest_cmd=f"sleep 1; ib_{test} {opts} {{guest_ip}}",
+                # perftest's rdma_cm connect is sometimes refused right after the
+                # server started listening (seen 1 run in 4): try up to 3 times.
+                guest_cmd=(
+                    f"for try in 1 2 3; do sleep 1; ib_{test} {opts} {{guest_ip}} && exit 0; "
+                    "done; exit 1"
+                ),
                 timeout=90,
             )
         )
