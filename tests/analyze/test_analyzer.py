@@ -6,6 +6,7 @@ import contextlib
 import io
 import random
 import struct
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from iwarp.analyze.analyzer import Analysis, Options, analyze_file, analyze_packets
-from iwarp.analyze.capture import CaptureError, TcpPacket, read_tcp_packets
+from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
 from iwarp.analyze.records import ErrorRecord, FpduRecord, FrameRecord, NoteRecord
 from iwarp.analyze.synth import TcpCapture
 from iwarp.ddp.wire import UntaggedHeader
@@ -429,6 +430,30 @@ def test_not_a_capture(tmp_path: Path) -> None:
     path.write_bytes(b"hello world, not a capture")
     with pytest.raises(CaptureError):
         analyze_file(str(path))
+
+
+@pytest.mark.parametrize("pcapng", [False, True])
+def test_a_length_field_claiming_gigabytes_allocates_nothing(tmp_path: Path, pcapng: bool) -> None:
+    # A pcap record or pcapng block announcing ~4 GiB in a file of a few octets
+    # (a real file: its read(n) allocates n octets first, io.BytesIO's does not).
+    if pcapng:
+        shb = struct.pack("<IIIHHq", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1) + struct.pack("<I", 28)
+        data = shb + struct.pack("<II", 6, 0xFFFFFFF0) + bytes(40)
+    else:
+        head = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+        data = head + struct.pack("<IIII", 0, 0, 0xFFFFFFF0, 0xFFFFFFF0) + bytes(10)
+    path = tmp_path / "claims.pcap"
+    path.write_bytes(data)
+    stats = CaptureStats()
+    tracemalloc.start()
+    try:
+        with path.open("rb") as f:
+            packets = list(read_tcp_packets(f, stats))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert packets == [] and stats.truncated_file
+    assert peak < 4 << 20
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -116,6 +116,27 @@ def read_tcp_packets(f: BinaryIO, stats: CaptureStats | None = None) -> Iterator
 
 # -- file formats ---------------------------------------------------------------
 
+#: Largest single read: a length field may claim up to 4 GiB, and a read of
+#: that size would allocate it before finding out what the file holds.
+_READ_CHUNK: Final = 1 << 20
+
+
+def _read(f: BinaryIO, size: int) -> bytes:
+    """Up to ``size`` octets of ``f`` (fewer at its end), memory following
+    what is actually read."""
+    if size <= 0:
+        return b""  # f.read() of a negative size would read everything
+    if size <= _READ_CHUNK:
+        return f.read(size)
+    parts = []
+    while size > 0:
+        part = f.read(min(size, _READ_CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        size -= len(part)
+    return b"".join(parts)
+
 
 def _pcap_frames(
     f: BinaryIO, magic: bytes, stats: CaptureStats
@@ -134,7 +155,7 @@ def _pcap_frames(
             stats.truncated_file = True
             return
         seconds, fraction, caplen, _ = record.unpack(header)
-        data = f.read(caplen)
+        data = _read(f, caplen)
         if len(data) < caplen:
             stats.truncated_file = True
             return
@@ -166,11 +187,11 @@ def _pcapng_frames(
                 raise CaptureError("bad pcapng byte-order magic")
             block_type = _PCAPNG_SHB
             length = struct.unpack(order + "I", head[4:8])[0]
-            body = bom + f.read(max(0, length - 16))
+            body = bom + _read(f, length - 16)
             interfaces = []
         else:
             block_type, length = struct.unpack(order + "II", head)
-            body = f.read(max(0, length - 12))
+            body = _read(f, length - 12)
         if length < 12 or length % 4:
             raise CaptureError(f"bad pcapng block length {length}")
         trailer = f.read(4)
