@@ -172,6 +172,27 @@ class DdpReceiver(Generic[C]):
     def tagged_in_progress(self) -> bool:
         return self._tagged_open
 
+    def continues(self, stag: int, to: int) -> bool:
+        """Whether a tagged segment at (``stag``, ``to``) continues the
+        unfinished tagged message (RFC 5041 §4.2: same STag, next TO)."""
+        return stag == self._tag_stag and to == self._tag_next_to
+
+    def tagged_placed(self, stag: int, to: int, length: int, rsvdulp: int, last: bool) -> None:
+        """Record a tagged segment the ULP validated and placed itself.
+
+        For a ULP's fast path: it must have made every check
+        :meth:`receive` makes (whole header, DV, :meth:`continues` when a
+        message is unfinished, a target of ``length`` octets); anything
+        else goes through :meth:`receive`, which reports the error.
+        """
+        if last:
+            self._tagged_open = False
+        else:
+            self._tagged_open = True
+            self._tag_stag = stag
+            self._tag_next_to = to + length
+            self._tag_rsvdulp = rsvdulp
+
     def check_header(self, ulpdu: memoryview) -> None:
         """Check that a whole DDP header of our version is there, placing nothing.
 
