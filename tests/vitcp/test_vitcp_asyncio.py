@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import pytest
 
 import iwarp.asyncio.vitcp as aio
+import iwarp.cli.vitcp as cli_vitcp
 from iwarp.asyncio.vitcp import (
     VitcpClosedError,
     VitcpEndpoint,
@@ -370,6 +371,39 @@ def test_cli_listen_and_connect(capsys: pytest.CaptureFixture[str]) -> None:
         if listener.poll() is None:
             listener.kill()
             listener.wait()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"\xff\xfe",  # not UTF-8
+        b"[1, 2]",  # JSON, but not an object
+        b'{"op": "send"}',  # no size
+        b'{"op": "send", "size": "10"}',
+        b'{"op": "send", "size": true}',
+        b'{"op": "send", "size": -1}',
+        b'{"op": "send", "size": 1048577}',  # above the listener's --max-size
+    ],
+)
+def test_cli_listener_survives_bad_control_messages(body: bytes) -> None:
+    """The control messages come from the network: a bad one ends that
+    connection with an error status, never the listener with a traceback,
+    and never makes it allocate what the peer names."""
+
+    async def run_body() -> dict[str, Any]:
+        config = VitcpConfig(discriminator=b"cli")
+        listener, client, server = await pair(config, config, b"cli")
+        serving = asyncio.create_task(cli_vitcp._serve_one(server, max_size=1 << 20))
+        client.post_receive(1)
+        await client.send(body, immediate=cli_vitcp.CONTROL_TAG)
+        summary = await serving
+        await client.close()
+        await listener.close()
+        return summary
+
+    summary = run(run_body())
+    assert str(summary["status"]).startswith("error: bad control message"), summary
 
 
 def test_cli_rejects_unknown_discriminator(capsys: pytest.CaptureFixture[str]) -> None:

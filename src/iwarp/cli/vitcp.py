@@ -48,6 +48,8 @@ CONTROL_TAG = 0x56495443
 WINDOW = 16
 #: Receive descriptors each end keeps posted.
 DESCRIPTORS = 32
+#: The listener's default bound on the region a connector asks for (16 MiB).
+MAX_SIZE = 16 << 20
 LEVELS = {
     "unreliable": Reliability.UNRELIABLE,
     "delivery": Reliability.DELIVERY,
@@ -88,6 +90,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     listen.add_argument("--port", type=int, required=True, help="TCP port (0 picks one)")
     listen.add_argument(
         "--count", type=int, default=1, help="connections to serve, 0 = forever (default 1)"
+    )
+    listen.add_argument(
+        "--max-size",
+        type=int,
+        default=MAX_SIZE,
+        metavar="S",
+        help=f"largest message a connector may ask for, in octets (default {MAX_SIZE})",
     )
     _common(listen)
     listen.set_defaults(func=run_listen)
@@ -156,7 +165,20 @@ async def _next_control(endpoint: VitcpEndpoint, received: list[MessageReceived]
 # --- listen ---------------------------------------------------------------------------
 
 
-async def _serve_one(endpoint: VitcpEndpoint) -> dict[str, Any]:
+def _control_request(data: bytes, max_size: int) -> dict[str, Any]:
+    """A connector's control message; ValueError says what is wrong with it
+    (it comes from the network: the listener must survive anything)."""
+    request = json.loads(data)  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    if not isinstance(request, dict):
+        raise ValueError("not a JSON object")
+    if "op" in request:
+        size = request.get("size")
+        if type(size) is not int or not 0 <= size <= max_size:
+            raise ValueError(f"size {size!r} is not an integer from 0 to {max_size}")
+    return request
+
+
+async def _serve_one(endpoint: VitcpEndpoint, max_size: int = MAX_SIZE) -> dict[str, Any]:
     digest = hashlib.sha256()
     messages = octets = writes = reads = 0
     errors: list[str] = []
@@ -180,9 +202,14 @@ async def _serve_one(endpoint: VitcpEndpoint) -> dict[str, Any]:
                 if message.status is not CompletionStatus.SUCCESS:
                     errors.append(message.status.value)
                 continue
-            request = json.loads(message.data)
+            try:
+                request = _control_request(message.data, max_size)
+            except ValueError as exc:
+                summary.update(status=f"error: bad control message: {exc}")
+                await endpoint.close()
+                break
             if "op" in request:
-                size = max(1, int(request["size"]))
+                size = max(1, request["size"])
                 memory = bytearray(payload(0, size))
                 region = endpoint.register(memory)  # lives as long as the connection
                 reply = {"handle": region.handle, "address": region.address, "length": size}
@@ -233,7 +260,7 @@ async def _listen(args: argparse.Namespace) -> int:
                 rejected.update(sha256=hashlib.sha256().hexdigest(), status="rejected")
                 _print({"type": "summary", **rejected}, args.json)
                 continue
-            summary = await _serve_one(endpoint)
+            summary = await _serve_one(endpoint, args.max_size)
             summary["type"] = "summary"
             _print(summary, args.json)
             if summary["status"] != "ok":
