@@ -154,11 +154,18 @@ async def _control(endpoint: VitcpEndpoint, body: dict[str, Any]) -> None:
     await endpoint.send(json.dumps(body).encode(), immediate=CONTROL_TAG)
 
 
-async def _next_control(endpoint: VitcpEndpoint, received: list[MessageReceived]) -> Any:
+async def _next_control(endpoint: VitcpEndpoint, received: list[MessageReceived]) -> dict[str, Any]:
+    """The peer's next control message (other messages go to ``received``).
+
+    :raises ValueError: it is not a JSON object.
+    """
     while True:
         message = await endpoint.receive()
         if message.immediate_data == CONTROL_TAG:
-            return json.loads(message.data)
+            body = json.loads(message.data)
+            if not isinstance(body, dict):
+                raise ValueError(f"control message {body!r} is not a JSON object")
+            return body
         received.append(message)
 
 
@@ -281,6 +288,9 @@ async def _transfer(endpoint: VitcpEndpoint, args: argparse.Namespace) -> dict[s
     received: list[MessageReceived] = []
     await _control(endpoint, {"op": args.op, "size": args.size, "count": args.count})
     target = await _next_control(endpoint, received)
+    address, handle = target.get("address"), target.get("handle")
+    if type(address) is not int or type(handle) is not int:
+        raise ValueError(f"the listener's reply {target!r} names no memory region")
     sent = hashlib.sha256()
     read_digest = hashlib.sha256()
     local = endpoint.register(bytearray(max(1, args.size)))
@@ -296,15 +306,13 @@ async def _transfer(endpoint: VitcpEndpoint, args: argparse.Namespace) -> dict[s
                 failures += _failed(await inflight.popleft())
                 await endpoint.drain()
         elif args.op == "write":
-            done = await endpoint.rdma_write(
-                data, remote_address=target["address"], memory_handle=target["handle"]
-            )
+            done = await endpoint.rdma_write(data, remote_address=address, memory_handle=handle)
             failures += _failed(done)
         else:
             done_read = await endpoint.rdma_read(
                 local=local,
-                remote_address=target["address"],
-                memory_handle=target["handle"],
+                remote_address=address,
+                memory_handle=handle,
                 length=args.size,
             )
             failures += _failed(done_read)
@@ -356,7 +364,7 @@ async def _connect(args: argparse.Namespace) -> int:
         return 1
     try:
         summary = await _transfer(endpoint, args)
-    except (IwarpError, KeyError, ValueError) as exc:
+    except (IwarpError, ValueError) as exc:
         print(f"iwarp vitcp: {exc}", file=sys.stderr)
         await endpoint.close()
         return 1
