@@ -406,6 +406,30 @@ def test_cli_listener_survives_bad_control_messages(body: bytes) -> None:
     assert str(summary["status"]).startswith("error: bad control message"), summary
 
 
+@pytest.mark.parametrize("reply", [b"[1]", b'{"address": 0}', b'{"address": "0", "handle": 1}'])
+def test_cli_connector_reports_a_bad_listener_reply(
+    capsys: pytest.CaptureFixture[str], reply: bytes
+) -> None:
+    async def body() -> int:
+        listener = await VitcpListener.start("127.0.0.1", 0)
+
+        async def bad_listener() -> None:
+            endpoint = await listener.accept(b"iwarp", keep_posted=4)
+            await endpoint.receive()  # the connector's request
+            await endpoint.send(reply, immediate=cli_vitcp.CONTROL_TAG)
+            await endpoint.wait_closed()
+
+        serving = asyncio.create_task(bad_listener())
+        argv = ["vitcp", "connect", "127.0.0.1", str(listener.port), "--op", "write"]
+        status = await asyncio.to_thread(main, argv)
+        await serving
+        await listener.close()
+        return status
+
+    assert run(body()) == 1
+    assert "iwarp vitcp:" in capsys.readouterr().err
+
+
 def test_cli_rejects_unknown_discriminator(capsys: pytest.CaptureFixture[str]) -> None:
     async def body() -> int:
         listener = await VitcpListener.start("127.0.0.1", 0)
