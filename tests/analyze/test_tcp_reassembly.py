@@ -18,21 +18,25 @@ def packet(frame: int, offset: int, payload: bytes, flags: int = 0) -> TcpPacket
     return TcpPacket(frame, 0.0, "10.0.0.1", 1, "10.0.0.2", 2, seq, 0, flags, payload, len(payload))
 
 
-def model(segments: list[tuple[int, bytes]]) -> tuple[dict[int, int], set[int], int]:
+def model(segments: list[tuple[int, bytes]]) -> tuple[dict[int, int], set[int], int, int]:
     """Octets by offset (the first copy wins, seed 000 §3.1.2), the frames
-    whose copy disagreed with it, and how many segments brought nothing new."""
+    whose copy disagreed with it, how many segments brought nothing new, and
+    how many brought something new below the highest offset seen before."""
     octets: dict[int, int] = {}
     conflicting: set[int] = set()
-    nothing_new = 0
+    nothing_new = out_of_order = highest = 0
     for frame, (offset, payload) in enumerate(segments, start=2):
         span = range(offset, offset + len(payload))
         if any(octets.get(i, octet) != octet for i, octet in zip(span, payload, strict=True)):
             conflicting.add(frame)
         if all(i in octets for i in span):
             nothing_new += 1
+        elif offset < highest:
+            out_of_order += 1
+        highest = max(highest, span.stop)
         for i, octet in zip(span, payload, strict=True):
             octets.setdefault(i, octet)
-    return octets, conflicting, nothing_new
+    return octets, conflicting, nothing_new, out_of_order
 
 
 @settings(max_examples=200, deadline=None)
@@ -45,7 +49,7 @@ def test_layout_matches_the_model(segments: list[tuple[int, bytes]]) -> None:
     syn = packet(1, -1, b"", TCP_SYN)
     packets = [syn] + [packet(f, o, p) for f, (o, p) in enumerate(segments, start=2)]
     stream = ByteStream.from_packets(packets, ISN)
-    octets, conflicting, nothing_new = model(segments)
+    octets, conflicting, nothing_new, out_of_order = model(segments)
     # The runs are exactly the captured offsets, sorted, disjoint, not touching.
     covered = [i for lo, hi in stream.runs for i in range(lo, hi)]
     assert covered == sorted(octets)
@@ -56,6 +60,7 @@ def test_layout_matches_the_model(segments: list[tuple[int, bytes]]) -> None:
         assert stream.captured(lo, hi + 5) == stream.read(lo, hi - lo)
     assert {frame for frame, _, _ in stream.conflicts} == conflicting
     assert stream.retransmissions == nothing_new
+    assert stream.out_of_order == out_of_order
     hole = next((i for i in range(max(octets) + 1) if i not in octets), None)
     if hole is not None:
         assert stream.captured(hole, hole + 1) == b""

@@ -103,7 +103,7 @@ class ByteStream:
         else:
             base = 0
         stream = cls(base, [], [], [])
-        highest = 0
+        segments: list[tuple[int, bytes, int]] = []
         for packet in packets:
             offset = _signed(packet.seq - base) + (1 if packet.flags & TCP_SYN else 0)
             if packet.flags & TCP_FIN:
@@ -114,59 +114,67 @@ class ByteStream:
             if offset < 0:
                 payload = payload[-offset:]
                 offset = 0
-            if not payload or offset >= MAX_STREAM:
-                continue
-            new = stream._add(offset, payload, packet.frame)
-            if not new:
-                stream.retransmissions += 1
-            elif offset < highest:
-                stream.out_of_order += 1
-            highest = max(highest, offset + len(payload))
+            if payload and offset < MAX_STREAM:
+                segments.append((offset, payload, packet.frame))
+        stream._lay_out(segments)
         stream.gaps = stream._holes()
         return stream
 
     # -- layout ----------------------------------------------------------------
 
-    def _add(self, offset: int, payload: bytes, frame: int) -> bool:
-        """Lay out ``payload``; returns whether any octet was new."""
+    def _lay_out(self, segments: list[tuple[int, bytes, int]]) -> None:
+        """One buffer per final run, sized first so that no octet is copied
+        twice whatever the order; then the segments in capture order."""
+        for lo, hi in sorted((offset, offset + len(payload)) for offset, payload, _ in segments):
+            if self.runs and lo <= self.runs[-1][1]:
+                self.runs[-1] = (self.runs[-1][0], max(hi, self.runs[-1][1]))
+            else:
+                self.runs.append((lo, hi))
+        self.chunks = [bytearray(hi - lo) for lo, hi in self.runs]
+        written: list[tuple[int, int]] = []  # sorted, disjoint: octets laid out so far
+        highest = 0
+        for offset, payload, frame in segments:
+            if not self._place(written, offset, payload, frame):
+                self.retransmissions += 1
+            elif offset < highest:
+                self.out_of_order += 1
+            highest = max(highest, offset + len(payload))
+
+    def _place(
+        self, written: list[tuple[int, int]], offset: int, payload: bytes, frame: int
+    ) -> bool:
+        """Write the octets of ``payload`` not written before (the first copy
+        of an octet stays); returns whether there were any."""
         end = offset + len(payload)
-        runs, chunks = self.runs, self.chunks
-        # Runs overlapping or touching [offset, end] are runs[k:m].
-        k = bisect_left(runs, (offset,))
-        if k > 0 and runs[k - 1][1] >= offset:
+        i = bisect_right(self.runs, (offset, _MASK << 32)) - 1  # the run holding it all
+        run_lo, chunk = self.runs[i][0], self.chunks[i]
+        # Written ranges overlapping or touching [offset, end] are written[k:m].
+        k = bisect_left(written, (offset,))
+        if k > 0 and written[k - 1][1] >= offset:
             k -= 1
-        m = bisect_right(runs, (end, _MASK << 32))
-        new = False
+        m = bisect_right(written, (end, _MASK << 32))
+        fresh: list[tuple[int, int]] = []
         cursor = offset
-        for (lo, hi), chunk in zip(runs[k:m], chunks[k:m], strict=True):
-            new = new or lo > cursor
+        for lo, hi in written[k:m]:
+            if lo > cursor:
+                fresh.append((cursor, lo))
             seen_lo, seen_hi = max(lo, offset), min(hi, end)
             if seen_lo < seen_hi and (
-                chunk[seen_lo - lo : seen_hi - lo] != payload[seen_lo - offset : seen_hi - offset]
+                chunk[seen_lo - run_lo : seen_hi - run_lo]
+                != payload[seen_lo - offset : seen_hi - offset]
             ):
                 self.conflicts.append((frame, seen_lo, seen_hi - seen_lo))
             cursor = max(cursor, hi)
-        if not (new or cursor < end):
+        if cursor < end:
+            fresh.append((cursor, end))
+        if not fresh:
             return False
+        for lo, hi in fresh:
+            chunk[lo - run_lo : hi - run_lo] = payload[lo - offset : hi - offset]
         self.frames.insert(bisect_right(self.frames, (offset, frame)), (offset, frame))
-        if k == m:
-            runs.insert(k, (offset, end))
-            chunks.insert(k, bytearray(payload))
-            return True
-        # Merge into the first run's buffer, in place: the first copy of an
-        # octet stays; the payload fills what lies between the runs.
-        merged = chunks[k]
-        first_lo, cursor = runs[k]
-        if offset < first_lo:
-            merged[0:0] = payload[: first_lo - offset]
-        for (lo, hi), chunk in zip(runs[k + 1 : m], chunks[k + 1 : m], strict=True):
-            merged += payload[cursor - offset : lo - offset]
-            merged += chunk
-            cursor = hi
-        if end > cursor:
-            merged += payload[cursor - offset :]
-        runs[k:m] = [(min(offset, first_lo), max(end, cursor))]
-        chunks[k:m] = [merged]
+        merged_lo = min(offset, written[k][0]) if k < m else offset
+        merged_hi = max(end, written[m - 1][1]) if k < m else end
+        written[k:m] = [(merged_lo, merged_hi)]
         return True
 
     def _holes(self) -> list[tuple[int, int]]:
