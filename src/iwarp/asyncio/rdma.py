@@ -81,16 +81,16 @@ __all__ = [
     "serve",
 ]
 
-#: ULPDU octets pulled from the stream per write (one ``sendmsg``):
-#: small enough that the kernel takes a batch at once (measured best on
-#: loopback between 32 and 64 KiB; bench/rdma_bench.py).
+#: ULPDU octets pulled from the stream per write (one ``sendmsg``): small
+#: enough that the kernel mostly takes a batch at once (256 KiB and 1 MiB
+#: measured no better on loopback; bench/rdma_bench.py).
 SEND_BATCH: Final = 64 << 10
 #: Octets read per ``recv_into`` into the queue pair's own receive buffer.
 #: A fixed buffer, not asyncio's ``recv(256 KiB)``: that allocates (and
 #: for a short read shrinks) 256 KiB per call, ~14 us per small message.
 RECEIVE_CHUNK: Final = 256 << 10
-#: Most buffers per ``sendmsg`` (Linux IOV_MAX is 1024); longer batches of
-#: small FPDUs are joined, which costs little for small pieces.
+#: Most buffers per ``sendmsg`` (Linux IOV_MAX is 1024); longer lists of
+#: small FPDUs' pieces go out in several calls.
 _MAX_IOV: Final = 512
 #: Received-but-unread octets of the simple receive path above which reading pauses.
 RECEIVE_HIGH_WATER: Final = 4 << 20
@@ -412,9 +412,10 @@ class QueuePair(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        # Pull more ULPDUs only when the transport's buffer is empty: what
-        # the kernel does not take at once is copied there once, never
-        # piled up (asyncio moves its whole buffer on every partial send).
+        # When the transport writes (no socket of our own, below): pull more
+        # ULPDUs only when its buffer is empty, so what the kernel does not
+        # take at once is copied there once, never piled up (asyncio moves
+        # its whole buffer on every partial send).
         transport.set_write_buffer_limits(high=0)
         sock = transport.get_extra_info("socket")
         if sock is not None and hasattr(socket, "CMSG_LEN"):  # sendmsg exists (not Windows)
