@@ -611,6 +611,28 @@ def test_vitcp_connection(tmp_path: Path) -> None:
     assert write_record["crc_ok"] is True
 
 
+@pytest.mark.parametrize("crc", [False, True])
+def test_vitcp_carrying_an_mpa_key_stays_vitcp(tmp_path: Path, crc: bool) -> None:
+    # The connection opens with a ConnectRequest (§3.3); a Send whose payload
+    # happens to be an MPA Request must not turn it into MPA. The Send ends
+    # the capture: the Accept's CRC option says whether a trailer follows it.
+    from iwarp.vitcp.wire import Attributes, CeHeader, SegmentHeader, SegmentType, encode_segment
+
+    ce = CeHeader(Attributes.RELIABLE_DELIVERY, mtu=1500, crc=crc)
+    cap = TcpCapture()
+    for direction, kind in ((C2S, SegmentType.CONNECT_REQUEST), (S2C, SegmentType.CONNECT_ACCEPT)):
+        cap.send(direction, b"".join(encode_segment(SegmentHeader(kind), ce=ce, trailer=crc)))
+    send = SegmentHeader(SegmentType.SEND)
+    cap.send(C2S, b"".join(encode_segment(send, payload=frame(True).pack(), trailer=crc)))
+    cap.close()
+    analysis = analyze(tmp_path, cap)
+    (connection,) = analysis.connections
+    assert connection.protocol == "vitcp" and connection.request is None
+    assert errors(analysis) == []
+    kinds = [r.to_json()["segment_type"] for r in analysis.records()]
+    assert kinds == ["CONNECT_REQUEST", "CONNECT_ACCEPT", "SEND"]
+
+
 P2P = RtrFlags.PEER_TO_PEER
 
 

@@ -35,7 +35,7 @@ from iwarp.analyze.records import (
 )
 from iwarp.analyze.replay import ReceiverReplay, replay_receiver
 from iwarp.analyze.tcp import ByteStream, Connection, HalfConnection, track_connections
-from iwarp.analyze.vitcp import looks_like_vitcp, walk_segments
+from iwarp.analyze.vitcp import agreed_crc, looks_like_vitcp, walk_segments
 from iwarp.mpa.wire import REPLY_KEY, REQUEST_KEY, MpaFrame, Revision
 
 __all__ = ["Analysis", "ConnectionReport", "DirectionSummary", "Options", "analyze_file"]
@@ -151,7 +151,10 @@ class _Side:
 def _analyze(connection: Connection, options: Options) -> ConnectionReport:
     halves = (connection.client, connection.server)
     streams = [half.reassemble() for half in halves]
-    request_at = [find_frame(s, REQUEST_KEY) for s in streams]
+    # A stream that opens with a VI/TCP ConnectRequest is VI/TCP, whatever
+    # its payloads say later (an MPA key in a Send must not make it MPA).
+    vitcp = not options.mpa_start and any(looks_like_vitcp(s) for s in streams)
+    request_at = [None if vitcp else find_frame(s, REQUEST_KEY) for s in streams]
     # The Initiator sends the Request; without one, the TCP client is named so.
     first = 1 if request_at[0] is None and request_at[1] is not None else 0
     sides = []
@@ -181,8 +184,8 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
                 )
             )
 
-    request_record = _read_frame(initiator, REQUEST_KEY)
-    reply_record = _read_frame(responder, REPLY_KEY)
+    request_record = None if vitcp else _read_frame(initiator, REQUEST_KEY)
+    reply_record = None if vitcp else _read_frame(responder, REPLY_KEY)
     request = request_record.mpa if request_record is not None else None
     reply = reply_record.mpa if reply_record is not None else None
     protocol = "mpa" if request_record is not None or reply_record is not None else None
@@ -194,15 +197,16 @@ def _analyze(connection: Connection, options: Options) -> ConnectionReport:
                 starts[side.direction] = offset
                 protocol = "mpa"
 
-    if protocol is None and any(looks_like_vitcp(s.stream) for s in sides):
+    if vitcp:
         protocol = "vitcp"
         if not looks_like_vitcp(initiator.stream):
             initiator, responder = responder, initiator
             initiator.direction, responder.direction = INITIATOR, RESPONDER
             initiator.summary.direction, responder.summary.direction = INITIATOR, RESPONDER
+        trailer = agreed_crc(responder.stream)
         for side in (initiator, responder):
             side.summary.protocol = "vitcp"
-            side.records += walk_segments(side.stream, where=side.where)
+            side.records += walk_segments(side.stream, where=side.where, trailer=trailer)
     elif (protocol is not None or options.resync) and not (reply is not None and reply.reject):
         for side, peer_frame in ((initiator, reply), (responder, request)):
             found = _framing(side, starts.get(side.direction), request, reply, peer_frame, options)

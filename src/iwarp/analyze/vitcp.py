@@ -23,7 +23,7 @@ from iwarp.vitcp.wire import (
     decode_segment,
 )
 
-__all__ = ["looks_like_vitcp", "walk_segments"]
+__all__ = ["agreed_crc", "looks_like_vitcp", "walk_segments"]
 
 
 def looks_like_vitcp(stream: ByteStream) -> bool:
@@ -42,8 +42,29 @@ def looks_like_vitcp(stream: ByteStream) -> bool:
     )
 
 
-def walk_segments(stream: ByteStream, *, where: tuple[int, str]) -> Iterator[Record]:
-    """Every VI segment of the stream, with the errors found."""
+def agreed_crc(passive: ByteStream) -> bool | None:
+    """Whether the segments after the CE exchange carry the CRC trailer:
+    the ConnectAccept's CRC option, which the passive end sets only if the
+    ConnectRequest had it (§3.6). None if ``passive`` opens with no Accept."""
+    try:
+        segment = decode_segment(
+            passive.captured(0, passive.run_end(0)), 0, length_includes_trailer=None
+        )
+    except MalformedSegmentError:
+        return None
+    if segment is None or segment.ce is None:
+        return None
+    return segment.ce.crc if segment.header.type is SegmentType.CONNECT_ACCEPT else None
+
+
+def walk_segments(
+    stream: ByteStream, *, where: tuple[int, str], trailer: bool | None = None
+) -> Iterator[Record]:
+    """Every VI segment of the stream, with the errors found.
+
+    ``trailer`` says whether the segments after the first (a CE segment,
+    which says so itself) carry the CRC; None guesses segment by segment.
+    """
     index, direction = where
     pos = 0
     includes: bool | None = None  # Segment Length reading, learnt from the first segment
@@ -52,7 +73,11 @@ def walk_segments(stream: ByteStream, *, where: tuple[int, str]) -> Iterator[Rec
         seq, frame = stream.seq(pos), stream.frame_at(pos)
         try:
             segment = decode_segment(
-                stream.captured(pos, stop), 0, trailer=None, length_includes_trailer=includes
+                stream.captured(pos, stop),
+                0,
+                trailer=trailer if pos else None,
+                length_includes_trailer=includes,
+                complete=stop >= stream.end,  # nothing follows the last captured octet
             )
         except MalformedSegmentError as exc:
             yield ErrorRecord(index, direction, seq, frame, None, "vitcp", str(exc))
