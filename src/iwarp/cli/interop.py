@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from iwarp.interop.guest import VARIANTS, GuestBuilder, GuestBuildError, GuestImage, cache_root
+from iwarp.interop.perftest import TESTS as PERFTEST_TESTS
+from iwarp.mpa.config import MpaConfig
 
 
 def register(sub: Any) -> None:
@@ -71,12 +73,17 @@ def register(sub: Any) -> None:
         help="play the iwarp side of an rdma-core example (ucmatose, rdma_client)",
         description="iwarp peers for librdmacm examples (see iwarp.interop.peers).",
     )
-    peer.add_argument("peer", choices=("ucmatose-server", "ucmatose-client", "echo-server"))
+    perftest = tuple(f"perftest-{t.replace('_', '-')}" for t in PERFTEST_TESTS)
+    peer.add_argument(
+        "peer", choices=("ucmatose-server", "ucmatose-client", "echo-server", *perftest)
+    )
     peer.add_argument("--host", default="127.0.0.1", help="address to bind or connect to")
     peer.add_argument("--port", type=int, required=True)
     peer.add_argument("-c", dest="connections", type=int, default=1, help="connections (1)")
     peer.add_argument("-C", dest="count", type=int, default=10, help="messages each way (10)")
     peer.add_argument("-S", dest="size", type=int, default=100, help="message size (100)")
+    peer.add_argument("-s", dest="octets", type=int, default=65536, help="perftest -s (65536)")
+    peer.add_argument("-n", dest="iterations", type=int, default=1000, help="perftest -n (1000)")
     peer.add_argument("--no-crc", action="store_true", help="do not ask for MPA CRC")
     peer.add_argument("--timeout", type=float, default=60.0)
     peer.set_defaults(func=run_peer)
@@ -218,6 +225,8 @@ def run_peer(args: argparse.Namespace) -> int:
     # later than the usual 10 s.
     config = MpaConfig(crc=not args.no_crc, reply_timeout=max(10.0, args.timeout / 2))
     common = {"config": config, "timeout": args.timeout}
+    if args.peer.startswith("perftest-"):
+        return _run_perftest_peer(args, config)
     if args.peer == "echo-server":
         job = peers.echo_server(args.host, args.port, messages=args.count, **common)
     else:
@@ -237,6 +246,38 @@ def run_peer(args: argparse.Namespace) -> int:
         "connections": result.connections,
         "sent": result.sent,
         "received": result.received,
+        "errors": result.errors[:10],
+    }
+    print(json.dumps(summary), flush=True)
+    return 0 if result.ok else 1
+
+
+def _run_perftest_peer(args: argparse.Namespace, config: MpaConfig) -> int:
+    """``iwarp interop peer perftest-write-bw`` etc.: serve one perftest ``-R`` client."""
+    import asyncio
+    import json
+
+    from iwarp.interop.perftest import perftest_server
+
+    test = args.peer.removeprefix("perftest-").replace("-", "_")
+    result = asyncio.run(
+        perftest_server(
+            args.host,
+            args.port,
+            test=test,
+            size=args.octets,
+            iterations=args.iterations,
+            config=config,
+            timeout=args.timeout,
+        )
+    )
+    summary = {
+        "type": "summary",
+        "peer": args.peer,
+        "channel_messages": result.channel_messages,
+        "key_messages": len(result.keys),
+        "data_connections": result.data_connections,
+        "data_messages": result.data_messages,
         "errors": result.errors[:10],
     }
     print(json.dumps(summary), flush=True)

@@ -1,0 +1,318 @@
+"""iwarp's side of perftest's rdma_cm tests (``ib_{send,write,read}_{bw,lat} -R``).
+
+What perftest 4.5 does with ``-R`` (facts from its source, checked against
+siw in the guest):
+
+* **Two rdma_cm connections to the same port.** The first is perftest's
+  *communication channel*: an RC queue pair with one receive posted at a
+  time; every exchange is lockstep, the client Sends first, the server
+  answers with a Send of the same size (``ctx_xchg_data``/``ctx_hand_shake``).
+  The second carries the test itself (one per ``-q`` queue pair).
+* On the channel, in order: the version string (16 octets, NUL padded), the
+  page and cache line sizes (4 octets each, big-endian), the MTU as text
+  (2 octets), then its **key message** (``struct pingpong_dest``, 56 octets,
+  below) several times around the data connection's setup and before the
+  test; after the test, one more key message, the bandwidth report (8-octet
+  big-endian values, ``_bw`` tests) and a last key message that ends it.
+* The key message's integers are all big-endian (``rdma_write_keys`` with
+  ``HAVE_ENDIAN``) in the C struct's x86-64 layout: ``lid, out_reads, qpn,
+  psn, rkey`` (4 octets each), 4 octets of padding, ``vaddr`` (8), ``gid``
+  (16 raw octets), ``srqn``, ``gid_index`` (4 each). Only ``rkey`` and
+  ``vaddr`` matter on iWARP: they are the STag and tagged offset the client
+  Writes to or Reads from.
+
+The server here answers every key message with its own (the STag and base
+of one region registered for remote Write and Read), echoes every other
+message (so the version, sizes and MTU agree with the client's own, and the
+report the client receives is its own) and plays the test's data phase:
+
+* ``write_bw``, ``read_bw``, ``read_lat``: nothing to do, the client's Writes
+  and Reads are placed and answered by the RDMAP stack;
+* ``send_bw``: a pool of posted receives, consumed as Sends arrive;
+* ``send_lat``: each Send received is answered with a Send of ``size``;
+* ``write_lat``: each Write of the client (its last octet counts 1, 2, ...)
+  is answered with a Write of ``size`` octets whose last octet counts too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Final
+
+from iwarp._typing import Buffer
+from iwarp.asyncio.rdma import ConnectionTerminatedError, QueuePair, serve
+from iwarp.errors import IwarpError, RemoteProtocolError
+from iwarp.mpa.config import MpaConfig
+from iwarp.rdmap.memory import Access, ProtectionDomain
+
+#: The tests whose rdma_cm exchange the server plays (perftest's program names without ``ib_``).
+TESTS: Final = ("send_bw", "write_bw", "read_bw", "send_lat", "write_lat", "read_lat")
+
+# perftest_resources.h ``struct pingpong_dest`` as rdma_write_keys() sends it:
+# every integer big-endian, x86-64 alignment (4 octets of padding before vaddr).
+_DEST: Final = struct.Struct(">iiiiI4xQ16sIi")
+#: Size of the key message on the wire.
+DEST_SIZE: Final = _DEST.size
+
+#: The tagged offset of the server's region (any value works; perftest prints it).
+REGION_BASE: Final = 0x7F00_0000_0000
+#: Receives posted on each connection (the client keeps up to ``-t`` 128 Sends in flight).
+RECEIVE_POOL: Final = 512
+
+
+class PerftestError(RemoteProtocolError):
+    """perftest sent a message that does not fit its own exchange."""
+
+
+@dataclass(frozen=True, slots=True)
+class PingpongDest:
+    """perftest's key message: where a queue pair's buffer is and how to reach it."""
+
+    lid: int = 0
+    out_reads: int = 0
+    qpn: int = 0
+    psn: int = 0
+    rkey: int = 0
+    vaddr: int = 0
+    gid: bytes = bytes(16)
+    srqn: int = 0
+    gid_index: int = -1
+
+    def pack(self) -> bytes:
+        """The 56 octets perftest's ``rdma_read_keys`` expects."""
+        return _DEST.pack(
+            self.lid,
+            self.out_reads,
+            self.qpn,
+            self.psn,
+            self.rkey,
+            self.vaddr,
+            self.gid,
+            self.srqn,
+            self.gid_index,
+        )
+
+    @classmethod
+    def unpack_from(cls, buf: Buffer, offset: int = 0) -> PingpongDest:
+        """Parse a key message at ``offset``.
+
+        :raises PerftestError: fewer than :data:`DEST_SIZE` octets there.
+        """
+        view = memoryview(buf).cast("B")
+        if offset < 0 or len(view) - offset < DEST_SIZE:
+            raise PerftestError(
+                f"perftest key message needs {DEST_SIZE} octets, got {max(len(view) - offset, 0)}"
+            )
+        fields = _DEST.unpack_from(view, offset)
+        return cls(*fields)
+
+
+@dataclass(slots=True)
+class PerftestResult:
+    """What the server saw: channel messages, key messages, data connections and messages."""
+
+    test: str
+    channel_messages: int = 0
+    keys: list[PingpongDest] = field(default_factory=list)
+    data_connections: int = 0
+    #: Sends received (send tests) or Writes answered (write_lat).
+    data_messages: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.channel_messages > 0 and self.data_connections > 0
+
+
+def answer(message: bytes, mine: PingpongDest) -> bytes:
+    """The channel's answer to one client message: our key message for a key message, else an echo.
+
+    Echoing is what makes the other exchanges agree: the client compares
+    versions (ours then equals its own), takes the larger page and cache
+    line size and the smaller MTU (all equal to its own).
+    """
+    if len(message) == DEST_SIZE:
+        return mine.pack()
+    return message
+
+
+async def perftest_server(
+    host: str,
+    port: int,
+    *,
+    test: str,
+    size: int,
+    iterations: int,
+    config: MpaConfig | None = None,
+    timeout: float = 120.0,
+) -> PerftestResult:
+    """Serve one perftest ``-R`` client (channel + data connection) until it disconnects."""
+    if test not in TESTS:
+        raise ValueError(f"unknown perftest test {test!r}")
+    result = PerftestResult(test)
+    pd = ProtectionDomain()
+    # Room for Writes that cycle through perftest's page-sized buffer, or one of -s.
+    buffer = bytearray(max(2 * size, 1 << 20))
+    region = pd.register(
+        buffer, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ, address=REGION_BASE
+    )
+    mine = PingpongDest(
+        qpn=1, psn=random.getrandbits(24), rkey=region.stag, vaddr=REGION_BASE, gid_index=-1
+    )
+    channel_done = asyncio.Event()
+    data_tasks: list[asyncio.Task[None]] = []
+    order = 0
+
+    async def channel(qp: QueuePair) -> None:
+        nonlocal mine
+        try:
+            while True:
+                message = await qp.receive()
+                result.channel_messages += 1
+                if len(message) == DEST_SIZE:
+                    theirs = PingpongDest.unpack_from(message)
+                    result.keys.append(theirs)
+                    # perftest sizes its Read queue from out_reads: answer with the client's.
+                    mine = PingpongDest(
+                        qpn=mine.qpn,
+                        psn=mine.psn,
+                        out_reads=theirs.out_reads,
+                        rkey=mine.rkey,
+                        vaddr=mine.vaddr,
+                        gid_index=theirs.gid_index,
+                    )
+                await qp.send(answer(message, mine))
+        except ConnectionTerminatedError:
+            pass
+        except (IwarpError, OSError) as exc:
+            result.errors.append(f"channel: {exc}")
+        finally:
+            channel_done.set()
+
+    async def data(qp: QueuePair) -> None:
+        result.data_connections += 1
+        try:
+            if test in ("send_bw", "send_lat"):
+                reply = bytes(size)
+                while True:
+                    await qp.receive()
+                    result.data_messages += 1
+                    if test == "send_lat":
+                        await qp.send(reply)
+            elif test == "write_lat":
+                await _write_pingpong(qp, buffer, size, iterations, result)
+            await qp.closed
+        except ConnectionTerminatedError:
+            pass
+        except (IwarpError, OSError) as exc:
+            result.errors.append(f"data: {exc}")
+
+    async def handler(qp: QueuePair) -> None:
+        nonlocal order
+        order += 1
+        if order == 1:
+            await channel(qp)
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        data_tasks.append(task)
+        await data(qp)
+
+    server = await serve(
+        handler,
+        host,
+        port,
+        pd=pd,
+        config=config,
+        receive_buffers=RECEIVE_POOL,
+        receive_size=max(size, DEST_SIZE),
+    )
+    async with server:
+        try:
+            await asyncio.wait_for(channel_done.wait(), timeout)
+        except TimeoutError:
+            result.errors.append(
+                f"after {timeout:.0f} s: {result.channel_messages} channel messages, "
+                f"{result.data_connections} data connections"
+            )
+        # The client ends its data connection with the channel; give it a moment.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*data_tasks, return_exceptions=True), 5.0)
+    if test in ("send_bw", "send_lat") and result.data_messages < iterations and not result.errors:
+        result.errors.append(f"{result.data_messages} of {iterations} Sends received")
+    if test == "write_lat" and result.data_messages < iterations and not result.errors:
+        result.errors.append(f"{result.data_messages} of {iterations} Writes answered")
+    return result
+
+
+async def _write_pingpong(
+    qp: QueuePair, buffer: bytearray, size: int, iterations: int, result: PerftestResult
+) -> None:
+    """ib_write_lat's server: wait for Write n (last octet n), answer with Write n."""
+    # The client Writes at our vaddr (the region's start); its last octet counts.
+    poll = size - 1
+    reply = bytearray(size)
+    for n in range(1, iterations + 1):
+        expected = n & 0xFF
+        # No completion exists for an inbound Write (RFC 5040 §5.1): poll the octet.
+        while buffer[poll] != expected:
+            if qp.closed.done():
+                return
+            await asyncio.sleep(0.0002)
+        theirs = result.keys[-1]
+        reply[-1] = expected
+        await qp.rdma_write(bytes(reply), theirs.rkey, theirs.vaddr)
+        result.data_messages += 1
+
+
+def parse_report(output: str) -> dict[str, float] | None:
+    """perftest's result table: the column names and values of its first result line.
+
+    perftest prints a header (``#bytes  #iterations  BW peak[MB/sec] ...`` or
+    ``... t_typical[usec] ...``, columns two or more spaces apart) and the
+    numbers on the next line. ``None`` when there is no such table.
+    """
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if "#bytes" not in line:
+            continue
+        names = [n.strip() for n in re.split(r"\s{2,}", line.strip()) if n.strip()]
+        for row in lines[i + 1 :]:
+            cells = row.split()
+            if not cells:
+                continue
+            try:
+                values = [float(c) for c in cells]
+            except ValueError:
+                break
+            if len(values) < len(names):
+                break
+            return dict(zip(names, values, strict=False))
+        return None
+    return None
+
+
+def summarize(report: dict[str, float]) -> str:
+    """One line for the suite report: size, iterations, then bandwidth or latency."""
+    size = int(report.get("#bytes", 0))
+    iters = int(report.get("#iterations", 0))
+    head = f"{size} B x {iters}"
+    if "BW average[MB/sec]" in report:
+        return (
+            f"{head}: BW average {report['BW average[MB/sec]']:.2f} MB/s, "
+            f"peak {report.get('BW peak[MB/sec]', 0.0):.2f} MB/s, "
+            f"{report.get('MsgRate[Mpps]', 0.0):.6f} Mpps"
+        )
+    if "t_typical[usec]" in report:
+        return (
+            f"{head}: latency typical {report['t_typical[usec]']:.2f} us, "
+            f"avg {report.get('t_avg[usec]', 0.0):.2f} us, "
+            f"min {report.get('t_min[usec]', 0.0):.2f} us, "
+            f"max {report.get('t_max[usec]', 0.0):.2f} us"
+        )
+    return head + ": " + ", ".join(f"{k} {v:g}" for k, v in report.items())
