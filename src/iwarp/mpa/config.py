@@ -50,6 +50,10 @@ class Rev0Profile(Enum):
     #: Reply with M=1 and C=1, markers in both directions, CRC on, and
     #: DDP/RDMAP version 0 reported to the upper layer.
     PERMISSIVE = "permissive"
+    #: Intel irdma: Rev 0 is not a revision it parses. The frame is improperly
+    #: formatted (error 4): no Reply at all, the connection is closed (irdma
+    #: resets it). As Initiator, as NON_PERMISSIVE.
+    REFUSE = "refuse"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +81,17 @@ class MpaConfig:
 
     rev0_profile: Rev0Profile = Rev0Profile.NON_PERMISSIVE
     """Handling of Rev 0 peers when ``revision`` >= 1 (RFC 5044 Appendix C)."""
+
+    refuse_markers: bool = False
+    """Never send markers: refuse a peer whose frame asks for them (M=1), as
+    siw does. The Responder answers with a Reject (R=1) carrying our own M
+    bit; the Initiator exits MPA on such a Reply. Our own M bit is ``markers``."""
+
+    require_peer_to_peer: bool = False
+    """Refuse a Rev 2 frame (with this endpoint at Rev 2) that lacks RFC 6581
+    Control Flag A or an RTR type among ``rtr_types``, as irdma does
+    (-EOPNOTSUPP): the frame is improperly formatted (error 4), no Reply is
+    sent and the connection is closed. A Reject (R=1) is still a reject."""
 
     private_data_limit: int = MAX_PRIVATE_DATA
     """Largest private data field (RFC 6581 enhanced data included) sent or

@@ -62,6 +62,7 @@ __all__ = [
     "RequestVerdict",
     "build_reply",
     "build_request",
+    "check_peer_to_peer",
     "check_request",
     "complete_initiator",
     "incompatible_reply",
@@ -119,7 +120,8 @@ class MpaInput(Enum):
     REQUEST = "request"
     REPLY_ACCEPT = "reply-accept"
     REPLY_REJECT = "reply-reject"
-    #: A valid Reply that a local policy refuses (crc_required/crc_strict).
+    #: A valid Reply that a local policy refuses (crc_required/crc_strict,
+    #: refuse_markers).
     REPLY_REFUSED = "reply-refused"
     #: An improperly formatted or incompatible Request/Reply (error 4).
     BAD_FRAME = "bad-frame"
@@ -414,8 +416,48 @@ def check_request(config: MpaConfig, request: MpaFrame) -> tuple[RequestVerdict,
                 "Rev 0 (RDMAC) Request refused by a non-permissive endpoint "
                 "(RFC 5044 Appendix C.2.1)"
             )
-        return RequestVerdict.DELIVER, ""
+        if config.rev0_profile is Rev0Profile.REFUSE:
+            raise MpaError(
+                MpaErrorCode.INVALID_FRAME,
+                "Rev 0 (RDMAC) Request refused: this endpoint parses Rev 1 and 2 only",
+            )
+        return _marker_policy(config, request.markers)
+    check_peer_to_peer(config, request)
+    verdict, why = _marker_policy(config, request.markers)
+    if verdict is not RequestVerdict.DELIVER:
+        return verdict, why
     return _crc_policy(config, request)
+
+
+def _marker_policy(config: MpaConfig, markers_send: bool) -> tuple[RequestVerdict, str]:
+    if config.refuse_markers and markers_send:
+        return RequestVerdict.REFUSE, "peer asks for markers (M=1) and refuse_markers is set"
+    return RequestVerdict.DELIVER, ""
+
+
+def check_peer_to_peer(config: MpaConfig, frame: MpaFrame) -> None:
+    """``require_peer_to_peer``: a Rev 2 frame must carry RFC 6581 Control
+    Flag A and an RTR type we support (irdma refuses anything else with
+    -EOPNOTSUPP and resets the connection).
+
+    :raises MpaError: error 4, the frame does not qualify.
+    """
+    if not config.require_peer_to_peer or min(frame.revision, config.revision) < Revision.REV2:
+        return
+    name = "Request" if frame.is_request else "Reply"
+    enhanced = frame.enhanced
+    if enhanced is None:
+        why = "has no RFC 6581 enhanced data (S bit clear)"
+    elif RtrFlags.PEER_TO_PEER not in enhanced.flags:
+        why = "lacks the peer-to-peer bit A (RFC 6581 §9.2)"
+    elif not enhanced.flags & config.rtr_types & RTR_TYPES:
+        why = f"names no RTR type this endpoint supports ({config.rtr_types!r})"
+    else:
+        return
+    raise MpaError(
+        MpaErrorCode.INVALID_FRAME,
+        f"Rev 2 {name} {why}, and require_peer_to_peer refuses it",
+    )
 
 
 def _crc_policy(config: MpaConfig, peer: MpaFrame) -> tuple[RequestVerdict, str]:
@@ -575,7 +617,7 @@ def complete_initiator(
             f"Rev {reply.revision} Reply to a Rev 0 Request: cannot interoperate",
         )
     if request.revision >= 1 and reply.revision == 0:
-        if config.rev0_profile is Rev0Profile.NON_PERMISSIVE:
+        if config.rev0_profile is not Rev0Profile.PERMISSIVE:
             raise MpaError(
                 MpaErrorCode.INVALID_FRAME,
                 "Rev 0 (RDMAC) Reply refused by a non-permissive endpoint "
@@ -593,7 +635,12 @@ def complete_initiator(
         )
     if reply.reject:
         return InitiatorOutcome(MpaInput.REPLY_REJECT, reason="the Responder rejected")
+    check_peer_to_peer(config, reply)
     rdmac = _rdmac_mode(request.revision, reply.revision)
+    # Appendix C: RDMAC mode means markers in both directions.
+    verdict, why = _marker_policy(config, rdmac or reply.markers)
+    if verdict is RequestVerdict.REFUSE:
+        return InitiatorOutcome(MpaInput.REPLY_REFUSED, reason=why)
     if not rdmac:
         verdict, why = _crc_policy(config, reply)
         if verdict is RequestVerdict.REFUSE:
