@@ -4,11 +4,14 @@ irdma, cxgb4), driven through MpaConnection so the bytes sent are checked too.""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp.errors import MpaErrorCode
+from iwarp.asyncio.mpa import MpaSocket, connect, serve
+from iwarp.errors import MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Rev0Profile, Role
 from iwarp.mpa.connection import MpaConnection
 from iwarp.mpa.events import (
@@ -316,3 +319,32 @@ def test_check_request_refuses_markers_before_crc_policy() -> None:
     cfg = MpaConfig(refuse_markers=True, crc=False, crc_strict=True)
     verdict, why = check_request(cfg, req)
     assert verdict is RequestVerdict.REFUSE and "markers" in why
+
+
+# --- rev1_fallback (cxgb4 retries with Rev 1 after its Rev 2 attempt is reset) ---------
+
+
+def test_rev1_fallback_from_the_config_over_loopback() -> None:
+    async def echo(sock: MpaSocket) -> None:
+        async for ulpdu in sock:
+            sock.send(ulpdu)
+        await sock.close()
+
+    async def main() -> None:
+        # A Rev 1 Responder closes on an enhanced Request (RFC 6581 §10).
+        server = await serve(echo, "127.0.0.1", 0, config=MpaConfig(revision=1))
+        port = server.sockets[0].getsockname()[1]
+        try:
+            with pytest.raises(MpaError) as info:
+                await connect("127.0.0.1", port, config=MpaConfig())
+            assert info.value.code == 1
+            sock = await connect("127.0.0.1", port, config=MpaConfig(rev1_fallback=True))
+            assert sock.params.revision == 1 and not sock.params.enhanced
+            sock.send(b"after fallback")
+            assert await sock.receive() == b"after fallback"
+            await sock.close()
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(main(), 10))

@@ -726,11 +726,11 @@ async def connect(
     """Open a TCP connection and run MPA startup as Initiator.
 
     Returns once MPA is in full operation. The core's ``reply_timeout``
-    bounds the wait for the Reply. With ``fallback_to_rev1``, a Rev 2
-    Request that the peer answers by closing the connection (an unenhanced
-    Responder, RFC 6581 §10) is retried once, on a new connection, as a
-    plain Rev 1 Request (what cxgb4 does); ``params.revision`` tells which
-    one succeeded.
+    bounds the wait for the Reply. With ``fallback_to_rev1`` (or the
+    config's ``rev1_fallback``), a Rev 2 Request that the peer answers by
+    closing the connection (an unenhanced Responder, RFC 6581 §10) is
+    retried once, on a new connection, as a plain Rev 1 Request (what cxgb4
+    does); ``params.revision`` tells which one succeeded.
 
     :raises MpaRejectedError: the Responder rejected (R=1) or a local policy
         refused its Reply.
@@ -744,7 +744,7 @@ async def connect(
     try:
         return await _connect_once(host, port, cfg, private_data, local_addr)
     except MpaError as exc:
-        if not (fallback_to_rev1 and retry_as_rev1(cfg, exc)):
+        if not ((fallback_to_rev1 or cfg.rev1_fallback) and retry_as_rev1(cfg, exc)):
             raise
     return await _connect_once(host, port, replace(cfg, revision=1), private_data, local_addr)
 

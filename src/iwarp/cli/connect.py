@@ -118,7 +118,7 @@ async def _open_qp(args: argparse.Namespace, config: MpaConfig) -> rdma.QueuePai
     try:
         return await once(config)
     except MpaError as exc:
-        if not (args.fallback_rev1 and retry_as_rev1(config, exc)):
+        if not ((args.fallback_rev1 or config.rev1_fallback) and retry_as_rev1(config, exc)):
             raise
     return await once(replace(config, revision=1))
 

@@ -87,6 +87,12 @@ class MpaConfig:
     siw does. The Responder answers with a Reject (R=1) carrying our own M
     bit; the Initiator exits MPA on such a Reply. Our own M bit is ``markers``."""
 
+    rev1_fallback: bool = False
+    """Initiator: when the peer closes or resets the connection on our Rev 2
+    Request, retry once on a new connection with Rev 1 (RFC 6581 §10 "MAY",
+    as cxgb4 does). The asyncio ``connect`` and ``iwarp connect`` honour it
+    (a sans-IO core cannot open connections); ``retry_as_rev1`` decides."""
+
     require_peer_to_peer: bool = False
     """Refuse a Rev 2 frame (with this endpoint at Rev 2) that lacks RFC 6581
     Control Flag A or an RTR type among ``rtr_types``, as irdma does
