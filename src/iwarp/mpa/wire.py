@@ -54,11 +54,6 @@ FPDUPTR_MASK: Final = 0xFFFC
 ZERO_MARKER: Final = bytes(MARKER_SIZE)
 
 
-def marker_bytes(fpduptr: int) -> bytes:
-    """The four octets of a Marker pointing ``fpduptr`` octets back."""
-    return MARKER.pack(0, fpduptr)
-
-
 # --- MULPDU (RFC 5044 §5.3, seed 000 §5.3.2) --------------------------------
 
 
