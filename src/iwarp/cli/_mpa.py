@@ -43,6 +43,15 @@ def _rtr(text: str) -> RtrFlags:
     return flags
 
 
+def _rtr_order(text: str) -> tuple[RtrFlags, ...]:
+    names = [name for name in text.split(",") if name]
+    if not names or len(set(names)) != len(names) or not set(names) <= _RTR_NAMES.keys():
+        raise argparse.ArgumentTypeError(
+            f"an order of distinct RTR types among send, write, read; got {text!r}"
+        )
+    return tuple(_RTR_NAMES[name] for name in names)
+
+
 def add_mpa_options(parser: argparse.ArgumentParser, *, initiator: bool) -> None:
     """The options both commands share (the issue's CLI contract);
     ``--fallback-rev1`` only with ``initiator``."""
@@ -69,6 +78,31 @@ def add_mpa_options(parser: argparse.ArgumentParser, *, initiator: bool) -> None
         default=RtrFlags.WRITE | RtrFlags.READ,
         metavar="TYPES",
         help="RTR types offered/supported, comma separated: send,write,read (default write,read)",
+    )
+    group.add_argument(
+        "--rtr-prefer",
+        type=_rtr_order,
+        default=None,
+        metavar="ORDER",
+        help="Responder: the order in which one RTR type is chosen, e.g. read,write as irdma "
+        "(default write,read,send as siw)",
+    )
+    group.add_argument(
+        "--refuse-markers",
+        action="store_true",
+        help="never send markers: refuse a peer that asks for them (M=1), as siw does",
+    )
+    group.add_argument(
+        "--require-p2p",
+        action="store_true",
+        help="refuse Rev 2 frames without the peer-to-peer bit A and an RTR type we support, "
+        "as irdma does: no Reply, the connection is closed",
+    )
+    group.add_argument(
+        "--refuse-rev0",
+        action="store_true",
+        help="close on a Rev 0 frame without any Reply, as irdma does (default: the RFC 5044 "
+        "Appendix C.2.1 Rev 1 Reply, then close)",
     )
     group.add_argument(
         "--pd-limit",
@@ -168,11 +202,20 @@ def config_from(args: argparse.Namespace) -> MpaConfig:
                 ("--reject", args.reject),
                 ("--p2p", args.p2p),
                 ("--fallback-rev1", args.fallback_rev1),
+                ("--refuse-markers", args.refuse_markers),
+                ("--require-p2p", args.require_p2p),
             )
             if value
         ]
         if given:
             raise ValueError(f"{', '.join(given)} mean nothing with --mpa-mode culley (no frames)")
+    if args.permissive and args.refuse_rev0:
+        raise ValueError("--permissive (run RDMAC mode) and --refuse-rev0 exclude each other")
+    rev0_profile = Rev0Profile.NON_PERMISSIVE
+    if args.permissive:
+        rev0_profile = Rev0Profile.PERMISSIVE
+    elif args.refuse_rev0:
+        rev0_profile = Rev0Profile.REFUSE
     config = MpaConfig(
         revision=args.mpa_rev,
         markers=args.markers,
@@ -183,8 +226,12 @@ def config_from(args: argparse.Namespace) -> MpaConfig:
         peer_to_peer=args.p2p,
         rtr_types=args.rtr,
         private_data_limit=args.pd_limit,
-        rev0_profile=Rev0Profile.PERMISSIVE if args.permissive else Rev0Profile.NON_PERMISSIVE,
+        rev0_profile=rev0_profile,
+        refuse_markers=args.refuse_markers,
+        require_peer_to_peer=args.require_p2p,
     )
+    if args.rtr_prefer is not None:
+        config = replace(config, rtr_preference=args.rtr_prefer)
     if args.timeout is None:
         return config
     return replace(
