@@ -7,11 +7,11 @@ their sources, are in the project's research notes on siw, cxgb4 and irdma
 (Linux drivers ``drivers/infiniband/sw/siw``, ``hw/cxgb4/cm.c``, ``hw/irdma/cm.c``)
 and in the siw guest's recordings; docs/interop.md sums them up.
 
-Some behaviours are not configuration an ``MpaConfig`` can hold (refusing a
-peer that asks for markers, refusing Rev 2 frames without the peer-to-peer
-bit, retrying with Rev 1 after a reset); :data:`NOT_EXPRESSIBLE` lists them per
-profile, and :func:`cli_options` turns a profile into ``iwarp listen``/``connect``
-options for the parts the command line can express.
+Refusing a peer that asks for markers (siw), refusing Rev 2 frames without the
+peer-to-peer bit and Rev 0 frames (irdma) and retrying with Rev 1 after a reset
+(cxgb4) are ``MpaConfig`` knobs; what no configuration holds (Terminate quirks,
+a reset instead of a Reject) is listed per profile in :data:`NOT_EXPRESSIBLE`.
+:func:`cli_options` turns a profile into ``iwarp listen``/``connect`` options.
 """
 
 from __future__ import annotations
@@ -31,13 +31,16 @@ def siw() -> MpaConfig:
     """Linux soft-iWARP 6.1 as shipped (``siw_main.c``, ``siw_cm.c``).
 
     Rev 2 with RFC 6581 data; does not ask for CRC but uses it when the peer
-    does; private data <= 256; peer-to-peer off as Initiator, and as Responder
-    supports Write and Read RTRs, preferring Write; IRD/ORD up to 128; waits
-    10 s for a Reply and 5 s for a Request.
+    does; never sends markers (a Request with M=1 gets a Reject, a Reply with
+    M=1 ends the attempt); private data <= 256; peer-to-peer off as Initiator,
+    and as Responder supports Write and Read RTRs, preferring Write (and
+    proposing Write when A comes with no type it supports); IRD/ORD up to 128;
+    waits 10 s for a Reply and 5 s for a Request.
     """
     return MpaConfig(
         revision=Revision.REV2,
         markers=False,
+        refuse_markers=True,
         crc=False,
         private_data_limit=LINUX_PRIVATE_DATA,
         ird=128,
@@ -55,8 +58,9 @@ def cxgb4() -> MpaConfig:
 
     ``crc_enabled=1``: always sets C, so CRC is on for every connection;
     ``peer2peer=1`` with ``p2p_type`` Read: one RTR type, offered alone and the
-    only one accepted; private data <= 256; ORD/IRD up to 32
-    (``c4iw_max_read_depth``); ``ep_timeout_secs=60``.
+    only one accepted (a Reply choosing another type is error 7, answered by a
+    Terminate); a Rev 2 Request met by a reset is retried with Rev 1; private
+    data <= 256; ORD/IRD up to 32 (``c4iw_max_read_depth``); ``ep_timeout_secs=60``.
     """
     return MpaConfig(
         revision=Revision.REV2,
@@ -68,6 +72,7 @@ def cxgb4() -> MpaConfig:
         peer_to_peer=True,
         rtr_types=RtrFlags.READ,
         rtr_preference=(RtrFlags.READ,),
+        rev1_fallback=True,
         request_timeout=60.0,
         reply_timeout=60.0,
     )
@@ -77,14 +82,16 @@ def irdma() -> MpaConfig:
     """Intel E800/X722 (``irdma``).
 
     Always sets C; Rev 2 frames always carry the peer-to-peer bit, offering Write
-    and Read RTR, and as Responder it picks Read when offered; Rev 0 is refused
-    (the non-permissive profile); private data <= 512.
+    and Read RTR, and as Responder it picks Read when offered; a Rev 2 frame
+    without A or without a Write/Read RTR bit (-EOPNOTSUPP) and any Rev 0 frame
+    are refused with no Reply, the connection reset; private data <= 512.
     """
     return MpaConfig(
         revision=Revision.REV2,
         markers=False,
         crc=True,
-        rev0_profile=Rev0Profile.NON_PERMISSIVE,
+        rev0_profile=Rev0Profile.REFUSE,
+        require_peer_to_peer=True,
         private_data_limit=512,
         peer_to_peer=True,
         rtr_types=RtrFlags.WRITE | RtrFlags.READ,
@@ -115,28 +122,26 @@ PROFILES: Final[dict[str, Callable[[], MpaConfig]]] = {
 #: Behaviours of each peer that an MpaConfig cannot express today.
 NOT_EXPRESSIBLE: Final[dict[str, tuple[str, ...]]] = {
     "siw": (
-        "refuses a Request with M=1 (Reply R=1) and a Reply with M=1 (closes): no knob to "
-        "refuse markers instead of sending them",
-        "as Responder with A set but no RTR type it proposes Write",
+        "its Reply echoes the Request's flag byte and Rev (reserved bits included), and a "
+        "refused Rev 0 Request is closed without a Reply",
         "its Terminate has Layer and EType swapped (x86 bitfields); RTRs use STag 1",
     ),
     "cxgb4": (
-        "retries with Rev 1 after a TCP reset of its Rev 2 attempt (asyncio connect's "
-        "fallback_to_rev1 / iwarp connect --fallback-rev1, not a config knob)",
-        "answers a refused connection with a reset, not an R=1 Reply",
+        "answers a refused connection with a reset, not an R=1 Reply (with mpa_rev 0)",
         "its Reply advertises the global p2p_type even when it recorded Write",
     ),
     "irdma": (
-        "refuses Rev 2 frames without the peer-to-peer bit (-EOPNOTSUPP): no knob to "
-        "require peer-to-peer from the peer",
-        "refuses a peer ORD above its IRD instead of clamping",
+        "as Initiator, a Responder ORD above its IRD resets the connection before it is "
+        "established (iwarp reports error 6 after ConnectionEstablished)",
+        "its Reject is sent with FIN; it retransmits MPA frames itself (own CM TCP)",
     ),
     "rfc": (),
 }
 
 
 def cli_options(config: MpaConfig) -> list[str]:
-    """``iwarp listen``/``connect`` options that set what ``config`` holds (where the CLI can)."""
+    """``iwarp listen``/``connect`` options that set what ``config`` holds (where the CLI can:
+    not the timeouts, nor ``rev1_fallback``, which only ``connect`` has)."""
     opts = ["--mpa-rev", str(int(config.revision))]
     if config.markers:
         opts.append("--markers")
@@ -144,10 +149,20 @@ def cli_options(config: MpaConfig) -> list[str]:
         opts.append("--no-crc")
     if config.crc_required:
         opts.append("--crc-required")
+    if config.refuse_markers:
+        opts.append("--refuse-markers")
+    if config.require_peer_to_peer:
+        opts.append("--require-p2p")
+    if config.rev0_profile is Rev0Profile.REFUSE:
+        opts.append("--refuse-rev0")
+    elif config.rev0_profile is Rev0Profile.PERMISSIVE:
+        opts.append("--permissive")
     opts += ["--ird", str(config.ird), "--ord", str(config.ord)]
     opts += ["--pd-limit", str(config.private_data_limit)]
     if config.peer_to_peer:
         opts.append("--p2p")
     names = {RtrFlags.SEND: "send", RtrFlags.WRITE: "write", RtrFlags.READ: "read"}
     opts += ["--rtr", ",".join(name for flag, name in names.items() if flag in config.rtr_types)]
+    opts += ["--rtr-prefer", ",".join(names[flag] for flag in config.rtr_preference)]
+    # rev1_fallback is an Initiator's retry: ``iwarp connect --fallback-rev1``.
     return opts
