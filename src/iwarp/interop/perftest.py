@@ -28,10 +28,16 @@ report the client receives is its own) and plays the test's data phase:
 
 * ``write_bw``, ``read_bw``, ``read_lat``: nothing to do, the client's Writes
   and Reads are placed and answered by the RDMAP stack;
-* ``send_bw``: a pool of posted receives, consumed as Sends arrive;
+* ``send_bw``: a pool of posted receives, consumed as Sends arrive; on
+  iWARP (no receiver-not-ready retry) ib_send_bw uses *credits*: both key
+  messages name a 4-octet credit word instead of the data buffer, and the
+  receiver RDMA Writes its count of received Sends there every third of its
+  receive depth; the sender stops one depth ahead of the last credit;
 * ``send_lat``: each Send received is answered with a Send of ``size``;
-* ``write_lat``: each Write of the client (its last octet counts 1, 2, ...)
-  is answered with a Write of ``size`` octets whose last octet counts too.
+* ``write_lat``: the *server* Writes first (``size`` octets, the last one
+  counting 1, 2, ...), then waits for the client's Write with the same count
+  in its own buffer; so this needs siw's peer-to-peer build (an MPA
+  Responder may not send first, RFC 5044 §7.1.2).
 """
 
 from __future__ import annotations
@@ -63,6 +69,17 @@ DEST_SIZE: Final = _DEST.size
 REGION_BASE: Final = 0x7F00_0000_0000
 #: Receives posted on each connection (the client keeps up to ``-t`` 128 Sends in flight).
 RECEIVE_POOL: Final = 512
+
+
+_COLUMN: Final = re.compile(r"#\w+|[^\s#\[\]][^#\[\]]*?\[[^\]]*\]")
+
+
+#: perftest's receive depth for Send tests (``DEF_RX_SEND``).
+DEFAULT_RX_DEPTH: Final = 512
+#: ib_send_bw's credit on iWARP (no receiver-not-ready retry there): the count of
+#: Sends received, written by the receiver as a host-order (x86: little-endian)
+#: uint32 into the sender's credit word, named by the sender's key message.
+CREDIT: Final = struct.Struct("<I")
 
 
 class PerftestError(RemoteProtocolError):
@@ -127,6 +144,16 @@ class PerftestResult:
     @property
     def ok(self) -> bool:
         return not self.errors and self.channel_messages > 0 and self.data_connections > 0
+
+
+def receive_depth(iterations: int) -> int:
+    """perftest's receive queue depth for a Send test: 512, or ``-n`` when smaller."""
+    return max(1, min(iterations, DEFAULT_RX_DEPTH))
+
+
+def credit_interval(iterations: int) -> int:
+    """How many Sends the receiver takes between two credit Writes (a third of its depth)."""
+    return max(1, receive_depth(iterations) // 3)
 
 
 def answer(message: bytes, mine: PingpongDest) -> bytes:
@@ -197,13 +224,24 @@ async def perftest_server(
     async def data(qp: QueuePair) -> None:
         result.data_connections += 1
         try:
-            if test in ("send_bw", "send_lat"):
+            if test == "send_bw":
+                every = credit_interval(iterations)
+                window = receive_depth(iterations)
+                while True:
+                    await qp.receive()
+                    result.data_messages += 1
+                    if result.data_messages % window % every == 0:
+                        # The client stops a window short of its receiver's depth
+                        # until told how many Sends were received.
+                        theirs = result.keys[-1]
+                        credit = CREDIT.pack(result.data_messages & 0xFFFFFFFF)
+                        await qp.rdma_write(credit, theirs.rkey, theirs.vaddr)
+            elif test == "send_lat":
                 reply = bytes(size)
                 while True:
                     await qp.receive()
                     result.data_messages += 1
-                    if test == "send_lat":
-                        await qp.send(reply)
+                    await qp.send(reply)
             elif test == "write_lat":
                 await _write_pingpong(qp, buffer, size, iterations, result)
             await qp.closed
@@ -253,20 +291,25 @@ async def perftest_server(
 async def _write_pingpong(
     qp: QueuePair, buffer: bytearray, size: int, iterations: int, result: PerftestResult
 ) -> None:
-    """ib_write_lat's server: wait for Write n (last octet n), answer with Write n."""
+    """ib_write_lat's server: Write n (last octet n), then wait for the client's Write n.
+
+    perftest's server Writes first; an MPA Responder may not send before the
+    Initiator's first FPDU (RFC 5044 §7.1.2), so this needs a peer-to-peer
+    Initiator (siw's p2p build: its RTR comes first).
+    """
     # The client Writes at our vaddr (the region's start); its last octet counts.
     poll = size - 1
     reply = bytearray(size)
     for n in range(1, iterations + 1):
         expected = n & 0xFF
+        theirs = result.keys[-1]
+        reply[-1] = expected
+        await qp.rdma_write(bytes(reply), theirs.rkey, theirs.vaddr)
         # No completion exists for an inbound Write (RFC 5040 §5.1): poll the octet.
         while buffer[poll] != expected:
             if qp.closed.done():
                 return
             await asyncio.sleep(0.0002)
-        theirs = result.keys[-1]
-        reply[-1] = expected
-        await qp.rdma_write(bytes(reply), theirs.rkey, theirs.vaddr)
         result.data_messages += 1
 
 
@@ -281,7 +324,9 @@ def parse_report(output: str) -> dict[str, float] | None:
     for i, line in enumerate(lines):
         if "#bytes" not in line:
             continue
-        names = [n.strip() for n in re.split(r"\s{2,}", line.strip()) if n.strip()]
+        # Names are "#word" or end with a bracketed unit ("BW peak[MB/sec]",
+        # "99% percentile[usec]"); some are one space apart.
+        names = _COLUMN.findall(line)
         for row in lines[i + 1 :]:
             cells = row.split()
             if not cells:
@@ -289,9 +334,9 @@ def parse_report(output: str) -> dict[str, float] | None:
             try:
                 values = [float(c) for c in cells]
             except ValueError:
-                break
+                return None
             if len(values) < len(names):
-                break
+                return None
             return dict(zip(names, values, strict=False))
         return None
     return None
