@@ -93,10 +93,21 @@ def test_walk_receiver_and_decoder_agree(
         for e in analysis.records()
         if isinstance(e, ErrorRecord) and e.direction == "initiator" and e.code in (2, 3)
     ]
-    assert (walk[0] if walk else None) == expected
     replay = analysis.connections[0].directions[0].receiver
     assert replay is not None
     got = None if replay.error is None else (int(replay.error.mpa_code), replay.error.stream_offset)
+    if expected is None and decoder.buffered:
+        # The decoder waits inside an unfinished FPDU (a damaged length can
+        # claim more than was sent). The analyzer knows the capture ended, so
+        # it may check the markers that FPDU would hold: any error it reports
+        # must be a marker error at or after that FPDU's start.
+        unfinished = (decoder.position - decoder.buffered) & 0xFFFFFFFF
+        for code, seq in walk[:1] + ([got] if got else []):
+            assert code == 3
+            assert seq is not None
+            assert (seq - unfinished) & 0xFFFFFFFF < 1 << 31
+        return
+    assert (walk[0] if walk else None) == expected
     if expected is None and got is None and where is not None:
         return  # damage only an FPDU-less tail or undetectable (no CRC, no marker)
     assert got == expected

@@ -136,7 +136,8 @@ Decider = Callable[[RequestReceived], "Accept | Reject"]
 FailureHook = Callable[[IwarpError, object], None]
 
 
-def _tcp_emss(transport: asyncio.BaseTransport) -> int:
+def tcp_emss(transport: asyncio.BaseTransport) -> int:
+    """Turn Nagle off (RFC 5044 §5.3) and read the EMSS MULPDU is sized from."""
     sock = transport.get_extra_info("socket")
     if sock is None:
         return DEFAULT_EMSS
@@ -190,7 +191,7 @@ class _MpaProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.emss = _tcp_emss(transport)
+        self.emss = tcp_emss(transport)
         self.conn.set_emss(self.emss)
         self.made.set_result(None)
         if self._role is None:

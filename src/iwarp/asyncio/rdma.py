@@ -37,10 +37,9 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.mpa import Accept, Decider, FailureHook, Reject
+from iwarp.asyncio.mpa import Accept, Decider, FailureHook, Reject, tcp_emss
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.connection import DEFAULT_EMSS
 from iwarp.mpa.events import (
     ConnectionClosed,
     ConnectionEstablished,
@@ -184,18 +183,6 @@ def _unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:
             return rest
         sent -= size
     return []
-
-
-def _tcp_emss(transport: asyncio.BaseTransport) -> int:
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return DEFAULT_EMSS
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        emss = int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
-    except (OSError, AttributeError):
-        return DEFAULT_EMSS
-    return emss if emss > 0 else DEFAULT_EMSS
 
 
 Setup = Callable[["QueuePair"], None]
@@ -432,7 +419,7 @@ class QueuePair(asyncio.BufferedProtocol):
             self.config,
             private_data=self._private_data,
             now=self._loop.time(),
-            emss=_tcp_emss(transport),
+            emss=tcp_emss(transport),
             on_stream=self._on_stream,
         )
         self._flush()
