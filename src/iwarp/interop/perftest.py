@@ -74,6 +74,9 @@ RECEIVE_POOL: Final = 512
 _COLUMN: Final = re.compile(r"#\w+|[^\s#\[\]][^#\[\]]*?\[[^\]]*\]")
 
 
+#: ib_write_lat's key messages before its test: two around the data connection's
+#: setup, three after its buffers are set up, one "after moving the QP to RTR".
+WRITE_LAT_KEYS_BEFORE_TEST: Final = 6
 #: perftest's receive depth for Send tests (``DEF_RX_SEND``).
 DEFAULT_RX_DEPTH: Final = 512
 #: ib_send_bw's credit on iWARP (no receiver-not-ready retry there): the count of
@@ -192,6 +195,7 @@ async def perftest_server(
         qpn=1, psn=random.getrandbits(24), rkey=region.stag, vaddr=REGION_BASE, gid_index=-1
     )
     channel_done = asyncio.Event()
+    keys_done = asyncio.Event()
     data_tasks: list[asyncio.Task[None]] = []
     order = 0
 
@@ -214,6 +218,8 @@ async def perftest_server(
                         gid_index=theirs.gid_index,
                     )
                 await qp.send(answer(message, mine))
+                if len(result.keys) == WRITE_LAT_KEYS_BEFORE_TEST:
+                    keys_done.set()
         except ConnectionTerminatedError:
             pass
         except (IwarpError, OSError) as exc:
@@ -243,6 +249,8 @@ async def perftest_server(
                     result.data_messages += 1
                     await qp.send(reply)
             elif test == "write_lat":
+                # The client's buffer is named by its later key messages.
+                await keys_done.wait()
                 await _write_pingpong(qp, buffer, size, iterations, result)
             await qp.closed
         except ConnectionTerminatedError:
