@@ -136,6 +136,25 @@ def test_reports_parse() -> None:
     assert parse_report(BW_OUTPUT.split("\n 4096", maxsplit=1)[0] + "\n Killed\n") is None
 
 
+def test_case_judge_needs_exit_0_and_finite_numbers() -> None:
+    from iwarp.interop.cases import perftest_measured
+    from iwarp.interop.host import ProcResult
+    from iwarp.interop.suite import Run
+    from iwarp.interop.vm import JobResult
+
+    iwarp = ProcResult(0, '{"type": "summary"}', 1.0)
+    ok, why = perftest_measured(Run(guest=JobResult(0, LAT_OUTPUT, 5.0), iwarp=iwarp))
+    assert ok and "latency typical 595.07 us" in why
+    no_table = perftest_measured(Run(guest=JobResult(0, "done\n", 5.0), iwarp=iwarp))
+    assert no_table == (False, "perftest exit 0 but printed no result table")
+    killed = perftest_measured(Run(guest=JobResult(137, BW_OUTPUT, 5.0), iwarp=iwarp))
+    assert not killed[0] and "guest exit 137" in killed[1]
+    iwarp_failed = ProcResult(1, '{"errors": ["x"]}', 1.0)
+    assert not perftest_measured(Run(guest=JobResult(0, BW_OUTPUT, 5.0), iwarp=iwarp_failed))[0]
+    inf = LAT_OUTPUT.replace("595.07", "inf")
+    assert not perftest_measured(Run(guest=JobResult(0, inf, 5.0), iwarp=iwarp))[0]
+
+
 # -- the server over loopback, against a perftest-shaped client ----------------------------
 
 
