@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from iwarp.interop.guest import VARIANTS, GuestBuilder, GuestBuildError, GuestImage, cache_root
+from iwarp.interop.perftest import CLIENT_TESTS as PERFTEST_CLIENT_TESTS
 from iwarp.interop.perftest import TESTS as PERFTEST_TESTS
 from iwarp.mpa.config import MpaConfig
 
@@ -74,6 +75,7 @@ def register(sub: Any) -> None:
         description="iwarp peers for librdmacm examples (see iwarp.interop.peers).",
     )
     perftest = tuple(f"perftest-{t.replace('_', '-')}" for t in PERFTEST_TESTS)
+    perftest += tuple(f"perftest-{t.replace('_', '-')}-client" for t in PERFTEST_CLIENT_TESTS)
     peer.add_argument(
         "peer", choices=("ucmatose-server", "ucmatose-client", "echo-server", *perftest)
     )
@@ -253,25 +255,28 @@ def run_peer(args: argparse.Namespace) -> int:
 
 
 def _run_perftest_peer(args: argparse.Namespace, config: MpaConfig) -> int:
-    """``iwarp interop peer perftest-write-bw`` etc.: serve one perftest ``-R`` client."""
+    """``iwarp interop peer perftest-write-bw[-client]``: perftest -R's server or client side."""
     import asyncio
     import json
 
-    from iwarp.interop.perftest import perftest_server
+    from iwarp.interop.perftest import perftest_client, perftest_server
 
-    test = args.peer.removeprefix("perftest-").replace("-", "_")
-    result = asyncio.run(
-        perftest_server(
-            args.host,
-            args.port,
-            test=test,
-            size=args.octets,
-            iterations=args.iterations,
-            config=config,
-            timeout=args.timeout,
-        )
-    )
-    summary = {
+    name = args.peer.removeprefix("perftest-")
+    client = name.endswith("-client")
+    test = name.removesuffix("-client").replace("-", "_")
+    common = {
+        "test": test,
+        "size": args.octets,
+        "iterations": args.iterations,
+        "config": config,
+        "timeout": args.timeout,
+    }
+    bandwidth = None
+    if client:
+        result, bandwidth = asyncio.run(perftest_client(args.host, args.port, **common))
+    else:
+        result = asyncio.run(perftest_server(args.host, args.port, **common))
+    summary: dict[str, Any] = {
         "type": "summary",
         "peer": args.peer,
         "channel_messages": result.channel_messages,
@@ -280,5 +285,7 @@ def _run_perftest_peer(args: argparse.Namespace, config: MpaConfig) -> int:
         "data_messages": result.data_messages,
         "errors": result.errors[:10],
     }
+    if bandwidth is not None:
+        summary["bw_average_mib_s"] = round(bandwidth, 3)
     print(json.dumps(summary), flush=True)
     return 0 if result.ok else 1

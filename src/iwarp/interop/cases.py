@@ -489,6 +489,28 @@ def _rdmacm_cases() -> list[Case]:
                 timeout=120,
             )
         )
+    opts = f"-R -d siw0 -F -n {PERFTEST_ITERS} -s 4096"
+    cases.append(
+        Case(
+            "perftest/ib_write_bw/siw-server",
+            "ib_write_bw",
+            D.IWARP_TO_SIW,
+            f"ib_write_bw {opts} (server on siw) against iwarp interop peer "
+            "perftest-write-bw-client; the table is iwarp's measurement, printed by perftest",
+            perftest_measured,
+            guest_cmd=f"ib_write_bw {opts} -p {{guest_port}}",
+            iwarp_args=_peer(
+                "perftest-write-bw-client",
+                "{host_port}",
+                "-s",
+                "4096",
+                "-n",
+                str(PERFTEST_ITERS),
+            ),
+            needs=(Need("interop", ("peer",)),),
+            timeout=120,
+        )
+    )
     return cases
 
 

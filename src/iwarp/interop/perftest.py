@@ -44,14 +44,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import random
 import re
 import struct
+import termios
+import time
 from dataclasses import dataclass, field
 from typing import Final
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.rdma import ConnectionTerminatedError, QueuePair, serve
+from iwarp.asyncio.rdma import ConnectionTerminatedError, QueuePair, connect, serve
 from iwarp.errors import IwarpError, RemoteProtocolError
 from iwarp.mpa.config import MpaConfig
 from iwarp.rdmap.memory import Access, ProtectionDomain
@@ -369,3 +372,146 @@ def summarize(report: dict[str, float]) -> str:
             f"max {report.get('t_max[usec]', 0.0):.2f} us"
         )
     return head + ": " + ", ".join(f"{k} {v:g}" for k, v in report.items())
+
+
+#: The version iwarp's client announces (perftest 4.5's own is 6.06; the server
+#: refuses anything below 5.70 and picks message formats by it).
+CLIENT_VERSION: Final = b"6.06"
+#: Tests :func:`perftest_client` plays.
+CLIENT_TESTS: Final = ("write_bw",)
+# xchg_bw_reports: size and iterations as uint64, then peak, average and
+# message rate as IEEE doubles, all big-endian (hton_long / hton_double).
+_U64: Final = struct.Struct(">Q")
+_DOUBLE: Final = struct.Struct(">d")
+_INT: Final = struct.Struct(">i")
+
+
+async def _exchange(channel: QueuePair, message: bytes, timeout: float) -> bytes:
+    """One lockstep exchange on perftest's channel: the client Sends, the server answers."""
+    await channel.send(message)
+    return await asyncio.wait_for(channel.receive(), timeout)
+
+
+async def perftest_client(
+    host: str,
+    port: int,
+    *,
+    test: str,
+    size: int,
+    iterations: int,
+    config: MpaConfig | None = None,
+    timeout: float = 120.0,
+) -> tuple[PerftestResult, float]:
+    """Play perftest's ``-R`` client against a perftest server; return what it saw and MB/s.
+
+    The bandwidth (MiB/s, perftest's "MB/sec") is measured here and sent in the
+    report the server prints.
+    """
+    if test not in CLIENT_TESTS:
+        raise ValueError(f"perftest client plays only {', '.join(CLIENT_TESTS)}")
+    result = PerftestResult(test)
+    pd = ProtectionDomain()
+    buffer = bytearray(max(size, 4096))
+    region = pd.register(buffer, Access.LOCAL_WRITE | Access.REMOTE_WRITE, address=REGION_BASE)
+    mine = PingpongDest(qpn=1, psn=random.getrandbits(24), rkey=region.stag, vaddr=REGION_BASE)
+    # siw as Responder may miss an FPDU right after its Reply (see iwarp.asyncio.rdma.connect).
+    delay = 0.5
+    channel = await connect(
+        host, port, config=config, receive_buffers=2, receive_size=64, first_send_delay=delay
+    )
+    data: QueuePair | None = None
+    bandwidth = 0.0
+    step = min(timeout, 30.0)
+    try:
+        version = await _exchange(channel, CLIENT_VERSION.ljust(16, b"\0"), step)
+        theirs_version = version.split(b"\0", 1)[0].decode("ascii", "replace")
+        result.channel_messages += 1
+        if _version(theirs_version) < 5.70:
+            raise PerftestError(f"perftest server version {theirs_version!r} is below 5.70")
+        for word in (_INT.pack(4096), _INT.pack(64), b"3\0"):  # page, cache line, MTU (1024)
+            await _exchange(channel, word, step)
+            result.channel_messages += 1
+
+        async def key() -> PingpongDest:
+            theirs = PingpongDest.unpack_from(await _exchange(channel, mine.pack(), step))
+            result.channel_messages += 1
+            result.keys.append(theirs)
+            return theirs
+
+        await key()
+        # The server listens for the data connection only after answering that key.
+        data = await _connect_retrying(host, port, pd, config, delay)
+        result.data_connections += 1
+        for _ in range(4):
+            theirs = await key()
+        payload = bytes(size)
+        # A warm-up Write, as perftest's own: it also waits out first_send_delay.
+        await data.rdma_write(payload, theirs.rkey, theirs.vaddr)
+        started = time.perf_counter()
+        for _ in range(iterations):
+            await data.rdma_write(payload, theirs.rkey, theirs.vaddr)
+            result.data_messages += 1
+        await data.flush()
+        # A Write completes when TCP has it (as on siw): count until the peer
+        # acknowledged every octet, not until the socket buffer took them.
+        await _drained(data, step)
+        seconds = max(time.perf_counter() - started, 1e-9)
+        bandwidth = size * iterations / seconds / (1 << 20)
+        rate = iterations / seconds / 1e6
+        await key()  # the client is done
+        report = (
+            _U64.pack(size),
+            _U64.pack(iterations),
+            _DOUBLE.pack(bandwidth),
+            _DOUBLE.pack(bandwidth),
+            _DOUBLE.pack(rate),
+        )
+        for word in report:
+            await _exchange(channel, word, step)
+            result.channel_messages += 1
+        await key()  # ctx_close_connection
+    except (IwarpError, OSError, TimeoutError) as exc:
+        result.errors.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        for qp in (data, channel):
+            if qp is not None:
+                with contextlib.suppress(IwarpError, OSError, TimeoutError):
+                    await asyncio.wait_for(qp.close(), 5.0)
+    return result, bandwidth
+
+
+async def _drained(qp: QueuePair, timeout: float) -> None:
+    """Wait until the connection's TCP send queue is empty (all octets acknowledged)."""
+    sock = None if qp.transport is None else qp.transport.get_extra_info("socket")
+    if sock is None:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            unacked = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))
+        except OSError:
+            return
+        if unacked[0] == 0:
+            return
+        await asyncio.sleep(0.0005)
+
+
+async def _connect_retrying(
+    host: str, port: int, pd: ProtectionDomain, config: MpaConfig | None, delay: float
+) -> QueuePair:
+    """The data connection; perftest's own client retries it too (10 times, 100 ms apart)."""
+    for attempt in range(10):
+        try:
+            return await connect(host, port, pd=pd, config=config, first_send_delay=delay)
+        except (IwarpError, OSError):
+            if attempt == 9:
+                raise
+            await asyncio.sleep(0.3)
+    raise AssertionError("unreachable")
+
+
+def _version(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
