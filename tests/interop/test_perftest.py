@@ -256,20 +256,25 @@ def test_send_bw_server_writes_credits() -> None:
     assert credit == 12  # every credit_interval(12) == 4 Sends: 4, 8, 12
 
 
-async def _client_against_server(port: int) -> tuple[PerftestResult, PerftestResult, float]:
+async def _client_against_server(
+    port: int, test: str
+) -> tuple[PerftestResult, PerftestResult, float]:
     server = asyncio.create_task(
-        perftest_server("127.0.0.1", port, test="write_bw", size=1024, iterations=20, timeout=10)
+        perftest_server("127.0.0.1", port, test=test, size=1024, iterations=20, timeout=10)
     )
     await asyncio.sleep(0.2)
     client, bandwidth = await perftest_client(
-        "127.0.0.1", port, test="write_bw", size=1024, iterations=20, timeout=10
+        "127.0.0.1", port, test=test, size=1024, iterations=20, timeout=10
     )
     return client, await server, bandwidth
 
 
-def test_write_bw_client_against_the_server() -> None:
+@pytest.mark.parametrize("test", ["write_bw", "read_bw"])
+def test_bw_client_against_the_server(test: str) -> None:
     """iwarp's perftest client keeps perftest's order: the (echoing) server sees all of it."""
-    client, server, bandwidth = asyncio.run(asyncio.wait_for(_client_against_server(_port()), 20))
+    client, server, bandwidth = asyncio.run(
+        asyncio.wait_for(_client_against_server(_port(), test), 20)
+    )
     assert client.ok and server.ok, (client.errors, server.errors)
     assert client.data_messages == 20 and bandwidth > 0
     # version, 2 sizes, MTU, 7 key messages, 5 report values

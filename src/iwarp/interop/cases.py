@@ -13,6 +13,7 @@ import math
 from typing import Final
 
 from iwarp.interop.host import Need
+from iwarp.interop.perftest import CLIENT_TESTS as PERFTEST_CLIENT_TESTS
 from iwarp.interop.perftest import TESTS as PERFTEST_TESTS
 from iwarp.interop.perftest import parse_report, summarize
 from iwarp.interop.profiles import PROFILES, cli_options
@@ -490,27 +491,22 @@ def _rdmacm_cases() -> list[Case]:
             )
         )
     opts = f"-R -d siw0 -F -n {PERFTEST_ITERS} -s 4096"
-    cases.append(
-        Case(
-            "perftest/ib_write_bw/siw-server",
-            "ib_write_bw",
-            D.IWARP_TO_SIW,
-            f"ib_write_bw {opts} (server on siw) against iwarp interop peer "
-            "perftest-write-bw-client; the table is iwarp's measurement, printed by perftest",
-            perftest_measured,
-            guest_cmd=f"ib_write_bw {opts} -p {{guest_port}}",
-            iwarp_args=_peer(
-                "perftest-write-bw-client",
-                "{host_port}",
-                "-s",
-                "4096",
-                "-n",
-                str(PERFTEST_ITERS),
-            ),
-            needs=(Need("interop", ("peer",)),),
-            timeout=120,
+    for test in PERFTEST_CLIENT_TESTS:
+        peer = f"perftest-{test.replace('_', '-')}-client"
+        cases.append(
+            Case(
+                f"perftest/ib_{test}/siw-server",
+                f"ib_{test}",
+                D.IWARP_TO_SIW,
+                f"ib_{test} {opts} (server on siw) against iwarp interop peer {peer}; "
+                "the table is iwarp's measurement, printed by perftest",
+                perftest_measured,
+                guest_cmd=f"ib_{test} {opts} -p {{guest_port}}",
+                iwarp_args=_peer(peer, "{host_port}", "-s", "4096", "-n", str(PERFTEST_ITERS)),
+                needs=(Need("interop", ("peer",)),),
+                timeout=120,
+            )
         )
-    )
     return cases
 
 

@@ -57,7 +57,8 @@ from iwarp._typing import Buffer
 from iwarp.asyncio.rdma import ConnectionTerminatedError, QueuePair, connect, serve
 from iwarp.errors import IwarpError, RemoteProtocolError
 from iwarp.mpa.config import MpaConfig
-from iwarp.rdmap.memory import Access, ProtectionDomain
+from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
+from iwarp.rdmap.work import Sge
 
 #: The tests whose rdma_cm exchange the server plays (perftest's program names without ``ib_``).
 TESTS: Final = ("send_bw", "write_bw", "read_bw", "send_lat", "write_lat", "read_lat")
@@ -378,7 +379,9 @@ def summarize(report: dict[str, float]) -> str:
 #: refuses anything below 5.70 and picks message formats by it).
 CLIENT_VERSION: Final = b"6.06"
 #: Tests :func:`perftest_client` plays.
-CLIENT_TESTS: Final = ("write_bw",)
+CLIENT_TESTS: Final = ("write_bw", "read_bw")
+#: Reads the client keeps outstanding at most (perftest's -o, bounded by the server's).
+READ_WINDOW: Final = 16
 # xchg_bw_reports: size and iterations as uint64, then peak, average and
 # message rate as IEEE doubles, all big-endian (hton_long / hton_double).
 _U64: Final = struct.Struct(">Q")
@@ -413,7 +416,13 @@ async def perftest_client(
     pd = ProtectionDomain()
     buffer = bytearray(max(size, 4096))
     region = pd.register(buffer, Access.LOCAL_WRITE | Access.REMOTE_WRITE, address=REGION_BASE)
-    mine = PingpongDest(qpn=1, psn=random.getrandbits(24), rkey=region.stag, vaddr=REGION_BASE)
+    mine = PingpongDest(
+        qpn=1,
+        psn=random.getrandbits(24),
+        out_reads=READ_WINDOW,
+        rkey=region.stag,
+        vaddr=REGION_BASE,
+    )
     # siw as Responder may miss an FPDU right after its Reply (see iwarp.asyncio.rdma.connect).
     delay = 0.5
     channel = await connect(
@@ -444,17 +453,7 @@ async def perftest_client(
         result.data_connections += 1
         for _ in range(4):
             theirs = await key()
-        payload = bytes(size)
-        # A warm-up Write, as perftest's own: it also waits out first_send_delay.
-        await data.rdma_write(payload, theirs.rkey, theirs.vaddr)
-        started = time.perf_counter()
-        for _ in range(iterations):
-            await data.rdma_write(payload, theirs.rkey, theirs.vaddr)
-            result.data_messages += 1
-        await data.flush()
-        # A Write completes when TCP has it (as on siw): count until the peer
-        # acknowledged every octet, not until the socket buffer took them.
-        await _drained(data, step)
+        started = await _timed_phase(data, test, theirs, region, size, iterations, result, step)
         seconds = max(time.perf_counter() - started, 1e-9)
         bandwidth = size * iterations / seconds / (1 << 20)
         rate = iterations / seconds / 1e6
@@ -478,6 +477,45 @@ async def perftest_client(
                 with contextlib.suppress(IwarpError, OSError, TimeoutError):
                     await asyncio.wait_for(qp.close(), 5.0)
     return result, bandwidth
+
+
+async def _timed_phase(
+    data: QueuePair,
+    test: str,
+    theirs: PingpongDest,
+    region: MemoryRegion,
+    size: int,
+    iterations: int,
+    result: PerftestResult,
+    step: float,
+) -> float:
+    """One warm-up operation, then ``iterations`` timed ones; returns the start time."""
+    if test == "write_bw":
+        payload = bytes(size)
+        # A warm-up Write, as perftest's own: it also waits out first_send_delay.
+        await data.rdma_write(payload, theirs.rkey, theirs.vaddr)
+        started = time.perf_counter()
+        for _ in range(iterations):
+            await data.rdma_write(payload, theirs.rkey, theirs.vaddr)
+            result.data_messages += 1
+        await data.flush()
+        # A Write completes when TCP has it (as on siw): count until the peer
+        # acknowledged every octet, not until the socket buffer took them.
+        await _drained(data, step)
+        return started
+    sink = Sge(region, 0, size)
+    await data.rdma_read(sink, theirs.rkey, theirs.vaddr)
+    started = time.perf_counter()
+    window = asyncio.Semaphore(max(1, min(theirs.out_reads, READ_WINDOW)))
+
+    async def one() -> None:
+        async with window:
+            await data.rdma_read(sink, theirs.rkey, theirs.vaddr)
+            result.data_messages += 1
+
+    # A Read completes when its Response arrived: no draining needed.
+    await asyncio.gather(*(one() for _ in range(iterations)))
+    return started
 
 
 async def _drained(qp: QueuePair, timeout: float) -> None:
