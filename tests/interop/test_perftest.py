@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from iwarp.asyncio.rdma import QueuePair, connect
+from iwarp.errors import LocalProtocolError
 from iwarp.interop.perftest import (
     CREDIT,
     DEST_SIZE,
@@ -280,7 +281,7 @@ def test_bw_client_against_the_server(test: str) -> None:
     # version, 2 sizes, MTU, 7 key messages, 5 report values
     assert client.channel_messages == server.channel_messages == 16
     assert len(server.keys) == 7 and all(k.vaddr == REGION_BASE for k in client.keys)
-    with pytest.raises(ValueError):
+    with pytest.raises(LocalProtocolError):
         asyncio.run(perftest_client("127.0.0.1", 1, test="send_lat", size=1, iterations=1))
 
 

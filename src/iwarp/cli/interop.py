@@ -71,7 +71,7 @@ def register(sub: Any) -> None:
 
     peer = inner.add_parser(
         "peer",
-        help="play the iwarp side of an rdma-core example (ucmatose, rdma_client)",
+        help="play the iwarp side of an rdma-core example (ucmatose, rdma_client, perftest -R)",
         description="iwarp peers for librdmacm examples (see iwarp.interop.peers).",
     )
     perftest = tuple(f"perftest-{t.replace('_', '-')}" for t in PERFTEST_TESTS)

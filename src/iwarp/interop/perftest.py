@@ -55,7 +55,7 @@ from typing import Final
 
 from iwarp._typing import Buffer
 from iwarp.asyncio.rdma import ConnectionTerminatedError, QueuePair, connect, serve
-from iwarp.errors import IwarpError, RemoteProtocolError
+from iwarp.errors import IwarpError, LocalProtocolError, RemoteProtocolError
 from iwarp.mpa.config import MpaConfig
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Sge
@@ -187,7 +187,7 @@ async def perftest_server(
 ) -> PerftestResult:
     """Serve one perftest ``-R`` client (channel + data connection) until it disconnects."""
     if test not in TESTS:
-        raise ValueError(f"unknown perftest test {test!r}")
+        raise LocalProtocolError(f"unknown perftest test {test!r}")
     result = PerftestResult(test)
     pd = ProtectionDomain()
     # Room for Writes that cycle through perftest's page-sized buffer, or one of -s.
@@ -411,7 +411,7 @@ async def perftest_client(
     report the server prints.
     """
     if test not in CLIENT_TESTS:
-        raise ValueError(f"perftest client plays only {', '.join(CLIENT_TESTS)}")
+        raise LocalProtocolError(f"perftest client plays only {', '.join(CLIENT_TESTS)}")
     result = PerftestResult(test)
     pd = ProtectionDomain()
     buffer = bytearray(max(size, 4096))
