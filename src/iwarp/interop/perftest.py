@@ -38,6 +38,10 @@ report the client receives is its own) and plays the test's data phase:
   counting 1, 2, ...), then waits for the client's Write with the same count
   in its own buffer; so this needs siw's peer-to-peer build (an MPA
   Responder may not send first, RFC 5044 §7.1.2).
+
+:func:`perftest_client` plays the same exchange from the client's side for
+``write_bw`` and ``read_bw`` against perftest's server, measures the
+bandwidth itself and sends it in the report, which perftest's server prints.
 """
 
 from __future__ import annotations
