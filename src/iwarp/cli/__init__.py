@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from iwarp import __version__
 
 #: Subcommand modules, in the order ``iwarp --help`` lists them.
-COMMANDS: tuple[str, ...] = ("demo", "interop", "decode", "vitcp", "listen", "connect", "ping")
+COMMANDS: tuple[str, ...] = ("demo", "listen", "connect", "ping", "decode", "vitcp", "interop")
 
 
 def build_parser() -> argparse.ArgumentParser:
