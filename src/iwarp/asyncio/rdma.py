@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.mpa import Accept, Decider, FailureHook, Reject, tcp_emss
+from iwarp.asyncio.mpa import Accept, Decider, FailureHook, MpaRejectedError, Reject, tcp_emss
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import (
@@ -118,13 +118,13 @@ class ConnectionTerminatedError(LocalProtocolError):
     posted or received any more. The message says why."""
 
 
-class ConnectionRejectedError(LocalProtocolError):
+class ConnectionRejectedError(MpaRejectedError):
     """MPA startup ended in a reject (R=1 from the peer, or a local policy
-    or ``decide`` refused); ``event`` has the frame and its private data."""
+    or ``decide`` refused); ``event`` has the frame and its private data.
 
-    def __init__(self, event: ConnectionRejected) -> None:
-        super().__init__(f"MPA connection rejected: {event.reason}")
-        self.event = event
+    The same error as the MPA adapter's: a reject is neither API misuse nor
+    a protocol violation.
+    """
 
 
 class CompletionQueue:

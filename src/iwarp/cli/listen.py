@@ -122,7 +122,7 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
         return Accept(args.private_data)
 
     def on_failure(error: IwarpError, peer: object) -> None:
-        if isinstance(error, (MpaRejectedError, rdma.ConnectionRejectedError)):
+        if isinstance(error, MpaRejectedError):
             out.emit({"type": "rejected", "peer": _peer(peer), "reason": error.event.reason})
         else:
             state["errors"] += 1
