@@ -89,7 +89,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     listen.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     listen.add_argument("--port", type=int, required=True, help="TCP port (0 picks one)")
     listen.add_argument(
-        "--count", type=int, default=1, help="connections to serve, 0 = forever (default 1)"
+        "--count",
+        type=int,
+        default=1,
+        help="serve connections until this many messages were received in total, "
+        "as iwarp listen does; 0 = forever (default 1)",
     )
     listen.add_argument(
         "--max-size",
@@ -253,11 +257,10 @@ async def _listen(args: argparse.Namespace) -> int:
     else:
         print(json.dumps({"type": "listening", "host": listener.host, "port": listener.port}))
         sys.stdout.flush()
-    served = 0
+    received = 0  # messages (Sends, Writes, Reads served) over all connections
     status = 0
     try:
-        while args.count <= 0 or served < args.count:
-            served += 1
+        while args.count <= 0 or received < args.count:
             try:
                 endpoint = await listener.accept(config.discriminator, keep_posted=DESCRIPTORS)
             except VitcpRejectedError:
@@ -268,6 +271,7 @@ async def _listen(args: argparse.Namespace) -> int:
                 _print({"type": "summary", **rejected}, args.json)
                 continue
             summary = await _serve_one(endpoint, args.max_size)
+            received += summary["messages"]
             summary["type"] = "summary"
             _print(summary, args.json)
             if summary["status"] != "ok":
