@@ -35,6 +35,14 @@ def _server(*flags: str) -> tuple[subprocess.Popen[str], int]:
     return proc, int(line.split()[-1])
 
 
+def _client(port: int, *flags: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``iwarp ping -c`` against 127.0.0.1:port to completion."""
+    argv = [sys.executable, "-m", "iwarp", "ping", "-c", "-a", "127.0.0.1", "-p", str(port)]
+    return subprocess.run(
+        [*argv, *flags], check=False, capture_output=True, text=True, timeout=timeout
+    )
+
+
 @pytest.mark.parametrize(
     "flags",
     [(), ("--no-crc",), ("--markers",), ("--p2p", "write"), ("--p2p", "read"), ("--rev", "1")],
@@ -42,32 +50,10 @@ def _server(*flags: str) -> tuple[subprocess.Popen[str], int]:
 def test_ping_client_and_server(flags: tuple[str, ...]) -> None:
     server, port = _server()
     try:
-        client = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "iwarp",
-                "ping",
-                "-c",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "-C",
-                "4",
-                "-S",
-                "40",
-                "-V",
-                "-v",
-                "--delay",
-                "0",
-                "--timeout",
-                "30",
-                *flags,
-            ],
-            check=False,
-            capture_output=True,
-            text=True,
+        client = _client(
+            port,
+            *("-C", "4", "-S", "40", "-V", "-v", "--delay", "0", "--timeout", "30"),
+            *flags,
             timeout=60,
         )
         out, err = server.communicate(timeout=30)
@@ -91,25 +77,5 @@ def test_ping_client_fails_without_a_server() -> None:
     server, port = _server()
     server.kill()
     server.wait()
-    client = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "iwarp",
-            "ping",
-            "-c",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-C",
-            "1",
-            "--timeout",
-            "10",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    client = _client(port, "-C", "1", "--timeout", "10", timeout=30)
     assert client.returncode == 1 and "iwarp ping:" in client.stderr
