@@ -1,6 +1,7 @@
 """Octets Linux siw really sent, decoded by ``iwarp decode``.
 
-The interop evidence in ``shared/tools/siw-vm/evidence/`` records, for each
+The interop evidence in ``tests/data/siw/`` (copied from the siw-vm
+recording tool's evidence folder) records, for each
 experiment with siw in a qemu guest, every chunk read from and written to
 the guest, and siw's FPDUs as the recording tool decoded them. Each
 experiment is laid out as a capture (one chunk per TCP segment) and decoded:
@@ -25,8 +26,9 @@ from iwarp.analyze.analyzer import analyze_file
 from iwarp.analyze.records import ErrorRecord, FpduRecord, FrameRecord
 from iwarp.analyze.synth import Direction, TcpCapture
 
-EVIDENCE = Path(__file__).resolve().parents[3] / "shared" / "tools" / "siw-vm" / "evidence"
-FILES = sorted(EVIDENCE.glob("*.json")) if EVIDENCE.is_dir() else []
+#: Copies of the recordings (siw's bytes, not code) so every clone runs these tests.
+EVIDENCE = Path(__file__).resolve().parents[1] / "data" / "siw"
+FILES = sorted(EVIDENCE.glob("*.json"))
 #: Experiments where the host (not siw) broke a rule on purpose: the MPA
 #: error code each of its errors must carry.
 HOST_FAULTS: dict[str, int | None] = {
@@ -34,8 +36,6 @@ HOST_FAULTS: dict[str, int | None] = {
     "a_rev1": None,  # an unenhanced Reply to an enhanced Request (RFC 6581 §10)
     "a_rpingsrv_p2p-nomatch_siw-p2p": 7,  # a peer-to-peer Reply with no RTR type (§9.2)
 }
-
-pytestmark = pytest.mark.skipif(not FILES, reason=f"no siw evidence in {EVIDENCE}")
 
 
 def build(record: dict[str, Any]) -> tuple[TcpCapture, str, list[dict[str, Any]]]:

@@ -1,6 +1,6 @@
 """Replays of siw's recorded frames (siw-vm evidence) against our stack.
 
-The evidence folder holds what Linux siw really sent and what a hand-made
+The evidence folder (``tests/data/siw``) holds what Linux siw really sent and what a hand-made
 peer answered in whole rping exchanges. Here our stack plays that peer with
 the ``iwarp ping`` logic (:mod:`iwarp.rdma.rping`): siw's frames go in, and
 what we send must equal, octet for octet, what siw accepted. Buffers are
@@ -27,18 +27,11 @@ from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import describe_ulpdu
 from iwarp.rdmap.work import Completion, TerminateReceived
 
-EVIDENCE = Path(__file__).resolve().parents[2].parent / "shared/tools/siw-vm/evidence"
-
-pytestmark = pytest.mark.skipif(
-    not EVIDENCE.is_dir(), reason=f"siw-vm evidence not found at {EVIDENCE}"
-)
+EVIDENCE = Path(__file__).resolve().parents[1] / "data" / "siw"
 
 
 def load(name: str) -> dict[str, Any]:
-    path = EVIDENCE / name
-    if not path.exists():
-        pytest.skip(f"{name} not in {EVIDENCE}")
-    data: dict[str, Any] = json.loads(path.read_text())
+    data: dict[str, Any] = json.loads((EVIDENCE / name).read_text())
     return data
 
 
