@@ -43,6 +43,7 @@ from iwarp.ddp.wire import (
     UNTAGGED_HEADER,
     UNTAGGED_HEADER_SIZE,
     VERSION_MASK,
+    fits_to_space,
 )
 
 __all__ = [
@@ -281,7 +282,7 @@ class DdpReceiver(Generic[C]):
                 )
         if length or not (first and last):
             # RFC 5041 §5.2: STag and TO of a zero-length message are not checked.
-            if to + length > 0xFFFFFFFFFFFFFFFF:
+            if not fits_to_space(to, length):
                 raise DdpTaggedError(DdpTaggedCode.TO_WRAP, f"TO {to:#x} + {length} wraps")
             target = self.resolver(stag, to, length, rsvdulp, first)
             if length:

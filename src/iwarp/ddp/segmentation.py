@@ -17,12 +17,12 @@ from iwarp.ddp.wire import (
     DDP_VERSION,
     LAST_FLAG,
     MAX_MSN,
-    MAX_TO,
     TAGGED_FLAG,
     TAGGED_HEADER,
     TAGGED_HEADER_SIZE,
     UNTAGGED_HEADER,
     UNTAGGED_HEADER_SIZE,
+    fits_to_space,
 )
 from iwarp.errors import LocalProtocolError
 
@@ -58,7 +58,7 @@ def tagged_segments(
     view = memoryview(payload).cast("B")
     room = _check(view, TAGGED_HEADER_SIZE, mulpdu)
     total = len(view)
-    if to + total > MAX_TO + 1:
+    if not fits_to_space(to, total):
         raise LocalProtocolError("the message would wrap the 64-bit Tagged Offset")
     if total <= room:  # one segment (most messages): no generator to run
         ulpdu = bytearray(TAGGED_HEADER_SIZE + total)

@@ -26,6 +26,7 @@ __all__ = [
     "LAST_FLAG",
     "MAX_MSN",
     "MAX_TO",
+    "TO_SPACE",
     "TAGGED_FLAG",
     "TAGGED_HEADER",
     "TAGGED_HEADER_SIZE",
@@ -36,6 +37,7 @@ __all__ = [
     "UntaggedHeader",
     "header_size",
     "is_tagged",
+    "fits_to_space",
     "pack_control",
 ]
 
@@ -56,6 +58,19 @@ DDP_VERSION: Final = 1
 MAX_MSN: Final = 0xFFFFFFFF
 #: Largest Tagged Offset (64-bit, RFC 5041 §4.2).
 MAX_TO: Final = 0xFFFFFFFFFFFFFFFF
+#: Octets in the Tagged Offset space: a buffer may end on its last octet,
+#: MAX_TO, and never wraps to 0 (RFC 5041 §7.1 "Base or Bounds", "TO wrap").
+TO_SPACE: Final = MAX_TO + 1
+
+
+def fits_to_space(to: int, length: int) -> bool:
+    """Whether ``length`` octets at TO ``to`` lie inside the 64-bit TO space.
+
+    The one rule for every check of the TO limit (registration, posting a
+    Write or Read, receiving a tagged segment): the last octet, at
+    ``to + length - 1``, may be :data:`MAX_TO` itself.
+    """
+    return to >= 0 and length >= 0 and to + length <= TO_SPACE
 
 
 def pack_control(*, tagged: bool, last: bool, version: int = DDP_VERSION) -> int:

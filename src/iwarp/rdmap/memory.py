@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import mmap
 from enum import IntEnum, IntFlag
-from typing import Final
 
 from iwarp._typing import Buffer
+from iwarp.ddp.wire import MAX_TO, fits_to_space
 from iwarp.errors import LocalProtocolError
 
 __all__ = ["Access", "AccessFault", "MemoryRegion", "MemoryRegistry", "ProtectionDomain"]
-
-_MAX_TO: Final = 0xFFFFFFFFFFFFFFFF
 
 
 class Access(IntFlag):
@@ -92,7 +90,7 @@ class MemoryRegion:
             return AccessFault.STAG_NOT_ASSOCIATED
         if rights & ~self._bits:
             return AccessFault.ACCESS_RIGHTS
-        if to + length > _MAX_TO + 1:
+        if not fits_to_space(to, length):
             return AccessFault.TO_WRAP
         start = to - self.address
         if start < 0 or start + length > self.length:
@@ -153,7 +151,7 @@ class ProtectionDomain:
         writes = Access.LOCAL_WRITE | Access.REMOTE_WRITE
         if view.readonly and access & writes:
             raise LocalProtocolError("write access needs a writable buffer")
-        if not 0 <= address <= _MAX_TO or address + len(view) > _MAX_TO + 1:
+        if not fits_to_space(address, len(view)) or address > MAX_TO:
             raise LocalProtocolError(f"region at {address:#x} does not fit the 64-bit TO space")
         return self.registry._add(self, view, Access(access), address, stag)
 

@@ -37,6 +37,7 @@ from iwarp.ddp.placement import DdpReceiver, TaggedSegment, UntaggedQueue, Untag
 from iwarp.ddp.segmentation import MAX_MESSAGE, tagged_segments, untagged_segments
 from iwarp.ddp.wire import (
     LAST_FLAG,
+    MAX_TO,
     TAGGED_FLAG,
     TAGGED_HEADER,
     TAGGED_HEADER_SIZE,
@@ -44,6 +45,7 @@ from iwarp.ddp.wire import (
     UNTAGGED_HEADER_SIZE,
     VERSION_MASK,
     QueueNumber,
+    fits_to_space,
 )
 from iwarp.errors import (
     LocalProtocolError,
@@ -108,11 +110,10 @@ _NO_RTR = RtrFlags(0)
 _TERMINATE_MAX = TERMINATE_CONTROL_SIZE + 2 + UNTAGGED_HEADER_SIZE + READ_REQUEST_SIZE
 #: Room for the Terminate we receive (a little more, for peers that pad).
 _TERMINATE_BUFFER = 128
-_MAX_TO = 0xFFFFFFFFFFFFFFFF
 
 
 def _check_remote(stag: int, to: int) -> None:
-    if not 0 <= stag <= 0xFFFFFFFF or not 0 <= to <= _MAX_TO:
+    if not 0 <= stag <= 0xFFFFFFFF or not 0 <= to <= MAX_TO:
         raise LocalProtocolError(f"remote STag {stag} / TO {to} out of range (32 / 64 bits)")
 
 
@@ -247,7 +248,7 @@ class RdmapStream:
         elif isinstance(wr, WriteWR):
             _check_remote(wr.remote_stag, wr.remote_to)
             payload = self._source(wr.data)
-            if wr.remote_to + len(payload) > _MAX_TO + 1:
+            if not fits_to_space(wr.remote_to, len(payload)):
                 raise LocalProtocolError("the RDMA Write would wrap the remote TO")
             work = _Work(WorkOpcode.RDMA_WRITE, wr.wr_id, payload=payload)
             work.remote_stag, work.remote_to = wr.remote_stag, wr.remote_to
@@ -564,7 +565,7 @@ class RdmapStream:
         ):
             return False
         length = n - TAGGED_HEADER_SIZE
-        if to + length > _MAX_TO:
+        if not fits_to_space(to, length):
             return False  # DDP reports the wrap (RFC 5041 §7.1)
         target = self.pd.registry.access(stag, self.pd, to, length, _REMOTE_WRITE)
         if isinstance(target, AccessFault):
