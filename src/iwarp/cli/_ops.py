@@ -35,6 +35,11 @@ length):
    so its close is never answered by a reset.
 
 The advertisements are credits: the listener never has more messages in
+flight than buffers posted, and it allocates buffers only for the credits
+it grants (at most :data:`MAX_WINDOW`, :data:`WINDOW_OCTETS`, and what the
+listener-wide :class:`MemoryBudget` has left; never for the N messages the
+hello announces); a hello whose one buffer does not fit the budget is
+refused with a :class:`SessionError`. The listener never has more messages in
 flight than buffers posted, so an untagged Send never finds its queue empty
 (RFC 5041 §7.2 would terminate the stream). Messages are
 :func:`iwarp.cli._mpa.message` ``(i, S)`` for every op, so the listener's
@@ -58,11 +63,14 @@ from iwarp.rdmap.memory import MemoryRegion
 from iwarp.rdmap.work import Completion, CompletionStatus, RecvWR, SendWR, Sge
 
 __all__ = [
+    "DEFAULT_MEMORY_BUDGET",
     "ListenSession",
+    "MemoryBudget",
     "SessionError",
     "check_stack",
     "connect_traffic",
     "error_fields",
+    "parse_size",
     "qp_emss",
     "reset",
 ]
@@ -79,8 +87,66 @@ _BASE_TO = 0x1000_0000
 _CONTROL_ID = 0x7FFF_FFFF
 
 
+#: Default of ``iwarp listen --memory-budget``.
+DEFAULT_MEMORY_BUDGET = 256 << 20
+
+_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
 class SessionError(LocalProtocolError):
     """The peer ran a different ``--op`` or broke the conversation."""
+
+
+def parse_size(text: str) -> int:
+    """Octets from ``4096``, ``64K``, ``16M``, ``4G`` (binary units; a
+    trailing ``B``/``iB`` is allowed: ``16MiB``).
+
+    :raises ValueError: not a size (argparse shows the message).
+    """
+    spec = text.strip().upper().removesuffix("B").removesuffix("I")
+    suffix = spec[-1:] if spec[-1:] in ("K", "M", "G", "T") else ""
+    number = spec.removesuffix(suffix)
+    if not number.isdigit():
+        raise ValueError(f"{text!r} is not a size (octets, or a number with K, M, G or T)")
+    return int(number) * _SUFFIXES[suffix]
+
+
+def format_size(octets: int) -> str:
+    """``268435456`` -> ``256 MiB``: the largest binary unit that divides."""
+    for suffix in ("T", "G", "M", "K"):
+        unit = _SUFFIXES[suffix]
+        if octets >= unit and octets % unit == 0:
+            return f"{octets // unit} {suffix}iB"
+    return f"{octets} octets"
+
+
+class MemoryBudget:
+    """Octets a listener may allocate on its peers' behalf, over all connections.
+
+    Every buffer whose size a peer chooses (by the message size in its
+    hello) is reserved here first and released when its connection ends,
+    so no number of peers can make the listener allocate more than the
+    budget.
+    """
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    @property
+    def available(self) -> int:
+        return max(0, self.limit - self.used)
+
+    def grant(self, length: int, wanted: int) -> int:
+        """Reserve up to ``wanted`` buffers of ``length`` octets; how many fit."""
+        count = min(wanted, self.available // max(length, 1))
+        self.used += count * length
+        return count
+
+    def release(self, octets: int) -> None:
+        self.used -= octets
 
 
 def window_for(size: int) -> int:
@@ -204,6 +270,8 @@ class ListenSession:
 
     op: str
     max_size: int
+    #: Shared by the listener's connections (None: no limit).
+    budget: MemoryBudget | None = None
     #: Messages and octets of this connection.
     digest: Digest = field(default_factory=Digest)
     _qp: QueuePair | None = None
@@ -213,6 +281,7 @@ class ListenSession:
     _filled: int = 0
     _total: int = 0
     _advertised: int = 0
+    _reserved: int = 0
 
     def setup(self, qp: QueuePair) -> None:
         self._qp = qp
@@ -242,7 +311,7 @@ class ListenSession:
                 raise SessionError(
                     f"the peer's messages of {size} octets exceed --max-size {self.max_size}"
                 )
-            self._offer(qp, size, min(window_for(size), self._total))
+            self._offer(qp, size, self._grant(size, min(window_for(size), self._total)))
             if self._total == 0:
                 self._receipt(qp)
             while (received := await self._next(qp)) is not None:
@@ -259,6 +328,38 @@ class ListenSession:
             # Not an error of the conversation: the caller reports how the
             # queue pair ended (qp.error, qp.terminate) with error_fields().
             return
+        finally:
+            self._release()
+
+    def _grant(self, size: int, wanted: int) -> int:
+        """How many buffers of ``size`` octets this connection may have (>= 1
+        when ``wanted`` is), reserved in the listener's budget.
+
+        :raises SessionError: not even one buffer fits the budget.
+        """
+        if self.budget is None or wanted == 0:
+            return wanted
+        length = max(size, 1)
+        granted = self.budget.grant(length, wanted)
+        if granted == 0:
+            raise SessionError(
+                f"refused: a buffer for the peer's messages of {size} octets exceeds what is "
+                f"left of --memory-budget {format_size(self.budget.limit)} "
+                f"({self.budget.available} octets free)"
+            )
+        self._reserved += granted * length
+        return granted
+
+    def _release(self) -> None:
+        """Drop this connection's buffers and give their octets back to the budget."""
+        for region in (*self._buffers.values(), *self._regions.values()):
+            with contextlib.suppress(BufferError):
+                region.deregister()
+        self._buffers.clear()
+        self._regions.clear()
+        if self.budget is not None and self._reserved:
+            self.budget.release(self._reserved)
+        self._reserved = 0
 
     async def _next(self, qp: QueuePair) -> _Received | None:
         """The next receive completion, or None once the peer closed."""
@@ -287,6 +388,16 @@ class ListenSession:
         # with send, every buffer after the hello is a payload buffer; with
         # write and read, a 16-octet one for each notice.
         length = max(size, 1)
+        try:
+            self._allocate(qp, size, length, window)
+        except MemoryError:
+            # The budget is larger than what this process may map: refuse the
+            # peer like an over-budget one, never with a traceback.
+            raise SessionError(
+                f"refused: no memory for {window} buffers of {size} octets"
+            ) from None
+
+    def _allocate(self, qp: QueuePair, size: int, length: int, window: int) -> None:
         for k in range(window):
             wr_id = 1 + k
             if self.op == "send":

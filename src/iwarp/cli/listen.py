@@ -37,7 +37,15 @@ from iwarp.cli._mpa import (
     frame_record,
     params_record,
 )
-from iwarp.cli._ops import ListenSession, check_stack, error_fields, reset
+from iwarp.cli._ops import (
+    DEFAULT_MEMORY_BUDGET,
+    ListenSession,
+    MemoryBudget,
+    check_stack,
+    error_fields,
+    parse_size,
+    reset,
+)
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import RequestReceived
@@ -65,13 +73,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument(
         "--max-size",
-        type=int,
+        type=_size,
         default=16 << 20,
         metavar="S",
-        help="largest message a peer may announce, in octets (default 16 MiB)",
+        help="largest message a peer may announce, in octets or with K/M/G (default 16M)",
+    )
+    parser.add_argument(
+        "--memory-budget",
+        type=_size,
+        default=DEFAULT_MEMORY_BUDGET,
+        metavar="S",
+        help="most octets of buffers all peers together may make the listener allocate "
+        "(--op send/write/read; K/M/G suffixes; default 256M): each connection gets as "
+        "many buffers (credits) as fit, at least one, else it is refused with an error record",
     )
     add_mpa_options(parser, initiator=False)
     parser.set_defaults(func=run)
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _peer(sock_or_addr: object) -> str:
@@ -170,9 +194,10 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
         await handler(sock)
 
     sessions: dict[int, ListenSession] = {}
+    budget = MemoryBudget(args.memory_budget)
 
     def setup(qp: rdma.QueuePair) -> None:
-        session = ListenSession(args.op, args.max_size)
+        session = ListenSession(args.op, args.max_size, budget)
         sessions[id(qp)] = session
         session.setup(qp)
 
