@@ -524,11 +524,11 @@ def test_docs_draw_the_tables() -> None:
     from pathlib import Path
 
     from iwarp.mpa.config import Role
-    from iwarp.mpa.handshake import mermaid
+    from iwarp.mpa.handshake import transitions_for
 
     doc = (Path(__file__).parents[2] / "docs" / "mpa-connection.md").read_text()
     for role in Role:
-        assert "```mermaid\n" + mermaid(role) + "```" in doc, role
+        assert "```mermaid\n" + transitions_for(role).mermaid() + "\n```" in doc, role
 
 
 def test_reject_carries_required_ord() -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iwarp.rdmap.state import mermaid
+from iwarp.rdmap.state import TRANSITIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "rdmap.md"
 
 
 def test_doc_diagram_matches_the_table() -> None:
     text = DOC.read_text()
-    assert f"```mermaid\n{mermaid()}\n```" in text
+    assert f"```mermaid\n{TRANSITIONS.mermaid()}\n```" in text

@@ -10,7 +10,7 @@ from iwarp.ddp.wire import TaggedHeader, UntaggedHeader
 from iwarp.errors import LocalProtocolError, RemoteProtocolError
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdmap.memory import MemoryRegistry
-from iwarp.rdmap.state import TRANSITIONS, StreamInput, StreamState, transition
+from iwarp.rdmap.state import LOCAL_INPUTS, TRANSITIONS, StreamInput, StreamState, transition
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import ReadRequest
 from iwarp.rdmap.work import RecvWR, SendWR, Sge, StreamReady, WorkOpcode
@@ -114,7 +114,7 @@ def test_stream_refuses_bad_rtr_configuration() -> None:
 def test_every_state_input_pair(state: StreamState, event: StreamInput) -> None:
     if (state, event) in TRANSITIONS:
         assert transition(state, event) is TRANSITIONS[state, event]
-    elif event.local:
+    elif event in LOCAL_INPUTS:
         with pytest.raises(LocalProtocolError):
             transition(state, event)
     else:

@@ -9,11 +9,12 @@ Rev 0, delayed startup, "dual stack"); draft-culley-iwarp-mpa-02 §8 (seed
 This module holds *data and pure functions*:
 
 * :data:`INITIATOR_TRANSITIONS` and :data:`RESPONDER_TRANSITIONS`: the two
-  startup state machines, ``(state, input) -> state``. A pair that is not in
+  startup state machines, ``(state, input) -> state``
+  (:class:`~iwarp.statemachine.TransitionTable`). A pair that is not in
   its table is a protocol error: :class:`~iwarp.errors.LocalProtocolError`
-  for a local input (an API call), an :class:`~iwarp.errors.MpaError` for a
-  remote one. ``docs/mpa-connection.md`` draws them; a test checks the
-  drawing against the tables.
+  for a local input (an API call), an :class:`~iwarp.errors.MpaError` (code
+  4) for a remote one. ``docs/mpa-connection.md`` draws them; a test checks
+  the drawing against the tables.
 * :func:`parse_frame`: incremental validation of a received Request/Reply.
 * :func:`check_request`, :func:`build_reply`, :func:`complete_initiator`:
   the negotiation of revision, markers, CRC, private data and RFC 6581
@@ -24,10 +25,8 @@ This module holds *data and pure functions*:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
-from types import MappingProxyType
 from typing import Final
 
 from iwarp._typing import Buffer
@@ -52,6 +51,7 @@ from iwarp.mpa.wire import (
     RtrFlags,
     mulpdu,
 )
+from iwarp.statemachine import TransitionTable
 
 __all__ = [
     "INITIATOR_TRANSITIONS",
@@ -66,7 +66,6 @@ __all__ = [
     "check_request",
     "complete_initiator",
     "incompatible_reply",
-    "mermaid",
     "parse_frame",
     "private_data_limit",
     "retry_as_rev1",
@@ -180,8 +179,26 @@ _COMMON: Final[dict[tuple[MpaState, MpaInput], MpaState]] = {
     (_S.FAILED, _I.CLOSE): _S.FAILED,
 }
 
+
+def _invalid_frame(message: str) -> MpaError:
+    return MpaError(MpaErrorCode.INVALID_FRAME, message)
+
+
+def _table(
+    transitions: dict[tuple[MpaState, MpaInput], MpaState],
+) -> TransitionTable[MpaState, MpaInput]:
+    """Both roles: a remote input out of place is error 4 (RFC 5044 §7.1.2
+    rules 5, 8); both start idle."""
+    return TransitionTable(
+        transitions,
+        local_inputs=LOCAL_INPUTS,
+        remote_error=_invalid_frame,
+        starts=((MpaState.IDLE, ""),),
+    )
+
+
 #: RFC 5044 §7.1.2 rules 1, 3, 5, 8, 10 for the Initiator.
-INITIATOR_TRANSITIONS: Final[Mapping[tuple[MpaState, MpaInput], MpaState]] = MappingProxyType(
+INITIATOR_TRANSITIONS: Final = _table(
     {
         **_COMMON,
         (_S.IDLE, _I.START_INITIATOR): _S.AWAIT_REPLY,
@@ -197,7 +214,7 @@ INITIATOR_TRANSITIONS: Final[Mapping[tuple[MpaState, MpaInput], MpaState]] = Map
 )
 
 #: RFC 5044 §7.1.2 rules 2, 4, 5, 8, 9, 10 for the Responder.
-RESPONDER_TRANSITIONS: Final[Mapping[tuple[MpaState, MpaInput], MpaState]] = MappingProxyType(
+RESPONDER_TRANSITIONS: Final = _table(
     {
         **_COMMON,
         (_S.IDLE, _I.START_RESPONDER): _S.AWAIT_REQUEST,
@@ -226,7 +243,7 @@ RESPONDER_TRANSITIONS: Final[Mapping[tuple[MpaState, MpaInput], MpaState]] = Map
 )
 
 
-def transitions_for(role: Role | None) -> Mapping[tuple[MpaState, MpaInput], MpaState]:
+def transitions_for(role: Role | None) -> TransitionTable[MpaState, MpaInput]:
     """The table of ``role`` (before a role is chosen both tables agree on
     everything but the start of the other role)."""
     return RESPONDER_TRANSITIONS if role is Role.RESPONDER else INITIATOR_TRANSITIONS
@@ -238,15 +255,7 @@ def transition(role: Role | None, state: MpaState, event: MpaInput) -> MpaState:
     :raises LocalProtocolError: ``event`` is a local input not allowed now.
     :raises MpaError: ``event`` is a remote input not allowed now (error 4).
     """
-    nxt = transitions_for(role).get((state, event))
-    if nxt is not None:
-        return nxt
-    if event in LOCAL_INPUTS:
-        raise LocalProtocolError(f"cannot {event.value} in state {state.value}")
-    raise MpaError(
-        MpaErrorCode.INVALID_FRAME,
-        f"unexpected {event.value} in state {state.value}",
-    )
+    return transitions_for(role).next(state, event)
 
 
 # --- Request / Reply frames (RFC 5044 §7.1.1, RFC 6581 §6) -------------------
@@ -695,23 +704,3 @@ def complete_initiator(
         local_private_data=request.ulp_private_data,
     )
     return InitiatorOutcome(MpaInput.REPLY_ACCEPT, params=params, negotiation_error=error)
-
-
-def mermaid(role: Role) -> str:
-    """The table of ``role`` drawn as a mermaid ``stateDiagram-v2``.
-
-    ``docs/mpa-connection.md`` holds this text; a test keeps them equal.
-    Self-loops and the shared close/fail edges are drawn too: the diagram
-    is the table, nothing more and nothing less.
-    """
-    table = transitions_for(role)
-    edges: dict[tuple[MpaState, MpaState], list[str]] = {}
-    for (state, event), nxt in table.items():
-        edges.setdefault((state, nxt), []).append(event.value)
-    lines = ["stateDiagram-v2", f"    [*] --> {MpaState.IDLE.name}"]
-    order = list(MpaState)
-    for (state, nxt), events in sorted(
-        edges.items(), key=lambda item: (order.index(item[0][0]), order.index(item[0][1]))
-    ):
-        lines.append(f"    {state.name} --> {nxt.name} : {', '.join(sorted(events))}")
-    return "\n".join(lines) + "\n"

@@ -14,9 +14,10 @@ from __future__ import annotations
 from enum import Enum
 from typing import Final
 
-from iwarp.errors import LocalProtocolError, RemoteProtocolError
+from iwarp.errors import RemoteProtocolError
+from iwarp.statemachine import TransitionTable
 
-__all__ = ["TRANSITIONS", "StreamInput", "StreamState", "mermaid", "transition"]
+__all__ = ["LOCAL_INPUTS", "TRANSITIONS", "StreamInput", "StreamState", "transition"]
 
 
 class StreamState(Enum):
@@ -28,80 +29,62 @@ class StreamState(Enum):
 
 
 class StreamInput(Enum):
-    """What happens to a stream; ``local`` inputs come from the application."""
+    """What happens to a stream (:data:`LOCAL_INPUTS` come from the application)."""
 
     #: A valid segment arrived (dropped unread after a Terminate).
-    RECEIVE = ("receive", False)
+    RECEIVE = "receive"
     #: A received segment broke the protocol: we answer with a Terminate.
-    PROTOCOL_ERROR = ("protocol_error", False)
+    PROTOCOL_ERROR = "protocol_error"
     #: A Terminate arrived.
-    TERMINATE = ("terminate", False)
+    TERMINATE = "terminate"
     #: The LLP connection closed or failed.
-    LLP_CLOSED = ("llp_closed", False)
+    LLP_CLOSED = "llp_closed"
     #: The application posts a work request.
-    POST = ("post", True)
+    POST = "post"
     #: Our Terminate went to MPA.
-    TERMINATE_SENT = ("terminate_sent", True)
+    TERMINATE_SENT = "terminate_sent"
     #: The application closes the stream.
-    CLOSE = ("close", True)
+    CLOSE = "close"
 
-    @property
-    def local(self) -> bool:
-        return self.value[1]
 
+#: Inputs from the application: one the table does not allow is API misuse
+#: (LocalProtocolError); any other is the peer's (RemoteProtocolError).
+LOCAL_INPUTS: Final = frozenset({StreamInput.POST, StreamInput.TERMINATE_SENT, StreamInput.CLOSE})
 
 S = StreamState
 I = StreamInput  # noqa: E741
 
 #: Every legal (state, input) pair and the state it leads to.
-TRANSITIONS: Final[dict[tuple[StreamState, StreamInput], StreamState]] = {
-    (S.WAIT_PEER, I.RECEIVE): S.OPERATIONAL,
-    (S.WAIT_PEER, I.PROTOCOL_ERROR): S.TERMINATING,
-    (S.WAIT_PEER, I.TERMINATE): S.TERMINATED,
-    (S.WAIT_PEER, I.LLP_CLOSED): S.CLOSED,
-    (S.WAIT_PEER, I.POST): S.WAIT_PEER,
-    (S.WAIT_PEER, I.CLOSE): S.CLOSED,
-    (S.OPERATIONAL, I.RECEIVE): S.OPERATIONAL,
-    (S.OPERATIONAL, I.PROTOCOL_ERROR): S.TERMINATING,
-    (S.OPERATIONAL, I.TERMINATE): S.TERMINATED,
-    (S.OPERATIONAL, I.LLP_CLOSED): S.CLOSED,
-    (S.OPERATIONAL, I.POST): S.OPERATIONAL,
-    (S.OPERATIONAL, I.CLOSE): S.CLOSED,
-    (S.TERMINATING, I.RECEIVE): S.TERMINATING,
-    (S.TERMINATING, I.LLP_CLOSED): S.CLOSED,
-    (S.TERMINATING, I.TERMINATE_SENT): S.TERMINATED,
-    (S.TERMINATING, I.CLOSE): S.CLOSED,
-    (S.TERMINATED, I.RECEIVE): S.TERMINATED,
-    (S.TERMINATED, I.LLP_CLOSED): S.CLOSED,
-    (S.TERMINATED, I.CLOSE): S.CLOSED,
-    (S.CLOSED, I.RECEIVE): S.CLOSED,
-    (S.CLOSED, I.LLP_CLOSED): S.CLOSED,
-    (S.CLOSED, I.CLOSE): S.CLOSED,
-}
+TRANSITIONS: Final[TransitionTable[StreamState, StreamInput]] = TransitionTable(
+    {
+        (S.WAIT_PEER, I.RECEIVE): S.OPERATIONAL,
+        (S.WAIT_PEER, I.PROTOCOL_ERROR): S.TERMINATING,
+        (S.WAIT_PEER, I.TERMINATE): S.TERMINATED,
+        (S.WAIT_PEER, I.LLP_CLOSED): S.CLOSED,
+        (S.WAIT_PEER, I.POST): S.WAIT_PEER,
+        (S.WAIT_PEER, I.CLOSE): S.CLOSED,
+        (S.OPERATIONAL, I.RECEIVE): S.OPERATIONAL,
+        (S.OPERATIONAL, I.PROTOCOL_ERROR): S.TERMINATING,
+        (S.OPERATIONAL, I.TERMINATE): S.TERMINATED,
+        (S.OPERATIONAL, I.LLP_CLOSED): S.CLOSED,
+        (S.OPERATIONAL, I.POST): S.OPERATIONAL,
+        (S.OPERATIONAL, I.CLOSE): S.CLOSED,
+        (S.TERMINATING, I.RECEIVE): S.TERMINATING,
+        (S.TERMINATING, I.LLP_CLOSED): S.CLOSED,
+        (S.TERMINATING, I.TERMINATE_SENT): S.TERMINATED,
+        (S.TERMINATING, I.CLOSE): S.CLOSED,
+        (S.TERMINATED, I.RECEIVE): S.TERMINATED,
+        (S.TERMINATED, I.LLP_CLOSED): S.CLOSED,
+        (S.TERMINATED, I.CLOSE): S.CLOSED,
+        (S.CLOSED, I.RECEIVE): S.CLOSED,
+        (S.CLOSED, I.LLP_CLOSED): S.CLOSED,
+        (S.CLOSED, I.CLOSE): S.CLOSED,
+    },
+    local_inputs=LOCAL_INPUTS,
+    remote_error=RemoteProtocolError,
+    starts=((S.WAIT_PEER, "responder"), (S.OPERATIONAL, "initiator")),
+)
 
-
-def transition(state: StreamState, event: StreamInput) -> StreamState:
-    """The next state.
-
-    :raises LocalProtocolError: a local input not allowed in ``state``.
-    :raises RemoteProtocolError: a remote input not allowed in ``state``.
-    """
-    try:
-        return TRANSITIONS[state, event]
-    except KeyError:
-        message = f"{event.name} is not allowed in state {state.name}"
-        if event.local:
-            raise LocalProtocolError(message) from None
-        raise RemoteProtocolError(message) from None
-
-
-def mermaid() -> str:
-    """The transition table as a mermaid ``stateDiagram-v2`` (docs/rdmap.md)."""
-    lines = [
-        "stateDiagram-v2",
-        "    [*] --> wait_peer: responder",
-        "    [*] --> operational: initiator",
-    ]
-    for (state, event), target in TRANSITIONS.items():
-        lines.append(f"    {state.value} --> {target.value}: {event.value[0]}")
-    return "\n".join(lines)
+#: ``transition(state, input)``: the next state; LocalProtocolError for a
+#: local input the table does not allow, RemoteProtocolError for a remote one.
+transition: Final = TRANSITIONS.next

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from iwarp._typing import Buffer
+from iwarp.statemachine import Machine
 from iwarp.vitcp.config import MAX_MTU, Negotiated, Role, VitcpConfig
 from iwarp.vitcp.errors import (
     AttributeMismatchError,
@@ -54,7 +55,6 @@ from iwarp.vitcp.handshake import (
     PASSIVE_TRANSITIONS,
     PEER_ACTIVE_TRANSITIONS,
     Input,
-    Machine,
     State,
 )
 from iwarp.vitcp.memory import LocalBuffer, MemoryRegion, MemoryTable
@@ -168,9 +168,9 @@ class VitcpConnection:
         self.role = role
         if role is Role.ACTIVE:
             table = PEER_ACTIVE_TRANSITIONS if config.peer_to_peer else ACTIVE_TRANSITIONS
-            self._machine = Machine(table, State.DISCONNECTED)
+            self._machine = Machine(table)
         else:
-            self._machine = Machine(PASSIVE_TRANSITIONS, State.LISTENING)
+            self._machine = Machine(PASSIVE_TRANSITIONS)
         #: What the CE exchange settled; None until connected.
         self.params: Negotiated | None = None
         self._events: list[Event] = []

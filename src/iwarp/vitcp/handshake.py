@@ -4,9 +4,12 @@ Three tables, one per kind of end: active (§4.2), passive (§4.3) and the
 active end of a peer-to-peer establishment (§4: "Receiving a Connect No
 Match VI message during peer connection establishment results in repeated
 attempts"). The passive end of a peer-to-peer establishment is a passive end.
-Everything that changes a state is in these tables; a pair that is not in
-its table is a protocol error when the input came from the peer and a
-:class:`~iwarp.vitcp.errors.VitcpUsageError` when it came from the consumer.
+Everything that changes a state is in these tables
+(:class:`~iwarp.statemachine.TransitionTable`, run by
+:class:`~iwarp.statemachine.Machine`); a pair that is not in its table is an
+:class:`~iwarp.vitcp.errors.UnexpectedSegmentError` when the input came from
+the peer and a :class:`~iwarp.vitcp.errors.VitcpUsageError` when it came
+from the consumer.
 
 Additions to the draft's figures, marked below: a consumer timeout and a
 consumer abort while connecting, a TCP close or protocol error in any live
@@ -15,10 +18,10 @@ state, and a passive attribute check (§3.3) that rejects by itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from enum import Enum
 from typing import Final
 
+from iwarp.statemachine import TransitionTable
 from iwarp.vitcp.errors import UnexpectedSegmentError, VitcpUsageError
 
 __all__ = [
@@ -27,9 +30,7 @@ __all__ = [
     "PASSIVE_TRANSITIONS",
     "PEER_ACTIVE_TRANSITIONS",
     "Input",
-    "Machine",
     "State",
-    "mermaid",
 ]
 
 
@@ -95,83 +96,68 @@ LOCAL_INPUTS: Final = frozenset(
 _S = State
 _I = Input
 
+
+def _table(
+    transitions: dict[tuple[State, Input], State], initial: State
+) -> TransitionTable[State, Input]:
+    return TransitionTable(
+        transitions,
+        local_inputs=LOCAL_INPUTS,
+        local_error=VitcpUsageError,
+        remote_error=UnexpectedSegmentError,
+        starts=((initial, ""),),
+    )
+
+
 #: §4.2 "Connection Establishment - Active".
-ACTIVE_TRANSITIONS: Final[Mapping[tuple[State, Input], State]] = {
-    (_S.DISCONNECTED, _I.CONNECT_REQUEST): _S.CONNECTING,  # setup TCP connection
-    (_S.CONNECTING, _I.TCP_ESTABLISHED): _S.PENDING_ACCEPT,  # send ConnectRequest
-    (_S.CONNECTING, _I.TCP_FAILED): _S.DISCONNECTED,
-    (_S.CONNECTING, _I.TIMEOUT): _S.DISCONNECTED,  # addition: consumer timeout
-    (_S.CONNECTING, _I.DISCONNECT): _S.DISCONNECTED,  # addition: consumer abort
-    (_S.PENDING_ACCEPT, _I.TCP_CLOSED): _S.CONNECTING,  # reestablish
-    (_S.PENDING_ACCEPT, _I.RECV_CONNECT_REJECT): _S.DISCONNECTED,  # close TCP
-    (_S.PENDING_ACCEPT, _I.RECV_CONNECT_NO_MATCH): _S.DISCONNECTED,  # close TCP
-    (_S.PENDING_ACCEPT, _I.TIMEOUT): _S.DISCONNECTED,  # close TCP
-    (_S.PENDING_ACCEPT, _I.RECV_CONNECT_ACCEPT): _S.CONNECTED,
-    (_S.PENDING_ACCEPT, _I.ATTRIBUTE_MISMATCH): _S.DISCONNECTED,  # addition
-    (_S.PENDING_ACCEPT, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
-    (_S.PENDING_ACCEPT, _I.DISCONNECT): _S.DISCONNECTED,  # addition: consumer abort
-    (_S.CONNECTED, _I.DISCONNECT): _S.DISCONNECTED,  # close TCP
-    (_S.CONNECTED, _I.TCP_CLOSED): _S.DISCONNECTED,  # close TCP
-    (_S.CONNECTED, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
-}
+ACTIVE_TRANSITIONS: Final = _table(
+    {
+        (_S.DISCONNECTED, _I.CONNECT_REQUEST): _S.CONNECTING,  # setup TCP connection
+        (_S.CONNECTING, _I.TCP_ESTABLISHED): _S.PENDING_ACCEPT,  # send ConnectRequest
+        (_S.CONNECTING, _I.TCP_FAILED): _S.DISCONNECTED,
+        (_S.CONNECTING, _I.TIMEOUT): _S.DISCONNECTED,  # addition: consumer timeout
+        (_S.CONNECTING, _I.DISCONNECT): _S.DISCONNECTED,  # addition: consumer abort
+        (_S.PENDING_ACCEPT, _I.TCP_CLOSED): _S.CONNECTING,  # reestablish
+        (_S.PENDING_ACCEPT, _I.RECV_CONNECT_REJECT): _S.DISCONNECTED,  # close TCP
+        (_S.PENDING_ACCEPT, _I.RECV_CONNECT_NO_MATCH): _S.DISCONNECTED,  # close TCP
+        (_S.PENDING_ACCEPT, _I.TIMEOUT): _S.DISCONNECTED,  # close TCP
+        (_S.PENDING_ACCEPT, _I.RECV_CONNECT_ACCEPT): _S.CONNECTED,
+        (_S.PENDING_ACCEPT, _I.ATTRIBUTE_MISMATCH): _S.DISCONNECTED,  # addition
+        (_S.PENDING_ACCEPT, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
+        (_S.PENDING_ACCEPT, _I.DISCONNECT): _S.DISCONNECTED,  # addition: consumer abort
+        (_S.CONNECTED, _I.DISCONNECT): _S.DISCONNECTED,  # close TCP
+        (_S.CONNECTED, _I.TCP_CLOSED): _S.DISCONNECTED,  # close TCP
+        (_S.CONNECTED, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
+    },
+    _S.DISCONNECTED,
+)
 
 #: §4: peer-to-peer, active end: ConnectNoMatch means "not waiting yet", so
 #: it retries (back to Connecting) until the consumer's timeout.
-PEER_ACTIVE_TRANSITIONS: Final[Mapping[tuple[State, Input], State]] = {
-    **ACTIVE_TRANSITIONS,
-    (_S.PENDING_ACCEPT, _I.RECV_CONNECT_NO_MATCH): _S.CONNECTING,
-}
+PEER_ACTIVE_TRANSITIONS: Final = ACTIVE_TRANSITIONS.replace(
+    {(_S.PENDING_ACCEPT, _I.RECV_CONNECT_NO_MATCH): _S.CONNECTING}
+)
 
 #: §4.3 "Connection Establishment - Passive", for one incoming TCP connection.
-PASSIVE_TRANSITIONS: Final[Mapping[tuple[State, Input], State]] = {
-    (_S.LISTENING, _I.TCP_ACCEPTED): _S.INCOMING,  # accept TCP connection
-    (_S.INCOMING, _I.TIMEOUT): _S.DISCONNECTED,  # close TCP connection
-    (_S.INCOMING, _I.TCP_CLOSED): _S.DISCONNECTED,
-    (_S.INCOMING, _I.RECV_CONNECT_REQUEST): _S.MATCHING,
-    (_S.INCOMING, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
-    (_S.MATCHING, _I.NO_MATCH): _S.DISCONNECTED,  # send ConnectNoMatch, close TCP
-    (_S.MATCHING, _I.MATCH): _S.PENDING_ACCEPT,
-    (_S.MATCHING, _I.TCP_CLOSED): _S.DISCONNECTED,  # addition
-    (_S.MATCHING, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
-    (_S.PENDING_ACCEPT, _I.REJECT): _S.DISCONNECTED,  # send ConnectReject, close TCP
-    (_S.PENDING_ACCEPT, _I.ATTRIBUTE_MISMATCH): _S.DISCONNECTED,  # addition: §3.3 check
-    (_S.PENDING_ACCEPT, _I.ACCEPT): _S.CONNECTED,  # send ConnectAccept
-    (_S.PENDING_ACCEPT, _I.TCP_CLOSED): _S.DISCONNECTED,  # addition
-    (_S.PENDING_ACCEPT, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
-    (_S.CONNECTED, _I.DISCONNECT): _S.DISCONNECTED,  # close TCP connection
-    (_S.CONNECTED, _I.TCP_CLOSED): _S.DISCONNECTED,  # close TCP connection
-    (_S.CONNECTED, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
-}
-
-
-class Machine:
-    """One running instance of a transition table."""
-
-    __slots__ = ("state", "table")
-
-    def __init__(self, table: Mapping[tuple[State, Input], State], initial: State) -> None:
-        self.table = table
-        self.state = initial
-
-    def can(self, event: Input) -> bool:
-        """Whether ``event`` is valid now."""
-        return (self.state, event) in self.table
-
-    def process(self, event: Input) -> State:
-        """Move on ``event``; raise if the table has no such transition."""
-        try:
-            self.state = self.table[self.state, event]
-        except KeyError:
-            message = f"{event.value} is not valid in state {self.state.value}"
-            if event in LOCAL_INPUTS:
-                raise VitcpUsageError(message) from None
-            raise UnexpectedSegmentError(message) from None
-        return self.state
-
-
-def mermaid(table: Mapping[tuple[State, Input], State], initial: State) -> str:
-    """The table as a mermaid ``stateDiagram-v2`` (docs/vitcp.md embeds these)."""
-    lines = ["stateDiagram-v2", f"    [*] --> {initial.value}"]
-    for (source, event), target in table.items():
-        lines.append(f"    {source.value} --> {target.value}: {event.value}")
-    return "\n".join(lines)
+PASSIVE_TRANSITIONS: Final = _table(
+    {
+        (_S.LISTENING, _I.TCP_ACCEPTED): _S.INCOMING,  # accept TCP connection
+        (_S.INCOMING, _I.TIMEOUT): _S.DISCONNECTED,  # close TCP connection
+        (_S.INCOMING, _I.TCP_CLOSED): _S.DISCONNECTED,
+        (_S.INCOMING, _I.RECV_CONNECT_REQUEST): _S.MATCHING,
+        (_S.INCOMING, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
+        (_S.MATCHING, _I.NO_MATCH): _S.DISCONNECTED,  # send ConnectNoMatch, close TCP
+        (_S.MATCHING, _I.MATCH): _S.PENDING_ACCEPT,
+        (_S.MATCHING, _I.TCP_CLOSED): _S.DISCONNECTED,  # addition
+        (_S.MATCHING, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
+        (_S.PENDING_ACCEPT, _I.REJECT): _S.DISCONNECTED,  # send ConnectReject, close TCP
+        (_S.PENDING_ACCEPT, _I.ATTRIBUTE_MISMATCH): _S.DISCONNECTED,  # addition: §3.3 check
+        (_S.PENDING_ACCEPT, _I.ACCEPT): _S.CONNECTED,  # send ConnectAccept
+        (_S.PENDING_ACCEPT, _I.TCP_CLOSED): _S.DISCONNECTED,  # addition
+        (_S.PENDING_ACCEPT, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
+        (_S.CONNECTED, _I.DISCONNECT): _S.DISCONNECTED,  # close TCP connection
+        (_S.CONNECTED, _I.TCP_CLOSED): _S.DISCONNECTED,  # close TCP connection
+        (_S.CONNECTED, _I.PROTOCOL_ERROR): _S.DISCONNECTED,  # addition
+    },
+    _S.LISTENING,
+)
