@@ -21,9 +21,11 @@ octet of the FPDU before the CRC field, markers included (RFC 5044 §6.1).
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import NamedTuple
 
+from iwarp._accel import speedups
 from iwarp._crc32c import crc32c
 from iwarp._typing import Buffer
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
@@ -37,7 +39,7 @@ from iwarp.mpa.wire import (
     ZERO_MARKER,
 )
 
-__all__ = ["FpduDecoder", "FpduEncoder", "fpdu_wire_size"]
+__all__ = ["FpduDecoder", "FpduEncoder", "SegmentRun", "UlpduBatch", "fpdu_wire_size"]
 
 _SEQ_MASK = 0xFFFFFFFF
 _PHASE_MASK = MARKER_INTERVAL - 1
@@ -101,6 +103,9 @@ class _MarkerPlan(NamedTuple):
     #: High and low octets of every marker's FPDUPTR, in order.
     ptr_high: bytes
     ptr_low: bytes
+    #: Some FPDUPTR would exceed 16 bits (a received ULPDU_Length near
+    #: 65535): that marker cannot be right, whatever it holds.
+    overflow: bool
 
 
 @lru_cache(maxsize=4096)
@@ -119,9 +124,100 @@ def _marker_plan(at: int, n: int, count: int) -> _MarkerPlan:
         inside=len(cuts),
         pieces=tuple(slice(a, b) for a, b in bounds),
         wire_pieces=tuple(slice(a + 4 * i, b + 4 * i) for i, (a, b) in enumerate(bounds)),
-        ptr_high=bytes(p >> 8 for p in ptrs),
+        ptr_high=bytes((p >> 8) & 0xFF for p in ptrs),
         ptr_low=bytes(p & 0xFF for p in ptrs),
+        overflow=ptrs[-1] > 0xFFFF if ptrs else False,
     )
+
+
+class SegmentRun(NamedTuple):
+    """Consecutive DDP segments of one message, described, not yet built.
+
+    Segment ``k`` carries ``payload[start + k*room : ...]`` (at most ``room``
+    octets, the last up to ``stop``; ``start == stop`` is one empty segment).
+    Its ULPDU is ``header`` with the big-endian ``field_size``-octet field at
+    ``field_at`` set to ``base`` plus the segment's offset in ``payload`` (the
+    TO or MO, RFC 5041 §5.2), and ``last_mask`` (the L flag) or-ed into the
+    first octet when the segment ends ``payload``. DDP builds these
+    (:mod:`iwarp.ddp.segmentation`); MPA frames them in one call.
+    """
+
+    header: bytes
+    payload: memoryview
+    start: int
+    stop: int
+    room: int
+    field_at: int
+    field_size: int
+    base: int
+    last_mask: int
+
+    @property
+    def largest(self) -> int:
+        """The largest ULPDU of the run (the first)."""
+        return len(self.header) + min(self.room, self.stop - self.start)
+
+    def ulpdus(self) -> Iterator[bytearray]:
+        """The ULPDUs one by one (the pure-Python path; one copy each)."""
+        header, payload, size = self.header, self.payload, len(self.header)
+        total = len(payload)
+        offset = self.start
+        at, stop = self.field_at, self.field_at + self.field_size
+        while True:
+            n = min(self.room, self.stop - offset)
+            ulpdu = bytearray(size + n)
+            ulpdu[:size] = header
+            ulpdu[at:stop] = (self.base + offset).to_bytes(self.field_size, "big")
+            if offset + n == total:
+                ulpdu[0] |= self.last_mask
+            ulpdu[size:] = payload[offset : offset + n]
+            yield ulpdu
+            offset += n
+            if offset >= self.stop:
+                return
+
+    @property
+    def segments(self) -> int:
+        """Segments in the run."""
+        if self.stop == self.start:
+            return 1
+        return -(-(self.stop - self.start) // self.room)
+
+
+class UlpduBatch:
+    """The ULPDUs one receive completed, in order, without an object per ULPDU.
+
+    ``views`` come first (ULPDUs held as memoryviews: all of them on the
+    pure-Python path, or the one that completed a held-back FPDU); then, on
+    the accelerated path, the ULPDUs that lie in ``buffer``: ``records``
+    holds one (offset, length) pair of unsigned 32-bit integers per ULPDU.
+    Iterating yields every ULPDU as a read-only memoryview.
+    """
+
+    __slots__ = ("buffer", "records", "views")
+
+    def __init__(
+        self,
+        views: list[memoryview],
+        buffer: memoryview | None = None,
+        records: memoryview | None = None,
+    ) -> None:
+        self.views = views
+        self.buffer = buffer
+        #: ``records[2*k]`` is the offset of ULPDU k in ``buffer``, ``records[2*k+1]`` its length.
+        self.records = records
+
+    def __len__(self) -> int:
+        extra = len(self.records) // 2 if self.records is not None else 0
+        return len(self.views) + extra
+
+    def __iter__(self) -> Iterator[memoryview]:
+        yield from self.views
+        buffer, records = self.buffer, self.records
+        if buffer is not None and records is not None:
+            for k in range(0, len(records), 2):
+                at = records[k]
+                yield buffer[at : at + records[k + 1]]
 
 
 class _Framer:
@@ -243,6 +339,45 @@ class FpduEncoder(_Framer):
         self._position = (self._position + wire) & _SEQ_MASK
         return [frame, _pack_crc(crc32c(frame)) if self.crc else _ZERO_CRC]
 
+    def encode_run(self, run: SegmentRun) -> list[Buffer]:
+        """Frame every segment of ``run``; returns the FPDUs as buffers, in order.
+
+        With the accelerator the whole run is framed in one call into one
+        buffer; otherwise segment by segment with :meth:`encode`. Same octets.
+
+        :raises LocalProtocolError: a segment is larger than ``max_ulpdu``
+            (nothing is framed).
+        """
+        largest = run.largest
+        if largest > self.max_ulpdu:
+            raise LocalProtocolError(
+                f"ULPDU of {largest} octets exceeds the maximum of {self.max_ulpdu} (MULPDU); "
+                "DDP must segment it"
+            )
+        if speedups is None:
+            out: list[Buffer] = []
+            for ulpdu in run.ulpdus():
+                out += self.encode(ulpdu)
+            return out
+        frames, phase = speedups.frame_run(
+            run.header,
+            run.payload,
+            run.start,
+            run.stop,
+            run.room,
+            run.field_at,
+            run.field_size,
+            run.base,
+            run.last_mask,
+            self.markers,
+            self.crc,
+            self._phase,
+        )
+        if self.markers:
+            self._phase = phase
+        self._position = (self._position + len(frames)) & _SEQ_MASK
+        return [frames]
+
     def encode_bytes(self, ulpdu: Buffer) -> bytes:
         """Frame one ULPDU and return the FPDU as one ``bytes`` object."""
         return b"".join(self.encode(ulpdu))
@@ -303,21 +438,38 @@ class FpduDecoder(_Framer):
         Check :attr:`error` after each call: when set, the ULPDUs returned are
         those that preceded the error, and nothing after it is delivered.
         """
-        out: list[memoryview] = []
+        return list(self.feed_batch(data))
+
+    def feed_batch(self, data: Buffer) -> UlpduBatch:
+        """:meth:`feed`, returning the ULPDUs as one :class:`UlpduBatch`.
+
+        With the accelerator, the ULPDUs found in ``data`` are not turned into
+        Python objects: the batch holds the buffer and their offsets.
+        """
+        views: list[memoryview] = []
         if self.error is not None or not data:
-            return out
-        chunk = data if isinstance(data, bytes) else bytes(data)
+            return UlpduBatch(views)
+        kernels = speedups
+        if kernels is not None and self.markers:
+            # Markers are cut out in place: the one copy of the receive path.
+            chunk: bytes | bytearray = bytearray(data)
+        else:
+            chunk = data if isinstance(data, bytes) else bytes(data)
         view = memoryview(chunk)
+        batch = UlpduBatch(views)
         try:
-            start = self._complete_pending(view, out) if self._pending else 0
+            start = self._complete_pending(view, views) if self._pending else 0
             if not self._pending:
-                start = self._scan(view, start, out)
+                if kernels is None:
+                    start = self._scan(view, start, views)
+                else:
+                    start = self._scan_fast(view, start, batch)
                 if start < len(view):
                     self._pending += view[start:]
         except MpaError as exc:
             self.error = exc
             self._pending.clear()
-        return out
+        return batch
 
     # -- internals ----------------------------------------------------------
     #
@@ -338,13 +490,16 @@ class FpduDecoder(_Framer):
         self._check_length(n, lead)
         return fpdu_wire_size(n, self._phase, markers=self.markers)
 
-    def _check_length(self, n: int, lead: int) -> None:
+    def _check_length(self, n: int, lead: int, position: int | None = None) -> None:
+        """Code 3 for a length above the limit; ``position``: the FPDU's start."""
         if n > self.max_ulpdu:
+            if position is None:
+                position = self._position
             raise MpaError(
                 MpaErrorCode.MARKER_MISMATCH,
                 f"ULPDU_Length {n} exceeds the receive limit of {self.max_ulpdu} octets; "
                 "the length field cannot delimit a valid FPDU",
-                stream_offset=(self._position + lead) & _SEQ_MASK,
+                stream_offset=(position + lead) & _SEQ_MASK,
             )
 
     def _complete_pending(self, view: memoryview, out: list[memoryview]) -> int:
@@ -370,7 +525,12 @@ class FpduDecoder(_Framer):
             # Hand the buffer over rather than copying it: ULPDUs may be views
             # into it, and nothing here writes to it again.
             self._pending = bytearray()
-            self._scan(memoryview(pending).toreadonly(), 0, out)
+            if speedups is None:
+                self._scan(memoryview(pending).toreadonly(), 0, out)
+            else:
+                batch = UlpduBatch(out)
+                self._scan_fast(memoryview(pending), 0, batch)
+                out.extend(batch)
         return used
 
     def _scan(self, view: memoryview, i: int, out: list[memoryview]) -> int:
@@ -391,7 +551,7 @@ class FpduDecoder(_Framer):
                     break
                 n: int = _unpack_length(view, i + lead)[0]
                 if n > limit:
-                    self._check_length(n, lead)
+                    self._check_length(n, lead, position)
                 content = 6 + n + (-(2 + n) & 3)
                 count = 0
                 if markers:
@@ -428,6 +588,39 @@ class FpduDecoder(_Framer):
             self._position = position
         return i
 
+    def _scan_fast(self, view: memoryview, i: int, batch: UlpduBatch) -> int:
+        """:meth:`_scan` by the accelerator: every complete FPDU in one call.
+
+        The ULPDUs stay in ``view`` (markers cut out in place); ``batch``
+        gets the buffer and their offsets. Errors are raised with the same
+        codes, messages and stream offsets as :meth:`_scan`.
+        """
+        assert speedups is not None
+        records, stop, phase, error, a, b, where = speedups.scan(
+            view, i, len(view), self.markers, self.crc, self._phase, self.max_ulpdu
+        )
+        base = self._position - i  # wire index -> stream position
+        self._position = (base + stop) & _SEQ_MASK
+        self._phase = phase
+        if records:
+            batch.buffer = view.toreadonly()
+            batch.records = memoryview(records).cast("I")
+        if error == 2:
+            raise MpaError(
+                MpaErrorCode.CRC_MISMATCH,
+                f"CRC field {a:#010x}, computed {b:#010x}",
+                stream_offset=(base + where) & _SEQ_MASK,
+            )
+        if error == 3:
+            raise MpaError(
+                MpaErrorCode.MARKER_MISMATCH,
+                f"marker FPDUPTR {a:#06x} disagrees with ULPDU_Length framing (expected {b:#06x})",
+                stream_offset=(base + where) & _SEQ_MASK,
+            )
+        if error == 4:
+            self._check_length(a, 0, base + where)
+        return stop
+
     def _demarker(
         self, source: bytes | bytearray, header: int, n: int, first: int, count: int, base: int
     ) -> memoryview:
@@ -437,7 +630,8 @@ class FpduDecoder(_Framer):
         # Every FPDUPTR at once: high octets, and low octets with the two
         # reserved low bits cleared (RFC 5044 §4.2), against the expected ones.
         if (
-            source[first + 2 : stop : MARKER_INTERVAL] != plan.ptr_high
+            plan.overflow
+            or source[first + 2 : stop : MARKER_INTERVAL] != plan.ptr_high
             or source[first + 3 : stop : MARKER_INTERVAL].translate(_CLEAR_LOW_BITS) != plan.ptr_low
         ):
             marker = first

@@ -1,0 +1,619 @@
+/*
+ * iwarp._speedups: the loops that run per FPDU or per DDP segment, in C.
+ *
+ * Optional: every function here has a pure-Python twin (mpa/framing.py,
+ * rdmap/stream.py) that defines the behaviour; tests assert both give the
+ * same octets, results and errors. Python keeps every protocol decision;
+ * these functions only walk buffers:
+ *
+ *   crc32c(data, value=0)        CRC-32C (RFC 3385), SSE4.2 when the CPU has
+ *                                it (checked at import), else tables.
+ *   frame_run(...)               the FPDUs of a run of DDP segments of one
+ *                                message (RFC 5041 §5.2 + RFC 5044 §4-§6).
+ *   scan(...)                    every complete FPDU of a receive buffer:
+ *                                CRC, markers checked and cut out in place.
+ *   segment_run(...)             how many decoded segments continue one
+ *                                tagged or untagged message.
+ *   place_run(...)               copy those segments' payloads into one
+ *                                target the caller checked once.
+ *
+ * Layout facts relied on (RFC 5044 §4.3): from the marker origin on, FPDUs
+ * are multiples of 4 octets and markers 4 octets every 512, so a marker
+ * never splits the length field, the PAD or the CRC.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <nmmintrin.h>
+#define IWARP_X86 1
+#endif
+
+#define MARKER_INTERVAL 512
+#define PHASE_MASK 511
+#define MARKER_STRIDE 508
+#define FPDUPTR_MASK 0xFFFC
+
+/* --- CRC-32C ------------------------------------------------------------- */
+
+static uint32_t crc_table[8][256];
+static int have_sse42 = 0;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+#ifdef IWARP_X86
+    unsigned int a, b, c, d;
+    if (__get_cpuid(1, &a, &b, &c, &d))
+        have_sse42 = (c & bit_SSE4_2) != 0;
+#endif
+}
+
+/* Slicing-by-8: portable, about 1.5 octets per cycle. `state` is inverted. */
+static uint32_t crc_soft(uint32_t state, const uint8_t *p, size_t n)
+{
+    while (n && ((uintptr_t)p & 7)) {
+        state = (state >> 8) ^ crc_table[0][(state ^ *p++) & 0xFF];
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w = __builtin_bswap64(w);
+#endif
+        w ^= state;
+        state = crc_table[7][w & 0xFF] ^ crc_table[6][(w >> 8) & 0xFF] ^
+                crc_table[5][(w >> 16) & 0xFF] ^ crc_table[4][(w >> 24) & 0xFF] ^
+                crc_table[3][(w >> 32) & 0xFF] ^ crc_table[2][(w >> 40) & 0xFF] ^
+                crc_table[1][(w >> 48) & 0xFF] ^ crc_table[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        state = (state >> 8) ^ crc_table[0][(state ^ *p++) & 0xFF];
+    return state;
+}
+
+#ifdef IWARP_X86
+/* One stream of crc32 instructions: for short inputs and the tails. */
+__attribute__((target("sse4.2"))) static uint32_t crc_hw_1(uint32_t state, const uint8_t *p,
+                                                             size_t n)
+{
+    uint64_t s = state;
+    while (n && ((uintptr_t)p & 7)) {
+        s = _mm_crc32_u8((uint32_t)s, *p++);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        s = _mm_crc32_u64(s, w);
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        s = _mm_crc32_u8((uint32_t)s, *p++);
+    return (uint32_t)s;
+}
+
+/* Multiplication in GF(2) modulo the reflected CRC-32C polynomial. */
+static uint32_t gf2_mul(uint32_t a, uint32_t b)
+{
+    uint32_t r = 0;
+    for (int i = 0; i < 32; i++) {
+        if (a & 0x80000000u)
+            r ^= b;
+        a <<= 1;
+        b = (b >> 1) ^ ((b & 1) ? 0x82F63B78u : 0);
+    }
+    return r;
+}
+
+/* x^(8*n) mod P (reflected), for shifting a CRC state over n zero octets. */
+static uint32_t shift_constant(size_t n)
+{
+    uint32_t result = 0x80000000u; /* x^0 */
+    uint32_t power = 0x00800000u;  /* x^8 */
+    while (n) {
+        if (n & 1)
+            result = gf2_mul(result, power);
+        power = gf2_mul(power, power);
+        n >>= 1;
+    }
+    return result;
+}
+
+/* Long inputs run three independent streams of crc32 instructions to hide
+ * its 3-cycle latency; the partial values are joined by multiplying with
+ * x^(8*CRC_BLOCK) modulo the polynomial (computed once at import). */
+#define CRC_BLOCK 4096
+static uint32_t crc_shift_block; /* x^(8*CRC_BLOCK) */
+
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t state, const uint8_t *p,
+                                                           size_t n)
+{
+    while (n && ((uintptr_t)p & 7)) {
+        state = _mm_crc32_u8(state, *p++);
+        n--;
+    }
+    while (n >= 3 * CRC_BLOCK) {
+        uint64_t a = state, b = 0, c = 0;
+        const uint8_t *pb = p + CRC_BLOCK, *pc = p + 2 * CRC_BLOCK;
+        for (size_t i = 0; i < CRC_BLOCK; i += 8) {
+            uint64_t wa, wb, wc;
+            memcpy(&wa, p + i, 8);
+            memcpy(&wb, pb + i, 8);
+            memcpy(&wc, pc + i, 8);
+            a = _mm_crc32_u64(a, wa);
+            b = _mm_crc32_u64(b, wb);
+            c = _mm_crc32_u64(c, wc);
+        }
+        /* state of a over 2 blocks of zeros, xor b shifted over one, xor c */
+        uint32_t sa = gf2_mul((uint32_t)a, crc_shift_block);
+        sa = gf2_mul(sa ^ (uint32_t)b, crc_shift_block);
+        state = sa ^ (uint32_t)c;
+        p += 3 * CRC_BLOCK;
+        n -= 3 * CRC_BLOCK;
+    }
+    return crc_hw_1(state, p, n);
+}
+#endif
+
+static uint32_t crc_update(uint32_t state, const uint8_t *p, size_t n)
+{
+#ifdef IWARP_X86
+    if (have_sse42)
+        return crc_hw(state, p, n);
+#endif
+    return crc_soft(state, p, n);
+}
+
+static PyObject *py_crc32c(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    unsigned long value = 0;
+    if (!PyArg_ParseTuple(args, "y*|k:crc32c", &data, &value))
+        return NULL;
+    uint32_t state = ~(uint32_t)value;
+    if (data.len > 65536) {
+        /* Long buffers are summed without the GIL (the buffer stays exported). */
+        Py_BEGIN_ALLOW_THREADS
+        state = crc_update(state, data.buf, (size_t)data.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        state = crc_update(state, data.buf, (size_t)data.len);
+    }
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(~state);
+}
+
+/* --- framing (sender) ------------------------------------------------------ */
+
+typedef struct {
+    uint8_t *out;
+    size_t pos;     /* next octet written */
+    unsigned phase; /* (stream position of out[pos] - origin) mod 512 */
+    size_t header;  /* index of the current FPDU's ULPDU_Length field */
+    int markers;
+} Writer;
+
+static inline void put_marker(Writer *w, unsigned ptr)
+{
+    uint8_t *m = w->out + w->pos;
+    m[0] = 0;
+    m[1] = 0;
+    m[2] = (uint8_t)(ptr >> 8);
+    m[3] = (uint8_t)ptr;
+    w->pos += 4;
+    w->phase = (w->phase + 4) & PHASE_MASK;
+}
+
+/* Copy n octets of FPDU content, a marker at every 512th stream octet. */
+static void put(Writer *w, const uint8_t *src, size_t n)
+{
+    if (!w->markers) {
+        memcpy(w->out + w->pos, src, n);
+        w->pos += n;
+        return;
+    }
+    while (n) {
+        if (w->phase == 0)
+            put_marker(w, (unsigned)(w->pos - w->header));
+        size_t room = MARKER_INTERVAL - w->phase;
+        size_t k = n < room ? n : room;
+        memcpy(w->out + w->pos, src, k);
+        w->pos += k;
+        w->phase = (unsigned)((w->phase + k) & PHASE_MASK);
+        src += k;
+        n -= k;
+    }
+}
+
+static size_t fpdu_bound(size_t ulpdu)
+{
+    size_t content = 6 + ulpdu + 3;
+    return content + 4 * (content / MARKER_STRIDE + 3);
+}
+
+/*
+ * frame_run(header, payload, start, stop, room, field_at, field_size, base,
+ *           last_mask, markers, crc, phase) -> (bytes, phase)
+ *
+ * Segments of payload[start:stop], `room` octets each (the last may be
+ * shorter; start == stop frames one empty segment). Each ULPDU is `header`
+ * with the big-endian `field_size`-octet field at `field_at` set to
+ * base + (segment offset in payload) and `last_mask` or-ed into octet 0 for
+ * the segment that ends the payload; then the payload slice. Each FPDU is
+ * length, ULPDU, PAD, markers where the stream has them, CRC (zero when off).
+ */
+static PyObject *py_frame_run(PyObject *self, PyObject *args)
+{
+    Py_buffer header, payload;
+    Py_ssize_t start, stop, room, field_at, field_size;
+    unsigned long long base;
+    int last_mask, markers, crc;
+    unsigned phase;
+    if (!PyArg_ParseTuple(args, "y*y*nnnnnKippI:frame_run", &header, &payload, &start, &stop,
+                          &room, &field_at, &field_size, &base, &last_mask, &markers, &crc,
+                          &phase))
+        return NULL;
+    PyObject *result = NULL, *out = NULL;
+    uint8_t hdr[32];
+    Py_ssize_t hlen = header.len;
+    if (hlen > 32 || field_at < 0 || field_size < 1 || field_size > 8 ||
+        field_at + field_size > hlen || room <= 0 || start < 0 || stop < start ||
+        stop > payload.len || hlen + room > 0xFFFF || (phase & 3) || phase > PHASE_MASK) {
+        PyErr_SetString(PyExc_ValueError, "frame_run: inconsistent arguments");
+        goto done;
+    }
+    Py_ssize_t segments = stop == start ? 1 : (stop - start + room - 1) / room;
+    size_t bound = (size_t)segments * fpdu_bound((size_t)(hlen + room));
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
+    if (out == NULL)
+        goto done;
+    Writer w = {(uint8_t *)PyBytes_AS_STRING(out), 0, phase, 0, markers};
+    const uint8_t *src = payload.buf;
+    static const uint8_t zeros[4] = {0, 0, 0, 0};
+    Py_ssize_t offset = start;
+    do {
+        Py_ssize_t n = stop - offset < room ? stop - offset : room;
+        size_t ulpdu = (size_t)(hlen + n);
+        size_t begin = w.pos;
+        if (markers && w.phase == 0) /* RFC 5044 §4.3: FPDUPTR 0, CRC'd with this FPDU */
+            put_marker(&w, 0);
+        w.header = w.pos;
+        memcpy(hdr, header.buf, hlen);
+        unsigned long long value = base + (unsigned long long)offset;
+        for (Py_ssize_t k = field_size - 1; k >= 0; k--) {
+            hdr[field_at + k] = (uint8_t)value;
+            value >>= 8;
+        }
+        if (offset + n == payload.len)
+            hdr[0] |= (uint8_t)last_mask;
+        uint8_t length[2] = {(uint8_t)(ulpdu >> 8), (uint8_t)ulpdu};
+        put(&w, length, 2);
+        put(&w, hdr, hlen);
+        put(&w, src + offset, n);
+        put(&w, zeros, (-(2 + ulpdu)) & 3);
+        if (markers && w.phase == 0) /* a marker right before the CRC */
+            put_marker(&w, (unsigned)(w.pos - w.header));
+        uint32_t value32 = crc ? ~crc_update(0xFFFFFFFFu, w.out + begin, w.pos - begin) : 0;
+        uint8_t *c = w.out + w.pos;
+        c[0] = (uint8_t)value32;
+        c[1] = (uint8_t)(value32 >> 8);
+        c[2] = (uint8_t)(value32 >> 16);
+        c[3] = (uint8_t)(value32 >> 24);
+        w.pos += 4;
+        w.phase = (w.phase + 4) & PHASE_MASK;
+        offset += n;
+    } while (offset < stop);
+    if (_PyBytes_Resize(&out, (Py_ssize_t)w.pos) < 0)
+        goto done;
+    result = Py_BuildValue("(NI)", out, w.phase);
+    out = NULL;
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&header);
+    PyBuffer_Release(&payload);
+    return result;
+}
+
+/* --- scanning (receiver) --------------------------------------------------- */
+
+enum { SCAN_OK = 0, SCAN_CRC = 2, SCAN_MARKER = 3, SCAN_LENGTH = 4 };
+
+static inline unsigned be16(const uint8_t *p) { return ((unsigned)p[0] << 8) | p[1]; }
+
+static inline uint32_t be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static inline uint64_t be64(const uint8_t *p)
+{
+    return ((uint64_t)be32(p) << 32) | be32(p + 4);
+}
+
+/*
+ * scan(buffer, start, end, markers, crc, phase, limit)
+ *   -> (records, stop, phase, error, a, b, where)
+ *
+ * Decodes every complete FPDU in buffer[start:end]. `records` holds one
+ * (ULPDU offset, ULPDU length) pair of native uint32 per FPDU. With markers
+ * the buffer must be writable: the ULPDU is made contiguous in place.
+ * `error` is 0, or 2 (CRC: a received, b computed, where = FPDU start),
+ * 3 (marker: a found FPDUPTR, b expected, where = the marker) or 4 (length
+ * above `limit`: a the length, where = the length field); `stop` is where
+ * decoding stopped (the first octet not consumed).
+ */
+static PyObject *py_scan(PyObject *self, PyObject *args)
+{
+    PyObject *obj;
+    Py_ssize_t start, end;
+    int markers, crc;
+    unsigned phase;
+    unsigned long limit;
+    if (!PyArg_ParseTuple(args, "OnnppIk:scan", &obj, &start, &end, &markers, &crc, &phase,
+                          &limit))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, markers ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    uint32_t *recs = NULL;
+    if (start < 0 || end < start || end > view.len || view.len > 0xFFFFFFFFll ||
+        phase > PHASE_MASK || (phase & 3)) {
+        PyErr_SetString(PyExc_ValueError, "scan: inconsistent arguments");
+        goto done;
+    }
+    size_t cap = 64, count = 0;
+    recs = PyMem_Malloc(cap * 2 * sizeof(uint32_t));
+    if (recs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint8_t *p = view.buf;
+    Py_ssize_t i = start;
+    int error = SCAN_OK;
+    unsigned long long a = 0, b = 0;
+    Py_ssize_t where = 0;
+    for (;;) {
+        size_t lead = (markers && phase == 0) ? 4 : 0;
+        if ((size_t)(end - i) < lead + 2)
+            break;
+        size_t n = be16(p + i + lead);
+        if (n > limit) {
+            error = SCAN_LENGTH;
+            a = n;
+            where = i + (Py_ssize_t)lead;
+            break;
+        }
+        size_t content = 6 + n + ((-(2 + n)) & 3);
+        size_t count_m = 0, at = 0, wire = content;
+        if (markers) {
+            at = MARKER_INTERVAL - ((phase + lead) & PHASE_MASK);
+            if (at < content)
+                count_m = (content - at + MARKER_STRIDE - 1) / MARKER_STRIDE;
+            wire = lead + content + 4 * count_m;
+        }
+        if ((size_t)(end - i) < wire)
+            break;
+        Py_ssize_t stop = i + (Py_ssize_t)wire;
+        if (crc) {
+            const uint8_t *c = p + stop - 4;
+            uint32_t received =
+                (uint32_t)c[0] | ((uint32_t)c[1] << 8) | ((uint32_t)c[2] << 16) | ((uint32_t)c[3] << 24);
+            uint32_t computed = ~crc_update(0xFFFFFFFFu, p + i, wire - 4);
+            if (received != computed) {
+                error = SCAN_CRC;
+                a = received;
+                b = computed;
+                where = i;
+                break;
+            }
+        }
+        size_t header = (size_t)i + lead;
+        if (lead && (be16(p + i + 2) & FPDUPTR_MASK)) {
+            error = SCAN_MARKER;
+            a = be16(p + i + 2);
+            b = 0;
+            where = i;
+            break;
+        }
+        size_t inside = 0;
+        if (count_m) {
+            for (size_t k = 0; k < count_m; k++) {
+                size_t m = header + at + MARKER_INTERVAL * k;
+                size_t expected = m - header;
+                if ((be16(p + m + 2) & FPDUPTR_MASK) != expected) {
+                    error = SCAN_MARKER;
+                    a = be16(p + m + 2);
+                    b = expected;
+                    where = (Py_ssize_t)m;
+                    break;
+                }
+            }
+            if (error)
+                break;
+            /* Markers with a ULPDU offset below n split the ULPDU; a last one
+             * may sit after the PAD, before the CRC. */
+            while (inside < count_m && at - 2 + MARKER_STRIDE * inside < n)
+                inside++;
+            size_t dst = header + at; /* first marker: the ULPDU continues here */
+            for (size_t k = 0; k < inside; k++) {
+                size_t from = header + at + MARKER_INTERVAL * k + 4;
+                size_t piece_end = (k + 1 < inside) ? header + at + MARKER_INTERVAL * (k + 1)
+                                                    : header + 2 + n + 4 * inside;
+                memmove(p + dst, p + from, piece_end - from);
+                dst += piece_end - from;
+            }
+        }
+        if (count == cap) {
+            cap *= 2;
+            uint32_t *grown = PyMem_Realloc(recs, cap * 2 * sizeof(uint32_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            recs = grown;
+        }
+        recs[2 * count] = (uint32_t)(header + 2);
+        recs[2 * count + 1] = (uint32_t)n;
+        count++;
+        i = stop;
+        phase = (unsigned)((phase + wire) & PHASE_MASK);
+    }
+    PyObject *records = PyBytes_FromStringAndSize((const char *)recs, (Py_ssize_t)(count * 8));
+    if (records == NULL)
+        goto done;
+    result = Py_BuildValue("(NnIiKKn)", records, i, phase, error, a, b, where);
+done:
+    PyMem_Free(recs);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* --- placement ------------------------------------------------------------- */
+
+/*
+ * segment_run(buffer, records, index, tagged, control_mask, control, rdmap,
+ *             key, msn, offset) -> (count, octets, last)
+ *
+ * From record `index` on, counts the segments that continue one message
+ * with nothing to decide per segment: each longer than its header, with
+ * (DDP control & control_mask) == control and RsvdULP octet == rdmap; tagged:
+ * STag == key and TO == offset, advancing; untagged: QN == key, MSN == msn,
+ * MO == offset, advancing. Tagged runs end after a segment with L set.
+ * Returns the count, their payload octets and whether the last one had L.
+ */
+static PyObject *py_segment_run(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, recs;
+    Py_ssize_t index;
+    int tagged;
+    unsigned control_mask, control, rdmap;
+    unsigned long key, msn;
+    unsigned long long offset;
+    if (!PyArg_ParseTuple(args, "y*y*npIIIkkK:segment_run", &buf, &recs, &index, &tagged,
+                          &control_mask, &control, &rdmap, &key, &msn, &offset))
+        return NULL;
+    const uint8_t *p = buf.buf;
+    const uint32_t *r = recs.buf;
+    Py_ssize_t total = recs.len / 8, count = 0;
+    unsigned long long octets = 0;
+    int last = 0;
+    size_t hsize = tagged ? 14 : 18;
+    for (Py_ssize_t k = index; k >= 0 && k < total; k++) {
+        size_t at = r[2 * k], n = r[2 * k + 1];
+        if (n <= hsize || at + n > (size_t)buf.len)
+            break;
+        const uint8_t *h = p + at;
+        if ((h[0] & control_mask) != control || h[1] != rdmap)
+            break;
+        if (tagged) {
+            if (be32(h + 2) != key || be64(h + 6) != offset)
+                break;
+        } else if (be32(h + 6) != key || be32(h + 10) != msn || be32(h + 14) != offset) {
+            break;
+        }
+        size_t length = n - hsize;
+        offset += length;
+        octets += length;
+        count++;
+        if (h[0] & 0x40) {
+            last = 1;
+            break;
+        }
+    }
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&recs);
+    return Py_BuildValue("(nKi)", count, octets, last);
+}
+
+/*
+ * place_run(buffer, records, index, count, header_size, target)
+ *
+ * Copies the payloads of records[index:index+count] one after the other
+ * into `target`, which must be exactly their total length.
+ */
+static PyObject *py_place_run(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, recs, target;
+    Py_ssize_t index, count, hsize;
+    if (!PyArg_ParseTuple(args, "y*y*nnnw*:place_run", &buf, &recs, &index, &count, &hsize,
+                          &target))
+        return NULL;
+    PyObject *result = NULL;
+    const uint8_t *p = buf.buf;
+    const uint32_t *r = recs.buf;
+    Py_ssize_t total = recs.len / 8, need = 0;
+    if (index < 0 || count < 0 || index + count > total || hsize < 0) {
+        PyErr_SetString(PyExc_ValueError, "place_run: records out of range");
+        goto done;
+    }
+    for (Py_ssize_t k = index; k < index + count; k++) {
+        if ((Py_ssize_t)r[2 * k + 1] < hsize || (Py_ssize_t)(r[2 * k] + r[2 * k + 1]) > buf.len) {
+            PyErr_SetString(PyExc_ValueError, "place_run: a record lies outside the buffer");
+            goto done;
+        }
+        need += r[2 * k + 1] - hsize;
+    }
+    if (need != target.len) {
+        PyErr_SetString(PyExc_ValueError, "place_run: the target is not the run's length");
+        goto done;
+    }
+    uint8_t *dst = target.buf;
+    for (Py_ssize_t k = index; k < index + count; k++) {
+        size_t n = r[2 * k + 1] - hsize;
+        memcpy(dst, p + r[2 * k] + hsize, n);
+        dst += n;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&recs);
+    PyBuffer_Release(&target);
+    return result;
+}
+
+static PyObject *py_describe(PyObject *self, PyObject *unused)
+{
+    return PyUnicode_FromString(have_sse42 ? "CRC32C with SSE4.2" : "CRC32C with tables");
+}
+
+static PyMethodDef methods[] = {
+    {"crc32c", py_crc32c, METH_VARARGS, "CRC-32C of a buffer, continuing from value."},
+    {"frame_run", py_frame_run, METH_VARARGS, "Frame a run of DDP segments into FPDUs."},
+    {"scan", py_scan, METH_VARARGS, "Decode every complete FPDU of a buffer."},
+    {"segment_run", py_segment_run, METH_VARARGS, "Count segments continuing one message."},
+    {"place_run", py_place_run, METH_VARARGS, "Copy a run of payloads into one target."},
+    {"describe", py_describe, METH_NOARGS, "Which CRC32C implementation runs."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "iwarp._speedups", "C kernels for the per-FPDU loops.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void)
+{
+    crc_init();
+#ifdef IWARP_X86
+    crc_shift_block = shift_constant(CRC_BLOCK);
+    if (getenv("IWARP_ACCEL_NO_SSE42") != NULL)
+        have_sse42 = 0;
+#endif
+    return PyModule_Create(&module);
+}
