@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from iwarp import __version__
 
 #: Subcommand modules, in the order ``iwarp --help`` lists them.
-COMMANDS: tuple[str, ...] = ("demo", "listen", "connect", "ping", "decode", "vitcp", "interop")
+COMMANDS: tuple[str, ...] = (
+    "demo",
+    "listen",
+    "connect",
+    "ping",
+    "decode",
+    "vitcp",
+    "interop",
+    "conformance",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

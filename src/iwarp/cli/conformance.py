@@ -1,0 +1,160 @@
+"""``iwarp conformance``: test an MPA/DDP/RDMAP implementation against the RFCs, case by case."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from iwarp.conformance import all_cases
+from iwarp.conformance.model import Result, TargetRole, select
+from iwarp.conformance.report import format_case, format_result, junit, summary_line, to_json
+from iwarp.conformance.runner import (
+    DEFAULT_TIMEOUT,
+    InitiatorTarget,
+    ResponderTarget,
+    Runner,
+    ShellLauncher,
+    TargetUnavailableError,
+)
+
+__all__ = ["register"]
+
+EPILOG = """\
+examples:
+  iwarp conformance 127.0.0.1 7471    the target is an MPA Responder (iwarp listen, rping -s)
+  iwarp conformance --listen 7472 --peer-cmd 'rping -c -a 127.0.0.1 -p {port} -C 1'
+                                      the target is an MPA Initiator, started once per case
+  iwarp conformance --list rfc6581/   the cases under a prefix
+  iwarp conformance HOST PORT --strict --junit report.xml rfc5041/
+
+Exit status: 0 when no case failed, 1 when one did, 2 for bad usage or an unreachable target.
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "conformance",
+        help="test an iWARP implementation against RFC 5044/6581/5041/5040, case by case",
+        description="Run conformance cases against an iWARP target: each case opens a fresh "
+        "connection, sends what the case needs (valid or broken on purpose) and checks the "
+        "target's answer against the text it quotes (spec, section, short quote). The target is "
+        "an MPA Responder (HOST PORT: the tool connects) or an MPA Initiator (--listen PORT: the "
+        "tool listens and runs --peer-cmd once per case). Cases that need cooperation the target "
+        "does not offer (an advertised buffer, a posted receive) are skipped with the reason.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "target",
+        nargs="*",
+        metavar="HOST PORT | PREFIX",
+        help="the Responder to connect to, then case id prefixes (rfc6581/); "
+        "with --listen or --list only prefixes",
+    )
+    parser.add_argument(
+        "--listen",
+        type=int,
+        metavar="PORT",
+        help="play the Responder: listen on PORT for the target's connections",
+    )
+    parser.add_argument(
+        "--listen-host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address to listen on with --listen (default 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--peer-cmd",
+        metavar="CMD",
+        help="shell command that makes the target connect once, run per case; "
+        "{port} is replaced by the listening port. Without it the target must "
+        "connect by itself once per case",
+    )
+    parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="also run the SHOULD cases (timeouts, header copies, markers)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="S",
+        help=f"seconds per case (default {DEFAULT_TIMEOUT:g}; some cases that "
+        "wait for the target's own timeouts have longer ones)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON report at the end")
+    parser.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show what was seen for passing cases too"
+    )
+    parser.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    print(f"iwarp conformance: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    words: list[str] = list(args.target)
+    role: TargetRole | None = None
+    target: ResponderTarget | InitiatorTarget | None = None
+    if args.listen is not None:
+        role = TargetRole.INITIATOR
+        launch = ShellLauncher(args.peer_cmd) if args.peer_cmd else None
+        target = InitiatorTarget(args.listen, host=args.listen_host, command=args.peer_cmd or "")
+        if launch is not None:
+            target.launch = launch
+    elif not args.list:
+        if len(words) < 2 or not words[1].isdigit():
+            return _fail("give HOST PORT of an MPA Responder, or --listen PORT")
+        target = ResponderTarget(words[0], int(words[1]))
+        role = TargetRole.RESPONDER
+        words = words[2:]
+    elif args.peer_cmd:
+        return _fail("--peer-cmd needs --listen")
+    if args.timeout <= 0:
+        return _fail("--timeout must be positive")
+    cases = select(all_cases(), words, strict=args.strict, role=role)
+    if not cases:
+        return _fail(f"no case matches {' '.join(words) or 'the selection'}")
+    if args.list:
+        for item in cases:
+            print(format_case(item))
+        print(f"{len(cases)} cases")
+        return 0
+    assert target is not None
+    colour = sys.stdout.isatty() and not args.json
+    results: list[Result] = []
+
+    def show(result: Result) -> None:
+        results.append(result)
+        if not args.json:
+            print(format_result(result, colour=colour, verbose=args.verbose), flush=True)
+
+    if not args.json:
+        print(f"target: {target.describe()}; {len(cases)} cases", flush=True)
+    runner = Runner(target, timeout=args.timeout, on_result=show)
+    try:
+        runner.run(cases)
+    except TargetUnavailableError as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        runner.close()
+        print(f"interrupted after {len(results)} cases: {summary_line(results)}", file=sys.stderr)
+        return 130
+    if args.json:
+        print(to_json(results, target.describe()))
+    else:
+        from iwarp.conformance.report import write_text
+
+        write_text(results, sys.stdout, colour=colour)
+    if args.junit is not None:
+        try:
+            args.junit.write_bytes(junit(results, target.describe()))
+        except OSError as exc:
+            return _fail(f"cannot write {args.junit}: {exc.strerror or exc}")
+    return 1 if any(r.status == "failed" for r in results) else 0

@@ -1,0 +1,696 @@
+"""MPA startup: RFC 5044 §7.1 (frames, startup rules), §8 (errors), Appendix C (Rev 0)."""
+
+from __future__ import annotations
+
+from iwarp.conformance import craft
+from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
+from iwarp.conformance.session import Session
+from iwarp.mpa.wire import (
+    FRAME_HEADER_SIZE,
+    REPLY_KEY,
+    REQUEST_KEY,
+    RESERVED_FLAGS,
+    FrameFlags,
+    Revision,
+)
+
+R = (TargetRole.RESPONDER,)
+I = (TargetRole.INITIATOR,)  # noqa: E741
+
+KEY_QUOTE = (
+    '§7.1.1 Key: "Responder mode receivers MUST check this field for the same value, '
+    'and close the connection"'
+)
+KEY_QUOTE_I = (
+    '§7.1.1 Key: "Initiator mode receivers MUST check this field for the same value, '
+    'and close the connection"'
+)
+REV_QUOTE = (
+    '§7.1.1 Rev: "If the MPA receiver cannot interoperate with the received version, '
+    'then it MUST close the connection"'
+)
+PD_QUOTE = (
+    '§7.1.1 PD_Length: "if the length of the Private Data field exceeds 512 octets, '
+    'the receiver MUST close the connection"'
+)
+
+
+def _accepted(s: Session, request: bytes, what: str) -> None:
+    """The Responder answers ``request`` with a Reply that accepts (R=0)."""
+    reply = s.initiate(request)
+    if reply.reject:
+        raise CaseFailed(f"{what}: the target rejected the Request (R=1)")
+
+
+# --- §7.1.1: the Reply the target sends ----------------------------------------
+
+
+@case(
+    "rfc5044/7.1.1/1",
+    'the Reply carries the key "MPA ID Rep Frame"',
+    '§7.1.1 Key: "Responder mode senders MUST set this field to the fixed value '
+    '"MPA ID Rep Frame""',
+    roles=R,
+)
+def reply_key(s: Session) -> None:
+    s.initiate()
+
+
+@case(
+    "rfc5044/7.1.1/2",
+    "the Reply's reserved flag bits are zero",
+    '§7.1.1 Res: "It MUST be set to zero when sending"',
+    roles=R,
+)
+def reply_res_zero(s: Session) -> None:
+    reply = s.initiate()
+    if reply.reserved & RESERVED_FLAGS:
+        raise CaseFailed(f"Reply reserved bits {reply.reserved & RESERVED_FLAGS:#x}")
+
+
+@case(
+    "rfc5044/7.1.1/3",
+    "a Request with reserved bits set is accepted, and the Reply's are zero",
+    '§7.1.1 Res: "MUST be set to zero when sending, and not checked on reception"',
+    roles=R,
+)
+def request_res_set(s: Session) -> None:
+    req = s.default_request(flags=FrameFlags.CRC | FrameFlags.ENHANCED | RESERVED_FLAGS)
+    reply = s.initiate(req)
+    if reply.reject:
+        raise CaseFailed("the target rejected a Request whose only oddity is reserved bits")
+    if reply.reserved & RESERVED_FLAGS:
+        raise CaseFailed(
+            f"the Reply's reserved bits are {reply.reserved & RESERVED_FLAGS:#x} "
+            "(echoed from the Request?)"
+        )
+
+
+@case(
+    "rfc5044/7.1.1/4",
+    "a Request with the R bit set is accepted",
+    '§7.1.1 R: "This bit is set to zero, and not checked on reception in the MPA Request Frame"',
+    roles=R,
+)
+def request_r_set(s: Session) -> None:
+    _accepted(
+        s,
+        s.default_request(flags=FrameFlags.CRC | FrameFlags.ENHANCED | FrameFlags.REJECT),
+        "R bit in a Request",
+    )
+
+
+@case(
+    "rfc5044/7.1.1/5",
+    "a Rev 1 Request is answered with Rev 1",
+    '§7.1.1 Rev: "For this version of the specification, senders MUST set this field to one"',
+    roles=R,
+)
+def rev1_reply(s: Session) -> None:
+    reply = s.initiate(craft.request(revision=Revision.REV1))
+    if reply.revision != Revision.REV1:
+        raise CaseFailed(f"a Rev 1 Request was answered with Rev {reply.revision}")
+
+
+@case(
+    "rfc5044/7.1.1/6",
+    "the Reply's PD_Length stays within 512 octets",
+    '§7.1.1 Private Data: "The Private Data field MUST be between 0 and 512 octets in length"',
+    roles=R,
+)
+def reply_pd_limit(s: Session) -> None:
+    reply = s.initiate()
+    if len(reply.private_data) > 512:
+        raise CaseFailed(f"Reply private data of {len(reply.private_data)} octets")
+
+
+@case(
+    "rfc5044/7.1.1/7",
+    "an accepting Reply has R=0 and the connection stays open",
+    '§7.1.2 rule 2: "the implementation SHOULD return an MPA Reply Frame with the Rejected '
+    "Connection bit set to '0'\"",
+    roles=R,
+)
+def reply_r_zero(s: Session) -> None:
+    reply = s.initiate()
+    if reply.reject:
+        raise CaseFailed("the default Request (Rev 2, C=1, IRD/ORD 16) was rejected")
+    s.expect_no_fpdu(0.3, "after the Reply", close_ok=False)
+
+
+# --- §7.1.1 Key: one wrong octet at a time ---------------------------------------
+
+
+def _bad_key_case(number: int, index: int) -> None:
+    key = bytearray(REQUEST_KEY)
+    key[index] ^= 0x20 if chr(key[index]).isalpha() else 0x01
+
+    @case(
+        f"rfc5044/7.1.1/{number}",
+        f"a Request whose key octet {index} is {key[index]:#04x} is closed without a Reply",
+        KEY_QUOTE,
+        roles=R,
+    )
+    def run(s: Session) -> None:
+        s.send_raw(craft.request(key=bytes(key)), f"Request with key {bytes(key)!r}")
+        s.expect_closed("a wrong Request key")
+
+
+for _i in range(16):
+    _bad_key_case(8 + _i, _i)
+
+
+@case(
+    "rfc5044/7.1.1/24",
+    "a Request with an all-zero key is closed without a Reply",
+    KEY_QUOTE,
+    roles=R,
+)
+def zero_key(s: Session) -> None:
+    s.send_raw(craft.request(key=bytes(16)), "Request with a zero key")
+    s.expect_closed("a zero key")
+
+
+@case(
+    "rfc5044/7.1.1/25",
+    "a Request with a lower-case key is closed without a Reply",
+    KEY_QUOTE,
+    roles=R,
+)
+def lower_key(s: Session) -> None:
+    s.send_raw(craft.request(key=REQUEST_KEY.lower()), "Request with a lower-case key")
+    s.expect_closed("a lower-case key")
+
+
+@case(
+    "rfc5044/7.1.1/26",
+    "a Request of Rev 3 is not accepted: the connection is closed",
+    REV_QUOTE,
+    roles=R,
+)
+def rev3(s: Session) -> None:
+    s.send_raw(craft.request(revision=3), "Rev 3 Request")
+    s.expect_closed("an unknown revision", allow_reply=True)
+
+
+@case(
+    "rfc5044/7.1.1/27",
+    "a Request of Rev 255 is not accepted: the connection is closed",
+    REV_QUOTE,
+    roles=R,
+)
+def rev255(s: Session) -> None:
+    s.send_raw(craft.request(revision=255), "Rev 255 Request")
+    s.expect_closed("an unknown revision", allow_reply=True)
+
+
+@case(
+    "rfc5044/7.1.1/28",
+    "a Request with 513 octets of private data is closed without a Reply",
+    PD_QUOTE,
+    roles=R,
+)
+def pd_513(s: Session) -> None:
+    s.send_raw(
+        craft.request(enhanced=None, flags=FrameFlags.CRC, revision=1, private_data=bytes(513)),
+        "Rev 1 Request, PD_Length 513",
+    )
+    s.expect_closed("PD_Length 513")
+
+
+@case(
+    "rfc5044/7.1.1/29",
+    "a Rev 2 Request with PD_Length 513 is closed without a Reply",
+    PD_QUOTE,
+    roles=R,
+)
+def pd_513_rev2(s: Session) -> None:
+    s.send_raw(s.default_request(private_data=bytes(509)), "Rev 2 Request, PD_Length 513")
+    s.expect_closed("PD_Length 513")
+
+
+@case(
+    "rfc5044/7.1.1/30",
+    "a Request with PD_Length 65535 is closed without a Reply",
+    PD_QUOTE,
+    roles=R,
+)
+def pd_65535(s: Session) -> None:
+    data = craft.request(revision=1, private_data=bytes(1024), pd_length=0xFFFF)
+    s.send_raw(data, "Rev 1 Request, PD_Length 65535, 1024 octets follow")
+    s.expect_closed("PD_Length 65535")
+
+
+@case(
+    "rfc5044/7.1.1/31",
+    "a Request with PD_Length 600 is refused on its header alone",
+    '§7.1.2 rule 9: "MPA implementations MUST validate the PD_Length field"',
+    roles=R,
+)
+def pd_600_header(s: Session) -> None:
+    s.send_raw(craft.request(revision=1, pd_length=600), "Rev 1 Request header, PD_Length 600")
+    s.expect_closed("PD_Length 600 (no private data sent)")
+
+
+@case(
+    "rfc5044/7.1.1/32",
+    "a Request carrying 512 octets of private data is accepted",
+    '§7.1.1 Private Data: "The Private Data field MUST be between 0 and 512 octets in length"',
+    level=Level.SHOULD,
+    roles=R,
+)
+def pd_512(s: Session) -> None:
+    _accepted(s, craft.request(revision=1, private_data=bytes(512)), "PD_Length 512")
+
+
+@case(
+    "rfc5044/7.1.1/33",
+    "a Request with private data is answered (the data is passed up)",
+    '§7.1.1 PD_Length: "the MPA receiver should pass the PD_Length value and Private Data to '
+    'the ULP"',
+    roles=R,
+)
+def pd_small(s: Session) -> None:
+    reply = s.initiate(s.default_request(private_data=b"iwarp conformance"))
+    del reply
+
+
+# --- §7.1.1, the Initiator side: the Request and its handling of Replies ---------
+
+
+@case(
+    "rfc5044/7.1.1/40",
+    'the Request carries the key "MPA ID Req Frame"',
+    '§7.1.1 Key: "Initiator mode senders MUST set this field to the fixed value '
+    '"MPA ID Req Frame""',
+    roles=I,
+)
+def request_key(s: Session) -> None:
+    s.read_request()
+
+
+@case(
+    "rfc5044/7.1.1/41",
+    "the Request's reserved bits and R bit are zero",
+    '§7.1.1 Res: "It MUST be set to zero when sending"; R: "This bit is set to zero"',
+    roles=I,
+)
+def request_res(s: Session) -> None:
+    s.read_request()
+    flags = s.link.received[16]
+    if flags & (RESERVED_FLAGS | FrameFlags.REJECT):
+        raise CaseFailed(f"the Request's flag octet is {flags:#04x}")
+
+
+@case(
+    "rfc5044/7.1.1/42",
+    "the Request is Rev 1 or Rev 2",
+    '§7.1.1 Rev: "senders MUST set this field to one" (RFC 6581 §6: two)',
+    roles=I,
+)
+def request_rev(s: Session) -> None:
+    req = s.read_request()
+    if req.revision not in (1, 2):
+        raise CaseSkipped(f"the target sent a Rev {req.revision} Request (Appendix C peer)")
+
+
+@case(
+    "rfc5044/7.1.1/43",
+    "the Request's private data is at most 512 octets",
+    '§7.1.1 Private Data: "MUST be between 0 and 512 octets in length"',
+    roles=I,
+)
+def request_pd(s: Session) -> None:
+    req = s.read_request()
+    if len(req.private_data) > 512:
+        raise CaseFailed(f"{len(req.private_data)} octets of private data")
+
+
+def _bad_reply_case(number: int, title: str, quote: str, make: object, what: str) -> None:
+    @case(f"rfc5044/7.1.1/{number}", title, quote, roles=I)
+    def run(s: Session) -> None:
+        request = s.read_request()
+        data = make(s, request)  # type: ignore[operator]
+        s.send_raw(data, what)
+        s.expect_closed(what)
+
+
+def _reply_key(index: int) -> object:
+    def make(s: Session, request: object) -> bytes:
+        key = bytearray(REPLY_KEY)
+        key[index] ^= 0x20 if chr(key[index]).isalpha() else 0x01
+        return s.default_reply(request, key=bytes(key))  # type: ignore[arg-type]
+
+    return make
+
+
+for _n, _i in enumerate((0, 4, 8, 12, 15)):
+    _bad_reply_case(
+        44 + _n,
+        f"a Reply whose key octet {_i} is wrong makes the Initiator close",
+        KEY_QUOTE_I,
+        _reply_key(_i),
+        f"Reply with key octet {_i} changed",
+    )
+_bad_reply_case(
+    49,
+    "a Reply with a zero key makes the Initiator close",
+    KEY_QUOTE_I,
+    lambda s, r: s.default_reply(r, key=bytes(16)),
+    "Reply with a zero key",
+)
+_bad_reply_case(
+    50,
+    "a Reply of Rev 3 makes the Initiator close",
+    REV_QUOTE,
+    lambda s, r: s.default_reply(r, revision=3),
+    "Rev 3 Reply",
+)
+_bad_reply_case(
+    51,
+    "a Reply with PD_Length 513 makes the Initiator close",
+    PD_QUOTE,
+    lambda s, r: s.default_reply(r, private_data=bytes(513 - 4 * r.is_enhanced)),
+    "Reply with PD_Length 513",
+)
+_bad_reply_case(
+    52,
+    "a Reply with PD_Length 65535 makes the Initiator close",
+    PD_QUOTE,
+    lambda s, r: s.default_reply(r, pd_length=0xFFFF) + bytes(1024),
+    "Reply with PD_Length 65535",
+)
+
+
+@case(
+    "rfc5044/7.1.1/53",
+    "a Reply with reserved bits set is accepted: the first FPDU follows",
+    '§7.1.1 Res: "not checked on reception"',
+    roles=I,
+)
+def reply_res_set(s: Session) -> None:
+    request = s.read_request()
+    base = s.default_reply(request)
+    flags = base[16] | RESERVED_FLAGS
+    s.send_raw(base[:16] + bytes([flags]) + base[17:], "Reply with reserved bits 0x0f")
+    s.crc = True
+    got = s.next_fpdu()
+    if got is None:
+        raise CaseFailed("no FPDU after a Reply with reserved bits set")
+
+
+# --- §7.1.2 startup rules ----------------------------------------------------------
+
+
+@case(
+    "rfc5044/7.1.2/1",
+    "the Initiator's Request is valid",
+    '§7.1.2 rule 1: "the MPA implementation MUST send a valid MPA Request Frame"',
+    roles=I,
+)
+def valid_request(s: Session) -> None:
+    req = s.read_request()
+    if req.is_enhanced and req.enhanced is None:
+        raise CaseFailed("S bit set without room for the enhanced data")
+
+
+@case(
+    "rfc5044/7.1.2/2",
+    "the Responder sends no FPDU before receiving one",
+    '§7.1.2 rule 4: "MPA Responder mode implementations MUST receive and validate at least one '
+    'FPDU before sending any FPDUs or Markers"',
+    roles=R,
+)
+def responder_fence(s: Session) -> None:
+    reply = s.initiate()
+    if reply.reject:
+        raise CaseSkipped("the target rejected the default Request")
+    s.expect_no_fpdu(1.0, "before the Initiator's first FPDU")
+
+
+@case(
+    "rfc5044/7.1.2/3",
+    "the Initiator exits MPA on a Reply with R=1: it sends no FPDU",
+    "§7.1.2 rule 3: \"if the Rejected Connection bit is set to '1', the implementation MUST "
+    'exit MPA"',
+    roles=I,
+)
+def initiator_rejected(s: Session) -> None:
+    request = s.read_request()
+    data = s.default_reply(
+        request,
+        flags=FrameFlags.CRC
+        | FrameFlags.REJECT
+        | (FrameFlags.ENHANCED if request.is_enhanced else 0),
+    )
+    s.send_raw(data, "Reply with R=1")
+    s.expect_no_fpdu(1.0, "after a rejecting Reply")
+
+
+@case(
+    "rfc5044/7.1.2/4",
+    "a Responder receiving a Reply key closes without a Reply",
+    '§7.1.2 rule 8: "MPA implementations MUST use the difference between the MPA Request Frame '
+    "and the MPA Reply Frame to check for incorrect 'Initiator/Initiator' startups\"",
+    roles=R,
+)
+def responder_gets_reply(s: Session) -> None:
+    s.send_raw(craft.reply(), "a Reply frame instead of a Request")
+    s.expect_closed("a Reply sent to a Responder")
+
+
+@case(
+    "rfc5044/7.1.2/5",
+    "an Initiator receiving a Request key closes (Initiator/Initiator)",
+    '§7.1.2 rule 8: "MUST use the difference between the MPA Request Frame and the MPA Reply '
+    'Frame"',
+    roles=I,
+)
+def initiator_gets_request(s: Session) -> None:
+    s.read_request()
+    s.send_raw(craft.request(), "a Request frame instead of a Reply")
+    s.expect_closed("a Request sent to an Initiator")
+
+
+@case(
+    "rfc5044/7.1.2/6",
+    "garbage instead of a Request is closed without a Reply",
+    '§7.1.2 rule 2: "If the MPA Request Frame is improperly formatted, the implementation MUST '
+    'close the TCP connection and exit MPA"',
+    roles=R,
+)
+def garbage_request(s: Session) -> None:
+    s.send_raw(b"GET / HTTP/1.1\r\nHost: iwarp\r\n\r\n", "an HTTP request")
+    s.expect_closed("an HTTP request instead of an MPA Request")
+
+
+@case(
+    "rfc5044/7.1.2/7",
+    "an FPDU instead of a Request is closed without a Reply",
+    '§7.1.2 rule 2: "MUST wait until an MPA Request Frame is received and validated before '
+    'entering Full MPA/DDP Operation"',
+    roles=R,
+)
+def fpdu_first(s: Session) -> None:
+    s.send_raw(craft.fpdu(craft.send(b"hello", msn=1).octets) * 4, "FPDUs, no Request")
+    s.expect_closed("FPDUs before a Request")
+
+
+@case(
+    "rfc5044/7.1.2/8",
+    "a Responder given no Request closes after a timeout",
+    '§7.1.2 rule 8: "Implementations SHOULD put a timeout on waiting for the MPA Request Frame '
+    'when started in Responder mode"',
+    level=Level.SHOULD,
+    roles=R,
+    timeout=70.0,
+)
+def request_timeout(s: Session) -> None:
+    s.expect_closed("waiting for a Request that never comes")
+
+
+@case(
+    "rfc5044/7.1.2/9",
+    "a Responder given half a Request closes after a timeout",
+    '§7.1.2 rule 10: "MPA implementations SHOULD implement a reasonable timeout while waiting '
+    'for the entire set of startup frames"',
+    level=Level.SHOULD,
+    roles=R,
+    timeout=70.0,
+)
+def partial_request(s: Session) -> None:
+    s.send_raw(craft.request()[:10], "the first 10 octets of a Request")
+    s.expect_closed("half a Request")
+
+
+@case(
+    "rfc5044/7.1.2/10",
+    "a Responder given less private data than PD_Length closes after a timeout",
+    '§7.1.1 PD_Length: "If the receiver detects that the PD_Length field does not '
+    'match the length of the Private Data field ... the receiver MUST close the connection"',
+    level=Level.SHOULD,
+    roles=R,
+    timeout=70.0,
+)
+def short_private_data(s: Session) -> None:
+    s.send_raw(
+        craft.request(revision=1, private_data=bytes(8), pd_length=100),
+        "a Request with PD_Length 100 and 8 octets of private data",
+    )
+    s.expect_closed("a short private data field")
+
+
+@case(
+    "rfc5044/7.1.2/11",
+    "an Initiator given no Reply closes after a timeout",
+    '§7.1.2 rule 10: "SHOULD implement a reasonable timeout while waiting for the entire set of '
+    'startup frames"',
+    level=Level.SHOULD,
+    roles=I,
+    timeout=70.0,
+)
+def reply_timeout(s: Session) -> None:
+    s.read_request()
+    s.expect_closed("waiting for a Reply that never comes")
+
+
+@case(
+    "rfc5044/7.1.2/12",
+    "an Initiator given half a Reply closes after a timeout",
+    '§7.1.2 rule 10: "SHOULD implement a reasonable timeout while waiting for the entire set of '
+    'startup frames"',
+    level=Level.SHOULD,
+    roles=I,
+    timeout=70.0,
+)
+def partial_reply(s: Session) -> None:
+    request = s.read_request()
+    s.send_raw(s.default_reply(request)[:12], "the first 12 octets of a Reply")
+    s.expect_closed("half a Reply")
+
+
+@case(
+    "rfc5044/7.1.2/13",
+    "the Initiator's first FPDU follows the Reply",
+    '§7.1.2 rule 3: "the implementation SHOULD enter Full MPA/DDP Operation Phase; ... sending '
+    'DDP ULPDUs as FPDUs"',
+    roles=I,
+    needs=(Need.TALKS,),
+)
+def first_fpdu(s: Session) -> None:
+    s.accept()
+    if s.next_fpdu() is None:
+        raise CaseSkipped("the target sent no FPDU after the Reply (it has nothing to say first)")
+
+
+@case(
+    "rfc5044/7.1.2/14",
+    "a Reply with private data the Initiator does not expect still leads "
+    "to Full Operation or a close, never a hang",
+    '§7.1.2 rule 6: "The Initiator ULP MAY close '
+    'the TCP/MPA/DDP connection as a result of validating the Private Data fields"',
+    roles=I,
+)
+def reply_private_data(s: Session) -> None:
+    request = s.read_request()
+    s.send_raw(s.default_reply(request, private_data=b"unexpected"), "Reply with private data")
+    s.crc = True
+    if s.next_fpdu() is None and not s.link.ended:
+        raise CaseFailed("neither an FPDU nor a close after a Reply with private data")
+
+
+# --- §8 error semantics: the Responder's own frame errors ----------------------------
+
+
+@case(
+    "rfc5044/8/1",
+    "a Request cut short by FIN ends the connection without a Reply",
+    '§8 code 4: "Invalid MPA Request Frame or MPA Response Frame received. In this case, the TCP '
+    'connection MUST be immediately closed"',
+    roles=R,
+)
+def request_then_fin(s: Session) -> None:
+    s.send_raw(craft.request()[: FRAME_HEADER_SIZE - 2], "18 octets of a Request")
+    import socket as _socket
+
+    s.link.sock.shutdown(_socket.SHUT_WR)
+    s.note("sent FIN")
+    s.expect_closed("a truncated Request")
+
+
+# --- Appendix C: Rev 0 peers -----------------------------------------------------------
+
+
+@case(
+    "rfc5044/C/1",
+    "a Rev 0 Request gets a Reply of another revision and a close, or a close",
+    'Appendix C.2.1: a non-permissive Responder "responds with ... MPA Rev 1 ... and closes the '
+    'connection"',
+    roles=R,
+)
+def rev0_request(s: Session) -> None:
+    s.send_raw(
+        craft.request(revision=0, flags=FrameFlags.MARKERS | FrameFlags.CRC),
+        "Rev 0 Request (M=1, C=1)",
+    )
+    s.link.wait_end(s.within(3.0))
+    data = bytes(s.link.received)
+    if len(data) >= FRAME_HEADER_SIZE and data[:16] == REPLY_KEY:
+        rev, flags = data[17], data[16]
+        if rev == 0:
+            if not flags & FrameFlags.MARKERS or not flags & FrameFlags.CRC:
+                raise CaseFailed(
+                    f"a Rev 0 Reply (permissive) must have M=1 and C=1, got flags {flags:#04x}"
+                )
+            raise CaseSkipped(
+                "the target runs Rev 0 peers in RDMAC mode (permissive); "
+                "the tool does not speak DDP version 0"
+            )
+        if s.link.ended is None:
+            raise CaseFailed(f"a Rev {rev} Reply to a Rev 0 Request, and the connection stays open")
+        return
+    if s.link.ended is None:
+        raise CaseFailed("neither a Reply nor a close within 3 s of a Rev 0 Request")
+    if data:
+        raise CaseFailed(f"{len(data)} octets that are not a Reply, then a close")
+
+
+@case(
+    "rfc5044/C/2",
+    "a Reply of Rev 0 to a Rev 1 Request ends the connection",
+    'Appendix C.2.2: a non-permissive Initiator receiving a Rev 0 Reply "closes the connection"',
+    roles=I,
+)
+def rev0_reply(s: Session) -> None:
+    s.read_request()
+    s.send_raw(
+        craft.reply(revision=0, flags=FrameFlags.MARKERS | FrameFlags.CRC, enhanced=None),
+        "Rev 0 Reply (M=1, C=1)",
+    )
+    s.link.wait_end(s.within(3.0))
+    if s.link.ended is None:
+        # A permissive Initiator goes on in RDMAC mode: its first FPDU would carry a marker.
+        raise CaseSkipped("the target kept the connection after a Rev 0 Reply (permissive?)")
+
+
+@case(
+    "rfc5044/C/3",
+    "a Rev 2 Request with a Rev 1 Reply leads to Full Operation",
+    'RFC 6581 §10: "All responders are REQUIRED to issue unenhanced RDMA connection '
+    'establishment responses in response to unenhanced ... requests"; an Initiator accepts the '
+    "lower revision",
+    roles=I,
+    needs=(Need.TALKS,),
+)
+def rev1_reply_to_rev2(s: Session) -> None:
+    request = s.read_request()
+    if request.revision != 2:
+        raise CaseSkipped(f"the target sent Rev {request.revision}")
+    if request.enhanced and request.enhanced.flags:
+        raise CaseSkipped("the target asks for peer-to-peer; a Rev 1 Reply cannot grant it")
+    s.send_raw(craft.reply(revision=1, enhanced=None), "Rev 1 Reply (C=1)")
+    s.crc = True
+    if s.next_fpdu() is None:
+        if s.link.ended:
+            raise CaseSkipped("the target closed after a Rev 1 Reply to its Rev 2 Request")
+        raise CaseSkipped("the target sent no FPDU after the Reply")

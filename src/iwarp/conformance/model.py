@@ -1,0 +1,191 @@
+"""What a conformance case is, the registry of all cases, and their outcomes.
+
+A :class:`Case` names the spec text it checks (``spec/section/n``, the level
+MUST or SHOULD, a short quote), which end of the connection the target must
+play, and what cooperation it needs beyond MPA (a posted receive, an
+advertised buffer, markers...). Its ``run`` function drives a
+:class:`~iwarp.conformance.session.Session` and returns normally to pass,
+raises :class:`CaseFailed` with what was observed, or :class:`CaseSkipped`
+when the target lacks something the case needs. Cases are registered once,
+at import time of the area modules, by :func:`case`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from iwarp.conformance.session import Session
+
+__all__ = [
+    "REGISTRY",
+    "CaseFailed",
+    "CaseSkipped",
+    "Case",
+    "Level",
+    "Need",
+    "Result",
+    "Status",
+    "TargetRole",
+    "case",
+    "select",
+]
+
+
+class Level(StrEnum):
+    """RFC 2119 strength of the text a case checks; SHOULD cases run with --strict."""
+
+    MUST = "MUST"
+    SHOULD = "SHOULD"
+
+
+class TargetRole(StrEnum):
+    """The MPA role the *target* plays (the tool plays the other one)."""
+
+    #: The target listens; the tool connects and sends the MPA Request.
+    RESPONDER = "responder"
+    #: The target connects and sends the Request; the tool answers.
+    INITIATOR = "initiator"
+
+
+BOTH: Final = frozenset(TargetRole)
+
+
+class Need(StrEnum):
+    """Cooperation a case needs from the target beyond an MPA connection."""
+
+    #: The target has a receive posted for a small (16-octet) Send: it speaks
+    #: a Send-based conversation (iwarp listen/connect, rping).
+    RECEIVE = "receive"
+    #: The target advertised a tagged buffer (STag, TO, length) open to
+    #: remote access: rping -c's first message, iwarp listen --op write/read.
+    REGION = "region"
+    #: The advertised buffer allows remote Write but not remote Read.
+    WRITE_ONLY_REGION = "write-only region"
+    #: The target answers our first message with FPDUs of its own.
+    TALKS = "talks"
+
+
+class Status(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class CaseFailed(Exception):  # noqa: N818 (a verdict, not an error)
+    """The target broke the rule; the message says what was observed."""
+
+
+class CaseSkipped(Exception):  # noqa: N818 (a verdict, not an error)
+    """The target lacks a capability the case needs; the message says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One check of one rule."""
+
+    id: str
+    #: What the target must do, in one line.
+    title: str
+    #: The spec text checked: section and a short quote.
+    quote: str
+    run: Callable[[Session], None] = field(repr=False, compare=False)
+    level: Level = Level.MUST
+    roles: frozenset[TargetRole] = BOTH
+    needs: frozenset[Need] = frozenset()
+    #: Seconds this case may take; None means the runner's default.
+    timeout: float | None = None
+
+    @property
+    def spec(self) -> str:
+        return self.id.split("/", 1)[0]
+
+    @property
+    def section(self) -> str:
+        parts = self.id.split("/")
+        return parts[1] if len(parts) > 2 else ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "quote": self.quote,
+            "level": str(self.level),
+            "roles": sorted(str(r) for r in self.roles),
+            "needs": sorted(str(n) for n in self.needs),
+        }
+
+
+@dataclass(slots=True)
+class Result:
+    """The outcome of one case against one target."""
+
+    case: Case
+    status: Status
+    #: Why it failed or was skipped (empty for a pass).
+    reason: str = ""
+    #: What was seen on the wire, one line each: frames, bytes, the Terminate, timing.
+    observed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            **self.case.as_dict(),
+            "status": str(self.status),
+            "reason": self.reason,
+            "observed": list(self.observed),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+#: Every case, by id, in registration (report) order.
+REGISTRY: Final[dict[str, Case]] = {}
+
+
+def case(
+    id: str,
+    title: str,
+    quote: str,
+    *,
+    level: Level = Level.MUST,
+    roles: Iterable[TargetRole] = BOTH,
+    needs: Iterable[Need] = (),
+    timeout: float | None = None,
+) -> Callable[[Callable[[Session], None]], Callable[[Session], None]]:
+    """Register the decorated function as the case ``id``."""
+
+    def register(run: Callable[[Session], None]) -> Callable[[Session], None]:
+        add(Case(id, title, quote, run, level, frozenset(roles), frozenset(needs), timeout))
+        return run
+
+    return register
+
+
+def add(item: Case) -> None:
+    """Register one case; ids are unique."""
+    if item.id in REGISTRY:
+        raise ValueError(f"duplicate conformance case id {item.id}")
+    REGISTRY[item.id] = item
+
+
+def select(
+    cases: Iterable[Case],
+    prefixes: Sequence[str] = (),
+    *,
+    strict: bool = False,
+    role: TargetRole | None = None,
+) -> list[Case]:
+    """Cases whose id starts with any prefix (all without one), MUST only unless strict."""
+    chosen = []
+    for item in cases:
+        if prefixes and not any(item.id.startswith(p) for p in prefixes):
+            continue
+        if item.level is Level.SHOULD and not strict:
+            continue
+        if role is not None and role not in item.roles:
+            continue
+        chosen.append(item)
+    return chosen

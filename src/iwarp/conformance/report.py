@@ -1,0 +1,99 @@
+"""Reports: coloured text (colour only on a terminal), JSON, JUnit XML."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Final, TextIO
+
+from iwarp.conformance.model import Case, Result, Status
+
+__all__ = ["counts", "format_case", "format_result", "junit", "summary_line", "to_json"]
+
+_COLOURS: Final = {Status.PASSED: "\033[32m", Status.FAILED: "\033[31m", Status.SKIPPED: "\033[33m"}
+_MARKS: Final = {Status.PASSED: "PASS", Status.FAILED: "FAIL", Status.SKIPPED: "SKIP"}
+_RESET: Final = "\033[0m"
+
+
+def counts(results: Iterable[Result]) -> Counter[Status]:
+    return Counter(r.status for r in results)
+
+
+def summary_line(results: Sequence[Result]) -> str:
+    c = counts(results)
+    return f"{c[Status.PASSED]} passed, {c[Status.FAILED]} failed, {c[Status.SKIPPED]} skipped"
+
+
+def format_case(item: Case) -> str:
+    level = "" if item.level == "MUST" else f" [{item.level}]"
+    roles = "/".join(sorted(r.value for r in item.roles))
+    return f"{item.id:22} {item.title}{level} (target: {roles})\n{'':22} {item.quote}"
+
+
+def format_result(result: Result, *, colour: bool, verbose: bool = False) -> str:
+    mark = _MARKS[result.status]
+    if colour:
+        mark = f"{_COLOURS[result.status]}{mark}{_RESET}"
+    lines = [f"{mark} {result.case.id:22} {result.case.title} ({result.seconds:.2f}s)"]
+    if result.status is not Status.PASSED or verbose:
+        lines.append(f"       checks: {result.case.quote}")
+    if result.reason:
+        label = "failed" if result.status is Status.FAILED else "skipped"
+        lines.append(f"       {label}: {result.reason}")
+    if result.status is Status.FAILED or verbose:
+        lines += [f"       | {line}" for line in result.observed]
+    return "\n".join(lines)
+
+
+def write_text(results: Sequence[Result], out: TextIO, *, colour: bool) -> None:
+    line = summary_line(results)
+    if colour:
+        failed = counts(results)[Status.FAILED]
+        line = f"{_COLOURS[Status.FAILED if failed else Status.PASSED]}{line}{_RESET}"
+    out.write(line + "\n")
+
+
+def to_json(results: Sequence[Result], target: str) -> str:
+    c = counts(results)
+    return json.dumps(
+        {
+            "target": target,
+            "passed": c[Status.PASSED],
+            "failed": c[Status.FAILED],
+            "skipped": c[Status.SKIPPED],
+            "results": [r.as_dict() for r in results],
+        },
+        indent=1,
+    )
+
+
+def junit(results: Sequence[Result], target: str) -> bytes:
+    """A JUnit XML report: one testsuite, one testcase per case."""
+    c = counts(results)
+    suite = ET.Element(
+        "testsuite",
+        name="iwarp conformance",
+        tests=str(len(results)),
+        failures=str(c[Status.FAILED]),
+        skipped=str(c[Status.SKIPPED]),
+        errors="0",
+        time=f"{sum(r.seconds for r in results):.3f}",
+    )
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="target", value=target)
+    for r in results:
+        spec = r.case.id.rsplit("/", 1)[0]
+        tc = ET.SubElement(
+            suite, "testcase", classname=spec, name=r.case.id, time=f"{r.seconds:.3f}"
+        )
+        if r.status is Status.FAILED:
+            node = ET.SubElement(tc, "failure", message=r.reason)
+            node.text = "\n".join([r.case.quote, *r.observed])
+        elif r.status is Status.SKIPPED:
+            ET.SubElement(tc, "skipped", message=r.reason)
+        out = ET.SubElement(tc, "system-out")
+        out.text = f"{r.case.title}\n{r.case.quote}"
+    data: bytes = ET.tostring(suite, encoding="utf-8", xml_declaration=True)
+    return data

@@ -1,0 +1,300 @@
+"""Runs cases against a target, one fresh connection per case.
+
+Two kinds of target:
+
+* :class:`ResponderTarget` (``iwarp conformance HOST PORT``): the tool
+  connects once per case and plays the MPA Initiator;
+* :class:`InitiatorTarget` (``--listen PORT --peer-cmd CMD``): the tool
+  listens, starts the peer command once per case (``{port}`` substituted)
+  so that it connects, and plays the Responder. Without a command the
+  target is expected to connect by itself, once per case (a loop of
+  ``rping -c`` in a guest, for example).
+
+Before the cases, a Responder target is probed once: if it refuses a plain
+Rev 2 Request but takes a peer-to-peer one (irdma), every case's default
+startup offers peer-to-peer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from iwarp.conformance.link import Link
+from iwarp.conformance.model import Case, CaseFailed, CaseSkipped, Result, Status, TargetRole
+from iwarp.conformance.session import Session, StartupStyle
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "InitiatorTarget",
+    "Launcher",
+    "ResponderTarget",
+    "Runner",
+    "ShellLauncher",
+    "TargetUnavailableError",
+]
+
+#: Seconds a case may take unless it says otherwise.
+DEFAULT_TIMEOUT: Final = 5.0
+
+
+class TargetUnavailableError(Exception):
+    """The target could not be reached at all (nothing to test)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponderTarget:
+    host: str
+    port: int
+
+    role = TargetRole.RESPONDER
+
+    def describe(self) -> str:
+        return f"MPA Responder at {self.host}:{self.port}"
+
+
+class Launched:
+    """A started peer command; :meth:`stop` ends it (and its children) if still running."""
+
+    def __init__(self, proc: subprocess.Popen[bytes] | None, command: str) -> None:
+        self.proc = proc
+        self.command = command
+
+    def stop(self) -> str:
+        """End the command; returns the tail of its output."""
+        proc = self.proc
+        if proc is None:
+            return ""
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(2.0)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(2.0)
+        out = proc.stdout.read() if proc.stdout else b""
+        if proc.stdout:
+            proc.stdout.close()
+        lines = out.decode(errors="replace").strip().splitlines()[-3:]
+        return f"exit {proc.returncode}" + (": " + " | ".join(lines) if lines else "")
+
+    def exited(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+
+Launcher = Callable[[int], Launched]
+
+
+class ShellLauncher:
+    """Runs a shell command per case, ``{port}`` replaced by the listening port."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __call__(self, port: int) -> Launched:
+        line = self.command.replace("{port}", str(port))
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", line],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return Launched(proc, line)
+
+
+def no_launch(port: int) -> Launched:
+    """The target connects by itself."""
+    return Launched(None, "")
+
+
+@dataclass
+class InitiatorTarget:
+    """The tool listens on ``port``; ``launch`` makes the target connect once."""
+
+    port: int
+    launch: Launcher = no_launch
+    host: str = "127.0.0.1"
+    command: str = ""
+
+    role = TargetRole.INITIATOR
+
+    def describe(self) -> str:
+        peer = f" started by `{self.command}`" if self.command else ""
+        return f"MPA Initiator{peer}, connecting to {self.host}:{self.port}"
+
+
+Target = ResponderTarget | InitiatorTarget
+
+
+class Runner:
+    """Runs cases one after another against one target."""
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        cooperation_wait: float = 1.0,
+        on_result: Callable[[Result], None] | None = None,
+    ) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.cooperation_wait = cooperation_wait
+        self.on_result = on_result
+        self.style = StartupStyle()
+        self._listener: socket.socket | None = None
+
+    # --- connections ------------------------------------------------------
+
+    def _connect(self, deadline: float) -> Link:
+        assert isinstance(self.target, ResponderTarget)
+        left = max(0.1, deadline - time.monotonic())
+        try:
+            sock = socket.create_connection((self.target.host, self.target.port), timeout=left)
+        except OSError as exc:
+            raise TargetUnavailableError(
+                f"cannot connect to {self.target.host}:{self.target.port}: {exc.strerror or exc}"
+            ) from None
+        return Link(sock)
+
+    def listener(self) -> socket.socket:
+        if self._listener is None:
+            assert isinstance(self.target, InitiatorTarget)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((self.target.host, self.target.port))
+            except OSError as exc:
+                sock.close()
+                raise TargetUnavailableError(
+                    f"cannot listen on {self.target.host}:{self.target.port}: {exc.strerror or exc}"
+                ) from None
+            sock.listen(8)
+            self.target.port = sock.getsockname()[1]
+            self._listener = sock
+        return self._listener
+
+    def _accept(self, deadline: float, launched: Launched) -> Link:
+        listener = self.listener()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CaseFailed(
+                    "the target did not connect within the case's timeout"
+                    + (f" (peer command {launched.stop()})" if launched.proc else "")
+                )
+            listener.settimeout(min(left, 0.2))
+            try:
+                sock, _ = listener.accept()
+            except TimeoutError:
+                if launched.exited() is not None:
+                    raise CaseFailed(
+                        f"the peer command ended without connecting ({launched.stop()})"
+                    ) from None
+                continue
+            return Link(sock)
+
+    # --- the probe ------------------------------------------------------------
+
+    def probe(self) -> None:
+        """Learn how a Responder target wants to be started (plain or peer-to-peer)."""
+        if not isinstance(self.target, ResponderTarget):
+            return
+        for style in (StartupStyle(), StartupStyle(peer_to_peer=True)):
+            deadline = time.monotonic() + self.timeout
+            link = self._connect(deadline)
+            session = Session(link, TargetRole.RESPONDER, deadline=deadline, style=style)
+            try:
+                session.initiate()
+            except CaseFailed:
+                continue
+            finally:
+                link.close()
+            self.style = style
+            return
+        raise TargetUnavailableError(
+            f"{self.target.describe()} answered neither a plain nor a peer-to-peer Rev 2 "
+            "MPA Request with a Reply"
+        )
+
+    # --- cases -------------------------------------------------------------------
+
+    def run(self, cases: Iterable[Case]) -> list[Result]:
+        results = []
+        try:
+            self.probe()
+            for item in cases:
+                result = self.run_case(item)
+                results.append(result)
+                if self.on_result is not None:
+                    self.on_result(result)
+        finally:
+            self.close()
+        return results
+
+    def run_case(self, item: Case) -> Result:
+        started = time.monotonic()
+        if self.target.role not in item.roles:
+            other = "Initiator" if self.target.role is TargetRole.RESPONDER else "Responder"
+            return Result(item, Status.SKIPPED, f"the case needs the target as MPA {other}")
+        deadline = started + (item.timeout or self.timeout)
+        launched = Launched(None, "")
+        session: Session | None = None
+        status, reason = Status.PASSED, ""
+        try:
+            if isinstance(self.target, ResponderTarget):
+                link = self._connect(deadline)
+            else:
+                launched = self.target.launch(self.target.port)
+                link = self._accept(deadline, launched)
+            session = Session(
+                link,
+                self.target.role,
+                deadline=deadline,
+                style=self.style,
+                cooperation_wait=self.cooperation_wait,
+            )
+            item.run(session)
+        except CaseFailed as exc:
+            status, reason = Status.FAILED, str(exc)
+        except CaseSkipped as exc:
+            status, reason = Status.SKIPPED, str(exc)
+        except TargetUnavailableError as exc:
+            status, reason = Status.FAILED, str(exc)
+        except Exception as exc:  # a bug in the case: report it, keep going
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            status = Status.FAILED
+            reason = f"internal error in the case: {exc!r} at {where.filename}:{where.lineno}"
+        observed: list[str] = []
+        if session is not None:
+            observed = list(session.observed)
+            if status is Status.FAILED:
+                observed += session.summary()
+            session.link.close()
+        if launched.proc is not None:
+            tail = launched.stop()
+            if status is Status.FAILED:
+                observed.append(f"peer command `{launched.command}`: {tail}")
+        return Result(item, status, reason, observed, time.monotonic() - started)
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+
+def split_command(command: str) -> list[str]:
+    """The words of a peer command (for messages)."""
+    return shlex.split(command)

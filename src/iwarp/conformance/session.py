@@ -1,0 +1,699 @@
+"""One case's connection to the target: MPA startup helpers, FPDU I/O, expectations.
+
+A :class:`Session` plays the role the target does not: the Initiator when
+the target is a Responder, the Responder when the target is an Initiator.
+Cases use it at three levels:
+
+* raw: :meth:`Session.send_raw` and the :class:`~iwarp.conformance.link.Link`
+  underneath, for broken startup frames;
+* startup: :meth:`Session.read_request`, :meth:`Session.read_reply`,
+  :meth:`Session.startup` (the normal way into Full Operation, an RFC 6581
+  RTR included when the target wants one);
+* data: :meth:`Session.data_phase` (startup plus the cooperation the target
+  offers), :meth:`Session.send_ulpdu`, :meth:`Session.next_ulpdu` and the
+  ``expect_*`` methods, which raise :class:`CaseFailed` with what was seen.
+
+Octets received are decoded with our own small reader (not the library's
+FPDU decoder) because the report must show what the target did wrong: a
+non-zero PAD, a bad CRC, a marker out of place.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Final
+
+from iwarp._crc32c import crc32c
+from iwarp.conformance import craft
+from iwarp.conformance.link import Link
+from iwarp.conformance.model import CaseFailed, CaseSkipped, Need, TargetRole
+from iwarp.ddp.wire import TAGGED_FLAG, UNTAGGED_HEADER_SIZE
+from iwarp.errors import MpaError
+from iwarp.mpa.config import MpaConfig
+from iwarp.mpa.handshake import parse_frame
+from iwarp.mpa.wire import (
+    CRC_FIELD,
+    CRC_SIZE,
+    FRAME_HEADER,
+    FRAME_HEADER_SIZE,
+    MARKER,
+    MARKER_INTERVAL,
+    MARKER_SIZE,
+    REPLY_KEY,
+    REQUEST_KEY,
+    EnhancedData,
+    FrameFlags,
+    MpaFrame,
+    Revision,
+    RtrFlags,
+    pad_length,
+)
+from iwarp.rdma.rping import ADVERT
+from iwarp.rdmap.wire import (
+    READ_REQUEST_SIZE,
+    RdmapOpcode,
+    ReadRequest,
+    TerminateHeader,
+    describe_ulpdu,
+    split_control,
+)
+
+__all__ = ["Cooperation", "Received", "Region", "Session", "StartupStyle", "describe_terminate"]
+
+#: A permissive reading of startup frames: every revision, the largest private data.
+_LENIENT: Final = MpaConfig(private_data_limit=512, rev0_private_data_limit=0xFFFF)
+#: Seconds the data phase waits for the target's first messages.
+COOPERATION_WAIT: Final = 1.0
+#: The STag our Write RTR names (RFC 6581 wants a zero-length Write; iwarp
+#: and siw use a non-zero STag, siw 1).
+RTR_STAG: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """A tagged buffer the target advertised: where remote access may go."""
+
+    stag: int
+    to: int
+    length: int
+    #: Where it came from, for the report.
+    source: str
+    writable: bool = True
+    readable: bool = True
+
+
+@dataclass(slots=True)
+class Cooperation:
+    """What the target offered in the data phase of one connection."""
+
+    receive: bool = False
+    region: Region | None = None
+    talks: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def has(self, need: Need) -> bool:
+        if need is Need.RECEIVE:
+            return self.receive
+        if need is Need.REGION:
+            return self.region is not None
+        if need is Need.WRITE_ONLY_REGION:
+            return self.region is not None and not self.region.readable
+        if need is Need.TALKS:
+            return self.talks
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class StartupStyle:
+    """How the tool starts MPA with this target when a case does not say otherwise.
+
+    Learned by the runner's probe: most targets take a plain Rev 2 Request;
+    some (irdma) take only peer-to-peer ones.
+    """
+
+    peer_to_peer: bool = False
+    rtr_types: RtrFlags = RtrFlags.WRITE | RtrFlags.READ
+
+
+@dataclass(slots=True)
+class Received:
+    """One FPDU from the target, as it arrived."""
+
+    ulpdu: bytes
+    pad: bytes
+    crc: int
+    crc_ok: bool
+    #: Stream offset of its ULPDU_Length field (from the start of Full Operation).
+    offset: int
+    #: (stream offset, FPDUPTR) of every marker inside or before it.
+    markers: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def info(self) -> dict[str, object]:
+        return describe_ulpdu(self.ulpdu)
+
+    @property
+    def is_terminate(self) -> bool:
+        data = self.ulpdu
+        if len(data) < UNTAGGED_HEADER_SIZE or data[0] & TAGGED_FLAG:
+            return False
+        return split_control(data[1])[1] == RdmapOpcode.TERMINATE
+
+    def terminate(self) -> TerminateHeader:
+        return TerminateHeader.unpack_from(self.ulpdu, UNTAGGED_HEADER_SIZE)
+
+    def describe(self) -> str:
+        info = self.info
+        name = info.get("opcode_name", "?")
+        extra = ""
+        if self.is_terminate:
+            extra = " " + describe_terminate(self.terminate())
+        elif info.get("stag") is not None:
+            extra = f" STag {info['stag']:#x} TO {info['to']:#x}"
+        elif info.get("qn") is not None:
+            extra = f" QN {info['qn']} MSN {info['msn']} MO {info['mo']}"
+        pad = f", PAD {self.pad.hex()}" if self.pad.strip(b"\0") else ""
+        crc = "" if self.crc_ok else f", CRC {self.crc:#010x} wrong"
+        return f"FPDU {name} ({len(self.ulpdu)} octets){extra}{pad}{crc}"
+
+
+def describe_terminate(term: TerminateHeader) -> str:
+    parts = [f"Terminate layer {term.layer} type {term.etype} code {term.code:#04x}"]
+    flags = "".join(
+        letter for letter, bit in (("M", 0x8000), ("D", 0x4000), ("R", 0x2000)) if term.hdrct & bit
+    )
+    parts.append(f"HdrCt {flags or '-'}")
+    if term.reserved:
+        parts.append(f"reserved {term.reserved:#06x}")
+    if term.segment_length is not None:
+        parts.append(f"segment length {term.segment_length}")
+    if term.ddp_header is not None:
+        parts.append(f"DDP header {term.ddp_header.hex()}")
+    if term.rdma_header is not None:
+        parts.append(f"RDMA header {term.rdma_header.hex()}")
+    return ", ".join(parts)
+
+
+def _hex(data: bytes, limit: int = 48) -> str:
+    shown = data[:limit].hex(" ")
+    return f"{shown} ..." if len(data) > limit else shown or "(nothing)"
+
+
+class Session:
+    """The tool's end of one connection with the target, for one case."""
+
+    def __init__(
+        self,
+        link: Link,
+        target: TargetRole,
+        *,
+        deadline: float,
+        style: StartupStyle | None = None,
+        cooperation_wait: float = COOPERATION_WAIT,
+    ) -> None:
+        self.link = link
+        self.target = target
+        self.deadline = deadline
+        self.style = style or StartupStyle()
+        self.cooperation_wait = cooperation_wait
+        #: Lines for the report: what was sent and seen, in order.
+        self.observed: list[str] = []
+        #: The target's Request (target Initiator) or Reply (target Responder).
+        self.peer_frame: MpaFrame | None = None
+        #: Negotiated: CRC on, markers towards the target, markers from it.
+        self.crc = True
+        self.markers_send = False
+        self.markers_receive = False
+        self.revision = int(Revision.REV2)
+        self.rtr: RtrFlags | None = None
+        self.cooperation = Cooperation()
+        self.received: list[Received] = []
+        self._rx_offset = 0
+        self._tx_offset = 0
+        self._msn = {0: 1, 1: 1, 2: 1}
+
+    # --- bookkeeping -----------------------------------------------------
+
+    def note(self, line: str) -> None:
+        self.observed.append(f"{self.link.elapsed():6.3f}s {line}")
+
+    def fail(self, reason: str) -> CaseFailed:
+        return CaseFailed(reason)
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def within(self, seconds: float) -> float:
+        """A deadline ``seconds`` from now, never past the case's own."""
+        return min(self.deadline, time.monotonic() + seconds)
+
+    def next_msn(self, qn: int) -> int:
+        msn = self._msn.get(qn, 1)
+        self._msn[qn] = msn + 1
+        return msn
+
+    def summary(self) -> list[str]:
+        """The received octets and how the connection ended, for a failure report."""
+        lines = [f"received {len(self.link.received)} octets: {_hex(bytes(self.link.received))}"]
+        if self.link.ended:
+            lines.append(
+                f"target ended the connection with {self.link.ended} at {self.link.ended_at:.3f}s"
+            )
+        else:
+            lines.append("connection still open")
+        if self.link.send_error:
+            lines.append(self.link.send_error)
+        return lines
+
+    # --- raw -----------------------------------------------------------------
+
+    def send_raw(self, data: bytes, what: str = "") -> bool:
+        self.note(f"sent {what or 'octets'} ({len(data)}): {_hex(data, 24)}")
+        return self.link.send(data)
+
+    # --- startup ---------------------------------------------------------------
+
+    def read_frame(self, *, request: bool, within: float | None = None) -> MpaFrame:
+        """Read one startup frame from the target; CaseFailed if it is broken or absent."""
+        name = "Request" if request else "Reply"
+        deadline = self.deadline if within is None else self.within(within)
+        if not self.link.fill(FRAME_HEADER_SIZE, deadline):
+            why = f"connection ended ({self.link.ended})" if self.link.ended else "timed out"
+            raise CaseFailed(f"no MPA {name} from the target: {why}")
+        _, _, _, pd_length = FRAME_HEADER.unpack_from(self.link.inbox, 0)
+        if not self.link.fill(FRAME_HEADER_SIZE + min(pd_length, 0xFFFF), deadline):
+            raise CaseFailed(
+                f"the MPA {name}'s PD_Length says {pd_length} octets; "
+                f"only {len(self.link.inbox) - FRAME_HEADER_SIZE} arrived"
+            )
+        try:
+            parsed = parse_frame(self.link.inbox, _LENIENT, expect_request=request)
+        except MpaError as exc:
+            raise CaseFailed(f"the target's MPA {name} is improperly formatted: {exc}") from None
+        assert parsed is not None
+        frame, used = parsed
+        raw = self.link.take(used)
+        self.note(f"got MPA {name} {describe_frame(frame, raw)}")
+        self.peer_frame = frame
+        return frame
+
+    def read_request(self) -> MpaFrame:
+        return self.read_frame(request=True)
+
+    def read_reply(self) -> MpaFrame:
+        return self.read_frame(request=False)
+
+    def default_request(self, **overrides: object) -> bytes:
+        flags = FrameFlags.CRC | FrameFlags.ENHANCED
+        enhanced = EnhancedData(16, 16)
+        if self.style.peer_to_peer:
+            enhanced = EnhancedData(16, 16, RtrFlags.PEER_TO_PEER | self.style.rtr_types)
+        args: dict[str, object] = {"flags": flags, "enhanced": enhanced}
+        args.update(overrides)
+        return craft.request(**args)  # type: ignore[arg-type]
+
+    def initiate(self, request: bytes | None = None) -> MpaFrame:
+        """Target Responder: send a Request (ours by default) and read the Reply."""
+        self.require(TargetRole.RESPONDER)
+        data = self.default_request() if request is None else request
+        self.send_raw(data, "MPA Request")
+        sent = parse_frame(data, _LENIENT, expect_request=True)
+        reply = self.read_reply()
+        if sent is not None:
+            self._negotiate(sent[0], reply)
+        return reply
+
+    def _negotiate(self, request: MpaFrame, reply: MpaFrame) -> None:
+        self.crc = request.crc or reply.crc
+        ours, theirs = (request, reply) if self.target is TargetRole.RESPONDER else (reply, request)
+        self.markers_send = theirs.markers
+        self.markers_receive = ours.markers
+        self.revision = min(request.revision, reply.revision)
+        enh = reply.enhanced
+        if enh is not None and RtrFlags.PEER_TO_PEER in enh.flags:
+            offered = request.enhanced.flags if request.enhanced else RtrFlags.NONE
+            both = enh.flags & offered
+            for flag in (RtrFlags.WRITE, RtrFlags.READ, RtrFlags.SEND):
+                if flag in both:
+                    self.rtr = flag
+                    break
+
+    def accept(self, reply: bytes | None = None) -> MpaFrame:
+        """Target Initiator: read its Request and answer (an accepting Reply by default)."""
+        self.require(TargetRole.INITIATOR)
+        request = self.read_request()
+        data = self.default_reply(request) if reply is None else reply
+        self.send_raw(data, "MPA Reply")
+        parsed = parse_frame(data, _LENIENT, expect_request=False)
+        if parsed is not None:
+            self._negotiate(request, parsed[0])
+        return request
+
+    def default_reply(self, request: MpaFrame, **overrides: object) -> bytes:
+        """The Reply a conforming Responder gives ``request``: same Rev, C on, S echoed."""
+        enhanced: EnhancedData | None = None
+        flags = FrameFlags.CRC
+        revision = min(request.revision, Revision.REV2)
+        if request.is_enhanced:
+            flags |= FrameFlags.ENHANCED
+            req = request.enhanced or EnhancedData(0, 0)
+            rtr = RtrFlags.NONE
+            if RtrFlags.PEER_TO_PEER in req.flags:
+                for flag in (RtrFlags.WRITE, RtrFlags.READ, RtrFlags.SEND):
+                    if flag in req.flags:
+                        rtr = RtrFlags.PEER_TO_PEER | flag
+                        break
+                else:
+                    rtr = RtrFlags.PEER_TO_PEER | RtrFlags.WRITE
+            ird = req.ord if req.ord != 0x3FFF else 0x3FFF
+            ord_ = min(req.ird, 16) if req.ird != 0x3FFF else 0x3FFF
+            enhanced = EnhancedData(max(ird, 1) if ird != 0x3FFF else ird, ord_, rtr)
+        args: dict[str, object] = {"revision": revision, "flags": flags, "enhanced": enhanced}
+        args.update(overrides)
+        return craft.reply(**args)  # type: ignore[arg-type]
+
+    def startup(self) -> None:
+        """Bring the connection into Full Operation the normal way (RTR included)."""
+        if self.target is TargetRole.RESPONDER:
+            reply = self.initiate()
+            if reply.reject:
+                raise CaseSkipped("the target rejected the tool's default Request (R=1)")
+            if self.rtr is not None:
+                self.send_rtr()
+            return
+        self.accept()
+        if self.rtr is None:
+            return
+        got = self.next_fpdu()
+        if got is None:
+            raise CaseFailed(f"no RTR ({craft.RTR_NAMES[self.rtr]}) after the Reply")
+        info = got.info
+        if info.get("payload_length") not in (0, READ_REQUEST_SIZE) or got.is_terminate:
+            raise CaseFailed(f"the first FPDU is not a zero-length RTR: {got.describe()}")
+        request = info.get("read_request")
+        if isinstance(request, dict):
+            # RFC 5040 §5.2.1: a zero-length Read is answered by a zero-length Read Response.
+            seg = craft.read_response(int(request["sink_stag"]), int(request["sink_to"]))
+            self.send_ulpdu(seg.octets, "zero-length Read Response to the Read RTR")
+
+    def send_rtr(self) -> None:
+        """RFC 6581 §9.2: the zero-length RTR message of the negotiated type."""
+        if self.rtr is RtrFlags.WRITE:
+            self.send_ulpdu(craft.write(RTR_STAG, 0).octets, "RTR (zero-length RDMA Write)")
+        elif self.rtr is RtrFlags.READ:
+            seg, _ = craft.read_request(
+                ReadRequest(RTR_STAG, 0, 0, RTR_STAG, 0), msn=self.next_msn(1)
+            )
+            self.send_ulpdu(seg.octets, "RTR (zero-length RDMA Read Request)")
+        elif self.rtr is RtrFlags.SEND:
+            self.send_ulpdu(craft.send(msn=self.next_msn(0)).octets, "RTR (zero-length Send)")
+
+    def data_phase(self) -> Cooperation:
+        """Startup, then learn what the target offers: a receive, an advertised buffer.
+
+        Target Responder: our first FPDU is a 16-octet Send shaped like rping's
+        advertisement and iwarp's hello, (count, STag 0, size): iwarp listen
+        answers with its own advertisements, rping -s takes it as ours.
+        Target Initiator: its first FPDU (after any RTR) is read: rping -c
+        advertises its buffer there, iwarp connect says hello.
+        """
+        self.startup()
+        coop = self.cooperation
+        if self.target is TargetRole.RESPONDER:
+            hello = craft.send(ADVERT.pack(64, 0, 4096), msn=self.next_msn(0))
+            self.send_ulpdu(hello.octets, "hello Send (count 64, STag 0, size 4096)")
+        limit = self.within(self.cooperation_wait)
+        while coop.region is None:
+            got = self.next_ulpdu(limit)
+            if got is None:
+                break
+            self._learn(got)
+            if self.target is TargetRole.INITIATOR and coop.receive:
+                break
+        return coop
+
+    def _learn(self, got: Received) -> None:
+        coop = self.cooperation
+        info = got.info
+        coop.talks = True
+        if got.is_terminate:
+            raise CaseFailed(
+                f"the target terminated the connection in the data phase: {got.describe()}"
+            )
+        opcode = info.get("opcode")
+        if info.get("tagged") or opcode not in (RdmapOpcode.SEND, RdmapOpcode.SEND_WITH_SE):
+            return
+        payload = got.ulpdu[UNTAGGED_HEADER_SIZE:]
+        coop.receive = True
+        if len(payload) == ADVERT.size:
+            to, stag, length = ADVERT.unpack_from(payload)
+            if stag != 0 and length > 0 and coop.region is None:
+                coop.region = Region(stag, to, length, "advertised in a 16-octet Send")
+                self.note(f"target advertised STag {stag:#x} TO {to:#x} length {length}")
+
+    def require(self, role: TargetRole) -> None:
+        if self.target is not role:
+            raise CaseSkipped(f"the case needs the target as MPA {role}")
+
+    def need(self, need: Need) -> None:
+        if not self.cooperation.has(need):
+            raise CaseSkipped(f"the target offered no {need} in the data phase")
+
+    # --- FPDUs ----------------------------------------------------------------
+
+    def frame_ulpdu(
+        self,
+        ulpdu: bytes,
+        *,
+        corrupt_crc: bool = False,
+        pad: bytes | None = None,
+        length: int | None = None,
+    ) -> bytes:
+        """The FPDU for ``ulpdu`` at the current send position (markers if the target wants)."""
+        if self.markers_send:
+            if pad is not None or length is not None:
+                raise CaseSkipped("the target asked for markers; this case crafts unmarked FPDUs")
+            return self._marked(ulpdu, corrupt_crc)
+        data = craft.fpdu(ulpdu, crc=self.crc, corrupt_crc=corrupt_crc, pad=pad, length=length)
+        self._tx_offset += len(data)
+        return data
+
+    def _marked(self, ulpdu: bytes, corrupt_crc: bool) -> bytes:
+        from iwarp.mpa.framing import FpduEncoder
+
+        encoder = FpduEncoder(markers=True, crc=self.crc, origin=0, position=self._tx_offset)
+        data = bytearray(encoder.encode_bytes(ulpdu))
+        if corrupt_crc:
+            data[-3] ^= 0x01
+        self._tx_offset = encoder.position
+        return bytes(data)
+
+    def send_ulpdu(self, ulpdu: bytes, what: str = "FPDU", **kw: object) -> bool:
+        data = self.frame_ulpdu(ulpdu, **kw)  # type: ignore[arg-type]
+        return self.send_raw(data, what)
+
+    def _stream(self, n: int, deadline: float, markers: list[tuple[int, int]]) -> bytes | None:
+        """``n`` octets of FPDU content, markers removed (and recorded) when they are on."""
+        if not self.markers_receive:
+            if not self.link.fill(n, deadline):
+                return None
+            self._rx_offset += n
+            return self.link.take(n)
+        out = bytearray()
+        while len(out) < n:
+            if self._rx_offset % MARKER_INTERVAL == 0:
+                if not self.link.fill(MARKER_SIZE, deadline):
+                    return None
+                _, ptr = MARKER.unpack(self.link.take(MARKER_SIZE))
+                markers.append((self._rx_offset, ptr))
+                self._rx_offset += MARKER_SIZE
+                continue
+            step = min(n - len(out), MARKER_INTERVAL - self._rx_offset % MARKER_INTERVAL)
+            if not self.link.fill(step, deadline):
+                return None
+            out += self.link.take(step)
+            self._rx_offset += step
+        return bytes(out)
+
+    def next_fpdu(self, deadline: float | None = None) -> Received | None:
+        """The next FPDU from the target; None when it ended or the deadline passed."""
+        limit = self.deadline if deadline is None else deadline
+        markers: list[tuple[int, int]] = []
+        start = self._rx_offset
+        head = self._stream(2, limit, markers)
+        if head is None:
+            return None
+        length = int.from_bytes(head, "big")
+        rest = self._stream(length + pad_length(length) + CRC_SIZE, limit, markers)
+        if rest is None:
+            self.note(
+                f"incomplete FPDU: ULPDU_Length {length}, then "
+                f"{'the end' if self.link.ended else 'silence'}"
+            )
+            return None
+        ulpdu = rest[:length]
+        pad = rest[length : length + pad_length(length)]
+        (crc,) = CRC_FIELD.unpack_from(rest, len(rest) - CRC_SIZE)
+        ok = True
+        if self.crc:
+            # With markers, the CRC covers them too (RFC 5044 §6): recompute over the wire form.
+            body = head + ulpdu + pad if not markers else None
+            ok = crc32c(body) == crc if body is not None else True
+        got = Received(ulpdu, pad, crc, ok, start, markers)
+        self.received.append(got)
+        self.note(f"got {got.describe()}")
+        return got
+
+    def next_ulpdu(self, deadline: float | None = None) -> Received | None:
+        return self.next_fpdu(deadline)
+
+    # --- expectations -----------------------------------------------------------
+
+    def expect_closed(
+        self, what: str, *, within: float | None = None, allow_reply: bool = False
+    ) -> None:
+        """The target must close the connection (FIN or RST) without entering MPA.
+
+        ``allow_reply``: a startup frame before the close is tolerated (RFC 5044
+        Appendix C: a Responder may answer with its own Rev, then close).
+        """
+        deadline = self.deadline if within is None else self.within(within)
+        ended = self.link.wait_end(deadline)
+        data = bytes(self.link.received)
+        if ended is None:
+            raise CaseFailed(
+                f"{what}: the connection is still open after {self.link.elapsed():.1f}s"
+            )
+        self.note(f"target closed the connection ({ended})")
+        if data and not allow_reply:
+            key = data[:16]
+            kind = (
+                "an MPA Reply"
+                if key == REPLY_KEY[: len(key)]
+                else "an MPA Request"
+                if key == REQUEST_KEY[: len(key)]
+                else "octets"
+            )
+            raise CaseFailed(f"{what}: the target sent {kind} ({len(data)} octets) before closing")
+        if data and allow_reply and len(data) >= FRAME_HEADER_SIZE and data[:16] == REPLY_KEY:
+            flags = data[16]
+            if not flags & FrameFlags.REJECT and self.target is TargetRole.RESPONDER:
+                self.note("the target answered with a Reply (R=0) before closing")
+
+    def expect_no_fpdu(self, seconds: float, what: str, *, close_ok: bool = True) -> None:
+        """Nothing FPDU-shaped may arrive for ``seconds`` (a close is fine when ``close_ok``)."""
+        before = len(self.link.received)
+        self.link.settle(min(seconds, max(0.0, self.remaining())))
+        extra = bytes(self.link.received[before:])
+        if extra:
+            raise CaseFailed(f"{what}: the target sent {len(extra)} octets: {_hex(extra)}")
+        if self.link.ended and not close_ok:
+            raise CaseFailed(f"{what}: the target closed the connection ({self.link.ended})")
+
+    def expect_terminate(
+        self,
+        layer: int,
+        etype: int,
+        code: int | tuple[int, ...] | None,
+        *,
+        close_ok: bool = False,
+        within: float | None = None,
+    ) -> Received | None:
+        """Read FPDUs until a Terminate; it must carry (layer, etype, code).
+
+        ``close_ok``: the rule allows a close instead of a Terminate (a bad
+        CRC may be met by dropping the connection). ``code`` None: any code
+        (a Local Catastrophic Error has none). Returns the Terminate FPDU, or
+        None when the target closed and that was allowed.
+        """
+        deadline = self.deadline if within is None else self.within(within)
+        codes = (code,) if isinstance(code, int) else code
+        want = f"layer {layer} type {etype}"
+        if codes is not None:
+            want += " code " + " or ".join(f"{c:#04x}" for c in codes)
+        while True:
+            got = self.next_fpdu(deadline)
+            if got is None:
+                if self.link.ended and close_ok:
+                    self.note(f"target closed the connection ({self.link.ended})")
+                    return None
+                if self.link.ended:
+                    raise CaseFailed(
+                        f"expected a Terminate ({want}); the target closed the "
+                        f"connection ({self.link.ended}) without one"
+                    )
+                raise CaseFailed(
+                    f"expected a Terminate ({want}); none within {self.link.elapsed():.1f}s"
+                )
+            if not got.is_terminate:
+                continue
+            term = got.terminate()
+            code_ok = codes is None or term.code in codes
+            if (term.layer, term.etype) == (layer, etype) and code_ok:
+                return got
+            hint = ""
+            if (term.etype, term.layer) == (layer, etype) and code_ok:
+                hint = " (Layer and EType nibbles swapped: little-endian bitfields)"
+            raise CaseFailed(
+                f"expected a Terminate with {want}; got {describe_terminate(term)}{hint}"
+            )
+
+    def check_copies(
+        self,
+        got: Received | None,
+        *,
+        ddp_header: bytes | None,
+        segment_length: int | None = None,
+        rdma_header: bytes | None = None,
+    ) -> None:
+        """RFC 5040 §4.8 Figure 10: the Terminate copies back the offending headers."""
+        if got is None:
+            raise CaseFailed("the target closed the connection; no Terminate to check")
+        term = got.terminate()
+        if ddp_header is not None:
+            if term.ddp_header is None:
+                raise CaseFailed(
+                    f"the Terminate has no DDP header copy (D bit clear): "
+                    f"{describe_terminate(term)}"
+                )
+            if term.ddp_header != ddp_header:
+                raise CaseFailed(
+                    f"the Terminate's DDP header {term.ddp_header.hex()} is not the "
+                    f"one sent, {ddp_header.hex()}"
+                )
+            if (
+                term.segment_length is not None
+                and segment_length is not None
+                and (term.segment_length != segment_length)
+            ):
+                raise CaseFailed(
+                    f"the Terminate's DDP Segment Length {term.segment_length} is "
+                    f"not the segment's, {segment_length}"
+                )
+        if rdma_header is not None:
+            if term.rdma_header is None:
+                raise CaseFailed(
+                    f"the Terminate has no RDMA header copy (R bit clear): "
+                    f"{describe_terminate(term)}"
+                )
+            if term.rdma_header != rdma_header:
+                raise CaseFailed(
+                    f"the Terminate's RDMA header {term.rdma_header.hex()} is not "
+                    f"the Read Request's, {rdma_header.hex()}"
+                )
+
+    def expect_alive(self, seconds: float, what: str) -> None:
+        """No Terminate and no close for ``seconds`` (other FPDUs are fine)."""
+        deadline = self.within(seconds)
+        while True:
+            got = self.next_fpdu(deadline)
+            if got is None:
+                if self.link.ended:
+                    raise CaseFailed(
+                        f"{what}: the target closed the connection ({self.link.ended})"
+                    )
+                return
+            if got.is_terminate:
+                raise CaseFailed(f"{what}: the target sent {got.describe()}")
+
+
+def describe_frame(frame: MpaFrame, raw: bytes) -> str:
+    flags = raw[16]
+    names = "".join(
+        ch if flags & bit else "-"
+        for ch, bit in (("M", 0x80), ("C", 0x40), ("R", 0x20), ("S", 0x10))
+    )
+    text = f"flags {names} (octet {flags:#04x}) Rev {raw[17]} PD_Length {len(frame.private_data)}"
+    enh = frame.enhanced
+    if enh is not None:
+        text += f" IRD {enh.ird:#x} ORD {enh.ord:#x} A/B/C/D " + "".join(
+            ch if f in enh.flags else "-"
+            for ch, f in (
+                ("A", RtrFlags.PEER_TO_PEER),
+                ("B", RtrFlags.SEND),
+                ("C", RtrFlags.WRITE),
+                ("D", RtrFlags.READ),
+            )
+        )
+    return text
