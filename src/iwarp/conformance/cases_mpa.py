@@ -624,8 +624,8 @@ def request_then_fin(s: Session) -> None:
 @case(
     "rfc5044/C/1",
     "a Rev 0 Request gets a Reply of another revision and a close, or a close",
-    'Appendix C.2.1: a non-permissive Responder "responds with ... MPA Rev 1 ... and closes the '
-    'connection"',
+    'RFC 5044 Appendix C.2.1: the Non-permissive IETF RNIC "would send an MPA Reply Frame with '
+    'the Rev field equal to one and then gracefully close the connection"',
     roles=R,
 )
 def rev0_request(s: Session) -> None:
@@ -658,7 +658,8 @@ def rev0_request(s: Session) -> None:
 @case(
     "rfc5044/C/2",
     "a Reply of Rev 0 to a Rev 1 Request ends the connection",
-    'Appendix C.2.2: a non-permissive Initiator receiving a Rev 0 Reply "closes the connection"',
+    'RFC 5044 Appendix C.2.2: "The Non-permissive IETF RNIC will gracefully close the connection '
+    'after it reads the incompatible Rev field in the MPA Reply Frame"',
     roles=I,
 )
 def rev0_reply(s: Session) -> None:
