@@ -1,0 +1,442 @@
+"""The blocking driver: one TCP socket, one sans-IO core, the caller's thread.
+
+A :class:`Driver` does for the blocking adapters what an event loop does
+for the asyncio ones, but only while the application is inside one of
+their calls: it writes what the core queued (``sendmsg`` of the core's
+buffer list, as far as the kernel takes it without blocking), waits with
+``poll`` on the socket no longer than the caller's deadline and the core's
+timer, reads into one reusable buffer and feeds the core. Nothing runs in
+the background: no thread, no signal. Between calls the kernel's socket
+buffers hold whatever arrives; the next call picks it up.
+
+It knows no protocol. The adapter gives it a core that keeps the
+connection contract (``receive_data``/``data_to_send``/``take_events``/
+``get_timer``/``handle_timer``/``connection_lost``/``must_close``) and a
+function that handles the core's events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import select
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
+
+from iwarp._typing import Buffer
+from iwarp.errors import IwarpError
+
+__all__ = [
+    "RECEIVE_CHUNK",
+    "Core",
+    "Driver",
+    "WaitTimeoutError",
+    "deadline_after",
+    "open_tcp",
+    "wait_any",
+]
+
+#: Octets read per ``recv_into`` into the driver's own buffer.
+RECEIVE_CHUNK: Final = 256 << 10
+#: Most buffers per ``sendmsg`` (Linux IOV_MAX is 1024).
+_MAX_IOV: Final = 512
+_POLLIN: Final = select.POLLIN | select.POLLPRI
+_POLLOUT: Final = select.POLLOUT
+_POLLEND: Final = select.POLLHUP | select.POLLERR | select.POLLNVAL
+
+#: The clock every blocking adapter passes to its core as ``now``.
+clock: Final = time.monotonic
+
+
+class WaitTimeoutError(IwarpError, TimeoutError):
+    """A blocking call ran out of time (its ``timeout``, in seconds).
+
+    Nothing was lost: what was posted stays posted and what arrives later
+    is delivered by the next call. It is also a :class:`TimeoutError`, so
+    ``except TimeoutError`` catches it.
+    """
+
+
+class Core(Protocol):
+    """The connection contract the driver relies on (``iwarp.contract``)."""
+
+    def receive_data(self, data: Buffer, now: float) -> list[Any]: ...
+
+    def data_to_send(self) -> list[Buffer]: ...
+
+    @property
+    def has_data_to_send(self) -> bool: ...
+
+    def take_events(self) -> list[Any]: ...
+
+    def get_timer(self) -> float | None: ...
+
+    def handle_timer(self, now: float) -> list[Any]: ...
+
+    def connection_lost(self, now: float, reason: str = ...) -> list[Any]: ...
+
+    @property
+    def must_close(self) -> bool: ...
+
+
+def deadline_after(timeout: float | None) -> float | None:
+    """The clock value ``timeout`` seconds from now (None: wait forever)."""
+    if timeout is None:
+        return None
+    if timeout < 0 or math.isnan(timeout):
+        raise ValueError(f"timeout must be >= 0 seconds, not {timeout}")
+    return clock() + timeout
+
+
+def open_tcp(
+    host: str,
+    port: int,
+    deadline: float | None,
+    local_address: tuple[str, int] | None = None,
+) -> socket.socket:
+    """A connected TCP socket, non-blocking, with TCP_NODELAY.
+
+    :raises WaitTimeoutError: the connection was not set up in time.
+    :raises OSError: it was refused or failed.
+    """
+    remaining = None if deadline is None else max(deadline - clock(), 0.0)
+    try:
+        sock = socket.create_connection((host, port), remaining, source_address=local_address)
+    except TimeoutError as exc:  # socket.timeout: the deadline, not a protocol timer
+        raise WaitTimeoutError(f"TCP connection to {host}:{port} timed out") from exc
+    sock.setblocking(False)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def tcp_emss(sock: socket.socket, default: int = 1460) -> int:
+    """The EMSS MULPDU is sized from (RFC 5044 §5.3), from TCP_MAXSEG."""
+    try:
+        emss = int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
+    except OSError:
+        return default
+    return emss if emss > 0 else default
+
+
+class Driver:
+    """Moves octets between one socket and one core, on demand.
+
+    :param dispatch: called with each non-empty list of the core's events.
+    """
+
+    def __init__(
+        self, sock: socket.socket, core: Core, dispatch: Callable[[list[Any]], None]
+    ) -> None:
+        sock.setblocking(False)
+        self.sock: socket.socket | None = sock
+        self.core = core
+        self._dispatch = dispatch
+        self._fd = sock.fileno()
+        self._poll = select.poll()
+        self._mask = _POLLIN
+        self._poll.register(self._fd, self._mask)
+        #: Pieces of buffers the kernel did not take yet, in order.
+        self._out: deque[Buffer] = deque()
+        self._rbuf = bytearray(RECEIVE_CHUNK)
+        self._rview = memoryview(self._rbuf)
+        #: The peer sent FIN (or the connection failed): nothing more to read.
+        self.eof = False
+        #: False while the adapter holds back reading (receive high-water mark).
+        self.reading = True
+        #: The socket error that ended the connection, if any.
+        self.error: OSError | None = None
+
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """The socket is closed: nothing will be read or written any more."""
+        return self.sock is None
+
+    @property
+    def unsent(self) -> bool:
+        """Octets wait for room in the kernel's send buffer."""
+        return bool(self._out)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    # -- output -------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Hand the core's output to the kernel, as far as it takes it now.
+
+        Pulls more from the core while it has some (large messages are
+        segmented lazily) and the kernel keeps up; closes the socket once the
+        core says the protocol requires it and everything went out.
+        """
+        core = self.core
+        while True:
+            if self._out and not self._send_pending():
+                return  # the kernel is full: poll for POLLOUT
+            chunks = core.data_to_send()
+            events = core.take_events()
+            if events:
+                self._dispatch(events)
+            if chunks:
+                if self.sock is None:
+                    continue  # nowhere to go: the connection is gone
+                self._send(chunks)
+                if self._out:
+                    return
+            elif not core.has_data_to_send:
+                break
+        if core.must_close:
+            self.close()
+
+    def _send(self, chunks: list[Buffer]) -> None:
+        sock = self.sock
+        assert sock is not None
+        for first in range(0, len(chunks), _MAX_IOV):
+            batch = chunks[first : first + _MAX_IOV]
+            try:
+                sent = sock.sendmsg(batch)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self._lost(exc)
+                return
+            left = _unsent_part(batch, sent)
+            if left:
+                self._out.extend(left)
+                self._out.extend(chunks[first + _MAX_IOV :])
+                return
+
+    def _send_pending(self) -> bool:
+        """Retry what waits; True when all of it went out."""
+        chunks = list(self._out)
+        self._out.clear()
+        if self.sock is None:
+            return True
+        self._send(chunks)
+        return not self._out
+
+    # -- input ----------------------------------------------------------------------
+
+    def _read(self) -> None:
+        """Read what the kernel has (without blocking) and feed the core."""
+        sock = self.sock
+        core = self.core
+        view = self._rview
+        while sock is not None and not self.eof:
+            try:
+                n = sock.recv_into(self._rbuf)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._lost(exc)
+                return
+            now = clock()
+            if n == 0:
+                self.eof = True
+                events = core.receive_data(b"", now)
+            else:
+                # One copy, the size of what arrived: the core may keep
+                # views into it while this buffer is reused.
+                events = core.receive_data(bytes(view[:n]), now)
+            if events:
+                self._dispatch(events)
+            if n < RECEIVE_CHUNK or not self.reading:
+                return
+            sock = self.sock
+
+    def _lost(self, exc: OSError) -> None:
+        self.error = exc
+        self.eof = True
+        self._out.clear()
+        events = self.core.connection_lost(clock(), f"TCP connection lost: {exc}")
+        self._close_socket()
+        if events:
+            self._dispatch(events)
+
+    # -- waiting -------------------------------------------------------------------
+
+    def interest(self) -> int:
+        """The poll events this driver waits for now (0: none)."""
+        if self.sock is None:
+            return 0
+        mask = 0
+        if self.reading and not self.eof:
+            mask |= _POLLIN
+        if self._out:
+            mask |= _POLLOUT
+        return mask
+
+    def service(self, revents: int) -> None:
+        """Act on what ``poll`` reported for this socket."""
+        if revents & (_POLLIN | _POLLEND) and (self.reading or revents & _POLLEND):
+            self._read()
+        if self.sock is not None:
+            self.flush()  # what the input caused (a Reply, a Read Response...)
+
+    def run_timer(self) -> None:
+        """Call the core's timer if it is due."""
+        deadline = self.core.get_timer()
+        if deadline is not None:
+            now = clock()
+            if now >= deadline:
+                events = self.core.handle_timer(now)
+                if events:
+                    self._dispatch(events)
+                self.flush()
+
+    def wait(self, deadline: float | None) -> bool:
+        """Wait once for the socket (or the core's timer) until ``deadline``
+        and process what happened. False when there was nothing to wait for
+        (socket closed, no timer): the caller's condition cannot change."""
+        mask = self.interest()
+        timer = self.core.get_timer()
+        if not mask and timer is None:
+            return False
+        if mask != self._mask:
+            self._mask = mask
+            self._poll.modify(self._fd, mask)
+        wake = timer if deadline is None or (timer is not None and timer < deadline) else deadline
+        ready = self._poll.poll(_poll_timeout(wake)) if mask else _sleep_until(wake)
+        for _, revents in ready:
+            self.service(revents)
+        self.run_timer()
+        return True
+
+    def run_until(self, done: Callable[[], bool], deadline: float | None, what: str) -> None:
+        """Drive the connection until ``done()`` or the deadline.
+
+        Returns when ``done()`` is true or nothing more can happen (the
+        socket is closed and no timer runs; the caller checks why).
+
+        :raises WaitTimeoutError: the deadline passed first.
+        """
+        while not done():
+            if deadline is not None and clock() >= deadline:
+                raise WaitTimeoutError(f"timed out waiting for {what}")
+            if not self.wait(deadline):
+                return
+
+    # -- closing -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the socket (FIN); pieces the kernel did not take are dropped."""
+        self._out.clear()
+        self._close_socket()
+
+    def _close_socket(self) -> None:
+        sock = self.sock
+        if sock is None:
+            return
+        self.sock = None
+        self.eof = True
+        with contextlib.suppress(KeyError, ValueError):
+            self._poll.unregister(self._fd)
+        sock.close()
+
+    def abort(self) -> None:
+        """Close at once with RST (SO_LINGER 0), dropping unsent octets."""
+        sock = self.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+        self.close()
+
+
+def wait_any(drivers: Sequence[Driver], deadline: float | None) -> bool:
+    """Wait once on several connections (a completion queue shared by queue
+    pairs); False when none of them can make progress any more."""
+    if len(drivers) == 1:
+        return drivers[0].wait(deadline)
+    poller = select.poll()
+    by_fd: dict[int, Driver] = {}
+    wake = deadline
+    for driver in drivers:
+        mask = driver.interest()
+        if mask:
+            poller.register(driver.fileno(), mask)
+            by_fd[driver.fileno()] = driver
+        timer = driver.core.get_timer()
+        if timer is not None and (wake is None or timer < wake):
+            wake = timer
+    if not by_fd and wake is deadline and all(d.core.get_timer() is None for d in drivers):
+        return False
+    ready = poller.poll(_poll_timeout(wake)) if by_fd else _sleep_until(wake)
+    for fd, revents in ready:
+        by_fd[fd].service(revents)
+    for driver in drivers:
+        driver.run_timer()
+    return True
+
+
+def _poll_timeout(wake: float | None) -> float | None:
+    """``poll``'s timeout in milliseconds (it rounds up) until ``wake``."""
+    if wake is None:
+        return None
+    return max((wake - clock()) * 1000.0, 0.0)
+
+
+def _sleep_until(wake: float | None) -> list[tuple[int, int]]:
+    if wake is not None:
+        time.sleep(max(wake - clock(), 0.0))
+    return []
+
+
+def _unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:
+    """What is left of ``chunks`` after ``sent`` octets went out."""
+    for i, chunk in enumerate(chunks):
+        size = chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
+        if sent < size:
+            rest = chunks[i:]
+            if sent:
+                rest[0] = memoryview(chunk).cast("B")[sent:]
+            return rest
+        sent -= size
+    return []
+
+
+class TcpListener:
+    """A listening TCP socket whose :meth:`accept` waits no longer than asked."""
+
+    def __init__(self, host: str | None, port: int, backlog: int = 128) -> None:
+        family = socket.AF_INET6 if host is not None and ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host or "", port))
+            sock.listen(backlog)
+        except BaseException:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        self.sock = sock
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.sock.getsockname()[:2]
+        return str(host), int(port)
+
+    def accept(self, deadline: float | None) -> socket.socket:
+        """The next TCP connection: non-blocking, TCP_NODELAY.
+
+        :raises WaitTimeoutError: none arrived before the deadline.
+        """
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                if deadline is not None and clock() >= deadline:
+                    raise WaitTimeoutError("timed out waiting for a connection") from None
+                poller.poll(_poll_timeout(deadline))
+                continue
+            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return conn
+
+    def close(self) -> None:
+        self.sock.close()

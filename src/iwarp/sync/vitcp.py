@@ -1,0 +1,482 @@
+"""VI/TCP with blocking calls: :func:`connect`, :class:`VitcpListener`, :class:`VitcpEndpoint`.
+
+A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection`,
+driven by the caller's thread (:mod:`iwarp.sync._driver`); each call that
+waits takes ``timeout`` (seconds) and raises
+:class:`~iwarp.sync.WaitTimeoutError` when it runs out::
+
+    with VitcpListener("127.0.0.1", 0) as listener:
+        ...                                       # elsewhere: connect(host, port, b"echo")
+        with listener.accept(b"echo", keep_posted=4, timeout=5) as vi:
+            print(vi.receive(timeout=5).data)
+
+    with connect("127.0.0.1", port, b"echo", timeout=5) as vi:
+        vi.send(b"hello", timeout=5)
+
+A listener owns one TCP port; :meth:`VitcpListener.accept` answers
+connections that call another discriminator with ConnectNoMatch
+(§2.2.2.2.1) and goes on waiting. Urgent data (§3.7) is never sent
+(allowed: the marking is a MAY); received urgent octets stay in the stream
+(SO_OOBINLINE).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from iwarp._typing import Buffer
+from iwarp.asyncio.vitcp import PEER_RETRY_INTERVAL, VitcpClosedError, VitcpRejectedError
+from iwarp.sync._compat import VitcpCore
+from iwarp.sync._driver import (
+    Driver,
+    TcpListener,
+    WaitTimeoutError,
+    clock,
+    deadline_after,
+    open_tcp,
+)
+from iwarp.vitcp.config import Negotiated, Role, VitcpConfig
+from iwarp.vitcp.connection import VitcpConnection
+from iwarp.vitcp.events import (
+    Connected,
+    ConnectionClosed,
+    ConnectionRejected,
+    ConnectionRequested,
+    Event,
+    MessageReceived,
+    RdmaReadCompleted,
+    RdmaWriteReceived,
+    ReconnectNeeded,
+    SendCompleted,
+)
+from iwarp.vitcp.handshake import State
+from iwarp.vitcp.memory import LocalBuffer, MemoryRegion
+
+__all__ = [
+    "VitcpClosedError",
+    "VitcpEndpoint",
+    "VitcpListener",
+    "VitcpRejectedError",
+    "connect",
+]
+
+#: Received-but-unread octets above which the endpoint stops reading.
+RECEIVE_HIGH_WATER = 64 << 20
+
+
+class VitcpEndpoint:
+    """A VI on one TCP connection: post descriptors, send, RDMA, receive
+    (§3.2-§3.4). Made by :func:`connect` and :meth:`VitcpListener.accept`."""
+
+    def __init__(self, sock: socket.socket, core: VitcpConnection, keep_posted: int = 0) -> None:
+        self._core = core
+        self.keep_posted = keep_posted
+        self._messages: deque[MessageReceived] = deque()
+        self._notices: deque[Event] = deque()
+        self._buffered = 0
+        self._done: dict[int, SendCompleted | RdmaReadCompleted] = {}
+        self._outcome: Event | None = None
+        self._request: ConnectionRequested | None = None
+        #: Why the VI ended (with the protocol error, if any); None while open.
+        self.close_reason: VitcpClosedError | None = None
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            MessageReceived: self._on_message,
+            RdmaWriteReceived: self._on_write,
+            SendCompleted: self._on_completion,
+            RdmaReadCompleted: self._on_completion,
+            ConnectionRequested: self._on_request,
+            Connected: self._on_outcome,
+            ConnectionRejected: self._on_outcome,
+            ReconnectNeeded: self._on_outcome,
+            ConnectionClosed: self._on_closed,
+        }
+        self._driver = Driver(sock, VitcpCore(core), self._dispatch)
+
+    # -- properties ------------------------------------------------------------------
+
+    @property
+    def params(self) -> Negotiated:
+        """What the CE exchange settled."""
+        params = self._core.params
+        if params is None:
+            raise VitcpClosedError("not connected")
+        return params
+
+    @property
+    def connection(self) -> VitcpConnection:
+        """The sans-IO core (for inspection)."""
+        return self._core
+
+    def fileno(self) -> int:
+        return self._driver.fileno()
+
+    # -- events ------------------------------------------------------------------------
+
+    def _dispatch(self, events: list[Event]) -> None:
+        handlers = self._handlers
+        for event in events:
+            handler = handlers.get(type(event))
+            if handler is None:
+                self._notices.append(event)  # RdmaReadServed, RemoteErrorReported
+            else:
+                handler(event)
+        if self._buffered > RECEIVE_HIGH_WATER:
+            self._driver.reading = False
+
+    def _on_message(self, event: MessageReceived) -> None:
+        self._messages.append(event)
+        self._buffered += len(event.data)
+        self._repost()
+
+    def _on_write(self, event: RdmaWriteReceived) -> None:
+        self._notices.append(event)
+        if event.immediate_data is not None:
+            self._repost()
+
+    def _repost(self) -> None:
+        if self.keep_posted and self._core.state is State.CONNECTED:
+            self._core.post_receive(1)
+
+    def _on_completion(self, event: SendCompleted | RdmaReadCompleted) -> None:
+        self._done[event.message_number] = event
+
+    def _on_request(self, event: ConnectionRequested) -> None:
+        self._request = event
+
+    def _on_outcome(self, event: Event) -> None:
+        if self._outcome is None:
+            self._outcome = event
+
+    def _on_closed(self, event: ConnectionClosed) -> None:
+        self.close_reason = VitcpClosedError(event.reason, event.error)
+
+    def _has_outcome(self) -> bool:
+        return self._outcome is not None or self.close_reason is not None
+
+    def _has_request(self) -> bool:
+        return self._request is not None or self.close_reason is not None
+
+    # -- posting -----------------------------------------------------------------------
+
+    def register(
+        self,
+        buffer: Buffer,
+        *,
+        address: int | None = None,
+        remote_write: bool = True,
+        remote_read: bool = True,
+    ) -> MemoryRegion:
+        """Register memory for RDMA (see :meth:`VitcpConnection.register`)."""
+        return self._core.register(
+            buffer, address=address, remote_write=remote_write, remote_read=remote_read
+        )
+
+    def post_receive(self, count: int = 1, capacity: int | None = None) -> None:
+        """Post receive descriptors."""
+        self._core.post_receive(count, capacity)
+        self._driver.flush()
+
+    def _check_open(self) -> None:
+        if self.close_reason is not None:
+            raise self.close_reason
+
+    def _await(self, number: int, timeout: float | None, what: str) -> Event:
+        self._driver.flush()
+        done = self._done
+        self._driver.run_until(
+            lambda: number in done or self.close_reason is not None,
+            deadline_after(timeout),
+            what,
+        )
+        event = done.pop(number, None)
+        if event is None:
+            raise self.close_reason or VitcpClosedError("TCP connection closed")
+        return event
+
+    def send(
+        self,
+        data: Buffer | LocalBuffer,
+        *,
+        immediate: int | None = None,
+        timeout: float | None = None,
+    ) -> SendCompleted:
+        """Send a message and wait for its descriptor to complete."""
+        self._check_open()
+        number = self._core.send(data, immediate=immediate)
+        event = self._await(number, timeout, f"Send {number}")
+        assert isinstance(event, SendCompleted)
+        return event
+
+    def rdma_write(
+        self,
+        data: Buffer | LocalBuffer,
+        *,
+        remote_address: int,
+        memory_handle: int,
+        immediate: int | None = None,
+        timeout: float | None = None,
+    ) -> SendCompleted:
+        """RDMA Write into the peer's registered memory."""
+        self._check_open()
+        number = self._core.rdma_write(
+            data, remote_address=remote_address, memory_handle=memory_handle, immediate=immediate
+        )
+        event = self._await(number, timeout, f"RDMA Write {number}")
+        assert isinstance(event, SendCompleted)
+        return event
+
+    def rdma_read(
+        self,
+        *,
+        local: MemoryRegion,
+        local_address: int | None = None,
+        remote_address: int,
+        memory_handle: int,
+        length: int,
+        timeout: float | None = None,
+    ) -> RdmaReadCompleted:
+        """RDMA Read from the peer into ``local`` (at its start by default)."""
+        self._check_open()
+        number = self._core.rdma_read(
+            local_handle=local.handle,
+            local_address=local.address if local_address is None else local_address,
+            remote_address=remote_address,
+            memory_handle=memory_handle,
+            length=length,
+        )
+        event = self._await(number, timeout, f"RDMA Read {number}")
+        assert isinstance(event, RdmaReadCompleted)
+        return event
+
+    # -- receiving ------------------------------------------------------------------------
+
+    def receive(self, *, timeout: float | None = None) -> MessageReceived:
+        """The next Send message.
+
+        :raises VitcpClosedError: the VI ended first.
+        :raises WaitTimeoutError: nothing arrived in time.
+        """
+        messages = self._messages
+        if not messages:
+            self._driver.run_until(
+                lambda: bool(messages) or self.close_reason is not None,
+                deadline_after(timeout),
+                "a message",
+            )
+            if not messages:
+                raise self.close_reason or VitcpClosedError("TCP connection closed")
+        message = messages.popleft()
+        self._buffered -= len(message.data)
+        if not self._driver.reading and self._buffered < RECEIVE_HIGH_WATER // 4:
+            self._driver.reading = True
+        return message
+
+    def next_notice(self, *, timeout: float | None = None) -> Event:
+        """The next other event (RDMA Write received, read served, remote error)."""
+        notices = self._notices
+        if not notices:
+            self._driver.run_until(
+                lambda: bool(notices) or self.close_reason is not None,
+                deadline_after(timeout),
+                "a notice",
+            )
+            if not notices:
+                raise self.close_reason or VitcpClosedError("TCP connection closed")
+        return notices.popleft()
+
+    def pending_notices(self) -> list[Event]:
+        """Other events received so far (reads what already arrived; never blocks)."""
+        self._driver.wait(clock())
+        notices = list(self._notices)
+        self._notices.clear()
+        return notices
+
+    # -- closing --------------------------------------------------------------------------
+
+    def close(self, *, timeout: float | None = 5.0) -> None:
+        """VipDisconnect: send what is queued (at most ``timeout`` seconds), close TCP."""
+        driver = self._driver
+        if self._core.state is not State.DISCONNECTED:
+            self._core.close()
+        driver.flush()
+        if driver.unsent:
+            with contextlib.suppress(WaitTimeoutError):
+                driver.run_until(lambda: not driver.unsent, deadline_after(timeout), "the close")
+        driver.close()
+
+    def wait_closed(self, *, timeout: float | None = None) -> VitcpClosedError | None:
+        """Wait until the peer or an error ends the VI; returns why."""
+        self._driver.run_until(lambda: self._driver.closed, deadline_after(timeout), "the close")
+        return self.close_reason
+
+    def __enter__(self) -> VitcpEndpoint:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self._driver.abort()
+
+
+def connect(
+    host: str,
+    port: int,
+    remote_discriminator: bytes = b"",
+    *,
+    config: VitcpConfig | None = None,
+    keep_posted: int = 0,
+    timeout: float | None = None,
+    local_address: tuple[str, int] | None = None,
+) -> VitcpEndpoint:
+    """VipConnectRequest (§4.2): set up TCP, exchange CE segments.
+
+    With ``config.peer_to_peer`` a ConnectNoMatch means the peer is not
+    waiting yet; we retry until ``config.connect_timeout`` (§4). ``timeout``
+    bounds the whole call as well.
+
+    :raises VitcpRejectedError: ConnectReject or ConnectNoMatch.
+    :raises VitcpClosedError: TCP failed or establishment timed out.
+    :raises WaitTimeoutError: ``timeout`` passed first.
+    """
+    config = config or VitcpConfig()
+    core = VitcpConnection(config, Role.ACTIVE)
+    core.connect(clock(), remote_discriminator)
+    user_deadline = deadline_after(timeout)
+    deadline = clock() + config.connect_timeout
+    while True:
+        try:
+            sock = open_tcp(host, port, _earlier(deadline, user_deadline), local_address)
+        except WaitTimeoutError:
+            if user_deadline is not None and clock() >= user_deadline:
+                raise
+            core.handle_timer(max(clock(), deadline))  # the consumer's timeout (§4.2)
+            raise VitcpClosedError("connection establishment timed out") from None
+        except OSError as exc:
+            core.tcp_failed(clock())
+            raise VitcpClosedError(f"TCP connection setup failed: {exc}") from exc
+        core.tcp_established(clock())
+        endpoint = VitcpEndpoint(sock, core, keep_posted)
+        driver = endpoint._driver
+        driver.flush()
+        try:
+            driver.run_until(
+                endpoint._has_outcome,
+                user_deadline,
+                "VI/TCP connection establishment",
+            )
+        except BaseException:
+            driver.close()
+            raise
+        outcome = endpoint._outcome
+        if isinstance(outcome, Connected):
+            if keep_posted:
+                endpoint.post_receive(keep_posted)
+            return endpoint
+        if isinstance(outcome, ConnectionRejected):
+            driver.close()
+            raise VitcpRejectedError(outcome.no_match)
+        driver.close()
+        if outcome is None:
+            raise endpoint.close_reason or VitcpClosedError("TCP connection closed")
+        # ReconnectNeeded: drop this TCP connection, try again (§4.2, §4).
+        time.sleep(min(PEER_RETRY_INTERVAL, max(0.0, deadline - clock())))
+        if core.state is State.DISCONNECTED or clock() >= deadline:
+            core.handle_timer(max(clock(), deadline))
+            raise VitcpClosedError("peer-to-peer connection timed out")
+
+
+def _earlier(a: float, b: float | None) -> float:
+    return a if b is None else min(a, b)
+
+
+class VitcpListener:
+    """The passive side: one TCP port, VIs told apart by discriminator (§2.2.2.2.1)."""
+
+    def __init__(self, host: str | None, port: int, *, config: VitcpConfig | None = None) -> None:
+        self.config = config or VitcpConfig()
+        self._tcp = TcpListener(host, port)
+
+    @property
+    def port(self) -> int:
+        return self._tcp.address[1]
+
+    @property
+    def host(self) -> str:
+        return self._tcp.address[0]
+
+    def accept(
+        self,
+        discriminator: bytes = b"",
+        *,
+        config: VitcpConfig | None = None,
+        keep_posted: int = 0,
+        timeout: float | None = None,
+    ) -> VitcpEndpoint:
+        """VipConnectWait + VipConnectAccept for one connection.
+
+        Connections that call another discriminator get ConnectNoMatch
+        (§4.3) while this waits.
+
+        :raises VitcpRejectedError: the caller's attributes do not match ours.
+        :raises WaitTimeoutError: no matching connection in time.
+        """
+        config = dataclasses.replace(config or self.config, discriminator=discriminator)
+        deadline = deadline_after(timeout)
+        while True:
+            sock = self._tcp.accept(deadline)
+            core = VitcpConnection(self.config, Role.PASSIVE)
+            core.tcp_accepted(clock())
+            endpoint = VitcpEndpoint(sock, core, keep_posted)
+            driver = endpoint._driver
+            try:
+                driver.run_until(
+                    endpoint._has_request,
+                    deadline,
+                    "a ConnectRequest",
+                )
+            except BaseException:
+                driver.close()
+                raise
+            request = endpoint._request
+            if request is None:
+                driver.close()  # timed out or closed before its ConnectRequest
+                continue
+            if request.called_discriminator != discriminator:
+                core.no_match()  # §4.3: send ConnectNoMatch, close TCP
+                driver.flush()
+                driver.close()
+                continue
+            if not core.match(config):
+                driver.flush()  # the ConnectReject
+                driver.close()
+                raise VitcpRejectedError(no_match=False)
+            core.accept()
+            if keep_posted:
+                core.post_receive(keep_posted)
+            driver.flush()
+            return endpoint
+
+    def close(self) -> None:
+        """Stop listening (accepted VIs stay open)."""
+        self._tcp.close()
+
+    def __enter__(self) -> VitcpListener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
