@@ -405,6 +405,16 @@ class QueuePair:
         happen; it never raises for running out of time."""
         self._driver.wait(deadline_after(timeout))
 
+    def wait_closed(self, *, timeout: float | None = None) -> None:
+        """Wait until the connection is over: the peer closed or reset it,
+        or a Terminate ended the stream (see :attr:`end_reason`)."""
+        driver = self._driver
+        driver.run_until(
+            lambda: driver.closed or self.conn.must_close,
+            deadline_after(timeout),
+            "the end of the connection",
+        )
+
     # -- closing --------------------------------------------------------------------
 
     def close(self, *, timeout: float | None = 5.0) -> None:

@@ -356,6 +356,10 @@ def connect(
     config = config or VitcpConfig()
     core = VitcpConnection(config, Role.ACTIVE)
     core.connect(clock(), remote_discriminator)
+    if keep_posted:
+        # Posted before the ConnectRequest: a message may follow the
+        # ConnectAccept in the same TCP segment.
+        core.post_receive(keep_posted)
     user_deadline = deadline_after(timeout)
     deadline = clock() + config.connect_timeout
     while True:
@@ -384,8 +388,6 @@ def connect(
             raise
         outcome = endpoint._outcome
         if isinstance(outcome, Connected):
-            if keep_posted:
-                endpoint.post_receive(keep_posted)
             return endpoint
         if isinstance(outcome, ConnectionRejected):
             driver.close()

@@ -1,0 +1,260 @@
+"""One behavioural suite for both adapters: every scenario runs with each
+client kind (``iwarp.sync``, ``iwarp.asyncio.rdma``) against each server
+kind, over real loopback sockets. The mixed pairs are the two adapters
+talking to each other."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from adapters.sides import Adapter, Side, make_adapter
+from iwarp.asyncio.mpa import Reject
+from iwarp.asyncio.rdma import ConnectionRejectedError, ConnectionTerminatedError, RdmaError
+from iwarp.errors import MpaError
+from iwarp.mpa.config import MpaConfig
+from iwarp.mpa.events import RequestReceived
+from iwarp.mpa.wire import RtrFlags
+from iwarp.rdmap.memory import Access, ProtectionDomain
+from iwarp.rdmap.work import CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WorkOpcode
+
+REMOTE = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+KINDS = ("sync", "asyncio")
+
+
+@pytest.fixture(
+    params=[(c, s) for c in KINDS for s in KINDS],
+    ids=[f"{c}-to-{s}" for c in KINDS for s in KINDS],
+)
+def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Adapter, Adapter]]:
+    """(client adapter, server adapter); the same object when the kinds agree."""
+    client_kind, server_kind = request.param
+    server = make_adapter(server_kind)
+    client = server if client_kind == server_kind else make_adapter(client_kind)
+    try:
+        yield client, server
+    finally:
+        server.finish()
+        if client is not server:
+            client.finish()
+
+
+def sha(data: bytes | bytearray | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "config",
+    [MpaConfig(crc=True), MpaConfig(crc=False, markers=True)],
+    ids=["crc", "markers"],
+)
+@pytest.mark.parametrize("size", [0, 1, 4093, 1 << 20])
+def test_send_write_read_round_trips(
+    pair: tuple[Adapter, Adapter], config: MpaConfig, size: int
+) -> None:
+    client, server = pair
+    data = os.urandom(size)
+    server_pd = ProtectionDomain()
+    target = bytearray(size + 64)
+    target_mr = server_pd.register(target, REMOTE, address=0x5000)
+    got: list[bytes] = []
+
+    def handler(qp: Side) -> None:
+        got.append(qp.receive())  # Send 1: the data
+        qp.send(target_mr.stag.to_bytes(4, "big"))
+        assert qp.receive() == b"done"
+
+    port = server.serve(
+        handler, pd=server_pd, config=config, receive_buffers=4, receive_size=max(size, 16)
+    )
+    qp = client.connect(port, config=config, receive_buffers=2)
+    assert qp.params.crc == config.crc and qp.params.markers_send == config.markers
+    qp.send(data)
+    stag = int.from_bytes(qp.receive(), "big")
+    qp.rdma_write(data, stag, 0x5000 + 32)
+    sink = qp.register(bytearray(size), Access.LOCAL_WRITE)
+    assert qp.rdma_read(sink, stag, 0x5000 + 32) == size
+    assert sha(sink.view) == sha(data)
+    qp.send(b"done")
+    assert server.take_failures() == []
+    qp.close()
+    assert len(got) == 1 and sha(got[0]) == sha(data)
+    assert sha(target[32 : 32 + size]) == sha(data)
+    assert target[:32] == bytes(32) and target[32 + size :] == bytes(32)
+
+
+def test_messages_keep_their_order_both_ways(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+    rounds = 200
+
+    def handler(qp: Side) -> None:
+        for _ in range(rounds):
+            qp.send(qp.receive()[::-1])
+
+    port = server.serve(handler, receive_buffers=8)
+    qp = client.connect(port, receive_buffers=8)
+    for i in range(rounds):
+        message = f"message {i} ".encode() * (i % 7)
+        qp.send(message)
+        assert qp.receive() == message[::-1]
+    qp.close()
+
+
+@pytest.mark.parametrize("rtr", [RtrFlags.WRITE, RtrFlags.READ, RtrFlags.SEND])
+def test_verbs_api_with_peer_to_peer_rtr(pair: tuple[Adapter, Adapter], rtr: RtrFlags) -> None:
+    client, server = pair
+    server_pd = ProtectionDomain()
+    buf = bytearray(32)
+    region = server_pd.register(buf)
+    received: list[tuple[int, bytes, bool]] = []
+
+    def setup(qp: Side) -> None:
+        qp.post_recv(RecvWR(Sge(region), wr_id=77))
+
+    def handler(qp: Side) -> None:
+        completion = qp.wait_recv()
+        assert completion.opcode is WorkOpcode.RECV
+        received.append((completion.wr_id, bytes(buf[: completion.byte_len]), completion.solicited))
+
+    config = MpaConfig(rtr_types=RtrFlags.SEND | RtrFlags.WRITE | RtrFlags.READ)
+    port = server.serve(handler, pd=server_pd, config=config, setup=setup)
+    qp = client.connect(port, config=MpaConfig(peer_to_peer=True, rtr_types=rtr))
+    assert qp.params.rtr == rtr
+    qp.post_send(SendWR(b"verbs!", wr_id=5, solicited=True))
+    completion = qp.wait_send()
+    assert (completion.wr_id, completion.status) == (5, CompletionStatus.SUCCESS)
+    qp.flush()
+    qp.wait_closed()
+    assert server.take_failures() == []
+    assert received == [(77, b"verbs!", True)]
+    qp.close()
+
+
+def test_remote_access_error_terminates_with_the_rfc_codes(
+    pair: tuple[Adapter, Adapter],
+) -> None:
+    client, server = pair
+    server_pd = ProtectionDomain()
+    guarded = bytearray(b"\xa5" * 48)
+    region = server_pd.register(
+        memoryview(guarded)[16:32], Access.REMOTE_WRITE | Access.LOCAL_WRITE
+    )
+    seen: list[tuple[bool, bool]] = []
+
+    def handler(qp: Side) -> None:
+        with pytest.raises(ConnectionTerminatedError):
+            qp.receive()
+        seen.append((qp.terminate is not None, qp.terminate_received))
+
+    port = server.serve(handler, pd=server_pd, receive_buffers=1)
+    qp = client.connect(port)
+    sink = qp.register(bytearray(16), Access.LOCAL_WRITE)
+    with pytest.raises(RdmaError) as info:
+        qp.rdma_read(sink, region.stag, 0)  # no remote read right
+    assert info.value.completion.status is CompletionStatus.REMOTE_ACCESS_ERROR
+    term = info.value.terminate
+    assert term is not None and (term.layer, term.etype, term.code) == (0, 1, 0x02)
+    assert qp.terminate_received
+    with pytest.raises(ConnectionTerminatedError):
+        qp.send(b"after the Terminate")
+    qp.wait_closed()
+    assert server.take_failures() == []
+    assert seen == [(True, False)]  # the server sent it
+    assert guarded == b"\xa5" * 48
+    qp.close()
+
+
+def test_no_matching_rtr_fails_the_connect_with_code_7(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+    ended: list[tuple[int, int, int] | None] = []
+
+    def handler(qp: Side) -> None:
+        qp.wait_closed()
+        t = qp.terminate
+        ended.append(None if t is None else (t.layer, t.etype, t.code))
+
+    port = server.serve(handler, config=MpaConfig(rtr_types=RtrFlags.WRITE))
+    with pytest.raises(MpaError) as info:
+        client.connect(port, config=MpaConfig(peer_to_peer=True, rtr_types=RtrFlags.SEND))
+    assert info.value.code == 7
+    assert server.take_failures() == []
+    assert ended == [(2, 0, 7)]
+
+
+def test_reads_beyond_ord_wait_and_complete_in_order(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+    server_pd = ProtectionDomain()
+    source = server_pd.register(bytearray(os.urandom(4096)), REMOTE)
+
+    def handler(qp: Side) -> None:
+        qp.wait_closed()
+
+    port = server.serve(handler, pd=server_pd, config=MpaConfig(ird=1))
+    qp = client.connect(port, config=MpaConfig(ord=1))
+    assert qp.params.ord == 1
+    sinks = [qp.register(bytearray(4096)) for _ in range(4)]
+    for i, sink in enumerate(sinks):
+        qp.post_send(ReadWR(Sge(sink), source.stag, 0, wr_id=i))
+    qp.flush()  # the fourth Read left only after three responses came back
+    done = [qp.wait_send() for _ in range(4)]
+    assert [(c.wr_id, c.ok) for c in done] == [(i, True) for i in range(4)]
+    assert all(bytes(s.view) == bytes(source.view) for s in sinks)
+    qp.close()
+
+
+def test_a_peer_reset_ends_waiting_operations(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+
+    def handler(qp: Side) -> None:
+        qp.receive()
+        qp.abort()  # RST while the client waits for an answer
+
+    port = server.serve(handler, receive_buffers=1)
+    qp = client.connect(port, receive_buffers=1)
+    qp.send(b"hello?")
+    with pytest.raises(ConnectionTerminatedError):
+        qp.receive()
+    with pytest.raises(ConnectionTerminatedError):
+        qp.send(b"too late")
+    qp.close()
+
+
+def test_a_rejected_request_raises_with_the_private_data(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+    asked: list[bytes] = []
+
+    def decide(request: RequestReceived) -> Reject:
+        asked.append(request.private_data)
+        return Reject(b"not today")
+
+    port = server.serve(lambda qp: None, decide=decide)
+    with pytest.raises(ConnectionRejectedError) as info:
+        client.connect(port, config=MpaConfig(), receive_buffers=1)
+    assert info.value.private_data == b"not today"
+    failures = server.take_failures()
+    assert [type(f) for f in failures] == [ConnectionRejectedError]
+    assert asked == [b""]
+
+
+def test_posted_sends_are_delivered_before_the_close(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+    count = 50
+    got: list[bytes] = []
+
+    def handler(qp: Side) -> None:
+        while True:
+            try:
+                got.append(qp.receive())
+            except ConnectionTerminatedError:
+                return
+
+    port = server.serve(handler, receive_buffers=count)
+    qp = client.connect(port)
+    for i in range(count):
+        qp.post_send(SendWR(i.to_bytes(2, "big") * 1000, wr_id=i))
+    qp.close()  # graceful: everything posted goes out first
+    assert server.take_failures() == []
+    assert got == [i.to_bytes(2, "big") * 1000 for i in range(count)]
