@@ -2,10 +2,16 @@
 
 A message becomes one or more segments of at most MULPDU octets each,
 header included; the last carries the L flag, a zero-length message is
-exactly one segment. Segments are made lazily, one at a time, so a 16 MiB
-RDMA Write never sits in memory twice: each ULPDU is one ``bytearray``
-holding the header and a copy of its slice of the payload (the only copy on
-the send path, which MPA then frames without copying).
+exactly one segment.
+
+:class:`OutgoingMessage` describes a message's segments without building
+them: :meth:`~OutgoingMessage.next_run` hands out
+:class:`~iwarp.mpa.framing.SegmentRun` s (header template, payload slice,
+segment size) that MPA frames in one call (with the C accelerator, straight
+from the caller's buffer into the FPDUs: the one copy of the send path).
+Runs are made lazily, a batch at a time, so a 16 MiB RDMA Write never sits
+in memory twice. :func:`tagged_segments` / :func:`untagged_segments` give
+the same segments as ``bytearray`` ULPDUs, one at a time.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from iwarp.ddp.wire import (
     fits_to_space,
 )
 from iwarp.errors import LocalProtocolError
+from iwarp.mpa.framing import SegmentRun
 
-__all__ = ["MAX_MESSAGE", "tagged_segments", "untagged_segments"]
+__all__ = ["MAX_MESSAGE", "OutgoingMessage", "tagged_segments", "untagged_segments"]
 
 #: RFC 5041 §5.2: "The ULP Message Length MUST be less than 2^32."
 MAX_MESSAGE = 0xFFFFFFFF
@@ -42,6 +49,105 @@ def _check(payload: memoryview, header: int, mulpdu: int) -> int:
     if room <= 0:
         raise LocalProtocolError(f"MULPDU {mulpdu} leaves no room after a {header}-octet header")
     return room
+
+
+class OutgoingMessage:
+    """One DDP message being segmented, as runs of segments.
+
+    Build it with :meth:`tagged` or :meth:`untagged` (which make the checks
+    of :func:`tagged_segments` / :func:`untagged_segments`); then call
+    :meth:`next_run` until :attr:`done`.
+    """
+
+    __slots__ = ("_header", "_room", "base", "field_at", "field_size", "offset", "payload")
+
+    def __init__(
+        self, header: bytes, payload: memoryview, room: int, field_at: int, base: int
+    ) -> None:
+        self._header = header
+        self.payload = payload
+        self._room = room
+        self.field_at = field_at
+        self.field_size = len(header) - field_at
+        self.base = base
+        #: Payload octets already handed out in runs; -1 before the first run.
+        self.offset = -1
+
+    @classmethod
+    def tagged(
+        cls,
+        payload: Buffer,
+        *,
+        stag: int,
+        to: int,
+        rsvdulp: int,
+        mulpdu: int,
+        version: int = DDP_VERSION,
+    ) -> OutgoingMessage:
+        """A tagged message placed at ``to`` in the buffer ``stag``.
+
+        :raises LocalProtocolError: as :func:`tagged_segments`.
+        """
+        view = memoryview(payload).cast("B")
+        room = _check(view, TAGGED_HEADER_SIZE, mulpdu)
+        if not fits_to_space(to, len(view)):
+            raise LocalProtocolError("the message would wrap the 64-bit Tagged Offset")
+        header = TAGGED_HEADER.pack(TAGGED_FLAG | (version & 3), rsvdulp, stag, 0)
+        return cls(header, view, room, 6, to)
+
+    @classmethod
+    def untagged(
+        cls,
+        payload: Buffer,
+        *,
+        qn: int,
+        msn: int,
+        rsvdulp: int,
+        rsvdulp2: int = 0,
+        mulpdu: int,
+        version: int = DDP_VERSION,
+    ) -> OutgoingMessage:
+        """An untagged message ``msn`` on queue ``qn``.
+
+        :raises LocalProtocolError: as :func:`untagged_segments`.
+        """
+        view = memoryview(payload).cast("B")
+        room = _check(view, UNTAGGED_HEADER_SIZE, mulpdu)
+        if not 0 <= msn <= MAX_MSN:
+            raise LocalProtocolError(f"MSN {msn} is not a 32-bit value")
+        header = UNTAGGED_HEADER.pack(version & 3, rsvdulp, rsvdulp2, qn, msn, 0)
+        return cls(header, view, room, 14, 0)
+
+    @property
+    def done(self) -> bool:
+        """Every segment was handed out."""
+        return self.offset >= len(self.payload)
+
+    def next_run(self, limit: int | None = None) -> SegmentRun | None:
+        """The next segments, about ``limit`` octets of ULPDUs (at least one
+        segment); None when :attr:`done`."""
+        total = len(self.payload)
+        start = max(self.offset, 0)
+        if self.offset >= total:
+            return None
+        room = self._room
+        if limit is None:
+            stop = total
+        else:
+            count = max(1, limit // (room + len(self._header)))
+            stop = min(total, start + count * room)
+        self.offset = stop
+        return SegmentRun(
+            self._header,
+            self.payload,
+            start,
+            stop,
+            room,
+            self.field_at,
+            self.field_size,
+            self.base,
+            LAST_FLAG,
+        )
 
 
 def tagged_segments(

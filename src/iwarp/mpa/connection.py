@@ -74,9 +74,10 @@ from iwarp.mpa.events import (
     NegotiationFailed,
     RequestReceived,
     StreamDataReceived,
+    UlpduBatchReceived,
     UlpduReceived,
 )
-from iwarp.mpa.framing import FpduDecoder, FpduEncoder
+from iwarp.mpa.framing import FpduDecoder, FpduEncoder, SegmentRun
 from iwarp.mpa.handshake import (
     MpaInput,
     MpaState,
@@ -111,6 +112,9 @@ class MpaConnection:
     :param private_data: the Initiator's private data for the Request.
     :param now: the current time, for the startup timeouts.
     :param emss: effective MSS of the TCP connection, for MULPDU.
+    :param batch_ulpdus: report the ULPDUs of each ``receive_data`` call as
+        one :class:`~iwarp.mpa.events.UlpduBatchReceived` instead of one
+        :class:`~iwarp.mpa.events.UlpduReceived` each.
     """
 
     def __init__(
@@ -121,7 +125,9 @@ class MpaConnection:
         private_data: bytes = b"",
         now: float = 0.0,
         emss: int = DEFAULT_EMSS,
+        batch_ulpdus: bool = False,
     ) -> None:
+        self.batch_ulpdus = batch_ulpdus
         self.config = config if config is not None else MpaConfig()
         self._role: Role | None = None
         self._state = MpaState.IDLE
@@ -366,6 +372,24 @@ class MpaConnection:
         else:
             self._out.extend(pieces)
 
+    def send_run(self, run: SegmentRun) -> None:
+        """Frame a run of ULPDUs (the segments of one DDP message) and queue
+        them: :meth:`send_ulpdu` for each, in one call (see
+        :meth:`FpduEncoder.encode_run <iwarp.mpa.framing.FpduEncoder.encode_run>`).
+        """
+        encoder = self._encoder
+        if self._state is MpaState.FULL_OPERATION and encoder is not None:
+            self._out.extend(encoder.encode_run(run))
+            return
+        nxt = transition(self._role, self._state, MpaInput.SEND_ULPDU)
+        if encoder is None:
+            raise LocalProtocolError("the send direction has not started framing")
+        pieces = encoder.encode_run(run)
+        if nxt is MpaState.AWAIT_FIRST_FPDU:
+            self._held.extend(pieces)
+        else:
+            self._out.extend(pieces)
+
     def send_stream(self, data: Buffer) -> None:
         """Queue streaming (non-MPA) octets: before startup or after MPA exited.
 
@@ -591,16 +615,19 @@ class MpaConnection:
     def _feed(self, data: Buffer) -> None:
         decoder = self._decoder
         assert decoder is not None
-        ulpdus = decoder.feed(data)
-        if ulpdus:
+        ulpdus = decoder.feed_batch(data)
+        if len(ulpdus):
             if self._state is MpaState.AWAIT_FIRST_FPDU:
                 # Rule 4 satisfied: release what the Responder framed so far.
                 self._state = transition(self._role, self._state, MpaInput.FPDU)
                 self._out.extend(self._held)
                 self._held.clear()
             events = self._events
-            for ulpdu in ulpdus:
-                events.append(UlpduReceived(data=ulpdu))
+            if self.batch_ulpdus:
+                events.append(UlpduBatchReceived(batch=ulpdus))
+            else:
+                for ulpdu in ulpdus:
+                    events.append(UlpduReceived(data=ulpdu))
         error = decoder.error
         if error is not None and self.error is None:
             self._state = transition(self._role, self._state, MpaInput.BAD_FPDU)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iwarp.errors import MpaError
+from iwarp.mpa.framing import UlpduBatch
 from iwarp.mpa.wire import EnhancedData, MpaFrame, RtrFlags
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "NegotiationFailed",
     "RequestReceived",
     "StreamDataReceived",
+    "UlpduBatchReceived",
     "UlpduReceived",
 ]
 
@@ -125,6 +127,19 @@ class UlpduReceived(Event):
     """
 
     data: memoryview
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UlpduBatchReceived(Event):
+    """The ULPDUs of one ``receive_data`` call, in order, as one batch.
+
+    Reported instead of one :class:`UlpduReceived` per ULPDU when the
+    connection was created with ``batch_ulpdus=True``: with the C
+    accelerator the batch holds the receive buffer and the ULPDUs' offsets,
+    not a Python object per ULPDU. Same lifetime rules as ``UlpduReceived``.
+    """
+
+    batch: UlpduBatch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

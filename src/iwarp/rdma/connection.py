@@ -38,6 +38,7 @@ from iwarp.mpa.events import (
     MpaParams,
     NegotiationFailed,
     RequestReceived,
+    UlpduBatchReceived,
     UlpduReceived,
 )
 from iwarp.mpa.handshake import MpaState
@@ -96,7 +97,9 @@ class RdmaConnection:
     ) -> None:
         self.pd = pd
         self.role = role
-        self.mpa = MpaConnection(role, config, private_data=private_data, now=now, emss=emss)
+        self.mpa = MpaConnection(
+            role, config, private_data=private_data, now=now, emss=emss, batch_ulpdus=True
+        )
         self.stream: RdmapStream | None = None
         self.on_stream = on_stream
         self._events: list[Event] = []
@@ -205,7 +208,10 @@ class RdmaConnection:
         mpa = self.mpa
         events = self._events
         while (event := mpa.next_event()) is not None:
-            if isinstance(event, UlpduReceived):
+            if isinstance(event, UlpduBatchReceived):
+                if self.stream is not None:
+                    events.extend(self.stream.handle_batch(event.batch))
+            elif isinstance(event, UlpduReceived):
                 if self.stream is not None:
                     events.extend(self.stream.handle_ulpdu(event.data))
             elif isinstance(event, ConnectionEstablished):
@@ -279,8 +285,8 @@ class RdmaConnection:
             and stream.has_data_to_send  # cheap when idle (asked after every receive)
             and mpa.state in _SENDING
         ):
-            for ulpdu in stream.ulpdus_to_send(limit):
-                mpa.send_ulpdu(ulpdu)
+            for run in stream.runs_to_send(limit):
+                mpa.send_run(run)
             self._events.extend(stream.take_events())
         return mpa.data_to_send_chunks()
 

@@ -28,13 +28,13 @@ What it enforces:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass
 
+from iwarp._accel import speedups
 from iwarp._typing import Buffer
 from iwarp.ddp.errors import DdpError, DdpTaggedCode, DdpTaggedError, DdpUntaggedCode
 from iwarp.ddp.placement import DdpReceiver, TaggedSegment, UntaggedQueue, UntaggedSegment
-from iwarp.ddp.segmentation import MAX_MESSAGE, tagged_segments, untagged_segments
+from iwarp.ddp.segmentation import MAX_MESSAGE, OutgoingMessage
 from iwarp.ddp.wire import (
     LAST_FLAG,
     MAX_TO,
@@ -53,6 +53,7 @@ from iwarp.errors import (
     MpaErrorCode,
     RemoteProtocolError,
 )
+from iwarp.mpa.framing import SegmentRun, UlpduBatch
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdmap.errors import (
     LocalCatastrophicError,
@@ -153,7 +154,7 @@ class _Response:
 class _Outgoing:
     """The message being segmented, and what finishing it means."""
 
-    segments: Iterator[bytearray]
+    message: OutgoingMessage
     work: _Work | None = None
     response: bool = False
 
@@ -226,7 +227,7 @@ class RdmapStream:
         self._orq: deque[_Work] = deque()  # Read Requests awaiting a response
         self._irq: deque[_Response] = deque()  # Read Responses to send
         self._current: _Outgoing | None = None
-        self._terminate: bytearray | None = None
+        self._terminate: SegmentRun | None = None
         self._rx_tagged_opcode = -1
         self._events: list[Event] = []
         if initiator:
@@ -364,9 +365,19 @@ class RdmapStream:
 
         Messages are segmented lazily, so call again (after the transport
         drained) until it returns nothing. Send and Write work completes
-        when its last segment is returned here.
+        when its last segment is returned here. :meth:`runs_to_send` gives
+        the same segments as runs, for framing in batches.
         """
-        out: list[bytearray] = []
+        return [ulpdu for run in self.runs_to_send(limit) for ulpdu in run.ulpdus()]
+
+    def runs_to_send(self, limit: int | None = None) -> list[SegmentRun]:
+        """The next segments as runs (:class:`~iwarp.mpa.framing.SegmentRun`),
+        about ``limit`` octets of ULPDUs at most (at least one segment).
+
+        Send and Write work completes when the run holding its last segment
+        is returned.
+        """
+        out: list[SegmentRun] = []
         if self.state is StreamState.TERMINATING:
             assert self._terminate is not None
             out.append(self._terminate)
@@ -382,12 +393,13 @@ class RdmapStream:
                 current = self._current = self._next_message()
                 if current is None:
                     break
-            segment = next(current.segments, None)
-            if segment is None:
+            message = current.message
+            run = message.next_run(None if limit is None else limit - size)
+            if run is not None:
+                out.append(run)
+                size += run.stop - run.start + run.segments * len(run.header)
+            if message.done:
                 self._finish(current)
-                continue
-            out.append(segment)
-            size += len(segment)
         return out
 
     def _next_message(self) -> _Outgoing | None:
@@ -395,7 +407,7 @@ class RdmapStream:
         if self._irq:
             response = self._irq.popleft()
             req = response.request
-            segments = tagged_segments(
+            message = OutgoingMessage.tagged(
                 response.source,
                 stag=req.sink_stag,
                 to=req.sink_to,
@@ -403,7 +415,7 @@ class RdmapStream:
                 version=self.version,
                 mulpdu=self.mulpdu,
             )
-            return _Outgoing(segments, response=True)
+            return _Outgoing(message, response=True)
         if not self._sq:
             return None
         work = self._sq[0]
@@ -411,7 +423,7 @@ class RdmapStream:
             if len(self._orq) >= self.ord:
                 return None  # ORD reached: the queue waits (RFC 5040 §6.1)
             assert work.request is not None
-            segments = untagged_segments(
+            message = OutgoingMessage.untagged(
                 work.request.pack(),
                 qn=QueueNumber.READ_REQUEST,
                 msn=self._next_msn(QueueNumber.READ_REQUEST),
@@ -422,7 +434,7 @@ class RdmapStream:
             self._orq.append(work)
         elif work.opcode is WorkOpcode.SEND:
             assert work.payload is not None
-            segments = untagged_segments(
+            message = OutgoingMessage.untagged(
                 work.payload,
                 qn=QueueNumber.SEND,
                 msn=self._next_msn(QueueNumber.SEND),
@@ -433,7 +445,7 @@ class RdmapStream:
             )
         else:
             assert work.payload is not None
-            segments = tagged_segments(
+            message = OutgoingMessage.tagged(
                 work.payload,
                 stag=work.remote_stag,
                 to=work.remote_to,
@@ -443,7 +455,7 @@ class RdmapStream:
             )
         self._sq.popleft()
         self._inflight.append(work)
-        return _Outgoing(segments, work=work)
+        return _Outgoing(message, work=work)
 
     def _next_msn(self, qn: int) -> int:
         msn = self._msn[qn]
@@ -480,12 +492,44 @@ class RdmapStream:
 
     def handle_ulpdu(self, ulpdu: Buffer) -> list[Event]:
         """Process one received ULPDU (one DDP segment); return the events."""
+        view = memoryview(ulpdu).cast("B") if not isinstance(ulpdu, memoryview) else ulpdu
+        self._handle(view)
+        return self.take_events()
+
+    def handle_batch(self, batch: UlpduBatch) -> list[Event]:
+        """Process the ULPDUs of one receive, in order; return the events.
+
+        The same as :meth:`handle_ulpdu` for each ULPDU of ``batch``. With
+        the C accelerator, runs of segments that continue one RDMA Write
+        (or one Send) are validated once for the whole run (STag, rights,
+        bounds: the union of in-bounds ranges is in bounds) and copied in
+        one call; anything else, and any run whose check fails, goes
+        segment by segment, so errors are found and reported exactly as
+        there.
+        """
+        for view in batch.views:
+            self._handle(view)
+        buffer, records = batch.buffer, batch.records
+        if buffer is not None and records is not None:
+            count = len(records) // 2
+            index = 0
+            while index < count:
+                if self.state is StreamState.OPERATIONAL:
+                    placed = self._place_run(buffer, records, index)
+                    if placed:
+                        index += placed
+                        continue
+                at = records[2 * index]
+                self._handle(buffer[at : at + records[2 * index + 1]])
+                index += 1
+        return self.take_events()
+
+    def _handle(self, view: memoryview) -> None:
         state = self.state
         if state is not StreamState.OPERATIONAL and state is not StreamState.WAIT_PEER:
             # RFC 5041 §7.1: after an error, drop every later segment.
             self.state = transition(state, StreamInput.RECEIVE)
-            return self.take_events()
-        view = memoryview(ulpdu).cast("B") if not isinstance(ulpdu, memoryview) else ulpdu
+            return
         try:
             if state is StreamState.WAIT_PEER:
                 self._first_message(view)
@@ -493,7 +537,77 @@ class RdmapStream:
                 self._receive(view)
         except RemoteProtocolError as exc:
             self._fail(exc, view)
-        return self.take_events()
+
+    def _place_run(self, buffer: memoryview, records: memoryview, index: int) -> int:
+        """Place the run of RDMA Write or Send segments starting at record
+        ``index`` with one decision; returns the segments placed (0: none,
+        the caller goes segment by segment)."""
+        kernels = speedups
+        at = records[2 * index]
+        n = records[2 * index + 1]
+        if kernels is None or n <= TAGGED_HEADER_SIZE:
+            return 0
+        control = buffer[at]
+        ddp = self._ddp
+        if control & TAGGED_FLAG:
+            if buffer[at + 1] != self._write_rdmap:
+                return 0
+            first = not ddp.tagged_in_progress
+            _, _, stag, to = TAGGED_HEADER.unpack_from(buffer, at)
+            if not first and (
+                self._rx_tagged_opcode != RdmapOpcode.RDMA_WRITE or not ddp.continues(stag, to)
+            ):
+                return 0
+            count, octets, last = kernels.segment_run(
+                buffer,
+                records,
+                index,
+                True,
+                TAGGED_FLAG | VERSION_MASK,
+                self._write_ddp,
+                self._write_rdmap,
+                stag,
+                0,
+                to,
+            )
+            if count < 2 or not fits_to_space(to, octets):
+                return 0
+            target = self.pd.registry.access(stag, self.pd, to, octets, _REMOTE_WRITE)
+            if isinstance(target, AccessFault):
+                return 0  # segment by segment: the failing one is reported
+            kernels.place_run(buffer, records, index, count, TAGGED_HEADER_SIZE, target)
+            if first:
+                self._rx_tagged_opcode = RdmapOpcode.RDMA_WRITE
+            ddp.tagged_placed(stag, to, octets, self._write_rdmap, last)
+            return count
+        # Send segments before the message's last (the last completes the
+        # receive, segment by segment).
+        queue = self._recv
+        if n <= UNTAGGED_HEADER_SIZE or not queue.buffers:
+            return 0
+        count, octets, _ = kernels.segment_run(
+            buffer,
+            records,
+            index,
+            False,
+            TAGGED_FLAG | LAST_FLAG | VERSION_MASK,
+            self.version,
+            self._send_rdmap,
+            QueueNumber.SEND,
+            queue.next_msn,
+            queue.received,
+        )
+        if count < 2:
+            return 0
+        target = queue.buffers[0].view
+        end = queue.received + octets
+        if end > len(target):
+            return 0  # segment by segment: DDP reports the message too long
+        kernels.place_run(
+            buffer, records, index, count, UNTAGGED_HEADER_SIZE, target[queue.received : end]
+        )
+        queue.received = end
+        return count
 
     def _first_message(self, view: memoryview) -> None:
         if self.rtr and not self._is_terminate(view):
@@ -773,16 +887,14 @@ class RdmapStream:
         self.state = transition(self.state, StreamInput.PROTOCOL_ERROR)
         self._current = None
         payload = header.pack()
-        self._terminate = next(
-            untagged_segments(
-                payload,
-                qn=QueueNumber.TERMINATE,
-                msn=self._next_msn(QueueNumber.TERMINATE),
-                rsvdulp=self._control[RdmapOpcode.TERMINATE],
-                version=self.version,
-                mulpdu=self.mulpdu,
-            )
-        )
+        self._terminate = OutgoingMessage.untagged(
+            payload,
+            qn=QueueNumber.TERMINATE,
+            msn=self._next_msn(QueueNumber.TERMINATE),
+            rsvdulp=self._control[RdmapOpcode.TERMINATE],
+            version=self.version,
+            mulpdu=self.mulpdu,
+        ).next_run()
         self._events.append(TerminateSent(exc, header))
         send_status = recv_status = CompletionStatus.FLUSHED
         if view[:1] and view[0] & TAGGED_FLAG:
