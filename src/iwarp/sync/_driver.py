@@ -181,13 +181,11 @@ class Driver:
             events = core.take_events()
             if events:
                 self._dispatch(events)
-            if chunks:
-                if self.sock is None:
-                    continue  # nowhere to go: the connection is gone
+            if chunks and self.sock is not None:  # else nowhere to go: the connection is gone
                 self._send(chunks)
                 if self._out:
                     return
-            elif not core.has_data_to_send:
+            if not core.has_data_to_send:
                 break
         if core.must_close:
             self.close()

@@ -1,0 +1,252 @@
+"""Round trip of a 64-octet Send/Send on iwarp.sync next to a raw TCP ping-pong.
+
+Run: python bench/sync_rtt.py [--rounds N] [--repeat R] [--size 64] [--no-crc]
+
+A server process (spawned, so the two ends never share a GIL) echoes on
+two connections: a plain TCP socket (``recv`` 64 octets, ``sendall`` them
+back) and a sync queue pair (``receive``, ``send``: MPA Rev 2 with CRC,
+DDP, RDMAP, both ends on :mod:`iwarp.sync`). The client times one round
+trip of each in turn, ``--rounds`` times (interleaved, so both see the same
+machine load), and prints the medians, the 10th/90th percentiles and what
+iWARP adds to raw TCP's median. ``--repeat`` runs that several times to
+show the spread. Numbers only: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import threading
+import time
+from multiprocessing.connection import Connection
+
+import iwarp.sync as rdma
+from iwarp.mpa.config import MpaConfig, Role
+from iwarp.rdma.connection import RdmaConnection
+from iwarp.rdmap.memory import ProtectionDomain
+from iwarp.rdmap.work import RecvWR, SendWR, Sge
+
+
+def _recv_exactly(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionError("peer closed")
+        got += n
+
+
+def _tcp_echo(listener: socket.socket, size: int) -> None:
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = bytearray(size)
+    view = memoryview(buf)
+    with conn:
+        try:
+            while True:
+                _recv_exactly(conn, view)
+                conn.sendall(buf)
+        except ConnectionError:
+            return
+
+
+def _qp_echo(listener: rdma.Listener) -> None:
+    with listener.accept(timeout=30) as qp:
+        try:
+            while True:
+                qp.send(qp.receive())
+        except rdma.ConnectionTerminatedError:
+            return
+
+
+def server(pipe: Connection, size: int, crc: bool) -> None:
+    tcp = socket.create_server(("127.0.0.1", 0))
+    qp_listener = rdma.listen(
+        "127.0.0.1", 0, config=MpaConfig(crc=crc), receive_buffers=4, receive_size=size
+    )
+    pipe.send((tcp.getsockname()[1], qp_listener.port))
+    # Two blocking echoes; the client drives one at a time, so the other
+    # sleeps in poll/recv and never holds the GIL against it.
+    threads = [
+        threading.Thread(target=_tcp_echo, args=(tcp, size)),
+        threading.Thread(target=_qp_echo, args=(qp_listener,)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def measure(rounds: int, size: int, crc: bool) -> tuple[list[float], list[float]]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=server, args=(child, size, crc), daemon=True)
+    proc.start()
+    tcp_port, qp_port = parent.recv()
+    raw = socket.create_connection(("127.0.0.1", tcp_port))
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    payload = os.urandom(size)
+    back = bytearray(size)
+    view = memoryview(back)
+    tcp_times: list[float] = []
+    qp_times: list[float] = []
+    clock = time.perf_counter
+    with rdma.connect(
+        "127.0.0.1", qp_port, config=MpaConfig(crc=crc), receive_buffers=4, receive_size=size
+    ) as qp:
+        for i in range(rounds + 100):  # the first 100 of each warm up
+            t0 = clock()
+            raw.sendall(payload)
+            _recv_exactly(raw, view)
+            t1 = clock()
+            qp.send(payload)
+            reply = qp.receive()
+            t2 = clock()
+            if i >= 100:
+                tcp_times.append(t1 - t0)
+                qp_times.append(t2 - t1)
+            if reply != payload or back != payload:
+                raise AssertionError("echo mismatch")
+    raw.close()
+    proc.join(30)
+    return tcp_times, qp_times
+
+
+def cpu_cost(rounds: int, size: int, crc: bool) -> tuple[float, float]:
+    """Median time of one round trip with both ends in this thread (no
+    scheduling between processes): what the code and the syscalls cost, raw
+    TCP and iwarp.sync."""
+    config = MpaConfig(crc=crc)
+    with rdma.listen("127.0.0.1", 0, config=config, receive_buffers=4, receive_size=size) as lst:
+        accepted: list[rdma.QueuePair] = []
+        thread = threading.Thread(target=lambda: accepted.append(lst.accept(timeout=30)))
+        thread.start()  # only to accept; both ends then run in this thread
+        a = rdma.connect(
+            "127.0.0.1", lst.port, config=config, receive_buffers=4, receive_size=size, timeout=30
+        )
+        thread.join(30)
+    b = accepted[0]
+    with socket.create_server(("127.0.0.1", 0)) as tcp:
+        s1 = socket.create_connection(tcp.getsockname())
+        s2, _ = tcp.accept()
+    for sock in (s1, s2):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    payload = os.urandom(size)
+    view = memoryview(bytearray(size))
+    raw: list[float] = []
+    qp: list[float] = []
+    clock = time.perf_counter
+    for i in range(rounds + 100):
+        t0 = clock()
+        s1.sendall(payload)
+        _recv_exactly(s2, view)
+        s2.sendall(view)
+        _recv_exactly(s1, view)
+        t1 = clock()
+        a.send(payload)
+        b.send(b.receive())
+        a.receive()
+        t2 = clock()
+        if i >= 100:
+            raw.append(t1 - t0)
+            qp.append(t2 - t1)
+    a.close()
+    b.close()
+    s1.close()
+    s2.close()
+    return statistics.median(raw) * 1e6, statistics.median(qp) * 1e6
+
+
+def core_cost(rounds: int, size: int, crc: bool) -> float:
+    """Median time of one Send each way through two sans-IO cores wired
+    together in memory (no sockets): the protocol's share of a round trip."""
+    config = MpaConfig(crc=crc)
+    a = RdmaConnection(Role.INITIATOR, ProtectionDomain(), config)
+    b = RdmaConnection(Role.RESPONDER, ProtectionDomain(), config)
+    b.receive_data(b"".join(a.data_to_send()), 0.0)
+    b.accept()
+    a.receive_data(b"".join(b.data_to_send()), 0.0)
+    sinks = []
+    for conn in (a, b):
+        region = conn.pd.register(bytearray(size))
+        sinks.append(RecvWR(Sge(region), wr_id=1))
+        conn.post_recv(sinks[-1])
+    payload = os.urandom(size)
+    times: list[float] = []
+    clock = time.perf_counter
+    for i in range(rounds + 100):
+        t0 = clock()
+        for src, dst, wr in ((a, b, sinks[1]), (b, a, sinks[0])):
+            src.post_send(SendWR(payload, wr_id=2))
+            chunks = src.data_to_send()
+            src.take_events()
+            dst.receive_data(b"".join(chunks), 0.0)
+            dst.post_recv(wr)
+        if i >= 100:
+            times.append(clock() - t0)
+    return statistics.median(times) * 1e6
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5000, help="timed rounds per run (5000)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs (3)")
+    parser.add_argument("--size", type=int, default=64, help="message octets (64)")
+    parser.add_argument("--no-crc", action="store_true", help="MPA without CRC")
+    args = parser.parse_args()
+    if args.rounds < 1 or args.repeat < 1 or args.size < 1:
+        parser.error("--rounds, --repeat and --size must be positive")
+    mtu = _loopback_mtu()
+    print(
+        f"{args.size}-octet round trips, {args.rounds} rounds per run, interleaved; "
+        f"MPA CRC {'off' if args.no_crc else 'on'}; loopback MTU {mtu}"
+    )
+    print("run   raw TCP median (p10-p90)    iwarp.sync median (p10-p90)   added    ratio")
+    added: list[float] = []
+    for run in range(1, args.repeat + 1):
+        tcp, qp = measure(args.rounds, args.size, not args.no_crc)
+        t_med, q_med = statistics.median(tcp) * 1e6, statistics.median(qp) * 1e6
+        added.append(q_med - t_med)
+        print(
+            f"{run:>3}   {t_med:7.1f} us ({_pct(tcp, 0.1) * 1e6:5.1f}-{_pct(tcp, 0.9) * 1e6:5.1f})"
+            f"    {q_med:7.1f} us ({_pct(qp, 0.1) * 1e6:5.1f}-{_pct(qp, 0.9) * 1e6:5.1f})"
+            f"   {q_med - t_med:+6.1f} us  {q_med / t_med:5.2f}"
+        )
+    print(
+        f"added to raw TCP's median: {min(added):.1f} .. {max(added):.1f} us over {len(added)} runs"
+    )
+    print("\nboth ends in one thread (code and syscalls, no process switches):")
+    cpu: list[float] = []
+    for run in range(1, args.repeat + 1):
+        raw_us, qp_us = cpu_cost(args.rounds, args.size, not args.no_crc)
+        cpu.append(qp_us - raw_us)
+        print(
+            f"{run:>3}   raw TCP {raw_us:6.1f} us   iwarp.sync {qp_us:6.1f} us   "
+            f"added {qp_us - raw_us:+6.1f} us"
+        )
+    print(f"added per round trip, one thread: {min(cpu):.1f} .. {max(cpu):.1f} us")
+    cores = [core_cost(args.rounds, args.size, not args.no_crc) for _ in range(args.repeat)]
+    print(
+        f"of which the sans-IO cores (one Send each way, in memory): "
+        f"{min(cores):.1f} .. {max(cores):.1f} us"
+    )
+
+
+def _loopback_mtu() -> str:
+    try:
+        with open("/sys/class/net/lo/mtu") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+if __name__ == "__main__":
+    main()
