@@ -23,6 +23,9 @@ from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma.rping import DEFAULT_SIZE, MIN_SIZE, RpingClient, RpingServer
+from iwarp.rdmap.work import Completion
+from iwarp.sync import rping as sync_rping
+from iwarp.sync.rdma import QueuePair as SyncQueuePair
 
 #: rping's default port.
 DEFAULT_PORT = 7174
@@ -69,6 +72,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--timeout", type=float, default=None, help="give up after this many seconds"
     )
+    parser.add_argument(
+        "--sync",
+        action="store_true",
+        help="run on the blocking adapter (iwarp.sync: plain sockets, no event loop)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -88,7 +96,7 @@ def _config(args: argparse.Namespace) -> MpaConfig:
     )
 
 
-def _describe(qp: QueuePair) -> str:
+def _describe(qp: QueuePair | SyncQueuePair) -> str:
     p = qp.params
     rtr = f", RTR {(p.rtr.name or str(int(p.rtr))).lower()}" if p.peer_to_peer and p.rtr else ""
     return (
@@ -103,12 +111,65 @@ def run(args: argparse.Namespace) -> int:
         print(f"size {args.size} too small (minimum {MIN_SIZE})", file=sys.stderr)
         return 2
     try:
+        if args.sync:
+            return _sync(args)
         if args.timeout:
             return asyncio.run(_with_timeout(args))
         return asyncio.run(_client(args) if args.client else _server(args))
     except (OSError, IwarpError) as exc:
         print(f"iwarp ping: {exc}", file=sys.stderr)
         return 1
+
+
+def _sync(args: argparse.Namespace) -> int:
+    """The same conversation on iwarp.sync (what ``--sync`` selects)."""
+
+    def connected(qp: SyncQueuePair) -> None:
+        if args.debug:
+            print(f"{'connected' if args.client else 'accepted'}: {_describe(qp)}", flush=True)
+
+    def completed(completion: Completion, lines: list[str]) -> None:
+        if args.debug:
+            print(f"{completion.opcode.value} completion: {completion.status.value}")
+        for line in lines:
+            if (args.verbose and "ping data" in line) or (args.debug and args.server):
+                print(line)
+
+    def listening(port: int) -> None:
+        if args.debug:
+            print(f"listening on port {port}", flush=True)
+
+    logic: RpingClient | RpingServer
+    if args.client:
+        logic = sync_rping.run_client(
+            args.address or "127.0.0.1",
+            args.port,
+            config=_config(args),
+            size=args.size,
+            count=args.count,
+            validate=args.validate,
+            first_send_delay=args.delay,
+            timeout=args.timeout,
+            on_connect=connected,
+            on_completion=completed,
+        )
+    else:
+        logic = sync_rping.run_server(
+            args.address or "0.0.0.0",
+            args.port,
+            config=_config(args),
+            size=args.size,
+            timeout=args.timeout,
+            on_listen=listening,
+            on_connect=connected,
+            on_completion=completed,
+        )
+    if logic.error is not None:
+        print(logic.error, file=sys.stderr)
+        return 1
+    if args.debug:
+        print(f"{logic.pings} pings {'done' if args.client else 'served'}; disconnected")
+    return 0
 
 
 async def _with_timeout(args: argparse.Namespace) -> int:
