@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from iwarp.analyze.synth import Direction, TcpCapture
+from iwarp.cli._receipt import RECEIPT_REQUEST
 from iwarp.mpa.framing import fpdu_wire_size
 from iwarp.rdma.rping import ADVERT
 from tsharkutil import MpaPdu, decode, needs_tshark
@@ -168,15 +169,20 @@ def test_tshark_decodes_a_cli_session(tmp_path: Path, markers: bool, crc: bool) 
     result = decode(str(path))
     assert result.malformed == []
     kinds = [p.kind for p in result.pdus]
-    assert kinds == ["request", "reply"] + ["fpdu"] * COUNT, kinds
+    assert kinds[:2] == ["request", "reply"] and set(kinds[2:]) == {"fpdu"}, kinds
     request, reply = result.pdus[:2]
+    # The messages, then connect's receipt request (iwarp.cli._receipt); a
+    # live capture also has the receipt the other way.
+    c2s = [p for p in result.fpdus if p.src_port == request.src_port]
+    assert len(c2s) == COUNT + 1
+    assert c2s[-1].fields["iwarp_mpa.ulpdulength"] == str(len(RECEIPT_REQUEST))
     for frame in (request, reply):
         assert frame.fields["iwarp_mpa.rev"] == "1"
         assert frame.fields["iwarp_mpa.marker_flag"] == ("1" if markers else "0")
         assert frame.fields["iwarp_mpa.crc_flag"] == ("1" if crc else "0")
         assert frame.fields["iwarp_mpa.res"] == "0x00"
     position = 0  # stream offset from the first octet of full operation
-    for fpdu in result.fpdus:
+    for fpdu in c2s[:COUNT]:
         assert fpdu.fields["iwarp_mpa.ulpdulength"] == str(SIZE)
         assert fpdu.crc_status == ("good" if crc else None)
         # Markers every 512 octets of the stream (RFC 5044 §4.3), FPDUPTR

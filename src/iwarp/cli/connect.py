@@ -38,11 +38,15 @@ from iwarp.cli._ops import (
     qp_emss,
     reset,
 )
+from iwarp.cli._receipt import ReceiptError, Watcher, peer_failure
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import ConnectionRejected
 from iwarp.mpa.handshake import build_request, retry_as_rev1
 from iwarp.rdma.rping import ADVERT
+
+#: Seconds ``--op mpa`` waits for the listener's receipt (without --timeout).
+RECEIPT_TIMEOUT = 60.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -233,16 +237,29 @@ async def _connect(args: argparse.Namespace, config: MpaConfig, out: Output) -> 
                 f"--size {args.size} exceeds MULPDU {params.mulpdu} for EMSS {sock.emss}: "
                 "one message must fit one FPDU"
             )
-        for i in range(args.count):
-            payload = message(i, args.size)
-            sock.send(payload)
-            digest.add(payload)
-            await sock.drain()
-            if sock.error is not None:
-                raise sock.error
+        # The listener sends nothing before the receipt but a Terminate: a
+        # watcher reads it while we send, so it is not lost to the reset
+        # that the listener's close answers our next octets with.
+        async with Watcher(sock) as watcher:
+            for i in range(args.count):
+                payload = message(i, args.size)
+                sock.send(payload)
+                digest.add(payload)
+                await sock.drain()
+                await watcher.check()
+                if sock.error is not None:
+                    raise sock.error
+            if args.count:
+                # Sent is not received: only the listener's receipt says so.
+                await watcher.confirm(digest, args.timeout or RECEIPT_TIMEOUT)
         await sock.close()
+    except ReceiptError as exc:
+        out.emit(exc.record)
+        sock.abort()
+        return 1
     except IwarpError as exc:
-        out.emit(error_record(exc))
+        terminated = await peer_failure(sock)
+        out.emit(terminated.record if terminated is not None else error_record(exc))
         sock.abort()
         return 1
     if sock.error is not None:

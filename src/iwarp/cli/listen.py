@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 
 from iwarp.asyncio import rdma
 from iwarp.asyncio.mpa import (
@@ -46,6 +47,7 @@ from iwarp.cli._ops import (
     parse_size,
     reset,
 )
+from iwarp.cli._receipt import RECEIPT_REQUEST, receipt, terminate_for
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import RequestReceived
@@ -91,6 +93,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
+#: MPA errors after which the send direction still works (RFC 5044 §8).
+_REPORTABLE = (MpaErrorCode.CRC_MISMATCH, MpaErrorCode.MARKER_MISMATCH)
+#: Seconds a finished listener waits for --op mpa connectors' receipt requests.
+_RECEIPT_GRACE = 5
+
+
 def _size(text: str) -> int:
     try:
         return parse_size(text)
@@ -121,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
 async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> int:
     digest = Digest()
     done = asyncio.Event()
-    state = {"ended": 0, "errors": 0, "accepted": 0, "active": 0}
+    state = {"ended": 0, "errors": 0, "accepted": 0, "active": 0, "unconfirmed": 0}
 
     def ended() -> None:
         state["ended"] += 1
@@ -165,8 +173,17 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
     async def serve_one(sock: MpaSocket, peer: str) -> None:
         out.emit({"type": "established", "peer": peer, **params_record(sock.params)})
         received = Digest()
+        state["unconfirmed"] += 1  # until its receipt is sent, or it ends
+        confirmed = False
         try:
             async for payload in sock:
+                if payload == RECEIPT_REQUEST:  # iwarp connect --op mpa is done
+                    summary = received.summary()
+                    sock.send(receipt(received.messages, received.octets, str(summary["sha256"])))
+                    if not confirmed:
+                        confirmed = True
+                        state["unconfirmed"] -= 1
+                    continue
                 digest.add(payload)
                 received.add(payload)
                 if args.count and digest.messages >= args.count:
@@ -174,6 +191,13 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
         except IwarpError as exc:
             state["errors"] += 1
             out.emit({**error_record(exc), "peer": peer})
+            if isinstance(exc, MpaError) and exc.mpa_code in _REPORTABLE:
+                # The send direction still works (RFC 5044 §8): tell the peer.
+                with contextlib.suppress(IwarpError):
+                    sock.send(terminate_for(exc))
+        finally:
+            if not confirmed:
+                state["unconfirmed"] -= 1
         closed(peer, received)
 
     async def stream_handler(stream: MpaStream) -> None:
@@ -251,8 +275,10 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
     finally:
         server.close()
     # Let connections that are closing report it; the summary comes last.
-    for _ in range(100):
-        if not state["active"]:
+    # An --op mpa connector that sent its messages waits for its receipt
+    # (iwarp.cli._receipt): give it the time to ask.
+    for tick in range(100 * int(_RECEIPT_GRACE)):
+        if not state["active"] or (tick >= 100 and state["unconfirmed"] <= 0):
             break
         await asyncio.sleep(0.01)
     out.closed = True

@@ -1,0 +1,245 @@
+"""The end of ``iwarp connect --op mpa``: a receipt, so no success is reported
+for data the listener refused.
+
+Bare MPA has no completion that reaches the peer: a ULPDU "completes" when
+TCP takes it. So after its N messages ``connect`` sends a *receipt
+request* (the 16 octets :data:`RECEIPT_REQUEST`, never a test message:
+those are :func:`iwarp.cli._mpa.message`), and ``listen`` answers with a
+*receipt*: :data:`RECEIPT_KEY` then BE64 messages, BE64 octets and the
+SHA-256 of what this connection delivered. ``connect`` reports success
+only when the receipt matches what it sent.
+
+A listener that fails the connection with an MPA error it can still report
+(CRC or marker error: the send direction still works, RFC 5044 §8) sends,
+as an RDMAP stack would, a Terminate (RFC 5040 §4.8, layer LLP, type MPA,
+the error's code) before closing; a listener running another ``--op``
+answers the bare ULPDUs with its own Terminate. ``connect`` reads either
+as the peer's error and exits non-zero.
+
+Peers that are not ``iwarp connect`` never send the request, so ``listen``
+sends them nothing but the Terminate of a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from iwarp._typing import Buffer
+from iwarp.asyncio.mpa import MpaSocket
+from iwarp.cli._mpa import Digest
+from iwarp.ddp.wire import (
+    LAST_FLAG,
+    TAGGED_FLAG,
+    UNTAGGED_HEADER,
+    UNTAGGED_HEADER_SIZE,
+    QueueNumber,
+    pack_control,
+)
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode, TerminateLayer
+from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader, rdmap_control, split_control
+
+__all__ = [
+    "RECEIPT_KEY",
+    "RECEIPT_REQUEST",
+    "Receipt",
+    "ReceiptError",
+    "Watcher",
+    "describe_terminate",
+    "peer_failure",
+    "read_answer",
+    "receipt",
+    "terminate_for",
+]
+
+# Both start with 0x80 so that decoders that read every ULPDU as DDP (as
+# Wireshark does) see a tagged segment, not last, with an unknown RDMAP
+# opcode (9), like the test messages: not a malformed Terminate.
+
+#: ``connect`` → ``listen``: "tell me what you received".
+RECEIPT_REQUEST: Final = b"\x80iwarp receipt?\n"
+#: ``listen`` → ``connect``: the first 16 octets of the receipt.
+RECEIPT_KEY: Final = b"\x80iwarp receipt.\n"
+#: After the key: BE64 messages, BE64 octets, SHA-256 of the payloads in order.
+_COUNTS: Final = struct.Struct(">QQ32s")
+RECEIPT_SIZE: Final = len(RECEIPT_KEY) + _COUNTS.size
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What the listener says it received on this connection."""
+
+    messages: int
+    octets: int
+    sha256: str
+
+
+def receipt(messages: int, octets: int, sha256_hex: str) -> bytes:
+    """The listener's answer to :data:`RECEIPT_REQUEST`."""
+    return RECEIPT_KEY + _COUNTS.pack(messages, octets, bytes.fromhex(sha256_hex))
+
+
+def terminate_for(error: MpaError) -> bytes:
+    """The ULPDU of an RDMAP Terminate reporting ``error`` (RFC 5040 §4.8:
+    untagged, queue 2, MSN 1, layer LLP, error type MPA, the MPA code)."""
+    ddp = UNTAGGED_HEADER.pack(
+        pack_control(tagged=False, last=True),
+        rdmap_control(RdmapOpcode.TERMINATE),
+        0,
+        QueueNumber.TERMINATE,
+        1,
+        0,
+    )
+    return ddp + TerminateHeader(int(error.layer), error.etype, error.code).pack()
+
+
+def read_answer(ulpdu: Buffer) -> Receipt | TerminateHeader | None:
+    """The listener's receipt or Terminate in ``ulpdu``; None if it is neither."""
+    data = bytes(ulpdu)
+    if len(data) == RECEIPT_SIZE and data.startswith(RECEIPT_KEY):
+        messages, octets, sha = _COUNTS.unpack_from(data, len(RECEIPT_KEY))
+        return Receipt(messages, octets, sha.hex())
+    if len(data) <= UNTAGGED_HEADER_SIZE or data[0] & TAGGED_FLAG or not data[0] & LAST_FLAG:
+        return None
+    qn = UNTAGGED_HEADER.unpack_from(data, 0)[3]
+    if qn != QueueNumber.TERMINATE or split_control(data[1])[1] != RdmapOpcode.TERMINATE:
+        return None
+    try:
+        return TerminateHeader.unpack_from(data, UNTAGGED_HEADER_SIZE)
+    except ValueError:
+        return None
+
+
+def describe_terminate(header: TerminateHeader) -> str:
+    """A received Terminate as the peer's error, for the error record."""
+    layers = {int(layer): layer.name for layer in TerminateLayer}
+    layer = layers.get(header.layer, str(header.layer))
+    name = ""
+    if header.layer == TerminateLayer.LLP and header.code in {int(c) for c in MpaErrorCode}:
+        name = f" ({MpaErrorCode(header.code).name})"
+    return (
+        f"the listener sent a Terminate: layer {header.layer} ({layer}), "
+        f"type {header.etype}, code {header.code}{name}"
+    )
+
+
+class ReceiptError(LocalProtocolError):
+    """The listener did not confirm what ``connect`` sent; ``record`` is the
+    error record (with the Terminate's layer, type and code when it sent one)."""
+
+    def __init__(self, message: str, record: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.record: dict[str, object] = record or {"type": "error", "code": None}
+        self.record["message"] = message
+
+
+def _terminated(header: TerminateHeader) -> ReceiptError:
+    record: dict[str, object] = {
+        "type": "error",
+        "code": header.code,
+        "terminate": "received",
+        "layer": header.layer,
+        "etype": header.etype,
+    }
+    return ReceiptError(describe_terminate(header), record)
+
+
+class Watcher:
+    """Reads what the listener sends while ``connect --op mpa`` sends: nothing
+    but the receipt at the end, or a Terminate that ends it early."""
+
+    def __init__(self, sock: MpaSocket) -> None:
+        self.sock = sock
+        self._task: asyncio.Task[bytes | None] | None = None
+
+    async def __aenter__(self) -> Watcher:
+        self._task = asyncio.ensure_future(self.sock.receive())
+        return self
+
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        task = self._task
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, IwarpError):
+                await task
+        elif not task.cancelled() and task.exception() is None and exc_type is not None:
+            # We failed (e.g. a reset) after the listener's Terminate came
+            # in: the Terminate is the cause to report.
+            self._answer(task.result())
+
+    async def check(self) -> None:
+        """Let the loop read before the next send; stop at a Terminate.
+
+        (Reading before each send matters: once the listener's close has
+        answered our octets with a reset, a send fails and the transport
+        is gone with the Terminate still unread.)
+
+        :raises ReceiptError: the listener sent something: it failed.
+        """
+        await asyncio.sleep(0)
+        task = self._task
+        if task is not None and task.done() and task.exception() is None:
+            self._answer(task.result())
+
+    def _answer(self, ulpdu: bytes | None) -> Receipt:
+        if ulpdu is None:
+            raise ReceiptError(
+                "the listener closed without a receipt (is it iwarp listen --op mpa?)"
+            )
+        found = read_answer(ulpdu)
+        if isinstance(found, TerminateHeader):
+            raise _terminated(found)
+        if found is None:
+            raise ReceiptError(
+                f"the listener answered with a {len(ulpdu)}-octet ULPDU, not a receipt"
+            )
+        return found
+
+    async def confirm(self, digest: Digest, timeout: float) -> None:
+        """Ask for the receipt and check it against ``digest`` (what we sent).
+
+        :raises ReceiptError: the listener sent a Terminate, closed without
+            a receipt, or received something else than we sent.
+        :raises IwarpError: the connection failed.
+        """
+        task = self._task
+        assert task is not None
+        if not task.done():
+            self.sock.send(RECEIPT_REQUEST)
+            await self.sock.drain()
+        try:
+            async with asyncio.timeout(timeout):
+                answer = await asyncio.shield(task)
+        except TimeoutError:
+            raise ReceiptError(f"no receipt from the listener within {timeout:g} s") from None
+        found = self._answer(answer)
+        ours = digest.summary()
+        if (found.messages, found.octets, found.sha256) != (
+            ours["messages"],
+            ours["octets"],
+            ours["sha256"],
+        ):
+            raise ReceiptError(
+                f"the listener received {found.messages} messages ({found.octets} octets, "
+                f"sha256 {found.sha256[:16]}...), we sent {ours['messages']} "
+                f"({ours['octets']} octets, sha256 {str(ours['sha256'])[:16]}...)"
+            )
+
+
+async def peer_failure(sock: MpaSocket, wait: float = 1.0) -> ReceiptError | None:
+    """After a failed send: the Terminate the listener sent before it closed
+    (ULPDUs that arrived before the failure are still readable), if any."""
+    try:
+        async with asyncio.timeout(wait):
+            while (ulpdu := await sock.receive()) is not None:
+                found = read_answer(ulpdu)
+                if isinstance(found, TerminateHeader):
+                    return _terminated(found)
+    except (IwarpError, TimeoutError):
+        pass
+    return None
