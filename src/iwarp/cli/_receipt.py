@@ -181,6 +181,9 @@ class Watcher:
 
         :raises ReceiptError: the listener sent something: it failed.
         """
+        # Two turns of the loop: in the first our task resumes before the
+        # reader callbacks the poll scheduled, in the second they have run.
+        await asyncio.sleep(0)
         await asyncio.sleep(0)
         task = self._task
         if task is not None and task.done() and task.exception() is None:
