@@ -28,6 +28,7 @@ class Kernels(Protocol):
 
     def frame_run(
         self,
+        out: Buffer | None,
         header: Buffer,
         payload: Buffer,
         start: int,
@@ -41,7 +42,7 @@ class Kernels(Protocol):
         crc: bool,
         phase: int,
         /,
-    ) -> tuple[bytes, int]: ...
+    ) -> tuple[bytes | int, int]: ...
 
     def scan(
         self,

@@ -135,11 +135,29 @@ static uint32_t shift_constant(size_t n)
     return result;
 }
 
-/* Long inputs run three independent streams of crc32 instructions to hide
- * its 3-cycle latency; the partial values are joined by multiplying with
- * x^(8*CRC_BLOCK) modulo the polynomial (computed once at import). */
-#define CRC_BLOCK 4096
-static uint32_t crc_shift_block; /* x^(8*CRC_BLOCK) */
+/* Longer inputs run three independent streams of crc32 instructions over
+ * three blocks of B octets, to hide the instruction's 3-cycle latency; the
+ * partial values are joined by multiplying with x^(8*B) modulo the
+ * polynomial. That multiply is linear in the 32-bit value, so it is four
+ * table lookups (tables built at import, one set per block size). */
+#define SHIFT_SIZES 7 /* B = 64 << k, k = 0..6: 64 .. 4096 octets */
+static uint32_t shift_table[SHIFT_SIZES][4][256];
+
+static void shift_init(void)
+{
+    for (int k = 0; k < SHIFT_SIZES; k++) {
+        uint32_t constant = shift_constant((size_t)64 << k);
+        for (int byte = 0; byte < 4; byte++)
+            for (uint32_t v = 0; v < 256; v++)
+                shift_table[k][byte][v] = gf2_mul(v << (8 * byte), constant);
+    }
+}
+
+static inline uint32_t shift_by(int k, uint32_t v)
+{
+    return shift_table[k][0][v & 0xFF] ^ shift_table[k][1][(v >> 8) & 0xFF] ^
+           shift_table[k][2][(v >> 16) & 0xFF] ^ shift_table[k][3][v >> 24];
+}
 
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t state, const uint8_t *p,
                                                            size_t n)
@@ -148,24 +166,24 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t state, const u
         state = _mm_crc32_u8(state, *p++);
         n--;
     }
-    while (n >= 3 * CRC_BLOCK) {
-        uint64_t a = state, b = 0, c = 0;
-        const uint8_t *pb = p + CRC_BLOCK, *pc = p + 2 * CRC_BLOCK;
-        for (size_t i = 0; i < CRC_BLOCK; i += 8) {
-            uint64_t wa, wb, wc;
-            memcpy(&wa, p + i, 8);
-            memcpy(&wb, pb + i, 8);
-            memcpy(&wc, pc + i, 8);
-            a = _mm_crc32_u64(a, wa);
-            b = _mm_crc32_u64(b, wb);
-            c = _mm_crc32_u64(c, wc);
+    for (int k = SHIFT_SIZES - 1; k >= 0; k--) {
+        size_t block = (size_t)64 << k;
+        while (n >= 3 * block) {
+            uint64_t a = state, b = 0, c = 0;
+            const uint8_t *pb = p + block, *pc = p + 2 * block;
+            for (size_t i = 0; i < block; i += 8) {
+                uint64_t wa, wb, wc;
+                memcpy(&wa, p + i, 8);
+                memcpy(&wb, pb + i, 8);
+                memcpy(&wc, pc + i, 8);
+                a = _mm_crc32_u64(a, wa);
+                b = _mm_crc32_u64(b, wb);
+                c = _mm_crc32_u64(c, wc);
+            }
+            state = shift_by(k, shift_by(k, (uint32_t)a) ^ (uint32_t)b) ^ (uint32_t)c;
+            p += 3 * block;
+            n -= 3 * block;
         }
-        /* state of a over 2 blocks of zeros, xor b shifted over one, xor c */
-        uint32_t sa = gf2_mul((uint32_t)a, crc_shift_block);
-        sa = gf2_mul(sa ^ (uint32_t)b, crc_shift_block);
-        state = sa ^ (uint32_t)c;
-        p += 3 * CRC_BLOCK;
-        n -= 3 * CRC_BLOCK;
     }
     return crc_hw_1(state, p, n);
 }
@@ -248,8 +266,12 @@ static size_t fpdu_bound(size_t ulpdu)
 }
 
 /*
- * frame_run(header, payload, start, stop, room, field_at, field_size, base,
- *           last_mask, markers, crc, phase) -> (bytes, phase)
+ * frame_run(out, header, payload, start, stop, room, field_at, field_size,
+ *           base, last_mask, markers, crc, phase) -> (frames, phase)
+ *
+ * `out` is None (the FPDUs are returned as a new bytes object) or a writable
+ * buffer of at least frame_bound(...) octets (then `frames` is the number of
+ * octets written at its start).
  *
  * Segments of payload[start:stop], `room` octets each (the last may be
  * shorter; start == stop frames one empty segment). Each ULPDU is `header`
@@ -260,14 +282,15 @@ static size_t fpdu_bound(size_t ulpdu)
  */
 static PyObject *py_frame_run(PyObject *self, PyObject *args)
 {
-    Py_buffer header, payload;
+    PyObject *target;
+    Py_buffer header, payload, given = {0};
     Py_ssize_t start, stop, room, field_at, field_size;
     unsigned long long base;
     int last_mask, markers, crc;
     unsigned phase;
-    if (!PyArg_ParseTuple(args, "y*y*nnnnnKippI:frame_run", &header, &payload, &start, &stop,
-                          &room, &field_at, &field_size, &base, &last_mask, &markers, &crc,
-                          &phase))
+    if (!PyArg_ParseTuple(args, "Oy*y*nnnnnKippI:frame_run", &target, &header, &payload, &start,
+                          &stop, &room, &field_at, &field_size, &base, &last_mask, &markers,
+                          &crc, &phase))
         return NULL;
     PyObject *result = NULL, *out = NULL;
     uint8_t hdr[32];
@@ -280,10 +303,22 @@ static PyObject *py_frame_run(PyObject *self, PyObject *args)
     }
     Py_ssize_t segments = stop == start ? 1 : (stop - start + room - 1) / room;
     size_t bound = (size_t)segments * fpdu_bound((size_t)(hlen + room));
-    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
-    if (out == NULL)
-        goto done;
-    Writer w = {(uint8_t *)PyBytes_AS_STRING(out), 0, phase, 0, markers};
+    uint8_t *dest;
+    if (target == Py_None) {
+        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
+        if (out == NULL)
+            goto done;
+        dest = (uint8_t *)PyBytes_AS_STRING(out);
+    } else {
+        if (PyObject_GetBuffer(target, &given, PyBUF_WRITABLE) < 0)
+            goto done;
+        if ((size_t)given.len < bound) {
+            PyErr_SetString(PyExc_ValueError, "frame_run: the output buffer is too small");
+            goto done;
+        }
+        dest = given.buf;
+    }
+    Writer w = {dest, 0, phase, 0, markers};
     const uint8_t *src = payload.buf;
     static const uint8_t zeros[4] = {0, 0, 0, 0};
     Py_ssize_t offset = start;
@@ -319,12 +354,18 @@ static PyObject *py_frame_run(PyObject *self, PyObject *args)
         w.phase = (w.phase + 4) & PHASE_MASK;
         offset += n;
     } while (offset < stop);
+    if (out == NULL) {
+        result = Py_BuildValue("(nI)", (Py_ssize_t)w.pos, w.phase);
+        goto done;
+    }
     if (_PyBytes_Resize(&out, (Py_ssize_t)w.pos) < 0)
         goto done;
     result = Py_BuildValue("(NI)", out, w.phase);
     out = NULL;
 done:
     Py_XDECREF(out);
+    if (given.obj != NULL)
+        PyBuffer_Release(&given);
     PyBuffer_Release(&header);
     PyBuffer_Release(&payload);
     return result;
@@ -611,7 +652,7 @@ PyMODINIT_FUNC PyInit__speedups(void)
 {
     crc_init();
 #ifdef IWARP_X86
-    crc_shift_block = shift_constant(CRC_BLOCK);
+    shift_init();
     if (getenv("IWARP_ACCEL_NO_SSE42") != NULL)
         have_sse42 = 0;
 #endif

@@ -4,6 +4,7 @@ from iwarp._typing import Buffer
 
 def crc32c(data: Buffer, value: int = 0, /) -> int: ...
 def frame_run(
+    out: Buffer | None,
     header: Buffer,
     payload: Buffer,
     start: int,
@@ -17,7 +18,7 @@ def frame_run(
     crc: bool,
     phase: int,
     /,
-) -> tuple[bytes, int]: ...
+) -> tuple[bytes | int, int]: ...
 def scan(
     buffer: Buffer, start: int, end: int, markers: bool, crc: bool, phase: int, limit: int, /
 ) -> tuple[bytes, int, int, int, int, int, int]: ...

@@ -37,6 +37,10 @@ __all__ = ["MAX_MESSAGE", "OutgoingMessage", "tagged_segments", "untagged_segmen
 
 #: RFC 5041 §5.2: "The ULP Message Length MUST be less than 2^32."
 MAX_MESSAGE = 0xFFFFFFFF
+#: Octets of ULPDUs per run at most: MPA frames a run into one buffer, and
+#: buffers this size come from the allocator's reused heap, not from fresh
+#: pages (measured: 1 MiB runs framed 3-5 times slower, page faults).
+RUN_OCTETS = 64 * 1024
 
 _pack_tagged = TAGGED_HEADER.pack_into
 _pack_untagged = UNTAGGED_HEADER.pack_into
@@ -131,11 +135,9 @@ class OutgoingMessage:
         if self.offset >= total:
             return None
         room = self._room
-        if limit is None:
-            stop = total
-        else:
-            count = max(1, limit // (room + len(self._header)))
-            stop = min(total, start + count * room)
+        limit = RUN_OCTETS if limit is None else min(limit, RUN_OCTETS)
+        count = max(1, limit // (room + len(self._header)))
+        stop = min(total, start + count * room)
         self.offset = stop
         return SegmentRun(
             self._header,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from functools import lru_cache
+from sys import getrefcount
 from typing import NamedTuple
 
 from iwarp._accel import speedups
@@ -220,6 +221,39 @@ class UlpduBatch:
                 yield buffer[at : at + records[k + 1]]
 
 
+class _BufferPool:
+    """Output buffers for framed runs, reused once nobody holds them.
+
+    A buffer is handed out as a memoryview, which keeps a reference to it
+    until the transport has sent it and dropped the view; a buffer only the
+    pool references can be overwritten. Reusing them keeps the sender on
+    memory already mapped and in cache: fresh 64 KiB buffers cost a page
+    fault per 4 KiB, measured as the largest cost of framing here.
+    """
+
+    __slots__ = ("_buffers",)
+    SIZE = 96 * 1024
+    COUNT = 64
+
+    def __init__(self) -> None:
+        self._buffers: list[bytearray] = []
+
+    def get(self, size: int) -> bytearray:
+        if size > self.SIZE:
+            return bytearray(size)
+        for buffer in self._buffers:
+            # Referenced by the list, the loop variable and the call only.
+            if getrefcount(buffer) <= 3:
+                return buffer
+        buffer = bytearray(self.SIZE)
+        if len(self._buffers) < self.COUNT:
+            self._buffers.append(buffer)
+        return buffer
+
+
+_POOL = _BufferPool()
+
+
 class _Framer:
     """What both directions track: the options and the stream position."""
 
@@ -359,7 +393,12 @@ class FpduEncoder(_Framer):
             for ulpdu in run.ulpdus():
                 out += self.encode(ulpdu)
             return out
-        frames, phase = speedups.frame_run(
+        segments = run.segments
+        content = 9 + len(run.header) + run.room
+        bound = segments * (content + 4 * (content // _MARKER_STRIDE + 3))
+        buffer = _POOL.get(bound)
+        written, phase = speedups.frame_run(
+            buffer,
             run.header,
             run.payload,
             run.start,
@@ -373,10 +412,11 @@ class FpduEncoder(_Framer):
             self.crc,
             self._phase,
         )
+        assert isinstance(written, int)
         if self.markers:
             self._phase = phase
-        self._position = (self._position + len(frames)) & _SEQ_MASK
-        return [frames]
+        self._position = (self._position + written) & _SEQ_MASK
+        return [memoryview(buffer)[:written]]
 
     def encode_bytes(self, ulpdu: Buffer) -> bytes:
         """Frame one ULPDU and return the FPDU as one ``bytes`` object."""
