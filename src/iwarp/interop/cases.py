@@ -581,6 +581,42 @@ def _profile_cases() -> list[Case]:
     return cases
 
 
+def _sync_ping_cases() -> list[Case]:
+    """rping both ways against ``iwarp ping --sync``: the blocking adapter
+    (iwarp.sync) carrying the same conversation as the asyncio one."""
+    cases = []
+    for count, size, crc in (("100", "{min_size}", True), ("100", "{max_size}", False)):
+        crc_flag = () if crc else ("--no-crc",)
+        label = f"c{count}-{'min' if 'min' in size else 'max'}-{'crc' if crc else 'nocrc'}"
+        common = ("-C", count, "-S", size, "-V", "--sync", *crc_flag)
+        opts = " ".join(("--sync", *crc_flag))
+        cases += [
+            Case(
+                f"rping/sync-client/{label}",
+                "rping",
+                D.IWARP_TO_SIW,
+                f"rping -s -V -C {count} -S {size} | iwarp ping -c {opts}",
+                both_succeed,
+                guest_cmd=f"rping -s -a 0.0.0.0 -p {{guest_port}} -C {count} -S {size} -V",
+                iwarp_args=_ping("-c", "{host_port}", *common),
+                needs=(Need("ping", ("-c", "-C", "-S", "-V", "--sync", *crc_flag)),),
+                timeout=120,
+            ),
+            Case(
+                f"rping/sync-server/{label}",
+                "rping",
+                D.SIW_TO_IWARP,
+                f"rping -c -V -C {count} -S {size} | iwarp ping -s {opts}",
+                both_succeed,
+                guest_cmd=f"rping -c -a {{host}} -p {{serve_port}} -C {count} -S {size} -V",
+                iwarp_args=_ping("-s", "{serve_port}", *common),
+                needs=(Need("ping", ("-s", "-C", "-S", "-V", "--sync", *crc_flag)),),
+                timeout=120,
+            ),
+        ]
+    return cases
+
+
 def _option_names(options: list[str]) -> tuple[str, ...]:
     return tuple(o for o in options if o.startswith("--"))
 
@@ -592,5 +628,6 @@ def all_cases() -> list[Case]:
         *_p2p_initiator_cases(),
         *_profile_cases(),
         *_rping_cases(),
+        *_sync_ping_cases(),
         *_rdmacm_cases(),
     ]
