@@ -30,11 +30,10 @@ def handshakes(seconds: float) -> float:
         for _ in range(200):
             init = MpaConnection(Role.INITIATOR, private_data=b"bench")
             resp = MpaConnection(Role.RESPONDER)
-            resp.receive_data(init.data_to_send())
-            resp.events()
+            resp.receive_data(b"".join(init.data_to_send()))
             resp.accept(b"ok")
-            init.receive_data(resp.data_to_send())
-            init.events()
+            resp.take_events()
+            init.receive_data(b"".join(resp.data_to_send()))
         done += 200
     return done / (time.perf_counter() - start)
 

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
+
+from iwarp._typing import Buffer
+from iwarp.mpa.connection import MpaConnection
+from iwarp.mpa.events import Event
 
 
 def all_splits(data: bytes) -> Iterator[list[bytes]]:
@@ -23,3 +28,39 @@ def chunked(data: bytes, sizes: list[int]) -> list[bytes]:
         pos += step
         turn += 1
     return out
+
+
+class MpaConn(MpaConnection):
+    """An MpaConnection that also keeps the events its input methods return,
+    for :meth:`take_events`: a test feeds several chunks (or a timer) and
+    then looks at everything that happened, in order."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._kept: list[Event] = []
+        super().__init__(*args, **kwargs)
+
+    def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
+        events = super().receive_data(data, now)
+        self._kept.extend(events)
+        return events
+
+    def handle_timer(self, now: float) -> list[Event]:
+        events = super().handle_timer(now)
+        self._kept.extend(events)
+        return events
+
+    def connection_lost(
+        self, now: float | None = None, reason: str = "connection reset"
+    ) -> list[Event]:
+        events = super().connection_lost(now, reason)
+        self._kept.extend(events)
+        return events
+
+    def take_events(self) -> list[Event]:
+        kept, self._kept = self._kept, []
+        return kept + super().take_events()
+
+
+def out(conn: MpaConnection) -> bytes:
+    """Everything ``conn`` has to send, joined."""
+    return b"".join(bytes(chunk) for chunk in conn.data_to_send())

@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
+from helpers import MpaConn, out
 from iwarp.cli import build_parser
 from iwarp.cli._mpa import config_from
 from iwarp.errors import LocalProtocolError, MpaErrorCode
 from iwarp.interop.profiles import NOT_EXPRESSIBLE, PROFILES, cli_options, cxgb4, irdma, rfc, siw
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.connection import MpaConnection
 from iwarp.mpa.events import (
     ConnectionEstablished,
     ConnectionFailed,
@@ -94,16 +94,16 @@ def test_cli_options_carry_the_peer_knobs() -> None:
 
 def startup(init: MpaConfig, resp: MpaConfig) -> tuple[list[Event], list[Event], bytes]:
     """One in-memory startup: (Initiator events, Responder events, Reply octets)."""
-    i = MpaConnection(Role.INITIATOR, init, now=0.0)
-    r = MpaConnection(Role.RESPONDER, resp, now=0.0)
-    r.receive_data(i.data_to_send(), now=0.1)
-    r_events = r.events()
+    i = MpaConn(Role.INITIATOR, init, now=0.0)
+    r = MpaConn(Role.RESPONDER, resp, now=0.0)
+    r.receive_data(out(i), now=0.1)
+    r_events = r.take_events()
     if any(isinstance(e, RequestReceived) for e in r_events):
         r.accept()
-        r_events += r.events()
-    reply = r.data_to_send()
+        r_events += r.take_events()
+    reply = out(r)
     i.receive_data(reply, now=0.2)
-    return i.events(), r_events, reply
+    return i.take_events(), r_events, reply
 
 
 def test_siw_refuses_a_peer_asking_for_markers() -> None:

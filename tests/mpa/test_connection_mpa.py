@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from helpers import all_splits, chunked
+from helpers import MpaConn, all_splits, chunked, out
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import MpaConnection
@@ -43,9 +43,9 @@ def pair(
     icfg: MpaConfig | None = None, rcfg: MpaConfig | None = None, pd: bytes = b""
 ) -> tuple[MpaConnection, MpaConnection]:
     """An Initiator and a Responder, the Request delivered to the Responder."""
-    init = MpaConnection(Role.INITIATOR, icfg or MpaConfig(), private_data=pd)
-    resp = MpaConnection(Role.RESPONDER, rcfg or MpaConfig())
-    resp.receive_data(init.data_to_send())
+    init = MpaConn(Role.INITIATOR, icfg or MpaConfig(), private_data=pd)
+    resp = MpaConn(Role.RESPONDER, rcfg or MpaConfig())
+    resp.receive_data(out(init))
     return init, resp
 
 
@@ -54,7 +54,7 @@ def established(
 ) -> tuple[MpaConnection, MpaConnection]:
     init, resp = pair(icfg, rcfg)
     resp.accept()
-    init.receive_data(resp.data_to_send())
+    init.receive_data(out(resp))
     assert init.state is MpaState.FULL_OPERATION
     return init, resp
 
@@ -69,27 +69,27 @@ def fpdu(ulpdu: bytes = b"x", *, crc: bool = True, bad: bool = False) -> bytes:
 def in_state(role: Role, state: MpaState) -> MpaConnection:
     """A connection of ``role`` in ``state``, reached through the API only."""
     if state is MpaState.IDLE:
-        return MpaConnection(None)
+        return MpaConn(None)
     if role is Role.INITIATOR:
-        init = MpaConnection(Role.INITIATOR)
+        init = MpaConn(Role.INITIATOR)
         if state is MpaState.AWAIT_REPLY:
             return init
-        resp = MpaConnection(Role.RESPONDER)
-        resp.receive_data(init.data_to_send())
+        resp = MpaConn(Role.RESPONDER)
+        resp.receive_data(out(init))
         if state is MpaState.EXITED:
             resp.reject()
-            init.receive_data(resp.data_to_send())
+            init.receive_data(out(resp))
         elif state is MpaState.FAILED:
             init.receive_data(b"garbage!")
         elif state is MpaState.CLOSED:
             init.close()
         else:
             resp.accept()
-            init.receive_data(resp.data_to_send())
+            init.receive_data(out(resp))
             if state is MpaState.SEND_ONLY:
                 init.receive_data(b"")
     else:
-        resp = MpaConnection(Role.RESPONDER)
+        resp = MpaConn(Role.RESPONDER)
         if state is MpaState.AWAIT_REQUEST:
             return resp
         if state is MpaState.FAILED:
@@ -98,16 +98,16 @@ def in_state(role: Role, state: MpaState) -> MpaConnection:
         if state is MpaState.CLOSED:
             resp.close()
             return resp
-        init = MpaConnection(Role.INITIATOR)
-        resp.receive_data(init.data_to_send())
+        init = MpaConn(Role.INITIATOR)
+        resp.receive_data(out(init))
         if state is MpaState.EXITED:
             resp.reject()
         elif state is not MpaState.AWAIT_DECISION:
             resp.accept()
-            init.receive_data(resp.data_to_send())
+            init.receive_data(out(resp))
             if state is not MpaState.AWAIT_FIRST_FPDU:
                 init.send_ulpdu(b"first")
-                resp.receive_data(init.data_to_send())
+                resp.receive_data(out(init))
                 if state is MpaState.SEND_ONLY:
                     resp.receive_data(b"")
     conn = init if role is Role.INITIATOR else resp
@@ -189,17 +189,17 @@ def test_remote_inputs_outside_the_table_are_protocol_errors(role: Role) -> None
 
 
 def _request() -> bytes:
-    return MpaConnection(Role.INITIATOR).data_to_send()
+    return out(MpaConn(Role.INITIATOR))
 
 
 def _reply(*, reject: bool = False, crc: bool = True) -> bytes:
-    resp = MpaConnection(Role.RESPONDER, MpaConfig(crc=crc))
+    resp = MpaConn(Role.RESPONDER, MpaConfig(crc=crc))
     resp.receive_data(_request())
     if reject:
         resp.reject()
     else:
         resp.accept()
-    return resp.data_to_send()
+    return out(resp)
 
 
 # (state, remote input) -> how to produce it, for every remote transition.
@@ -225,16 +225,16 @@ def test_remote_transitions_through_the_api(role: Role) -> None:
         if event in LOCAL_INPUTS:
             continue
         if (state, event) == (MpaState.AWAIT_DECISION, MpaInput.BAD_FRAME):
-            conn = MpaConnection(Role.RESPONDER, MpaConfig(receive_buffer_limit=100))
+            conn = MpaConn(Role.RESPONDER, MpaConfig(receive_buffer_limit=100))
             conn.receive_data(_request())
             conn.receive_data(bytes(101))
         elif event is MpaInput.REPLY_REFUSED:
-            conn = MpaConnection(Role.INITIATOR, MpaConfig(crc_required=True))
+            conn = MpaConn(Role.INITIATOR, MpaConfig(crc_required=True))
             conn.receive_data(_reply(crc=False))
         else:
             conn = in_state(role, state)
             REMOTE_STIMULI[event](conn)
-        assert conn.state is expected, (state, event, conn.events())
+        assert conn.state is expected, (state, event, conn.take_events())
         covered += 1
     assert covered >= 15
 
@@ -248,47 +248,47 @@ def kinds(events: list[Event]) -> list[str]:
 
 def test_immediate_startup_with_private_data() -> None:
     init, resp = pair(pd=b"hello")
-    (req,) = resp.events()
+    (req,) = resp.take_events()
     assert isinstance(req, RequestReceived) and req.private_data == b"hello"
     params = resp.accept(b"welcome")
-    init.receive_data(resp.data_to_send())
-    (est,) = init.events()
+    init.receive_data(out(resp))
+    (est,) = init.take_events()
     assert isinstance(est, ConnectionEstablished)
     assert est.params.peer_private_data == b"welcome"
     assert params.peer_private_data == b"hello"
-    assert init.data_to_send() == b""
+    assert out(init) == b""
 
 
 def test_fpdu_in_the_same_chunk_as_the_reply() -> None:
     _, resp = pair()
     resp.accept()
-    reply = resp.data_to_send()
+    reply = out(resp)
     # A Responder that breaks rule 4 (or a coalescing middlebox): nothing lost.
     encoder = FpduEncoder()
     early = encoder.encode_bytes(b"early")
     for pieces in all_splits(reply + early):
-        conn = MpaConnection(Role.INITIATOR)
+        conn = MpaConn(Role.INITIATOR)
         got: list[Event] = []
         for piece in filter(None, pieces):  # b"" would mean FIN
             conn.receive_data(piece)
-            got += conn.events()
+            got += conn.take_events()
         assert kinds(got) == ["ConnectionEstablished", "UlpduReceived"]
         assert isinstance(got[1], UlpduReceived) and bytes(got[1].data) == b"early"
         # The next FPDU continues the same stream (markers/CRC state kept).
         conn.receive_data(FpduEncoder(position=encoder.position).encode_bytes(b"late"))
-        (late,) = conn.events()
+        (late,) = conn.take_events()
         assert isinstance(late, UlpduReceived) and bytes(late.data) == b"late"
 
 
 def test_request_and_fpdu_in_one_chunk_held_until_accept() -> None:
-    init = MpaConnection(Role.INITIATOR)
-    request = init.data_to_send()
+    init = MpaConn(Role.INITIATOR)
+    request = out(init)
     data = request + fpdu(b"soon")
-    resp = MpaConnection(Role.RESPONDER)
+    resp = MpaConn(Role.RESPONDER)
     resp.receive_data(data)
-    assert kinds(resp.events()) == ["RequestReceived"]
+    assert kinds(resp.take_events()) == ["RequestReceived"]
     resp.accept()
-    ev = resp.events()
+    ev = resp.take_events()
     assert kinds(ev) == ["ConnectionEstablished", "UlpduReceived"]
     assert not resp.fenced
 
@@ -296,35 +296,35 @@ def test_request_and_fpdu_in_one_chunk_held_until_accept() -> None:
 def test_responder_fencing() -> None:
     init, resp = pair()
     resp.accept()
-    reply = resp.data_to_send()
+    reply = out(resp)
     resp.send_ulpdu(b"held 1")
     resp.send_ulpdu(b"held 2")
     assert resp.fenced
-    assert resp.data_to_send() == b""  # rule 4
+    assert out(resp) == b""  # rule 4
     init.receive_data(reply)
     init.send_ulpdu(b"")  # e.g. an RTR: any valid FPDU lifts the fence
-    wire = init.data_to_send()
+    wire = out(init)
     resp.receive_data(wire[:3])
     assert resp.fenced
-    assert resp.data_to_send() == b""
+    assert out(resp) == b""
     resp.receive_data(wire[3:])
     assert not resp.fenced
-    ev = resp.events()
+    ev = resp.take_events()
     assert kinds(ev)[-1] == "UlpduReceived"
-    init.receive_data(resp.data_to_send())
-    got = [bytes(e.data) for e in init.events() if isinstance(e, UlpduReceived)]
+    init.receive_data(out(resp))
+    got = [bytes(e.data) for e in init.take_events() if isinstance(e, UlpduReceived)]
     assert got == [b"held 1", b"held 2"]
 
 
 def test_bad_first_fpdu_keeps_fence() -> None:
     _, resp = pair()
     resp.accept()
-    resp.data_to_send()
+    out(resp)
     resp.send_ulpdu(b"never")
     resp.receive_data(fpdu(bad=True))
-    (failed,) = [e for e in resp.events() if isinstance(e, ConnectionFailed)]
+    (failed,) = [e for e in resp.take_events() if isinstance(e, ConnectionFailed)]
     assert failed.error.mpa_code is MpaErrorCode.CRC_MISMATCH and not failed.close
-    assert resp.state is MpaState.FAILED and resp.data_to_send() == b""
+    assert resp.state is MpaState.FAILED and out(resp) == b""
 
 
 @pytest.mark.parametrize("markers", [(False, False), (True, False), (False, True), (True, True)])
@@ -333,11 +333,11 @@ def test_data_flows_as_negotiated(markers: tuple[bool, bool], crc: tuple[bool, b
     icfg = MpaConfig(markers=markers[0], crc=crc[0])
     rcfg = MpaConfig(markers=markers[1], crc=crc[1])
     init, resp = established(icfg, rcfg)
-    resp.events()
+    resp.take_events()
     messages = [bytes([i]) * (i * 37 % 1500) for i in range(1, 30)]
     for m in messages:
         init.send_ulpdu(m)
-    wire = init.data_to_send()
+    wire = out(init)
     # Markers are present exactly when the Responder asked (M per direction):
     # an FPDU is length, ULPDU, pad and CRC (RFC 5044 §4.1), plus a 4-octet
     # marker at the first FPDU and every 512th octet after it (§7.1.2).
@@ -346,12 +346,12 @@ def test_data_flows_as_negotiated(markers: tuple[bool, bool], crc: tuple[bool, b
     assert len(wire) == unmarked + 4 * marker_count
     for piece in chunked(wire, [1, 7, 300, 1500]):
         resp.receive_data(piece)
-    got = [bytes(e.data) for e in resp.events() if isinstance(e, UlpduReceived)]
+    got = [bytes(e.data) for e in resp.take_events() if isinstance(e, UlpduReceived)]
     assert got == messages
     for m in messages:
         resp.send_ulpdu(m)
-    init.receive_data(resp.data_to_send())
-    back = [bytes(e.data) for e in init.events() if isinstance(e, UlpduReceived)]
+    init.receive_data(out(resp))
+    back = [bytes(e.data) for e in init.take_events() if isinstance(e, UlpduReceived)]
     assert back == messages
     params = init.params
     assert params is not None and params.crc == (crc[0] or crc[1])
@@ -362,11 +362,11 @@ def test_data_flows_as_negotiated(markers: tuple[bool, bool], crc: tuple[bool, b
 def test_reject_leaves_stream_open() -> None:
     init, resp = pair()
     resp.reject(b"go away")
-    _, rej = resp.events()
+    _, rej = resp.take_events()
     assert isinstance(rej, ConnectionRejected) and not rej.by_peer
     resp.send_stream(b"bye\n")
-    init.receive_data(resp.data_to_send())
-    ev = init.events()
+    init.receive_data(out(resp))
+    ev = init.take_events()
     assert kinds(ev) == ["ConnectionRejected", "StreamDataReceived"]
     assert isinstance(ev[0], ConnectionRejected) and ev[0].by_peer
     assert ev[0].private_data == b"go away"
@@ -376,22 +376,22 @@ def test_reject_leaves_stream_open() -> None:
 
 def test_policy_refusal_sends_reject() -> None:
     init, resp = pair(MpaConfig(crc=False), MpaConfig(crc_required=True))
-    (ev,) = resp.events()
+    (ev,) = resp.take_events()
     assert isinstance(ev, ConnectionRejected) and "crc_required" in ev.reason
-    init.receive_data(resp.data_to_send())
-    (rej,) = init.events()
+    init.receive_data(out(resp))
+    (rej,) = init.take_events()
     assert isinstance(rej, ConnectionRejected) and rej.by_peer
 
 
 def test_non_permissive_rev0_request_gets_reply_then_close() -> None:
     init, resp = pair(MpaConfig(revision=0), MpaConfig(revision=1))
-    (failed,) = resp.events()
+    (failed,) = resp.take_events()
     assert isinstance(failed, ConnectionFailed) and failed.close
     assert "Appendix C.2.1" in failed.error.message and resp.must_close
-    reply = resp.data_to_send()
+    reply = out(resp)
     assert reply[:16] == REPLY_KEY and reply[17] == 1
     init.receive_data(reply)
-    (ifail,) = init.events()
+    (ifail,) = init.take_events()
     assert isinstance(ifail, ConnectionFailed) and ifail.error.mpa_code == 4
 
 
@@ -399,8 +399,8 @@ def test_negotiation_failure_follows_establishment() -> None:
     icfg = MpaConfig(peer_to_peer=True, rtr_types=RtrFlags.SEND)
     init, resp = pair(icfg, MpaConfig(rtr_types=RtrFlags.READ))
     resp.accept()
-    init.receive_data(resp.data_to_send())
-    ev = init.events()
+    init.receive_data(out(resp))
+    ev = init.take_events()
     assert kinds(ev) == ["ConnectionEstablished", "NegotiationFailed"]
     assert isinstance(ev[1], NegotiationFailed) and ev[1].error.code == 7
     init.send_ulpdu(b"terminate")  # the upper layer can still send its TERM
@@ -410,60 +410,60 @@ def test_negotiation_failure_follows_establishment() -> None:
 
 
 def test_delayed_startup_with_last_streaming_message_and_read_ahead() -> None:
-    a = MpaConnection(None)  # will be the Initiator
-    b = MpaConnection(None)  # will be the Responder
+    a = MpaConn(None)  # will be the Initiator
+    b = MpaConn(None)  # will be the Responder
     a.send_stream(b"HELLO let's go MPA\n")
-    b.receive_data(a.data_to_send())
-    assert kinds(b.events()) == ["StreamDataReceived"]
+    b.receive_data(out(a))
+    assert kinds(b.take_events()) == ["StreamDataReceived"]
     b.start(Role.RESPONDER, last_streaming=b"HELLO-ACK\n")
-    wire = b.data_to_send()
+    wire = out(b)
     assert wire == b"HELLO-ACK\n"
     a.receive_data(wire)
-    (ack,) = a.events()
+    (ack,) = a.take_events()
     assert isinstance(ack, StreamDataReceived)
     a.start(Role.INITIATOR, private_data=b"pd")
-    request = a.data_to_send()
+    request = out(a)
     # The Responder's application read the Request together with the last
     # streaming data it was waiting for: it hands the surplus back.
-    c = MpaConnection(None)
+    c = MpaConn(None)
     c.receive_data(b"HELLO let's go MPA\n" + request[:10])
-    (sd,) = c.events()
+    (sd,) = c.take_events()
     assert isinstance(sd, StreamDataReceived)
     surplus = sd.data[len(b"HELLO let's go MPA\n") :]
     c.start(Role.RESPONDER, read_ahead=surplus)
     c.receive_data(request[10:])
-    (req,) = c.events()
+    (req,) = c.take_events()
     assert isinstance(req, RequestReceived) and req.private_data == b"pd"
 
 
 def test_culley_both_directions() -> None:
-    a, b = MpaConnection(None), MpaConnection(None)
+    a, b = MpaConn(None), MpaConn(None)
     a.start_framed()
     b.start_framed()
-    assert kinds(a.events()) == ["ConnectionEstablished"]
+    assert kinds(a.take_events()) == ["ConnectionEstablished"]
     a.send_ulpdu(b"one")
-    wire = a.data_to_send()
+    wire = out(a)
     assert wire[:4] == bytes(4)  # seed 002 §8.1: the first four octets are a zero marker
     b.receive_data(wire)
-    got = [bytes(e.data) for e in b.events() if isinstance(e, UlpduReceived)]
+    got = [bytes(e.data) for e in b.take_events() if isinstance(e, UlpduReceived)]
     assert got == [b"one"]
     assert a.params is not None and a.params.markers_send and a.params.crc
 
 
 def test_culley_one_direction_at_a_time() -> None:
-    a, b = MpaConnection(None), MpaConnection(None)
+    a, b = MpaConn(None), MpaConn(None)
     a.start_framed(send=True, receive=False)
     b.start_framed(send=False, receive=True)
     a.send_ulpdu(b"framed")
     b.send_stream(b"still streaming")
-    b.receive_data(a.data_to_send())
-    a.receive_data(b.data_to_send())
-    assert [type(e) for e in a.events()] == [ConnectionEstablished, StreamDataReceived]
+    b.receive_data(out(a))
+    a.receive_data(out(b))
+    assert [type(e) for e in a.take_events()] == [ConnectionEstablished, StreamDataReceived]
     b.start_framed(send=True)
     a.start_framed(receive=True)
     b.send_ulpdu(b"back")
-    a.receive_data(b.data_to_send())
-    got = [bytes(e.data) for e in a.events() if isinstance(e, UlpduReceived)]
+    a.receive_data(out(b))
+    got = [bytes(e.data) for e in a.take_events() if isinstance(e, UlpduReceived)]
     assert got == [b"back"]
     with pytest.raises(LocalProtocolError):
         a.send_stream(b"no longer")
@@ -473,62 +473,62 @@ def test_culley_one_direction_at_a_time() -> None:
 
 
 def test_responder_request_timeout() -> None:
-    resp = MpaConnection(Role.RESPONDER, MpaConfig(request_timeout=2.0), now=100.0)
+    resp = MpaConn(Role.RESPONDER, MpaConfig(request_timeout=2.0), now=100.0)
     assert resp.get_timer() == 102.0
     resp.handle_timer(101.9)
     assert resp.state is MpaState.AWAIT_REQUEST
     resp.handle_timer(102.0)
-    (ev,) = resp.events()
+    (ev,) = resp.take_events()
     assert isinstance(ev, ConnectionFailed) and ev.error.mpa_code is MpaErrorCode.TCP_CLOSED
     assert "Responder too" in ev.error.message and resp.get_timer() is None
 
 
 def test_slow_frame_times_out_with_error_4() -> None:
     cfg = MpaConfig(frame_timeout=1.0, reply_timeout=60.0)
-    init = MpaConnection(Role.INITIATOR, cfg, now=0.0)
+    init = MpaConn(Role.INITIATOR, cfg, now=0.0)
     reply = _reply()
     for t, octet in enumerate(reply[:5]):
         init.receive_data(bytes([octet]), now=0.3 * t)
     assert init.get_timer() == pytest.approx(1.0)
     init.handle_timer(1.0)
-    (ev,) = init.events()
+    (ev,) = init.take_events()
     assert isinstance(ev, ConnectionFailed) and ev.error.mpa_code is MpaErrorCode.INVALID_FRAME
     assert "incomplete MPA Reply" in ev.error.message and ev.close
 
 
 @pytest.mark.parametrize("cut", [0, 5, 19, 21])
 def test_fin_during_startup_is_error_1(cut: int) -> None:
-    resp = MpaConnection(Role.RESPONDER)
+    resp = MpaConn(Role.RESPONDER)
     resp.receive_data(_request()[:cut])
     resp.receive_data(b"")
-    (ev,) = resp.events()
+    (ev,) = resp.take_events()
     assert isinstance(ev, ConnectionFailed) and ev.error.mpa_code is MpaErrorCode.TCP_CLOSED
 
 
 def test_fin_in_full_operation() -> None:
     init, resp = established()
-    resp.events()
+    resp.take_events()
     init.send_ulpdu(b"abc")
-    wire = init.data_to_send()
+    wire = out(init)
     resp.receive_data(wire + b"")
     resp.receive_data(b"")
-    assert kinds(resp.events())[-1] == "ConnectionClosed"
+    assert kinds(resp.take_events())[-1] == "ConnectionClosed"
     assert resp.state is MpaState.SEND_ONLY
     resp.send_ulpdu(b"last words")  # half-close: the other half still sends
     # FIN in the middle of an FPDU is error 1.
     init2, resp2 = established()
     init2.send_ulpdu(b"abcdef")
-    resp2.receive_data(init2.data_to_send()[:5])
+    resp2.receive_data(out(init2)[:5])
     resp2.receive_data(b"")
-    ev = resp2.events()[-1]
+    ev = resp2.take_events()[-1]
     assert isinstance(ev, ConnectionFailed) and ev.error.mpa_code is MpaErrorCode.TCP_CLOSED
 
 
 def test_closed_once() -> None:
-    conn = MpaConnection(None)
+    conn = MpaConn(None)
     conn.receive_data(b"")
     conn.receive_data(b"")
-    assert kinds(conn.events()) == ["ConnectionClosed"]
+    assert kinds(conn.take_events()) == ["ConnectionClosed"]
 
 
 # --- properties ------------------------------------------------------------------------
@@ -547,15 +547,15 @@ def test_any_chunking_gives_the_same_events(
     icfg = MpaConfig(markers=markers, crc=crc)
     _, reference_resp = pair(icfg, MpaConfig(markers=not markers), pd)
     reference_resp.accept(b"r")
-    reply = reference_resp.data_to_send()
-    init = MpaConnection(Role.INITIATOR, icfg, private_data=pd)
-    request = init.data_to_send()
-    resp = MpaConnection(Role.RESPONDER, MpaConfig(markers=not markers))
+    reply = out(reference_resp)
+    init = MpaConn(Role.INITIATOR, icfg, private_data=pd)
+    request = out(init)
+    resp = MpaConn(Role.RESPONDER, MpaConfig(markers=not markers))
     for piece in chunked(request, sizes):
         resp.receive_data(piece)
-    assert kinds(resp.events()) == ["RequestReceived"]
+    assert kinds(resp.take_events()) == ["RequestReceived"]
     resp.accept(b"r")
-    assert resp.data_to_send() == reply
+    assert out(resp) == reply
     payloads = [bytes([n]) * n for n in range(0, 200, 23)]
     for p in payloads:
         resp.send_ulpdu(p)
@@ -563,24 +563,24 @@ def test_any_chunking_gives_the_same_events(
     got: list[Event] = []
     for piece in chunked(stream, sizes):
         init.receive_data(piece)
-        got += init.events()
+        got += init.take_events()
     assert kinds(got) == ["ConnectionEstablished"]
     init.send_ulpdu(b"rtr")
-    resp.receive_data(init.data_to_send())
-    for piece in chunked(resp.data_to_send(), sizes):
+    resp.receive_data(out(init))
+    for piece in chunked(out(resp), sizes):
         init.receive_data(piece)
-    assert [bytes(e.data) for e in init.events() if isinstance(e, UlpduReceived)] == payloads
+    assert [bytes(e.data) for e in init.take_events() if isinstance(e, UlpduReceived)] == payloads
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=120), st.sampled_from(list(Role)), st.integers(1, 50))
 def test_arbitrary_input_gives_only_events(data: bytes, role: Role, step: int) -> None:
-    conn = MpaConnection(role)
+    conn = MpaConn(role)
     for piece in chunked(data, [step]):
         conn.receive_data(piece)
     conn.handle_timer(1e9)
     conn.receive_data(b"")
-    for ev in conn.events():
+    for ev in conn.take_events():
         if isinstance(ev, ConnectionFailed):
             assert ev.error.mpa_code in (1, 4)
 
@@ -590,16 +590,16 @@ def test_arbitrary_input_gives_only_events(data: bytes, role: Role, step: int) -
 def test_garbage_after_establishment(data: bytes, responder_side: bool) -> None:
     init, resp = established(MpaConfig(markers=True), MpaConfig(markers=True))
     conn = resp if responder_side else init
-    conn.events()
+    conn.take_events()
     conn.receive_data(data)
     conn.receive_data(b"")
-    for ev in conn.events():
+    for ev in conn.take_events():
         if isinstance(ev, ConnectionFailed):
             assert ev.error.mpa_code in (1, 2, 3)
 
 
 def test_request_key_constants() -> None:
-    assert MpaConnection(Role.INITIATOR).data_to_send()[:16] == REQUEST_KEY
+    assert out(MpaConn(Role.INITIATOR))[:16] == REQUEST_KEY
 
 
 # --- a pair driven in random order --------------------------------------------------
@@ -613,18 +613,18 @@ class PairMachine(RuleBasedStateMachine):
 
     @initialize(markers=st.tuples(st.booleans(), st.booleans()), crc=st.booleans())
     def setup(self, markers: tuple[bool, bool], crc: bool) -> None:
-        self.init = MpaConnection(Role.INITIATOR, MpaConfig(markers=markers[0], crc=crc))
-        self.resp = MpaConnection(Role.RESPONDER, MpaConfig(markers=markers[1]))
+        self.init = MpaConn(Role.INITIATOR, MpaConfig(markers=markers[0], crc=crc))
+        self.resp = MpaConn(Role.RESPONDER, MpaConfig(markers=markers[1]))
         self.i2r = bytearray()
         self.r2i = bytearray()
         self.sent: dict[str, list[bytes]] = {"i": [], "r": []}
         self.got: dict[str, list[bytes]] = {"i": [], "r": []}
 
     def _collect(self) -> None:
-        self.i2r += self.init.data_to_send()
-        self.r2i += self.resp.data_to_send()
+        self.i2r += out(self.init)
+        self.r2i += out(self.resp)
         for side, conn in (("i", self.init), ("r", self.resp)):
-            for ev in conn.events():
+            for ev in conn.take_events():
                 assert not isinstance(ev, ConnectionFailed), ev
                 if isinstance(ev, UlpduReceived):
                     self.got[side].append(bytes(ev.data))
@@ -669,7 +669,7 @@ class PairMachine(RuleBasedStateMachine):
         self.resp.send_ulpdu(payload)
         self.sent["r"].append(payload)
         if fenced:
-            assert self.resp.data_to_send() == b""  # rule 4
+            assert out(self.resp) == b""  # rule 4
         self._collect()
 
     @invariant()

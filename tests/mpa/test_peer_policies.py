@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import MpaConn, out
 from iwarp.asyncio.mpa import MpaSocket, connect, serve
 from iwarp.errors import MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Rev0Profile, Role
@@ -37,16 +38,16 @@ P2P_ONLY = MpaConfig(require_peer_to_peer=True)
 
 
 def responder(config: MpaConfig, request: bytes) -> tuple[MpaConnection, list[Event], bytes]:
-    conn = MpaConnection(Role.RESPONDER, config, now=0.0)
+    conn = MpaConn(Role.RESPONDER, config, now=0.0)
     conn.receive_data(request, now=0.1)
-    return conn, conn.events(), conn.data_to_send()
+    return conn, conn.take_events(), out(conn)
 
 
 def initiator_sees(config: MpaConfig, reply: MpaFrame) -> tuple[MpaConnection, list[Event]]:
-    conn = MpaConnection(Role.INITIATOR, config, now=0.0)
-    conn.data_to_send()
+    conn = MpaConn(Role.INITIATOR, config, now=0.0)
+    out(conn)
     conn.receive_data(reply.pack(), now=0.1)
-    return conn, conn.events()
+    return conn, conn.take_events()
 
 
 def frame(
@@ -265,13 +266,13 @@ def test_knobs_only_refuse_what_they_name(rev: int, s_bit: bool, m: bool, flags:
 
 
 def negotiate(init: MpaConfig, resp: MpaConfig) -> tuple[list[Event], RtrFlags | None]:
-    i = MpaConnection(Role.INITIATOR, init, now=0.0)
-    r = MpaConnection(Role.RESPONDER, resp, now=0.0)
-    r.receive_data(i.data_to_send(), now=0.1)
-    r.events()
+    i = MpaConn(Role.INITIATOR, init, now=0.0)
+    r = MpaConn(Role.RESPONDER, resp, now=0.0)
+    r.receive_data(out(i), now=0.1)
+    r.take_events()
     chosen = r.accept().rtr
-    i.receive_data(r.data_to_send(), now=0.2)
-    return i.events(), chosen
+    i.receive_data(out(r), now=0.2)
+    return i.take_events(), chosen
 
 
 @pytest.mark.parametrize(

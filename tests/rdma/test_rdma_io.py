@@ -1,4 +1,4 @@
-"""The asyncio queue pair's own writing: partial ``sendmsg``, output queued behind a
+"""The asyncio driver's own writing: partial ``sendmsg``, output queued behind a
 full socket, close after the queue drained."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from iwarp.asyncio.driver import _unsent_part
 from iwarp.asyncio.rdma import (
     Access,
     ConnectionTerminatedError,
     ProtectionDomain,
     QueuePair,
-    _unsent_part,
     connect,
     serve,
 )
@@ -66,8 +66,7 @@ def test_close_sends_everything_queued_behind_a_full_socket() -> None:
         server = await serve(handler, "127.0.0.1", 0, pd=server_pd, receive_buffers=2)
         port = server.sockets[0].getsockname()[1]
         qp = await connect("127.0.0.1", port, receive_buffers=2)
-        assert qp.transport is not None
-        qp.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+        qp.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
         await qp.send(b"hello")
         stag = int.from_bytes(await qp.receive(), "big")
         for i, chunk in enumerate(chunks):
@@ -99,15 +98,14 @@ def test_peer_reset_with_output_queued_ends_the_queue_pair() -> None:
         server = await serve(handler, "127.0.0.1", 0, pd=server_pd, receive_buffers=2)
         port = server.sockets[0].getsockname()[1]
         qp = await connect("127.0.0.1", port, receive_buffers=2)
-        assert qp.transport is not None
-        qp.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+        qp.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
         await qp.send(b"hello")
         stag = int.from_bytes(await qp.receive(), "big")
         await qp.send(b"go")
         for i in range(64):
             qp.post_send(WriteWR(bytes(size), stag, 0, wr_id=i))
         await qp.closed
-        assert not qp._writer and not qp._out
+        assert qp._driver is not None and not qp._driver._writer and not qp._driver._out
         with pytest.raises(ConnectionTerminatedError):
             qp.post_send(WriteWR(b"late", stag, 0, wr_id=99))
         server.close()

@@ -62,7 +62,8 @@ def exchange(a: End, b: End, wire: Wire) -> None:
             events = dst.conn.receive_data(data)
             for event in events:
                 if isinstance(event, RequestReceived):
-                    events += dst.conn.accept()
+                    dst.conn.accept()
+                    events += dst.conn.take_events()
             dst.events.extend(events)
         if not moved:
             return

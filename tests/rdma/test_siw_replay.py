@@ -60,7 +60,8 @@ class Peer:
         events = self.conn.receive_data(data)
         for event in events:
             if isinstance(event, RequestReceived):
-                events = events + self.conn.accept()
+                self.conn.accept()
+                events = events + self.conn.take_events()
         self.settle(events)
 
 

@@ -56,12 +56,11 @@ TCP segment starts with an FPDU whenever the kernel allows (RFC 5044 §5.1);
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
 
 from iwarp._typing import Buffer
+from iwarp.asyncio.driver import tcp_emss
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import DEFAULT_EMSS, MpaConnection
@@ -70,13 +69,22 @@ from iwarp.mpa.events import (
     ConnectionEstablished,
     ConnectionFailed,
     ConnectionRejected,
+    Event,
     MpaParams,
     NegotiationFailed,
     RequestReceived,
     StreamDataReceived,
     UlpduReceived,
 )
-from iwarp.mpa.handshake import MpaState, build_request, retry_as_rev1
+from iwarp.mpa.handshake import MpaState, build_request
+from iwarp.mpa.policy import (
+    Accept,
+    ConnectionRejectedError,
+    Decider,
+    Reject,
+    answer_request,
+    rev1_fallback,
+)
 
 __all__ = [
     "Accept",
@@ -95,58 +103,12 @@ RECEIVE_HIGH_WATER = 1 << 20
 _RECEIVE_LOW_WATER = RECEIVE_HIGH_WATER // 4
 
 
-class MpaRejectedError(IwarpError):
-    """The MPA connection was not established: rejected by the peer (R=1) or
-    refused by a local policy. The TCP connection has been closed."""
+#: The error of a rejected MPA connection (the same class in every adapter).
+MpaRejectedError = ConnectionRejectedError
 
-    def __init__(self, event: ConnectionRejected) -> None:
-        who = "peer" if event.by_peer else "local policy"
-        super().__init__(f"MPA connection rejected by {who}: {event.reason}")
-        self.event = event
-
-    @property
-    def private_data(self) -> bytes:
-        return self.event.private_data
-
-
-@dataclass(frozen=True, slots=True)
-class Accept:
-    """A Responder's decision: accept with this private data (and optional
-    RFC 6581 IRD/ORD overrides)."""
-
-    private_data: bytes = b""
-    ird: int | None = None
-    ord: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    """A Responder's decision: reject (R=1) with this private data (and, for
-    RFC 6581 peers, the IRD/ORD to report, e.g. the ORD required)."""
-
-    private_data: bytes = b""
-    ird: int | None = None
-    ord: int | None = None
-
-
-#: Called by :func:`serve` with each valid Request; returns the decision.
-Decider = Callable[[RequestReceived], "Accept | Reject"]
 #: Called by :func:`serve` with each connection that ended before full
 #: operation: the error (or rejection) and the peer address.
 FailureHook = Callable[[IwarpError, object], None]
-
-
-def tcp_emss(transport: asyncio.BaseTransport) -> int:
-    """Turn Nagle off (RFC 5044 §5.3) and read the EMSS MULPDU is sized from."""
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return DEFAULT_EMSS
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        emss = int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
-    except (OSError, AttributeError):
-        return DEFAULT_EMSS
-    return emss if emss > 0 else DEFAULT_EMSS
 
 
 class _MpaProtocol(asyncio.Protocol):
@@ -205,23 +167,22 @@ class _MpaProtocol(asyncio.Protocol):
         self._process()
 
     def data_received(self, data: bytes) -> None:
-        self.conn.receive_data(data, now=self._loop.time())
-        self._process()
+        self._process(self.conn.receive_data(data, self._loop.time()))
 
     def eof_received(self) -> bool:
-        self.conn.receive_data(b"", now=self._loop.time())
-        self._process()
+        self._process(self.conn.receive_data(b"", self._loop.time()))
         # Keep our half open: MPA may still send (RFC 5044 §7.2, half close).
         return self.transport is not None and not self.transport.is_closing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        now = self._loop.time()
         if exc is not None:
-            self.conn.connection_lost(f"TCP connection lost: {exc}")
+            events = self.conn.connection_lost(now, f"TCP connection lost: {exc}")
         elif self.conn.params is None:
-            self.conn.connection_lost("TCP connection closed during MPA startup")
+            events = self.conn.connection_lost(now, "TCP connection closed during MPA startup")
         else:
-            self.conn.receive_data(b"")
-        self._process(flush=False)
+            events = self.conn.receive_data(b"", now)
+        self._process(events, flush=False)
         self._cancel_timer()
         self._eof = True
         if not self.established.done():
@@ -243,31 +204,34 @@ class _MpaProtocol(asyncio.Protocol):
 
     # -- the core's events --------------------------------------------------------
 
-    def _process(self, *, flush: bool = True) -> None:
+    def _process(self, events: list[Event] | None = None, *, flush: bool = True) -> None:
         conn = self.conn
         params: MpaParams | None = None
-        while (event := conn.next_event()) is not None:
-            if isinstance(event, UlpduReceived):
-                data = bytes(event.data)
-                self._received.append(data)
-                self._received_octets += len(data)
-            elif isinstance(event, RequestReceived):
-                self._on_request(event)
-            elif isinstance(event, ConnectionEstablished):
-                params = event.params  # resolved below, unless NegotiationFailed follows
-            elif isinstance(event, ConnectionRejected):
-                self._set_error(MpaRejectedError(event))
-                self._close_transport()
-            elif isinstance(event, (ConnectionFailed, NegotiationFailed)):
-                self._set_error(event.error)
-                if isinstance(event, NegotiationFailed) or event.close:
+        batch = [*(events or ()), *conn.take_events()]
+        while batch:  # deciding on a Request queues more events
+            for event in batch:
+                if isinstance(event, UlpduReceived):
+                    data = bytes(event.data)
+                    self._received.append(data)
+                    self._received_octets += len(data)
+                elif isinstance(event, RequestReceived):
+                    self._on_request(event)
+                elif isinstance(event, ConnectionEstablished):
+                    params = event.params  # resolved below, unless NegotiationFailed follows
+                elif isinstance(event, ConnectionRejected):
+                    self._set_error(MpaRejectedError(event))
                     self._close_transport()
-            elif isinstance(event, ConnectionClosed):
-                self._eof = True
-            elif isinstance(event, StreamDataReceived):
-                # Streaming mode (delayed startup, a culley-02 direction not
-                # framed yet), or after a reject (the transport is closing).
-                self._stream += event.data
+                elif isinstance(event, (ConnectionFailed, NegotiationFailed)):
+                    self._set_error(event.error)
+                    if isinstance(event, NegotiationFailed) or event.close:
+                        self._close_transport()
+                elif isinstance(event, ConnectionClosed):
+                    self._eof = True
+                elif isinstance(event, StreamDataReceived):
+                    # Streaming mode (delayed startup, a culley-02 direction not
+                    # framed yet), or after a reject (the transport is closing).
+                    self._stream += event.data
+            batch = conn.take_events()
         if params is not None and self.error is None and not self.established.done():
             self.established.set_result(params)
         if flush:
@@ -284,12 +248,8 @@ class _MpaProtocol(asyncio.Protocol):
             self.transport.pause_reading()
 
     def _on_request(self, event: RequestReceived) -> None:
-        decision: Accept | Reject = Accept() if self._decide is None else self._decide(event)
         try:
-            if isinstance(decision, Reject):
-                self.conn.reject(decision.private_data, ird=decision.ird, ord=decision.ord)
-            else:
-                self.conn.accept(decision.private_data, ird=decision.ird, ord=decision.ord)
+            answer_request(self.conn, event, self._decide)
         except LocalProtocolError as exc:
             self._set_error(exc)
             self._flush()
@@ -305,7 +265,7 @@ class _MpaProtocol(asyncio.Protocol):
     # -- output, timer ------------------------------------------------------------
 
     def _flush(self) -> None:
-        chunks = self.conn.data_to_send_chunks()
+        chunks = self.conn.data_to_send()
         transport = self.transport
         if not chunks or transport is None or transport.is_closing():
             return
@@ -357,8 +317,7 @@ class _MpaProtocol(asyncio.Protocol):
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
-        self.conn.handle_timer(self._loop.time())
-        self._process()
+        self._process(self.conn.handle_timer(self._loop.time()))
 
     # -- for MpaSocket ------------------------------------------------------------
 
@@ -745,9 +704,10 @@ async def connect(
     try:
         return await _connect_once(host, port, cfg, private_data, local_addr)
     except MpaError as exc:
-        if not ((fallback_to_rev1 or cfg.rev1_fallback) and retry_as_rev1(cfg, exc)):
+        retry = rev1_fallback(cfg, exc, requested=fallback_to_rev1)
+        if retry is None:
             raise
-    return await _connect_once(host, port, replace(cfg, revision=1), private_data, local_addr)
+    return await _connect_once(host, port, retry, private_data, local_addr)
 
 
 async def _connect_once(

@@ -1,7 +1,8 @@
-"""RDMA over TCP with asyncio: a verbs-shaped API on the sans-IO stack.
+"""RDMA over TCP with asyncio: a verbs-shaped API on the sans-IO queue pair.
 
-A :class:`QueuePair` is one iWARP connection (MPA + DDP + RDMAP, driven by
-:class:`~iwarp.rdma.connection.RdmaConnection`) with two faces:
+A :class:`QueuePair` runs one :class:`~iwarp.rdma.endpoint.QueuePairEndpoint`
+(MPA + DDP + RDMAP, receive pool, completion queues) on a TCP connection,
+with two faces:
 
 * **verbs**: register memory in a :class:`ProtectionDomain`, ``post_send``
   (Send, RDMA Write, RDMA Read work requests) and ``post_recv``, then poll
@@ -9,65 +10,55 @@ A :class:`QueuePair` is one iWARP connection (MPA + DDP + RDMAP, driven by
 
       pd = ProtectionDomain()
       mr = pd.register(bytearray(1 << 20), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
-      qp = await connect("127.0.0.1", port, pd=pd)
-      qp.post_send(WriteWR(b"data", remote_stag, remote_to, wr_id=1))
-      completion = await qp.send_cq.wait()
+      async with await connect("127.0.0.1", port, pd=pd) as qp:
+          qp.post_send(WriteWR(b"data", remote_stag, remote_to, wr_id=1))
+          completion = await qp.send_cq.wait()
 
-* **simple**: ``await qp.send(b"hello")``, ``await qp.receive()`` (with a
-  pool of receive buffers the queue pair reposts itself: ``connect(...,
-  receive_buffers=8)``), ``await qp.rdma_write(data, stag, to)``,
-  ``await qp.rdma_read(mr, stag, to)``. Errors raise :class:`RdmaError`.
+* **simple**: ``await qp.send(b"hello")``, ``await qp.receive()`` (from a
+  pool of ``receive_buffers`` buffers the queue pair reposts itself; 4 by
+  default), ``await qp.rdma_write(data, stag, to)``, ``await
+  qp.rdma_read(mr, stag, to)``. A failed work request raises
+  :class:`~iwarp.rdma.errors.RdmaError`.
 
-Receive buffers must be posted before the peer's Sends arrive: pass
-``receive_buffers`` or a ``setup`` callback, which runs as soon as MPA is
-in full operation and before any message is processed (as verbs users post
-receives before ``rdma_accept``).
-
-Negative ``wr_id`` values are reserved for the simple API.
+Receive buffers must be posted before the peer's Sends arrive: the pool is
+posted as soon as MPA is in full operation, and a ``setup`` callback runs
+right then, before any message is processed (as verbs users post receives
+before ``rdma_accept``). Negative ``wr_id`` values are reserved for the
+simple API.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
-import socket
-from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Final
+from types import TracebackType
+from typing import Any
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.mpa import Accept, Decider, FailureHook, MpaRejectedError, Reject, tcp_emss
-from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
+from iwarp.asyncio.driver import CoreDriver, FailureHook, report, run_handler
+from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.events import (
-    ConnectionClosed,
-    ConnectionEstablished,
-    ConnectionFailed,
-    ConnectionRejected,
-    MpaParams,
-    NegotiationFailed,
-    RequestReceived,
+from iwarp.mpa.events import MpaParams
+from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject
+from iwarp.rdma.endpoint import (
+    DEFAULT_RECEIVE_BUFFERS,
+    DEFAULT_RECEIVE_SIZE,
+    CompletionQueued,
+    Ended,
+    Established,
+    MessageReceived,
+    QueuePairEndpoint,
+    WorkFinished,
 )
-from iwarp.rdma.connection import Event, RdmaConnection
+from iwarp.rdma.endpoint import CompletionQueue as _Queue
+from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
-from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import TerminateHeader
-from iwarp.rdmap.work import (
-    Completion,
-    CompletionStatus,
-    ReadWR,
-    RecvWR,
-    SendWR,
-    Sge,
-    TerminateReceived,
-    TerminateSent,
-    WorkOpcode,
-    WriteWR,
-)
+from iwarp.rdmap.work import Completion, ReadWR, RecvWR, SendWR, Sge, WriteWR
 
 __all__ = [
+    "Accept",
     "Access",
     "CompletionQueue",
     "ConnectionRejectedError",
@@ -76,72 +67,27 @@ __all__ = [
     "ProtectionDomain",
     "QueuePair",
     "RdmaError",
+    "Reject",
     "connect",
     "serve",
 ]
 
-#: ULPDU octets pulled from the stream per write (one ``sendmsg``): small
-#: enough that the kernel mostly takes a batch at once (256 KiB and 1 MiB
-#: measured no better on loopback; bench/rdma_bench.py).
-SEND_BATCH: Final = 64 << 10
-#: Octets read per ``recv_into`` into the queue pair's own receive buffer.
-#: A fixed buffer, not asyncio's ``recv(256 KiB)``: that allocates (and
-#: for a short read shrinks) 256 KiB per call, ~14 us per small message.
-RECEIVE_CHUNK: Final = 256 << 10
-#: Most buffers per ``sendmsg`` (Linux IOV_MAX is 1024); longer lists of
-#: small FPDUs' pieces go out in several calls.
-_MAX_IOV: Final = 512
-#: Received-but-unread octets of the simple receive path above which reading pauses.
-RECEIVE_HIGH_WATER: Final = 4 << 20
-
-
-class RdmaError(IwarpError):
-    """A work request completed with an error status."""
-
-    def __init__(self, completion: Completion, terminate: TerminateHeader | None = None) -> None:
-        where = ""
-        if terminate is not None:
-            where = (
-                f" (Terminate layer {terminate.layer}, type {terminate.etype}, "
-                f"code {terminate.code:#04x})"
-            )
-        super().__init__(
-            f"{completion.opcode.value} work request {completion.wr_id}: "
-            f"{completion.status.value}{where}"
-        )
-        self.completion = completion
-        self.terminate = terminate
-
-
-class ConnectionTerminatedError(LocalProtocolError):
-    """The connection ended (Terminate, close or failure): nothing can be
-    posted or received any more. The message says why."""
-
-
-class ConnectionRejectedError(MpaRejectedError):
-    """MPA startup ended in a reject (R=1 from the peer, or a local policy
-    or ``decide`` refused); ``event`` has the frame and its private data.
-
-    The same error as the MPA adapter's: a reject is neither API misuse nor
-    a protocol violation.
-    """
-
 
 class CompletionQueue:
-    """Completions of one queue pair's send or receive work, in order."""
+    """A queue pair's send or receive completions, to poll or to await."""
 
-    def __init__(self) -> None:
-        self._items: deque[Completion] = deque()
+    def __init__(self, queue: _Queue, loop: asyncio.AbstractEventLoop) -> None:
+        self._queue = queue
+        self._loop = loop
         self._waiter: asyncio.Future[None] | None = None
         self._closed = False
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._queue)
 
     def poll(self, max_entries: int | None = None) -> list[Completion]:
-        """Take up to ``max_entries`` completions without waiting."""
-        n = len(self._items) if max_entries is None else min(max_entries, len(self._items))
-        return [self._items.popleft() for _ in range(n)]
+        """Take up to ``max_entries`` (default: all) completions without waiting."""
+        return self._queue.poll(max_entries)
 
     async def wait(self) -> Completion:
         """The next completion.
@@ -149,126 +95,144 @@ class CompletionQueue:
         :raises ConnectionTerminatedError: the connection is over and no
             completion is left.
         """
-        while not self._items:
+        while not len(self._queue):
             if self._closed:
                 raise ConnectionTerminatedError("the queue pair is closed")
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             try:
                 await self._waiter
             finally:
                 self._waiter = None
-        return self._items.popleft()
+        return self._queue.poll(1)[0]
 
-    def _push(self, completion: Completion) -> None:
-        self._items.append(completion)
-        self._wake()
-
-    def _close(self) -> None:
-        self._closed = True
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+    def wake(self, *, closed: bool = False) -> None:
+        self._closed = self._closed or closed
+        _wake(self._waiter)
 
 
-def _unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:
-    """What is left of ``chunks`` after ``sent`` octets went out."""
-    for i, chunk in enumerate(chunks):
-        size = chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
-        if sent < size:
-            rest = chunks[i:]
-            if sent:
-                rest[0] = memoryview(chunk).cast("B")[sent:]
-            return rest
-        sent -= size
-    return []
+def _wake(waiter: asyncio.Future[Any] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 Setup = Callable[["QueuePair"], None]
 
 
-class QueuePair(asyncio.BufferedProtocol):
+class _Driver(CoreDriver):
+    """Runs the endpoint of one :class:`QueuePair` on its transport."""
+
+    core: QueuePairEndpoint
+
+    def __init__(self, qp: QueuePair, make: Callable[[float, int], QueuePairEndpoint]) -> None:
+        super().__init__()
+        self.qp = qp
+        self._make = make
+
+    def start_core(self, now: float, emss: int) -> None:
+        self.core = self.qp._endpoint = self._make(now, emss)
+
+    def handle_events(self, events: list[Any]) -> None:
+        qp = self.qp
+        for event in events:
+            handler = _EVENTS.get(type(event))
+            if handler is not None:
+                handler(qp, event)
+
+    def lost(self, exc: BaseException | None) -> None:
+        self.qp._lost()
+
+    def backlog(self) -> int:
+        return self.core.message_octets
+
+    def output_waiting(self) -> bool:
+        return self._write_paused or self.core.unsent
+
+
+class QueuePair:
     """One iWARP connection: queue pair, completion queues and simple API.
 
-    Made by :func:`connect` and :func:`serve`; not instantiated directly.
+    Made by :func:`connect` and :func:`serve`; ``async with`` closes it.
     """
 
-    def __init__(
-        self,
-        role: Role,
-        pd: ProtectionDomain,
-        config: MpaConfig,
-        *,
-        private_data: bytes = b"",
-        receive_buffers: int = 0,
-        receive_size: int = 1 << 16,
-        setup: Setup | None = None,
-        first_send_delay: float = 0.0,
-        shared_cq: bool = False,
-        decide: Decider | None = None,
-    ) -> None:
+    def __init__(self, pd: ProtectionDomain) -> None:
         self._loop = asyncio.get_running_loop()
         self.pd = pd
-        self.role = role
-        self.config = config
-        #: Completions of posted Sends, RDMA Writes and Reads.
-        self.send_cq = CompletionQueue()
-        #: Completions of posted receives (the same queue with ``shared_cq``).
-        self.recv_cq = self.send_cq if shared_cq else CompletionQueue()
-        self._private_data = private_data
-        self._receive_buffers = receive_buffers
-        self._receive_size = receive_size
-        self._setup = setup
-        self._decide = decide
-        self._first_send_delay = first_send_delay
-        self._hold = False
-        self.conn: RdmaConnection | None = None
-        self.transport: asyncio.Transport | None = None
+        self._endpoint: QueuePairEndpoint | None = None
+        self._driver: _Driver | None = None
+        self._send_cq: CompletionQueue | None = None
+        self._recv_cq: CompletionQueue | None = None
         self.established: asyncio.Future[MpaParams] = self._loop.create_future()
-        self.closed: asyncio.Future[None] = self._loop.create_future()
-        #: The error that ended the connection, if any.
-        self.error: IwarpError | None = None
-        #: The Terminate that ended the stream (sent or received), if any.
-        self.terminate: TerminateHeader | None = None
-        self.terminate_received = False
-        self._ids = itertools.count(-1, -1)
-        #: Simple-API work in flight: a future once someone waits for it.
-        self._pending: dict[int, asyncio.Future[Completion] | None] = {}
-        #: Completions of simple-API work that finished while it was posted.
-        self._finished: dict[int, Completion] = {}
-        self._pool: dict[int, tuple[MemoryRegion, RecvWR]] = {}
-        self._messages: deque[bytes] = deque()
-        self._message_octets = 0
+        self._futures: dict[int, asyncio.Future[Completion]] = {}
         self._reader: asyncio.Future[None] | None = None
-        self._write_paused = False
-        self._reading_paused = False
-        self._idle: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
-        self._rbuf = memoryview(bytearray(RECEIVE_CHUNK))
-        #: A duplicate of the TCP socket we write with (closed with the connection).
-        self._sock: socket.socket | None = None
-        #: FPDU pieces the kernel did not take yet (written when it can).
-        self._out: deque[Buffer] = deque()
-        self._close_when_sent = False
-        #: Our writer is registered: ``_out`` waits for the kernel.
-        self._writer = False
-        self._write_error: OSError | None = None
 
-    # -- properties ---------------------------------------------------------------
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> QueuePairEndpoint:
+        """The sans-IO queue pair (for inspection; drive it through this object)."""
+        assert self._endpoint is not None
+        return self._endpoint
 
     @property
     def params(self) -> MpaParams:
         """The negotiated MPA parameters (CRC, markers, IRD/ORD, MULPDU, RTR...)."""
-        assert self.conn is not None and self.conn.params is not None
-        return self.conn.params
+        params = self.endpoint.params
+        assert params is not None
+        return params
 
     @property
     def stream(self) -> RdmapStream:
         """The RDMAP core (for inspection)."""
-        assert self.conn is not None and self.conn.stream is not None
-        return self.conn.stream
+        stream = self.endpoint.stream
+        assert stream is not None
+        return stream
+
+    @property
+    def send_cq(self) -> CompletionQueue:
+        """Completions of posted Sends, RDMA Writes and Reads."""
+        assert self._send_cq is not None
+        return self._send_cq
+
+    @property
+    def recv_cq(self) -> CompletionQueue:
+        """Completions of posted receives (the same queue with ``shared_cq``)."""
+        assert self._recv_cq is not None
+        return self._recv_cq
+
+    @property
+    def error(self) -> IwarpError | None:
+        """The error that ended the connection, if any."""
+        return None if self._endpoint is None else self._endpoint.error
+
+    @property
+    def terminate(self) -> TerminateHeader | None:
+        """The Terminate that ended the stream (sent or received), if any."""
+        return None if self._endpoint is None else self._endpoint.terminate
+
+    @property
+    def terminate_received(self) -> bool:
+        return self._endpoint is not None and self._endpoint.terminate_received
+
+    @property
+    def end_reason(self) -> str:
+        """Why the connection ended (Terminate fields, error), for messages."""
+        return "connection closed" if self._endpoint is None else self._endpoint.end_reason
+
+    @property
+    def closed(self) -> asyncio.Future[None]:
+        """Resolved once the TCP connection is gone."""
+        assert self._driver is not None
+        return self._driver.closed
+
+    @property
+    def peer(self) -> object:
+        """The peer's address."""
+        return None if self._driver is None else self._driver.peer()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """The transport's ``get_extra_info`` (``"socket"``, ``"peername"``...)."""
+        transport = None if self._driver is None else self._driver.transport
+        return default if transport is None else transport.get_extra_info(name, default)
 
     def register(
         self, buffer: Buffer, access: Access = Access.LOCAL_WRITE, *, address: int = 0
@@ -279,37 +243,34 @@ class QueuePair(asyncio.BufferedProtocol):
     # -- verbs --------------------------------------------------------------------
 
     def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
-        """Post a Send, RDMA Write or RDMA Read; its completion goes to ``send_cq``."""
-        self._connection().post_send(wr)
-        self._flush()
+        """Post a Send, RDMA Write or RDMA Read; its completion goes to ``send_cq``.
+
+        :raises ConnectionTerminatedError: the connection has ended.
+        """
+        self.endpoint.post_send(wr)
+        assert self._driver is not None
+        self._driver.flush()
 
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer; its completion goes to ``recv_cq``."""
-        self._connection().post_recv(wr)
-
-    def _connection(self) -> RdmaConnection:
-        if self.conn is None or self.conn.stream is None:
-            raise LocalProtocolError("the queue pair is not connected")
-        if self.conn.must_close:
-            raise ConnectionTerminatedError(self.end_reason)
-        return self.conn
+        self.endpoint.post_recv(wr)
 
     # -- simple API -----------------------------------------------------------------
 
     async def _run(self, wr: SendWR | WriteWR | ReadWR) -> Completion:
-        wr_id = wr.wr_id
-        self._pending[wr_id] = None
+        endpoint = self.endpoint
+        endpoint.track(wr.wr_id)
         try:
             self.post_send(wr)
         except BaseException:
-            self._pending.pop(wr_id, None)
+            endpoint.untrack(wr.wr_id)
             raise
         # A Send or Write that TCP took at once completed while it was
         # posted: no future, no trip through the event loop.
-        completion = self._finished.pop(wr_id, None)
+        completion = endpoint.result(wr.wr_id)
         if completion is None:
             future: asyncio.Future[Completion] = self._loop.create_future()
-            self._pending[wr_id] = future
+            self._futures[wr.wr_id] = future
             completion = await future
         if not completion.ok:
             raise RdmaError(completion, self.terminate)
@@ -319,375 +280,176 @@ class QueuePair(asyncio.BufferedProtocol):
         self, data: Buffer | Sge, *, solicited: bool = False, invalidate_stag: int | None = None
     ) -> None:
         """Send a message into the peer's next receive buffer; wait for completion."""
-        await self._run(
-            SendWR(data, next(self._ids), solicited=solicited, invalidate_stag=invalidate_stag)
-        )
+        wr_id = self.endpoint.next_wr_id()
+        await self._run(SendWR(data, wr_id, solicited=solicited, invalidate_stag=invalidate_stag))
 
-    async def rdma_write(self, data: Buffer | Sge, remote_stag: int, remote_to: int) -> None:
-        """RDMA Write ``data`` to the peer's (``remote_stag``, ``remote_to``)."""
-        await self._run(WriteWR(data, remote_stag, remote_to, next(self._ids)))
+    async def rdma_write(self, data: Buffer | Sge, remote_stag: int, remote_to: int) -> int:
+        """RDMA Write ``data`` (bytes or a registered region's Sge) to the
+        peer's (``remote_stag``, ``remote_to``); returns the octets written."""
+        wr_id = self.endpoint.next_wr_id()
+        completion = await self._run(WriteWR(data, remote_stag, remote_to, wr_id))
+        return completion.byte_len
 
     async def rdma_read(self, local: MemoryRegion | Sge, remote_stag: int, remote_to: int) -> int:
-        """RDMA Read into ``local`` (a region with local write access); returns octets."""
+        """RDMA Read from the peer's (``remote_stag``, ``remote_to``) into
+        ``local`` (a region with local write access, or a piece of one);
+        returns the octets read."""
         sge = local if isinstance(local, Sge) else Sge(local)
-        completion = await self._run(ReadWR(sge, remote_stag, remote_to, next(self._ids)))
+        wr_id = self.endpoint.next_wr_id()
+        completion = await self._run(ReadWR(sge, remote_stag, remote_to, wr_id))
         return completion.byte_len
 
     async def receive(self) -> bytes:
         """The next message received into the queue pair's receive pool.
 
+        :raises LocalProtocolError: the queue pair has no receive pool.
         :raises ConnectionTerminatedError: the connection ended first.
         """
-        if not self._receive_buffers:
+        endpoint = self.endpoint
+        if not endpoint.receive_buffers:
+            from iwarp.errors import LocalProtocolError
+
             raise LocalProtocolError("no receive pool: pass receive_buffers to connect/serve")
-        while not self._messages:
-            if self.closed.done() or self.terminate is not None or self.error is not None:
+        while (data := endpoint.take_message()) is None:
+            if endpoint.ended is not None or self.closed.done():
                 raise ConnectionTerminatedError(self.end_reason)
             self._reader = self._loop.create_future()
             try:
                 await self._reader
             finally:
                 self._reader = None
-        data = self._messages.popleft()
-        self._message_octets -= len(data)
-        if self._reading_paused and self._message_octets < RECEIVE_HIGH_WATER // 4:
-            self._reading_paused = False
-            if self.transport is not None:
-                self.transport.resume_reading()
+        assert self._driver is not None
+        self._driver.consumed()
         return data
 
     async def flush(self) -> None:
         """Wait until every posted message was handed to TCP (RDMA Reads
         beyond ORD go out as earlier ones complete)."""
-        while self._unsent() and not self.closed.done():
-            self._idle = self._loop.create_future()
-            try:
-                await self._idle
-            finally:
-                self._idle = None
+        assert self._driver is not None
+        await self._driver.drain()
 
     async def close(self) -> None:
         """Graceful close: send what is posted, then FIN; outstanding work is flushed."""
         await self.flush()
-        transport = self.transport
-        if self.conn is not None:
-            self._dispatch(self.conn.close())
-        if transport is not None and not transport.is_closing():
-            self._write(self.conn.data_to_send(0) if self.conn is not None else [])
-            self._close_transport()
-        await self.closed
+        driver = self._driver
+        assert driver is not None
+        if self._endpoint is not None:
+            self._on_batch(self._endpoint.close())
+        driver.flush()
+        driver.close_transport()
+        await driver.closed
 
     def abort(self) -> None:
         """Close at once (RST)."""
-        self._drop_output()
-        if self.transport is not None:
-            self.transport.abort()
+        if self._driver is not None:
+            self._driver.abort()
 
-    @property
-    def end_reason(self) -> str:
-        """Why the connection ended (Terminate fields, error), for messages."""
-        if self.terminate is not None:
-            side = "received" if self.terminate_received else "sent"
-            t = self.terminate
-            return f"Terminate {side}: layer {t.layer}, type {t.etype}, code {t.code:#04x}"
-        if self.error is not None:
-            return str(self.error)
-        return "connection closed"
+    async def __aenter__(self) -> QueuePair:
+        return self
 
-    # -- transport callbacks --------------------------------------------------------
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        # When the transport writes (no socket of our own, below): pull more
-        # ULPDUs only when its buffer is empty, so what the kernel does not
-        # take at once is copied there once, never piled up (asyncio moves
-        # its whole buffer on every partial send).
-        transport.set_write_buffer_limits(high=0)
-        sock = transport.get_extra_info("socket")
-        if sock is not None and hasattr(socket, "CMSG_LEN"):  # sendmsg exists (not Windows)
-            # We write FPDUs ourselves, with sendmsg on a duplicate of the
-            # socket (its own descriptor, so its own writer registration):
-            # asyncio 3.11's writelines joins the pieces (a copy of every
-            # octet), and what the kernel does not take at once is copied
-            # into the transport's buffer and moved again as it drains.
-            with contextlib.suppress(OSError):
-                self._sock = sock.dup()
-        self.conn = RdmaConnection(
-            self.role,
-            self.pd,
-            self.config,
-            private_data=self._private_data,
-            now=self._loop.time(),
-            emss=tcp_emss(transport),
-            on_stream=self._on_stream,
-        )
-        self._flush()
-        self._arm_timer()
+    # -- the endpoint's events (dispatched by :data:`_EVENTS`) ------------------------
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._rbuf
+    def _on_batch(self, events: list[Any]) -> None:
+        assert self._driver is not None
+        self._driver.handle_events(events)
 
-    def buffer_updated(self, nbytes: int) -> None:
-        # A copy the size of what arrived (cheap next to asyncio's per-read
-        # allocation): the core may keep views into it, the buffer is reused.
-        self.data_received(bytes(self._rbuf[:nbytes]))
-
-    def data_received(self, data: bytes) -> None:
-        """Octets from TCP (``buffer_updated`` calls this)."""
-        assert self.conn is not None
-        self._dispatch(self.conn.receive_data(data, self._loop.time()))
-        self._flush()
-
-    def eof_received(self) -> bool:
-        assert self.conn is not None
-        self._dispatch(self.conn.receive_data(b"", self._loop.time()))
-        self._flush()
-        return True  # we close once our side is done
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._drop_output()
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        exc = exc or self._write_error
-        if self.conn is not None:
-            reason = f"TCP connection lost: {exc}" if exc else "TCP connection closed"
-            self._dispatch(self.conn.connection_lost(reason))
-        if self._timer is not None:
-            self._timer.cancel()
+    def _on_established(self, event: Established) -> None:
+        assert self._driver is not None
+        self._driver.own_socket()
         if not self.established.done():
-            self.established.set_exception(
-                self.error or MpaError(MpaErrorCode.TCP_CLOSED, "connection closed")
-            )
-            self.established.exception()
-        for future in self._pending.values():
-            if future is not None and not future.done():
-                future.set_exception(ConnectionTerminatedError(self.end_reason))
-        self._pending.clear()
-        if not self.closed.done():
-            self.closed.set_result(None)
-        self.send_cq._close()
-        self.recv_cq._close()
-        self._wake(self._reader)
-        self._wake(self._idle)
+            self.established.set_result(event.params)
 
-    def pause_writing(self) -> None:
-        self._write_paused = True
+    def _on_completion(self, event: CompletionQueued) -> None:
+        cq = self._send_cq if event.queue is self.endpoint.send_cq else self._recv_cq
+        if cq is not None:
+            cq.wake()
 
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        self._flush()
+    def _on_work(self, event: WorkFinished) -> None:
+        future = self._futures.pop(event.wr_id, None)
+        if future is not None and not future.done():
+            completion = self.endpoint.result(event.wr_id)
+            assert completion is not None
+            future.set_result(completion)
 
-    # -- the stack's events -----------------------------------------------------------
+    def _on_message(self, event: MessageReceived) -> None:
+        _wake(self._reader)
 
-    def _on_stream(self, stream: RdmapStream) -> None:
-        for _ in range(self._receive_buffers):
-            region = self.pd.register(bytearray(self._receive_size))
-            wr = RecvWR(Sge(region), wr_id=next(self._ids))
-            self._pool[wr.wr_id] = (region, wr)
-            stream.post_recv(wr)
-        if self._setup is not None:
-            self._setup(self)
-
-    def _dispatch(self, events: list[Event]) -> None:
-        for event in events:
-            if isinstance(event, Completion):
-                self._complete(event)
-            elif isinstance(event, ConnectionEstablished):
-                if self.role is Role.INITIATOR and self._first_send_delay > 0:
-                    # siw-vm README: a siw responder may miss an FPDU that
-                    # follows its Reply within a few milliseconds.
-                    self._hold = True
-                    self._loop.call_later(self._first_send_delay, self._release)
-                if not self.established.done():
-                    self.established.set_result(event.params)
-            elif isinstance(event, RequestReceived):
-                assert self.conn is not None
-                decision = Accept() if self._decide is None else self._decide(event)
-                if isinstance(decision, Reject):
-                    self._dispatch(self.conn.reject(decision.private_data))
-                else:
-                    self._dispatch(
-                        self.conn.accept(decision.private_data, ird=decision.ird, ord=decision.ord)
-                    )
-            elif isinstance(event, (TerminateReceived, TerminateSent)):
-                self.terminate = event.header
-                self.terminate_received = isinstance(event, TerminateReceived)
-                self._wake(self._reader)
-            elif isinstance(event, ConnectionRejected):
-                self._fail(ConnectionRejectedError(event))
-            elif isinstance(event, (ConnectionFailed, NegotiationFailed)):
-                self._fail(event.error)
-            elif isinstance(event, ConnectionClosed):
-                self._wake(self._reader)
-
-    def _fail(self, error: IwarpError) -> None:
-        if self.error is None:
-            self.error = error
+    def _on_ended(self, event: Ended) -> None:
         if not self.established.done():
+            error = event.error or MpaError(MpaErrorCode.TCP_CLOSED, event.reason)
             self.established.set_exception(error)
-            self.established.exception()
-        self._wake(self._reader)
+            self.established.exception()  # retrieved: it is also in .error
+        _wake(self._reader)
 
-    def _complete(self, completion: Completion) -> None:
-        wr_id = completion.wr_id
-        if wr_id in self._pending:
-            future = self._pending.pop(wr_id)
-            if future is None:
-                self._finished[wr_id] = completion  # _run is still posting it
-            elif not future.done():
-                future.set_result(completion)
-            return
-        entry = self._pool.get(wr_id)
-        if entry is None:
-            cq = self.recv_cq if completion.opcode is WorkOpcode.RECV else self.send_cq
-            cq._push(completion)
-            return
-        if completion.status is not CompletionStatus.SUCCESS:
-            return
-        region, wr = entry
-        data = bytes(region.view[: completion.byte_len])
-        self._messages.append(data)
-        self._message_octets += len(data)
-        if self.conn is not None and self.conn.stream is not None:
-            # Not contextlib.suppress: that is a context manager per message.
-            try:  # noqa: SIM105
-                self.conn.stream.post_recv(wr)
-            except LocalProtocolError:
-                pass  # a Terminate or close in the same chunk ended the stream
-        if self._message_octets > RECEIVE_HIGH_WATER and not self._reading_paused:
-            self._reading_paused = True
-            if self.transport is not None:
-                self.transport.pause_reading()
-        self._wake(self._reader)
+    def _lost(self) -> None:
+        for future in self._futures.values():
+            if not future.done():
+                future.set_exception(ConnectionTerminatedError(self.end_reason))
+                future.exception()
+        self._futures.clear()
+        for cq in (self._send_cq, self._recv_cq):
+            if cq is not None:
+                cq.wake(closed=True)
+        _wake(self._reader)
 
-    # -- output -------------------------------------------------------------------------
 
-    def _unsent(self) -> bool:
-        conn = self.conn
-        if conn is None or conn.stream is None or conn.must_close:
-            return False
-        # A responder waiting for the initiator's first message cannot send.
-        return conn.stream.unsent and conn.stream.state is not StreamState.WAIT_PEER
+_EVENTS: dict[type, Callable[[QueuePair, Any], None]] = {
+    Established: QueuePair._on_established,
+    CompletionQueued: QueuePair._on_completion,
+    WorkFinished: QueuePair._on_work,
+    MessageReceived: QueuePair._on_message,
+    Ended: QueuePair._on_ended,
+}
 
-    def _release(self) -> None:
-        self._hold = False
-        self._flush()
 
-    def _flush(self) -> None:
-        conn = self.conn
-        transport = self.transport
-        if conn is None or transport is None:
-            return
-        limit = 0 if self._hold else SEND_BATCH
-        while True:
-            chunks = conn.data_to_send(limit)
-            if chunks and not transport.is_closing():
-                self._write(chunks)
-            events = conn.take_events()
-            if events:
-                self._dispatch(events)
-            if self._write_paused or limit == 0 or not conn.has_data_to_send:
-                break
-        if self._idle is not None and not self._unsent():
-            self._wake(self._idle)
-        if conn.must_close and not transport.is_closing():
-            self._close_transport()  # after the Terminate (or the peer's FIN): RFC 5040 §6.2.1
-        if self._timer is not None or conn.get_timer() is not None:
-            self._arm_timer()  # only MPA startup has timers
+def _queue_pair(
+    role: Role,
+    pd: ProtectionDomain,
+    config: MpaConfig,
+    *,
+    private_data: bytes = b"",
+    receive_buffers: int | None,
+    receive_size: int,
+    setup: Setup | None,
+    first_send_delay: float = 0.0,
+    shared_cq: bool,
+    decide: Decider | None = None,
+) -> tuple[QueuePair, _Driver]:
+    qp = QueuePair(pd)
 
-    def _write(self, chunks: list[Buffer]) -> None:
-        transport = self.transport
-        if transport is None or not chunks:
-            return
-        sock = self._sock
-        if sock is None:  # no socket of our own: the transport copies
-            if len(chunks) == 1:
-                transport.write(chunks[0])
-            else:
-                transport.writelines(chunks)
-            return
-        if self._writer:  # the kernel is full: queue behind what waits (no copy)
-            self._out.extend(chunks)
-        elif not self._send(chunks):
-            self._writer = self._write_paused = True  # _flush pulls no more ULPDUs
-            self._loop.add_writer(sock.fileno(), self._on_writable)
+    def make(now: float, emss: int) -> QueuePairEndpoint:
+        endpoint = QueuePairEndpoint(
+            role,
+            pd,
+            config,
+            private_data=private_data,
+            now=now,
+            emss=emss,
+            receive_buffers=(
+                receive_buffers
+                if receive_buffers is not None
+                else (DEFAULT_RECEIVE_BUFFERS if setup is None else 0)
+            ),
+            receive_size=receive_size,
+            shared_cq=shared_cq,
+            first_send_delay=first_send_delay,
+            decide=decide,
+            setup=None if setup is None else lambda: setup(qp),
+        )
+        qp._send_cq = CompletionQueue(endpoint.send_cq, qp._loop)
+        qp._recv_cq = qp._send_cq if shared_cq else CompletionQueue(endpoint.recv_cq, qp._loop)
+        return endpoint
 
-    def _send(self, chunks: list[Buffer]) -> bool:
-        """``sendmsg`` the pieces; False when some wait in ``_out``."""
-        sock = self._sock
-        assert sock is not None
-        for first in range(0, len(chunks), _MAX_IOV):
-            batch = chunks[first : first + _MAX_IOV]
-            try:
-                sent = sock.sendmsg(batch)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as exc:
-                # The transport's reader sees the failure too; report ours.
-                self._write_error = exc
-                self._drop_output()
-                if self.transport is not None:
-                    self.transport.abort()
-                return True
-            left = _unsent_part(batch, sent)
-            if left:
-                out = self._out
-                out.extend(left)
-                out.extend(chunks[first + _MAX_IOV :])
-                return False
-        return True
-
-    def _on_writable(self) -> None:
-        chunks: list[Buffer] = list(self._out)
-        self._out.clear()
-        if self._sock is None or not self._send(chunks):
-            return  # still full: the writer stays registered
-        self._drop_output()
-        self._write_paused = False
-        if self._close_when_sent:
-            self._close_transport()
-        else:
-            self._flush()
-
-    def _close_transport(self) -> None:
-        """Close TCP (FIN) once our queued FPDUs are out."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if self._writer:
-            self._close_when_sent = True
-        else:
-            transport.close()
-
-    def _drop_output(self) -> None:
-        if self._writer and self._sock is not None:
-            self._loop.remove_writer(self._sock.fileno())
-        self._writer = False
-        self._out.clear()
-
-    def _arm_timer(self) -> None:
-        deadline = self.conn.get_timer() if self.conn is not None else None
-        if deadline == self._timer_at and (deadline is None or self._timer is not None):
-            return  # armed as it should be (the common case: no timer at all)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = deadline
-        if deadline is not None:
-            self._timer = self._loop.call_at(deadline, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        if self.conn is not None:
-            self._dispatch(self.conn.handle_timer(self._loop.time()))
-            self._flush()
-
-    @staticmethod
-    def _wake(waiter: asyncio.Future[None] | None) -> None:
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    driver = qp._driver = _Driver(qp, make)
+    return qp, driver
 
 
 async def connect(
@@ -697,45 +459,43 @@ async def connect(
     pd: ProtectionDomain | None = None,
     config: MpaConfig | None = None,
     private_data: bytes = b"",
-    receive_buffers: int = 0,
-    receive_size: int = 1 << 16,
+    receive_buffers: int | None = None,
+    receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
     first_send_delay: float = 0.0,
     shared_cq: bool = False,
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
+    :param receive_buffers: buffers of the receive pool behind
+        :meth:`QueuePair.receive`; by default 4, or none when ``setup`` is
+        given (it posts the application's own receives).
+    :param setup: called with the queue pair once MPA is in full operation,
+        before any message is processed: post receives here.
     :param first_send_delay: seconds to hold our first FPDU after the Reply
         (0.5 against Linux siw, whose responder may miss an early FPDU).
     :param shared_cq: one completion queue for send and receive work.
+    :raises ConnectionRejectedError: the peer rejected the connection (R=1).
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
         negotiation failed (codes 6, 7; our Terminate was sent).
-    :raises LocalProtocolError: the peer rejected the connection.
     """
     loop = asyncio.get_running_loop()
-    domain = pd if pd is not None else ProtectionDomain()
-    _, qp = await loop.create_connection(
-        lambda: QueuePair(
-            Role.INITIATOR,
-            domain,
-            config or MpaConfig(),
-            private_data=private_data,
-            receive_buffers=receive_buffers,
-            receive_size=receive_size,
-            setup=setup,
-            first_send_delay=first_send_delay,
-            shared_cq=shared_cq,
-        ),
-        host,
-        port,
+    qp, driver = _queue_pair(
+        Role.INITIATOR,
+        pd if pd is not None else ProtectionDomain(),
+        config or MpaConfig(),
+        private_data=private_data,
+        receive_buffers=receive_buffers,
+        receive_size=receive_size,
+        setup=setup,
+        first_send_delay=first_send_delay,
+        shared_cq=shared_cq,
     )
+    await loop.create_connection(lambda: driver, host, port)
     try:
         await qp.established
-        if qp.error is not None:
-            # RFC 6581 negotiation failed (codes 6, 7): the Terminate went out.
-            raise qp.error
     except BaseException:
-        qp._close_transport()  # sends what is queued (a Terminate), then FIN
+        driver.close_transport()  # sends what is queued (a Terminate), then FIN
         raise
     return qp
 
@@ -747,44 +507,53 @@ async def serve(
     *,
     pd: ProtectionDomain | None = None,
     config: MpaConfig | None = None,
-    receive_buffers: int = 0,
-    receive_size: int = 1 << 16,
+    receive_buffers: int | None = None,
+    receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
     shared_cq: bool = False,
     decide: Decider | None = None,
     on_failure: FailureHook | None = None,
+    backlog: int = 1024,
 ) -> asyncio.Server:
     """Accept iWARP connections as MPA Responder; run ``handler`` for each.
 
-    Every Request is accepted. Each connection gets its own protection
-    domain unless ``pd`` is given. The queue pair is closed when the handler
-    returns.
+    ``decide`` sees each valid Request and returns :class:`Accept` or
+    :class:`Reject` (by default every Request is accepted). Each connection
+    gets its own protection domain unless ``pd`` is given, and a receive
+    pool of ``receive_buffers`` buffers (posted only once MPA startup
+    completed: a connection costs no buffers before).
 
-    ``decide`` (optional) sees each valid Request and returns
-    :class:`~iwarp.asyncio.mpa.Accept` or :class:`~iwarp.asyncio.mpa.Reject`.
-    Connections that end before full operation (bad frames, timeouts,
-    rejects) are closed and, with ``on_failure``, reported with the peer
-    address.
+    When the handler returns, the queue pair is closed gracefully (posted
+    work is sent first; work still outstanding, such as the peer's pending
+    RDMA Read, is flushed). When the handler raises, the exception is
+    reported once with the peer's address (to ``on_failure``, else logged)
+    and the connection ends with a Terminate (RDMAP local catastrophic
+    error). Connections that end before full operation (bad frames,
+    timeouts, rejects) are closed and reported to ``on_failure``.
     """
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
 
-    async def run(qp: QueuePair) -> None:
+    async def run(qp: QueuePair, driver: _Driver) -> None:
         try:
             await qp.established
         except IwarpError as exc:
-            qp._close_transport()  # after a reject, MPA leaves TCP open
-            if on_failure is not None:
-                peer = None if qp.transport is None else qp.transport.get_extra_info("peername")
-                on_failure(exc, peer)
+            driver.close_transport()  # after a reject, MPA leaves TCP open
+            report(on_failure, exc, driver.peer())
             return
-        try:
-            await handler(qp)
-        finally:
+        if await run_handler(handler, qp, driver.peer(), on_failure):
             await qp.close()
+            return
+        endpoint = qp.endpoint
+        if endpoint.ended is None:
+            endpoint.abort(IwarpError("the handler failed"))
+            qp._on_batch(endpoint.take_events())
+        driver.flush()
+        driver.close_transport()
+        await driver.closed
 
-    def factory() -> QueuePair:
-        qp = QueuePair(
+    def factory() -> _Driver:
+        qp, driver = _queue_pair(
             Role.RESPONDER,
             pd if pd is not None else ProtectionDomain(),
             config or MpaConfig(),
@@ -794,9 +563,9 @@ async def serve(
             shared_cq=shared_cq,
             decide=decide,
         )
-        task = loop.create_task(run(qp))
+        task = loop.create_task(run(qp, driver))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
-        return qp
+        return driver
 
-    return await loop.create_server(factory, host, port)
+    return await loop.create_server(factory, host, port, backlog=backlog)

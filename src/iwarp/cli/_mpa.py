@@ -278,7 +278,7 @@ def frame_record(frame: MpaFrame) -> dict[str, object]:
     return record
 
 
-def error_record(error: IwarpError) -> dict[str, object]:
+def error_record(error: BaseException) -> dict[str, object]:
     code = error.code if isinstance(error, MpaError) else None
     return {"type": "error", "code": code, "message": str(error)}
 

@@ -156,8 +156,7 @@ def window_for(size: int) -> int:
 
 def qp_emss(qp: QueuePair) -> int | None:
     """The TCP EMSS of the queue pair's socket (TCP_MAXSEG), if readable."""
-    transport = qp.transport
-    sock = None if transport is None else transport.get_extra_info("socket")
+    sock = qp.get_extra_info("socket")
     try:
         return None if sock is None else int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
     except OSError:
@@ -167,8 +166,7 @@ def qp_emss(qp: QueuePair) -> int | None:
 def reset(qp: QueuePair) -> None:
     """Abort with a TCP reset (SO_LINGER 0), so the peer learns of the
     failure (MPA error 1) rather than seeing a clean close."""
-    transport = qp.transport
-    sock = None if transport is None else transport.get_extra_info("socket")
+    sock = qp.get_extra_info("socket")
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -17,7 +17,6 @@ import contextlib
 from iwarp.asyncio import rdma
 from iwarp.asyncio.mpa import (
     Accept,
-    Decider,
     MpaRejectedError,
     MpaSocket,
     MpaStream,
@@ -51,6 +50,7 @@ from iwarp.cli._receipt import RECEIPT_REQUEST, receipt, terminate_for
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import RequestReceived
+from iwarp.mpa.policy import Decider
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -153,7 +153,7 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
             return Reject(args.private_data)
         return Accept(args.private_data)
 
-    def on_failure(error: IwarpError, peer: object) -> None:
+    def on_failure(error: BaseException, peer: object) -> None:
         if isinstance(error, MpaRejectedError):
             out.emit({"type": "rejected", "peer": _peer(peer), "reason": error.event.reason})
         else:
@@ -228,7 +228,7 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
     async def rdma_handler(qp: rdma.QueuePair) -> None:
         # No session when the stack never started RDMAP (check_stack says why).
         session = sessions.pop(id(qp), None) or ListenSession(args.op, args.max_size)
-        peer = _peer(qp.transport.get_extra_info("peername") if qp.transport else None)
+        peer = _peer(qp.peer)
         state["accepted"] += 1
         state["active"] += 1
         out.emit({"type": "established", "peer": peer, **params_record(qp.params)})

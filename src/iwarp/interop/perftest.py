@@ -524,7 +524,7 @@ async def _timed_phase(
 
 async def _drained(qp: QueuePair, timeout: float) -> None:
     """Wait until the connection's TCP send queue is empty (all octets acknowledged)."""
-    sock = None if qp.transport is None else qp.transport.get_extra_info("socket")
+    sock = qp.get_extra_info("socket")
     if sock is None:
         return
     deadline = time.monotonic() + timeout

@@ -4,19 +4,21 @@
 adapter drive. It never touches sockets or clocks::
 
     conn = MpaConnection(Role.INITIATOR, MpaConfig(), private_data=b"hi", now=t)
-    sock.sendall(conn.data_to_send())          # the MPA Request
-    conn.receive_data(sock.recv(65536), now=t)  # b"" means FIN
-    while (event := conn.next_event()) is not None:
-        ...                                     # ConnectionEstablished, UlpduReceived...
+    sock.sendmsg(conn.data_to_send())              # the MPA Request
+    for event in conn.receive_data(sock.recv(65536), t):   # b"" means FIN
+        ...                                         # ConnectionEstablished, UlpduReceived...
     conn.send_ulpdu(ddp_segment)
-    sock.sendall(conn.data_to_send())
+    sock.sendmsg(conn.data_to_send())
+
+It keeps the connection contract of :class:`iwarp.contract.Connection`.
 
 Contract with the layers above (DDP/RDMAP, ``iwarp/ddp``, ``iwarp/rdmap``)
 -------------------------------------------------------------------------
 
-* **Events.** ``receive_data`` queues events; take them with
-  :meth:`~MpaConnection.next_event` (one) or :meth:`~MpaConnection.events`
-  (all). :class:`~iwarp.mpa.events.ConnectionEstablished` carries the
+* **Events.** ``receive_data``, ``handle_timer`` and ``connection_lost``
+  return the events they caused; those of the application's calls
+  (``accept``, ``reject``, ``start``...) come from
+  :meth:`~MpaConnection.take_events`. :class:`~iwarp.mpa.events.ConnectionEstablished` carries the
   negotiated :class:`~iwarp.mpa.events.MpaParams` (revision, DDP version,
   markers each way, CRC, IRD/ORD, peer-to-peer and the RTR type, MULPDU,
   private data). Each ULPDU arrives as one
@@ -45,7 +47,7 @@ Contract with the layers above (DDP/RDMAP, ``iwarp/ddp``, ``iwarp/rdmap``)
   connection now (codes 1, 4); after CRC (2) or marker (3) errors the
   connection can still send (state ``SEND_ONLY``), e.g. a Terminate.
 * **Zero copy.** ``send_ulpdu`` keeps references to the caller's buffer
-  until it is handed out by ``data_to_send_chunks``; don't modify it before.
+  until it is handed out by ``data_to_send``; don't modify it before.
   ``UlpduReceived.data`` may be a view into the chunk passed to
   ``receive_data``.
 
@@ -225,7 +227,7 @@ class MpaConnection:
         else:
             self._deadline = self._now + self.config.request_timeout
         if read_ahead:
-            self.receive_data(read_ahead)
+            self._receive(read_ahead)
 
     def start_framed(
         self,
@@ -275,7 +277,7 @@ class MpaConnection:
             )
             self._events.append(ConnectionEstablished(params=self._params))
         if read_ahead:
-            self.receive_data(read_ahead)
+            self._receive(read_ahead)
 
     # -- the Responder's decision ---------------------------------------------
 
@@ -407,23 +409,29 @@ class MpaConnection:
         self._held.clear()
         self._deadline = self._frame_deadline = None
 
-    def data_to_send(self) -> bytes:
-        """All queued octets, joined; the queue is emptied."""
-        return b"".join(self.data_to_send_chunks())
-
-    def data_to_send_chunks(self) -> list[Buffer]:
+    def data_to_send(self) -> list[Buffer]:
         """All queued octets as a list of buffers for ``writelines``/
         ``sendmsg`` (no joining copies); the queue is emptied."""
         out = self._out
         self._out = []
         return out
 
+    @property
+    def has_data_to_send(self) -> bool:
+        """Octets are queued for :meth:`data_to_send`."""
+        return bool(self._out)
+
     # -- receiving ----------------------------------------------------------------
 
-    def receive_data(self, data: Buffer, now: float | None = None) -> None:
-        """Process received octets; ``b""`` means the peer sent FIN."""
+    def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
+        """Process received octets (``b""`` means the peer sent FIN); return
+        the events, oldest first (with any not taken before)."""
         if now is not None:
             self._now = now
+        self._receive(data)
+        return self.take_events()
+
+    def _receive(self, data: Buffer) -> None:
         if not data:
             self._end_of_stream()
             return
@@ -456,17 +464,17 @@ class MpaConnection:
             self._events.append(StreamDataReceived(data=bytes(data)))
         # SEND_ONLY, CLOSED, FAILED: RFC 5044 §8, nothing more is delivered.
 
-    def connection_lost(self, reason: str = "connection reset") -> None:
-        """The TCP connection was reset or lost (error 1)."""
-        if self._state in _OVER:
-            return
-        self._fail(MpaInput.CONNECTION_LOST, MpaError(MpaErrorCode.TCP_CLOSED, reason))
+    def connection_lost(
+        self, now: float | None = None, reason: str = "connection reset"
+    ) -> list[Event]:
+        """The TCP connection was reset or lost (error 1); return the events."""
+        if now is not None:
+            self._now = now
+        if self._state not in _OVER:
+            self._fail(MpaInput.CONNECTION_LOST, MpaError(MpaErrorCode.TCP_CLOSED, reason))
+        return self.take_events()
 
-    def next_event(self) -> Event | None:
-        """The oldest queued event, or None."""
-        return self._events.popleft() if self._events else None
-
-    def events(self) -> list[Event]:
+    def take_events(self) -> list[Event]:
         """All queued events, oldest first; the queue is emptied."""
         out = list(self._events)
         self._events.clear()
@@ -482,9 +490,14 @@ class MpaConnection:
             return self._deadline
         return min(self._deadline, self._frame_deadline)
 
-    def handle_timer(self, now: float) -> None:
-        """Fail the startup if a timeout (rules 8, 10) has expired at ``now``."""
+    def handle_timer(self, now: float) -> list[Event]:
+        """Fail the startup if a timeout (rules 8, 10) has expired at ``now``;
+        return the events."""
         self._now = now
+        self._expire(now)
+        return self.take_events()
+
+    def _expire(self, now: float) -> None:
         deadline = self.get_timer()
         if deadline is None or now < deadline or self._state not in _STARTUP:
             return

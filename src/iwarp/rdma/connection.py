@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TypeAlias
 
 from iwarp._typing import Buffer
-from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
+from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode, RemoteProtocolError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import DEFAULT_EMSS, MpaConnection
 from iwarp.mpa.events import (
@@ -41,6 +41,7 @@ from iwarp.mpa.events import (
     UlpduBatchReceived,
     UlpduReceived,
 )
+from iwarp.mpa.events import Event as MpaEvent
 from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdmap.memory import ProtectionDomain
@@ -136,17 +137,19 @@ class RdmaConnection:
 
     def accept(
         self, private_data: bytes = b"", *, ird: int | None = None, ord: int | None = None
-    ) -> list[Event]:
-        """Responder: accept the Request (after a :class:`RequestReceived`)."""
+    ) -> None:
+        """Responder: accept the Request (after a :class:`RequestReceived`);
+        the events follow in :meth:`take_events`."""
         self.mpa.accept(private_data, ird=ird, ord=ord)
         self._process()
-        return self._take()
 
-    def reject(self, private_data: bytes = b"") -> list[Event]:
-        """Responder: reject the Request (MPA Reply with R=1)."""
-        self.mpa.reject(private_data)
+    def reject(
+        self, private_data: bytes = b"", *, ird: int | None = None, ord: int | None = None
+    ) -> None:
+        """Responder: reject the Request (MPA Reply with R=1, with RFC 6581
+        IRD/ORD for an enhanced Request); the events follow in :meth:`take_events`."""
+        self.mpa.reject(private_data, ird=ird, ord=ord)
         self._process()
-        return self._take()
 
     # -- work ---------------------------------------------------------------------
 
@@ -173,14 +176,14 @@ class RdmaConnection:
 
     def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
         """Process octets from TCP (``b""`` means FIN); return the events."""
-        self.mpa.receive_data(data, now)
-        self._process()
+        self._process(self.mpa.receive_data(data, now))
         return self._take()
 
-    def connection_lost(self, reason: str = "connection reset") -> list[Event]:
+    def connection_lost(
+        self, now: float | None = None, reason: str = "connection reset"
+    ) -> list[Event]:
         """The TCP connection was lost."""
-        self.mpa.connection_lost(reason)
-        self._process()
+        self._process(self.mpa.connection_lost(now, reason))
         return self._take()
 
     def get_timer(self) -> float | None:
@@ -188,9 +191,16 @@ class RdmaConnection:
         return self.mpa.get_timer()
 
     def handle_timer(self, now: float) -> list[Event]:
-        self.mpa.handle_timer(now)
-        self._process()
+        """Act on an expired MPA startup timeout; return the events."""
+        self._process(self.mpa.handle_timer(now))
         return self._take()
+
+    def terminate(self, error: RemoteProtocolError) -> None:
+        """End the stream with a Terminate reporting ``error`` (e.g. a local
+        catastrophic error); the events follow in :meth:`take_events`."""
+        stream = self.stream
+        if stream is not None and stream.state in (StreamState.OPERATIONAL, StreamState.WAIT_PEER):
+            self._events.extend(stream.terminate(error))
 
     def set_emss(self, emss: int) -> None:
         """Report the TCP EMSS (before full operation: it sizes the MULPDU)."""
@@ -204,33 +214,41 @@ class RdmaConnection:
             self.mpa.close()
         return self._take()
 
-    def _process(self) -> None:
-        mpa = self.mpa
-        events = self._events
-        while (event := mpa.next_event()) is not None:
-            if isinstance(event, UlpduBatchReceived):
-                if self.stream is not None:
-                    events.extend(self.stream.handle_batch(event.batch))
-            elif isinstance(event, UlpduReceived):
-                if self.stream is not None:
-                    events.extend(self.stream.handle_ulpdu(event.data))
-            elif isinstance(event, ConnectionEstablished):
-                self._start_stream(event.params)
-                events.append(event)
-                if self.stream is not None:
-                    events.extend(self.stream.take_events())
-            elif isinstance(event, NegotiationFailed):
-                self._terminate(event.error)
-                events.append(event)
-            elif isinstance(event, ConnectionFailed):
-                self._mpa_failed(event)
-                events.append(event)
-            elif isinstance(event, ConnectionClosed):
-                if self.stream is not None and self.stream.state is not StreamState.CLOSED:
-                    events.extend(self.stream.connection_lost())
-                events.append(event)
-            elif isinstance(event, (RequestReceived, ConnectionRejected)):
-                events.append(event)
+    def _process(self, mpa_events: list[MpaEvent] | None = None) -> None:
+        """Hand MPA's events (returned, then queued by application calls) to
+        the stream and pass the rest up."""
+        for batch in (mpa_events, self.mpa.take_events()):
+            if not batch:
+                continue
+            for event in batch:
+                kind = type(event)
+                if kind is UlpduBatchReceived:  # the hot path: a receive's ULPDUs
+                    if self.stream is not None:
+                        self._events.extend(self.stream.handle_batch(event.batch))  # type: ignore[union-attr]
+                    continue
+                if kind is UlpduReceived:
+                    if self.stream is not None:
+                        self._events.extend(self.stream.handle_ulpdu(event.data))  # type: ignore[union-attr]
+                    continue
+                handler = _MPA_EVENTS.get(type(event))
+                if handler is not None:
+                    handler(self, event)
+                if type(event) is ConnectionEstablished:
+                    self._events.append(event)  # then the stream's first events (StreamReady)
+                    if self.stream is not None:
+                        self._events.extend(self.stream.take_events())
+                elif type(event) in _PASSED_UP:
+                    self._events.append(event)  # type: ignore[arg-type]
+
+    def _on_established(self, event: ConnectionEstablished) -> None:
+        self._start_stream(event.params)
+
+    def _on_negotiation_failed(self, event: NegotiationFailed) -> None:
+        self._terminate(event.error)
+
+    def _on_closed(self, event: ConnectionClosed) -> None:
+        if self.stream is not None and self.stream.state is not StreamState.CLOSED:
+            self._events.extend(self.stream.connection_lost())
 
     def _start_stream(self, params: MpaParams) -> None:
         initiator = self.role is Role.INITIATOR
@@ -258,7 +276,7 @@ class RdmaConnection:
         if self.stream.state in (StreamState.OPERATIONAL, StreamState.WAIT_PEER):
             self._events.extend(self.stream.terminate(error))
 
-    def _mpa_failed(self, event: ConnectionFailed) -> None:
+    def _on_failed(self, event: ConnectionFailed) -> None:
         stream = self.stream
         if stream is None:
             return
@@ -288,7 +306,7 @@ class RdmaConnection:
             for run in stream.runs_to_send(limit):
                 mpa.send_run(run)
             self._events.extend(stream.take_events())
-        return mpa.data_to_send_chunks()
+        return mpa.data_to_send()
 
     @property
     def has_data_to_send(self) -> bool:
@@ -302,3 +320,24 @@ class RdmaConnection:
     def _take(self) -> list[Event]:
         events, self._events = self._events, []
         return events
+
+
+#: MPA events reported to the layer above (streaming data after a reject is not).
+_PASSED_UP = frozenset(
+    {
+        RequestReceived,
+        ConnectionRejected,
+        ConnectionFailed,
+        NegotiationFailed,
+        ConnectionClosed,
+    }
+)
+
+_MpaHandler = Callable[[RdmaConnection, "MpaEvent"], None]
+#: What the composed stack does with each MPA event besides passing it up.
+_MPA_EVENTS: dict[type, _MpaHandler] = {
+    ConnectionEstablished: RdmaConnection._on_established,  # type: ignore[dict-item]
+    NegotiationFailed: RdmaConnection._on_negotiation_failed,  # type: ignore[dict-item]
+    ConnectionFailed: RdmaConnection._on_failed,  # type: ignore[dict-item]
+    ConnectionClosed: RdmaConnection._on_closed,  # type: ignore[dict-item]
+}

@@ -1,0 +1,400 @@
+"""One asyncio driver for every sans-IO core (:class:`iwarp.contract.Connection`).
+
+:class:`CoreDriver` is the ``asyncio.BufferedProtocol`` the MPA, RDMA and
+VI/TCP adapters derive from. It does what is asyncio's and nothing else:
+
+* **transport to core**: reads land in one receive buffer shared by all
+  connections of the thread (a read is copied out at once, sized to what
+  arrived, so an idle connection costs no buffer at all); each read goes
+  to ``core.receive_data(data, loop.time())``;
+* **core to transport**: ``core.data_to_send()`` (a list of buffers) is
+  written with ``sendmsg`` on a duplicate of the socket once the subclass
+  asks for it (:meth:`CoreDriver.own_socket`, after startup: no second
+  descriptor for connections that never get there), else with the
+  transport's ``writelines``; what the kernel does not take waits, uncopied,
+  for the socket to become writable;
+* **backpressure** both ways: :meth:`CoreDriver.drain` waits while output
+  waits; reading pauses while more than ``receive_high_water`` octets were
+  received and not consumed (:meth:`CoreDriver.backlog`);
+* **the timer**: one ``loop.call_at`` handle, re-armed from
+  ``core.get_timer()`` after every call;
+* **closing**: once ``core.must_close``, the rest of the output goes out,
+  then FIN; TCP loss goes to ``core.connection_lost``;
+* **socket options**: TCP_NODELAY (RFC 5044 §5.3) and the EMSS from
+  TCP_MAXSEG (:func:`tcp_emss`);
+* **serve bookkeeping**: :func:`run_handler` runs an application handler
+  per connection, reports its exception once with the peer's address and
+  keeps no "Task exception was never retrieved".
+
+Subclasses make the core in :meth:`CoreDriver.start_core` and react to its
+events in :meth:`CoreDriver.handle_events`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from iwarp._typing import Buffer
+from iwarp.contract import Connection
+from iwarp.mpa.connection import DEFAULT_EMSS
+
+__all__ = ["RECEIVE_CHUNK", "CoreDriver", "FailureHook", "run_handler", "tcp_emss"]
+
+log = logging.getLogger("iwarp")
+
+#: Octets read per ``recv_into``. One buffer per thread, not per connection:
+#: each read is copied out (sized to what arrived) before the next one.
+RECEIVE_CHUNK: Final = 256 << 10
+#: Most buffers per ``sendmsg`` (Linux IOV_MAX is 1024).
+_MAX_IOV: Final = 512
+
+#: Called with an error that ended a connection before (or outside) the
+#: application's handler, and the peer's address.
+FailureHook = Callable[[BaseException, object], None]
+
+_local = threading.local()
+
+
+def _receive_buffer() -> memoryview:
+    buffer: memoryview | None = getattr(_local, "buffer", None)
+    if buffer is None:
+        buffer = _local.buffer = memoryview(bytearray(RECEIVE_CHUNK))
+    return buffer
+
+
+def tcp_emss(transport: asyncio.BaseTransport) -> int:
+    """Turn Nagle off (RFC 5044 §5.3) and read the EMSS MULPDU is sized from."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return DEFAULT_EMSS
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        emss = int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
+    except (OSError, AttributeError):
+        return DEFAULT_EMSS
+    return emss if emss > 0 else DEFAULT_EMSS
+
+
+def _unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:
+    """What is left of ``chunks`` after ``sent`` octets went out."""
+    for i, chunk in enumerate(chunks):
+        size = chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
+        if sent < size:
+            rest = chunks[i:]
+            if sent:
+                rest[0] = memoryview(chunk).cast("B")[sent:]
+            return rest
+        sent -= size
+    return []
+
+
+class CoreDriver(asyncio.BufferedProtocol):
+    """Runs one sans-IO core on one asyncio TCP transport."""
+
+    #: Received-but-unconsumed octets above which reading pauses.
+    receive_high_water = 4 << 20
+    #: Keep our half open after the peer's FIN (MPA may still send; RFC 5044 §7.2).
+    keep_open_after_eof = True
+
+    core: Connection[Any]
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        #: Resolved once TCP is gone.
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        self.emss = DEFAULT_EMSS
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._write_paused = False
+        self._reading_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        #: A duplicate of the socket we sendmsg with (own writer registration).
+        self._sock: socket.socket | None = None
+        #: Output the kernel did not take yet, written when it can.
+        self._out: deque[Buffer] = deque()
+        self._writer = False
+        self._close_when_sent = False
+        self._write_error: OSError | None = None
+
+    # -- for subclasses -----------------------------------------------------------
+
+    def start_core(self, now: float, emss: int) -> None:
+        """Make (or start) ``self.core`` once TCP is up."""
+
+    def handle_events(self, events: list[Any]) -> None:
+        """React to the core's events."""
+
+    def lost(self, exc: BaseException | None) -> None:
+        """TCP is gone and the core was told; wake whoever waits."""
+
+    def backlog(self) -> int:
+        """Octets received and not consumed by the application yet."""
+        return 0
+
+    # -- transport callbacks --------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        # Writes through the transport: pull more only when its buffer is
+        # empty, so nothing piles up there (asyncio moves its whole buffer
+        # on every partial send).
+        transport.set_write_buffer_limits(high=0)
+        self.emss = tcp_emss(transport)
+        self.start_core(self._loop.time(), self.emss)
+        self.flush()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _receive_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        # A copy the size of what arrived: the core may keep views into it.
+        self.feed(bytes(_receive_buffer()[:nbytes]))
+
+    def data_received(self, data: bytes) -> None:
+        self.feed(data)
+
+    def feed(self, data: bytes) -> None:
+        """Octets from TCP to the core (``b""``: FIN)."""
+        self.handle_events(self.core.receive_data(data, self._loop.time()))
+        self.flush()
+        if not self._reading_paused and self.backlog() > self.receive_high_water:
+            transport = self.transport
+            if transport is not None and not transport.is_closing():
+                self._reading_paused = True
+                transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.feed(b"")
+        transport = self.transport
+        return self.keep_open_after_eof and transport is not None and not transport.is_closing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._drop_output()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        cause = exc or self._write_error
+        reason = f"TCP connection lost: {cause}" if cause else "TCP connection closed"
+        self.handle_events(self.core.connection_lost(self._loop.time(), reason))
+        self._cancel_timer()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.lost(cause)
+        self.transport = None
+        self._wake_drain()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drain()
+        self.flush()
+
+    # -- for the adapters --------------------------------------------------------------
+
+    def consumed(self) -> None:
+        """The application took received data: resume reading below the low mark."""
+        if self._reading_paused and self.backlog() < self.receive_high_water // 4:
+            self._reading_paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
+
+    def own_socket(self) -> None:
+        """From now on write with ``sendmsg`` on a duplicate of the socket:
+        no copy of the buffers (asyncio 3.11's ``writelines`` joins them)."""
+        transport = self.transport
+        if self._sock is not None or transport is None or not hasattr(socket, "CMSG_LEN"):
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None and not transport.get_write_buffer_size():
+            with contextlib.suppress(OSError):
+                self._sock = sock.dup()
+
+    def flush(self) -> None:
+        """Write what the core has for TCP; close TCP when the core must."""
+        core = self.core
+        transport = self.transport
+        if transport is None:
+            return
+        while True:
+            chunks = core.data_to_send()
+            if chunks and not transport.is_closing():
+                self.write(chunks)
+            events = core.take_events()
+            if events:
+                self.handle_events(events)
+            if self._write_paused or not core.has_data_to_send:
+                break
+        if self._drain_waiter is not None and not self.output_waiting():
+            self._wake_drain()
+        if core.must_close and not transport.is_closing():
+            self.close_transport()
+        if self._timer is not None or core.get_timer() is not None:
+            self._arm_timer()
+
+    def output_waiting(self) -> bool:
+        """Output waits for the kernel or for the core to produce it."""
+        return self._write_paused
+
+    async def drain(self) -> None:
+        """Wait until output no longer waits (or TCP is gone)."""
+        while self.output_waiting() and not self.closed.done():
+            self._drain_waiter = self._loop.create_future()
+            try:
+                await self._drain_waiter
+            finally:
+                self._drain_waiter = None
+
+    def write(self, chunks: list[Buffer]) -> None:
+        transport = self.transport
+        if transport is None or not chunks:
+            return
+        sock = self._sock
+        if sock is None:
+            if len(chunks) == 1:
+                transport.write(chunks[0])
+            else:
+                transport.writelines(chunks)
+            return
+        if self._writer:  # the kernel is full: queue behind what waits (no copy)
+            self._out.extend(chunks)
+        elif not self._sendmsg(chunks):
+            self._writer = self._write_paused = True
+            self._loop.add_writer(sock.fileno(), self._on_writable)
+
+    def _sendmsg(self, chunks: list[Buffer]) -> bool:
+        """``sendmsg`` the pieces; False when some wait in ``_out``."""
+        sock = self._sock
+        assert sock is not None
+        for first in range(0, len(chunks), _MAX_IOV):
+            batch = chunks[first : first + _MAX_IOV]
+            try:
+                sent = sock.sendmsg(batch)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self._write_error = exc  # the reader sees it too; report ours
+                self._drop_output()
+                if self.transport is not None:
+                    self.transport.abort()
+                return True
+            left = _unsent_part(batch, sent)
+            if left:
+                self._out.extend(left)
+                self._out.extend(chunks[first + _MAX_IOV :])
+                return False
+        return True
+
+    def _on_writable(self) -> None:
+        chunks: list[Buffer] = list(self._out)
+        self._out.clear()
+        if self._sock is None or not self._sendmsg(chunks):
+            return  # still full: the writer stays registered
+        self._drop_output()
+        self._write_paused = False
+        if self._close_when_sent:
+            self.close_transport()
+        else:
+            self._wake_drain()
+            self.flush()
+
+    def close_transport(self) -> None:
+        """Close TCP (FIN) once our queued output is out."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self._writer:
+            self._close_when_sent = True
+        else:
+            transport.close()
+
+    def abort(self) -> None:
+        """Close at once (RST), dropping unsent output."""
+        self._drop_output()
+        if self.transport is not None:
+            self.transport.abort()
+
+    def peer(self) -> object:
+        """The peer's address, for reports."""
+        transport = self.transport
+        return None if transport is None else transport.get_extra_info("peername")
+
+    def _drop_output(self) -> None:
+        if self._writer and self._sock is not None:
+            self._loop.remove_writer(self._sock.fileno())
+        self._writer = False
+        self._out.clear()
+
+    def _wake_drain(self) -> None:
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- the timer -----------------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        deadline = self.core.get_timer()
+        if deadline == self._timer_at and (deadline is None or self._timer is not None):
+            return  # armed as it should be (the common case: no timer at all)
+        self._cancel_timer()
+        self._timer_at = deadline
+        if deadline is not None:
+            self._timer = self._loop.call_at(deadline, self._on_timer)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        if self.transport is None:
+            return
+        self.handle_events(self.core.handle_timer(self._loop.time()))
+        self.flush()
+
+
+async def run_handler(
+    handler: Callable[[Any], Awaitable[None]],
+    face: Any,
+    peer: object,
+    on_failure: FailureHook | None,
+) -> bool:
+    """Run an application's handler for one connection.
+
+    Its exception is reported once, with the peer's address: to
+    ``on_failure`` when given, else logged on the ``iwarp`` logger (never
+    left for "Task exception was never retrieved"). Returns False when the
+    handler raised; cancellation goes on.
+    """
+    try:
+        await handler(face)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        if on_failure is not None:
+            on_failure(exc, peer)
+        else:
+            log.error("handler for %s failed: %r", peer, exc)
+        return False
+    return True
+
+
+def report(on_failure: FailureHook | None, exc: BaseException, peer: object) -> None:
+    """Report an error that ended a connection outside the handler, once."""
+    if on_failure is not None:
+        on_failure(exc, peer)
+    else:
+        log.info("connection from %s ended: %s", peer, exc)

@@ -1,0 +1,114 @@
+"""The contract every sans-IO connection core keeps, and drivers rely on.
+
+Three cores implement it: :class:`~iwarp.mpa.connection.MpaConnection`
+(MPA alone), :class:`~iwarp.rdma.endpoint.QueuePairEndpoint` (MPA + DDP +
+RDMAP with a queue pair's receive pool and completion queues, built on
+:class:`~iwarp.rdma.connection.RdmaConnection`, which keeps it too) and
+:class:`~iwarp.vitcp.connection.VitcpConnection`. A driver (the asyncio
+one in :mod:`iwarp.asyncio.driver`, the blocking one in :mod:`iwarp.sync`,
+the CLI, a test wiring two cores together) does the same few things with
+any of them::
+
+    core = make_core(now=clock())
+    write(core.data_to_send())                     # e.g. the MPA Request
+    while not core.must_close:
+        data = read()                              # b"" when the peer sent FIN
+        for event in core.receive_data(data, clock()):
+            handle(event)
+        write(core.data_to_send())                 # a list: one sendmsg
+        deadline = core.get_timer()                # sleep no longer than this
+        if deadline is not None and clock() >= deadline:
+            for event in core.handle_timer(clock()):
+                handle(event)
+    write(core.data_to_send())
+    close_tcp()
+
+Rules every core follows:
+
+* **Time is passed in.** Each input takes ``now`` (seconds, any monotonic
+  clock the driver chooses); the core never reads a clock.
+* **Inputs return the events they caused**, oldest first. Calls made by
+  the application (accept, post a work request, close) may produce events
+  too; :meth:`Connection.take_events` hands those out. An event is returned
+  exactly once, by one of the two.
+* **Output is a list of buffers**, ready for ``sendmsg``/``writelines``
+  (vectored I/O, no joining copy). The core keeps no reference to a buffer
+  after handing it out; the driver must send them in order and whole.
+* **One timer.** :meth:`Connection.get_timer` is the next deadline (or
+  None); the driver calls :meth:`Connection.handle_timer` at or after it.
+  Any call may move the deadline: ask again after every call.
+* **Loss.** :meth:`Connection.connection_lost` reports that TCP is gone
+  (reset, error, closed under us); FIN is ``receive_data(b"", now)``.
+* **Closing.** :attr:`Connection.must_close` turns True when the protocol
+  requires the TCP connection to close (after a Terminate, a fatal error,
+  the peer's FIN): the driver sends what :meth:`Connection.data_to_send`
+  still gives, then closes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar, runtime_checkable
+
+from iwarp._typing import Buffer
+
+__all__ = ["Connection", "EventT"]
+
+EventT = TypeVar("EventT")
+
+
+@runtime_checkable
+class Connection(Protocol[EventT]):
+    """One end of one TCP connection's protocol, without I/O.
+
+    ``EventT`` is the core's event union (``iwarp.mpa.events.Event``,
+    ``iwarp.rdma.endpoint.Event``, ``iwarp.vitcp.events.Event``).
+    """
+
+    def receive_data(self, data: Buffer, now: float) -> list[EventT]:
+        """Octets read from TCP; ``b""`` means the peer sent FIN.
+
+        Returns the events they caused. Never raises for anything the peer
+        sent: protocol violations become events (and usually a Terminate or
+        an error code on the wire).
+        """
+        ...
+
+    def data_to_send(self) -> list[Buffer]:
+        """Everything queued for TCP, as a list of buffers; the queue is emptied.
+
+        Cores that segment large messages lazily give a bounded batch per
+        call; :attr:`has_data_to_send` says whether to call again once the
+        transport has room.
+        """
+        ...
+
+    @property
+    def has_data_to_send(self) -> bool:
+        """More output can be produced now (call :meth:`data_to_send` again)."""
+        ...
+
+    def take_events(self) -> list[EventT]:
+        """Events produced outside the input methods (by application calls
+        or by building output, e.g. send completions); the queue is emptied."""
+        ...
+
+    def get_timer(self) -> float | None:
+        """When :meth:`handle_timer` must be called next, or None."""
+        ...
+
+    def handle_timer(self, now: float) -> list[EventT]:
+        """Act on expired deadlines at ``now``; returns the events caused."""
+        ...
+
+    def connection_lost(self, now: float, reason: str = "connection reset") -> list[EventT]:
+        """TCP is gone (reset, error or closed locally); returns the events caused."""
+        ...
+
+    @property
+    def must_close(self) -> bool:
+        """The protocol requires closing TCP once :meth:`data_to_send` is flushed."""
+        ...
+
+    def set_emss(self, emss: int) -> None:
+        """Report the TCP effective MSS (from ``TCP_MAXSEG``), which sizes MULPDU."""
+        ...

@@ -1,0 +1,527 @@
+"""A queue pair without I/O: the policy every RDMA adapter shares.
+
+:class:`QueuePairEndpoint` wraps the protocol stack of one connection
+(:class:`~iwarp.rdma.connection.RdmaConnection`: MPA + DDP + RDMAP) with
+what verbs users expect of a queue pair, so that the asyncio adapter, the
+blocking adapter and tests only move octets and wake waiters:
+
+* **the Responder's decision**: each valid MPA Request goes to ``decide``
+  (:class:`~iwarp.mpa.policy.Accept` / :class:`~iwarp.mpa.policy.Reject`,
+  with RFC 6581 IRD/ORD), accepted by default;
+* **a receive pool**: ``receive_buffers`` buffers of ``receive_size``
+  octets, registered and posted when MPA reaches full operation (before any
+  message is processed, as verbs users post before ``rdma_accept``),
+  reposted as each message is taken out; messages come out in order with
+  :meth:`QueuePairEndpoint.take_message`;
+* **wr_id routing**: completions of work the simple API tracks
+  (:meth:`~QueuePairEndpoint.track`, negative ids from
+  :meth:`~QueuePairEndpoint.next_wr_id`) are kept for
+  :meth:`~QueuePairEndpoint.result`; completions of the pool stay inside;
+  all others go to :attr:`~QueuePairEndpoint.send_cq` or
+  :attr:`~QueuePairEndpoint.recv_cq`;
+* **the first-send hold**: with ``first_send_delay`` an Initiator keeps its
+  first FPDU back that long after the Reply (Linux siw responders may miss
+  an FPDU that follows the Reply within milliseconds); the release is a
+  timer like any other (:meth:`get_timer`);
+* **ending**: one :class:`Ended` event with the cause, once, whatever ended
+  the connection (a Terminate either way, an MPA failure, a reject, the
+  peer's FIN, TCP lost, or an exception in ``setup``, which is answered
+  with a Terminate "local catastrophic error").
+
+It keeps the connection contract (:class:`iwarp.contract.Connection`)::
+
+    ep = QueuePairEndpoint(Role.INITIATOR, ProtectionDomain(), now=clock())
+    sock.sendmsg(ep.data_to_send())
+    for event in ep.receive_data(sock.recv(65536), clock()):
+        ...   # Established, CompletionQueued, WorkFinished, MessageReceived, Ended
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, TypeAlias
+
+from iwarp._typing import Buffer
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
+from iwarp.mpa.config import MpaConfig, Role
+from iwarp.mpa.connection import DEFAULT_EMSS
+from iwarp.mpa.events import (
+    ConnectionClosed,
+    ConnectionEstablished,
+    ConnectionFailed,
+    ConnectionRejected,
+    MpaParams,
+    NegotiationFailed,
+    RequestReceived,
+)
+from iwarp.mpa.policy import ConnectionRejectedError, Decider, answer_request
+from iwarp.rdma.connection import Event as StackEvent
+from iwarp.rdma.connection import RdmaConnection
+from iwarp.rdma.errors import ConnectionTerminatedError, describe_terminate
+from iwarp.rdmap.errors import LocalCatastrophicError
+from iwarp.rdmap.memory import MemoryRegion, ProtectionDomain
+from iwarp.rdmap.state import StreamState
+from iwarp.rdmap.stream import RdmapStream
+from iwarp.rdmap.wire import TerminateHeader
+from iwarp.rdmap.work import (
+    Completion,
+    CompletionStatus,
+    ReadWR,
+    RecvWR,
+    SendWR,
+    Sge,
+    TerminateReceived,
+    TerminateSent,
+    WorkOpcode,
+    WriteWR,
+)
+
+__all__ = [
+    "SEND_BATCH",
+    "CompletionQueue",
+    "CompletionQueued",
+    "Ended",
+    "Established",
+    "Event",
+    "MessageReceived",
+    "QueuePairEndpoint",
+    "WorkFinished",
+]
+
+#: ULPDU octets pulled from the stream per :meth:`QueuePairEndpoint.data_to_send`
+#: (one ``sendmsg``): small enough that the kernel mostly takes a batch at
+#: once (256 KiB and 1 MiB measured no better on loopback; bench/rdma_bench.py).
+SEND_BATCH: Final = 64 << 10
+#: Receive buffers a queue pair posts by default, and their size.
+DEFAULT_RECEIVE_BUFFERS: Final = 4
+DEFAULT_RECEIVE_SIZE: Final = 1 << 16
+
+
+class CompletionQueue:
+    """Completions of one queue pair's send or receive work, in order."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self) -> None:
+        self._items: deque[Completion] = deque()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def poll(self, max_entries: int | None = None) -> list[Completion]:
+        """Take up to ``max_entries`` (default: all) completions."""
+        items = self._items
+        n = len(items) if max_entries is None else min(max_entries, len(items))
+        return [items.popleft() for _ in range(n)]
+
+    def push(self, completion: Completion) -> None:
+        """Add a completion (the endpoint does this)."""
+        self._items.append(completion)
+
+
+# -- events ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Established:
+    """MPA is in full operation and RFC 6581 negotiation succeeded."""
+
+    params: MpaParams
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionQueued:
+    """A completion was added to ``queue`` (:attr:`QueuePairEndpoint.send_cq`
+    or :attr:`~QueuePairEndpoint.recv_cq`)."""
+
+    queue: CompletionQueue
+
+
+@dataclass(frozen=True, slots=True)
+class WorkFinished:
+    """A tracked work request completed: :meth:`QueuePairEndpoint.result`."""
+
+    wr_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    """A message arrived in the receive pool: :meth:`QueuePairEndpoint.take_message`."""
+
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The connection is over; ``error`` is the cause (None: closed cleanly)."""
+
+    error: IwarpError | None
+    reason: str
+
+
+Event: TypeAlias = "Established | CompletionQueued | WorkFinished | MessageReceived | Ended"
+
+#: Called once MPA is in full operation, before any message is processed.
+Setup = Callable[[], None]
+
+
+class QueuePairEndpoint:
+    """One queue pair on one TCP connection, without I/O.
+
+    :param role: MPA Initiator (sends the Request) or Responder.
+    :param pd: the protection domain of the queue pair.
+    :param config: MPA options (revision, CRC, markers, IRD/ORD, RTR).
+    :param private_data: the Initiator's Request private data.
+    :param now: the current time (startup timeouts).
+    :param emss: the TCP EMSS; sizes MULPDU (``set_emss`` when known later).
+    :param receive_buffers: buffers of the receive pool (0: none).
+    :param receive_size: octets per pool buffer.
+    :param shared_cq: one completion queue for send and receive work.
+    :param first_send_delay: Initiator: seconds to hold the first FPDU
+        after the Reply.
+    :param decide: Responder: accept or reject each valid Request.
+    :param setup: called once in full operation, before any message is
+        processed: the place to post receives (:meth:`post_recv`).
+    """
+
+    def __init__(
+        self,
+        role: Role,
+        pd: ProtectionDomain,
+        config: MpaConfig | None = None,
+        *,
+        private_data: bytes = b"",
+        now: float = 0.0,
+        emss: int = DEFAULT_EMSS,
+        receive_buffers: int = 0,
+        receive_size: int = DEFAULT_RECEIVE_SIZE,
+        shared_cq: bool = False,
+        first_send_delay: float = 0.0,
+        decide: Decider | None = None,
+        setup: Setup | None = None,
+    ) -> None:
+        if receive_buffers < 0 or receive_size < 1:
+            raise LocalProtocolError("receive_buffers must be >= 0 and receive_size >= 1")
+        self.role = role
+        self.pd = pd
+        #: Completions of posted Sends, RDMA Writes and Reads.
+        self.send_cq = CompletionQueue()
+        #: Completions of posted receives (the same queue with ``shared_cq``).
+        self.recv_cq = self.send_cq if shared_cq else CompletionQueue()
+        #: The error that ended the connection, if any.
+        self.error: IwarpError | None = None
+        #: The Terminate that ended the stream (sent or received), if any.
+        self.terminate: TerminateHeader | None = None
+        self.terminate_received = False
+        self.receive_buffers = receive_buffers
+        self.receive_size = receive_size
+        self._decide = decide
+        self._setup = setup
+        self._first_send_delay = first_send_delay
+        self._hold_until: float | None = None
+        self._ids = itertools.count(-1, -1)
+        self._tracked: dict[int, Completion | None] = {}
+        self._pool: dict[int, tuple[MemoryRegion, RecvWR]] = {}
+        self._messages: deque[bytes] = deque()
+        #: Octets of received messages not taken yet (drivers pause reading above a mark).
+        self.message_octets = 0
+        self._params: MpaParams | None = None
+        self._ended: Ended | None = None
+        self._ending: str | None = None
+        self._in_setup = False
+        self._setup_error: BaseException | None = None
+        self._events: list[Event] = []
+        self.conn = RdmaConnection(
+            role,
+            pd,
+            config,
+            private_data=private_data,
+            now=now,
+            emss=emss,
+            on_stream=self._on_stream,
+        )
+        self._route(self.conn.take_events(), now)
+
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def params(self) -> MpaParams | None:
+        """The negotiated MPA parameters once established, else None."""
+        return self._params
+
+    @property
+    def stream(self) -> RdmapStream | None:
+        """The RDMAP core once in full operation (for inspection)."""
+        return self.conn.stream
+
+    @property
+    def ended(self) -> Ended | None:
+        """How the connection ended, or None while it lives."""
+        return self._ended
+
+    @property
+    def end_reason(self) -> str:
+        """Why the connection ended (Terminate fields, error), for messages."""
+        if self.terminate is not None:
+            side = "received" if self.terminate_received else "sent"
+            return f"Terminate {side}: {describe_terminate(self.terminate)}"
+        if self.error is not None:
+            return str(self.error)
+        return "connection closed"
+
+    @property
+    def must_close(self) -> bool:
+        return self._ended is not None or self.conn.must_close
+
+    @property
+    def unsent(self) -> bool:
+        """Posted messages not handed to TCP yet that still can be."""
+        stream = self.conn.stream
+        if stream is None or self.must_close:
+            return False
+        # A Responder waiting for the Initiator's first message cannot send.
+        return stream.unsent and stream.state is not StreamState.WAIT_PEER
+
+    # -- verbs ------------------------------------------------------------------
+
+    def _stream(self) -> RdmapStream:
+        stream = self.conn.stream
+        if stream is None:
+            raise LocalProtocolError("the queue pair is not connected")
+        if not self._in_setup and self.must_close:
+            raise ConnectionTerminatedError(self.end_reason)
+        return stream
+
+    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
+        """Post a Send, RDMA Write or RDMA Read; it completes in ``send_cq``
+        (or :meth:`result` when tracked).
+
+        :raises ConnectionTerminatedError: the connection has ended.
+        :raises LocalProtocolError: not connected yet, or a bad request.
+        """
+        self._stream().post_send(wr)
+
+    def post_recv(self, wr: RecvWR) -> None:
+        """Post a receive buffer; it completes in ``recv_cq``.
+
+        :raises ConnectionTerminatedError: the connection has ended.
+        """
+        self._stream().post_recv(wr)
+
+    def next_wr_id(self) -> int:
+        """A fresh negative wr_id (negative ids are reserved for the endpoint's users
+        that :meth:`track` their work, like the simple send/read API)."""
+        return next(self._ids)
+
+    def track(self, wr_id: int) -> None:
+        """Keep the completion of ``wr_id`` for :meth:`result` instead of a queue."""
+        self._tracked[wr_id] = None
+
+    def untrack(self, wr_id: int) -> None:
+        """Forget ``wr_id`` (its post failed)."""
+        self._tracked.pop(wr_id, None)
+
+    def result(self, wr_id: int) -> Completion | None:
+        """The completion of tracked ``wr_id`` once it finished (then forgotten)."""
+        completion = self._tracked.get(wr_id)
+        if completion is not None:
+            del self._tracked[wr_id]
+        return completion
+
+    def tracked(self) -> list[int]:
+        """The tracked work requests still without a completion."""
+        return [wr_id for wr_id, done in self._tracked.items() if done is None]
+
+    def take_message(self) -> bytes | None:
+        """The oldest message from the receive pool, or None."""
+        if not self._messages:
+            return None
+        data = self._messages.popleft()
+        self.message_octets -= len(data)
+        return data
+
+    def abort(self, error: IwarpError | None = None) -> None:
+        """End the connection with a Terminate "local catastrophic error"
+        (e.g. the application failed); ``error`` is recorded as the cause.
+        The events go to :meth:`take_events`."""
+        stream = self.conn.stream
+        if error is not None and self.error is None:
+            self.error = error
+        if stream is not None and stream.state in (StreamState.OPERATIONAL, StreamState.WAIT_PEER):
+            cause = LocalCatastrophicError(str(error) if error else "local catastrophic error")
+            self.conn.terminate(cause)
+        self._end(error, str(error) if error else "aborted")
+        self._route(self.conn.take_events(), None)
+
+    # -- the contract ------------------------------------------------------------
+
+    def receive_data(self, data: Buffer, now: float) -> list[Event]:
+        self._route(self.conn.receive_data(data, now), now)
+        return self._take()
+
+    def data_to_send(self, limit: int | None = SEND_BATCH) -> list[Buffer]:
+        if self._hold_until is not None:
+            limit = 0
+        chunks = self.conn.data_to_send(limit)
+        self._route(self.conn.take_events(), None)
+        return chunks
+
+    @property
+    def has_data_to_send(self) -> bool:
+        return self._hold_until is None and self.conn.has_data_to_send
+
+    def take_events(self) -> list[Event]:
+        self._route(self.conn.take_events(), None)
+        return self._take()
+
+    def get_timer(self) -> float | None:
+        mpa = self.conn.get_timer()
+        hold = self._hold_until
+        if hold is None:
+            return mpa
+        return hold if mpa is None else min(mpa, hold)
+
+    def handle_timer(self, now: float) -> list[Event]:
+        if self._hold_until is not None and now >= self._hold_until:
+            self._hold_until = None
+        self._route(self.conn.handle_timer(now), now)
+        return self._take()
+
+    def connection_lost(self, now: float, reason: str = "connection reset") -> list[Event]:
+        self._end(None, reason)
+        self._route(self.conn.connection_lost(now, reason), now)
+        if self.error is None and self._params is None:
+            self.error = MpaError(MpaErrorCode.TCP_CLOSED, reason)
+        self._finish_end()
+        return self._take()
+
+    def set_emss(self, emss: int) -> None:
+        self.conn.set_emss(emss)
+
+    def close(self) -> list[Event]:
+        """Close locally: outstanding work is flushed (FLUSHED completions)."""
+        self._end(None, "closed locally")
+        self._route(self.conn.close(), None)
+        return self._take()
+
+    # -- routing ---------------------------------------------------------------
+
+    def _take(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
+
+    def _on_stream(self, stream: RdmapStream) -> None:
+        self._in_setup = True
+        try:
+            for _ in range(self.receive_buffers):
+                region = self.pd.register(bytearray(self.receive_size))
+                wr = RecvWR(Sge(region), wr_id=next(self._ids))
+                self._pool[wr.wr_id] = (region, wr)
+                stream.post_recv(wr)
+            if self._setup is not None:
+                self._setup()
+        except Exception as exc:  # the application's code: reported, answered with a Terminate
+            self._setup_error = exc
+        finally:
+            self._in_setup = False
+
+    def _route(self, events: list[StackEvent], now: float | None) -> None:
+        for event in events:
+            handler = _ROUTES.get(type(event))
+            if handler is not None:
+                handler(self, event, now)
+        if self._setup_error is not None:
+            exc, self._setup_error = self._setup_error, None
+            error = exc if isinstance(exc, IwarpError) else IwarpError(f"setup failed: {exc!r}")
+            self.abort(error)
+        self._finish_end()
+
+    def _on_completion(self, completion: Completion, now: float | None) -> None:
+        wr_id = completion.wr_id
+        if wr_id in self._tracked:
+            self._tracked[wr_id] = completion
+            self._events.append(WorkFinished(wr_id))
+            return
+        entry = self._pool.get(wr_id)
+        if entry is None:
+            cq = self.recv_cq if completion.opcode is WorkOpcode.RECV else self.send_cq
+            cq.push(completion)
+            self._events.append(CompletionQueued(cq))
+            return
+        if completion.status is not CompletionStatus.SUCCESS:
+            return  # flushed with the connection
+        region, wr = entry
+        data = bytes(region.view[: completion.byte_len])
+        self._messages.append(data)
+        self.message_octets += len(data)
+        stream = self.conn.stream
+        if stream is not None and stream.state in (StreamState.OPERATIONAL, StreamState.WAIT_PEER):
+            stream.post_recv(wr)
+        self._events.append(MessageReceived(len(data)))
+
+    def _on_request(self, event: RequestReceived, now: float | None) -> None:
+        try:
+            answer_request(self.conn, event, self._decide)
+        except LocalProtocolError as exc:  # bad private data or IRD/ORD from decide
+            self._end(exc, str(exc))
+            return
+        self._route(self.conn.take_events(), now)
+
+    def _on_established(self, event: ConnectionEstablished, now: float | None) -> None:
+        if self._ended is not None:
+            return
+        self._params = event.params
+        if self.role is Role.INITIATOR and self._first_send_delay > 0 and now is not None:
+            self._hold_until = now + self._first_send_delay
+        self._events.append(Established(event.params))
+
+    def _on_terminate(self, event: TerminateReceived | TerminateSent, now: float | None) -> None:
+        self.terminate = event.header
+        self.terminate_received = isinstance(event, TerminateReceived)
+        self._end(self.error, self.end_reason)
+
+    def _on_failure(self, event: ConnectionFailed | NegotiationFailed, now: float | None) -> None:
+        self._end(event.error, str(event.error))
+
+    def _on_rejected(self, event: ConnectionRejected, now: float | None) -> None:
+        self._end(ConnectionRejectedError(event), event.reason)
+
+    def _on_closed(self, event: ConnectionClosed, now: float | None) -> None:
+        self._end(None, "connection closed by the peer")
+
+    def _end(self, error: IwarpError | None, reason: str) -> None:
+        """Record the end; the :class:`Ended` event follows when the current
+        batch of the stack's events is handled (a Terminate comes before the
+        error that caused it)."""
+        if self.error is None:
+            self.error = error
+        if self._ending is None:
+            self._ending = reason
+
+    def _finish_end(self) -> None:
+        reason = self._ending
+        if reason is not None and self._ended is None:
+            self._hold_until = None
+            self._ended = Ended(self.error, reason if self.error is None else str(self.error))
+            # Not established after all (e.g. RFC 6581 negotiation failed
+            # right after the Reply): drivers see only the end.
+            self._events = [e for e in self._events if not isinstance(e, Established)]
+            self._events.append(self._ended)
+
+
+_Route = Callable[[QueuePairEndpoint, "StackEvent", "float | None"], None]
+#: How each event of the stack is handled (by type; the rest is not needed here).
+_ROUTES: dict[type, _Route] = {
+    Completion: QueuePairEndpoint._on_completion,  # type: ignore[dict-item]
+    RequestReceived: QueuePairEndpoint._on_request,  # type: ignore[dict-item]
+    ConnectionEstablished: QueuePairEndpoint._on_established,  # type: ignore[dict-item]
+    TerminateReceived: QueuePairEndpoint._on_terminate,  # type: ignore[dict-item]
+    TerminateSent: QueuePairEndpoint._on_terminate,  # type: ignore[dict-item]
+    ConnectionFailed: QueuePairEndpoint._on_failure,  # type: ignore[dict-item]
+    NegotiationFailed: QueuePairEndpoint._on_failure,  # type: ignore[dict-item]
+    ConnectionRejected: QueuePairEndpoint._on_rejected,  # type: ignore[dict-item]
+    ConnectionClosed: QueuePairEndpoint._on_closed,  # type: ignore[dict-item]
+}
