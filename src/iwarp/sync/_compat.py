@@ -24,29 +24,26 @@ class MpaCore:
         self.conn = conn
 
     def receive_data(self, data: Buffer, now: float) -> list[MpaEvent]:
-        self.conn.receive_data(data, now)
-        return self.conn.events()
+        return self.conn.receive_data(data, now)
 
     def data_to_send(self) -> list[Buffer]:
-        return self.conn.data_to_send_chunks()
+        return self.conn.data_to_send()
 
     @property
     def has_data_to_send(self) -> bool:
         return False
 
     def take_events(self) -> list[MpaEvent]:
-        return self.conn.events()
+        return self.conn.take_events()
 
     def get_timer(self) -> float | None:
         return self.conn.get_timer()
 
     def handle_timer(self, now: float) -> list[MpaEvent]:
-        self.conn.handle_timer(now)
-        return self.conn.events()
+        return self.conn.handle_timer(now)
 
     def connection_lost(self, now: float, reason: str = "connection reset") -> list[MpaEvent]:
-        self.conn.connection_lost(reason)
-        return self.conn.events()
+        return self.conn.connection_lost(now, reason)
 
     @property
     def must_close(self) -> bool:
@@ -77,7 +74,7 @@ class RdmaCore:
         return self.conn.handle_timer(now)
 
     def connection_lost(self, now: float, reason: str = "connection reset") -> list[RdmaEvent]:
-        return self.conn.connection_lost(reason)
+        return self.conn.connection_lost(now, reason)
 
     @property
     def must_close(self) -> bool:

@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import Any
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.mpa import Accept, Decider, MpaRejectedError, Reject
+from iwarp.asyncio.mpa import Accept, MpaRejectedError, Reject
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import MpaConnection
@@ -46,6 +46,7 @@ from iwarp.mpa.events import (
     UlpduReceived,
 )
 from iwarp.mpa.handshake import MpaState, build_request, retry_as_rev1
+from iwarp.mpa.policy import Decider
 from iwarp.sync._compat import MpaCore
 from iwarp.sync._driver import (
     Driver,
@@ -140,7 +141,7 @@ class MpaSocket:
             self._conn.reject(decision.private_data, ird=decision.ird, ord=decision.ord)
         else:
             self._conn.accept(decision.private_data, ird=decision.ird, ord=decision.ord)
-        self._on_events(self._conn.events())
+        self._on_events(self._conn.take_events())
 
     def _on_established(self, event: ConnectionEstablished) -> None:
         self._params = event.params

@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.mpa import Accept, Decider, Reject
+from iwarp.asyncio.mpa import Accept, Reject
 from iwarp.asyncio.rdma import ConnectionRejectedError, ConnectionTerminatedError, RdmaError
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
@@ -51,6 +51,7 @@ from iwarp.mpa.events import (
     NegotiationFailed,
     RequestReceived,
 )
+from iwarp.mpa.policy import Decider
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamState
@@ -439,7 +440,7 @@ class QueuePair:
     def abort(self) -> None:
         """Close at once (RST)."""
         self._driver.abort()
-        self._dispatch(self.conn.connection_lost("aborted by the application"))
+        self._dispatch(self.conn.connection_lost(None, "aborted by the application"))
 
     def __enter__(self) -> QueuePair:
         return self
@@ -477,11 +478,10 @@ class QueuePair:
     def _on_request(self, event: RequestReceived) -> None:
         decision: Accept | Reject = Accept() if self._decide is None else self._decide(event)
         if isinstance(decision, Reject):
-            self._dispatch(self.conn.reject(decision.private_data))
+            self.conn.reject(decision.private_data, ird=decision.ird, ord=decision.ord)
         else:
-            self._dispatch(
-                self.conn.accept(decision.private_data, ird=decision.ird, ord=decision.ord)
-            )
+            self.conn.accept(decision.private_data, ird=decision.ird, ord=decision.ord)
+        self._dispatch(self.conn.take_events())
 
     def _on_terminate(self, event: TerminateReceived | TerminateSent) -> None:
         self.terminate = event.header
