@@ -224,11 +224,11 @@ class RdmaConnection:
                 kind = type(event)
                 if kind is UlpduBatchReceived:  # the hot path: a receive's ULPDUs
                     if self.stream is not None:
-                        self._events.extend(self.stream.handle_batch(event.batch))  # type: ignore[union-attr]
+                        self._events.extend(self.stream.handle_batch(event.batch))  # type: ignore[attr-defined]
                     continue
                 if kind is UlpduReceived:
                     if self.stream is not None:
-                        self._events.extend(self.stream.handle_ulpdu(event.data))  # type: ignore[union-attr]
+                        self._events.extend(self.stream.handle_ulpdu(event.data))  # type: ignore[attr-defined]
                     continue
                 handler = _MPA_EVENTS.get(type(event))
                 if handler is not None:
