@@ -45,7 +45,18 @@ def test_json_fields_as_documented(tmp_path: Path, capsys: pytest.CaptureFixture
     assert status == 0
     lines = json_lines(out)
     kinds = [line["type"] for line in lines]
-    assert kinds == ["mpa_request", "mpa_reply", "fpdu", "fpdu", "fpdu", "stream_summary"]
+    assert kinds == [
+        "mpa_request",
+        "mpa_reply",
+        "fpdu",
+        "fpdu",
+        "fpdu",
+        "stream_summary",
+        "capture_summary",
+    ]
+    capture = lines[-1]
+    assert (capture["connections"], capture["iwarp_connections"], capture["fpdus"]) == (1, 1, 3)
+    assert capture["truncated"] is False
     request = lines[0]
     for key in ("stream", "direction", "m", "c", "r", "s", "rev", "pd_length", "ird", "ord"):
         assert key in request
@@ -56,7 +67,7 @@ def test_json_fields_as_documented(tmp_path: Path, capsys: pytest.CaptureFixture
         2,
     )
     assert (request["p2p"], request["rtr"]) == (True, ["send"])
-    fpdu = lines[-2]
+    fpdu = lines[-3]
     assert fpdu["direction"] == "responder"
     assert fpdu["seq"] == seqs["responder"][0]
     assert fpdu["ulpdu_length"] == 618
@@ -194,9 +205,9 @@ def test_stream_selects_connections_and_refuses_unknown_ones(
     assert [(s["stream"], s["errors"]) for s in summaries] == [(0, 0), (1, 1)]
     status, out = run(capsys, str(path), "--json", "--stream", "0")
     assert status == 0
-    assert {line["stream"] for line in json_lines(out)} == {0}
+    assert {line.get("stream") for line in json_lines(out)} == {0, None}
     status, out = run(capsys, str(path), "--json", "--stream", "1")
     assert status == 1
-    assert {line["stream"] for line in json_lines(out)} == {1}
+    assert {line.get("stream") for line in json_lines(out)} == {1, None}
     assert main(["decode", str(path), "--stream", "2"]) == 2
     assert "no TCP connection 2" in capsys.readouterr().err

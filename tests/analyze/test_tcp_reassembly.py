@@ -1,4 +1,4 @@
-"""TCP reassembly of one direction against a model that keeps one octet per offset."""
+"""Streaming TCP reassembly of one direction against a model that keeps one octet per offset."""
 
 from __future__ import annotations
 
@@ -7,15 +7,9 @@ import tracemalloc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp.analyze.capture import TCP_SYN, TcpPacket
-from iwarp.analyze.tcp import MAX_STREAM, ByteStream
+from iwarp.analyze.tcp import Limits, Reassembler, StreamWindow
 
-ISN = 0xFFFFFF00  # the stream wraps the 32-bit sequence space early on
-
-
-def packet(frame: int, offset: int, payload: bytes, flags: int = 0) -> TcpPacket:
-    seq = (ISN + 1 + offset) & 0xFFFFFFFF
-    return TcpPacket(frame, 0.0, "10.0.0.1", 1, "10.0.0.2", 2, seq, 0, flags, payload, len(payload))
+BASE = 0xFFFFFF00  # the stream wraps the 32-bit sequence space early on
 
 
 def model(segments: list[tuple[int, bytes]]) -> tuple[dict[int, int], set[int], int, int]:
@@ -39,51 +33,88 @@ def model(segments: list[tuple[int, bytes]]) -> tuple[dict[int, int], set[int], 
     return octets, conflicting, nothing_new, out_of_order
 
 
+def reassemble(segments: list[tuple[int, bytes]], limits: Limits) -> Reassembler:
+    window = StreamWindow(BASE, limits.history)
+    reasm = Reassembler(window, limits)
+    for frame, (offset, payload) in enumerate(segments, start=2):
+        reasm.add(offset, payload, frame)
+    return reasm
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.tuples(st.integers(0, 300), st.binary(min_size=1, max_size=60)), min_size=1, max_size=12
     )
 )
-def test_layout_matches_the_model(segments: list[tuple[int, bytes]]) -> None:
-    syn = packet(1, -1, b"", TCP_SYN)
-    packets = [syn] + [packet(f, o, p) for f, (o, p) in enumerate(segments, start=2)]
-    stream = ByteStream.from_packets(packets, ISN)
+def test_streaming_layout_matches_the_model(segments: list[tuple[int, bytes]]) -> None:
+    reasm = reassemble(segments, Limits())
     octets, conflicting, nothing_new, out_of_order = model(segments)
-    # The runs are exactly the captured offsets, sorted, disjoint, not touching.
-    covered = [i for lo, hi in stream.runs for i in range(lo, hi)]
+    # In order: octets from 0 up to the first hole are in the window, the rest wait.
+    hole = next(i for i in range(max(octets) + 2) if i not in octets)
+    assert reasm.delivered == hole
+    assert (reasm.window.read(0, hole) if hole else b"") == bytes(octets[i] for i in range(hole))
+    assert {frame for frame, _, _ in reasm.conflicts} == conflicting
+    assert reasm.retransmissions == nothing_new
+    assert reasm.out_of_order == out_of_order
+    # The end of the capture: holes become gaps, runs are exactly the captured offsets.
+    reasm.finish()
+    window = reasm.window
+    covered = [i for lo, hi in window.runs for i in range(lo, hi)]
     assert covered == sorted(octets)
-    assert all(a[1] < b[0] for a, b in zip(stream.runs, stream.runs[1:], strict=False))
-    for lo, hi in stream.runs:
-        assert stream.read(lo, hi - lo) == bytes(octets[i] for i in range(lo, hi))
-        assert stream.read(lo, hi - lo + 1) is None  # one octet past the run
-        assert stream.captured(lo, hi + 5) == stream.read(lo, hi - lo)
-    assert {frame for frame, _, _ in stream.conflicts} == conflicting
-    assert stream.retransmissions == nothing_new
-    assert stream.out_of_order == out_of_order
-    hole = next((i for i in range(max(octets) + 1) if i not in octets), None)
-    if hole is not None:
-        assert stream.captured(hole, hole + 1) == b""
-        assert stream.run_end(hole) == hole
+    assert reasm.captured == len(octets)
+    for lo, hi in window.runs:
+        assert window.read(lo, hi - lo) == bytes(octets[i] for i in range(lo, hi))
+        assert window.read(lo, hi - lo + 1) is None  # one octet past the run
+        assert window.captured(lo, hi + 5) == window.read(lo, hi - lo)
+    assert reasm.gaps == len(window.runs) - 1 + (0 if window.runs[0][0] == 0 else 1)
+
+
+def test_a_hole_is_given_up_past_the_limit() -> None:
+    limits = Limits(reassembly=1000)
+    segments = [(0, b"a" * 100)] + [(200 + 100 * i, b"b" * 100) for i in range(12)]
+    reasm = reassemble(segments, limits)
+    # Past 1000 octets waiting, the hole [100, 200) was taken as not captured.
+    assert reasm.given_up == [(100, 200)]
+    assert reasm.gaps == 1
+    assert reasm.pending_octets <= limits.reassembly
+    assert reasm.window.runs == [[0, 100], [200, 200 + 100 * 12]] or reasm.delivered > 200
+
+
+def test_discard_keeps_only_the_history() -> None:
+    limits = Limits(history=1000)
+    reasm = reassemble([(i * 1000, bytes([i]) * 1000) for i in range(100)], limits)
+    window = reasm.window
+    window.discard(50_000)
+    assert window.held == 100_000 - 49_000
+    assert window.read(49_000, 10) == bytes([49]) * 10
+    assert window.read(48_999, 2) is None
+    # A retransmission of discarded octets is counted, not compared.
+    reasm.add(10_000, b"x" * 10, 999)
+    assert reasm.unchecked == 10 and reasm.conflicts == []
+    reasm.add(49_500, b"x" * 10, 1000)  # still held: compared
+    assert [c[0] for c in reasm.conflicts] == [1000]
 
 
 def test_find_looks_inside_runs_only() -> None:
-    packets = [packet(1, 0, b"xxMPA"), packet(2, 100, b"..MPA ID Rep Frame")]
-    stream = ByteStream.from_packets(packets, ISN)
-    assert stream.find(b"MPA ID Rep Frame", 200) == 102
-    assert stream.find(b"MPA ID Rep Frame", 117) == -1  # the key must end before stop
-    assert stream.find(b"MPA", 10) == 2
+    reasm = reassemble([(0, b"xxMPA"), (100, b"..MPA ID Rep Frame")], Limits())
+    reasm.finish()
+    window = reasm.window
+    assert window.find(b"MPA ID Rep Frame", 200) == 102
+    assert window.find(b"MPA ID Rep Frame", 117) == -1  # the key must end before stop
+    assert window.find(b"MPA", 10) == 2
 
 
 def test_a_far_sequence_jump_costs_no_memory() -> None:
     # Two octets a gigabyte apart: a capture this small must stay small.
-    packets = [packet(1, 0, b"a"), packet(2, MAX_STREAM - 10, b"b")]
     tracemalloc.start()
     try:
-        stream = ByteStream.from_packets(packets, ISN)
+        reasm = reassemble([(0, b"a"), ((1 << 30) - 10, b"b")], Limits())
+        reasm.finish()
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert stream.runs == [(0, 1), (MAX_STREAM - 10, MAX_STREAM - 9)]
-    assert stream.read(MAX_STREAM - 10, 1) == b"b"
+    window = reasm.window
+    assert window.runs == [[0, 1], [(1 << 30) - 10, (1 << 30) - 9]]
+    assert window.read((1 << 30) - 10, 1) == b"b"
     assert peak < 1 << 20

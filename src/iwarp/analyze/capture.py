@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address
 from typing import BinaryIO, Final
 
@@ -30,6 +31,27 @@ LINKTYPE_IPV6: Final = 229
 LINKTYPE_LINUX_SLL2: Final = 276
 #: DLT_RAW as some platforms number it in files.
 _RAW_ALIASES: Final = frozenset({12, 14, LINKTYPE_RAW})
+#: Link types this reader decodes, by name.
+SUPPORTED_LINKTYPES: Final = {
+    LINKTYPE_NULL: "BSD loopback",
+    LINKTYPE_ETHERNET: "Ethernet",
+    LINKTYPE_LINUX_SLL: "Linux cooked v1",
+    LINKTYPE_LINUX_SLL2: "Linux cooked v2",
+    LINKTYPE_IPV4: "raw IPv4",
+    LINKTYPE_IPV6: "raw IPv6",
+    **{raw: "raw IP" for raw in _RAW_ALIASES},
+}
+
+
+def _check_linktype(linktype: int) -> None:
+    """An unsupported link type is an error: its frames would silently vanish."""
+    if linktype not in SUPPORTED_LINKTYPES:
+        names = ", ".join(sorted(set(SUPPORTED_LINKTYPES.values())))
+        raise CaptureError(
+            f"link type {linktype} is not supported (https://www.tcpdump.org/linktypes.html); "
+            f"supported: {names}"
+        )
+
 
 _ETHERTYPE_IPV4: Final = 0x0800
 _ETHERTYPE_IPV6: Final = 0x86DD
@@ -146,6 +168,7 @@ def _pcap_frames(
     if len(rest) < 20:
         raise CaptureError("truncated pcap header")
     linktype = struct.unpack(order + "16xI", rest)[0] & 0x0FFFFFFF
+    _check_linktype(linktype)
     record = struct.Struct(order + "IIII")
     while True:
         header = f.read(16)
@@ -200,6 +223,7 @@ def _pcapng_frames(
             return
         if block_type == 1 and len(body) >= 8:  # Interface Description Block
             linktype = struct.unpack_from(order + "H", body, 0)[0]
+            _check_linktype(linktype)
             interfaces.append((linktype, _tsresol(body[8:], order)))
         elif block_type == 6 and len(body) >= 20:  # Enhanced Packet Block
             iface, high, low, caplen = struct.unpack_from(order + "IIII", body, 0)
@@ -291,6 +315,16 @@ def _link(linktype: int, data: bytes) -> tuple[int, int] | None:
     return None
 
 
+@lru_cache(maxsize=4096)
+def _v4(packed: bytes) -> str:
+    return str(IPv4Address(packed))
+
+
+@lru_cache(maxsize=4096)
+def _v6(packed: bytes) -> str:
+    return str(IPv6Address(packed))
+
+
 def _ipv4(data: bytes, offset: int, stats: CaptureStats) -> tuple[str, str, int, int] | None:
     if len(data) < offset + _IPV4.size:
         return None
@@ -306,7 +340,7 @@ def _ipv4(data: bytes, offset: int, stats: CaptureStats) -> tuple[str, str, int,
     start = offset + (version_ihl & 0x0F) * 4
     # The IP length, not the frame length: Ethernet pads short frames.
     end = offset + total if total else len(data)
-    return str(IPv4Address(src)), str(IPv4Address(dst)), start, end
+    return _v4(src), _v4(dst), start, end
 
 
 def _ipv6(data: bytes, offset: int, stats: CaptureStats) -> tuple[str, str, int, int] | None:
@@ -331,4 +365,4 @@ def _ipv6(data: bytes, offset: int, stats: CaptureStats) -> tuple[str, str, int,
             return None
         next_header = following
         start += size
-    return str(IPv6Address(src)), str(IPv6Address(dst)), start, end
+    return _v6(src), _v6(dst), start, end

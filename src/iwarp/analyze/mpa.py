@@ -1,6 +1,6 @@
 """MPA in a reassembled byte stream: frames, FPDUs, markers, CRCs, resync.
 
-Pure functions over :class:`~iwarp.analyze.tcp.ByteStream`; nothing here
+Pure functions over a :class:`~iwarp.analyze.tcp.StreamWindow`; nothing here
 reads files. Unlike a receiver, the analyzer does not stop at the first
 error: it reports it and walks on by ULPDU_Length, and when it loses the
 FPDU boundaries (a gap in the capture, or two bad FPDUs in a row) it finds
@@ -23,7 +23,7 @@ from iwarp.analyze.records import (
     NoteRecord,
     Record,
 )
-from iwarp.analyze.tcp import ByteStream
+from iwarp.analyze.tcp import StreamWindow
 from iwarp.errors import MpaErrorCode
 from iwarp.mpa.framing import fpdu_wire_size
 from iwarp.mpa.wire import (
@@ -48,7 +48,9 @@ from iwarp.mpa.wire import (
 from iwarp.rdmap.wire import describe_ulpdu
 
 __all__ = [
+    "LOOKAHEAD",
     "FpduView",
+    "FpduWalker",
     "Framing",
     "find_frame",
     "find_start",
@@ -76,7 +78,7 @@ MIN_DDP_HEADER: Final = 14
 class Framing:
     """How one direction's FPDUs are framed."""
 
-    #: Offset (in the direction's ByteStream) of the first octet of MPA full
+    #: Offset (in the direction's StreamWindow) of the first octet of MPA full
     #: operation; markers sit at ``origin + k * 512``. When the start was not
     #: captured, any offset with the right phase.
     origin: int
@@ -106,7 +108,7 @@ class FpduView:
         return crc_ok and all(r == 0 and p == e for _, r, p, e in self.markers)
 
 
-def inspect_fpdu(stream: ByteStream, start: int, framing: Framing) -> FpduView | int | None:
+def inspect_fpdu(stream: StreamWindow, start: int, framing: Framing) -> FpduView | int | None:
     """Take apart the FPDU at ``start``.
 
     Returns the view, or the offset where captured data stops short of the
@@ -152,14 +154,14 @@ def inspect_fpdu(stream: ByteStream, start: int, framing: Framing) -> FpduView |
 # -- Request / Reply frames ------------------------------------------------------
 
 
-def find_frame(stream: ByteStream, key: bytes) -> int | None:
+def find_frame(stream: StreamWindow, key: bytes) -> int | None:
     """Offset of the first ``key`` (Request or Reply) near the stream start."""
     at = stream.find(key, FRAME_SEARCH)
     return None if at < 0 else at
 
 
 def read_frame(
-    stream: ByteStream, offset: int, *, where: tuple[int, str]
+    stream: StreamWindow, offset: int, *, where: tuple[int, str]
 ) -> tuple[FrameRecord | None, int, list[Record]]:
     """Decode the frame at ``offset``.
 
@@ -217,83 +219,140 @@ def read_frame(
 # -- FPDUs -----------------------------------------------------------------------
 
 
-def walk_fpdus(
-    stream: ByteStream, start: int, framing: Framing, *, where: tuple[int, str]
-) -> Iterator[Record]:
-    """Every FPDU from ``start`` on, with the errors and notes found on the way."""
-    pos = start
-    bad_in_a_row = 0
-    while pos < stream.end:
-        oversize = _oversize(stream, pos, framing, where)
-        if oversize is not None:
-            yield oversize
-        view = inspect_fpdu(stream, pos, framing)
-        if not isinstance(view, FpduView):
-            stray = _stray_marker(stream, pos, framing)
-            if stray is not None:
-                # The FPDU's length reaches past a marker that points elsewhere.
-                yield ErrorRecord(
-                    where[0],
-                    where[1],
-                    stream.seq(stray),
-                    stream.frame_at(stray),
-                    int(MpaErrorCode.MARKER_MISMATCH),
-                    "mpa",
-                    f"ULPDU_Length of the FPDU at sequence {stream.seq(pos)} runs past a "
-                    "marker that points elsewhere",
-                )
-                found = find_sync(stream, pos + MARKER_SIZE, framing)
-                if found is None:
-                    yield _note(stream, pos, where, _cannot_resync(framing))
+#: Octets past a lost boundary a streaming walk waits for before looking for
+#: the next FPDU (the farthest :func:`find_sync` and :func:`find_start` look,
+#: with room for the FPDUs that must vouch for a boundary).
+LOOKAHEAD: Final = MARKER_TRIES * MARKER_INTERVAL + 2 * (MAX_ULPDU + 1024)
+
+
+class FpduWalker:
+    """Every FPDU of one direction from ``start`` on, with the errors and notes
+    found on the way, as the octets arrive.
+
+    :meth:`advance` walks as far as the window allows and returns; called
+    again when more octets came (or the window became final), it goes on.
+    Nothing before :attr:`low_water` is read again.
+    """
+
+    __slots__ = ("bad_in_a_row", "done", "framing", "pos", "stream", "sync", "where")
+
+    def __init__(
+        self, stream: StreamWindow, start: int, framing: Framing, *, where: tuple[int, str]
+    ) -> None:
+        self.stream = stream
+        self.framing = framing
+        self.where = where
+        self.pos = start
+        self.bad_in_a_row = 0
+        #: A lost boundary being looked for: ``(from offset, why)``.
+        self.sync: tuple[int, str] | None = None
+        self.done = False
+
+    @property
+    def low_water(self) -> int:
+        return self.pos if self.sync is None else min(self.pos, self.sync[0])
+
+    def advance(self) -> Iterator[Record]:
+        stream, framing, where = self.stream, self.framing, self.where
+        while not self.done:
+            if self.sync is not None:
+                offset, why = self.sync
+                if not stream.final and stream.end - offset < LOOKAHEAD:
                     return
-                pos = found
+                yield from self._resync(offset, why)
                 continue
-            resume = _past_gap(stream, pos if view is None else view)
-            if resume is None:
+            pos = self.pos
+            if pos >= stream.end:
+                self.done = stream.final
+                return
+            view = inspect_fpdu(stream, pos, framing)
+            if not isinstance(view, FpduView):
+                stop = pos if view is None else view
+                if stop >= stream.end and not stream.final:
+                    return  # the rest of the FPDU has not arrived yet
+                oversize = _oversize(stream, pos, framing, where)
+                if oversize is not None:
+                    yield oversize
+                stray = _stray_marker(stream, pos, framing)
+                if stray is not None:
+                    # The FPDU's length reaches past a marker that points elsewhere.
+                    yield ErrorRecord(
+                        where[0],
+                        where[1],
+                        stream.seq(stray),
+                        stream.frame_at(stray),
+                        int(MpaErrorCode.MARKER_MISMATCH),
+                        "mpa",
+                        f"ULPDU_Length of the FPDU at sequence {stream.seq(pos)} runs past a "
+                        "marker that points elsewhere",
+                    )
+                    self.sync = (pos + MARKER_SIZE, "stray")
+                    continue
+                resume = _past_gap(stream, stop)
+                if resume is None:
+                    yield _note(
+                        stream,
+                        pos,
+                        where,
+                        f"capture ends inside an FPDU ({stream.end - pos} octets captured)",
+                    )
+                    self.done = True
+                    return
                 yield _note(
                     stream,
                     pos,
                     where,
-                    f"capture ends inside an FPDU ({stream.end - pos} octets captured)",
+                    f"{resume - pos} octets not captured at or after sequence "
+                    f"{stream.seq(pos)}; looking for the next FPDU",
                 )
-                return
+                self.pos = resume
+                self.sync = (resume, "gap")
+                continue
+            oversize = _oversize(stream, pos, framing, where)
+            if oversize is not None:
+                yield oversize
+            record = _fpdu_record(stream, pos, view, framing, where)
+            yield record
+            yield from _fpdu_errors(view, record, framing, where)
+            self.bad_in_a_row = 0 if view.valid(framing) else self.bad_in_a_row + 1
+            self.pos = pos + view.wire_length
+            if self.bad_in_a_row >= 2:
+                self.sync = (self.pos, "lost")
+                self.bad_in_a_row = 0
+
+    def _resync(self, offset: int, why: str) -> Iterator[Record]:
+        stream, framing, where = self.stream, self.framing, self.where
+        self.sync = None
+        if why == "lost" and offset >= stream.end:
+            return  # the stream ended right there: nothing to find
+        found = find_sync(stream, offset, framing)
+        if found is None:
+            prefix = "FPDU boundaries lost; " if why == "lost" else ""
+            at = self.pos if why == "stray" else offset
+            yield _note(stream, at, where, prefix + _cannot_resync(framing))
+            self.done = True
+            return
+        if why == "gap":
+            yield _note(stream, found, where, "FPDU boundaries found again")
+        elif why == "lost" and found != offset:
             yield _note(
                 stream,
-                pos,
+                found,
                 where,
-                f"{resume - pos} octets not captured at or after sequence "
-                f"{stream.seq(pos)}; looking for the next FPDU",
+                f"FPDU boundaries lost; resynchronized {found - offset} octets further on",
             )
-            found = find_sync(stream, resume, framing)
-            if found is None:
-                yield _note(stream, resume, where, _cannot_resync(framing))
-                return
-            yield _note(stream, found, where, "FPDU boundaries found again")
-            pos = found
-            continue
-        record = _fpdu_record(stream, pos, view, framing, where)
-        yield record
-        yield from _fpdu_errors(view, record, framing, where)
-        bad_in_a_row = 0 if view.valid(framing) else bad_in_a_row + 1
-        pos += view.wire_length
-        if bad_in_a_row >= 2 and pos < stream.end:
-            found = find_sync(stream, pos, framing)
-            if found is None:
-                yield _note(stream, pos, where, "FPDU boundaries lost; " + _cannot_resync(framing))
-                return
-            if found != pos:
-                yield _note(
-                    stream,
-                    found,
-                    where,
-                    f"FPDU boundaries lost; resynchronized {found - pos} octets further on",
-                )
-            pos = found
-            bad_in_a_row = 0
+        self.pos = found
+
+
+def walk_fpdus(
+    stream: StreamWindow, start: int, framing: Framing, *, where: tuple[int, str]
+) -> Iterator[Record]:
+    """Every FPDU of a complete (final) window from ``start`` on."""
+    yield from FpduWalker(stream, start, framing, where=where).advance()
 
 
 def _oversize(
-    stream: ByteStream, start: int, framing: Framing, where: tuple[int, str]
+    stream: StreamWindow, start: int, framing: Framing, where: tuple[int, str]
 ) -> ErrorRecord | None:
     """Error 3 for a ULPDU_Length above 64768, which no sender may post (RFC
     5044 §5.3) and FpduDecoder refuses as unable to delimit an FPDU."""
@@ -316,7 +375,7 @@ def _oversize(
     )
 
 
-def _stray_marker(stream: ByteStream, start: int, framing: Framing) -> int | None:
+def _stray_marker(stream: StreamWindow, start: int, framing: Framing) -> int | None:
     """A captured marker inside the incomplete FPDU at ``start`` that does not
     point back to it (RFC 5044 §4.3), or None."""
     if not framing.markers:
@@ -342,19 +401,19 @@ def _cannot_resync(framing: Framing) -> str:
     return "without markers or CRCs FPDU boundaries cannot be found again"
 
 
-def _past_gap(stream: ByteStream, stop: int) -> int | None:
+def _past_gap(stream: StreamWindow, stop: int) -> int | None:
     """The first captured offset after the gap at ``stop``, None at the end."""
     if stop >= stream.end:
         return None
     return stream.next_captured(stop)
 
 
-def _note(stream: ByteStream, offset: int, where: tuple[int, str], message: str) -> NoteRecord:
+def _note(stream: StreamWindow, offset: int, where: tuple[int, str], message: str) -> NoteRecord:
     return NoteRecord(where[0], where[1], stream.seq(offset), stream.frame_at(offset), message)
 
 
 def _fpdu_record(
-    stream: ByteStream, pos: int, view: FpduView, framing: Framing, where: tuple[int, str]
+    stream: StreamWindow, pos: int, view: FpduView, framing: Framing, where: tuple[int, str]
 ) -> FpduRecord:
     return FpduRecord(
         where[0],
@@ -416,7 +475,7 @@ def _fpdu_errors(
 # -- finding FPDU boundaries -------------------------------------------------------
 
 
-def find_sync(stream: ByteStream, offset: int, framing: Framing) -> int | None:
+def find_sync(stream: StreamWindow, offset: int, framing: Framing) -> int | None:
     """The first FPDU start at or after ``offset`` that can be trusted.
 
     With markers: a marker whose FPDUPTR leads to a complete, valid FPDU that
@@ -434,7 +493,7 @@ def find_sync(stream: ByteStream, offset: int, framing: Framing) -> int | None:
 
 
 def _sync_by_markers(
-    stream: ByteStream, offset: int, framing: Framing, *, tries: int = MARKER_TRIES
+    stream: StreamWindow, offset: int, framing: Framing, *, tries: int = MARKER_TRIES
 ) -> int | None:
     marker = offset + (framing.origin - offset) % MARKER_INTERVAL
     for _ in range(tries):
@@ -449,7 +508,7 @@ def _sync_by_markers(
     return None
 
 
-def _pointed_start(stream: ByteStream, marker: int, framing: Framing) -> int | None:
+def _pointed_start(stream: StreamWindow, marker: int, framing: Framing) -> int | None:
     """The start of the FPDU the marker at ``marker`` points to, if that FPDU's
     ULPDU_Length makes it hold the marker (a cheap test before the CRC)."""
     raw = stream.read(marker, MARKER_SIZE)
@@ -468,7 +527,7 @@ def _pointed_start(stream: ByteStream, marker: int, framing: Framing) -> int | N
     return start if start <= marker < start + wire else None
 
 
-def _trusted(stream: ByteStream, start: int, framing: Framing, *, count: int) -> bool:
+def _trusted(stream: StreamWindow, start: int, framing: Framing, *, count: int) -> bool:
     """``count`` valid FPDUs from ``start`` (fewer if the stream ends cleanly).
 
     Each must hold at least a DDP header. Without CRCs only markers vouch for
@@ -493,7 +552,7 @@ def _trusted(stream: ByteStream, start: int, framing: Framing, *, count: int) ->
 
 
 def guess_framing(
-    stream: ByteStream, start: int, *, markers: bool | None, crc: bool | None
+    stream: StreamWindow, start: int, *, markers: bool | None, crc: bool | None
 ) -> Framing | None:
     """Markers and CRC for a stream whose MPA start is known but not its frames."""
     for m in (False, True) if markers is None else (markers,):
@@ -507,7 +566,7 @@ def guess_framing(
 
 
 def find_start(
-    stream: ByteStream, *, markers: bool | None, crc: bool | None
+    stream: StreamWindow, *, markers: bool | None, crc: bool | None
 ) -> tuple[Framing, int] | None:
     """Framing and first FPDU of a stream whose MPA start was not captured.
 

@@ -18,7 +18,7 @@ from iwarp.analyze.capture import TcpPacket
 from iwarp.errors import MpaError
 from iwarp.mpa.ooo import OutOfOrderReceiver, ReceiveFailed, UlpduDelivered, UlpduPassed
 
-__all__ = ["ReceiverReplay", "replay_receiver"]
+__all__ = ["ReceiverReplay", "ReplayFeed", "replay_receiver"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,29 +45,46 @@ class ReceiverReplay:
         }
 
 
+class ReplayFeed:
+    """A fresh receiver fed one direction's segments in capture order, as they come."""
+
+    __slots__ = ("ahead", "delivered", "passed", "peak", "receiver")
+
+    def __init__(self, start_seq: int, *, markers: bool, crc: bool) -> None:
+        # The default limit (64768, RFC 5044 §5.3) is the analyzer's too.
+        self.receiver = OutOfOrderReceiver(start=start_seq, markers=markers, crc=crc)
+        self.passed = self.ahead = self.delivered = self.peak = 0
+
+    def feed(self, seq: int, payload: bytes) -> None:
+        receiver = self.receiver
+        if not payload or receiver.error is not None:
+            return
+        events = receiver.receive(seq, payload)
+        waiting = set()
+        for event in events:
+            if isinstance(event, UlpduPassed):
+                self.passed += 1
+                waiting.add(event.offset)
+            elif isinstance(event, UlpduDelivered):
+                self.delivered += 1
+                waiting.discard(event.offset)
+            elif isinstance(event, ReceiveFailed):
+                break
+        self.ahead += len(waiting)
+        buffered = receiver.buffered
+        self.peak = max(self.peak, buffered)
+
+    def result(self) -> ReceiverReplay:
+        return ReceiverReplay(
+            self.passed, self.ahead, self.delivered, self.peak, self.receiver.error
+        )
+
+
 def replay_receiver(
     packets: Iterable[TcpPacket], start_seq: int, *, markers: bool, crc: bool
 ) -> ReceiverReplay:
     """Feed ``packets`` (one direction, capture order) to a fresh receiver."""
-    # The default limit (64768, RFC 5044 §5.3) is the analyzer's too.
-    receiver = OutOfOrderReceiver(start=start_seq, markers=markers, crc=crc)
-    passed = ahead = delivered = peak = 0
+    feed = ReplayFeed(start_seq, markers=markers, crc=crc)
     for packet in packets:
-        if not packet.payload:
-            continue
-        events = receiver.receive(packet.seq, packet.payload)
-        waiting = set()
-        for event in events:
-            if isinstance(event, UlpduPassed):
-                passed += 1
-                waiting.add(event.offset)
-            elif isinstance(event, UlpduDelivered):
-                delivered += 1
-                waiting.discard(event.offset)
-            elif isinstance(event, ReceiveFailed):
-                break
-        ahead += len(waiting)
-        peak = max(peak, receiver.buffered)
-        if receiver.error is not None:
-            break
-    return ReceiverReplay(passed, ahead, delivered, peak, receiver.error)
+        feed.feed(packet.seq, packet.payload)
+    return feed.result()

@@ -1,238 +1,188 @@
-"""TCP reassembly for the analyzer: each connection's two byte streams.
+"""TCP reassembly for the analyzer, streaming: each direction's octets in order.
 
-Offline, so simpler than a live receiver: every segment of a direction is
-collected, then laid out by sequence number. The first copy of an octet is
-kept (what a receiver commits, seed 000 §3.1.2); later copies that differ
-are reported as conflicts. Retransmissions, segments that fill a hole (out
-of order) and holes left at the end (octets the capture missed) are
-counted and listed, so the MPA decoder can tell a gap from a protocol error.
+A :class:`Reassembler` takes one direction's segments in capture order and
+hands its :class:`StreamWindow` the octets in sequence order as soon as they
+are contiguous. The first copy of an octet is kept (what a receiver
+commits, seed 000 §3.1.2); later copies are compared with it while it is
+still held (the window keeps the last :attr:`Limits.history` octets) and
+reported when they differ. Segments past a hole wait, up to
+:attr:`Limits.reassembly` octets; past that, or at the end of the capture,
+the hole is given up: it becomes a gap in the window (octets the capture
+missed), which the decoders cross as they would any gap.
+
+Memory is what is outstanding: segments waiting past a hole, and what the
+decoders have not consumed yet; never the whole stream.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from bisect import bisect_left, bisect_right, insort
+from collections import deque
+from dataclasses import dataclass
 from typing import Final
 
-from iwarp.analyze.capture import TCP_FIN, TCP_RST, TCP_SYN, TcpPacket
-
-__all__ = ["ByteStream", "Connection", "HalfConnection", "track_connections"]
+__all__ = ["Limits", "Reassembler", "StreamWindow"]
 
 _MASK: Final = 0xFFFFFFFF
 _HALF: Final = 1 << 31
-_TCP_ACK: Final = 0x10
-#: Octets of one direction the analyzer lays out; later data is ignored.
-MAX_STREAM: Final = 1 << 30
+_KIB: Final = 1 << 10
+_MIB: Final = 1 << 20
 
 
-def _signed(delta: int) -> int:
+def signed(delta: int) -> int:
+    """A 32-bit sequence difference as a signed number (RFC 793 arithmetic)."""
     return ((delta + _HALF) & _MASK) - _HALF
 
 
-@dataclass
-class HalfConnection:
-    """One direction of a connection: the segments its sender sent."""
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the analyzer holds at most, so that no capture makes it grow without bound.
 
-    src: str
-    sport: int
-    dst: str
-    dport: int
-    #: Sequence number of the SYN, if captured.
-    isn: int | None = None
-    fin: int | None = None
-    reset: bool = False
-    packets: list[TcpPacket] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return f"{_host(self.src)}:{self.sport} -> {_host(self.dst)}:{self.dport}"
-
-    def reassemble(self) -> ByteStream:
-        return ByteStream.from_packets(self.packets, self.isn)
-
-
-def _host(address: str) -> str:
-    return f"[{address}]" if ":" in address else address
-
-
-@dataclass
-class Connection:
-    """A TCP connection: ``index`` counts connections as Wireshark's tcp.stream."""
-
-    index: int
-    #: The side that sent the SYN (or the first packet, if no SYN was captured).
-    client: HalfConnection
-    server: HalfConnection
-    syn_seen: bool = False
-
-
-@dataclass
-class ByteStream:
-    """The octets of one direction, laid out from sequence number ``base``.
-
-    Only captured octets are held (one buffer per run), so a capture whose
-    sequence numbers jump far ahead costs no memory for the jump.
+    Past each limit it gives something up and says so in a note record.
     """
 
-    base: int
-    #: Sorted, disjoint ``(lo, hi)`` ranges of captured octets.
-    runs: list[tuple[int, int]]
-    #: The octets of each run, in the order of ``runs``.
-    chunks: list[bytearray]
-    #: ``(offset, frame)`` of each segment that brought new octets, sorted.
-    frames: list[tuple[int, int]]
-    retransmissions: int = 0
-    out_of_order: int = 0
-    #: ``(frame, offset, length)`` of later copies that disagree with the first.
-    conflicts: list[tuple[int, int, int]] = field(default_factory=list)
-    #: Octets the capture missed: ``(lo, hi)``, including a missing tail before a FIN.
-    gaps: list[tuple[int, int]] = field(default_factory=list)
-    #: Offset of the FIN, if captured.
-    fin: int | None = None
+    #: Connections tracked at once; past it, the least recently active one
+    #: is closed early (its later segments start a new connection).
+    open_connections: int = 10_000
+    #: Octets of one direction held past a hole before the hole is given up.
+    reassembly: int = 8 * _MIB
+    #: Octets of one direction held while the connection's protocol is not
+    #: known yet (waiting for the other side's MPA frame); then it is decided
+    #: without it.
+    probe: int = 1 * _MIB
+    #: Octets held in all connections together; past it, the largest holders
+    #: give up their holes or decide at once.
+    total: int = 160 * _MIB
+    #: Octets kept after they were decoded, to compare retransmissions with.
+    history: int = 64 * _KIB
 
-    @classmethod
-    def from_packets(cls, packets: Iterable[TcpPacket], isn: int | None) -> ByteStream:
-        packets = list(packets)
-        with_data = [p for p in packets if p.wire_length]
-        if isn is not None:
-            base = (isn + 1) & _MASK
-        elif with_data:
-            first = with_data[0].seq
-            base = (first + min(_signed(p.seq - first) for p in with_data)) & _MASK
+
+class StreamWindow:
+    """The octets of one direction not yet consumed, laid out from sequence ``base``.
+
+    Offsets count from ``base`` (the SYN's sequence number plus one, or the
+    first captured octet). Data is appended in order; holes the capture
+    missed split it into runs. Decoders read with absolute offsets and
+    :meth:`discard` what they are done with. The query methods mirror what
+    the MPA and VI/TCP walkers need.
+    """
+
+    __slots__ = ("base", "chunks", "final", "frames", "history", "runs", "start")
+
+    def __init__(self, base: int, history: int = 64 * _KIB) -> None:
+        self.base = base
+        #: Sorted, disjoint ``[lo, hi]`` ranges of captured octets still held.
+        self.runs: list[list[int]] = []
+        #: The octets of each run.
+        self.chunks: list[bytearray] = []
+        #: ``(offset, frame)`` of segments that brought new octets, in order.
+        self.frames: deque[tuple[int, int]] = deque()
+        #: Offsets below this are gone.
+        self.start = 0
+        #: No more octets will come (end of capture or connection).
+        self.final = False
+        self.history = history
+
+    # -- filling ---------------------------------------------------------------
+
+    def append(self, offset: int, data: bytes | memoryview, frame: int) -> None:
+        """Octets at ``offset``, which is at or past :attr:`end` (past it: a gap)."""
+        runs = self.runs
+        if runs and runs[-1][1] == offset:
+            self.chunks[-1] += data
+            runs[-1][1] += len(data)
         else:
-            base = 0
-        stream = cls(base, [], [], [])
-        segments: list[tuple[int, bytes, int]] = []
-        for packet in packets:
-            offset = _signed(packet.seq - base) + (1 if packet.flags & TCP_SYN else 0)
-            if packet.flags & TCP_FIN:
-                stream.fin = offset + len(packet.payload)
-            if not packet.payload:
-                continue
-            payload = packet.payload
-            if offset < 0:
-                payload = payload[-offset:]
-                offset = 0
-            if payload and offset < MAX_STREAM:
-                segments.append((offset, payload, packet.frame))
-        stream._lay_out(segments)
-        stream.gaps = stream._holes()
-        return stream
+            runs.append([offset, offset + len(data)])
+            self.chunks.append(bytearray(data))
+        self.frames.append((offset, frame))
 
-    # -- layout ----------------------------------------------------------------
+    def discard(self, upto: int) -> None:
+        """Drop what lies before ``upto``, keeping :attr:`history` octets for comparisons."""
+        keep = upto - self.history
+        if keep <= self.start:
+            return
+        self.start = keep
+        runs, chunks = self.runs, self.chunks
+        while runs and runs[0][1] <= keep:
+            del runs[0]
+            del chunks[0]
+        if runs and runs[0][0] < keep:
+            del chunks[0][: keep - runs[0][0]]
+            runs[0][0] = keep
+        frames = self.frames
+        while len(frames) > 1 and frames[1][0] <= keep:
+            frames.popleft()
 
-    def _lay_out(self, segments: list[tuple[int, bytes, int]]) -> None:
-        """One buffer per final run, sized first so that no octet is copied
-        twice whatever the order; then the segments in capture order."""
-        for lo, hi in sorted((offset, offset + len(payload)) for offset, payload, _ in segments):
-            if self.runs and lo <= self.runs[-1][1]:
-                self.runs[-1] = (self.runs[-1][0], max(hi, self.runs[-1][1]))
-            else:
-                self.runs.append((lo, hi))
-        self.chunks = [bytearray(hi - lo) for lo, hi in self.runs]
-        written: list[tuple[int, int]] = []  # sorted, disjoint: octets laid out so far
-        highest = 0
-        for offset, payload, frame in segments:
-            if not self._place(written, offset, payload, frame):
-                self.retransmissions += 1
-            elif offset < highest:
-                self.out_of_order += 1
-            highest = max(highest, offset + len(payload))
-
-    def _place(
-        self, written: list[tuple[int, int]], offset: int, payload: bytes, frame: int
-    ) -> bool:
-        """Write the octets of ``payload`` not written before (the first copy
-        of an octet stays); returns whether there were any."""
-        end = offset + len(payload)
-        i = bisect_right(self.runs, (offset, _MASK << 32)) - 1  # the run holding it all
-        run_lo, chunk = self.runs[i][0], self.chunks[i]
-        # Written ranges overlapping or touching [offset, end] are written[k:m].
-        k = bisect_left(written, (offset,))
-        if k > 0 and written[k - 1][1] >= offset:
-            k -= 1
-        m = bisect_right(written, (end, _MASK << 32))
-        fresh: list[tuple[int, int]] = []
-        cursor = offset
-        for lo, hi in written[k:m]:
-            if lo > cursor:
-                fresh.append((cursor, lo))
-            seen_lo, seen_hi = max(lo, offset), min(hi, end)
-            if seen_lo < seen_hi and (
-                chunk[seen_lo - run_lo : seen_hi - run_lo]
-                != payload[seen_lo - offset : seen_hi - offset]
-            ):
-                self.conflicts.append((frame, seen_lo, seen_hi - seen_lo))
-            cursor = max(cursor, hi)
-        if cursor < end:
-            fresh.append((cursor, end))
-        if not fresh:
-            return False
-        for lo, hi in fresh:
-            chunk[lo - run_lo : hi - run_lo] = payload[lo - offset : hi - offset]
-        self.frames.insert(bisect_right(self.frames, (offset, frame)), (offset, frame))
-        merged_lo = min(offset, written[k][0]) if k < m else offset
-        merged_hi = max(end, written[m - 1][1]) if k < m else end
-        written[k:m] = [(merged_lo, merged_hi)]
-        return True
-
-    def _holes(self) -> list[tuple[int, int]]:
-        holes = []
-        cursor = 0
-        for lo, hi in self.runs:
-            if lo > cursor:
-                holes.append((cursor, lo))
-            cursor = hi
-        if self.fin is not None and self.fin > cursor:
-            holes.append((cursor, self.fin))
-        return holes
+    @property
+    def held(self) -> int:
+        """Octets held in memory."""
+        return sum(hi - lo for lo, hi in self.runs)
 
     # -- queries ---------------------------------------------------------------
 
     @property
     def end(self) -> int:
-        """Offset just past the last captured octet."""
-        return self.runs[-1][1] if self.runs else 0
+        """Offset just past the last octet received so far."""
+        return self.runs[-1][1] if self.runs else self.start
 
     def seq(self, offset: int) -> int:
         return (self.base + offset) & _MASK
 
     def offset_of(self, seq: int) -> int:
-        return _signed(seq - self.base)
+        return signed(seq - self.base)
+
+    def _run(self, offset: int) -> int:
+        """Index of the run holding ``offset``, or -1."""
+        runs = self.runs
+        if runs and runs[-1][0] <= offset < runs[-1][1]:
+            return len(runs) - 1
+        i = bisect_right(runs, [offset, 1 << 62]) - 1
+        if i >= 0 and runs[i][0] <= offset < runs[i][1]:
+            return i
+        return -1
 
     def run_end(self, offset: int) -> int:
-        """End of the captured run holding ``offset`` (``offset`` if none does)."""
-        i = bisect_right(self.runs, (offset, _MASK << 32)) - 1
-        if i >= 0 and self.runs[i][0] <= offset < self.runs[i][1]:
-            return self.runs[i][1]
-        return offset
+        """End of the run holding ``offset`` (``offset`` if none does)."""
+        i = self._run(offset)
+        return self.runs[i][1] if i >= 0 else offset
 
     def next_captured(self, offset: int) -> int | None:
-        """The first captured offset at or after ``offset``."""
-        if self.run_end(offset) > offset:
+        """The first held offset at or after ``offset``."""
+        if self._run(offset) >= 0:
             return offset
-        i = bisect_right(self.runs, (offset, _MASK << 32))
+        i = bisect_right(self.runs, [offset, 1 << 62])
         return self.runs[i][0] if i < len(self.runs) else None
 
     def read(self, offset: int, size: int) -> bytes | None:
-        """``size`` octets at ``offset`` if all were captured."""
-        if offset < 0 or self.run_end(offset) < offset + size:
+        """``size`` octets at ``offset`` if all are held."""
+        i = self._run(offset)
+        if i < 0:
             return None
-        return self.captured(offset, offset + size)
+        lo, hi = self.runs[i]
+        if offset + size > hi:
+            return None
+        return bytes(self.chunks[i][offset - lo : offset - lo + size])
+
+    def view(self, offset: int, size: int) -> memoryview | None:
+        """Like :meth:`read` without a copy; valid until the window changes."""
+        i = self._run(offset)
+        if i < 0:
+            return None
+        lo, hi = self.runs[i]
+        if offset + size > hi:
+            return None
+        return memoryview(self.chunks[i])[offset - lo : offset - lo + size]
 
     def captured(self, lo: int, hi: int) -> bytes:
-        """The captured octets from ``lo`` up to ``hi`` or the end of the run
-        holding ``lo``, whichever comes first (empty if ``lo`` was missed)."""
-        i = bisect_right(self.runs, (lo, _MASK << 32)) - 1
-        if i < 0 or not self.runs[i][0] <= lo < self.runs[i][1]:
+        """The held octets from ``lo`` up to ``hi`` or the end of its run."""
+        i = self._run(lo)
+        if i < 0:
             return b""
         run_lo = self.runs[i][0]
         return bytes(self.chunks[i][lo - run_lo : hi - run_lo])
 
     def find(self, key: bytes, stop: int) -> int:
-        """Offset of the first ``key`` that lies wholly before ``stop`` in one
-        run of captured octets, or -1."""
+        """Offset of the first ``key`` lying wholly before ``stop`` in one run, or -1."""
         for (lo, _), chunk in zip(self.runs, self.chunks, strict=True):
             if lo >= stop:
                 break
@@ -242,49 +192,171 @@ class ByteStream:
         return -1
 
     def frame_at(self, offset: int) -> int | None:
-        """The frame whose segment brought the octet at ``offset`` (approximately:
-        the last segment starting at or before it)."""
-        i = bisect_right(self.frames, (offset, 1 << 62)) - 1
-        return self.frames[i][1] if i >= 0 else None
+        """The frame whose segment brought the octet at ``offset`` (the last
+        segment starting at or before it)."""
+        frames = self.frames
+        if not frames:
+            return None
+        if frames[-1][0] <= offset:
+            return frames[-1][1]
+        i = bisect_right(frames, (offset, 1 << 62)) - 1
+        return frames[i][1] if i >= 0 else None
 
 
-def track_connections(packets: Iterable[TcpPacket]) -> list[Connection]:
-    """Group segments into connections, in order of first appearance.
+class Reassembler:
+    """One direction's segments, in capture order, into its window in stream order."""
 
-    A SYN without ACK on a known address pair whose connection already
-    carried data (or closed) starts a new connection, as port reuse does.
-    """
-    connections: list[Connection] = []
-    live: dict[tuple[str, int, str, int], Connection] = {}
-    for packet in packets:
-        key = (packet.src, packet.sport, packet.dst, packet.dport)
-        back = (packet.dst, packet.dport, packet.src, packet.sport)
-        connection = live.get(key) or live.get(back)
-        is_open = packet.flags & TCP_SYN and not packet.flags & _TCP_ACK
-        if connection is not None and is_open:
-            client = connection.client
-            half = client if (client.src, client.sport) == (packet.src, packet.sport) else None
-            reused = half is not None and half.isn != packet.seq and half.fin is not None
-            if half is None or reused:
-                connection = None
-        if connection is None:
-            client = HalfConnection(packet.src, packet.sport, packet.dst, packet.dport)
-            server = HalfConnection(packet.dst, packet.dport, packet.src, packet.sport)
-            connection = Connection(len(connections), client, server)
-            connections.append(connection)
-            live[key] = connection
-            live.pop(back, None)
-        half = (
-            connection.client
-            if (packet.src, packet.sport) == (connection.client.src, connection.client.sport)
-            else connection.server
-        )
-        if packet.flags & TCP_SYN:
-            half.isn = packet.seq
-            connection.syn_seen = True
-        if packet.flags & TCP_FIN:
-            half.fin = packet.seq + len(packet.payload)
-        if packet.flags & TCP_RST:
-            half.reset = True
-        half.packets.append(packet)
-    return connections
+    __slots__ = (
+        "captured",
+        "conflicts",
+        "delivered",
+        "fin",
+        "gap_octets",
+        "gaps",
+        "given_up",
+        "highest",
+        "limits",
+        "out_of_order",
+        "pending",
+        "pending_octets",
+        "retransmissions",
+        "unchecked",
+        "window",
+    )
+
+    def __init__(self, window: StreamWindow, limits: Limits) -> None:
+        self.window = window
+        self.limits = limits
+        #: Next offset expected in order.
+        self.delivered = window.end
+        #: Segments past a hole: sorted, disjoint ``(lo, hi, octets, frame)``.
+        self.pending: list[tuple[int, int, bytes, int]] = []
+        self.pending_octets = 0
+        self.highest = self.delivered
+        self.retransmissions = 0
+        self.out_of_order = 0
+        #: Octets handed to the window (first copies).
+        self.captured = 0
+        #: ``(frame, offset, length)`` of copies that differ from the first.
+        self.conflicts: list[tuple[int, int, int]] = []
+        #: Retransmitted octets too old to compare (no longer held).
+        self.unchecked = 0
+        self.gaps = 0
+        self.gap_octets = 0
+        #: ``(lo, hi)`` of holes given up before the end (a limit was reached).
+        self.given_up: list[tuple[int, int]] = []
+        #: Offset of the FIN, if seen.
+        self.fin: int | None = None
+
+    def add(self, offset: int, payload: bytes, frame: int) -> None:
+        """A segment's payload at ``offset`` (relative to the window's base)."""
+        end = offset + len(payload)
+        delivered = self.delivered
+        if offset == delivered and not self.pending:  # the common case: in order
+            self.window.append(offset, payload, frame)
+            self.delivered = end
+            self.captured += end - offset
+            self.highest = max(self.highest, end)
+            return
+        if end <= delivered:
+            self.retransmissions += 1
+            self._compare(offset, payload, frame)
+            return
+        first = offset
+        if offset < delivered:
+            self._compare(offset, payload[: delivered - offset], frame)
+            payload = payload[delivered - offset :]
+            offset = delivered
+        fresh = self._hold(offset, payload, frame)
+        if not fresh:
+            self.retransmissions += 1
+        elif first < self.highest:
+            self.out_of_order += 1
+        self.highest = max(self.highest, end)
+        self._drain()
+        if self.pending_octets > self.limits.reassembly:
+            self.give_up(self.limits.reassembly // 2)
+
+    def _compare(self, offset: int, payload: bytes, frame: int) -> None:
+        """Check a retransmitted copy against the first, where still held."""
+        window = self.window
+        hi = offset + len(payload)
+        lo = max(offset, window.start)
+        if lo > offset:
+            self.unchecked += min(lo, hi) - offset
+        while lo < hi:
+            stop = min(hi, window.run_end(lo))
+            if stop == lo:
+                nxt = window.next_captured(lo)
+                if nxt is None or nxt >= hi:
+                    break
+                lo = nxt
+                continue
+            if window.captured(lo, stop) != payload[lo - offset : stop - offset]:
+                self.conflicts.append((frame, lo, stop - lo))
+                return
+            lo = stop
+
+    def _hold(self, offset: int, payload: bytes, frame: int) -> bool:
+        """Keep the octets of ``payload`` not held yet (the first copy stays);
+        returns whether there were any."""
+        pending = self.pending
+        end = offset + len(payload)
+        k = bisect_left(pending, (offset,))
+        if k > 0 and pending[k - 1][1] > offset:
+            k -= 1
+        cursor = offset
+        pieces: list[tuple[int, int]] = []
+        for lo, hi, data, _ in pending[k:]:
+            if lo >= end:
+                break
+            if lo > cursor:
+                pieces.append((cursor, lo))
+            seen_lo, seen_hi = max(lo, offset), min(hi, end)
+            if data[seen_lo - lo : seen_hi - lo] != payload[seen_lo - offset : seen_hi - offset]:
+                self.conflicts.append((frame, seen_lo, seen_hi - seen_lo))
+            cursor = max(cursor, hi)
+        if cursor < end:
+            pieces.append((cursor, end))
+        for lo, hi in pieces:
+            insort(pending, (lo, hi, payload[lo - offset : hi - offset], frame))
+            self.pending_octets += hi - lo
+        return bool(pieces)
+
+    def _drain(self) -> None:
+        pending = self.pending
+        while pending and pending[0][0] <= self.delivered:
+            lo, hi, data, frame = pending.pop(0)
+            self.pending_octets -= hi - lo
+            if hi > self.delivered:
+                self.window.append(self.delivered, data[self.delivered - lo :], frame)
+                self.captured += hi - self.delivered
+                self.delivered = hi
+
+    def give_up(self, keep: int = 0) -> int:
+        """Give up holes until at most ``keep`` octets wait past one; returns
+        the octets of holes given up."""
+        skipped = 0
+        while self.pending and self.pending_octets > keep:
+            lo = self.pending[0][0]
+            if lo > self.delivered:
+                self.gaps += 1
+                self.gap_octets += lo - self.delivered
+                self.given_up.append((self.delivered, lo))
+                skipped += lo - self.delivered
+                self.delivered = lo
+            self._drain()
+        return skipped
+
+    def finish(self) -> None:
+        """End of the direction: every hole left is a gap, a missing tail before the FIN too."""
+        while self.pending:
+            lo = self.pending[0][0]
+            self.gaps += 1
+            self.gap_octets += lo - self.delivered
+            self.delivered = lo
+            self._drain()
+        if self.fin is not None and self.fin > self.delivered:
+            self.gaps += 1
+            self.gap_octets += self.fin - self.delivered
+        self.window.final = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from iwarp.analyze.records import ErrorRecord, NoteRecord, Record, ViSegmentRecord
-from iwarp.analyze.tcp import ByteStream
+from iwarp.analyze.tcp import StreamWindow
 from iwarp.vitcp.errors import MalformedSegmentError
 from iwarp.vitcp.wire import (
     CE_FIXED_SIZE,
@@ -23,10 +23,10 @@ from iwarp.vitcp.wire import (
     decode_segment,
 )
 
-__all__ = ["agreed_crc", "looks_like_vitcp", "walk_segments"]
+__all__ = ["ViWalker", "agreed_crc", "looks_like_vitcp", "walk_segments"]
 
 
-def looks_like_vitcp(stream: ByteStream) -> bool:
+def looks_like_vitcp(stream: StreamWindow) -> bool:
     """Whether the stream opens with a VI/TCP ConnectRequest (§3.2, §3.3)."""
     head = stream.read(0, HEADER_SIZE)
     if head is None:
@@ -42,7 +42,7 @@ def looks_like_vitcp(stream: ByteStream) -> bool:
     )
 
 
-def agreed_crc(passive: ByteStream) -> bool | None:
+def agreed_crc(passive: StreamWindow) -> bool | None:
     """Whether the segments after the CE exchange carry the CRC trailer:
     the ConnectAccept's CRC option, which the passive end sets only if the
     ConnectRequest had it (§3.6). None if ``passive`` opens with no Accept."""
@@ -57,41 +57,72 @@ def agreed_crc(passive: ByteStream) -> bool | None:
     return segment.ce.crc if segment.header.type is SegmentType.CONNECT_ACCEPT else None
 
 
-def walk_segments(
-    stream: ByteStream, *, where: tuple[int, str], trailer: bool | None = None
-) -> Iterator[Record]:
-    """Every VI segment of the stream, with the errors found.
+class ViWalker:
+    """Every VI segment of one direction, with the errors found, as octets arrive.
 
     ``trailer`` says whether the segments after the first (a CE segment,
     which says so itself) carry the CRC; None guesses segment by segment.
     """
-    index, direction = where
-    pos = 0
-    includes: bool | None = None  # Segment Length reading, learnt from the first segment
-    while pos < stream.end:
-        stop = stream.run_end(pos)
-        seq, frame = stream.seq(pos), stream.frame_at(pos)
-        try:
-            segment = decode_segment(
-                stream.captured(pos, stop),
-                0,
-                trailer=trailer if pos else None,
-                length_includes_trailer=includes,
-                complete=stop >= stream.end,  # nothing follows the last captured octet
-            )
-        except MalformedSegmentError as exc:
-            yield ErrorRecord(index, direction, seq, frame, None, "vitcp", str(exc))
-            return
-        if segment is None:
-            what = "capture ends" if stop >= stream.end else "a gap in the capture falls"
-            yield NoteRecord(index, direction, seq, frame, f"{what} inside a VI segment")
-            return
-        if includes is None:
-            includes = segment.length_includes_trailer
-        yield ViSegmentRecord(index, direction, seq, frame, _fields(segment))
-        if segment.crc_ok is False:
-            yield ErrorRecord(index, direction, seq, frame, None, "vitcp", "trailer CRC mismatch")
-        pos += segment.size
+
+    __slots__ = ("done", "includes", "pos", "stream", "trailer", "where")
+
+    def __init__(
+        self, stream: StreamWindow, *, where: tuple[int, str], trailer: bool | None = None
+    ) -> None:
+        self.stream = stream
+        self.where = where
+        self.trailer = trailer
+        self.pos = 0
+        #: Segment Length reading, learnt from the first segment.
+        self.includes: bool | None = None
+        self.done = False
+
+    @property
+    def low_water(self) -> int:
+        return self.pos
+
+    def advance(self) -> Iterator[Record]:
+        stream = self.stream
+        index, direction = self.where
+        while not self.done and self.pos < stream.end:
+            pos = self.pos
+            stop = stream.run_end(pos)
+            complete = stream.final and stop >= stream.end  # nothing follows
+            seq, frame = stream.seq(pos), stream.frame_at(pos)
+            try:
+                segment = decode_segment(
+                    stream.captured(pos, stop),
+                    0,
+                    trailer=self.trailer if pos else None,
+                    length_includes_trailer=self.includes,
+                    complete=complete,
+                )
+            except MalformedSegmentError as exc:
+                yield ErrorRecord(index, direction, seq, frame, None, "vitcp", str(exc))
+                self.done = True
+                return
+            if segment is None:
+                if stop >= stream.end and not stream.final:
+                    return  # the rest of the segment has not arrived yet
+                what = "capture ends" if stop >= stream.end else "a gap in the capture falls"
+                yield NoteRecord(index, direction, seq, frame, f"{what} inside a VI segment")
+                self.done = True
+                return
+            if self.includes is None:
+                self.includes = segment.length_includes_trailer
+            yield ViSegmentRecord(index, direction, seq, frame, _fields(segment))
+            if segment.crc_ok is False:
+                yield ErrorRecord(
+                    index, direction, seq, frame, None, "vitcp", "trailer CRC mismatch"
+                )
+            self.pos = pos + segment.size
+
+
+def walk_segments(
+    stream: StreamWindow, *, where: tuple[int, str], trailer: bool | None = None
+) -> Iterator[Record]:
+    """Every VI segment of a complete (final) window."""
+    yield from ViWalker(stream, where=where, trailer=trailer).advance()
 
 
 def _fields(segment: DecodedSegment) -> dict[str, object]:
