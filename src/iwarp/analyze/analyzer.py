@@ -412,6 +412,8 @@ class _Connection:
         self.now = self.last_time = packet.time
         flags = packet.flags
         payload = packet.payload
+        if not payload and not flags & (TCP_SYN | TCP_FIN | TCP_RST):
+            return  # a pure ACK: nothing to decode
         if flags & (TCP_SYN | TCP_FIN | TCP_RST):
             if flags & TCP_SYN:
                 d.isn = packet.seq
@@ -422,8 +424,6 @@ class _Connection:
         window = d.window
         if window is None:
             if not payload and not flags & (TCP_SYN | TCP_FIN):
-                if self.reset:
-                    self.closing = True
                 return
             base = (d.isn + 1) & 0xFFFFFFFF if d.isn is not None else packet.seq
             window = d.window = StreamWindow(base, self.limits.history)
@@ -451,8 +451,11 @@ class _Connection:
                 d.retained.append((packet.seq, packet.payload))
             elif d.replay is not None:
                 d.replay.feed(packet.seq, packet.payload)
-        self._advance()
-        if all(
+        if self.phase == _PROBE:
+            self._advance()
+        else:  # only this direction got anything new
+            self._advance_direction(d)
+        if (self.dirs[0].fin is not None or self.dirs[1].fin is not None) and all(
             x.fin is not None and x.reasm is not None and x.reasm.delivered >= x.fin
             for x in self.dirs
         ):
@@ -657,9 +660,6 @@ class _Connection:
         if window is None:
             return
         if d.mode == _FRAMING:
-            first = d.start if d.start is not None else window.start
-            if not window.final and window.end - first < LOOKAHEAD:
-                return
             self._frame(d)
         if d.mode == _WALK:
             walker = d.walker
@@ -688,6 +688,13 @@ class _Connection:
         elif (request is not None and request.crc) or (reply is not None and reply.crc):
             crc = True
         rdmac = any(f is not None and f.revision == Revision.REV0 for f in (request, reply))
+        if d.start is not None and d.start >= window.end and not window.final:
+            return  # no FPDU yet
+        if d.start is None or markers is None or crc is None:
+            # To be found out from the FPDUs themselves: wait for enough of them.
+            first = d.start if d.start is not None else window.start
+            if not window.final and window.end - first < LOOKAHEAD:
+                return
         found = self._framing(d, markers, crc, rdmac)
         if found is None:
             d.mode = _SKIP
