@@ -24,6 +24,7 @@ from tshark_fields import agree_all
 from iwarp.analyze.analyzer import Options, analyze_file
 from iwarp.analyze.records import ErrorRecord, FpduRecord, FrameRecord
 from iwarp.asyncio.mpa import MpaSocket, connect, serve
+from iwarp.cli._receipt import RECEIPT_REQUEST, RECEIPT_SIZE
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import Revision
 
@@ -267,7 +268,11 @@ def test_iwarp_listen_and_connect_over_loopback(tmp_path: Path, op: str) -> None
     assert all(r.crc_ok and all(m.ok for m in r.markers) for r in found)
     assert all(r.markers for r in found if r.wire_length > 512)
     if op == "mpa":
-        assert [(r.direction, r.ulpdu_length) for r in found] == [("initiator", size)] * count
+        # The messages, then connect's receipt request and listen's receipt.
+        sent = [r.ulpdu_length for r in found if r.direction == "initiator"]
+        answered = [r.ulpdu_length for r in found if r.direction == "responder"]
+        assert sent == [size] * count + [len(RECEIPT_REQUEST)]
+        assert answered == [RECEIPT_SIZE]
         return
     # The messages themselves (credit advertisements and the like aside):
     # one FPDU each, the loopback MULPDU being far above their size.
