@@ -9,17 +9,28 @@ payload where it belongs:
   ULP knows the memory (RDMAP: protection domains, access rights);
 * untagged segments into the buffer posted on their queue for their MSN.
 
-MPA over TCP delivers segments in order, so each message's segments must
-arrive in order too: an untagged MO must continue the message (else
-"Invalid MO"), a tagged segment that follows an unfinished tagged message
-must continue its STag and TO. On a failed check nothing of the segment is
-placed and a :class:`~iwarp.ddp.errors.DdpError` is raised carrying the
-offending header and segment length; the caller must then drop every later
-segment (RFC 5041 §7.1).
+Only the checks of RFC 5041 §7.1 refuse a segment. A data source SHOULD
+send a message's segments in increasing MO / TO order, but need not (§5.3),
+so segments are placed in any order: an untagged segment may carry any MO
+of any MSN that has a posted buffer (check 5: from the head buffer's MSN to
+the last posted buffer's), a tagged one any TO its STag allows. Sent in
+order (the common case over MPA/TCP) a message costs one counter; a message
+that arrives out of order is tracked as merged runs of placed octets
+(:class:`PlacedRuns`, at most :data:`MAX_RUNS` separate runs per message, and
+at most one tracked message per posted buffer, so a peer cannot make the
+tracking grow). An untagged message is delivered (``message_length``) when
+its L segment has arrived and every octet up to its end is placed, and only
+after every earlier MSN of its queue (§5.3, §5.4).
+
+On a failed check nothing of the segment is placed and a
+:class:`~iwarp.ddp.errors.DdpError` is raised carrying the offending header
+and segment length; the caller must then drop every later segment (RFC
+5041 §7.1).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +58,9 @@ from iwarp.ddp.wire import (
 )
 
 __all__ = [
+    "MAX_RUNS",
     "DdpReceiver",
+    "PlacedRuns",
     "PostedBuffer",
     "TaggedResolver",
     "TaggedSegment",
@@ -100,8 +113,76 @@ class UntaggedSegment(Generic[C]):
     rsvdulp: int
     rsvdulp2: int
     buffer: PostedBuffer[C]
-    #: Set on the last segment: the ULP message length (RFC 5041 §5.4).
+    #: Set when this segment's message is delivered: its length (RFC 5041 §5.4).
     message_length: int | None
+    #: Messages of the queue this segment completed besides (out of order,
+    #: in MSN order): each with ``last`` set, its L segment's RsvdULP fields,
+    #: its buffer and ``message_length``. Empty for segments sent in order.
+    delivered: tuple[UntaggedSegment[C], ...] = ()
+
+
+#: Most separate runs of placed octets tracked for one message received out
+#: of order (a local resource limit: more is refused as a local
+#: catastrophic error, RFC 5041 §7.2 type 0).
+MAX_RUNS = 64
+
+
+class PlacedRuns:
+    """The octet ranges of one message placed so far, merged, in order.
+
+    ``runs`` holds ``[start, end)`` pairs, sorted, neither overlapping nor
+    touching. Placing the same octets again (RFC 5041 §5.3 allows it) does
+    not count twice.
+    """
+
+    __slots__ = ("end", "last", "rsvdulp", "rsvdulp2", "runs")
+
+    def __init__(self) -> None:
+        self.runs: list[list[int]] = []
+        #: The highest octet offset placed + 1.
+        self.end = 0
+        #: The L segment arrived (with these RsvdULP fields).
+        self.last = False
+        self.rsvdulp = 0
+        self.rsvdulp2 = 0
+
+    def add(self, start: int, end: int) -> None:
+        """Record ``[start, end)`` as placed.
+
+        :raises DdpCatastrophicError: more than :data:`MAX_RUNS` runs.
+        """
+        self.end = max(self.end, end)
+        if start == end:
+            return
+        runs = self.runs
+        i = bisect_left(runs, start, key=_run_end)  # first run ending at or after start
+        j = i
+        while j < len(runs) and runs[j][0] <= end:
+            start = min(start, runs[j][0])
+            end = max(end, runs[j][1])
+            j += 1
+        runs[i:j] = [[start, end]]
+        if len(runs) > MAX_RUNS:
+            raise DdpCatastrophicError(
+                f"a message arrived in more than {MAX_RUNS} separate pieces: "
+                "out of resources to track it",
+                code=0,
+            )
+
+    @property
+    def prefix(self) -> int:
+        """Octets placed contiguously from offset 0."""
+        runs = self.runs
+        return runs[0][1] if runs and runs[0][0] == 0 else 0
+
+    @property
+    def complete(self) -> bool:
+        """The L segment arrived and every octet up to the end is placed."""
+        return self.last and self.prefix == self.end
+
+
+def _run_end(run: list[int]) -> int:
+    return run[1]
 
 
 class UntaggedQueue(Generic[C]):
@@ -111,15 +192,20 @@ class UntaggedQueue(Generic[C]):
     buffer belongs to MSN :attr:`next_msn` (starting at 1, RFC 5041 §4.3).
     """
 
-    __slots__ = ("buffers", "next_msn", "qn", "received")
+    __slots__ = ("buffers", "next_msn", "out_of_order", "qn", "received")
 
     def __init__(self, qn: int) -> None:
         self.qn = qn
         self.buffers: deque[PostedBuffer[C]] = deque()
         #: MSN of the message in progress or of the next one.
         self.next_msn = 1
-        #: Octets of the message in progress received so far.
+        #: Octets of the message in progress received so far, in order.
         self.received = 0
+        #: Messages that arrived out of order, by MSN (each has a posted
+        #: buffer, so no more than ``len(buffers)``). Fast paths that place
+        #: in-order segments themselves must leave the queue to
+        #: :class:`DdpReceiver` while it is not empty.
+        self.out_of_order: dict[int, PlacedRuns] = {}
 
     def post(self, view: memoryview, context: C) -> None:
         """Add a buffer at the tail of the queue."""
@@ -134,6 +220,30 @@ class UntaggedQueue(Generic[C]):
         """Consume MSN :attr:`next_msn` without a buffer (an RFC 6581 RTR Send)."""
         self.next_msn = (self.next_msn + 1) & MAX_MSN
         self.received = 0
+
+    def _deliver_ready(self) -> tuple[UntaggedSegment[C], ...]:
+        """Pop the head messages that are complete, in MSN order."""
+        done: list[UntaggedSegment[C]] = []
+        pending = self.out_of_order
+        while self.buffers and (runs := pending.get(self.next_msn)) is not None and runs.complete:
+            del pending[self.next_msn]
+            buffer = self.buffers.popleft()
+            done.append(
+                UntaggedSegment(
+                    self.qn,
+                    self.next_msn,
+                    0,
+                    0,
+                    True,
+                    runs.rsvdulp,
+                    runs.rsvdulp2,
+                    buffer,
+                    runs.end,
+                )
+            )
+            self.next_msn = (self.next_msn + 1) & MAX_MSN
+            self.received = 0
+        return tuple(done)
 
 
 class DdpReceiver(Generic[C]):
@@ -266,20 +376,9 @@ class DdpReceiver(Generic[C]):
             )
         length = n - TAGGED_HEADER_SIZE
         last = bool(control & LAST_FLAG)
+        # Any TO the STag allows, in any order (RFC 5041 §5.3): only the
+        # resolver's checks and the wrap check (§7.1) refuse a segment.
         first = not self._tagged_open
-        if not first:
-            # RFC 5041 §4.2: every segment of a message has the same STag;
-            # in order, its TO continues where the previous one ended.
-            if stag != self._tag_stag:
-                raise DdpTaggedError(
-                    DdpTaggedCode.INVALID_STAG,
-                    f"STag {stag:#010x} inside a message to STag {self._tag_stag:#010x}",
-                )
-            if to != self._tag_next_to:
-                raise DdpTaggedError(
-                    DdpTaggedCode.BASE_OR_BOUNDS,
-                    f"TO {to:#x} does not continue the message (expected {self._tag_next_to:#x})",
-                )
         if length or not (first and last):
             # RFC 5041 §5.2: STag and TO of a zero-length message are not checked.
             if not fits_to_space(to, length):
@@ -315,7 +414,11 @@ class DdpReceiver(Generic[C]):
             raise DdpUntaggedError(
                 DdpUntaggedCode.NO_BUFFER, f"no buffer posted on queue {qn} for MSN {msn}"
             )
-        buffer = queue.buffers[0]
+        # Check 5 (and 2 for this MSN): the MSN of a posted buffer, from
+        # the head buffer's to the last one's. Checks 3 and 4 use that
+        # buffer (the head buffer when the MSN has none).
+        index = (msn - queue.next_msn) & MAX_MSN
+        buffer = queue.buffers[index if index < len(queue.buffers) else 0]
         size = len(buffer.view)
         length = n - UNTAGGED_HEADER_SIZE
         if mo > size:  # check 3
@@ -327,25 +430,39 @@ class DdpReceiver(Generic[C]):
                 DdpUntaggedCode.MESSAGE_TOO_LONG,
                 f"message reaches octet {mo + length} of a {size}-octet buffer",
             )
-        if msn != queue.next_msn:  # check 5: in order, only the head buffer is legal
+        if index >= len(queue.buffers):  # check 5
+            last_msn = (queue.next_msn + len(queue.buffers) - 1) & MAX_MSN
             raise DdpUntaggedError(
                 DdpUntaggedCode.MSN_RANGE,
-                f"MSN {msn} on queue {qn}, expected {queue.next_msn}",
+                f"MSN {msn} on queue {qn}, expected {queue.next_msn} to {last_msn}",
             )
-        if mo != queue.received:
-            raise DdpUntaggedError(
-                DdpUntaggedCode.INVALID_MO,
-                f"MO {mo} does not continue the message (expected {queue.received})",
-            )
-        if length:
-            buffer.view[mo : mo + length] = ulpdu[UNTAGGED_HEADER_SIZE:]
         last = bool(control & LAST_FLAG)
-        message_length = None
-        if last:
-            message_length = mo + length
+        end = mo + length
+        pending = queue.out_of_order
+        if index == 0 and mo == queue.received and not pending:
+            # In order: the common case, one counter.
+            if length:
+                buffer.view[mo:end] = ulpdu[UNTAGGED_HEADER_SIZE:]
+            if not last:
+                queue.received = end
+                return UntaggedSegment(qn, msn, mo, length, False, rsvdulp, rsvdulp2, buffer, None)
             queue.buffers.popleft()
             queue.next_msn = (msn + 1) & MAX_MSN
             queue.received = 0
-        else:
-            queue.received = mo + length
-        return UntaggedSegment(qn, msn, mo, length, last, rsvdulp, rsvdulp2, buffer, message_length)
+            return UntaggedSegment(qn, msn, mo, length, True, rsvdulp, rsvdulp2, buffer, end)
+        runs = pending.get(msn)
+        if runs is None:
+            runs = PlacedRuns()
+            if index == 0 and queue.received:
+                runs.add(0, queue.received)
+        runs.add(mo, end)  # may refuse: too many pieces
+        pending[msn] = runs
+        if length:
+            buffer.view[mo:end] = ulpdu[UNTAGGED_HEADER_SIZE:]
+        if last:
+            runs.last = True
+            runs.rsvdulp, runs.rsvdulp2 = rsvdulp, rsvdulp2
+        delivered = queue._deliver_ready() if runs.complete else ()
+        return UntaggedSegment(
+            qn, msn, mo, length, last, rsvdulp, rsvdulp2, buffer, None, delivered
+        )

@@ -33,7 +33,13 @@ from dataclasses import dataclass
 from iwarp._accel import speedups
 from iwarp._typing import Buffer
 from iwarp.ddp.errors import DdpError, DdpTaggedCode, DdpTaggedError, DdpUntaggedCode
-from iwarp.ddp.placement import DdpReceiver, TaggedSegment, UntaggedQueue, UntaggedSegment
+from iwarp.ddp.placement import (
+    DdpReceiver,
+    PlacedRuns,
+    TaggedSegment,
+    UntaggedQueue,
+    UntaggedSegment,
+)
 from iwarp.ddp.segmentation import MAX_MESSAGE, OutgoingMessage
 from iwarp.ddp.wire import (
     LAST_FLAG,
@@ -139,6 +145,10 @@ class _Work:
     request: ReadRequest | None = None
     sink: MemoryRegion | None = None
     received: int = 0
+    #: A Read Response that arrived out of order: what is placed.
+    placed: PlacedRuns | None = None
+    #: The Read Response's L segment arrived.
+    last_seen: bool = False
     status: CompletionStatus | None = None  # set when done
 
 
@@ -214,9 +224,10 @@ class RdmapStream:
         self._recv: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.SEND)
         self._reads: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.READ_REQUEST)
         self._terms: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.TERMINATE)
-        self._read_slot = memoryview(bytearray(READ_REQUEST_SIZE))
+        # One slot per Read Request that may be outstanding (IRD): Read
+        # Requests may arrive out of order, so each MSN has its own.
         for _ in range(ird):
-            self._reads.post(self._read_slot, None)
+            self._reads.post(memoryview(bytearray(READ_REQUEST_SIZE)), None)
         self._terms.post(memoryview(bytearray(_TERMINATE_BUFFER)), None)
         self._ddp: DdpReceiver[RecvWR | None] = DdpReceiver(
             {0: self._recv, 1: self._reads, 2: self._terms}, self._resolve_tagged, version=version
@@ -466,7 +477,7 @@ class RdmapStream:
         self._current = None
         if current.response:
             # The Read Request's slot on queue 1 is free again (IRD).
-            self._reads.post(self._read_slot, None)
+            self._reads.post(memoryview(bytearray(READ_REQUEST_SIZE)), None)
             return
         work = current.work
         if work is not None and work.opcode is not WorkOpcode.RDMA_READ:
@@ -583,7 +594,7 @@ class RdmapStream:
         # Send segments before the message's last (the last completes the
         # receive, segment by segment).
         queue = self._recv
-        if n <= UNTAGGED_HEADER_SIZE or not queue.buffers:
+        if n <= UNTAGGED_HEADER_SIZE or not queue.buffers or queue.out_of_order:
             return 0
         count, octets, _ = kernels.segment_run(
             buffer,
@@ -705,7 +716,7 @@ class RdmapStream:
         ):
             return False
         queue = self._recv
-        if not queue.buffers or msn != queue.next_msn or mo != queue.received:
+        if not queue.buffers or msn != queue.next_msn or mo != queue.received or queue.out_of_order:
             return False
         target = queue.buffers[0].view
         end = mo + n - UNTAGGED_HEADER_SIZE
@@ -721,17 +732,21 @@ class RdmapStream:
         opcode = self._check_rdmap(view)
         segment = self._ddp.receive(view)
         if isinstance(segment, TaggedSegment):
-            if segment.last and opcode == RdmapOpcode.RDMA_READ_RESPONSE:
-                self._read_response_done(segment)
+            if opcode == RdmapOpcode.RDMA_READ_RESPONSE:
+                self._read_response_placed(segment)
             return
-        if not segment.last:
-            return
+        if segment.message_length is not None:
+            self._deliver(segment, opcode)
+        for message in segment.delivered:  # completed out of order, in MSN order
+            self._deliver(message, split_control(message.rsvdulp)[1])
+
+    def _deliver(self, segment: UntaggedSegment[RecvWR | None], opcode: int) -> None:
         if opcode == RdmapOpcode.RDMA_READ_REQUEST:
-            self._read_request(segment, view)
+            self._read_request(segment)
         elif opcode == RdmapOpcode.TERMINATE:
             self._terminate_received(segment)
         else:
-            self._send_received(segment, opcode, view)
+            self._send_received(segment, opcode)
 
     def _check_rdmap(self, view: memoryview) -> int:
         """RFC 5040 §7.2 checks 2 and 3, before DDP places anything."""
@@ -787,29 +802,44 @@ class RdmapStream:
                 DdpTaggedCode.INVALID_STAG,
                 f"Read Response to STag {stag:#010x}, the Read asked for {req.sink_stag:#010x}",
             )
-        if to != req.sink_to + work.received or work.received + length > req.size:
+        offset = to - req.sink_to
+        if offset < 0 or offset + length > req.size:
             raise DdpTaggedError(
                 DdpTaggedCode.BASE_OR_BOUNDS,
                 f"Read Response at TO {to:#x} (+{length}) outside the {req.size}-octet sink",
             )
-        work.received += length
+        placed = work.placed
+        if placed is None and offset == work.received:
+            work.received += length  # in order: one counter
+        else:  # any order (RFC 5041 §5.3): merged runs
+            if placed is None:
+                placed = work.placed = PlacedRuns()
+                placed.add(0, work.received)
+            placed.add(offset, offset + length)
+            work.received = placed.prefix
         return work.sink.slice(to, length)
 
-    def _read_response_done(self, segment: TaggedSegment) -> None:
+    def _read_response_placed(self, segment: TaggedSegment) -> None:
+        """The Read completes once its L segment arrived and every octet of
+        the sink is placed, whatever the order (RFC 5041 §5.4)."""
         work = self._orq[0] if self._orq else None
         if work is None or work.request is None:
             raise RemoteOperationError(
                 RemoteOperationCode.UNEXPECTED_OPCODE, "RDMA Read Response without a Read Request"
             )
-        if work.received != work.request.size:
-            raise DdpTaggedError(
-                DdpTaggedCode.BASE_OR_BOUNDS,
-                f"Read Response of {work.received} octets for a {work.request.size}-octet Read",
-            )
+        if segment.last:
+            if work.last_seen:
+                raise DdpTaggedError(
+                    DdpTaggedCode.BASE_OR_BOUNDS,
+                    "a second last segment in one Read Response",
+                )
+            work.last_seen = True
+        if not work.last_seen or work.received != work.request.size:
+            return
         self._orq.popleft()
         self._done(work, CompletionStatus.SUCCESS, work.received)
 
-    def _read_request(self, segment: UntaggedSegment[RecvWR | None], view: memoryview) -> None:
+    def _read_request(self, segment: UntaggedSegment[RecvWR | None]) -> None:
         if segment.message_length != READ_REQUEST_SIZE:
             raise RemoteOperationError(
                 RemoteOperationCode.CATASTROPHIC_STREAM,
@@ -834,9 +864,7 @@ class RdmapStream:
             source = found
         self._irq.append(_Response(source, req))
 
-    def _send_received(
-        self, segment: UntaggedSegment[RecvWR | None], opcode: int, view: memoryview
-    ) -> None:
+    def _send_received(self, segment: UntaggedSegment[RecvWR | None], opcode: int) -> None:
         wr = segment.buffer.context
         assert wr is not None and segment.message_length is not None
         invalidated = None
