@@ -218,3 +218,15 @@ def test_marker_pointer_above_16_bits_is_an_error_on_both_paths() -> None:
         slow = decode(bytes(wire), [], True, False, 0, 4, 0xFFFF)
     assert fast == slow
     assert fast[1] is not None and fast[1][0] == 3
+
+
+def test_version_names_the_path() -> None:
+    for env, expected in (({}, "C accelerator"), ({"IWARP_NO_ACCEL": "1"}, "pure Python")):
+        out = subprocess.run(
+            [sys.executable, "-m", "iwarp", "--version"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, **env),
+        ).stdout
+        assert expected in out, out

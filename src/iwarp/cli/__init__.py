@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from iwarp import __version__
+from iwarp import __version__, _accel
 
 #: Subcommand modules, in the order ``iwarp --help`` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "vitcp",
     "interop",
     "conformance",
+    "perf",
 )
 
 
@@ -32,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="iwarp",
         description="iWARP (MPA, DDP, RDMAP) and VI/TCP: talk to peers, test them, read captures.",
     )
-    parser.add_argument("--version", action="version", version=f"iwarp {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"iwarp {__version__} ({_accel.describe()})"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         importlib.import_module(f"iwarp.cli.{name}").register(sub)
