@@ -16,7 +16,7 @@ from typing import Final
 
 from iwarp._typing import Buffer
 
-__all__ = ["Direction", "TcpCapture"]
+__all__ = ["FIN", "ACK", "PSH", "SYN", "Direction", "Endpoint", "TcpCapture", "tcp_frame"]
 
 _PCAP_HEADER: Final = struct.Struct("<IHHiIII")
 _RECORD_HEADER: Final = struct.Struct("<IIII")
@@ -25,7 +25,9 @@ _IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
 _IPV6: Final = struct.Struct("!IHBB16s16s")
 _TCP: Final = struct.Struct("!HHIIBBHHH")
 _LINKTYPE_ETHERNET: Final = 1
-_FIN, _SYN, _PSH, _ACK = 0x01, 0x02, 0x08, 0x10
+#: TCP flags (RFC 9293 §3.1).
+FIN, SYN, PSH, ACK = 0x01, 0x02, 0x08, 0x10
+_FIN, _SYN, _PSH, _ACK = FIN, SYN, PSH, ACK
 _MASK32: Final = 0xFFFFFFFF
 
 
@@ -158,40 +160,50 @@ class TcpCapture:
     def _emit(self, direction: Direction, seq: int, ack: int, flags: int, payload: bytes) -> None:
         src = self._sides[direction]
         dst = self._sides[self._other(direction)]
-        tcp = _TCP.pack(
-            src.port, dst.port, seq & _MASK32, ack & _MASK32, 5 << 4, flags, 65535, 0, 0
+        frame = tcp_frame(
+            Endpoint(src.address, src.port, src.mac),
+            Endpoint(dst.address, dst.port, dst.mac),
+            seq,
+            ack,
+            flags,
+            payload,
         )
-        segment = tcp + payload
-        if src.address.version == 4:
-            pseudo = (
-                src.address.packed + dst.address.packed + struct.pack("!BBH", 0, 6, len(segment))
-            )
-        else:
-            pseudo = (
-                src.address.packed + dst.address.packed + struct.pack("!IxxxB", len(segment), 6)
-            )
-        csum = _checksum(pseudo + segment)
-        segment = segment[:16] + struct.pack("!H", csum) + segment[18:]
-        if src.address.version == 4:
-            ip = _IPV4.pack(
-                0x45,
-                0,
-                20 + len(segment),
-                0,
-                0x4000,
-                64,
-                6,
-                0,
-                src.address.packed,
-                dst.address.packed,
-            )
-            ip = ip[:10] + struct.pack("!H", _checksum(ip)) + ip[12:]
-            ethertype = 0x0800
-        else:
-            ip = _IPV6.pack(6 << 28, len(segment), 6, 64, src.address.packed, dst.address.packed)
-            ethertype = 0x86DD
-        frame = _ETH.pack(dst.mac, src.mac, ethertype) + ip + segment
         seconds = int(self._time)
         micros = round((self._time - seconds) * 1e6)
         self._frames.append(_RECORD_HEADER.pack(seconds, micros, len(frame), len(frame)) + frame)
         self._time += self.tick
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One end of a synthesized TCP connection."""
+
+    address: IPv4Address | IPv6Address
+    port: int
+    mac: bytes
+
+
+def tcp_frame(
+    src: Endpoint, dst: Endpoint, seq: int, ack: int, flags: int, payload: Buffer
+) -> bytes:
+    """An Ethernet + IPv4/IPv6 + TCP frame carrying ``payload``, with correct
+    checksums (RFC 791, RFC 8200, RFC 9293 §3.1); the one place that lays
+    out these headers for every capture this package writes."""
+    tcp = _TCP.pack(src.port, dst.port, seq & _MASK32, ack & _MASK32, 5 << 4, flags, 65535, 0, 0)
+    segment = tcp + bytes(payload)
+    if src.address.version == 4:
+        pseudo = src.address.packed + dst.address.packed + struct.pack("!BBH", 0, 6, len(segment))
+    else:
+        pseudo = src.address.packed + dst.address.packed + struct.pack("!IxxxB", len(segment), 6)
+    csum = _checksum(pseudo + segment)
+    segment = segment[:16] + struct.pack("!H", csum) + segment[18:]
+    if src.address.version == 4:
+        ip = _IPV4.pack(
+            0x45, 0, 20 + len(segment), 0, 0x4000, 64, 6, 0, src.address.packed, dst.address.packed
+        )
+        ip = ip[:10] + struct.pack("!H", _checksum(ip)) + ip[12:]
+        ethertype = 0x0800
+    else:
+        ip = _IPV6.pack(6 << 28, len(segment), 6, 64, src.address.packed, dst.address.packed)
+        ethertype = 0x86DD
+    return _ETH.pack(dst.mac, src.mac, ethertype) + ip + segment

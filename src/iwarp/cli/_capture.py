@@ -1,0 +1,256 @@
+"""``--pcap FILE``: record this process's own TCP traffic as pcapng.
+
+No root, no tcpdump: while :func:`pcap_capture` is active, every
+connection the running event loop opens or accepts (``create_connection``,
+``create_server``) is tapped between the transport and the protocol, and
+what the protocol writes and what it receives go to a
+:class:`~iwarp.analyze.pcapng.TcpFlow` with the socket's real addresses and
+ports. ``iwarp decode`` and Wireshark read the file.
+
+A command adds the option with :func:`add_pcap_option` and wraps its
+coroutine in ``async with pcap_capture(args.pcap):`` (a no-op for None).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from iwarp.analyze.pcapng import PcapngWriter, TcpFlow
+
+__all__ = ["add_pcap_option", "pcap_capture"]
+
+
+def add_pcap_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--pcap FILE`` option (the same help in every command)."""
+    parser.add_argument(
+        "--pcap",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write what this process sends and receives to FILE as pcapng (synthesized "
+        "Ethernet/IP/TCP headers, real ports and stream offsets); read it with iwarp decode "
+        "or Wireshark",
+    )
+
+
+@contextlib.asynccontextmanager
+async def pcap_capture(path: Path | str | None) -> AsyncIterator[PcapngWriter | None]:
+    """Tap every connection of the running loop into ``path`` until exit."""
+    if path is None:
+        yield None
+        return
+    loop = asyncio.get_running_loop()
+    with open(path, "wb") as out:
+        writer = PcapngWriter(out)
+        tap = _LoopTap(loop, writer)
+        tap.install()
+        try:
+            yield writer
+        finally:
+            tap.uninstall()
+            writer.close()  # connections that end later are not recorded
+
+
+class _LoopTap:
+    """Wraps the loop's ``create_connection`` and ``create_server``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, writer: PcapngWriter) -> None:
+        self._loop = loop
+        self._writer = writer
+        self._flows: list[TcpFlow] = []
+        self._saved: dict[str, Any] = {}
+
+    def install(self) -> None:
+        loop: Any = self._loop
+        create_connection = loop.create_connection
+        create_server = loop.create_server
+        self._saved = {"create_connection": create_connection, "create_server": create_server}
+
+        async def tapped_connection(
+            factory: Callable[[], asyncio.BaseProtocol], *args: Any, **kwargs: Any
+        ) -> tuple[asyncio.BaseTransport, asyncio.BaseProtocol]:
+            transport, protocol = await create_connection(
+                lambda: _tapped(factory(), self._writer, self._flows, initiator=True),
+                *args,
+                **kwargs,
+            )
+            return transport, protocol.inner
+
+        async def tapped_server(
+            factory: Callable[[], asyncio.BaseProtocol], *args: Any, **kwargs: Any
+        ) -> asyncio.AbstractServer:
+            server: asyncio.AbstractServer = await create_server(
+                lambda: _tapped(factory(), self._writer, self._flows, initiator=False),
+                *args,
+                **kwargs,
+            )
+            return server
+
+        loop.create_connection = tapped_connection
+        loop.create_server = tapped_server
+
+    def uninstall(self) -> None:
+        loop: Any = self._loop
+        for name in self._saved:
+            with contextlib.suppress(AttributeError):
+                delattr(loop, name)  # the instance attribute; the method shows again
+        for flow in self._flows:
+            flow.close()
+        self._flows.clear()
+
+
+def _tapped(
+    inner: asyncio.BaseProtocol, writer: PcapngWriter, flows: list[TcpFlow], *, initiator: bool
+) -> _TapProtocol:
+    kind = _BufferedTap if isinstance(inner, asyncio.BufferedProtocol) else _TapProtocol
+    return kind(inner, writer, flows, initiator)
+
+
+class _TapProtocol(asyncio.Protocol):
+    """Sits between a transport and the real protocol, recording both ways."""
+
+    def __init__(
+        self,
+        inner: asyncio.BaseProtocol,
+        writer: PcapngWriter,
+        flows: list[TcpFlow],
+        initiator: bool,
+    ) -> None:
+        self.inner = inner
+        self._writer = writer
+        self._flows = flows
+        self._initiator = initiator
+        self.flow: TcpFlow | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        local = transport.get_extra_info("sockname")
+        remote = transport.get_extra_info("peername")
+        endpoints = isinstance(local, tuple) and isinstance(remote, tuple)
+        mirrored = endpoints and any(f.key == (remote[:2], local[:2]) for f in self._flows)
+        if endpoints and not mirrored:
+            # (Both ends in this process, as in iwarp demo: recorded once.)
+            flow = TcpFlow(self._writer, local, remote, initiator=self._initiator)
+            self.flow = flow
+            self._flows.append(flow)
+            _tap_writes(transport, flow)
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.flow is not None:
+            self.flow.close()
+            if self.flow in self._flows:
+                self._flows.remove(self.flow)
+            self.flow = None
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def data_received(self, data: bytes) -> None:
+        if self.flow is not None:
+            self.flow.received(data)
+        inner: Any = self.inner
+        inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        inner: Any = self.inner
+        result: bool | None = inner.eof_received()
+        return result
+
+
+class _BufferedTap(_TapProtocol, asyncio.BufferedProtocol):
+    """The tap for a :class:`asyncio.BufferedProtocol` (reads into its buffer)."""
+
+    _buffer: memoryview | None = None
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        inner: Any = self.inner
+        self._buffer = memoryview(inner.get_buffer(sizehint))
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.flow is not None and self._buffer is not None:
+            self.flow.received(self._buffer[:nbytes])  # before the protocol reuses it
+        inner: Any = self.inner
+        inner.buffer_updated(nbytes)
+
+
+def _tap_writes(transport: asyncio.BaseTransport, flow: TcpFlow) -> None:
+    """Record what goes through ``write`` and ``writelines`` (instance
+    attributes over the class's methods; ``writelines`` may call ``write``),
+    and through a protocol's own duplicate of the socket (vectored sends)."""
+    target: Any = transport
+    write = target.write
+    writelines = target.writelines
+    get_extra_info = target.get_extra_info
+
+    def tapped_extra_info(name: str, default: Any = None) -> Any:
+        value = get_extra_info(name, default)
+        if name == "socket" and value is not None:
+            return _SocketTap(value, flow)
+        return value
+
+    inside = [False]
+
+    def tapped_write(data: Any) -> None:
+        if not inside[0]:
+            flow.sent(data)
+        write(data)
+
+    def tapped_writelines(chunks: Iterable[Any]) -> None:
+        chunks = list(chunks)
+        for chunk in chunks:
+            flow.sent(chunk)
+        inside[0] = True
+        try:
+            writelines(chunks)
+        finally:
+            inside[0] = False
+
+    target.write = tapped_write
+    target.writelines = tapped_writelines
+    target.get_extra_info = tapped_extra_info
+
+
+class _SocketTap:
+    """A socket whose sends (and whose duplicates' sends) are recorded as
+    far as the kernel took them; everything else is the socket's own."""
+
+    def __init__(self, sock: Any, flow: TcpFlow) -> None:
+        self._sock = sock
+        self._flow = flow
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+    def dup(self) -> _SocketTap:
+        return _SocketTap(self._sock.dup(), self._flow)
+
+    def send(self, data: Any, *args: Any) -> int:
+        sent: int = self._sock.send(data, *args)
+        self._flow.sent(memoryview(data).cast("B")[:sent])
+        return sent
+
+    def sendall(self, data: Any, *args: Any) -> None:
+        self._sock.sendall(data, *args)
+        self._flow.sent(data)
+
+    def sendmsg(self, buffers: Iterable[Any], *args: Any) -> int:
+        buffers = list(buffers)
+        sent: int = self._sock.sendmsg(buffers, *args)
+        left = sent
+        for buffer in buffers:
+            if left <= 0:
+                break
+            view = memoryview(buffer).cast("B")[:left]
+            self._flow.sent(view)
+            left -= len(view)
+        return sent
