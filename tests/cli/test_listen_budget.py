@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from cli.test_listen_connect import IWARP, Listener, by_type, connect, mpa_peer, send_header
+from clitools import IWARP, Listener, by_type, connect, mpa_peer, send_header
 from iwarp.cli._ops import format_size, parse_size
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder
 from iwarp.rdma.rping import ADVERT

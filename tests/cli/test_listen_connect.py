@@ -4,78 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import select
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
-from iwarp.mpa.framing import FpduDecoder, FpduEncoder
-from iwarp.mpa.wire import REQUEST_KEY, FrameFlags
+from clitools import IWARP, by_type, connect, listen, mpa_peer, read_terminate, send_header
+from iwarp.mpa.framing import FpduEncoder
+from iwarp.mpa.wire import REQUEST_KEY
 from iwarp.rdma.rping import ADVERT
-
-IWARP = [sys.executable, "-m", "iwarp"]
-
-
-class Listener:
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-        self.lines: list[dict[str, object]] = []
-        first = self.read_line(10)
-        assert first["type"] == "listening", first
-        port = first["port"]
-        assert isinstance(port, int)
-        self.port = port
-
-    def read_line(self, timeout: float) -> dict[str, object]:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        assert ready, f"no output from iwarp listen within {timeout} s"
-        line = self.proc.stdout.readline()
-        assert line, "iwarp listen exited early"
-        record: dict[str, object] = json.loads(line)
-        self.lines.append(record)
-        return record
-
-    def finish(self, timeout: float = 15) -> tuple[int, list[dict[str, object]]]:
-        out, _ = self.proc.communicate(timeout=timeout)
-        self.lines += [json.loads(line) for line in out.splitlines() if line.strip()]
-        return self.proc.returncode, self.lines
-
-
-@contextmanager
-def listen(*args: str) -> Iterator[Listener]:
-    proc = subprocess.Popen(
-        [*IWARP, "listen", "--port", "0", "--json", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield Listener(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-
-
-def connect(port: int, *args: str) -> tuple[int, list[dict[str, object]]]:
-    proc = subprocess.run(
-        [*IWARP, "connect", "127.0.0.1", str(port), "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
-
-
-def by_type(lines: list[dict[str, object]], kind: str) -> list[dict[str, object]]:
-    return [line for line in lines if line["type"] == kind]
 
 
 @pytest.mark.parametrize(
@@ -432,36 +370,6 @@ def test_reject_each_op(op: str) -> None:
     assert rejected["private_data"] == "6e6f" and rejected["reject"] is True
     assert by_type(lines, "request")[0]["private_data"] == "0102"
     assert by_type(lines, "rejected") and lines[-1]["messages"] == 0
-
-
-def mpa_peer(port: int) -> socket.socket:
-    """A hand-made Initiator: Rev 1 Request with C=1, Reply read."""
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.sendall(REQUEST_KEY + bytes([FrameFlags.CRC, 1, 0, 0]))
-    reply = b""
-    while len(reply) < 20:
-        chunk = sock.recv(20 - len(reply))
-        assert chunk
-        reply += chunk
-    assert reply[:16] == b"MPA ID Rep Frame" and reply[16] & FrameFlags.CRC
-    return sock
-
-
-def read_terminate(sock: socket.socket) -> bytes | None:
-    """The Terminate among the ULPDUs the listener sends (CRC on, no
-    markers) before it closes, or None."""
-    decoder = FpduDecoder(markers=False, crc=True)
-    sock.settimeout(10)
-    while data := sock.recv(4096):
-        for ulpdu in decoder.feed(data):
-            if ulpdu[1] & 0x0F == 0x07:  # RDMAP opcode Terminate
-                return bytes(ulpdu)
-    return None
-
-
-def send_header(qn: int, msn: int = 1) -> bytes:
-    """RFC 5041 §4.3 untagged header, L=1, DV=1; RDMAP Send, version 1."""
-    return bytes([0x41, 0x43, 0, 0, 0, 0]) + b"".join(n.to_bytes(4, "big") for n in (qn, msn, 0))
 
 
 @pytest.mark.parametrize("fault", ["crc", "ddp", "crc-first"])

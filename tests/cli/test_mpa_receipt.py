@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from cli.hostile import HostileRelay
-from cli.test_listen_connect import by_type, connect, listen
+from clitools import by_type, connect, listen
 from iwarp.cli._receipt import (
     RECEIPT_REQUEST,
     Receipt,

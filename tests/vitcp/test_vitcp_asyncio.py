@@ -509,7 +509,7 @@ LISTEN = [sys.executable, "-m", "iwarp", "vitcp", "listen"]
 
 def test_cli_attribute_mismatch(capsys: pytest.CaptureFixture[str]) -> None:
     listener = subprocess.Popen(
-        [*LISTEN, "--port", "0", "--json", "--reliability", "reception"],
+        [*LISTEN, "--port", "0", "--count", "1", "--json", "--reliability", "reception"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -7,10 +7,12 @@ import asyncio
 import hashlib
 import json
 import sys
+import time
 from dataclasses import replace
 from typing import TextIO
 
 from iwarp.asyncio.mpa import MpaStream
+from iwarp.cli._args import rate_mib_per_s
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Rev0Profile
 from iwarp.mpa.events import MpaParams
@@ -284,11 +286,19 @@ def error_record(error: BaseException) -> dict[str, object]:
 
 
 class Output:
-    """Prints records as JSON lines or as short human-readable lines."""
+    """Prints records as JSON lines or as short human-readable lines.
 
-    def __init__(self, json_lines: bool, stream: TextIO | None = None) -> None:
+    With ``--json`` every record is a line on standard output (errors too:
+    scripts read one stream); without it, error records go to standard
+    error.
+    """
+
+    def __init__(
+        self, json_lines: bool, stream: TextIO | None = None, errors: TextIO | None = None
+    ) -> None:
         self.json = json_lines
         self.stream = stream if stream is not None else sys.stdout
+        self.errors = errors if errors is not None else (self.stream if json_lines else sys.stderr)
         #: Set before the summary: one more record (the summary) is printed,
         #: nothing after it.
         self.closed = False
@@ -304,7 +314,8 @@ class Output:
             kind = record.get("type", "")
             rest = " ".join(f"{k}={_show(v)}" for k, v in record.items() if k != "type")
             line = f"{kind}: {rest}"
-        print(line, file=self.stream, flush=True)
+        stream = self.errors if record.get("type") == "error" else self.stream
+        print(line, file=stream, flush=True)
 
 
 def _show(value: object) -> str:
@@ -316,24 +327,45 @@ def _show(value: object) -> str:
 
 
 class Digest:
-    """Counts messages and octets and hashes their payloads in order."""
+    """Counts messages and octets, hashes their payloads in order, and
+    times the run from :meth:`start` (or the first message)."""
 
     def __init__(self) -> None:
         self.messages = 0
         self.octets = 0
         self._sha = hashlib.sha256()
+        self._started: float | None = None
 
-    def add(self, payload: bytes) -> None:
+    def start(self) -> None:
+        """The run begins now (a later call changes nothing)."""
+        if self._started is None:
+            self._started = time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        """Seconds since :meth:`start` (0 before)."""
+        return 0.0 if self._started is None else time.monotonic() - self._started
+
+    def counters(self) -> tuple[int, int]:
+        """(messages, octets) so far, for progress reports."""
+        return self.messages, self.octets
+
+    def add(self, payload: bytes | bytearray | memoryview) -> None:
+        self.start()
         self.messages += 1
         self.octets += len(payload)
         self._sha.update(payload)
 
     def summary(self, **extra: object) -> dict[str, object]:
+        """The ``summary`` record: counts, the full sha256, elapsed time and rate."""
+        seconds = self.seconds
         return {
             "type": "summary",
             "messages": self.messages,
             "octets": self.octets,
             "sha256": self._sha.hexdigest(),
+            "seconds": round(seconds, 6),
+            "mib_per_s": rate_mib_per_s(self.octets, seconds),
             **extra,
         }
 

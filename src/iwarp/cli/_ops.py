@@ -56,6 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from iwarp.asyncio.rdma import Access, ConnectionTerminatedError, QueuePair
+from iwarp.cli._args import parse_size  # the one size parser, re-exported
 from iwarp.cli._mpa import Digest, message
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.rdma.rping import ADVERT
@@ -95,20 +96,6 @@ _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 class SessionError(LocalProtocolError):
     """The peer ran a different ``--op`` or broke the conversation."""
-
-
-def parse_size(text: str) -> int:
-    """Octets from ``4096``, ``64K``, ``16M``, ``4G`` (binary units; a
-    trailing ``B``/``iB`` is allowed: ``16MiB``).
-
-    :raises ValueError: not a size (argparse shows the message).
-    """
-    spec = text.strip().upper().removesuffix("B").removesuffix("I")
-    suffix = spec[-1:] if spec[-1:] in ("K", "M", "G", "T") else ""
-    number = spec.removesuffix(suffix)
-    if not number.isdigit():
-        raise ValueError(f"{text!r} is not a size (octets, or a number with K, M, G or T)")
-    return int(number) * _SUFFIXES[suffix]
 
 
 def format_size(octets: int) -> str:

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 from dataclasses import replace
 
 from iwarp.asyncio import rdma
 from iwarp.asyncio.mpa import MpaRejectedError, MpaSocket, MpaStream, connect, open_stream
+from iwarp.cli._args import SIZE_HELP, count, port, size
+from iwarp.cli._capture import add_pcap_option, pcap_capture
 from iwarp.cli._mpa import (
     CULLEY_SWITCH,
     DELAYED_HELLO,
@@ -38,7 +41,9 @@ from iwarp.cli._ops import (
     qp_emss,
     reset,
 )
+from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._receipt import ReceiptError, Watcher, peer_failure
+from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import ConnectionRejected
@@ -58,9 +63,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Sends, RDMA Writes or RDMA Reads (--op), and close gracefully.",
     )
     parser.add_argument("host", help="address of the listener")
-    parser.add_argument("port", type=int, help="TCP port of the listener")
-    parser.add_argument("--count", type=int, default=1, help="messages to send (default 1)")
-    parser.add_argument("--size", type=int, default=64, help="octets per message (default 64)")
+    parser.add_argument("port", type=port, help="TCP port of the listener")
+    parser.add_argument("--count", type=count, default=1, help="messages to send (default 1)")
+    parser.add_argument(
+        "--size", type=size, default=64, help=f"octets per message (default 64; {SIZE_HELP})"
+    )
     parser.add_argument(
         "--delay",
         type=float,
@@ -70,22 +77,39 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Responder may miss an FPDU that follows its Reply too closely)",
     )
     add_mpa_options(parser, initiator=True)
+    add_progress_options(parser)
+    add_pcap_option(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     out = Output(args.json)
-    if args.count < 0 or args.size < 0:
-        out.emit({"type": "error", "code": None, "message": "--count and --size must be >= 0"})
-        return 2
     try:
         config = config_from(args)
     except ValueError as exc:
         out.emit({"type": "error", "code": None, "message": f"bad options: {exc}"})
         return 2
-    if args.op == "mpa":
-        return asyncio.run(_connect(args, config, out))
-    return asyncio.run(_connect_rdma(args, config, out))
+    digest = Digest()
+
+    def interrupted(signum: signal.Signals) -> None:
+        out.closed = True
+        extra = {} if args.op == "mpa" else {"op": args.op}
+        out.emit(digest.summary(**extra, interrupted=signum.name))
+
+    return run_interruptible(_run(args, config, out, digest), interrupted)
+
+
+async def _run(args: argparse.Namespace, config: MpaConfig, out: Output, digest: Digest) -> int:
+    progress = Progress(
+        digest.counters, forced=args.progress, quiet=args.json, interval=args.interval
+    )
+    async with pcap_capture(args.pcap):
+        try:
+            if args.op == "mpa":
+                return await _connect(args, config, out, digest, progress)
+            return await _connect_rdma(args, config, out, digest, progress)
+        finally:
+            progress.stop()
 
 
 def _rejected(event: ConnectionRejected, out: Output) -> int:
@@ -127,7 +151,9 @@ async def _open_qp(args: argparse.Namespace, config: MpaConfig) -> rdma.QueuePai
     return await once(replace(config, revision=1))
 
 
-async def _connect_rdma(args: argparse.Namespace, config: MpaConfig, out: Output) -> int:
+async def _connect_rdma(
+    args: argparse.Namespace, config: MpaConfig, out: Output, digest: Digest, progress: Progress
+) -> int:
     try:
         qp = await _open_qp(args, config)
     except rdma.ConnectionRejectedError as exc:
@@ -148,7 +174,8 @@ async def _connect_rdma(args: argparse.Namespace, config: MpaConfig, out: Output
         out.emit({"type": "rejected", "reason": "closed by the Initiator after the Reply"})
         await qp.close()
         return 0
-    digest = Digest()
+    digest.start()
+    progress.start()
     try:
         check_stack(qp)
         await connect_traffic(qp, args.op, args.count, args.size, digest)
@@ -158,6 +185,7 @@ async def _connect_rdma(args: argparse.Namespace, config: MpaConfig, out: Output
         reset(qp)
         out.emit(record_ if record_ is not None else error_record(exc))
         return 1
+    progress.stop()
     failure = error_fields(qp)
     if failure is not None:
         out.emit(failure)
@@ -206,7 +234,9 @@ async def _switch(stream: MpaStream, args: argparse.Namespace) -> MpaSocket:
     return await stream.start_mpa(Role.INITIATOR, private_data=args.private_data)
 
 
-async def _connect(args: argparse.Namespace, config: MpaConfig, out: Output) -> int:
+async def _connect(
+    args: argparse.Namespace, config: MpaConfig, out: Output, digest: Digest, progress: Progress
+) -> int:
     try:
         sock = await _open_mpa(args, config)
     except MpaRejectedError as exc:
@@ -228,9 +258,10 @@ async def _connect(args: argparse.Namespace, config: MpaConfig, out: Output) -> 
         out.emit({"type": "rejected", "reason": "closed by the Initiator after the Reply"})
         await sock.close()
         return 0
-    digest = Digest()
     if args.delay > 0:
         await asyncio.sleep(args.delay)
+    digest.start()
+    progress.start()
     try:
         if args.size > params.mulpdu:
             raise LocalProtocolError(
@@ -262,6 +293,7 @@ async def _connect(args: argparse.Namespace, config: MpaConfig, out: Output) -> 
         out.emit(terminated.record if terminated is not None else error_record(exc))
         sock.abort()
         return 1
+    progress.stop()
     if sock.error is not None:
         out.emit(error_record(sock.error))
         return 1

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -28,9 +29,14 @@ from iwarp.asyncio.rdma import (
     connect,
     serve,
 )
+from iwarp.cli._args import SIZE_HELP, count, format_octets, format_rate, rate_mib_per_s, size
+from iwarp.cli._capture import add_pcap_option, pcap_capture
+from iwarp.cli._progress import Progress, add_progress_options
+from iwarp.cli._run import run_interruptible
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.wire import RtrFlags
+from iwarp.rdmap.memory import MemoryRegion
 from iwarp.rdmap.work import Sge
 
 _RTR = {"write": RtrFlags.WRITE, "read": RtrFlags.READ, "send": RtrFlags.SEND}
@@ -44,12 +50,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "with CRC32C (markers optional), move data with Send, RDMA Write and RDMA Read, "
         "verify every byte and report the negotiated parameters and throughput.",
     )
-    parser.add_argument("--size", type=int, default=1 << 20, help="message size (1 MiB)")
-    parser.add_argument("--count", type=int, default=16, help="messages per operation (16)")
+    parser.add_argument(
+        "--size", type=size, default=1 << 20, help=f"message size (default 1MiB; {SIZE_HELP})"
+    )
+    parser.add_argument(
+        "--count", type=count, default=16, help="messages per operation (default 16)"
+    )
     parser.add_argument("--markers", action="store_true", help="ask for MPA markers both ways")
     parser.add_argument("--no-crc", action="store_true", help="do not use CRC32C")
     parser.add_argument("--p2p", choices=tuple(_RTR), help="RFC 6581 peer-to-peer with this RTR")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    add_progress_options(parser)
+    add_pcap_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -63,28 +75,90 @@ class OpResult:
     sha256: str
 
     def as_json(self) -> dict[str, object]:
-        rate = self.octets / self.seconds / 1e6 if self.seconds > 0 else None
         return {
             "type": "operation",
             "op": self.op,
             "messages": self.messages,
             "octets": self.octets,
             "seconds": round(self.seconds, 6),
-            "mb_per_s": None if rate is None else round(rate, 1),
+            "mib_per_s": rate_mib_per_s(self.octets, self.seconds),
             "verified": self.verified,
             "sha256": self.sha256,
         }
+
+
+#: Octets of buffers each operation keeps at once (at least one message):
+#: memory stays a few buffers of --size however large --count is.
+WINDOW_OCTETS = 32 << 20
 
 
 def run(args: argparse.Namespace) -> int:
     if args.size < 0 or args.count < 1:
         print("iwarp demo: --size must be >= 0 and --count >= 1", file=sys.stderr)
         return 2
-    return asyncio.run(asyncio.wait_for(_demo(args), 300))
+    results: list[OpResult] = []
+    current: list[_Op] = []
+
+    def interrupted(signum: signal.Signals) -> None:
+        done = results + [op.result() for op in current[-1:]]
+        _report(args, None, done, interrupted=signum.name)
+
+    return run_interruptible(_demo(args, results, current), interrupted)
 
 
-async def _demo(args: argparse.Namespace) -> int:
+class _Op:
+    """Counts and hashes one operation as it runs (what was sent, what arrived)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.messages = 0
+        self.octets = 0
+        self._sent = hashlib.sha256()
+        self._got = hashlib.sha256()
+        self._sizes_match = True
+        self._start = time.perf_counter()
+        self.seconds = 0.0
+
+    def sent(self, data: bytes | memoryview) -> None:
+        self._sent.update(data)
+
+    def arrived(self, data: bytes | memoryview, expected: int) -> None:
+        self._got.update(data)
+        self.messages += 1
+        self.octets += len(data)
+        self._sizes_match &= len(data) == expected
+
+    def result(self) -> OpResult:
+        seconds = self.seconds or time.perf_counter() - self._start
+        got = self._got.hexdigest()
+        verified = got == self._sent.hexdigest() and self._sizes_match
+        return OpResult(self.name, self.messages, self.octets, seconds, verified, got)
+
+    def finish(self) -> OpResult:
+        self.seconds = time.perf_counter() - self._start
+        return self.result()
+
+
+class _Messages:
+    """Message ``i`` is a window into one random buffer (``size`` + 8 per
+    message): distinct messages without holding them all."""
+
+    def __init__(self, size: int, count: int) -> None:
+        self.size = size
+        self._data = memoryview(os.urandom(size + 8 * count))
+
+    def __getitem__(self, index: int) -> memoryview:
+        return self._data[8 * index : 8 * index + self.size]
+
+
+async def _demo(args: argparse.Namespace, results: list[OpResult], current: list[_Op]) -> int:
+    async with pcap_capture(args.pcap):
+        return await _run_ops(args, results, current)
+
+
+async def _run_ops(args: argparse.Namespace, results: list[OpResult], current: list[_Op]) -> int:
     size, count = args.size, args.count
+    window = max(1, min(count, WINDOW_OCTETS // max(size, 1)))
     p2p = args.p2p is not None
     initiator = MpaConfig(
         crc=not args.no_crc,
@@ -97,9 +171,9 @@ async def _demo(args: argparse.Namespace) -> int:
         markers=args.markers,
         rtr_types=RtrFlags.WRITE | RtrFlags.READ | RtrFlags.SEND,
     )
-    # The responder's memory: one region the initiator may write and read.
+    # The responder's memory: a window of slots the initiator may write and read.
     server_pd = ProtectionDomain()
-    target = bytearray(size * count)
+    target = bytearray(max(size, 1) * window)
     target_mr = server_pd.register(
         target, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ, address=0x100000
     )
@@ -111,46 +185,73 @@ async def _demo(args: argparse.Namespace) -> int:
             while not release.is_set():
                 await inbox.put(await qp.receive())
 
+    # Sends come in windows, so a few buffers always suffice (the pool
+    # reposts each buffer as its message completes).
     server = await serve(
         handler,
         "127.0.0.1",
         0,
         pd=server_pd,
         config=responder,
-        receive_buffers=min(count, 64),
+        receive_buffers=min(count, max(2, window)),
         receive_size=max(size, 1),
     )
     port = server.sockets[0].getsockname()[1]
     qp = await connect("127.0.0.1", port, config=initiator)
-    messages = [os.urandom(size) for _ in range(count)]
-    results: list[OpResult] = []
+    messages = _Messages(size, count)
 
-    # Send: each message into one of the responder's posted receive buffers.
-    start = time.perf_counter()
-    for message in messages:
-        await qp.send(message)
-    received = [await inbox.get() for _ in range(count)]
-    results.append(_result("send", messages, received, time.perf_counter() - start))
+    def counters() -> tuple[int, int]:
+        done = [*results, *(op.result() for op in current[-1:])]
+        return sum(r.messages for r in done), sum(r.octets for r in done)
 
-    # RDMA Write: all messages side by side into the responder's region.
-    start = time.perf_counter()
-    writes = [
-        qp.rdma_write(m, target_mr.stag, target_mr.address + i * size)
-        for i, m in enumerate(messages)
-    ]
-    await asyncio.gather(*writes)
-    await qp.send(b"")  # a Send after the Writes: they are placed when it is delivered
-    await inbox.get()
-    placed = [bytes(target[i * size : (i + 1) * size]) for i in range(count)]
-    results.append(_result("rdma_write", messages, placed, time.perf_counter() - start))
+    progress = Progress(counters, forced=args.progress, quiet=args.json, interval=args.interval)
+    progress.start()
+    try:
+        # Send: each message into one of the responder's posted receive buffers.
+        op = _begin(current, "send")
+        for first in range(0, count, window):
+            batch = range(first, min(first + window, count))
+            for i in batch:
+                op.sent(messages[i])
+                await qp.send(messages[i])
+            for _ in batch:
+                op.arrived(await inbox.get(), size)
+        results.append(op.finish())
 
-    # RDMA Read: read the region back into the initiator's own memory.
-    sink = qp.register(bytearray(size * count), Access.LOCAL_WRITE)
-    start = time.perf_counter()
-    for i in range(count):
-        await qp.rdma_read(Sge(sink, i * size, size), target_mr.stag, target_mr.address + i * size)
-    read = [bytes(sink.view[i * size : (i + 1) * size]) for i in range(count)]
-    results.append(_result("rdma_read", messages, read, time.perf_counter() - start))
+        # RDMA Write: a window of messages side by side into the responder's
+        # slots; a Send after them (delivered once they are placed) lets the
+        # responder's memory be checked before the next window.
+        op = _begin(current, "rdma_write")
+        for first in range(0, count, window):
+            batch = range(first, min(first + window, count))
+            writes = []
+            for slot, i in enumerate(batch):
+                op.sent(messages[i])
+                writes.append(
+                    qp.rdma_write(messages[i], target_mr.stag, _to(target_mr, slot, size))
+                )
+            await asyncio.gather(*writes)
+            await qp.send(b"")
+            await inbox.get()
+            for slot in range(len(batch)):
+                op.arrived(memoryview(target)[slot * size : (slot + 1) * size], size)
+        results.append(op.finish())
+
+        # RDMA Read: the responder's slots read back into the initiator's memory.
+        sink = qp.register(bytearray(max(size, 1) * window), Access.LOCAL_WRITE)
+        op = _begin(current, "rdma_read")
+        for first in range(0, count, window):
+            batch = range(first, min(first + window, count))
+            for slot, i in enumerate(batch):
+                target[slot * size : (slot + 1) * size] = messages[i]
+                op.sent(messages[i])
+            for slot in range(len(batch)):
+                local = Sge(sink, slot * size, size)
+                await qp.rdma_read(local, target_mr.stag, _to(target_mr, slot, size))
+                op.arrived(sink.view[slot * size : (slot + 1) * size], size)
+        results.append(op.finish())
+    finally:
+        progress.stop()
 
     params = qp.params
     release.set()
@@ -161,22 +262,41 @@ async def _demo(args: argparse.Namespace) -> int:
     return 0 if all(r.verified for r in results) else 1
 
 
-def _result(op: str, sent: list[bytes], got: list[bytes], seconds: float) -> OpResult:
-    digest = hashlib.sha256()
-    for message in got:
-        digest.update(message)
-    expected = hashlib.sha256(b"".join(sent)).hexdigest()
-    return OpResult(
-        op=op,
-        messages=len(got),
-        octets=sum(len(m) for m in got),
-        seconds=seconds,
-        verified=digest.hexdigest() == expected and [len(m) for m in got] == [len(m) for m in sent],
-        sha256=digest.hexdigest(),
-    )
+def _begin(current: list[_Op], name: str) -> _Op:
+    op = _Op(name)
+    current[:] = [op]
+    return op
 
 
-def _report(args: argparse.Namespace, params: MpaParams, results: list[OpResult]) -> None:
+def _to(region: MemoryRegion, slot: int, size: int) -> int:
+    return int(region.address) + slot * size
+
+
+def _report(
+    args: argparse.Namespace,
+    params: MpaParams | None,
+    results: list[OpResult],
+    *,
+    interrupted: str | None = None,
+) -> None:
+    """The report; ``params`` is None when an interrupt came first."""
+    verified = all(r.verified for r in results)
+    total = sum(r.octets for r in results)
+    seconds = sum(r.seconds for r in results)
+    summary: dict[str, object] = {
+        "type": "summary",
+        "octets": total,
+        "seconds": round(seconds, 6),
+        "mib_per_s": rate_mib_per_s(total, seconds),
+        "verified": verified,
+    }
+    if interrupted is not None:
+        summary["interrupted"] = interrupted
+    if params is None:
+        for result in results:
+            print(json.dumps(result.as_json()) if args.json else _op_line(args, result))
+        print(json.dumps(summary) if args.json else f"  interrupted by {interrupted}")
+        return
     rtr = (
         params.rtr.name.lower() if params.peer_to_peer and params.rtr and params.rtr.name else None
     )
@@ -192,19 +312,10 @@ def _report(args: argparse.Namespace, params: MpaParams, results: list[OpResult]
         "peer_to_peer": params.peer_to_peer,
         "rtr": rtr,
     }
-    verified = all(r.verified for r in results)
-    total = sum(r.octets for r in results)
-    seconds = sum(r.seconds for r in results)
     if args.json:
         print(json.dumps(connection))
         for result in results:
             print(json.dumps(result.as_json()))
-        summary = {
-            "type": "summary",
-            "octets": total,
-            "seconds": round(seconds, 6),
-            "verified": verified,
-        }
         print(json.dumps(summary))
         return
     print("iWARP demo: responder and initiator on 127.0.0.1")
@@ -214,9 +325,16 @@ def _report(args: argparse.Namespace, params: MpaParams, results: list[OpResult]
         f"{params.ord}, MULPDU {params.mulpdu}" + (f", peer-to-peer with {rtr} RTR" if rtr else "")
     )
     for r in results:
-        rate = f"{r.octets / r.seconds / 1e6:8.1f} MB/s" if r.seconds > 0 else "        -"
-        print(
-            f"  {r.op:<10} {r.messages:4d} x {args.size} octets = {r.octets:>10} octets "
-            f"in {r.seconds * 1e3:8.1f} ms {rate}  verified: {'yes' if r.verified else 'NO'}"
-        )
-    print(f"  every byte verified: {'yes' if verified else 'NO'}")
+        print(_op_line(args, r))
+    print(
+        f"  every byte verified: {'yes' if verified else 'NO'}; {format_octets(total)} in "
+        f"{seconds:.3f} s, {format_rate(total, seconds)}"
+    )
+
+
+def _op_line(args: argparse.Namespace, r: OpResult) -> str:
+    return (
+        f"  {r.op:<10} {r.messages:4d} x {args.size} octets = {r.octets:>10} octets "
+        f"in {r.seconds * 1e3:8.1f} ms {format_rate(r.octets, r.seconds):>12}  "
+        f"verified: {'yes' if r.verified else 'NO'}"
+    )

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from iwarp.cli._args import count, port, size
 from iwarp.interop.guest import VARIANTS, GuestBuilder, GuestBuildError, GuestImage, cache_root
 from iwarp.interop.perftest import CLIENT_TESTS as PERFTEST_CLIENT_TESTS
 from iwarp.interop.perftest import TESTS as PERFTEST_TESTS
@@ -80,12 +81,14 @@ def register(sub: Any) -> None:
         "peer", choices=("ucmatose-server", "ucmatose-client", "echo-server", *perftest)
     )
     peer.add_argument("--host", default="127.0.0.1", help="address to bind or connect to")
-    peer.add_argument("--port", type=int, required=True)
-    peer.add_argument("-c", dest="connections", type=int, default=1, help="connections (1)")
-    peer.add_argument("-C", dest="count", type=int, default=10, help="messages each way (10)")
-    peer.add_argument("-S", dest="size", type=int, default=100, help="message size (100)")
-    peer.add_argument("-s", dest="octets", type=int, default=65536, help="perftest -s (65536)")
-    peer.add_argument("-n", dest="iterations", type=int, default=1000, help="perftest -n (1000)")
+    peer.add_argument(
+        "--port", type=port, required=True, help="TCP port to listen on or connect to"
+    )
+    peer.add_argument("-c", dest="connections", type=count, default=1, help="connections (1)")
+    peer.add_argument("-C", dest="count", type=count, default=10, help="messages each way (10)")
+    peer.add_argument("-S", dest="size", type=size, default=100, help="message size (100)")
+    peer.add_argument("-s", dest="octets", type=size, default=65536, help="perftest -s (65536)")
+    peer.add_argument("-n", dest="iterations", type=count, default=1000, help="perftest -n (1000)")
     peer.add_argument("--no-crc", action="store_true", help="do not ask for MPA CRC")
     peer.add_argument("--timeout", type=float, default=60.0)
     peer.set_defaults(func=run_peer)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 
 from iwarp.asyncio import rdma
 from iwarp.asyncio.mpa import (
@@ -24,6 +25,8 @@ from iwarp.asyncio.mpa import (
     serve,
     serve_stream,
 )
+from iwarp.cli._args import SIZE_HELP, count, port, size
+from iwarp.cli._capture import add_pcap_option, pcap_capture
 from iwarp.cli._mpa import (
     CULLEY_SWITCH,
     DELAYED_HELLO,
@@ -43,10 +46,11 @@ from iwarp.cli._ops import (
     MemoryBudget,
     check_stack,
     error_fields,
-    parse_size,
     reset,
 )
+from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._receipt import RECEIPT_REQUEST, receipt, terminate_for
+from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import RequestReceived
@@ -62,27 +66,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "received until --count messages (or --connections connections) are done.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="TCP port (default 0: any free port)")
+    parser.add_argument("--port", type=port, default=0, help="TCP port (default 0: any free port)")
     parser.add_argument(
-        "--count", type=int, default=0, help="exit after this many messages (default 0: never)"
+        "--count",
+        type=count,
+        default=0,
+        help="exit after this many messages (default 0: run until interrupted; Ctrl-C or "
+        "SIGTERM prints the summary so far and exits 130 or 143)",
     )
     parser.add_argument(
         "--connections",
-        type=int,
+        type=count,
         default=0,
         metavar="N",
         help="exit after N connections ended, accepted or not (default 0: no limit)",
     )
     parser.add_argument(
         "--max-size",
-        type=_size,
+        type=size,
         default=16 << 20,
         metavar="S",
-        help="largest message a peer may announce, in octets or with K/M/G (default 16M)",
+        help=f"largest message a peer may announce, in octets (default 16M; {SIZE_HELP})",
     )
     parser.add_argument(
         "--memory-budget",
-        type=_size,
+        type=size,
         default=DEFAULT_MEMORY_BUDGET,
         metavar="S",
         help="most octets of buffers all peers together may make the listener allocate "
@@ -90,6 +98,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "many buffers (credits) as fit, at least one, else it is refused with an error record",
     )
     add_mpa_options(parser, initiator=False)
+    add_progress_options(parser)
+    add_pcap_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -97,13 +107,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 _REPORTABLE = (MpaErrorCode.CRC_MISMATCH, MpaErrorCode.MARKER_MISMATCH)
 #: Seconds a finished listener waits for --op mpa connectors' receipt requests.
 _RECEIPT_GRACE = 5
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _peer(sock_or_addr: object) -> str:
@@ -119,17 +122,54 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         out.emit({"type": "error", "code": None, "message": f"bad options: {exc}"})
         return 2
+    digest = Digest()
+    state = {"ended": 0, "errors": 0, "accepted": 0, "active": 0, "unconfirmed": 0}
+
+    def interrupted(signum: signal.Signals) -> None:
+        out.closed = True
+        out.emit(_summary(args, digest, state, interrupted=signum.name))
+
     try:
-        return asyncio.run(_listen(args, config, out))
+        return run_interruptible(_listen(args, config, out, digest, state), interrupted)
     except OSError as exc:
         out.emit({"type": "error", "code": None, "message": f"cannot listen: {exc}"})
         return 1
 
 
-async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> int:
-    digest = Digest()
+def _summary(
+    args: argparse.Namespace, digest: Digest, state: dict[str, int], **extra: object
+) -> dict[str, object]:
+    return digest.summary(
+        connections=state["ended"],
+        accepted=state["accepted"],
+        errors=state["errors"],
+        op=args.op,
+        **extra,
+    )
+
+
+async def _listen(
+    args: argparse.Namespace,
+    config: MpaConfig,
+    out: Output,
+    digest: Digest,
+    state: dict[str, int],
+) -> int:
+    async with pcap_capture(args.pcap):
+        return await _serve(args, config, out, digest, state)
+
+
+async def _serve(
+    args: argparse.Namespace,
+    config: MpaConfig,
+    out: Output,
+    digest: Digest,
+    state: dict[str, int],
+) -> int:
     done = asyncio.Event()
-    state = {"ended": 0, "errors": 0, "accepted": 0, "active": 0, "unconfirmed": 0}
+    progress = Progress(
+        digest.counters, forced=args.progress, quiet=args.json, interval=args.interval
+    )
 
     def ended() -> None:
         state["ended"] += 1
@@ -268,11 +308,13 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
             decide=decide,
             on_failure=on_failure,
         )
-    host, port = server.sockets[0].getsockname()[:2]
-    out.emit({"type": "listening", "host": host, "port": port, "op": args.op})
+    bound_host, bound_port = server.sockets[0].getsockname()[:2]
+    out.emit({"type": "listening", "host": bound_host, "port": bound_port, "op": args.op})
+    progress.start()
     try:
         await done.wait()
     finally:
+        progress.stop()
         server.close()
     # Let connections that are closing report it; the summary comes last.
     # An --op mpa connector that sent its messages waits for its receipt
@@ -282,14 +324,7 @@ async def _listen(args: argparse.Namespace, config: MpaConfig, out: Output) -> i
             break
         await asyncio.sleep(0.01)
     out.closed = True
-    out.emit(
-        digest.summary(
-            connections=state["ended"],
-            accepted=state["accepted"],
-            errors=state["errors"],
-            op=args.op,
-        )
-    )
+    out.emit(_summary(args, digest, state))
     return 1 if state["errors"] else 0
 
 

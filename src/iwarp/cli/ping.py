@@ -19,6 +19,8 @@ from iwarp.asyncio.rdma import (
     connect,
     serve,
 )
+from iwarp.cli._args import SIZE_HELP, count, port, size
+from iwarp.cli._capture import add_pcap_option, pcap_capture
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import RtrFlags
@@ -43,10 +45,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     role.add_argument("-s", dest="server", action="store_true", help="server")
     role.add_argument("-c", dest="client", action="store_true", help="client")
     parser.add_argument("-a", dest="address", default=None, help="address (server: bind)")
-    parser.add_argument("-p", dest="port", type=int, default=DEFAULT_PORT, help="port (7174)")
-    parser.add_argument("-C", dest="count", type=int, default=0, help="pings (0: forever)")
+    parser.add_argument("-p", dest="port", type=port, default=DEFAULT_PORT, help="port (7174)")
+    parser.add_argument("-C", dest="count", type=count, default=0, help="pings (0: forever)")
     parser.add_argument(
-        "-S", dest="size", type=int, default=DEFAULT_SIZE, help=f"ping size ({DEFAULT_SIZE})"
+        "-S",
+        dest="size",
+        type=size,
+        default=DEFAULT_SIZE,
+        help=f"ping size ({DEFAULT_SIZE}; {SIZE_HELP})",
     )
     parser.add_argument("-V", dest="validate", action="store_true", help="validate ping data")
     parser.add_argument("-v", dest="verbose", action="store_true", help="print ping data")
@@ -77,6 +83,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="run on the blocking adapter (iwarp.sync: plain sockets, no event loop)",
     )
+    add_pcap_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -112,10 +119,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.sync:
+            if args.pcap is not None:
+                print(
+                    "iwarp ping: --pcap records the asyncio adapter only (not --sync)",
+                    file=sys.stderr,
+                )
+                return 2
             return _sync(args)
-        if args.timeout:
-            return asyncio.run(_with_timeout(args))
-        return asyncio.run(_client(args) if args.client else _server(args))
+        return asyncio.run(_captured(args))
     except (OSError, IwarpError) as exc:
         print(f"iwarp ping: {exc}", file=sys.stderr)
         return 1
@@ -170,6 +181,13 @@ def _sync(args: argparse.Namespace) -> int:
     if args.debug:
         print(f"{logic.pings} pings {'done' if args.client else 'served'}; disconnected")
     return 0
+
+
+async def _captured(args: argparse.Namespace) -> int:
+    async with pcap_capture(args.pcap):
+        if args.timeout:
+            return await _with_timeout(args)
+        return await (_client(args) if args.client else _server(args))
 
 
 async def _with_timeout(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ from iwarp.asyncio.vitcp import (
     VitcpRejectedError,
     connect,
 )
+from iwarp.cli._args import SIZE_HELP, count, port, size
 from iwarp.errors import IwarpError
 from iwarp.vitcp.config import VitcpConfig
 from iwarp.vitcp.events import (
@@ -60,7 +61,10 @@ LEVELS = {
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--crc", action="store_true", help="offer the CRC option (§3.6)")
     parser.add_argument(
-        "--mtu", type=int, default=32768, help="largest segment payload to offer (default 32768)"
+        "--mtu",
+        type=size,
+        default=32768,
+        help=f"largest segment payload to offer (default 32768; {SIZE_HELP})",
     )
     parser.add_argument(
         "--reliability",
@@ -87,28 +91,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     actions = parser.add_subparsers(dest="vitcp_command", metavar="ACTION", required=True)
     listen = actions.add_parser("listen", help="accept VI connections on one port")
     listen.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    listen.add_argument("--port", type=int, required=True, help="TCP port (0 picks one)")
+    listen.add_argument("--port", type=port, default=0, help="TCP port (default 0: any free port)")
     listen.add_argument(
         "--count",
-        type=int,
-        default=1,
+        type=count,
+        default=0,
         help="serve connections until this many messages were received in total, "
-        "as iwarp listen does; 0 = forever (default 1)",
+        "as iwarp listen does (default 0: until interrupted)",
     )
     listen.add_argument(
         "--max-size",
-        type=int,
+        type=size,
         default=MAX_SIZE,
         metavar="S",
-        help=f"largest message a connector may ask for, in octets (default {MAX_SIZE})",
+        help=f"largest message a connector may ask for, in octets (default 16MiB; {SIZE_HELP})",
     )
     _common(listen)
     listen.set_defaults(func=run_listen)
     conn = actions.add_parser("connect", help="open a VI connection and transfer data")
     conn.add_argument("host", metavar="HOST")
-    conn.add_argument("port", metavar="PORT", type=int)
-    conn.add_argument("--count", type=int, default=1, help="messages to move (default 1)")
-    conn.add_argument("--size", type=int, default=1024, help="octets per message (default 1024)")
+    conn.add_argument("port", metavar="PORT", type=port, help="TCP port of the listener")
+    conn.add_argument("--count", type=count, default=1, help="messages to move (default 1)")
+    conn.add_argument(
+        "--size", type=size, default=1024, help=f"octets per message (default 1024; {SIZE_HELP})"
+    )
     conn.add_argument(
         "--op", choices=["send", "write", "read"], default="send", help="operation (default send)"
     )

@@ -1,0 +1,223 @@
+"""What every ``iwarp`` subcommand shares: argument checks, sizes with
+units, summaries with time and rate, progress, and interrupts."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clitools import IWARP, by_type, connect, listen
+from iwarp.cli._args import format_rate, port, size
+from iwarp.cli._progress import Progress, ProgressMeter
+
+#: Every command line that takes a port, with "PORT" where it goes.
+PORT_COMMANDS = [
+    ["connect", "127.0.0.1", "PORT"],
+    ["listen", "--port", "PORT"],
+    ["ping", "-c", "-p", "PORT"],
+    ["ping", "-s", "-p", "PORT"],
+    ["vitcp", "connect", "127.0.0.1", "PORT"],
+    ["vitcp", "listen", "--port", "PORT"],
+    ["interop", "peer", "echo-server", "--port", "PORT"],
+]
+
+
+@pytest.mark.parametrize("bad", ["99999", "-1", "http"])
+@pytest.mark.parametrize("command", PORT_COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_a_bad_port_is_a_usage_error(command: list[str], bad: str) -> None:
+    argv = [bad if word == "PORT" else word for word in command]
+    proc = subprocess.run([*IWARP, *argv], capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "port" in proc.stderr and bad in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "octets"),
+    [
+        ("4096", 4096),
+        ("64K", 65_536),
+        ("64k", 65_536),
+        ("64KiB", 65_536),
+        ("64KB", 65_536),
+        ("50M", 50 << 20),
+        ("2G", 2 << 30),
+        ("1GiB", 1 << 30),
+        ("3 MiB", 3 << 20),
+    ],
+)
+def test_sizes_take_units(text: str, octets: int) -> None:
+    assert size(text) == octets
+
+
+@pytest.mark.parametrize("text", ["", "-1", "1X", "0.3", "K", "1.5M"])
+def test_bad_sizes_are_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        size(text)
+
+
+@given(st.integers(min_value=0, max_value=1 << 40), st.sampled_from("KMGT"))
+def test_sizes_round_trip_plain_and_binary(octets: int, unit: str) -> None:
+    assert size(str(octets)) == octets
+    scale = 1 << (10 * ("KMGT".index(unit) + 1))
+    assert size(f"{octets}{unit}") == size(f"{octets}{unit}iB") == octets * scale
+
+
+@given(st.integers(min_value=-(1 << 20), max_value=1 << 20))
+def test_ports_are_the_tcp_range(value: int) -> None:
+    if 0 <= value <= 0xFFFF:
+        assert port(str(value)) == value
+    else:
+        with pytest.raises(argparse.ArgumentTypeError):
+            port(str(value))
+
+
+def test_every_size_option_takes_units() -> None:
+    with listen("--count", "2", "--max-size", "2KiB", "--memory-budget", "1M") as listener:
+        rc, out = connect(listener.port, "--count", "2", "--size", "1K")
+        lrc, lines = listener.finish()
+    assert (rc, lrc) == (0, 0), (out, lines)
+    (summary,) = by_type(out, "summary")
+    assert summary["octets"] == 2048
+    assert lines[-1]["octets"] == 2048
+
+
+def test_summaries_give_elapsed_time_and_rate() -> None:
+    with listen("--count", "4") as listener:
+        rc, out = connect(listener.port, "--count", "4", "--size", "64KiB")
+        lrc, lines = listener.finish()
+    assert (rc, lrc) == (0, 0)
+    for summary in (out[-1], lines[-1]):
+        assert summary["type"] == "summary"
+        seconds, rate = summary["seconds"], summary["mib_per_s"]
+        assert isinstance(seconds, float) and seconds > 0
+        assert isinstance(rate, float)
+        assert rate == pytest.approx(4 * 65536 / seconds / (1 << 20), abs=0.06)
+        assert len(str(summary["sha256"])) == 64
+
+
+def test_the_human_summary_names_time_and_rate() -> None:
+    with listen("--count", "1") as listener:
+        proc = subprocess.run(
+            [*IWARP, "connect", "127.0.0.1", str(listener.port)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        listener.finish()
+    assert proc.returncode == 0, proc.stderr
+    summary = proc.stdout.splitlines()[-1]
+    assert summary.startswith("summary:") and "seconds=" in summary and "mib_per_s=" in summary
+
+
+def test_progress_lines_on_stderr_when_asked() -> None:
+    with listen("--count", "3") as listener:
+        proc = subprocess.run(
+            [
+                *IWARP,
+                "connect",
+                "127.0.0.1",
+                str(listener.port),
+                "--json",
+                "--count",
+                "3",
+                "--delay",
+                "0.5",
+                "--progress",
+                "--interval",
+                "0.1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        listener.finish()
+    assert proc.returncode == 0, proc.stderr
+    # stdout stays one JSON record per line; progress went to stderr.
+    assert all(json.loads(line) for line in proc.stdout.splitlines())
+    assert "messages" in proc.stderr and "MiB/s" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("quiet", "forced", "shown"), [(True, False, False), (True, True, True), (False, False, True)]
+)
+def test_json_runs_show_progress_only_when_asked(quiet: bool, forced: bool, shown: bool) -> None:
+    stream = io.StringIO()
+
+    async def run() -> None:
+        progress = Progress(
+            lambda: (1, 1000), quiet=quiet, forced=forced, interval=0.01, delay=0, stream=stream
+        )
+        progress.start()
+        await asyncio.sleep(0.2)
+        progress.stop()
+
+    asyncio.run(run())
+    assert ("1 messages" in stream.getvalue()) == shown
+
+
+def test_progress_meter_text() -> None:
+    meter = ProgressMeter(start=100.0, terminal=False)
+    first = meter.report(101.0, 10, 2 << 20)
+    assert first == "[    0.0-    1.0 s] 10 messages, 2.00 MiB, 2.0 MiB/s\n"
+    second = meter.report(103.0, 20, 6 << 20)
+    assert second == "[    1.0-    3.0 s] 20 messages, 6.00 MiB, 2.0 MiB/s\n"
+    tty = ProgressMeter(start=0.0, terminal=True)
+    line = tty.report(2.0, 1, 1000)
+    assert line.startswith("\r") and "\n" not in line
+    assert tty.finish() == "\r\x1b[K"
+    assert format_rate(5, 0.0) == "- MiB/s"
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_listener_prints_its_partial_summary(
+    signum: signal.Signals, status: int
+) -> None:
+    with listen() as listener:  # no --count: runs until interrupted
+        rc, out = connect(listener.port, "--count", "5", "--size", "1000")
+        assert rc == 0, out
+        # The listener counted every message before its receipt let the
+        # connector finish.
+        listener.proc.send_signal(signum)
+        lrc, lines = listener.finish()
+    assert lrc == status
+    summary = lines[-1]
+    assert summary["type"] == "summary"
+    assert summary["interrupted"] == signum.name
+    (sent,) = by_type(out, "summary")
+    for key in ("messages", "octets", "sha256"):
+        assert summary[key] == sent[key]
+
+
+def test_an_interrupted_connector_prints_what_it_moved() -> None:
+    # A listener that accepts but never advertises: the connector waits.
+    with listen("--op", "mpa") as listener:
+        proc = subprocess.Popen(
+            [*IWARP, "connect", "127.0.0.1", str(listener.port), "--json", "--count", "3"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert first["type"] == "established"
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 130, err
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["type"] == "summary" and summary["interrupted"] == "SIGINT"
+    assert summary["messages"] == 0 and len(summary["sha256"]) == 64
+    assert "Traceback" not in err
