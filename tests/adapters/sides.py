@@ -20,9 +20,9 @@ from typing import Any, Protocol, TypeVar
 import iwarp.asyncio.rdma as aio
 from iwarp import sync
 from iwarp._typing import Buffer
-from iwarp.asyncio.mpa import Decider
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import MpaParams
+from iwarp.mpa.policy import Decider
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import Completion, ReadWR, RecvWR, SendWR, Sge, WriteWR

@@ -228,7 +228,7 @@ def test_misuse_is_a_local_error() -> None:
         thread = threading.Thread(target=lambda: listener.accept(timeout=T).close())
         thread.start()
         with (
-            rdma.connect("127.0.0.1", listener.port, timeout=T) as qp,
+            rdma.connect("127.0.0.1", listener.port, receive_buffers=0, timeout=T) as qp,
             pytest.raises(LocalProtocolError),
         ):
             qp.receive(timeout=1)  # no receive pool

@@ -28,6 +28,7 @@ from iwarp.rdmap.work import (
 )
 from iwarp.sync._driver import WaitTimeoutError
 from iwarp.sync.rdma import (
+    Accept,
     Access,
     CompletionQueue,
     ConnectionRejectedError,
@@ -37,11 +38,13 @@ from iwarp.sync.rdma import (
     ProtectionDomain,
     QueuePair,
     RdmaError,
+    Reject,
     connect,
     listen,
 )
 
 __all__ = [
+    "Accept",
     "Access",
     "Completion",
     "CompletionQueue",
@@ -56,6 +59,7 @@ __all__ = [
     "RdmaError",
     "ReadWR",
     "RecvWR",
+    "Reject",
     "SendWR",
     "Sge",
     "WaitTimeoutError",

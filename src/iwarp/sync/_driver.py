@@ -10,9 +10,8 @@ the background: no thread, no signal. Between calls the kernel's socket
 buffers hold whatever arrives; the next call picks it up.
 
 It knows no protocol. The adapter gives it a core that keeps the
-connection contract (``receive_data``/``data_to_send``/``take_events``/
-``get_timer``/``handle_timer``/``connection_lost``/``must_close``) and a
-function that handles the core's events.
+connection contract (:class:`iwarp.contract.Connection`) and a function
+that handles the core's events.
 """
 
 from __future__ import annotations
@@ -24,9 +23,10 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, TypeAlias
 
 from iwarp._typing import Buffer
+from iwarp.contract import Connection
 from iwarp.errors import IwarpError
 
 __all__ = [
@@ -60,26 +60,8 @@ class WaitTimeoutError(IwarpError, TimeoutError):
     """
 
 
-class Core(Protocol):
-    """The connection contract the driver relies on (``iwarp.contract``)."""
-
-    def receive_data(self, data: Buffer, now: float) -> list[Any]: ...
-
-    def data_to_send(self) -> list[Buffer]: ...
-
-    @property
-    def has_data_to_send(self) -> bool: ...
-
-    def take_events(self) -> list[Any]: ...
-
-    def get_timer(self) -> float | None: ...
-
-    def handle_timer(self, now: float) -> list[Any]: ...
-
-    def connection_lost(self, now: float, reason: str = ...) -> list[Any]: ...
-
-    @property
-    def must_close(self) -> bool: ...
+#: The connection contract every core keeps (any core's events).
+Core: TypeAlias = Connection[Any]
 
 
 def deadline_after(timeout: float | None) -> float | None:

@@ -25,12 +25,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.mpa import Accept, MpaRejectedError, Reject
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import MpaConnection
@@ -45,9 +43,15 @@ from iwarp.mpa.events import (
     StreamDataReceived,
     UlpduReceived,
 )
-from iwarp.mpa.handshake import MpaState, build_request, retry_as_rev1
-from iwarp.mpa.policy import Decider
-from iwarp.sync._compat import MpaCore
+from iwarp.mpa.handshake import MpaState, build_request
+from iwarp.mpa.policy import (
+    Accept,
+    ConnectionRejectedError,
+    Decider,
+    Reject,
+    answer_request,
+    rev1_fallback,
+)
 from iwarp.sync._driver import (
     Driver,
     TcpListener,
@@ -57,7 +61,15 @@ from iwarp.sync._driver import (
     tcp_emss,
 )
 
-__all__ = ["Accept", "MpaListener", "MpaRejectedError", "MpaSocket", "Reject", "connect", "listen"]
+__all__ = [
+    "Accept",
+    "ConnectionRejectedError",
+    "MpaListener",
+    "MpaSocket",
+    "Reject",
+    "connect",
+    "listen",
+]
 
 #: Received-but-unread octets above which the socket stops reading.
 RECEIVE_HIGH_WATER = 1 << 20
@@ -78,7 +90,6 @@ class MpaSocket:
     ) -> None:
         emss = tcp_emss(sock)
         self._conn = MpaConnection(None, config, emss=emss)
-        self._core = MpaCore(self._conn)
         self._decide = decide
         self._received: deque[bytes] = deque()
         self._received_octets = 0
@@ -88,7 +99,7 @@ class MpaSocket:
         #: The error that ended the connection, if any.
         self.error: IwarpError | None = None
         self.emss = emss
-        self._driver = Driver(sock, self._core, self._on_events)
+        self._driver = Driver(sock, self._conn, self._on_events)
         self._handlers: dict[type, Callable[[Any], None]] = {
             UlpduReceived: self._on_ulpdu,
             RequestReceived: self._on_request,
@@ -136,11 +147,11 @@ class MpaSocket:
         self._received_octets += len(data)
 
     def _on_request(self, event: RequestReceived) -> None:
-        decision: Accept | Reject = Accept() if self._decide is None else self._decide(event)
-        if isinstance(decision, Reject):
-            self._conn.reject(decision.private_data, ird=decision.ird, ord=decision.ord)
-        else:
-            self._conn.accept(decision.private_data, ird=decision.ird, ord=decision.ord)
+        try:
+            answer_request(self._conn, event, self._decide)
+        except LocalProtocolError as exc:  # bad private data or IRD/ORD from decide
+            self._fail(exc, close=True)
+            return
         self._on_events(self._conn.take_events())
 
     def _on_established(self, event: ConnectionEstablished) -> None:
@@ -148,7 +159,7 @@ class MpaSocket:
         self._established = True
 
     def _on_rejected(self, event: ConnectionRejected) -> None:
-        self._fail(MpaRejectedError(event), close=True)
+        self._fail(ConnectionRejectedError(event), close=True)
 
     def _on_failed(self, event: ConnectionFailed | NegotiationFailed) -> None:
         close = isinstance(event, NegotiationFailed) or event.close
@@ -293,7 +304,7 @@ def connect(
     config's ``rev1_fallback``) a Rev 2 Request the peer answers by closing
     is retried once as Rev 1 (RFC 6581 §10).
 
-    :raises MpaRejectedError: the Responder rejected (R=1) or a local policy
+    :raises ConnectionRejectedError: the Responder rejected (R=1) or a local policy
         refused its Reply.
     :raises MpaError: startup failed (code 1: closed/reset/timeout; 4:
         invalid Reply) or RFC 6581 negotiation failed (6, 7).
@@ -307,11 +318,10 @@ def connect(
     try:
         return _connect_once(host, port, cfg, private_data, deadline, local_address)
     except MpaError as exc:
-        if not ((fallback_to_rev1 or cfg.rev1_fallback) and retry_as_rev1(cfg, exc)):
+        retry = rev1_fallback(cfg, exc, requested=fallback_to_rev1)
+        if retry is None:
             raise
-    return _connect_once(
-        host, port, replace(cfg, revision=1), private_data, deadline, local_address
-    )
+    return _connect_once(host, port, retry, private_data, deadline, local_address)
 
 
 def _connect_once(
@@ -360,7 +370,7 @@ class MpaListener:
         bounds the wait for a TCP connection and its MPA startup together;
         while one connection runs its startup, others wait in the backlog.
 
-        :raises MpaRejectedError: this connection's Request was rejected.
+        :raises ConnectionRejectedError: this connection's Request was rejected.
         :raises MpaError: this connection's startup failed; the listener
             goes on (call ``accept`` again).
         :raises WaitTimeoutError: ``timeout`` passed first.

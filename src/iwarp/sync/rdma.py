@@ -30,47 +30,31 @@ in full operation and before any message is processed.
 from __future__ import annotations
 
 import contextlib
-import itertools
-import time
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Final
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.mpa import Accept, Reject
-from iwarp.asyncio.rdma import ConnectionRejectedError, ConnectionTerminatedError, RdmaError
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.events import (
-    ConnectionClosed,
-    ConnectionEstablished,
-    ConnectionFailed,
-    ConnectionRejected,
-    MpaParams,
-    NegotiationFailed,
-    RequestReceived,
+from iwarp.mpa.events import MpaParams
+from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject
+from iwarp.rdma.endpoint import (
+    DEFAULT_RECEIVE_BUFFERS,
+    DEFAULT_RECEIVE_SIZE,
+    CompletionQueued,
+    Ended,
+    Established,
+    MessageReceived,
+    QueuePairEndpoint,
+    WorkFinished,
 )
-from iwarp.mpa.policy import Decider
-from iwarp.rdma.connection import RdmaConnection
+from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
-from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import TerminateHeader
-from iwarp.rdmap.work import (
-    Completion,
-    CompletionStatus,
-    ReadWR,
-    RecvWR,
-    SendWR,
-    Sge,
-    StreamReady,
-    TerminateReceived,
-    TerminateSent,
-    WorkOpcode,
-    WriteWR,
-)
-from iwarp.sync._compat import RdmaCore
+from iwarp.rdmap.work import Completion, ReadWR, RecvWR, SendWR, Sge, WriteWR
 from iwarp.sync._driver import (
     Driver,
     TcpListener,
@@ -83,6 +67,7 @@ from iwarp.sync._driver import (
 )
 
 __all__ = [
+    "Accept",
     "Access",
     "CompletionQueue",
     "ConnectionRejectedError",
@@ -92,6 +77,7 @@ __all__ = [
     "ProtectionDomain",
     "QueuePair",
     "RdmaError",
+    "Reject",
     "connect",
     "listen",
 ]
@@ -106,9 +92,10 @@ Setup = Callable[["QueuePair"], None]
 class CompletionQueue:
     """Completions of work requests, in order (verbs' CQ).
 
-    One queue may serve several queue pairs (pass it to :func:`connect` or
-    :func:`listen` as ``send_cq``/``recv_cq``); :meth:`poll` and
-    :meth:`wait` drive all of them.
+    One queue may serve several queue pairs, and a queue pair's send and
+    receive work (pass it to :func:`connect` or :meth:`Listener.accept` as
+    ``send_cq`` and/or ``recv_cq``); :meth:`poll` and :meth:`wait` drive
+    the sockets of all of them.
     """
 
     def __init__(self) -> None:
@@ -119,10 +106,10 @@ class CompletionQueue:
         return len(self._items)
 
     def poll(self, max_entries: int | None = None) -> list[Completion]:
-        """Take up to ``max_entries`` completions; never blocks.
+        """Take up to ``max_entries`` (default: all) completions; never blocks.
 
-        Moves pending octets of the attached queue pairs first (what the
-        kernel already holds), as ``ibv_poll_cq`` finds what the NIC did.
+        Reads what the kernel already holds for the attached queue pairs
+        first, as ``ibv_poll_cq`` finds what the NIC did meanwhile.
         """
         drivers = [qp._driver for qp in self._qps if not qp._driver.closed]
         if drivers:
@@ -142,12 +129,16 @@ class CompletionQueue:
         while not self._items:
             drivers = [qp._driver for qp in self._qps if not qp._driver.closed]
             if not drivers:
-                raise ConnectionTerminatedError("the queue pair is closed")
+                raise ConnectionTerminatedError(self._why())
             if deadline is not None and clock() >= deadline:
                 raise WaitTimeoutError("timed out waiting for a completion")
-            if not wait_any(drivers, deadline):
-                raise ConnectionTerminatedError("the queue pair is closed")
+            if not wait_any(drivers, deadline) and not self._items:
+                raise ConnectionTerminatedError(self._why())
         return self._items.popleft()
+
+    def _why(self) -> str:
+        reasons = {qp.end_reason for qp in self._qps}
+        return "; ".join(sorted(reasons)) if reasons else "no queue pair uses this queue"
 
     def _attach(self, qp: QueuePair) -> None:
         if qp not in self._qps:
@@ -157,13 +148,12 @@ class CompletionQueue:
         if qp in self._qps:
             self._qps.remove(qp)
 
-    def _push(self, completion: Completion) -> None:
-        self._items.append(completion)
-
 
 class QueuePair:
     """One iWARP connection: queue pair, completion queues and simple API.
 
+    A blocking driver around :class:`~iwarp.rdma.endpoint.QueuePairEndpoint`
+    (which holds the receive pool, wr_id routing and the first-send hold).
     Made by :func:`connect` and :meth:`Listener.accept`.
     """
 
@@ -175,11 +165,12 @@ class QueuePair:
         config: MpaConfig,
         *,
         private_data: bytes = b"",
-        receive_buffers: int = 0,
-        receive_size: int = 1 << 16,
+        receive_buffers: int | None = None,
+        receive_size: int = DEFAULT_RECEIVE_SIZE,
         setup: Setup | None = None,
         send_cq: CompletionQueue | None = None,
         recv_cq: CompletionQueue | None = None,
+        first_send_delay: float = 0.0,
         decide: Decider | None = None,
     ) -> None:
         self.pd = pd
@@ -189,48 +180,33 @@ class QueuePair:
         self.send_cq = send_cq if send_cq is not None else CompletionQueue()
         #: Completions of posted receives.
         self.recv_cq = recv_cq if recv_cq is not None else CompletionQueue()
-        #: The error that ended the connection, if any.
-        self.error: IwarpError | None = None
-        #: The Terminate that ended the stream (sent or received), if any.
-        self.terminate: TerminateHeader | None = None
-        self.terminate_received = False
-        self._receive_buffers = receive_buffers
-        self._receive_size = receive_size
-        self._setup = setup
-        self._decide = decide
+        if receive_buffers is None:  # the pool, unless setup posts its own receives
+            receive_buffers = DEFAULT_RECEIVE_BUFFERS if setup is None else 0
         self._established = False
-        self._peer_closed = False
-        self._ids = itertools.count(-1, -1)
-        #: Simple-API work in flight, and the completions of finished ones.
-        self._pending: set[int] = set()
-        self._finished: dict[int, Completion] = {}
-        self._pool: dict[int, tuple[MemoryRegion, RecvWR]] = {}
-        self._messages: deque[bytes] = deque()
-        self._message_octets = 0
-        self.conn = RdmaConnection(
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Established: self._on_established,
+            CompletionQueued: self._on_completion,
+            WorkFinished: _ignore,  # the simple calls ask the endpoint for the result
+            MessageReceived: self._on_message,
+            Ended: _ignore,  # the endpoint keeps it: ``ended``, ``must_close``
+        }
+        self.endpoint = QueuePairEndpoint(
             role,
             pd,
             config,
             private_data=private_data,
             now=clock(),
             emss=tcp_emss(sock),
-            on_stream=self._on_stream,
+            receive_buffers=receive_buffers,
+            receive_size=receive_size,
+            first_send_delay=first_send_delay,
+            decide=decide,
+            setup=None if setup is None else lambda: setup(self),
         )
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            Completion: self._complete,
-            ConnectionEstablished: self._on_established,
-            RequestReceived: self._on_request,
-            TerminateReceived: self._on_terminate,
-            TerminateSent: self._on_terminate,
-            ConnectionRejected: self._on_rejected,
-            ConnectionFailed: self._on_failed,
-            NegotiationFailed: self._on_failed,
-            ConnectionClosed: self._on_closed,
-            StreamReady: _ignore,
-        }
-        self._driver = Driver(sock, RdmaCore(self.conn), self._dispatch)
+        self._driver = Driver(sock, self.endpoint, self._dispatch)
         self.send_cq._attach(self)
         self.recv_cq._attach(self)
+        self._dispatch(self.endpoint.take_events())
         self._driver.flush()
 
     # -- properties ---------------------------------------------------------------
@@ -238,7 +214,7 @@ class QueuePair:
     @property
     def params(self) -> MpaParams:
         """The negotiated MPA parameters (CRC, markers, IRD/ORD, MULPDU, RTR...)."""
-        params = self.conn.params
+        params = self.endpoint.params
         if params is None:
             raise LocalProtocolError("the queue pair is not connected")
         return params
@@ -246,9 +222,29 @@ class QueuePair:
     @property
     def stream(self) -> RdmapStream:
         """The RDMAP core (for inspection)."""
-        if self.conn.stream is None:
+        stream = self.endpoint.stream
+        if stream is None:
             raise LocalProtocolError("the queue pair is not connected")
-        return self.conn.stream
+        return stream
+
+    @property
+    def error(self) -> IwarpError | None:
+        """The error that ended the connection, if any."""
+        return self.endpoint.error
+
+    @property
+    def terminate(self) -> TerminateHeader | None:
+        """The Terminate that ended the stream (sent or received), if any."""
+        return self.endpoint.terminate
+
+    @property
+    def terminate_received(self) -> bool:
+        return self.endpoint.terminate_received
+
+    @property
+    def end_reason(self) -> str:
+        """Why the connection ended (Terminate fields, error), for messages."""
+        return self.endpoint.end_reason
 
     @property
     def closed(self) -> bool:
@@ -265,59 +261,46 @@ class QueuePair:
         """Register memory in this queue pair's protection domain."""
         return self.pd.register(buffer, access, address=address)
 
-    @property
-    def end_reason(self) -> str:
-        """Why the connection ended (Terminate fields, error), for messages."""
-        if self.terminate is not None:
-            side = "received" if self.terminate_received else "sent"
-            t = self.terminate
-            return f"Terminate {side}: layer {t.layer}, type {t.etype}, code {t.code:#04x}"
-        if self.error is not None:
-            return str(self.error)
-        return "connection closed"
-
     # -- verbs --------------------------------------------------------------------
 
     def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
         """Post a Send, RDMA Write or RDMA Read; its completion goes to
-        ``send_cq``. What TCP takes now is written before this returns."""
-        self._connection().post_send(wr)
+        ``send_cq``. What TCP takes now is written before this returns.
+
+        :raises ConnectionTerminatedError: the connection has ended.
+        """
+        self.endpoint.post_send(wr)
         self._driver.flush()
 
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer; its completion goes to ``recv_cq``."""
-        self._connection().post_recv(wr)
-
-    def _connection(self) -> RdmaConnection:
-        if self.conn.stream is None:
-            raise LocalProtocolError("the queue pair is not connected")
-        if self.conn.must_close or self._driver.closed:
-            raise ConnectionTerminatedError(self.end_reason)
-        return self.conn
+        self.endpoint.post_recv(wr)
 
     # -- simple API -----------------------------------------------------------------
 
     def _run(self, wr: SendWR | WriteWR | ReadWR, timeout: float | None) -> Completion:
+        endpoint = self.endpoint
         wr_id = wr.wr_id
-        self._pending.add(wr_id)
+        endpoint.track(wr_id)
+        done: list[Completion] = []
+
+        def finished() -> bool:
+            completion = endpoint.result(wr_id)
+            if completion is not None:
+                done.append(completion)
+                return True
+            return self._driver.closed
+
         try:
             self.post_send(wr)
-            finished = self._finished
-            if wr_id not in finished:
-                self._driver.run_until(
-                    lambda: wr_id in finished or self._driver.closed,
-                    deadline_after(timeout),
-                    f"{type(wr).__name__} {wr_id}",
-                )
+            self._driver.run_until(finished, deadline_after(timeout), f"work request {wr_id}")
         except BaseException:
-            # Timed out or failed: the completion, if it comes, goes nowhere.
-            self._pending.discard(wr_id)
-            self._finished.pop(wr_id, None)
+            endpoint.untrack(wr_id)  # timed out or failed: its completion goes nowhere
             raise
-        self._pending.discard(wr_id)
-        completion = self._finished.pop(wr_id, None)
-        if completion is None:
+        if not done:
+            endpoint.untrack(wr_id)
             raise ConnectionTerminatedError(self.end_reason)
+        completion = done[0]
         if not completion.ok:
             raise RdmaError(completion, self.terminate)
         return completion
@@ -331,8 +314,10 @@ class QueuePair:
         timeout: float | None = None,
     ) -> None:
         """Send a message into the peer's next receive buffer; wait until it completed."""
-        wr = SendWR(data, next(self._ids), solicited=solicited, invalidate_stag=invalidate_stag)
-        self._run(wr, timeout)
+        wr_id = self.endpoint.next_wr_id()
+        self._run(
+            SendWR(data, wr_id, solicited=solicited, invalidate_stag=invalidate_stag), timeout
+        )
 
     def rdma_write(
         self,
@@ -341,9 +326,11 @@ class QueuePair:
         remote_to: int,
         *,
         timeout: float | None = None,
-    ) -> None:
-        """RDMA Write ``data`` to the peer's (``remote_stag``, ``remote_to``)."""
-        self._run(WriteWR(data, remote_stag, remote_to, next(self._ids)), timeout)
+    ) -> int:
+        """RDMA Write ``data`` (bytes or a registered region's Sge) to the
+        peer's (``remote_stag``, ``remote_to``); returns the octets written."""
+        wr_id = self.endpoint.next_wr_id()
+        return self._run(WriteWR(data, remote_stag, remote_to, wr_id), timeout).byte_len
 
     def rdma_read(
         self,
@@ -353,46 +340,44 @@ class QueuePair:
         *,
         timeout: float | None = None,
     ) -> int:
-        """RDMA Read into ``local`` (a region with local write access);
-        returns the octets read."""
+        """RDMA Read into ``local`` (a region with local write access, or a
+        piece of one); returns the octets read."""
         sge = local if isinstance(local, Sge) else Sge(local)
-        completion = self._run(ReadWR(sge, remote_stag, remote_to, next(self._ids)), timeout)
-        return completion.byte_len
+        wr_id = self.endpoint.next_wr_id()
+        return self._run(ReadWR(sge, remote_stag, remote_to, wr_id), timeout).byte_len
 
     def receive(self, *, timeout: float | None = None) -> bytes:
         """The next message received into the queue pair's receive pool.
 
+        :raises LocalProtocolError: the queue pair has no receive pool.
         :raises ConnectionTerminatedError: the connection ended first.
         :raises WaitTimeoutError: nothing arrived in time.
         """
-        if not self._receive_buffers:
-            raise LocalProtocolError("no receive pool: pass receive_buffers to connect/listen")
-        driver = self._driver
-        messages = self._messages
-        if not messages:
-            driver.run_until(
-                lambda: bool(messages) or driver.closed or self._ended(),
-                deadline_after(timeout),
-                "a message",
-            )
-            if not messages:
+        endpoint = self.endpoint
+        data = endpoint.take_message()
+        if data is None:
+            if not endpoint.receive_buffers:
+                raise LocalProtocolError("no receive pool: pass receive_buffers to connect/listen")
+            driver = self._driver
+            got: list[bytes] = []
+
+            def arrived() -> bool:
+                message = endpoint.take_message()
+                if message is not None:
+                    got.append(message)
+                    return True
+                return endpoint.ended is not None or driver.closed
+
+            driver.run_until(arrived, deadline_after(timeout), "a message")
+            if not got:
                 raise ConnectionTerminatedError(self.end_reason)
-        data = messages.popleft()
-        self._message_octets -= len(data)
-        if not driver.reading and self._message_octets < RECEIVE_HIGH_WATER // 4:
-            driver.reading = True
+            data = got[0]
+        if not self._driver.reading and endpoint.message_octets < RECEIVE_HIGH_WATER // 4:
+            self._driver.reading = True
         return data
 
-    def _ended(self) -> bool:
-        return self.terminate is not None or self.error is not None or self._peer_closed
-
     def _unsent(self) -> bool:
-        conn = self.conn
-        if conn.stream is None or conn.must_close or self._driver.closed:
-            return False
-        # A responder waiting for the initiator's first message cannot send.
-        stream = conn.stream
-        return self._driver.unsent or (stream.unsent and stream.state is not StreamState.WAIT_PEER)
+        return not self._driver.closed and (self.endpoint.unsent or self._driver.unsent)
 
     def flush(self, *, timeout: float | None = None) -> None:
         """Wait until every posted message was handed to TCP (RDMA Reads
@@ -402,8 +387,8 @@ class QueuePair:
 
     def progress(self, *, timeout: float | None = 0.0) -> None:
         """Move octets once: read what arrived, write what is queued, run
-        timers. With a ``timeout`` > 0 waits that long for something to
-        happen; it never raises for running out of time."""
+        timers. With a ``timeout`` > 0 waits up to that long for something
+        to happen; it never raises for running out of time."""
         self._driver.wait(deadline_after(timeout))
 
     def wait_closed(self, *, timeout: float | None = None) -> None:
@@ -411,7 +396,7 @@ class QueuePair:
         or a Terminate ended the stream (see :attr:`end_reason`)."""
         driver = self._driver
         driver.run_until(
-            lambda: driver.closed or self.conn.must_close,
+            lambda: driver.closed or self.endpoint.must_close,
             deadline_after(timeout),
             "the end of the connection",
         )
@@ -427,7 +412,7 @@ class QueuePair:
             if not driver.closed:
                 self.flush(timeout=None if deadline is None else max(deadline - clock(), 0.0))
         finally:
-            self._dispatch(self.conn.close())
+            self._dispatch(self.endpoint.close())
             if not driver.closed:
                 driver.flush()
                 if driver.unsent:
@@ -438,9 +423,11 @@ class QueuePair:
             self.recv_cq._detach(self)
 
     def abort(self) -> None:
-        """Close at once (RST)."""
+        """Close at once (RST); outstanding work is flushed."""
         self._driver.abort()
-        self._dispatch(self.conn.connection_lost(None, "aborted by the application"))
+        self._dispatch(self.endpoint.connection_lost(clock(), "aborted by the application"))
+        self.send_cq._detach(self)
+        self.recv_cq._detach(self)
 
     def __enter__(self) -> QueuePair:
         return self
@@ -456,94 +443,45 @@ class QueuePair:
         else:
             self.abort()
 
-    # -- the stack's events -----------------------------------------------------------
+    # -- the endpoint's events --------------------------------------------------------
 
     def _dispatch(self, events: list[Any]) -> None:
         handlers = self._handlers
         for event in events:
             handlers[type(event)](event)
 
-    def _on_stream(self, stream: RdmapStream) -> None:
-        for _ in range(self._receive_buffers):
-            region = self.pd.register(bytearray(self._receive_size))
-            wr = RecvWR(Sge(region), wr_id=next(self._ids))
-            self._pool[wr.wr_id] = (region, wr)
-            stream.post_recv(wr)
-        if self._setup is not None:
-            self._setup(self)
-
-    def _on_established(self, event: ConnectionEstablished) -> None:
+    def _on_established(self, event: Established) -> None:
         self._established = True
 
-    def _on_request(self, event: RequestReceived) -> None:
-        decision: Accept | Reject = Accept() if self._decide is None else self._decide(event)
-        if isinstance(decision, Reject):
-            self.conn.reject(decision.private_data, ird=decision.ird, ord=decision.ord)
-        else:
-            self.conn.accept(decision.private_data, ird=decision.ird, ord=decision.ord)
-        self._dispatch(self.conn.take_events())
+    def _on_completion(self, event: CompletionQueued) -> None:
+        cq = self.send_cq if event.queue is self.endpoint.send_cq else self.recv_cq
+        cq._items.extend(event.queue.poll())
 
-    def _on_terminate(self, event: TerminateReceived | TerminateSent) -> None:
-        self.terminate = event.header
-        self.terminate_received = isinstance(event, TerminateReceived)
-
-    def _on_rejected(self, event: ConnectionRejected) -> None:
-        self._fail(ConnectionRejectedError(event))
-
-    def _on_failed(self, event: ConnectionFailed | NegotiationFailed) -> None:
-        self._fail(event.error)
-
-    def _on_closed(self, event: ConnectionClosed) -> None:
-        self._peer_closed = True
-
-    def _fail(self, error: IwarpError) -> None:
-        if self.error is None:
-            self.error = error
-
-    def _complete(self, completion: Completion) -> None:
-        wr_id = completion.wr_id
-        if wr_id in self._pending:
-            self._finished[wr_id] = completion
-            return
-        entry = self._pool.get(wr_id)
-        if entry is None:
-            cq = self.recv_cq if completion.opcode is WorkOpcode.RECV else self.send_cq
-            cq._push(completion)
-            return
-        if completion.status is not CompletionStatus.SUCCESS:
-            return
-        region, wr = entry
-        data = bytes(region.view[: completion.byte_len])
-        self._messages.append(data)
-        self._message_octets += len(data)
-        stream = self.conn.stream
-        if stream is not None:
-            try:  # noqa: SIM105 (a context manager per message costs)
-                stream.post_recv(wr)
-            except LocalProtocolError:
-                pass  # a Terminate or close in the same chunk ended the stream
-        if self._message_octets > RECEIVE_HIGH_WATER:
+    def _on_message(self, event: MessageReceived) -> None:
+        if self.endpoint.message_octets > RECEIVE_HIGH_WATER:
             self._driver.reading = False
 
     # -- startup -----------------------------------------------------------------------
 
     def _handshake(self, deadline: float | None) -> None:
         driver = self._driver
+        endpoint = self.endpoint
         try:
             driver.run_until(
-                lambda: self.error is not None or self._established,
+                lambda: self._established or endpoint.ended is not None,
                 deadline,
                 "MPA startup",
             )
         except BaseException:
             driver.close()
             raise
-        if self.error is None and not self._established:
-            self.error = MpaError(MpaErrorCode.TCP_CLOSED, "connection closed during MPA startup")
-        if self.error is not None:
-            driver.flush()  # e.g. the Terminate of RFC 6581 negotiation, or a reject's Reply
+        if not self._established or endpoint.ended is not None:
+            # e.g. the Terminate of a failed RFC 6581 negotiation, a reject's Reply
+            driver.flush()
             driver.close()
-            raise self.error
+            raise endpoint.error or MpaError(
+                MpaErrorCode.TCP_CLOSED, "connection closed during MPA startup"
+            )
 
 
 def _ignore(event: object) -> None:
@@ -557,8 +495,8 @@ def connect(
     pd: ProtectionDomain | None = None,
     config: MpaConfig | None = None,
     private_data: bytes = b"",
-    receive_buffers: int = 0,
-    receive_size: int = 1 << 16,
+    receive_buffers: int | None = None,
+    receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
     send_cq: CompletionQueue | None = None,
     recv_cq: CompletionQueue | None = None,
@@ -569,7 +507,8 @@ def connect(
     """Connect as MPA Initiator and return the queue pair in full operation.
 
     :param receive_buffers: buffers of ``receive_size`` octets the queue
-        pair keeps posted for :meth:`QueuePair.receive`.
+        pair keeps posted for :meth:`QueuePair.receive`; by default 4, or
+        none when ``setup`` is given (it posts the application's receives).
     :param setup: called with the queue pair as soon as MPA is in full
         operation, before any message: post receive buffers there.
     :param send_cq: completion queue for Sends, Writes and Reads (one per
@@ -597,10 +536,9 @@ def connect(
         setup=setup,
         send_cq=send_cq,
         recv_cq=recv_cq,
+        first_send_delay=first_send_delay,
     )
     qp._handshake(deadline)
-    if first_send_delay > 0:
-        time.sleep(first_send_delay)
     return qp
 
 
@@ -614,8 +552,8 @@ class Listener:
         *,
         pd: ProtectionDomain | None = None,
         config: MpaConfig | None = None,
-        receive_buffers: int = 0,
-        receive_size: int = 1 << 16,
+        receive_buffers: int | None = None,
+        receive_size: int = DEFAULT_RECEIVE_SIZE,
         setup: Setup | None = None,
         decide: Decider | None = None,
         backlog: int = 128,
@@ -688,8 +626,8 @@ def listen(
     *,
     pd: ProtectionDomain | None = None,
     config: MpaConfig | None = None,
-    receive_buffers: int = 0,
-    receive_size: int = 1 << 16,
+    receive_buffers: int | None = None,
+    receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
     decide: Decider | None = None,
     backlog: int = 128,
