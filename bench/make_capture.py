@@ -12,7 +12,7 @@ the seed:
 * FPDUs aligned to TCP segments (as iWARP NICs send them), or larger FPDUs
   cut anywhere by the MSS (as a software stack with segmentation offload);
 * RDMA Writes (4 KiB to 1 MiB), Sends both ways, RDMA Reads (Read Request,
-  then Read Responses after a delay), and now and then a Terminate;
+  then Read Responses after a delay), and at the end of some a Terminate;
 * TCP: pure ACKs, a few retransmitted segments, a few pairs of segments
   swapped (reordering); a few small connections that only exchange Sends.
 
@@ -221,7 +221,10 @@ class Generator:
         while writer.written < self.size or active:
             while writer.written < self.size and len(active) < self.concurrent:
                 conn = self.new_conn()
-                active.append((conn, self.connection(conn, writer)))
+                bursts = self.connection(conn, writer)
+                for frame in next(bursts):  # the SYNs: streams numbered as created
+                    writer.write(frame)
+                active.append((conn, bursts))
             if writer.written >= self.size:
                 for conn, _ in active:
                     conn.budget = 0  # finish the current operation, then close
@@ -249,7 +252,7 @@ class Generator:
             burst = self.operation(conn, writer)
             if burst:
                 yield burst
-        if not conn.small and rng.random() < 0.1:
+        if not conn.small and rng.random() < 0.3:
             yield self.terminate(conn, writer)
         flush = self.flush(conn, writer, 0) + self.flush(conn, writer, 1)
         if flush:

@@ -37,7 +37,9 @@ class CountingReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        data = self.raw.read(len(buffer))
+        # read1: what is there now (a live pipe must not wait for a full buffer).
+        read1 = getattr(self.raw, "read1", None)
+        data = read1(len(buffer)) if read1 is not None else self.raw.read(len(buffer))
         n = len(data)
         buffer[:n] = data
         self.count += n

@@ -276,6 +276,7 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
     size = capture_size(path)
     meter = _Progress(name, size, counter[0]) if settings.progress and size else None
     streams = set(settings.streams)
+    live = path == "-"
     totals = result.totals
     stats = result.stats
     try:
@@ -296,10 +297,14 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
                         out.write(json.dumps(summary_json(output)) + "\n")
                     else:
                         write_connection_text(output, out)
+                    if live:
+                        out.flush()
                     continue
                 if streams and output.stream not in streams:
                     continue
                 _record(output, settings, out, tables)
+                if live:
+                    out.flush()  # a live pipe: each record as soon as it is known
     except (OSError, CaptureError) as exc:
         _failed(result, exc)
     finally:
