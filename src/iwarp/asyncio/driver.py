@@ -156,13 +156,16 @@ class CoreDriver(asyncio.BufferedProtocol):
         return _receive_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        # A copy the size of what arrived: the core may keep views into it.
-        self.feed(bytes(_receive_buffer()[:nbytes]))
+        view = _receive_buffer()[:nbytes]
+        if getattr(self.core, "borrows_input", False):
+            self.feed(view)  # consumed before feed returns: no copy here
+        else:
+            self.feed(bytes(view))  # a copy the size of what arrived: the core may keep views
 
     def data_received(self, data: bytes) -> None:
         self.feed(data)
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: Buffer) -> None:
         """Octets from TCP to the core (``b""``: FIN)."""
         self.handle_events(self.core.receive_data(data, self._loop.time()))
         self.flush()

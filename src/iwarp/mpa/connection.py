@@ -116,7 +116,10 @@ class MpaConnection:
     :param emss: effective MSS of the TCP connection, for MULPDU.
     :param batch_ulpdus: report the ULPDUs of each ``receive_data`` call as
         one :class:`~iwarp.mpa.events.UlpduBatchReceived` instead of one
-        :class:`~iwarp.mpa.events.UlpduReceived` each.
+        :class:`~iwarp.mpa.events.UlpduReceived` each. The batch may view
+        the buffer given to ``receive_data`` (markers cut out in place when
+        it is writable): the caller takes the events and consumes the batch
+        before it reuses that buffer.
     """
 
     def __init__(
@@ -628,7 +631,9 @@ class MpaConnection:
     def _feed(self, data: Buffer) -> None:
         decoder = self._decoder
         assert decoder is not None
-        ulpdus = decoder.feed_batch(data)
+        # A batch is consumed before receive_data returns (see batch_ulpdus):
+        # the caller's buffer is decoded where it lies.
+        ulpdus = decoder.feed_batch(data, borrow=self.batch_ulpdus)
         if len(ulpdus):
             if self._state is MpaState.AWAIT_FIRST_FPDU:
                 # Rule 4 satisfied: release what the Responder framed so far.

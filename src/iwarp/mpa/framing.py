@@ -423,6 +423,10 @@ class FpduEncoder(_Framer):
         return b"".join(self.encode(ulpdu))
 
 
+def _readonly(data: Buffer) -> bool:
+    return isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly)
+
+
 class FpduDecoder(_Framer):
     """Recovers ULPDUs from the in-order byte stream of one MPA half connection.
 
@@ -480,22 +484,30 @@ class FpduDecoder(_Framer):
         """
         return list(self.feed_batch(data))
 
-    def feed_batch(self, data: Buffer) -> UlpduBatch:
+    def feed_batch(self, data: Buffer, *, borrow: bool = False) -> UlpduBatch:
         """:meth:`feed`, returning the ULPDUs as one :class:`UlpduBatch`.
 
         With the accelerator, the ULPDUs found in ``data`` are not turned into
         Python objects: the batch holds the buffer and their offsets.
+
+        ``borrow``: the caller consumes the batch before it reuses ``data``
+        (e.g. places every ULPDU at once), so ``data`` is decoded where it
+        lies, not copied first; with markers, a writable ``data`` has its
+        markers cut out in place. Only the start of an incomplete FPDU is
+        copied (held back for the next call).
         """
         views: list[memoryview] = []
         if self.error is not None or not data:
             return UlpduBatch(views)
         kernels = speedups
-        if kernels is not None and self.markers:
-            # Markers are cut out in place: the one copy of the receive path.
-            chunk: bytes | bytearray = bytearray(data)
+        view: memoryview
+        if kernels is not None and borrow and (not self.markers or not _readonly(data)):
+            view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
+        elif kernels is not None and self.markers:
+            # Markers are cut out in place, in a copy.
+            view = memoryview(bytearray(data))
         else:
-            chunk = data if isinstance(data, bytes) else bytes(data)
-        view = memoryview(chunk)
+            view = memoryview(data if isinstance(data, bytes) else bytes(data))
         batch = UlpduBatch(views)
         try:
             start = self._complete_pending(view, views) if self._pending else 0

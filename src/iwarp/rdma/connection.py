@@ -85,6 +85,11 @@ class RdmaConnection:
         post receive buffers, as verbs users do before ``rdma_accept``.
     """
 
+    #: ``receive_data`` consumes its buffer before it returns (every ULPDU is
+    #: placed or copied into posted memory), so an adapter may pass a view
+    #: of a buffer it reuses, and the octets are copied once: into place.
+    borrows_input = True
+
     def __init__(
         self,
         role: Role,

@@ -358,6 +358,9 @@ class QueuePairEndpoint:
 
     # -- the contract ------------------------------------------------------------
 
+    #: Like RdmaConnection: the input buffer is consumed before returning.
+    borrows_input = True
+
     def receive_data(self, data: Buffer, now: float) -> list[Event]:
         self._route(self.conn.receive_data(data, now), now)
         return self._take()
