@@ -61,6 +61,7 @@ from iwarp.cli._mpa import Digest, message
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.rdma.rping import ADVERT
 from iwarp.rdmap.memory import MemoryRegion
+from iwarp.rdmap.terminate import terminate_name
 from iwarp.rdmap.work import Completion, CompletionStatus, RecvWR, SendWR, Sge
 
 __all__ = [
@@ -189,6 +190,7 @@ def error_fields(qp: QueuePair, error: IwarpError | None = None) -> dict[str, ob
         record["terminate"] = "received" if qp.terminate_received else "sent"
         record["layer"] = int(terminate.layer)
         record["etype"] = terminate.etype
+        record["terminate_name"] = terminate_name(terminate.layer, terminate.etype, terminate.code)
     informative = isinstance(error, SessionError) or (
         isinstance(error, MpaError) and error.code == code
     )

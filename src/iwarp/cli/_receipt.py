@@ -39,7 +39,8 @@ from iwarp.ddp.wire import (
     QueueNumber,
     pack_control,
 )
-from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode, TerminateLayer
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError
+from iwarp.rdmap.terminate import terminate_name
 from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader, rdmap_control, split_control
 
 __all__ = [
@@ -115,14 +116,8 @@ def read_answer(ulpdu: Buffer) -> Receipt | TerminateHeader | None:
 
 def describe_terminate(header: TerminateHeader) -> str:
     """A received Terminate as the peer's error, for the error record."""
-    layers = {int(layer): layer.name for layer in TerminateLayer}
-    layer = layers.get(header.layer, str(header.layer))
-    name = ""
-    if header.layer == TerminateLayer.LLP and header.code in {int(c) for c in MpaErrorCode}:
-        name = f" ({MpaErrorCode(header.code).name})"
     return (
-        f"the listener sent a Terminate: layer {header.layer} ({layer}), "
-        f"type {header.etype}, code {header.code}{name}"
+        f"the listener sent a Terminate: {terminate_name(header.layer, header.etype, header.code)}"
     )
 
 
@@ -143,6 +138,7 @@ def _terminated(header: TerminateHeader) -> ReceiptError:
         "terminate": "received",
         "layer": header.layer,
         "etype": header.etype,
+        "terminate_name": terminate_name(header.layer, header.etype, header.code),
     }
     return ReceiptError(describe_terminate(header), record)
 

@@ -81,7 +81,9 @@ class DdpError(RemoteProtocolError):
         self.segment_length = segment_length
 
     def __str__(self) -> str:
-        return f"DDP error (type {self.etype:#x}, code {self.code:#04x}): {self.message}"
+        from iwarp.rdmap.terminate import terminate_name  # it imports this module
+
+        return f"{terminate_name(self.layer, self.etype, self.code)}: {self.message}"
 
 
 class DdpCatastrophicError(DdpError):

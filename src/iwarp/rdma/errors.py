@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from iwarp.errors import IwarpError
+from iwarp.rdmap.terminate import terminate_name
 from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import Completion
 
@@ -10,8 +11,8 @@ __all__ = ["ConnectionTerminatedError", "RdmaError", "describe_terminate"]
 
 
 def describe_terminate(header: TerminateHeader) -> str:
-    """``layer L, type T, code C`` of a Terminate, for messages."""
-    return f"layer {header.layer}, type {header.etype}, code {header.code:#04x}"
+    """What a Terminate reports, by name (:func:`~iwarp.rdmap.terminate.terminate_name`)."""
+    return terminate_name(header.layer, header.etype, header.code)
 
 
 class RdmaError(IwarpError):

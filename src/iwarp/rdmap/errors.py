@@ -85,7 +85,9 @@ class RdmapError(RemoteProtocolError):
         self.rdmap_header = rdmap_header
 
     def __str__(self) -> str:
-        return f"RDMAP error (type {self.etype:#x}, code {self.code:#04x}): {self.message}"
+        from iwarp.rdmap.terminate import terminate_name  # it imports this module
+
+        return f"{terminate_name(self.layer, self.etype, self.code)}: {self.message}"
 
 
 class LocalCatastrophicError(RdmapError):
