@@ -18,7 +18,7 @@ import pytest
 
 from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
 from iwarp.analyze.capture import read_tcp_packets
-from iwarp.analyze.records import ErrorRecord
+from iwarp.analyze.records import ErrorRecord, NoteRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,3 +165,35 @@ def test_a_pathological_capture_is_bounded_by_the_limits(tmp_path: Path) -> None
     (first,) = [r for r in reports if r.index == 0]
     assert first.directions[0].gaps == 1
     assert first.directions[0].gap_octets == 1400
+
+
+def test_the_total_held_in_all_connections_is_bounded() -> None:
+    # Fifty connections, each with a hole that never fills: none reaches its
+    # own reassembly limit, but together they pass the total.
+    from iwarp.analyze.capture import TcpPacket
+    from iwarp.analyze.tcp import Limits
+
+    limits = Limits(total=1 << 20)
+    packets = [
+        TcpPacket(
+            k * 100 + i,
+            i * 1e-3,
+            f"10.0.2.{k}",
+            3000,
+            "10.0.0.2",
+            2000,
+            7000 + 1000 * i,
+            0,
+            0x18,
+            b"y" * 1000,
+            1000,
+        )
+        for i in [1, *range(3, 100)]
+        for k in range(50)
+    ]
+    outputs = list(analyze_stream(packets, Options(), limits))
+    notes = [o.message for o in outputs if isinstance(o, NoteRecord)]
+    assert any("octets held in all connections" in n for n in notes)
+    reports = [o for o in outputs if isinstance(o, ConnectionReport)]
+    assert len(reports) == 50
+    assert all(r.directions[0].gaps == 1 for r in reports)

@@ -249,7 +249,7 @@ class StreamAnalyzer:
         #: Segments of connections already reported (late ACKs, retransmissions).
         self.late_segments = 0
         self.evicted = 0
-        self.held = 0  # octets buffered in all connections, updated per segment
+        self._segments = 0
 
     def feed(self, packet: TcpPacket) -> None:
         key = (packet.src, packet.sport, packet.dst, packet.dport)
@@ -271,6 +271,9 @@ class StreamAnalyzer:
             found = self._start(packet, key)
         connection, side = found
         connection.on_segment(connection.dirs[side], packet)
+        self._segments += 1
+        if not self._segments & 4095:
+            self._check_total()
         if connection.reset:
             self._close(connection)
         elif connection.closing and not connection.lingering:
@@ -279,6 +282,18 @@ class StreamAnalyzer:
         lingering = self._lingering
         while lingering and (lingering[0][1].closed or packet.time - lingering[0][0] > LINGER):
             self._close(lingering.popleft()[1])
+
+    def _check_total(self) -> None:
+        """Past ``Limits.total`` octets held in all connections together, the
+        largest holders give up their holes or decide at once."""
+        connections = {c for c, _ in self._live.values()}
+        held = sorted(((c.held(), c) for c in connections), key=lambda pair: pair[0], reverse=True)
+        total = sum(h for h, _ in held)
+        for amount, connection in held:
+            if total <= self.limits.total * 3 // 4:
+                break
+            connection.shed(f"more than {self.limits.total} octets held in all connections")
+            total -= amount - connection.held()
 
     def finish(self) -> None:
         """The end of the capture: every open connection is reported."""
@@ -460,6 +475,34 @@ class _Connection:
             for x in self.dirs
         ):
             self.closing = True
+
+    def held(self) -> int:
+        """Octets this connection holds (waiting past holes, or not decoded yet)."""
+        return sum(
+            d.reasm.pending_octets + d.window.held
+            for d in self.dirs
+            if d.reasm is not None and d.window is not None
+        )
+
+    def shed(self, why: str) -> None:
+        """Hold less: give up holes, decide the protocol now, decode what can be."""
+        for d in self.dirs:
+            reasm = d.reasm
+            if reasm is not None and reasm.pending:
+                lo = reasm.delivered
+                skipped = reasm.give_up()
+                self.note(
+                    d,
+                    f"{why}: gave up waiting for {skipped} octets from sequence "
+                    f"{reasm.window.seq(lo)} (taken as not captured)",
+                    offset=lo,
+                )
+        if self.phase == _PROBE:
+            self.note(self.dirs[0], f"{why}: deciding what the connection carries now")
+        self._advance(force=self.phase == _PROBE)
+        for d in self.dirs:
+            if d.retained is not None and len(d.retained) > 64:
+                d.retained = None  # no receiver replay for this direction
 
     def _conflicts(self, d: _Direction) -> None:
         reasm = d.reasm

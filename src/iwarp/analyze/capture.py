@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address
-from typing import BinaryIO, Final
+from typing import BinaryIO, Final, NamedTuple
 
 __all__ = ["CaptureError", "CaptureStats", "TcpPacket", "read_tcp_packets"]
 
@@ -80,9 +80,8 @@ class CaptureError(Exception):
     """The file is not a capture this reader understands."""
 
 
-@dataclass(frozen=True, slots=True)
-class TcpPacket:
-    """One TCP segment as captured."""
+class TcpPacket(NamedTuple):
+    """One TCP segment as captured (a tuple: millions are made per capture)."""
 
     #: 1-based frame number in the file, as Wireshark counts.
     frame: int
@@ -170,19 +169,37 @@ def _pcap_frames(
     linktype = struct.unpack(order + "16xI", rest)[0] & 0x0FFFFFFF
     _check_linktype(linktype)
     record = struct.Struct(order + "IIII")
+    # Records are cut out of large reads; read1 returns what is there, so a
+    # live pipe is decoded as it comes rather than a buffer at a time.
+    read = getattr(f, "read1", f.read)
+    buf = b""
+    pos = 0
     while True:
-        header = f.read(16)
-        if not header:
-            return
-        if len(header) < 16:
-            stats.truncated_file = True
-            return
-        seconds, fraction, caplen, _ = record.unpack(header)
-        data = _read(f, caplen)
-        if len(data) < caplen:
-            stats.truncated_file = True
-            return
-        yield linktype, seconds + fraction * resolution, data
+        if len(buf) - pos < 16:
+            buf = buf[pos:] + read(_READ_CHUNK)
+            pos = 0
+            while 0 < len(buf) < 16:
+                more = read(_READ_CHUNK)
+                if not more:
+                    break
+                buf += more
+            if not buf:
+                return
+            if len(buf) < 16:
+                stats.truncated_file = True
+                return
+        seconds, fraction, caplen, _ = record.unpack_from(buf, pos)
+        end = pos + 16 + caplen
+        if end > len(buf):
+            buf = buf[pos:]
+            end -= pos
+            pos = 0
+            buf += _read(f, end - len(buf))
+            if end > len(buf):
+                stats.truncated_file = True
+                return
+        yield linktype, seconds + fraction * resolution, buf[pos + 16 : end]
+        pos = end
 
 
 def _pcapng_frames(

@@ -234,7 +234,7 @@ class FpduWalker:
     Nothing before :attr:`low_water` is read again.
     """
 
-    __slots__ = ("bad_in_a_row", "done", "framing", "pos", "stream", "sync", "where")
+    __slots__ = ("bad_in_a_row", "done", "framing", "pos", "stream", "sync", "wait_for", "where")
 
     def __init__(
         self, stream: StreamWindow, start: int, framing: Framing, *, where: tuple[int, str]
@@ -247,6 +247,9 @@ class FpduWalker:
         #: A lost boundary being looked for: ``(from offset, why)``.
         self.sync: tuple[int, str] | None = None
         self.done = False
+        #: The window's end that completes the FPDU at ``pos`` (known once its
+        #: header came): nothing to do before.
+        self.wait_for = 0
 
     @property
     def low_water(self) -> int:
@@ -262,13 +265,17 @@ class FpduWalker:
                 yield from self._resync(offset, why)
                 continue
             pos = self.pos
-            if pos >= stream.end:
+            end = stream.end
+            if pos >= end:
                 self.done = stream.final
+                return
+            if end < self.wait_for and not stream.final:
                 return
             view = inspect_fpdu(stream, pos, framing)
             if not isinstance(view, FpduView):
                 stop = pos if view is None else view
-                if stop >= stream.end and not stream.final:
+                if stop >= end and not stream.final:
+                    self.wait_for = _fpdu_end(stream, pos, framing)
                     return  # the rest of the FPDU has not arrived yet
                 oversize = _oversize(stream, pos, framing, where)
                 if oversize is not None:
@@ -308,9 +315,10 @@ class FpduWalker:
                 self.pos = resume
                 self.sync = (resume, "gap")
                 continue
-            oversize = _oversize(stream, pos, framing, where)
-            if oversize is not None:
-                yield oversize
+            if len(view.ulpdu) > MAX_ULPDU:
+                oversize = _oversize(stream, pos, framing, where)
+                if oversize is not None:
+                    yield oversize
             record = _fpdu_record(stream, pos, view, framing, where)
             yield record
             yield from _fpdu_errors(view, record, framing, where)
@@ -349,6 +357,17 @@ def walk_fpdus(
 ) -> Iterator[Record]:
     """Every FPDU of a complete (final) window from ``start`` on."""
     yield from FpduWalker(stream, start, framing, where=where).advance()
+
+
+def _fpdu_end(stream: StreamWindow, start: int, framing: Framing) -> int:
+    """Where the FPDU at ``start`` ends, if its header is there (else ``start``)."""
+    phase = (start - framing.origin) % MARKER_INTERVAL
+    lead = MARKER_SIZE if framing.markers and phase == 0 else 0
+    head = stream.read(start + lead, HEADER_SIZE)
+    if head is None:
+        return start
+    length: int = ULPDU_LENGTH.unpack_from(head)[0]
+    return start + fpdu_wire_size(length, phase, markers=framing.markers)
 
 
 def _oversize(
