@@ -16,6 +16,7 @@ import iwarp.sync as rdma
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError
 from iwarp.mpa.config import MpaConfig
 from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WorkOpcode
+from iwarp.sync.rdma import RECEIVE_HIGH_WATER
 
 REMOTE = rdma.Access.LOCAL_WRITE | rdma.Access.REMOTE_WRITE | rdma.Access.REMOTE_READ
 T = 10.0  # no step of a test may take longer
@@ -233,3 +234,32 @@ def test_misuse_is_a_local_error() -> None:
         ):
             qp.receive(timeout=1)  # no receive pool
         thread.join(T)
+
+
+def test_a_full_receive_queue_is_reported_not_a_hang(serve: Callable[..., int]) -> None:
+    pd = rdma.ProtectionDomain()
+    source = pd.register(bytearray(b"r" * 64), REMOTE)
+    count = 80  # 80 x 64 KiB: above the 4 MiB the queue pair buffers unread
+
+    def handler(qp: rdma.QueuePair) -> None:
+        assert qp.receive(timeout=T) == b"go"
+        for _ in range(count):
+            qp.send(bytes(1 << 16), timeout=T)
+        assert qp.receive(timeout=T) == b"bye"
+
+    port = serve(handler, pd=pd)
+    with rdma.connect("127.0.0.1", port, receive_buffers=8, timeout=T) as qp:
+        qp.send(b"go", timeout=T)
+        for _ in range(2000):  # until reading pauses (bounded)
+            if qp.endpoint.message_octets > RECEIVE_HIGH_WATER:
+                break
+            qp.progress(timeout=0.01)
+        sink = qp.register(bytearray(64))
+        with pytest.raises(LocalProtocolError, match="receive"):
+            qp.rdma_read(sink, source.stag, 0, timeout=T)
+        assert [len(qp.receive(timeout=T)) for _ in range(count)] == [1 << 16] * count
+        # The Read stayed posted; once reading resumed it completed, and
+        # having been given up by rdma_read, its completion is in send_cq.
+        done = qp.send_cq.wait(timeout=T)
+        assert (done.opcode, done.ok, bytes(sink.view)) == (WorkOpcode.RDMA_READ, True, b"r" * 64)
+        qp.send(b"bye", timeout=T)

@@ -27,7 +27,7 @@ from typing import Any, Final, TypeAlias
 
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
-from iwarp.errors import IwarpError
+from iwarp.errors import IwarpError, LocalProtocolError
 
 __all__ = [
     "RECEIVE_CHUNK",
@@ -286,6 +286,17 @@ class Driver:
         self.run_timer()
         return True
 
+    def check_stalled(self, what: str) -> None:
+        """Raise if nothing can happen only because reading is paused.
+
+        :raises LocalProtocolError: received messages must be taken first.
+        """
+        if self.sock is not None and not self.reading:
+            raise LocalProtocolError(
+                f"cannot wait for {what}: reading is paused until received "
+                "messages are taken (receive() them first)"
+            )
+
     def run_until(self, done: Callable[[], bool], deadline: float | None, what: str) -> None:
         """Drive the connection until ``done()`` or the deadline.
 
@@ -298,6 +309,7 @@ class Driver:
             if deadline is not None and clock() >= deadline:
                 raise WaitTimeoutError(f"timed out waiting for {what}")
             if not self.wait(deadline):
+                self.check_stalled(what)
                 return
 
     # -- closing -------------------------------------------------------------------

@@ -133,6 +133,8 @@ class CompletionQueue:
             if deadline is not None and clock() >= deadline:
                 raise WaitTimeoutError("timed out waiting for a completion")
             if not wait_any(drivers, deadline) and not self._items:
+                for driver in drivers:
+                    driver.check_stalled("a completion")
                 raise ConnectionTerminatedError(self._why())
         return self._items.popleft()
 
