@@ -25,9 +25,9 @@ from multiprocessing.connection import Connection
 
 import iwarp.sync as rdma
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.rdma.connection import RdmaConnection
+from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdmap.memory import ProtectionDomain
-from iwarp.rdmap.work import RecvWR, SendWR, Sge
+from iwarp.rdmap.work import SendWR
 
 
 def _recv_exactly(sock: socket.socket, view: memoryview) -> None:
@@ -161,30 +161,34 @@ def cpu_cost(rounds: int, size: int, crc: bool) -> tuple[float, float]:
 
 
 def core_cost(rounds: int, size: int, crc: bool) -> float:
-    """Median time of one Send each way through two sans-IO cores wired
-    together in memory (no sockets): the protocol's share of a round trip."""
+    """Median time of one Send each way through two sans-IO queue-pair
+    endpoints wired together in memory (no sockets): the same calls the
+    sync queue pair makes, without I/O; the protocol's share of a round trip."""
     config = MpaConfig(crc=crc)
-    a = RdmaConnection(Role.INITIATOR, ProtectionDomain(), config)
-    b = RdmaConnection(Role.RESPONDER, ProtectionDomain(), config)
+    a = QueuePairEndpoint(
+        Role.INITIATOR, ProtectionDomain(), config, receive_buffers=4, receive_size=size
+    )
+    b = QueuePairEndpoint(
+        Role.RESPONDER, ProtectionDomain(), config, receive_buffers=4, receive_size=size
+    )
     b.receive_data(b"".join(a.data_to_send()), 0.0)
-    b.accept()
     a.receive_data(b"".join(b.data_to_send()), 0.0)
-    sinks = []
-    for conn in (a, b):
-        region = conn.pd.register(bytearray(size))
-        sinks.append(RecvWR(Sge(region), wr_id=1))
-        conn.post_recv(sinks[-1])
     payload = os.urandom(size)
     times: list[float] = []
     clock = time.perf_counter
     for i in range(rounds + 100):
         t0 = clock()
-        for src, dst, wr in ((a, b, sinks[1]), (b, a, sinks[0])):
-            src.post_send(SendWR(payload, wr_id=2))
+        for src, dst in ((a, b), (b, a)):
+            wr_id = src.next_wr_id()
+            src.track(wr_id)
+            src.post_send(SendWR(payload, wr_id))
             chunks = src.data_to_send()
             src.take_events()
+            if src.result(wr_id) is None:
+                raise AssertionError("the Send did not complete")
             dst.receive_data(b"".join(chunks), 0.0)
-            dst.post_recv(wr)
+            if dst.take_message() != payload:
+                raise AssertionError("the message did not arrive")
         if i >= 100:
             times.append(clock() - t0)
     return statistics.median(times) * 1e6
@@ -235,7 +239,7 @@ def main() -> None:
     print(f"added per round trip, one thread: {min(cpu):.1f} .. {max(cpu):.1f} us")
     cores = [core_cost(args.rounds, args.size, not args.no_crc) for _ in range(args.repeat)]
     print(
-        f"of which the sans-IO cores (one Send each way, in memory): "
+        f"of which the sans-IO queue-pair endpoints (one Send each way, in memory): "
         f"{min(cores):.1f} .. {max(cores):.1f} us"
     )
 
