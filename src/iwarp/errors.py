@@ -1,6 +1,7 @@
-"""The error hierarchy shared by every protocol core.
+"""The error hierarchy shared by every protocol core and adapter.
 
-Two branches, never mixed:
+Every error raised on purpose is an :class:`IwarpError`, on one of three
+branches that never mix (no class derives from two of them):
 
 * :class:`LocalProtocolError` -- the caller misused the API (a ULPDU larger
   than MULPDU, a send in the wrong state...). Nothing reaches the wire.
@@ -8,6 +9,11 @@ Two branches, never mixed:
   knows the wire meaning of the failure, so that a Terminate message (RFC 5040
   §7) can be built from the exception alone: ``layer``, ``etype`` and
   ``code``.
+* neither: an outcome that is nobody's fault here, such as
+  :class:`~iwarp.rdma.errors.ConnectionTerminatedError` (the connection is
+  over: a Terminate either way, a close, a lost LLP) or a rejected
+  connection. Whatever protocol error led to it was reported on its own
+  branch when it happened.
 """
 
 from __future__ import annotations

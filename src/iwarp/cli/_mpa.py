@@ -13,7 +13,7 @@ from typing import TextIO
 
 from iwarp.asyncio.mpa import MpaStream
 from iwarp.cli._args import rate_mib_per_s
-from iwarp.errors import IwarpError, MpaError, MpaErrorCode
+from iwarp.errors import MpaError, MpaErrorCode, RemoteProtocolError
 from iwarp.mpa.config import MpaConfig, Rev0Profile
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.wire import IRD_ORD_MASK, MpaFrame, RtrFlags
@@ -171,7 +171,7 @@ async def expect_line(stream: MpaStream, expected: bytes) -> None:
     """Read one streaming line and check it is ``expected``.
 
     :raises MpaError: the peer closed first (code 1).
-    :raises IwarpError: the peer sent something else.
+    :raises RemoteProtocolError: the peer sent something else.
     """
     try:
         line = await stream.readexactly(len(expected))  # fails fast on anything else
@@ -181,7 +181,9 @@ async def expect_line(stream: MpaStream, expected: bytes) -> None:
             f"peer closed during the streaming exchange (after {len(exc.partial)} octets)",
         ) from None
     if line != expected:
-        raise IwarpError(f"unexpected streaming message {line[:80]!r}, wanted {expected!r}")
+        raise RemoteProtocolError(
+            f"unexpected streaming message {line[:80]!r}, wanted {expected!r}"
+        )
 
 
 def config_from(args: argparse.Namespace) -> MpaConfig:

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from iwarp.asyncio.rdma import Access, ConnectionTerminatedError, QueuePair
 from iwarp.cli._args import parse_size  # the one size parser, re-exported
 from iwarp.cli._mpa import Digest, message
-from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
+from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.rdma.rping import ADVERT
 from iwarp.rdmap.memory import MemoryRegion
 from iwarp.rdmap.terminate import terminate_name
@@ -95,8 +95,11 @@ DEFAULT_MEMORY_BUDGET = 256 << 20
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-class SessionError(LocalProtocolError):
-    """The peer ran a different ``--op`` or broke the conversation."""
+class SessionError(IwarpError):
+    """The session cannot go on: the peer ran a different ``--op`` or broke
+    the conversation, the stack ended the connection, or the listener refused
+    the peer (memory budget). Not API misuse, so not a LocalProtocolError;
+    the message says which."""
 
 
 def format_size(octets: int) -> str:
