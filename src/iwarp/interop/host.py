@@ -2,43 +2,107 @@
 
 The suite drives iwarp through its command line, as users do, so every case
 also tests the CLI contract. Before a case runs, :func:`missing` says exactly
-which subcommand or option it would need and iwarp does not have (yet).
+which subcommand or option it would need and iwarp does not have (yet); what
+iwarp has is read from its ``--help`` (:class:`CliOptions`), so this module
+never imports the CLI (which imports the interop package).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+#: An option's invocation in ``--help``: two spaces, then its option strings
+#: (``-p PORT, --port PORT``) up to the gap before the help text.
+_OPTION_LINE: Final = re.compile(r"^  (-[^ ].*?)(?: {2,}|$)")
+#: A sub-action under a subcommand's ACTION (``    listen     help...``).
+_ACTION_LINE: Final = re.compile(r"^    ([a-z][\w-]*)(?: {2,}|$)")
+#: The titles argparse gives its first section (``optional arguments`` before 3.10).
+_FIRST_SECTIONS: Final = frozenset({"positional arguments:", "options:", "optional arguments:"})
+#: How long ``iwarp ... --help`` may take (it only imports the package).
+_HELP_TIMEOUT: Final = 60.0
 
 
-def cli_commands() -> dict[str, set[str]]:
-    """iwarp's subcommands, each with its option strings (from its own parser)."""
-    from iwarp.cli import build_parser
+def offered(help_text: str) -> set[str]:
+    """The option strings and sub-actions an argparse ``--help`` text lists.
 
-    found: dict[str, set[str]] = {}
-    for action in build_parser()._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                found[name] = _options(sub)
+    Only the sections after the usage and description are read (argparse
+    starts them with ``positional arguments:`` or ``options:``), so examples
+    in a description never count.
+    """
+    found: set[str] = set()
+    in_sections = False
+    for line in help_text.splitlines():
+        if line in _FIRST_SECTIONS:
+            in_sections = True
+            continue
+        if not in_sections:
+            continue
+        if option := _OPTION_LINE.match(line):
+            found.update(part.split(" ")[0] for part in option[1].split(", "))
+        elif action := _ACTION_LINE.match(line):
+            found.add(action[1])
     return found
 
 
-def _options(parser: argparse.ArgumentParser) -> set[str]:
-    opts = set(parser._option_string_actions)
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                opts.update(f"{name} {o}" for o in _options(sub))
-                opts.add(name)
-    return opts
+def cli_help(command: str = "") -> str | None:
+    """What ``iwarp COMMAND --help`` prints, or None if it fails (no such command)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "iwarp", *command.split(), "--help"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=_HELP_TIMEOUT,
+            env=dict(os.environ, COLUMNS="200"),
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+class CliOptions(Mapping[str, frozenset[str]]):
+    """iwarp's subcommands and the options each offers, read from ``--help``
+    as a user would (one child process per subcommand asked about, cached).
+
+    ``commands["listen"]`` holds ``--port``, ``--op``...; a command with
+    sub-actions also holds their names (``"peer"`` in ``commands["interop"]``).
+    """
+
+    def __init__(self, commands: frozenset[str]) -> None:
+        self._commands = commands
+        self._options: dict[str, frozenset[str]] = {}
+
+    @classmethod
+    def load(cls) -> CliOptions | None:
+        """The CLI's commands, or None when ``iwarp --help`` fails."""
+        text = cli_help()
+        return None if text is None else cls(frozenset(offered(text)))
+
+    def __getitem__(self, command: str) -> frozenset[str]:
+        if command not in self._commands:
+            raise KeyError(command)
+        if command not in self._options:
+            text = cli_help(command)
+            self._options[command] = frozenset(offered(text or ""))
+        return self._options[command]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._commands))
+
+    def __len__(self) -> int:
+        return len(self._commands)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +113,7 @@ class Need:
     options: tuple[str, ...] = ()
 
 
-def missing(needs: tuple[Need, ...], commands: dict[str, set[str]] | None) -> str | None:
+def missing(needs: tuple[Need, ...], commands: Mapping[str, AbstractSet[str]] | None) -> str | None:
     """Why ``needs`` cannot be met (a precise sentence), or None when they can."""
     if commands is None:
         return "the iwarp CLI does not load"

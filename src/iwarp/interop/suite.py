@@ -32,7 +32,14 @@ from typing import Any, Final
 
 from iwarp.interop.capture import Capture, CaptureError, Verdict, check_capture
 from iwarp.interop.guest import VARIANTS, GuestImage
-from iwarp.interop.host import IwarpProcess, Need, ProcResult, cli_commands, missing, port_listening
+from iwarp.interop.host import (
+    CliOptions,
+    IwarpProcess,
+    Need,
+    ProcResult,
+    missing,
+    port_listening,
+)
 from iwarp.interop.vm import GUEST_IP, HOST_ALIAS, Guest, GuestError, JobResult
 
 
@@ -280,11 +287,9 @@ class Runner:
         self.facts = Facts()
         self._turn = 0
         self._last_values: dict[str, Any] = {}
-        try:
-            self.commands: dict[str, set[str]] | None = cli_commands()
-        except Exception as exc:  # the CLI of another part may be broken
-            self.log(f"iwarp CLI does not load: {exc!r}")
-            self.commands = None
+        self.commands = CliOptions.load()
+        if self.commands is None:  # the CLI of another part may be broken
+            self.log("iwarp CLI does not load (iwarp --help failed)")
 
     # --- guest lifecycle ---
 
