@@ -744,7 +744,9 @@ class _Connection:
             d.retained = None
             return
         framing, first = found
-        framing = replace(framing, ddp=options.ddp)
+        # Rev 0 frames (seed 000), or none at all (culley-02, seed 002).
+        legacy = rdmac or (request is None and reply is None)
+        framing = replace(framing, ddp=options.ddp, either_fpduptr=legacy)
         self.protocol = "mpa"
         d.summary.protocol = "mpa"
         d.summary.framing = framing
@@ -752,7 +754,12 @@ class _Connection:
         d.walker = FpduWalker(window, first, framing, where=(self.index, d.role))
         d.mode = _WALK
         if first == framing.origin and options.receiver:  # the MPA start is known
-            d.replay = ReplayFeed(window.seq(first), markers=framing.markers, crc=framing.crc)
+            d.replay = ReplayFeed(
+                window.seq(first),
+                markers=framing.markers,
+                crc=framing.crc,
+                either_fpduptr=framing.either_fpduptr,
+            )
             for seq, payload in d.retained or ():
                 d.replay.feed(seq, payload)
         d.retained = None

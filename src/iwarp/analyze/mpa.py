@@ -88,6 +88,10 @@ class Framing:
     rdmac: bool = False
     #: The ULPDUs are DDP segments (RFC 5041): decode and check their headers.
     ddp: bool = True
+    #: Rev 0 / culley-02 streams: a marker inside an FPDU that starts with a
+    #: marker may count back to the FPDU's first octet (seeds 000, 002)
+    #: rather than to its ULPDU_Length field (RFC 5044 §4.3).
+    either_fpduptr: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +109,7 @@ class FpduView:
     def valid(self, framing: Framing) -> bool:
         """CRC right (when used) and every marker right."""
         crc_ok = not framing.crc or self.crc == self.crc_expected
-        return crc_ok and all(r == 0 and p == e for _, r, p, e in self.markers)
+        return crc_ok and all(r == 0 and p & FPDUPTR_MASK == e for _, r, p, e in self.markers)
 
 
 def inspect_fpdu(stream: StreamWindow, start: int, framing: Framing) -> FpduView | int | None:
@@ -135,7 +139,10 @@ def inspect_fpdu(stream: StreamWindow, start: int, framing: Framing) -> FpduView
         # marker right before that field (between FPDUs) holds 0.
         for at in range(-phase % MARKER_INTERVAL, len(body), MARKER_INTERVAL):
             reserved, pointer = MARKER.unpack_from(body, at)
-            markers.append((at, reserved, pointer, 0 if at == 0 else at - lead))
+            expected = 0 if at == 0 else at - lead
+            if lead and at and framing.either_fpduptr and pointer & FPDUPTR_MASK == at:
+                expected = at  # seeds 000/002: from the FPDU's first octet
+            markers.append((at, reserved, pointer, expected))
             pieces.append(body[cursor:at])
             cursor = at + MARKER_SIZE
     pieces.append(body[cursor:])
@@ -458,7 +465,7 @@ def _fpdu_errors(
     record: FpduRecord,
     framing: Framing,
     where: tuple[int, str],
-) -> Iterator[ErrorRecord]:
+) -> Iterator[ErrorRecord | NoteRecord]:
     index, direction = where
 
     def error(seq: int, code: MpaErrorCode | None, message: str, layer: str = "mpa") -> ErrorRecord:
@@ -475,7 +482,10 @@ def _fpdu_errors(
             back = f"{pointer}, the FPDU is {marker.expected:#06x} back"
             yield error(marker.seq, MpaErrorCode.MARKER_MISMATCH, back)
         elif marker.fpduptr != marker.expected:
-            yield error(marker.seq, None, f"{pointer} has its two low bits set")
+            # RFC 5044 §4.3: a receiver treats them as zero; worth a note only.
+            yield NoteRecord(
+                index, direction, marker.seq, record.frame, f"{pointer} has its two low bits set"
+            )
         if marker.reserved:
             reserved = f"marker Reserved field {marker.reserved:#06x} is not zero"
             yield error(marker.seq, None, reserved)

@@ -89,7 +89,8 @@ class MarkerRecord:
 
     @property
     def ok(self) -> bool:
-        return self.reserved == 0 and self.fpduptr == self.expected
+        # RFC 5044 §4.3: the two low bits of FPDUPTR are treated as zero.
+        return self.reserved == 0 and self.fpduptr & 0xFFFC == self.expected
 
     def to_json(self) -> Json:
         return {

@@ -50,9 +50,13 @@ class ReplayFeed:
 
     __slots__ = ("ahead", "delivered", "passed", "peak", "receiver")
 
-    def __init__(self, start_seq: int, *, markers: bool, crc: bool) -> None:
+    def __init__(
+        self, start_seq: int, *, markers: bool, crc: bool, either_fpduptr: bool = False
+    ) -> None:
         # The default limit (64768, RFC 5044 §5.3) is the analyzer's too.
-        self.receiver = OutOfOrderReceiver(start=start_seq, markers=markers, crc=crc)
+        self.receiver = OutOfOrderReceiver(
+            start=start_seq, markers=markers, crc=crc, either_fpduptr=either_fpduptr
+        )
         self.passed = self.ahead = self.delivered = self.peak = 0
 
     def feed(self, seq: int, payload: bytes) -> None:

@@ -259,7 +259,10 @@ class MpaConnection:
         if send and self._encoder is None:
             self._encoder = FpduEncoder(markers=True, crc=True, max_ulpdu=MAX_ULPDU)
         if receive and self._decoder is None:
-            self._decoder = FpduDecoder(markers=True, crc=True, max_ulpdu=0xFFFF)
+            # culley-02 is seed 002: either FPDUPTR reading is accepted.
+            self._decoder = FpduDecoder(
+                markers=True, crc=True, max_ulpdu=0xFFFF, either_fpduptr=True
+            )
         if self._params is None:
             self._params = MpaParams(
                 revision=0,
@@ -618,7 +621,11 @@ class MpaConnection:
             markers=params.markers_send, crc=params.crc, max_ulpdu=MAX_ULPDU
         )
         self._decoder = FpduDecoder(
-            markers=params.markers_receive, crc=params.crc, max_ulpdu=0xFFFF
+            markers=params.markers_receive,
+            crc=params.crc,
+            max_ulpdu=0xFFFF,
+            # Rev 0 is seed 000: either FPDUPTR reading is accepted.
+            either_fpduptr=params.revision == 0,
         )
         self._events.append(ConnectionEstablished(params=params))
 

@@ -441,9 +441,16 @@ class FpduDecoder(_Framer):
     Memory stays bounded: an FPDU whose ULPDU_Length exceeds ``max_ulpdu`` is
     an error, not an allocation, and at most one incomplete FPDU is kept
     between calls.
+
+    A marker's FPDUPTR has its two low bits masked (RFC 5044 §4.3: "MUST be
+    treated as zero"). With ``either_fpduptr`` (Rev 0 and culley-02 peers)
+    the markers inside an FPDU that starts with a marker may also count
+    back to the beginning of the FPDU, as seeds 000 and 002 define it (4
+    more than RFC 5044's count to the ULPDU_Length field: 512 rather than
+    508 for the first). The encoder always sends RFC 5044's reading.
     """
 
-    __slots__ = ("_pending", "error")
+    __slots__ = ("_pending", "either_fpduptr", "error")
     _LIMIT = 0xFFFF  # a receiver may accept what the 16-bit field can say
 
     def __init__(
@@ -454,10 +461,13 @@ class FpduDecoder(_Framer):
         origin: int = 0,
         position: int | None = None,
         max_ulpdu: int = MAX_ULPDU,
+        either_fpduptr: bool = False,
     ) -> None:
         super().__init__(
             markers=markers, crc=crc, origin=origin, position=position, max_ulpdu=max_ulpdu
         )
+        #: Accept the FPDU-start reading of FPDUPTR too (seeds 000, 002).
+        self.either_fpduptr = either_fpduptr
         self._pending = bytearray()
         #: The first error seen, or None. Set once, never cleared.
         self.error: MpaError | None = None
@@ -499,7 +509,8 @@ class FpduDecoder(_Framer):
         views: list[memoryview] = []
         if self.error is not None or not data:
             return UlpduBatch(views)
-        kernels = speedups
+        # The accelerator knows RFC 5044's FPDUPTR only.
+        kernels = None if self.either_fpduptr else speedups
         view: memoryview
         if kernels is not None and borrow and (not self.markers or not _readonly(data)):
             view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
@@ -577,7 +588,7 @@ class FpduDecoder(_Framer):
             # Hand the buffer over rather than copying it: ULPDUs may be views
             # into it, and nothing here writes to it again.
             self._pending = bytearray()
-            if speedups is None:
+            if speedups is None or self.either_fpduptr:
                 self._scan(memoryview(pending).toreadonly(), 0, out)
             else:
                 batch = UlpduBatch(out)
@@ -629,7 +640,7 @@ class FpduDecoder(_Framer):
                 if lead and _unpack_marker(view, i)[1] & FPDUPTR_MASK:
                     self._marker_error(view, i, i, position - i)
                 if count:
-                    out.append(demarker(source, header, n, header + at, count, position - i))
+                    out.append(demarker(source, header, n, header + at, count, position - i, lead))
                 else:
                     out.append(view[header + 2 : header + 2 + n])
                 i = stop
@@ -674,9 +685,19 @@ class FpduDecoder(_Framer):
         return stop
 
     def _demarker(
-        self, source: bytes | bytearray, header: int, n: int, first: int, count: int, base: int
+        self,
+        source: bytes | bytearray,
+        header: int,
+        n: int,
+        first: int,
+        count: int,
+        base: int,
+        lead: int = 0,
     ) -> memoryview:
-        """Check ``count`` markers from wire index ``first``; return the ULPDU."""
+        """Check ``count`` markers from wire index ``first``; return the ULPDU.
+
+        ``lead`` is 4 when the FPDU starts with a marker (``header - 4``).
+        """
         plan = _marker_plan(first - header, n, count)
         stop = first + MARKER_INTERVAL * count
         # Every FPDUPTR at once: high octets, and low octets with the two
@@ -686,10 +707,18 @@ class FpduDecoder(_Framer):
             or source[first + 2 : stop : MARKER_INTERVAL] != plan.ptr_high
             or source[first + 3 : stop : MARKER_INTERVAL].translate(_CLEAR_LOW_BITS) != plan.ptr_low
         ):
+            # Seeds 000/002: back to the FPDU's first octet, the leading marker.
+            other = header - lead if lead and self.either_fpduptr else header
             marker = first
-            while _unpack_fpduptr(source, marker)[0] & FPDUPTR_MASK == marker - header:
+            while marker < stop and _unpack_fpduptr(source, marker)[0] & FPDUPTR_MASK in (
+                marker - header,
+                marker - other,
+            ):
                 marker += MARKER_INTERVAL
-            self._marker_error(memoryview(source), marker, header, base)
+            if plan.overflow or marker < stop:
+                self._marker_error(
+                    memoryview(source), min(marker, stop - MARKER_INTERVAL), header, base
+                )
         inside = plan.inside
         if not inside:
             return memoryview(source)[header + 2 : header + 2 + n]

@@ -125,6 +125,7 @@ class OutOfOrderReceiver:
         "_seen_hi",
         "_seen_lo",
         "crc",
+        "either_fpduptr",
         "error",
         "markers",
         "max_ulpdu",
@@ -140,6 +141,7 @@ class OutOfOrderReceiver:
         crc: bool,
         max_ulpdu: int = MAX_ULPDU,
         window: int = 1 << 30,
+        either_fpduptr: bool = False,
     ) -> None:
         if not 0 <= start <= _SEQ_MASK:
             raise ValueError(f"start must be a 32-bit sequence number, got {start}")
@@ -152,6 +154,9 @@ class OutOfOrderReceiver:
         self.crc = crc
         self.max_ulpdu = max_ulpdu
         self.window = window
+        #: Rev 0 / culley-02 peers: FPDUPTR may also count back to the
+        #: FPDU's first octet (seeds 000, 002), see FpduDecoder.
+        self.either_fpduptr = either_fpduptr
         #: The first error, or None. Set once; nothing is passed after it.
         self.error: MpaError | None = None
         # Longest possible FPDU: bounds how far back new data can complete one.
@@ -377,6 +382,10 @@ class OutOfOrderReceiver:
                 # two bits are treated as zero.
                 ptr = MARKER.unpack_from(raw)[1] & FPDUPTR_MASK
                 header = marker + MARKER_SIZE if ptr == 0 else marker - ptr
+                if header % MARKER_INTERVAL == 0 and ptr and self.either_fpduptr:
+                    # Seeds 000/002: it counts back to an FPDU that starts
+                    # with a marker (a length field cannot sit there).
+                    header += MARKER_SIZE
                 start = header - MARKER_SIZE if header % MARKER_INTERVAL == 4 else header
                 if start > self._next and start not in self._candidates:
                     insort(self._cand_at, start)
@@ -403,6 +412,7 @@ class OutOfOrderReceiver:
             origin=self.start,
             position=self._seq(start),
             max_ulpdu=self.max_ulpdu,
+            either_fpduptr=self.either_fpduptr,
         )
 
     def _measure(self, start: int) -> int | MpaError | None:
