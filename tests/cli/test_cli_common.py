@@ -221,3 +221,20 @@ def test_an_interrupted_connector_prints_what_it_moved() -> None:
     assert summary["type"] == "summary" and summary["interrupted"] == "SIGINT"
     assert summary["messages"] == 0 and len(summary["sha256"]) == 64
     assert "Traceback" not in err
+
+
+def test_version_reports_accelerator_python_and_crc32c() -> None:
+    import importlib.metadata
+    import platform
+
+    from iwarp import __version__, _accel
+
+    proc = subprocess.run(
+        [*IWARP, "--version"], capture_output=True, text=True, timeout=30, check=True
+    )
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"iwarp {__version__}"
+    assert lines[1] == f"accelerator: {_accel.describe()}"
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    assert lines[2].startswith(f"Python: {python} (")
+    assert lines[3] == f"crc32c: {importlib.metadata.version('crc32c')}"

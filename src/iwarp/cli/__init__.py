@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import platform
 import sys
 from collections.abc import Sequence
 
@@ -28,13 +30,46 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
+def version_text() -> str:
+    """``iwarp --version``: the package, the path that runs the per-FPDU
+    loops (C accelerator or pure Python), Python and crc32c versions."""
+    try:
+        crc = importlib.metadata.version("crc32c")
+    except importlib.metadata.PackageNotFoundError:
+        crc = "not installed"
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    return (
+        f"iwarp {__version__}\n"
+        f"accelerator: {_accel.describe()}\n"
+        f"Python: {python} ({sys.executable})\n"
+        f"crc32c: {crc}"
+    )
+
+
+class _Version(argparse.Action):
+    """Prints :func:`version_text` as it is (argparse's own action rewraps it)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="iwarp",
         description="iWARP (MPA, DDP, RDMAP) and VI/TCP: talk to peers, test them, read captures.",
     )
     parser.add_argument(
-        "--version", action="version", version=f"iwarp {__version__} ({_accel.describe()})"
+        "--version",
+        action=_Version,
+        nargs=0,
+        help="show the version, accelerator state, Python and crc32c versions, and exit",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
