@@ -565,3 +565,11 @@ def test_docs_sans_io_example_runs() -> None:
     text = DOCS.read_text(encoding="utf-8")
     first = re.findall(r"```python\n(.*?)\n```", text, re.S)[0]
     exec(compile(first, "docs/vitcp.md", "exec"), {"now": 0.0})
+
+
+def test_every_connect_segment_has_a_handler() -> None:
+    """§3.3: the handshake dispatch table knows each connect segment type."""
+    from iwarp.vitcp.connection import _HANDSHAKE_HANDLERS
+    from iwarp.vitcp.wire import CONNECT_TYPES
+
+    assert set(_HANDSHAKE_HANDLERS) == set(CONNECT_TYPES)

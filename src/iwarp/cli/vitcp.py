@@ -22,7 +22,9 @@ import json
 import sys
 import time
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from iwarp.asyncio.vitcp import (
     VitcpClosedError,
@@ -195,29 +197,56 @@ def _control_request(data: bytes, max_size: int) -> dict[str, Any]:
     return request
 
 
+@dataclass(slots=True)
+class _Tally:
+    """What a listener counted on one connection."""
+
+    sends: int = 0
+    writes: int = 0
+    reads: int = 0
+    octets: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def messages(self) -> int:
+        return self.sends + self.writes + self.reads
+
+    def write_received(self, notice: RdmaWriteReceived) -> None:
+        self.writes += 1
+        self.octets += notice.length
+        if notice.status is not CompletionStatus.SUCCESS:
+            self.errors.append(notice.status.value)
+
+    def read_served(self, notice: RdmaReadServed) -> None:
+        self.reads += 1
+        self.octets += notice.length
+
+
+#: The notices a listener counts, and how; others (completions of its own
+#: sends) are not counted.
+_NOTICES: Final[dict[type[Event], Callable[[_Tally, Any], None]]] = {
+    RdmaWriteReceived: _Tally.write_received,
+    RdmaReadServed: _Tally.read_served,
+}
+
+
 async def _serve_one(endpoint: VitcpEndpoint, max_size: int = MAX_SIZE) -> dict[str, Any]:
     digest = hashlib.sha256()
-    messages = octets = writes = reads = 0
-    errors: list[str] = []
+    tally = _Tally()
     summary: dict[str, Any] = {"role": "listener", "status": "ok"}
     try:
         while True:
             message = await endpoint.receive()
             for notice in endpoint.pending_notices():
-                if isinstance(notice, RdmaWriteReceived):
-                    writes += 1
-                    octets += notice.length
-                    if notice.status is not CompletionStatus.SUCCESS:
-                        errors.append(notice.status.value)
-                elif isinstance(notice, RdmaReadServed):
-                    reads += 1
-                    octets += notice.length
+                count_notice = _NOTICES.get(type(notice))
+                if count_notice is not None:
+                    count_notice(tally, notice)
             if message.immediate_data != CONTROL_TAG:
-                messages += 1
-                octets += len(message.data)
+                tally.sends += 1
+                tally.octets += len(message.data)
                 digest.update(message.data)
                 if message.status is not CompletionStatus.SUCCESS:
-                    errors.append(message.status.value)
+                    tally.errors.append(message.status.value)
                 continue
             try:
                 request = _control_request(message.data, max_size)
@@ -233,21 +262,21 @@ async def _serve_one(endpoint: VitcpEndpoint, max_size: int = MAX_SIZE) -> dict[
                 await _control(endpoint, reply)
             elif request.get("done"):
                 summary.update(
-                    messages=messages + writes + reads,
-                    octets=octets,
-                    sends=messages,
-                    writes=writes,
-                    reads_served=reads,
+                    messages=tally.messages,
+                    octets=tally.octets,
+                    sends=tally.sends,
+                    writes=tally.writes,
+                    reads_served=tally.reads,
                     sha256=digest.hexdigest(),
-                    errors=errors,
+                    errors=tally.errors,
                 )
                 await _control(endpoint, summary)
                 break
         await endpoint.wait_closed()
     except (VitcpClosedError, IwarpError) as exc:
         summary.update(status=f"error: {exc}")
-    summary.setdefault("messages", messages + writes + reads)
-    summary.setdefault("octets", octets)
+    summary.setdefault("messages", tally.messages)
+    summary.setdefault("octets", tally.octets)
     summary.setdefault("sha256", digest.hexdigest())
     summary["mtu"] = endpoint.params.mtu
     summary["crc"] = endpoint.params.crc

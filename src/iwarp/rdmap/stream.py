@@ -28,7 +28,9 @@ What it enforces:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Final
 
 from iwarp._accel import speedups
 from iwarp._typing import Buffer
@@ -255,26 +257,25 @@ class RdmapStream:
             local memory is not usable, or (Read) ORD is 0.
         """
         self.state = transition(self.state, StreamInput.POST)
-        if isinstance(wr, SendWR):
-            work = self._send_work(wr)
-        elif isinstance(wr, WriteWR):
-            _check_remote(wr.remote_stag, wr.remote_to)
-            payload = self._source(wr.data)
-            if not fits_to_space(wr.remote_to, len(payload)):
-                raise LocalProtocolError("the RDMA Write would wrap the remote TO")
-            work = _Work(WorkOpcode.RDMA_WRITE, wr.wr_id, payload=payload)
-            work.remote_stag, work.remote_to = wr.remote_stag, wr.remote_to
-        elif isinstance(wr, ReadWR):
-            work = self._read_work(wr)
-        else:
+        make_work = _SEND_QUEUE_WORK.get(type(wr))
+        if make_work is None:
             raise LocalProtocolError(f"not a send-queue work request: {wr!r}")
-        self._sq.append(work)
+        self._sq.append(make_work(self, wr))
 
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer for one incoming Send (consumed in order)."""
         self.state = transition(self.state, StreamInput.POST)
         view = self._local(wr.local, _LOCAL_WRITE)
         self._recv.post(view, wr)
+
+    def _write_work(self, wr: WriteWR) -> _Work:
+        _check_remote(wr.remote_stag, wr.remote_to)
+        payload = self._source(wr.data)
+        if not fits_to_space(wr.remote_to, len(payload)):
+            raise LocalProtocolError("the RDMA Write would wrap the remote TO")
+        work = _Work(WorkOpcode.RDMA_WRITE, wr.wr_id, payload=payload)
+        work.remote_stag, work.remote_to = wr.remote_stag, wr.remote_to
+        return work
 
     def _send_work(self, wr: SendWR) -> _Work:
         payload = self._source(wr.data)
@@ -999,3 +1000,11 @@ class RdmapStream:
         self.state = transition(self.state, StreamInput.CLOSE)
         self._flush(CompletionStatus.FLUSHED)
         return self.take_events()
+
+
+#: How each send-queue work request becomes the work the stream sends.
+_SEND_QUEUE_WORK: Final[dict[type, Callable[[RdmapStream, Any], _Work]]] = {
+    SendWR: RdmapStream._send_work,
+    WriteWR: RdmapStream._write_work,
+    ReadWR: RdmapStream._read_work,
+}

@@ -18,6 +18,7 @@ carries its request's number, a NOP carries the last number sent.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -771,38 +772,44 @@ class VitcpConnection:
         header = seg.header
         if seg.trailer is not None and seg.crc_order is None:
             raise CrcMismatchError(f"bad CRC on {header.type.name}")
-        if header.type is SegmentType.CONNECT_REQUEST:
-            assert seg.ce is not None
-            self._peer_ce = seg.ce
-            self._peer_includes_trailer = seg.length_includes_trailer
-            self._peer_posted = header.rx_descriptors_posted
-            self._ack_value = header.message_number
-            self._machine.process(Input.RECV_CONNECT_REQUEST)
-            self._deadline = None
-            ce = seg.ce
-            self._events.append(
-                ConnectionRequested(
-                    ce.called_discriminator,
-                    ce.calling_discriminator,
-                    ce.attributes,
-                    ce.mtu,
-                    ce.read_window,
-                    ce.crc,
-                )
+        # Only the four connect types get here (others were refused before decoding).
+        _HANDSHAKE_HANDLERS[header.type](self, seg)
+
+    def _on_connect_request(self, seg: DecodedSegment) -> None:
+        header, ce = seg.header, seg.ce
+        assert ce is not None
+        self._peer_ce = ce
+        self._peer_includes_trailer = seg.length_includes_trailer
+        self._peer_posted = header.rx_descriptors_posted
+        self._ack_value = header.message_number
+        self._machine.process(Input.RECV_CONNECT_REQUEST)
+        self._deadline = None
+        self._events.append(
+            ConnectionRequested(
+                ce.called_discriminator,
+                ce.calling_discriminator,
+                ce.attributes,
+                ce.mtu,
+                ce.read_window,
+                ce.crc,
             )
-        elif header.type is SegmentType.CONNECT_ACCEPT:
-            assert seg.ce is not None
-            self._on_accept(seg, seg.ce)
-        elif header.type is SegmentType.CONNECT_REJECT:
-            self._machine.process(Input.RECV_CONNECT_REJECT)
-            self._events.append(ConnectionRejected(no_match=False))
-            self._closed("connection rejected by the peer")
-        else:  # CONNECT_NO_MATCH (others were refused before decoding)
-            if self._machine.process(Input.RECV_CONNECT_NO_MATCH) is State.CONNECTING:
-                self._events.append(ReconnectNeeded("peer not waiting yet (ConnectNoMatch)"))
-                return
-            self._events.append(ConnectionRejected(no_match=True))
-            self._closed("no matching discriminator at the peer")
+        )
+
+    def _on_connect_accept(self, seg: DecodedSegment) -> None:
+        assert seg.ce is not None
+        self._on_accept(seg, seg.ce)
+
+    def _on_connect_reject(self, seg: DecodedSegment) -> None:
+        self._machine.process(Input.RECV_CONNECT_REJECT)
+        self._events.append(ConnectionRejected(no_match=False))
+        self._closed("connection rejected by the peer")
+
+    def _on_connect_no_match(self, seg: DecodedSegment) -> None:
+        if self._machine.process(Input.RECV_CONNECT_NO_MATCH) is State.CONNECTING:
+            self._events.append(ReconnectNeeded("peer not waiting yet (ConnectNoMatch)"))
+            return
+        self._events.append(ConnectionRejected(no_match=True))
+        self._closed("no matching discriminator at the peer")
 
     def _on_accept(self, seg: DecodedSegment, ce: CeHeader) -> None:
         mine = self.config
@@ -1166,3 +1173,12 @@ class VitcpConnection:
             )
         assert error.message_number is not None
         self._report_and_close(error, error.message_number)
+
+
+#: §3.3: what each connect segment does to an end that is establishing.
+_HANDSHAKE_HANDLERS: Final[dict[SegmentType, Callable[[VitcpConnection, DecodedSegment], None]]] = {
+    SegmentType.CONNECT_REQUEST: VitcpConnection._on_connect_request,
+    SegmentType.CONNECT_ACCEPT: VitcpConnection._on_connect_accept,
+    SegmentType.CONNECT_REJECT: VitcpConnection._on_connect_reject,
+    SegmentType.CONNECT_NO_MATCH: VitcpConnection._on_connect_no_match,
+}
