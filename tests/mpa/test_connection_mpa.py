@@ -203,7 +203,7 @@ def _reply(*, reject: bool = False, crc: bool = True) -> bytes:
 
 
 # (state, remote input) -> how to produce it, for every remote transition.
-REMOTE_STIMULI: dict[MpaInput, Callable[[MpaConnection], None]] = {
+REMOTE_STIMULI: dict[MpaInput, Callable[[MpaConnection], object]] = {
     MpaInput.STREAM_DATA: lambda c: c.receive_data(b"stream"),
     MpaInput.REQUEST: lambda c: c.receive_data(_request()),
     MpaInput.REPLY_ACCEPT: lambda c: c.receive_data(_reply()),
@@ -224,6 +224,7 @@ def test_remote_transitions_through_the_api(role: Role) -> None:
     for (state, event), expected in table.items():
         if event in LOCAL_INPUTS:
             continue
+        conn: MpaConnection
         if (state, event) == (MpaState.AWAIT_DECISION, MpaInput.BAD_FRAME):
             conn = MpaConn(Role.RESPONDER, MpaConfig(receive_buffer_limit=100))
             conn.receive_data(_request())
