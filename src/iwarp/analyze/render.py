@@ -129,7 +129,7 @@ def write_capture_text(
     out.write(
         f"\n{name}: {stats.frames} frames, {stats.tcp} TCP segments, "
         f"{totals.connections} TCP connections, {totals.iwarp_connections} with iWARP or "
-        f"VI/TCP{extra}\n"
+        f"VI/TCP, {totals.fpdus} FPDUs{extra}\n"
     )
     if stats.truncated_file:
         out.write("  (the file ends in the middle of a record: the capture is truncated)\n")
