@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import iwarp.sync as rdma
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError
@@ -263,3 +265,20 @@ def test_a_full_receive_queue_is_reported_not_a_hang(serve: Callable[..., int]) 
         done = qp.send_cq.wait(timeout=T)
         assert (done.opcode, done.ok, bytes(sink.view)) == (WorkOpcode.RDMA_READ, True, b"r" * 64)
         qp.send(b"bye", timeout=T)
+
+
+@settings(max_examples=40)
+@given(garbage=st.one_of(st.binary(max_size=200), st.just(b"MPA ID Req Frame")))
+def test_arbitrary_bytes_before_startup_give_only_protocol_errors(garbage: bytes) -> None:
+    """Whatever a peer sends and then closes, accept raises an iwarp error
+    (or succeeds on a valid Request), never anything else, and never hangs."""
+    with (
+        rdma.listen("127.0.0.1", 0) as listener,
+        socket.create_connection(("127.0.0.1", listener.port)) as peer,
+    ):
+        peer.sendall(garbage)
+        peer.shutdown(socket.SHUT_WR)
+        try:
+            listener.accept(timeout=T).abort()
+        except IwarpError as exc:
+            assert not isinstance(exc, rdma.WaitTimeoutError), exc

@@ -4,7 +4,9 @@ the asyncio adapter on the other end, both ways."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
+import time
 
 import pytest
 
@@ -145,3 +147,53 @@ def test_asyncio_client_and_sync_listener() -> None:
         got = asyncio.run(asyncio.wait_for(client(), T))
         thread.join(T)
     assert got == [(b"ab" * (s // 2) + b"c" * (s % 2))[::-1] for s in SIZES]
+
+
+def test_peer_to_peer_retries_until_the_peer_waits() -> None:
+    try:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.2", 0))
+    except OSError as exc:  # pragma: no cover - hosts without 127.0.0.2
+        pytest.skip(f"no second loopback address: {exc}")
+    config = VitcpConfig(connect_timeout=5.0)
+    with (
+        vitcp.VitcpListener("127.0.0.2", 0) as high,
+        vitcp.VitcpListener("127.0.0.1", 0) as low,
+    ):
+        got: list[vitcp.VitcpEndpoint] = []
+
+        def active() -> None:  # the higher address connects, meeting NoMatch first
+            got.append(
+                vitcp.connect_peer(
+                    high,
+                    "127.0.0.1",
+                    low.port,
+                    local_discriminator=b"H",
+                    remote_discriminator=b"L",
+                    config=config,
+                    keep_posted=1,
+                    timeout=T,
+                )
+            )
+
+        thread = threading.Thread(target=active)
+        thread.start()
+        time.sleep(0.2)
+        assert thread.is_alive()  # still retrying: nobody waits yet
+        passive = vitcp.connect_peer(
+            low,
+            "127.0.0.2",
+            high.port,
+            local_discriminator=b"L",
+            remote_discriminator=b"H",
+            config=config,
+            keep_posted=1,
+            timeout=T,
+        )
+        thread.join(T)
+        (a,) = got
+        assert a.connection.role.value == "active" and passive.connection.role.value == "passive"
+        a.send(b"peer", timeout=T)
+        assert passive.receive(timeout=T).data == b"peer"
+        a.close()
+        passive.close()

@@ -42,7 +42,7 @@ from iwarp.sync._driver import (
     deadline_after,
     open_tcp,
 )
-from iwarp.vitcp.config import Negotiated, Role, VitcpConfig
+from iwarp.vitcp.config import Negotiated, Role, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.events import (
     Connected,
@@ -65,6 +65,7 @@ __all__ = [
     "VitcpListener",
     "VitcpRejectedError",
     "connect",
+    "connect_peer",
 ]
 
 #: Received-but-unread octets above which the endpoint stops reading.
@@ -482,3 +483,39 @@ class VitcpListener:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def connect_peer(
+    listener: VitcpListener,
+    remote_host: str,
+    remote_port: int,
+    *,
+    local_discriminator: bytes,
+    remote_discriminator: bytes,
+    config: VitcpConfig | None = None,
+    keep_posted: int = 0,
+    timeout: float | None = None,
+) -> VitcpEndpoint:
+    """VipConnectPeerRequest (§4): the end with the higher IP address connects
+    (retrying on ConnectNoMatch until the peer waits), the other waits on its
+    listener. ``timeout`` bounds the call; ``config.connect_timeout`` too.
+    """
+    config = dataclasses.replace(
+        config or VitcpConfig(), peer_to_peer=True, discriminator=local_discriminator
+    )
+    remote_ip = socket.getaddrinfo(remote_host, remote_port, type=socket.SOCK_STREAM)[0][4][0]
+    role = peer_role(listener.host, str(remote_ip), local_discriminator, remote_discriminator)
+    if role is Role.ACTIVE:
+        return connect(
+            remote_host,
+            remote_port,
+            remote_discriminator,
+            config=config,
+            keep_posted=keep_posted,
+            timeout=timeout,
+            local_address=(listener.host, 0),
+        )
+    limit = config.connect_timeout if timeout is None else min(timeout, config.connect_timeout)
+    return listener.accept(
+        local_discriminator, config=config, keep_posted=keep_posted, timeout=limit
+    )
