@@ -272,7 +272,12 @@ class Driver:
         """Wait once for the socket (or the core's timer) until ``deadline``
         and process what happened. False when there was nothing to wait for
         (socket closed, no timer): the caller's condition cannot change."""
-        mask = self.interest()
+        if self.sock is None:
+            mask = 0
+        else:
+            mask = _POLLIN if self.reading and not self.eof else 0
+            if self._out:
+                mask |= _POLLOUT
         timer = self.core.get_timer()
         if not mask and timer is None:
             return False
@@ -283,7 +288,9 @@ class Driver:
         ready = self._poll.poll(_poll_timeout(wake)) if mask else _sleep_until(wake)
         for _, revents in ready:
             self.service(revents)
-        self.run_timer()
+        if timer is not None:
+            # A timer started by what was just read is armed by the next wait.
+            self.run_timer()
         return True
 
     def check_stalled(self, what: str) -> None:

@@ -284,6 +284,19 @@ class QueuePair:
         endpoint = self.endpoint
         wr_id = wr.wr_id
         endpoint.track(wr_id)
+        try:
+            self.post_send(wr)
+            # A Send or Write that TCP took at once completed while posted.
+            completion = endpoint.result(wr_id) or self._await(wr_id, timeout)
+        except BaseException:
+            endpoint.untrack(wr_id)  # timed out or failed: its completion goes to send_cq
+            raise
+        if not completion.ok:
+            raise RdmaError(completion, self.terminate)
+        return completion
+
+    def _await(self, wr_id: int, timeout: float | None) -> Completion:
+        endpoint = self.endpoint
         done: list[Completion] = []
 
         def finished() -> bool:
@@ -293,19 +306,10 @@ class QueuePair:
                 return True
             return self._driver.closed
 
-        try:
-            self.post_send(wr)
-            self._driver.run_until(finished, deadline_after(timeout), f"work request {wr_id}")
-        except BaseException:
-            endpoint.untrack(wr_id)  # timed out or failed: its completion goes nowhere
-            raise
+        self._driver.run_until(finished, deadline_after(timeout), f"work request {wr_id}")
         if not done:
-            endpoint.untrack(wr_id)
             raise ConnectionTerminatedError(self.end_reason)
-        completion = done[0]
-        if not completion.ok:
-            raise RdmaError(completion, self.terminate)
-        return completion
+        return done[0]
 
     def send(
         self,
