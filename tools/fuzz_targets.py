@@ -1,0 +1,274 @@
+"""The parsers ``tools/fuzz`` drives, each as ``target(data: bytes) -> None``.
+
+A target turns arbitrary octets into input for one parser (the first octets
+choose options, the rest is the wire data, cut into chunks where the parser
+is incremental) and lets only the errors the parser documents escape:
+:class:`iwarp.errors.IwarpError` (every protocol error: MPA, DDP, RDMAP,
+VI/TCP) and, for capture files, :class:`iwarp.analyze.capture.CaptureError`.
+Anything else (IndexError, struct.error, MemoryError, an assertion) is a
+finding. ``SEEDS`` gives each target valid inputs to start from.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+
+from iwarp.analyze.analyzer import Options, analyze_packets
+from iwarp.analyze.capture import CaptureError, read_tcp_packets
+from iwarp.analyze.synth import Direction, TcpCapture
+from iwarp.ddp.segmentation import tagged_segments, untagged_segments
+from iwarp.errors import IwarpError
+from iwarp.mpa.config import MpaConfig, Role
+from iwarp.mpa.connection import MpaConnection
+from iwarp.mpa.events import RequestReceived
+from iwarp.mpa.framing import FpduDecoder, FpduEncoder
+from iwarp.mpa.handshake import build_request
+from iwarp.mpa.ooo import OutOfOrderReceiver
+from iwarp.mpa.wire import FrameFlags, MpaFrame
+from iwarp.rdmap.memory import Access, MemoryRegistry
+from iwarp.rdmap.stream import RdmapStream
+from iwarp.rdmap.work import RecvWR, Sge
+from iwarp.vitcp.config import Role as ViRole
+from iwarp.vitcp.config import VitcpConfig
+from iwarp.vitcp.connection import VitcpConnection
+from iwarp.vitcp.wire import decode_segment
+
+Target = Callable[[bytes], None]
+#: What a parser may raise on bad input; anything else is a finding.
+EXPECTED: tuple[type[BaseException], ...] = (IwarpError, CaptureError)
+
+
+def _chunks(data: bytes, seed: int) -> list[bytes]:
+    """Cut ``data`` into pieces whose sizes follow ``seed`` (1..256 octets)."""
+    out, i, k = [], 0, seed | 1
+    while i < len(data):
+        k = (k * 1103515245 + 12345) & 0x7FFFFFFF
+        step = 1 + (k >> 8) % (1 + (seed % 255))
+        out.append(data[i : i + step])
+        i += step
+    return out
+
+
+# -- MPA -----------------------------------------------------------------------------
+
+
+def mpa_responder(data: bytes) -> None:
+    """MpaConnection as Responder: a Request, then FPDUs (after accepting)."""
+    if len(data) < 2:
+        return
+    options, cut = data[0], data[1]
+    config = MpaConfig(revision=options % 3, markers=bool(options & 4), crc=bool(options & 8))
+    conn = MpaConnection(Role.RESPONDER, config)
+    for chunk in _chunks(data[2:], cut):
+        for event in conn.receive_data(chunk, now=1.0):
+            if isinstance(event, RequestReceived) and options & 16 == 0:
+                conn.accept(b"ok")
+        conn.data_to_send()
+    conn.handle_timer(1e9)
+
+
+def mpa_initiator(data: bytes) -> None:
+    """MpaConnection as Initiator: a Reply, then FPDUs."""
+    if len(data) < 2:
+        return
+    options, cut = data[0], data[1]
+    config = MpaConfig(revision=options % 3, markers=bool(options & 4), crc=bool(options & 8))
+    conn = MpaConnection(Role.INITIATOR, config, private_data=b"hi")
+    conn.data_to_send()
+    for chunk in _chunks(data[2:], cut):
+        conn.receive_data(chunk, now=1.0)
+        conn.data_to_send()
+    conn.handle_timer(1e9)
+
+
+def fpdu_decoder(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    options, cut = data[0], data[1]
+    decoder = FpduDecoder(
+        markers=bool(options & 1),
+        crc=bool(options & 2),
+        either_fpduptr=bool(options & 4),
+        origin=0,
+        position=(options >> 3) * 4,
+        max_ulpdu=0xFFFF if options & 0x80 else 1500,
+    )
+    for chunk in _chunks(data[2:], cut):
+        decoder.feed(chunk)
+
+
+def ooo_receiver(data: bytes) -> None:
+    """Pieces ``(BE16 offset, length octet, octets)`` in the order given."""
+    if len(data) < 1:
+        return
+    options = data[0]
+    receiver = OutOfOrderReceiver(
+        start=0xFFFF_FF00 + options,  # the sequence space wraps on the way
+        markers=bool(options & 1),
+        crc=bool(options & 2),
+        either_fpduptr=bool(options & 4),
+        window=1 << 20,
+    )
+    i = 1
+    while i + 3 <= len(data):
+        offset, size = struct.unpack_from(">HB", data, i)
+        i += 3
+        piece = data[i : i + size]
+        i += size
+        receiver.receive((receiver.start + offset) & 0xFFFFFFFF, piece)
+
+
+# -- DDP / RDMAP ---------------------------------------------------------------------
+
+
+def rdmap_receive(data: bytes) -> None:
+    """An RDMAP stream (Responder) fed ULPDUs ``(BE16 length, octets)``, with
+    receive buffers posted and a region any peer may write and read."""
+    if len(data) < 1:
+        return
+    registry = MemoryRegistry()
+    pd = registry.alloc_pd()
+    stream = RdmapStream(pd, initiator=bool(data[0] & 1), mulpdu=1024, ird=4, ord=4)
+    for k in range(4):
+        stream.post_recv(RecvWR(Sge(pd.register(bytearray(64 * (k + 1)))), wr_id=k))
+    pd.register(
+        bytearray(4096),
+        Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ,
+        address=0x1000,
+        stag=0x100,
+    )
+    i = 1
+    while i + 2 <= len(data):
+        (size,) = struct.unpack_from(">H", data, i)
+        i += 2
+        stream.handle_ulpdu(data[i : i + size % 2048])
+        i += size % 2048
+        stream.ulpdus_to_send(limit=1 << 16)
+
+
+# -- VI/TCP --------------------------------------------------------------------------
+
+
+def vitcp_segment(data: bytes) -> None:
+    if len(data) < 1:
+        return
+    options = data[0]
+    trailer = (None, True, False)[options % 3]
+    includes = (None, True, False)[(options // 3) % 3]
+    decode_segment(
+        data[1:], trailer=trailer, length_includes_trailer=includes, complete=bool(options & 64)
+    )
+
+
+def vitcp_connection(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    conn = VitcpConnection(VitcpConfig(), ViRole.PASSIVE)
+    conn.tcp_accepted(0.0)
+    for chunk in _chunks(data[2:], data[1]):
+        conn.receive_data(chunk)
+        if data[0] & 1 and conn.take_events():
+            try:
+                conn.match()
+                conn.accept()
+            except IwarpError:
+                pass
+        conn.data_to_send()
+    conn.handle_timer(1e9)
+
+
+# -- captures ------------------------------------------------------------------------
+
+
+def capture(data: bytes) -> None:
+    """pcap / pcapng reader, TCP reassembly and the analyzer, records drained."""
+    options = Options()
+    reports = analyze_packets(read_tcp_packets(io.BytesIO(data)), options)
+    for report in reports:
+        for record in report.records:
+            record.to_json()
+
+
+TARGETS: dict[str, Target] = {
+    "mpa_responder": mpa_responder,
+    "mpa_initiator": mpa_initiator,
+    "fpdu_decoder": fpdu_decoder,
+    "ooo_receiver": ooo_receiver,
+    "rdmap_receive": rdmap_receive,
+    "vitcp_segment": vitcp_segment,
+    "vitcp_connection": vitcp_connection,
+    "capture": capture,
+}
+
+
+# -- seeds: valid inputs -------------------------------------------------------------
+
+
+def _fpdus(markers: bool, crc: bool, ulpdus: list[bytes]) -> bytes:
+    encoder = FpduEncoder(markers=markers, crc=crc)
+    return b"".join(bytes(p) for u in ulpdus for p in encoder.encode(u))
+
+
+def _ddp_ulpdus() -> list[bytes]:
+    sends = [bytes(s) for s in untagged_segments(b"s" * 150, qn=0, msn=1, rsvdulp=0x40, mulpdu=100)]
+    writes = [
+        bytes(s)
+        for s in tagged_segments(b"w" * 150, stag=0x100, to=0x1000, rsvdulp=0x40, mulpdu=100)
+    ]
+    read = bytes(
+        next(
+            iter(
+                untagged_segments(
+                    struct.pack(">IQIIQ", 0x200, 0, 16, 0x100, 0x1000),
+                    qn=1,
+                    msn=1,
+                    rsvdulp=0x41,
+                    mulpdu=100,
+                )
+            )
+        )
+    )
+    return sends + writes + [read]
+
+
+def _length_prefixed(ulpdus: list[bytes]) -> bytes:
+    return b"".join(struct.pack(">H", len(u)) + u for u in ulpdus)
+
+
+def _capture_seed() -> bytes:
+    cap = TcpCapture()
+    flags = FrameFlags.CRC | FrameFlags.MARKERS
+    cap.send(Direction.C2S, MpaFrame(True, flags, 1, b"pd").pack())
+    cap.send(Direction.S2C, MpaFrame(False, flags, 1).pack())
+    cap.send(Direction.C2S, _fpdus(True, True, _ddp_ulpdus()))
+    cap.close()
+    return cap.to_bytes()
+
+
+def seeds() -> dict[str, list[bytes]]:
+    ulpdus = _ddp_ulpdus()
+    request = build_request(MpaConfig(markers=True), b"hello").pack()
+    reply = MpaFrame(False, FrameFlags.CRC | FrameFlags.MARKERS, 1, b"ok").pack()
+    stream = _fpdus(True, True, ulpdus * 3)
+    plain = _fpdus(False, True, ulpdus)
+    ooo = b"\x03" + b"".join(
+        struct.pack(">HB", i, len(stream[i : i + 200])) + stream[i : i + 200]
+        for i in range(0, min(len(stream), 0xFF00), 200)
+    )
+    vi = VitcpConnection(VitcpConfig(), ViRole.ACTIVE)
+    vi.connect(0.0)
+    vi.tcp_established(0.0)
+    vi_request = bytes(vi.data_to_send())
+    assert vi_request
+    return {
+        "mpa_responder": [bytes([0x0E, 7]) + request + _fpdus(False, True, ulpdus)],
+        "mpa_initiator": [bytes([0x0D, 9]) + reply + plain],
+        "fpdu_decoder": [bytes([0x03, 33]) + stream, bytes([0x02, 5]) + plain],
+        "ooo_receiver": [ooo],
+        "rdmap_receive": [b"\x00" + _length_prefixed(ulpdus)],
+        "vitcp_segment": [b"\x00" + vi_request],
+        "vitcp_connection": [b"\x00\x11" + vi_request],
+        "capture": [_capture_seed()],
+    }
