@@ -91,6 +91,7 @@ from iwarp.mpa.handshake import (
     incompatible_reply,
     parse_frame,
     transition,
+    transitions_for,
 )
 from iwarp.mpa.wire import MAX_ULPDU, MpaFrame, mulpdu
 
@@ -217,7 +218,7 @@ class MpaConnection:
             self._now = now
         event = MpaInput.START_INITIATOR if role is Role.INITIATOR else MpaInput.START_RESPONDER
         if self._state is not MpaState.IDLE:
-            raise LocalProtocolError(f"cannot {event.value} in state {self._state.value}")
+            raise transitions_for(role).error(self._state, event)
         frame = build_request(self.config, private_data) if role is Role.INITIATOR else None
         self._role = role
         self._state = transition(role, self._state, event)
@@ -333,7 +334,7 @@ class MpaConnection:
 
     def _awaiting_decision(self, event: MpaInput) -> MpaFrame:
         if self._state is not MpaState.AWAIT_DECISION or self._request is None:
-            raise LocalProtocolError(f"cannot {event.value} in state {self._state.value}")
+            raise transitions_for(self._role).error(self._state, event)
         return self._request
 
     def _send_reply(
