@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 
-from iwarp.interop.host import CliOptions, Need, missing, offered
+from iwarp.interop.host import CliOptions, Need, end_process, missing, offered
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,3 +71,26 @@ def test_host_does_not_import_the_cli() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "False"
+
+
+def _child(code: str) -> subprocess.Popen[bytes]:
+    # The child says it is ready only once its signal handling is in place.
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_end_process_signals_first_then_kills() -> None:
+    polite = _child("import time; print('ready', flush=True); time.sleep(60)")
+    end_process(polite, signal.SIGTERM, grace=30.0)
+    assert polite.returncode == -signal.SIGTERM
+    deaf = _child(
+        "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    end_process(deaf, signal.SIGINT, grace=0.5)
+    assert deaf.returncode == -signal.SIGKILL
+    end_process(deaf, grace=0.5)  # already ended: nothing to do
+    for proc in (polite, deaf):
+        assert proc.stdout is not None
+        proc.stdout.close()

@@ -26,6 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
 
+from iwarp.interop.host import end_process
+
 #: ``_ws.expert.severity`` value of an error (Wireshark's PI_ERROR).
 _PI_ERROR: Final = 0x00800000
 
@@ -73,12 +75,7 @@ class Capture:
         self._proc = None
         if proc.poll() is None:
             time.sleep(0.2)  # let the last segments (FIN, RST) reach the ring buffer
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            end_process(proc, signal.SIGINT, grace=10.0)
 
     def __enter__(self) -> Capture:
         return self.start()

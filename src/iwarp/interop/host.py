@@ -126,6 +126,21 @@ def missing(needs: tuple[Need, ...], commands: Mapping[str, AbstractSet[str]] | 
     return None
 
 
+def end_process(
+    proc: subprocess.Popen[Any], sig: signal.Signals = signal.SIGTERM, *, grace: float
+) -> None:
+    """Stop a child we started: ``sig`` (so it can finish its output), then
+    SIGKILL if it has not ended after ``grace`` seconds. Reaps it either way."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def port_listening(port: int) -> bool:
     """Whether some TCP socket listens on ``port`` on this host (IPv4 or IPv6)."""
     suffix = f":{port:04X}"
@@ -206,10 +221,4 @@ class IwarpProcess:
         )
 
     def stop(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGINT)
-            try:
-                self._proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        end_process(self._proc, signal.SIGINT, grace=3.0)

@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Final
 
 from iwarp.interop.guest import GuestImage, cache_root
+from iwarp.interop.host import end_process
 
 GUEST_IP: Final = "10.0.2.15"
 #: The address a guest program uses to reach a host server (guestfwd).
@@ -258,12 +259,7 @@ class Guest:
                 (self.share / "halt").write_text("halt\n")
                 proc.wait(timeout=halt_timeout)
             except (OSError, subprocess.TimeoutExpired):
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                end_process(proc, grace=5.0)
         if self._console is not None:
             os.close(self._console)
             self._console = None
