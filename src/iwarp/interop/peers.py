@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,29 @@ class PeerResult:
 
 def _payload(size: int, index: int) -> bytes:
     return bytes((index + i) & 0xFF for i in range(size))
+
+
+async def _send_messages(qp: QueuePair, result: PeerResult, count: int, size: int) -> None:
+    """ucmatose's messages: ``count`` Sends of ``size`` octets."""
+    for i in range(count):
+        await qp.send(_payload(size, i))
+        result.sent += 1
+
+
+async def _receive_messages(qp: QueuePair, result: PeerResult, count: int) -> None:
+    for _ in range(count):
+        await qp.receive()
+        result.received += 1
+
+
+async def _until_done(
+    done: asyncio.Event, timeout: float, result: PeerResult, progress: Callable[[], str]
+) -> None:
+    """Wait for ``done``; after ``timeout`` record what ``progress`` says was reached."""
+    try:
+        await asyncio.wait_for(done.wait(), timeout)
+    except TimeoutError:
+        result.errors.append(progress())
 
 
 async def ucmatose_client(
@@ -80,12 +103,8 @@ async def ucmatose_client(
             receive_size=max(size, 1),
         )
         try:
-            for _ in range(count):
-                await qp.receive()
-                result.received += 1
-            for i in range(count):
-                await qp.send(_payload(size, i))
-                result.sent += 1
+            await _receive_messages(qp, result, count)
+            await _send_messages(qp, result, count, size)
             await qp.flush()
             # The server disconnects; ucmatose's client only answers that.
             await qp.closed
@@ -124,12 +143,8 @@ async def ucmatose_server(
             all_in.set()
         try:
             await all_in.wait()
-            for i in range(count):
-                await qp.send(_payload(size, i))
-                result.sent += 1
-            for _ in range(count):
-                await qp.receive()
-                result.received += 1
+            await _send_messages(qp, result, count, size)
+            await _receive_messages(qp, result, count)
             result.connections += 1
         except (IwarpError, OSError) as exc:
             result.errors.append(f"connection {len(established)}: {exc}")
@@ -148,13 +163,15 @@ async def ucmatose_server(
         receive_size=max(size, 1),
     )
     async with server:
-        try:
-            await asyncio.wait_for(done.wait(), timeout)
-        except TimeoutError:
-            result.errors.append(
+        await _until_done(
+            done,
+            timeout,
+            result,
+            lambda: (
                 f"after {timeout:.0f} s: {len(established)} of {connections} connections, "
                 f"{result.sent} messages sent, {result.received} received"
-            )
+            ),
+        )
         await asyncio.sleep(0.2)  # let the handlers' closes go out
     return result
 
@@ -193,12 +210,12 @@ async def echo_server(
 
     server = await serve(handler, host, port, config=config, receive_buffers=4, receive_size=size)
     async with server:
-        try:
-            await asyncio.wait_for(done.wait(), timeout)
-        except TimeoutError:
-            result.errors.append(
-                f"{result.sent} of {messages} messages echoed after {timeout:.0f} s"
-            )
+        await _until_done(
+            done,
+            timeout,
+            result,
+            lambda: f"{result.sent} of {messages} messages echoed after {timeout:.0f} s",
+        )
         await asyncio.sleep(0.5)
     return result
 
