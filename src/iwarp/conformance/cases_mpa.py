@@ -209,13 +209,14 @@ def rev255(s: Session) -> None:
     "a Request with 513 octets of private data is closed without a Reply",
     PD_QUOTE,
     roles=R,
+    covers=("pd-length",),
 )
 def pd_513(s: Session) -> None:
     s.send_raw(
         craft.request(enhanced=None, flags=FrameFlags.CRC, revision=1, private_data=bytes(513)),
         "Rev 1 Request, PD_Length 513",
     )
-    s.expect_closed("PD_Length 513")
+    s.expect_closed("PD_Length 513", within=1.0)
 
 
 @case(
@@ -223,10 +224,11 @@ def pd_513(s: Session) -> None:
     "a Rev 2 Request with PD_Length 513 is closed without a Reply",
     PD_QUOTE,
     roles=R,
+    covers=("pd-length",),
 )
 def pd_513_rev2(s: Session) -> None:
     s.send_raw(s.default_request(private_data=bytes(509)), "Rev 2 Request, PD_Length 513")
-    s.expect_closed("PD_Length 513")
+    s.expect_closed("PD_Length 513", within=1.0)
 
 
 @case(
@@ -234,11 +236,12 @@ def pd_513_rev2(s: Session) -> None:
     "a Request with PD_Length 65535 is closed without a Reply",
     PD_QUOTE,
     roles=R,
+    covers=("pd-length",),
 )
 def pd_65535(s: Session) -> None:
     data = craft.request(revision=1, private_data=bytes(1024), pd_length=0xFFFF)
     s.send_raw(data, "Rev 1 Request, PD_Length 65535, 1024 octets follow")
-    s.expect_closed("PD_Length 65535")
+    s.expect_closed("PD_Length 65535", within=1.0)
 
 
 @case(
@@ -246,10 +249,11 @@ def pd_65535(s: Session) -> None:
     "a Request with PD_Length 600 is refused on its header alone",
     '§7.1.2 rule 9: "MPA implementations MUST validate the PD_Length field"',
     roles=R,
+    covers=("pd-length",),
 )
 def pd_600_header(s: Session) -> None:
     s.send_raw(craft.request(revision=1, pd_length=600), "Rev 1 Request header, PD_Length 600")
-    s.expect_closed("PD_Length 600 (no private data sent)")
+    s.expect_closed("PD_Length 600 (no private data sent)", within=1.0)
 
 
 @case(
@@ -326,13 +330,16 @@ def request_pd(s: Session) -> None:
         raise CaseFailed(f"{len(req.private_data)} octets of private data")
 
 
-def _bad_reply_case(number: int, title: str, quote: str, make: object, what: str) -> None:
-    @case(f"rfc5044/7.1.1/{number}", title, quote, roles=I)
+def _bad_reply_case(
+    number: int, title: str, quote: str, make: object, what: str, covers: tuple[str, ...] = ()
+) -> None:
+    @case(f"rfc5044/7.1.1/{number}", title, quote, roles=I, covers=covers)
     def run(s: Session) -> None:
         request = s.read_request()
         data = make(s, request)  # type: ignore[operator]
         s.send_raw(data, what)
-        s.expect_closed(what)
+        # Validation needs no timeout: the close must follow the frame at once.
+        s.expect_closed(what, within=1.0)
 
 
 def _reply_key(index: int) -> object:
@@ -372,6 +379,7 @@ _bad_reply_case(
     PD_QUOTE,
     lambda s, r: s.default_reply(r, private_data=bytes(513 - 4 * r.is_enhanced)),
     "Reply with PD_Length 513",
+    ("pd-length",),
 )
 _bad_reply_case(
     52,
@@ -379,6 +387,7 @@ _bad_reply_case(
     PD_QUOTE,
     lambda s, r: s.default_reply(r, pd_length=0xFFFF) + bytes(1024),
     "Reply with PD_Length 65535",
+    ("pd-length",),
 )
 
 

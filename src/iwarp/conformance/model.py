@@ -98,6 +98,9 @@ class Case:
     needs: frozenset[Need] = frozenset()
     #: Seconds this case may take; None means the runner's default.
     timeout: float | None = None
+    #: The rules the case enforces, as short tags ("crc", "pd-length", "terminate"):
+    #: a target that breaks one of them must fail every case tagged with it.
+    covers: frozenset[str] = frozenset()
 
     @property
     def spec(self) -> str:
@@ -116,6 +119,7 @@ class Case:
             "level": str(self.level),
             "roles": sorted(str(r) for r in self.roles),
             "needs": sorted(str(n) for n in self.needs),
+            "covers": sorted(self.covers),
         }
 
 
@@ -154,11 +158,24 @@ def case(
     roles: Iterable[TargetRole] = BOTH,
     needs: Iterable[Need] = (),
     timeout: float | None = None,
+    covers: Iterable[str] = (),
 ) -> Callable[[Callable[[Session], None]], Callable[[Session], None]]:
     """Register the decorated function as the case ``id``."""
 
     def register(run: Callable[[Session], None]) -> Callable[[Session], None]:
-        add(Case(id, title, quote, run, level, frozenset(roles), frozenset(needs), timeout))
+        add(
+            Case(
+                id,
+                title,
+                quote,
+                run,
+                level,
+                frozenset(roles),
+                frozenset(needs),
+                timeout,
+                frozenset(covers),
+            )
+        )
         return run
 
     return register

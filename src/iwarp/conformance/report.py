@@ -64,8 +64,7 @@ def to_json(results: Sequence[Result], target: str) -> str:
             "failed": c[Status.FAILED],
             "skipped": c[Status.SKIPPED],
             "results": [r.as_dict() for r in results],
-        },
-        indent=1,
+        }
     )
 
 

@@ -45,6 +45,8 @@ __all__ = [
 
 #: Seconds a case may take unless it says otherwise.
 DEFAULT_TIMEOUT: Final = 5.0
+#: Seconds an Initiator target may take to make its first connection (it may be starting up).
+FIRST_CONNECT: Final = 30.0
 
 
 class TargetUnavailableError(Exception):
@@ -68,12 +70,15 @@ class Launched:
     def __init__(self, proc: subprocess.Popen[bytes] | None, command: str) -> None:
         self.proc = proc
         self.command = command
+        self._tail: str | None = None
 
     def stop(self) -> str:
         """End the command; returns the tail of its output."""
         proc = self.proc
         if proc is None:
             return ""
+        if self._tail is not None:
+            return self._tail
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -87,7 +92,8 @@ class Launched:
         if proc.stdout:
             proc.stdout.close()
         lines = out.decode(errors="replace").strip().splitlines()[-3:]
-        return f"exit {proc.returncode}" + (": " + " | ".join(lines) if lines else "")
+        self._tail = f"exit {proc.returncode}" + (": " + " | ".join(lines) if lines else "")
+        return self._tail
 
     def exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
@@ -155,6 +161,7 @@ class Runner:
         self.on_result = on_result
         self.style = StartupStyle()
         self._listener: socket.socket | None = None
+        self._accepted = 0
 
     # --- connections ------------------------------------------------------
 
@@ -257,8 +264,14 @@ class Runner:
             if isinstance(self.target, ResponderTarget):
                 link = self._connect(deadline)
             else:
+                self.listener()
                 launched = self.target.launch(self.target.port)
+                if not self._accepted:  # the target may still be starting
+                    deadline = max(deadline, time.monotonic() + FIRST_CONNECT)
                 link = self._accept(deadline, launched)
+                self._accepted += 1
+                # The case's own time starts once the target is connected.
+                deadline = time.monotonic() + (item.timeout or self.timeout)
             session = Session(
                 link,
                 self.target.role,

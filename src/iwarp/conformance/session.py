@@ -540,7 +540,7 @@ class Session:
         """
         deadline = self.deadline if within is None else self.within(within)
         ended = self.link.wait_end(deadline)
-        data = bytes(self.link.received)
+        data = bytes(self.link.inbox)  # what arrived after the frames already read
         if ended is None:
             raise CaseFailed(
                 f"{what}: the connection is still open after {self.link.elapsed():.1f}s"

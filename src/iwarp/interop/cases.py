@@ -12,6 +12,11 @@ from __future__ import annotations
 import math
 from typing import Final
 
+from iwarp.conformance import all_cases as all_conformance_cases
+from iwarp.conformance.expected import compare
+from iwarp.conformance.expected import load as load_expected
+from iwarp.conformance.model import TargetRole
+from iwarp.conformance.model import select as select_cases
 from iwarp.interop.host import Need
 from iwarp.interop.perftest import CLIENT_TESTS as PERFTEST_CLIENT_TESTS
 from iwarp.interop.perftest import TESTS as PERFTEST_TESTS
@@ -617,6 +622,68 @@ def _sync_ping_cases() -> list[Case]:
     return cases
 
 
+def conformance_matches(record: str) -> Judge:
+    """``iwarp conformance --json`` ran and every case's status equals the committed record."""
+
+    def judge(run: Run) -> tuple[bool, str]:
+        if run.iwarp is None:
+            return False, "iwarp conformance did not run"
+        reports = [o for o in run.iwarp.json_lines() if "results" in o]
+        if not reports:
+            return False, f"no conformance report (exit {run.iwarp.rc}): {run.iwarp.output[-300:]}"
+        report = reports[-1]
+        summary = (
+            f"{report['passed']} passed, {report['failed']} failed, {report['skipped']} skipped"
+        )
+        diff = compare(load_expected(record), report["results"])
+        if diff:
+            more = f" (+{len(diff) - 6} more)" if len(diff) > 6 else ""
+            return False, f"{summary}; differs from {record}.json: {'; '.join(diff[:6])}{more}"
+        return True, f"{summary}, as recorded in {record}.json"
+
+    return judge
+
+
+#: Initiator cases (MUST level): the guest's rping -c loop runs this many times and a few more.
+_INITIATOR_RUNS: Final = len(select_cases(all_conformance_cases(), role=TargetRole.INITIATOR)) + 8
+
+
+def _conformance_cases() -> list[Case]:
+    """``iwarp conformance`` against siw: rping -s as Responder, a loop of rping -c as Initiator."""
+    return [
+        Case(
+            "conformance/siw-responder",
+            "rping",
+            D.IWARP_TO_SIW,
+            "iwarp conformance (MUST cases) against rping -s -P on siw, compared with "
+            "conformance/expected/siw-responder.json",
+            conformance_matches("siw-responder"),
+            guest_cmd="rping -s -P -a 0.0.0.0 -p {guest_port}",
+            iwarp_args=("conformance", "127.0.0.1", "{host_port}", "--json"),
+            needs=(Need("conformance", ("--json",)),),
+            timeout=400,
+            wire_check=False,
+        ),
+        Case(
+            "conformance/siw-initiator",
+            "rping",
+            D.SIW_TO_IWARP,
+            "iwarp conformance --listen (MUST cases) against rping -c on siw, once per case, "
+            "compared with conformance/expected/siw-initiator.json",
+            conformance_matches("siw-initiator"),
+            guest_cmd=(
+                f"i=0; while [ $i -lt {_INITIATOR_RUNS} ]; do i=$((i+1)); "
+                "timeout 20 rping -c -a {host} -p {serve_port} -C 1 -S 64 >/dev/null 2>&1; "
+                "done; exit 0"
+            ),
+            iwarp_args=("conformance", "--listen", "{serve_port}", "--json"),
+            needs=(Need("conformance", ("--listen", "--json")),),
+            timeout=400,
+            wire_check=False,
+        ),
+    ]
+
+
 def _option_names(options: list[str]) -> tuple[str, ...]:
     return tuple(o for o in options if o.startswith("--"))
 
@@ -630,4 +697,5 @@ def all_cases() -> list[Case]:
         *_rping_cases(),
         *_sync_ping_cases(),
         *_rdmacm_cases(),
+        *_conformance_cases(),
     ]

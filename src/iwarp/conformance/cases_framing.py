@@ -1,0 +1,331 @@
+"""FPDU framing (RFC 5044 §4-§6, §8): PAD, CRC, markers, ULPDU_Length, garbage after startup.
+
+A wrong CRC must bring a Terminate with layer 2 (LLP), type 0, code 2, or a
+close (RFC 5044 §8 lets an optimized MPA drop the segment, which ends in the
+connection failing): both pass, silence and acceptance fail.
+"""
+
+from __future__ import annotations
+
+from iwarp.conformance import craft
+from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
+from iwarp.conformance.session import Session
+from iwarp.errors import MpaErrorCode, TerminateLayer
+from iwarp.mpa.wire import MARKER_INTERVAL, EnhancedData, FrameFlags, RtrFlags
+from iwarp.rdma.rping import ADVERT
+
+CRC_QUOTE = (
+    'RFC 5044 §8: "2 Received MPA CRC does not match the calculated value for the FPDU"; '
+    '§4.4: "MUST be generated and checked by both endpoints"'
+)
+LLP = TerminateLayer.LLP
+
+
+def _hello(s: Session) -> bytes:
+    return craft.send(ADVERT.pack(64, 0, 4096), msn=s.next_msn(0)).octets
+
+
+def _bad_crc_case(number: int, title: str, *, warm: bool, how: str) -> None:
+    @case(f"rfc5044/8/{number}", title, CRC_QUOTE, covers=("crc",))
+    def run(s: Session) -> None:
+        if warm:
+            s.data_phase()
+        else:
+            s.startup()
+        if not s.crc:
+            raise CaseSkipped("CRC is not in use on this connection")
+        ulpdu = (
+            _hello(s)
+            if s.target is TargetRole.RESPONDER and not warm
+            else (craft.write(0x7E57_0000, 0, b"conformance!").octets)
+        )
+        if how == "bit":
+            data = s.frame_ulpdu(ulpdu, corrupt_crc=True)
+        elif how == "zero":
+            data = s.frame_ulpdu(ulpdu)
+            data = data[:-4] + bytes(4)
+        else:  # a payload octet changed after the CRC was computed
+            changed = bytearray(s.frame_ulpdu(ulpdu))
+            changed[len(changed) - 6] ^= 0x40
+            data = bytes(changed)
+        s.send_raw(data, f"FPDU with a wrong CRC ({how})")
+        s.expect_terminate(LLP, 0, MpaErrorCode.CRC_MISMATCH, close_ok=True)
+
+
+_bad_crc_case(
+    2, "a wrong CRC on the first FPDU brings TERM code 2 or a close", warm=False, how="bit"
+)
+_bad_crc_case(
+    3, "a wrong CRC in the data phase brings TERM code 2 or a close", warm=True, how="bit"
+)
+_bad_crc_case(4, "a zero CRC field brings TERM code 2 or a close", warm=True, how="zero")
+_bad_crc_case(
+    5, "a payload octet changed in flight brings TERM code 2 or a close", warm=True, how="payload"
+)
+
+
+@case(
+    "rfc5044/8/6",
+    "a TERM for a wrong CRC copies no DDP header (LLP errors carry none)",
+    'RFC 5040 §4.8 Figure 10: LLP errors: "Terminate Includes DDP Header" No',
+    level=Level.SHOULD,
+    covers=("crc",),
+)
+def crc_term_no_copy(s: Session) -> None:
+    s.data_phase()
+    if not s.crc:
+        raise CaseSkipped("CRC is not in use on this connection")
+    s.send_raw(
+        s.frame_ulpdu(craft.write(0x7E57_0000, 0, b"conformance!").octets, corrupt_crc=True),
+        "FPDU with a wrong CRC",
+    )
+    got = s.expect_terminate(LLP, 0, MpaErrorCode.CRC_MISMATCH, close_ok=True)
+    if got is None:
+        raise CaseSkipped("the target closed instead of sending a Terminate")
+    if got.terminate().hdrct:
+        raise CaseFailed(f"HdrCt {int(got.terminate().hdrct) >> 13:#x} on an LLP error")
+
+
+@case(
+    "rfc5044/8/7",
+    "after a CRC error the target sends nothing but the Terminate",
+    'RFC 5040 §5.4: "After sending a Terminate Message on an RDMAP Stream, the Local Peer MUST '
+    'NOT send any more Messages on that specific RDMAP Stream"',
+    covers=("crc",),
+)
+def nothing_after_term(s: Session) -> None:
+    s.data_phase()
+    if not s.crc:
+        raise CaseSkipped("CRC is not in use on this connection")
+    s.send_raw(
+        s.frame_ulpdu(craft.write(0x7E57_0000, 0, b"conformance!").octets, corrupt_crc=True),
+        "FPDU with a wrong CRC",
+    )
+    if s.expect_terminate(LLP, 0, MpaErrorCode.CRC_MISMATCH, close_ok=True) is None:
+        return
+    s.send_ulpdu(_hello(s), "a valid Send after the error")
+    deadline = s.within(1.0)
+    while (got := s.next_fpdu(deadline)) is not None:
+        raise CaseFailed(f"after its Terminate the target sent {got.describe()}")
+
+
+@case(
+    "rfc5044/4.1/1",
+    "the target's PAD octets are zero",
+    'RFC 5044 §4.1 PAD: "The pad data MUST be set to zero by the sender"',
+    needs=(Need.TALKS,),
+)
+def pad_zero(s: Session) -> None:
+    s.data_phase()
+    if not s.received:
+        raise CaseSkipped("the target sent no FPDU")
+    for got in s.received:
+        if got.pad.strip(b"\0"):
+            raise CaseFailed(f"PAD {got.pad.hex()} in {got.describe()}")
+    if not any(got.pad for got in s.received):
+        raise CaseSkipped("none of the target's FPDUs had PAD")
+
+
+@case(
+    "rfc5044/4.1/2",
+    "non-zero PAD octets covered by a good CRC are ignored",
+    'RFC 5044 §4.1 PAD: "ignored by the receiver (except for CRC checking)"',
+    needs=(Need.REGION,),
+)
+def pad_ignored(s: Session) -> None:
+    s.data_phase()
+    s.need(Need.REGION)
+    region = s.cooperation.region
+    assert region is not None
+    seg = craft.write(region.stag, region.to, b"\x55")  # 2 + 15 octets: 3 octets of PAD
+    s.send_ulpdu(seg.octets, "RDMA Write of 1 octet, PAD ff ff ff", pad=b"\xff\xff\xff")
+    s.expect_alive(0.3, "after an FPDU with non-zero PAD")
+
+
+@case(
+    "rfc5044/4.4/1",
+    "the target's FPDUs carry a correct CRC",
+    'RFC 5044 §4.1 CRC: "When CRCs are enabled, this field contains a CRC32c check value"',
+    needs=(Need.TALKS,),
+)
+def crc_correct(s: Session) -> None:
+    s.data_phase()
+    if not s.received:
+        raise CaseSkipped("the target sent no FPDU")
+    for got in s.received:
+        if not got.crc_ok:
+            raise CaseFailed(f"{got.describe()}")
+
+
+@case(
+    "rfc5044/4.1/3",
+    "without CRC, any CRC field value is accepted",
+    'RFC 5044 §7.1.1 C: "When CRCs are not in use, the CRC field MUST be considered valid for '
+    'FPDU checking regardless of its contents"',
+    roles=(TargetRole.RESPONDER,),
+)
+def crc_off(s: Session) -> None:
+    enhanced = EnhancedData(16, 16)
+    if s.style.peer_to_peer:
+        enhanced = EnhancedData(16, 16, RtrFlags.PEER_TO_PEER | s.style.rtr_types)
+    reply = s.initiate(craft.request(flags=FrameFlags.ENHANCED, enhanced=enhanced))
+    if reply.reject:
+        raise CaseSkipped("the target rejected a C=0 Request")
+    if reply.crc:
+        raise CaseSkipped("the target wants CRC (C=1 in its Reply)")
+    s.crc = False
+    if s.rtr is not None:
+        s.send_rtr()
+    data = bytearray(s.frame_ulpdu(_hello(s)))
+    data[-4:] = b"\xde\xad\xbe\xef"
+    s.send_raw(bytes(data), "hello Send with CRC field deadbeef")
+    s.expect_alive(0.3, "after an FPDU with an arbitrary CRC field (CRC off)")
+
+
+@case(
+    "rfc5044/4.1/4",
+    "the initiator's first FPDU with CRC off may carry any CRC value",
+    'RFC 5044 §7.1.1 C: "When CRCs are not in use, the CRC field MUST be considered valid"',
+    roles=(TargetRole.INITIATOR,),
+    needs=(Need.TALKS,),
+)
+def crc_off_initiator(s: Session) -> None:
+    request = s.read_request()
+    if request.crc:
+        raise CaseSkipped("the target asked for CRC (C=1 in its Request)")
+    s.send_raw(
+        s.default_reply(request, flags=FrameFlags.ENHANCED if request.is_enhanced else 0),
+        "Reply with C=0",
+    )
+    s.crc = False
+    got = s.next_fpdu()
+    if got is None:
+        raise CaseSkipped("the target sent no FPDU")
+    data = bytearray(s.frame_ulpdu(craft.write(0x7E57_0000, 0).octets))
+    data[-4:] = b"\xde\xad\xbe\xef"
+    s.send_raw(bytes(data), "zero-length Write, CRC field deadbeef")
+    s.expect_alive(0.3, "after an FPDU with an arbitrary CRC field (CRC off)")
+
+
+@case(
+    "rfc5044/5.3/1",
+    "a ULPDU_Length of 65535 (above 64768) is refused, not silently taken",
+    'RFC 5044 §5.3: "The sending DDP MUST NOT post a ULPDU larger than 64768 octets to MPA"; '
+    '"MPA is not REQUIRED to support a ULPDU Length that is greater than the current MULPDU"',
+    level=Level.SHOULD,
+)
+def ulpdu_too_long(s: Session) -> None:
+    s.data_phase()
+    ulpdu = craft.write(0x7E57_0000, 0, bytes(65535 - 14)).octets
+    s.send_ulpdu(ulpdu, "FPDU with ULPDU_Length 65535")
+    deadline = s.within(3.0)
+    while True:
+        fpdu = s.next_fpdu(deadline)
+        if fpdu is None:
+            if s.link.ended:
+                return
+            raise CaseFailed("no Terminate and no close for a 65535-octet ULPDU")
+        if fpdu.is_terminate:
+            return
+
+
+def _garbage_case(number: int, title: str, data: bytes) -> None:
+    @case(
+        f"rfc5044/6/{number}",
+        title,
+        "RFC 5044 §6: the receiver finds each FPDU from the ULPDU_Length field; §8: a CRC "
+        'mismatch "MUST be detected"',
+        covers=("crc",),
+    )
+    def run(s: Session) -> None:
+        s.data_phase()
+        if not s.crc:
+            raise CaseSkipped("CRC is not in use on this connection")
+        s.send_raw(data, "garbage")
+        s.expect_terminate(LLP, 0, MpaErrorCode.CRC_MISMATCH, close_ok=True)
+
+
+_garbage_case(1, "eight zero octets (an empty FPDU, CRC 0) bring TERM code 2 or a close", bytes(8))
+_garbage_case(
+    2,
+    "an HTTP request after startup brings TERM code 2 or a close",
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + bytes(20000),
+)
+_garbage_case(3, "0xFF octets after startup bring TERM code 2 or a close", b"\xff" * 70000)
+_garbage_case(
+    4,
+    "a second MPA Request after startup brings TERM code 2 or a close",
+    craft.request() + bytes(20000),
+)
+
+
+# --- markers (RFC 5044 §4.3, §7.1.2 rule 7) ---------------------------------------------
+
+
+def _markers_wanted(s: Session) -> None:
+    """Start with M=1 from the tool; skip when the target refuses markers."""
+    if s.target is TargetRole.RESPONDER:
+        enhanced = EnhancedData(16, 16)
+        if s.style.peer_to_peer:
+            enhanced = EnhancedData(16, 16, RtrFlags.PEER_TO_PEER | s.style.rtr_types)
+        reply = s.initiate(
+            craft.request(
+                flags=FrameFlags.MARKERS | FrameFlags.CRC | FrameFlags.ENHANCED, enhanced=enhanced
+            )
+        )
+        if reply.reject:
+            raise CaseSkipped("the target does not send markers (it rejected M=1)")
+        if s.rtr is not None:
+            s.send_rtr()
+        s.send_ulpdu(_hello(s), "hello Send")
+    else:
+        request = s.read_request()
+        flags = FrameFlags.MARKERS | FrameFlags.CRC
+        if request.is_enhanced:
+            flags |= FrameFlags.ENHANCED
+        s.send_raw(s.default_reply(request, flags=flags), "Reply with M=1")
+        s.markers_receive = True
+        s.crc = True
+    got = s.next_fpdu(s.within(2.0))
+    if got is None:
+        if s.link.ended:
+            raise CaseSkipped(f"the target does not send markers (it closed, {s.link.ended})")
+        raise CaseSkipped("the target sent no FPDU to look at")
+
+
+@case(
+    "rfc5044/7.1.2/15",
+    "with markers on, the target's first octets are a zero Marker",
+    'RFC 5044 §7.1.2 rule 7: "if Markers are enabled, the first octets sent are the special '
+    'Marker 0x00000000"',
+    needs=(Need.TALKS,),
+)
+def first_marker(s: Session) -> None:
+    _markers_wanted(s)
+    first = s.received[0]
+    if not first.markers or first.markers[0] != (0, 0):
+        raise CaseFailed(f"first marker {first.markers[:1]} (expected 0 at offset 0)")
+
+
+@case(
+    "rfc5044/4.3/1",
+    "with markers on, every Marker points back to its FPDU's start",
+    'RFC 5044 §4.3: "The FPDUPTR ... is the relative pointer, in octets, from the Marker to the '
+    'ULPDU Length field of the FPDU"',
+    needs=(Need.TALKS,),
+)
+def marker_ptrs(s: Session) -> None:
+    _markers_wanted(s)
+    s.link.settle(0.3)
+    while s.next_fpdu(s.within(0.2)) is not None:
+        pass
+    for got in s.received:
+        for offset, ptr in got.markers:
+            if offset == 0:
+                continue
+            start = got.offset if offset > got.offset else offset
+            expect = offset - got.offset if offset > got.offset else 0
+            if ptr & 0xFFFC != expect and offset % MARKER_INTERVAL == 0:
+                raise CaseFailed(
+                    f"marker at {offset}: FPDUPTR {ptr}, expected {expect} (FPDU at {start})"
+                )

@@ -1,0 +1,503 @@
+"""RDMAP (RFC 5040): version and opcode checks, Read Requests, Send with Invalidate, Terminate.
+
+Read Request errors are Remote Protection Errors (layer 0, type 1) and
+their Terminate copies back the Read Request's RDMA header (§4.8 Figure 10);
+version and opcode errors are Remote Operation Errors (layer 0, type 2).
+Cases that read need a buffer the target advertised that allows remote Read;
+when the target answers a Read of its buffer with an access-rights Terminate,
+they are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from iwarp.conformance import craft
+from iwarp.conformance.errorcase import Broken, error_cases, unknown_stag
+from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, case
+from iwarp.conformance.session import Received, Region, Session, describe_terminate
+from iwarp.ddp.errors import DdpErrorType, DdpUntaggedCode
+from iwarp.errors import TerminateLayer
+from iwarp.rdma.rping import ADVERT
+from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode, RemoteProtectionCode
+from iwarp.rdmap.wire import RdmapOpcode, ReadRequest, TerminateHeader
+
+RDMAP = TerminateLayer.RDMAP
+PROT = RdmapErrorType.REMOTE_PROTECTION
+OPER = RdmapErrorType.REMOTE_OPERATION
+READ_QUOTE = (
+    'RFC 5040 §7.2: "For non-zero length RDMA Read Request Messages: a. The Data Source '
+    "STag MUST be valid ... c. ... MUST fall in the range of legal offsets ... e. ... "
+    'MUST NOT cause the Data Source Tagged Offset to wrap"'
+)
+#: Where our Read Responses are to go: the tool has no memory, the target only echoes these.
+SINK_STAG = 0x51_4E_4B_01
+SINK_TO = 0x1_0000
+
+
+def _region(s: Session) -> Region:
+    region = s.cooperation.region
+    if region is None:
+        raise CaseSkipped("the target advertised no buffer")
+    return region
+
+
+def _read(s: Session, src_stag: int, src_to: int, size: int, what: str) -> Broken:
+    request = ReadRequest(SINK_STAG, SINK_TO, size, src_stag, src_to)
+    seg, rdma = craft.read_request(request, msn=s.next_msn(1))
+    return Broken(seg, what, rdma_header=rdma)
+
+
+def _payload() -> bytes:
+    return ADVERT.pack(1, 0, 16)
+
+
+def _bad_version(rv: int) -> Callable[[Session], Broken]:
+    return lambda s: Broken(craft.send(_payload(), msn=1, rdmap_version=rv), f"Send with RV={rv}")
+
+
+def _bad_opcode(op: int) -> Callable[[Session], Broken]:
+    return lambda s: Broken(
+        craft.send(_payload(), msn=1, qn=0, opcode=op), f"untagged opcode {op:#x} on QN 0"
+    )
+
+
+# --- version and opcode (Remote Operation Errors) -------------------------------------
+
+for _n, _rv in ((1, 2), (2, 3)):
+    error_cases(
+        f"rfc5040/7.2/{_n}",
+        f"rfc5040/4.8/{_n}",
+        f"a Send with RDMAP version {_rv} brings TERM RDMAP/remote operation/invalid version",
+        'RFC 5040 §7.2: "3. The RDMA Version MUST be valid"; §4.8 Figure 9 code 05X "Invalid '
+        'RDMAP version"',
+        layer=RDMAP,
+        etype=OPER,
+        codes=RemoteOperationCode.INVALID_VERSION,
+        build=_bad_version(_rv),
+    )
+for _n, _op in ((3, 0xC), (4, 0xF)):
+    error_cases(
+        f"rfc5040/7.2/{_n}",
+        f"rfc5040/4.8/{_n}",
+        f"an untagged message with reserved opcode {_op:#x} brings TERM unexpected opcode",
+        'RFC 5040 §7.2: "2. The RDMA OpCode MUST be valid"; §4.8 Figure 9 code 06X "Unexpected '
+        'OpCode"',
+        layer=RDMAP,
+        etype=OPER,
+        codes=RemoteOperationCode.UNEXPECTED_OPCODE,
+        build=_bad_opcode(_op),
+    )
+error_cases(
+    "rfc5040/7.2/5",
+    "rfc5040/4.8/5",
+    "an RDMA Write opcode in an untagged segment brings TERM unexpected opcode",
+    'RFC 5040 §4.1 Figure 4: RDMA Write is Tagged; §7.2: "2. The RDMA OpCode MUST be valid"',
+    layer=RDMAP,
+    etype=OPER,
+    codes=RemoteOperationCode.UNEXPECTED_OPCODE,
+    build=lambda s: Broken(
+        craft.send(_payload(), msn=1, qn=0, opcode=RdmapOpcode.RDMA_WRITE),
+        "untagged RDMA Write on QN 0",
+    ),
+)
+error_cases(
+    "rfc5040/7.2/6",
+    "rfc5040/4.8/6",
+    "a Send opcode in a tagged segment brings TERM unexpected opcode (or a tagged buffer error)",
+    'RFC 5040 §4.1 Figure 4: Send is Untagged; §7.2: "2. The RDMA OpCode MUST be valid"',
+    layer=RDMAP,
+    etype=OPER,
+    codes=RemoteOperationCode.UNEXPECTED_OPCODE,
+    build=lambda s: Broken(
+        craft.write(unknown_stag(s), 0, b"conformance!", opcode=RdmapOpcode.SEND), "tagged Send"
+    ),
+)
+error_cases(
+    "rfc5040/7.2/7",
+    "rfc5040/4.8/7",
+    "a Read Response nobody asked for brings TERM unexpected opcode",
+    "RFC 5040 §5.2.2 an RDMA Read Response answers an RDMA Read Request; §4.8 Figure 9 "
+    'code 06X "Unexpected OpCode"',
+    layer=RDMAP,
+    etype=OPER,
+    codes=RemoteOperationCode.UNEXPECTED_OPCODE,
+    build=lambda s: Broken(
+        craft.read_response(_region(s).stag, _region(s).to, bytes(8)),
+        "unsolicited RDMA Read Response into the advertised buffer",
+    ),
+    needs=(Need.REGION,),
+)
+
+# --- RDMA Read Request (Remote Protection Errors) ------------------------------------------
+
+error_cases(
+    "rfc5040/7.2/10",
+    "rfc5040/4.8/10",
+    "a Read Request of an unknown STag brings TERM RDMAP/remote protection/invalid STag",
+    READ_QUOTE,
+    layer=RDMAP,
+    etype=PROT,
+    codes=RemoteProtectionCode.INVALID_STAG,
+    build=lambda s: _read(s, unknown_stag(s), 0, 8, "Read Request of 8 octets, unknown STag"),
+)
+
+
+def _read_bounds(number: int, title: str, where: str) -> None:
+    def build(s: Session) -> Broken:
+        region = _region(s)
+        if where == "after":
+            to, size = region.to + region.length, 8
+        elif where == "straddle":
+            to, size = region.to + region.length - 4, 8
+        else:  # longer than the buffer
+            to, size = region.to, region.length + 1
+        return _read(s, region.stag, to, size, f"Read Request of {size} octets at TO {to:#x}")
+
+    error_cases(
+        f"rfc5040/7.2/{number}",
+        f"rfc5040/4.8/{number}",
+        title,
+        READ_QUOTE,
+        layer=RDMAP,
+        etype=PROT,
+        codes=(RemoteProtectionCode.BASE_OR_BOUNDS, RemoteProtectionCode.ACCESS_RIGHTS),
+        build=build,
+        needs=(Need.REGION,),
+    )
+
+
+_read_bounds(11, "a Read Request past the advertised buffer brings TERM base or bounds", "after")
+_read_bounds(12, "a Read Request across the buffer's end brings TERM base or bounds", "straddle")
+_read_bounds(13, "a Read Request longer than the buffer brings TERM base or bounds", "long")
+error_cases(
+    "rfc5040/7.2/14",
+    "rfc5040/4.8/14",
+    "a Read Request whose TO wraps brings TERM TO wrap (or bounds)",
+    READ_QUOTE,
+    layer=RDMAP,
+    etype=PROT,
+    codes=(
+        RemoteProtectionCode.TO_WRAP,
+        RemoteProtectionCode.BASE_OR_BOUNDS,
+        RemoteProtectionCode.ACCESS_RIGHTS,
+    ),
+    build=lambda s: _read(
+        s, _region(s).stag, 0xFFFF_FFFF_FFFF_FFFC, 8, "Read Request of 8 octets at TO 2^64-4"
+    ),
+    needs=(Need.REGION,),
+)
+error_cases(
+    "rfc5040/7.2/15",
+    "rfc5040/4.8/15",
+    "a Send with Invalidate of an unknown STag brings TERM RDMAP/remote protection",
+    'RFC 5040 §7.2: "on incoming Send with Invalidate ... 4. The Invalidate STag MUST be valid"',
+    layer=RDMAP,
+    etype=PROT,
+    codes=(RemoteProtectionCode.INVALID_STAG, RemoteProtectionCode.CANNOT_INVALIDATE),
+    build=lambda s: Broken(
+        craft.send(
+            _payload(),
+            msn=s.next_msn(0),
+            opcode=RdmapOpcode.SEND_WITH_INVALIDATE,
+            invalidate=unknown_stag(s),
+        ),
+        "Send with Invalidate of an unknown STag",
+    ),
+    needs=(Need.RECEIVE,),
+)
+error_cases(
+    "rfc5040/7.2/16",
+    "rfc5040/4.8/16",
+    "a Send with SE and Invalidate of an unknown STag brings TERM RDMAP/remote protection",
+    'RFC 5040 §7.2: "on incoming ... Send with Solicited Event and Invalidate Messages ... 4. The '
+    'Invalidate STag MUST be valid"',
+    layer=RDMAP,
+    etype=PROT,
+    codes=(RemoteProtectionCode.INVALID_STAG, RemoteProtectionCode.CANNOT_INVALIDATE),
+    build=lambda s: Broken(
+        craft.send(
+            _payload(),
+            msn=s.next_msn(0),
+            opcode=RdmapOpcode.SEND_WITH_SE_AND_INVALIDATE,
+            invalidate=unknown_stag(s),
+        ),
+        "Send with SE and Invalidate of an unknown STag",
+    ),
+    needs=(Need.RECEIVE,),
+)
+
+
+# --- Reads that must work ---------------------------------------------------------------------
+
+
+def _readable(s: Session) -> Region:
+    s.data_phase()
+    return _region(s)
+
+
+def _responses(s: Session, count: int, *, wrote: bool = False) -> list[Received]:
+    """The next ``count`` Read Responses (other FPDUs skipped); skip on an access-rights TERM."""
+    out: list[Received] = []
+    while len(out) < count:
+        got = s.next_fpdu()
+        if got is None:
+            raise CaseFailed(
+                f"{len(out)} of {count} Read Responses, then {s.link.ended or 'silence'}"
+            )
+        if got.is_terminate:
+            term = got.terminate()
+            if (term.layer, term.etype, term.code) == (
+                RDMAP,
+                PROT,
+                RemoteProtectionCode.ACCESS_RIGHTS,
+            ):
+                raise CaseSkipped("the advertised buffer does not allow remote Read")
+            if wrote and (term.layer, term.etype, term.code) == (TerminateLayer.DDP, 1, 0):
+                # RFC 5041 has no access-rights code: a Write without the right is "invalid STag".
+                raise CaseSkipped("the advertised buffer does not allow remote Write")
+            raise CaseFailed(f"a Terminate instead of a Read Response: {describe_terminate(term)}")
+        if got.info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE:
+            out.append(got)
+    return out
+
+
+@case(
+    "rfc5040/5.2.1/1",
+    "a zero-length Read Request is answered by a zero-length Read Response, whatever its STag",
+    'RFC 5040 §5.2.1: for a zero-length Read the Data Source "MUST NOT '
+    'validate the Data Source STag and Data Source Tagged Offset" and "MUST respond with a '
+    'zero-length RDMA Read Response Message"',
+)
+def zero_read(s: Session) -> None:
+    s.data_phase()
+    broken = _read(s, unknown_stag(s), 0, 0, "zero-length Read Request, unknown STag")
+    s.send_ulpdu(broken.segment.octets, broken.what)
+    (got,) = _responses(s, 1)
+    if got.info.get("payload_length") != 0 or got.info.get("stag") != SINK_STAG:
+        raise CaseFailed(
+            f"expected a zero-length Read Response to STag {SINK_STAG:#x}: {got.describe()}"
+        )
+
+
+@case(
+    "rfc5040/5.2.2/1",
+    "a Read Response goes to the Read Request's sink STag and TO, with the size asked",
+    'RFC 5040 §5.2.2: the Read Response carries "the Data Sink STag and Data Sink '
+    'Tagged Offset" of the Read Request',
+    needs=(Need.REGION,),
+    covers=("rights-by-terminate",),
+)
+def read_response(s: Session) -> None:
+    region = _readable(s)
+    size = min(region.length, 32)
+    broken = _read(s, region.stag, region.to, size, f"Read Request of {size} octets")
+    s.send_ulpdu(broken.segment.octets, broken.what)
+    got = _responses(s, 1)
+    octets = sum(int(str(g.info.get("payload_length", 0))) for g in got)
+    first = got[0].info
+    if first.get("stag") != SINK_STAG or first.get("to") != SINK_TO:
+        raise CaseFailed(f"Read Response to STag {first.get('stag')} TO {first.get('to')}")
+    while octets < size:
+        got = _responses(s, 1)
+        octets += int(str(got[0].info.get("payload_length", 0)))
+    if octets != size:
+        raise CaseFailed(f"{octets} octets returned for a Read of {size}")
+
+
+@case(
+    "rfc5040/5.5/1",
+    "Read Requests are answered in order",
+    'RFC 5040 §5.2.1: "The Remote Peer MUST process the RDMA Read Request Messages in the order '
+    'they were sent"',
+    needs=(Need.REGION,),
+    covers=("rights-by-terminate",),
+)
+def read_order(s: Session) -> None:
+    region = _readable(s)
+    size = min(region.length, 8)
+    sinks = []
+    for i in range(3):
+        request = ReadRequest(SINK_STAG, SINK_TO + 0x1000 * i, size, region.stag, region.to)
+        seg, _ = craft.read_request(request, msn=s.next_msn(1))
+        s.send_ulpdu(seg.octets, f"Read Request {i + 1} (sink TO {SINK_TO + 0x1000 * i:#x})")
+        sinks.append(SINK_TO + 0x1000 * i)
+    got = [int(str(g.info.get("to"))) for g in _responses(s, 3)]
+    if got != sinks:
+        raise CaseFailed(
+            f"Read Responses to sink TOs {[hex(t) for t in got]}, asked in order "
+            f"{[hex(t) for t in sinks]}"
+        )
+
+
+@case(
+    "rfc5040/5.1/1",
+    "data placed by an RDMA Write is read back unchanged",
+    'RFC 5040 §5.1: "the RDMA Write ... places the data into the Tagged Buffer"; §5.2: the Read '
+    "returns it",
+    needs=(Need.REGION,),
+    covers=("rights-by-terminate",),
+)
+def write_read_back(s: Session) -> None:
+    region = _readable(s)
+    size = min(region.length, 16)
+    data = bytes(range(0x41, 0x41 + size))
+    s.send_ulpdu(craft.write(region.stag, region.to, data).octets, f"RDMA Write of {size} octets")
+    broken = _read(s, region.stag, region.to, size, "Read Request of the same octets")
+    s.send_ulpdu(broken.segment.octets, broken.what)
+    (got,) = _responses(s, 1, wrote=True)
+    back = got.ulpdu[14:]
+    if back != data:
+        raise CaseFailed(f"wrote {data.hex()}, read back {back.hex()}")
+
+
+@case(
+    "rfc5040/6.1/1",
+    "Read Requests beyond the Responder's IRD bring a Terminate, never a silent stall",
+    'RFC 5040 §6.1: "For inbound RDMA Read Requests, the RDMAP layer MUST NOT '
+    'exceed the maximum number of outstanding, inbound RDMA Read Requests"; RFC 5041 §7.2 '
+    '"Invalid MSN - no buffer available"',
+    needs=(Need.REGION,),
+    timeout=10.0,
+    covers=("terminate",),
+)
+def ird_exceeded(s: Session) -> None:
+    region = _readable(s)
+    frame = s.peer_frame
+    enh = frame.enhanced if frame is not None else None
+    if enh is None or enh.ird in (0, 0x3FFF) or enh.ird > 256:
+        raise CaseSkipped("the target stated no usable IRD")
+    ird = enh.ird if s.target.value == "responder" else enh.ord
+    burst = b"".join(
+        s.frame_ulpdu(
+            craft.read_request(
+                ReadRequest(SINK_STAG, SINK_TO, region.length, region.stag, region.to),
+                msn=s.next_msn(1),
+            )[0].octets
+        )
+        for _ in range(ird + 1)
+    )
+    s.send_raw(burst, f"{ird + 1} Read Requests of {region.length} octets in one write")
+    answered = 0
+    while True:
+        got = s.next_fpdu()
+        if got is None:
+            raise CaseFailed(f"{answered} Read Responses, then {s.link.ended or 'silence'}")
+        if got.is_terminate:
+            term = got.terminate()
+            if (term.layer, term.etype, term.code) == (
+                RDMAP,
+                PROT,
+                RemoteProtectionCode.ACCESS_RIGHTS,
+            ):
+                raise CaseSkipped("the advertised buffer does not allow remote Read")
+            ok = (term.layer, term.etype) == (
+                TerminateLayer.DDP,
+                DdpErrorType.UNTAGGED_BUFFER,
+            ) and term.code in (DdpUntaggedCode.NO_BUFFER, DdpUntaggedCode.MSN_RANGE)
+            ok = ok or (term.layer, term.etype) == (RDMAP, OPER)
+            if not ok:
+                raise CaseFailed(f"IRD exceeded answered by {describe_terminate(term)}")
+            s.note(f"IRD {ird} exceeded: Terminate after {answered} responses")
+            return
+        if got.info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE and got.info.get("last"):
+            answered += 1
+            if answered == ird + 1:
+                s.note(f"all {ird + 1} Reads answered: the target kept up (none outstanding)")
+                return
+
+
+# --- Terminate messages (§4.8, §5.4) -----------------------------------------------------------
+
+
+def _provoke(s: Session) -> Received:
+    s.data_phase()
+    s.send_ulpdu(
+        craft.write(unknown_stag(s), 0, b"conformance!").octets, "RDMA Write to an unknown STag"
+    )
+    got = s.expect_terminate(TerminateLayer.DDP, DdpErrorType.TAGGED_BUFFER, 0)
+    assert got is not None
+    return got
+
+
+@case(
+    "rfc5040/5.4/1",
+    "the target's Terminate is untagged, on queue 2, MSN 1, one segment",
+    'RFC 5040 §5.4: "A Terminate Message MUST reference an Untagged Buffer ... MUST request that '
+    'the DDP layer set the Queue Number field to two"',
+    covers=("terminate",),
+)
+def terminate_queue(s: Session) -> None:
+    info = _provoke(s).info
+    if info.get("qn") != 2 or info.get("msn") != 1 or info.get("mo") != 0 or not info.get("last"):
+        raise CaseFailed(
+            f"Terminate on QN {info.get('qn')} MSN {info.get('msn')} MO "
+            f"{info.get('mo')} L={int(bool(info.get('last')))}"
+        )
+
+
+@case(
+    "rfc5040/5.4/2",
+    "after its Terminate the target sends nothing more",
+    'RFC 5040 §5.4: "After sending a Terminate Message on an RDMAP Stream, the Local Peer MUST '
+    'NOT send any more Messages on that specific RDMAP Stream"',
+    covers=("terminate",),
+)
+def nothing_after(s: Session) -> None:
+    _provoke(s)
+    s.send_ulpdu(craft.send(_payload(), msn=s.next_msn(0)).octets, "a Send after the error")
+    deadline = s.within(1.0)
+    if (got := s.next_fpdu(deadline)) is not None:
+        raise CaseFailed(f"after its Terminate the target sent {got.describe()}")
+
+
+@case(
+    "rfc5040/4.8/20",
+    "the Terminate's reserved bits are zero",
+    'RFC 5040 §4.8: "Reserved: 13 bits. This field MUST be set to zero on transmit"',
+    covers=("terminate",),
+)
+def terminate_reserved(s: Session) -> None:
+    term = _provoke(s).terminate()
+    if term.reserved:
+        raise CaseFailed(f"reserved bits {term.reserved:#06x} ({describe_terminate(term)})")
+
+
+@case(
+    "rfc5040/4.8/21",
+    "a DDP-layer Terminate sets HdrCt D and M and copies the DDP header",
+    'RFC 5040 §4.8 Figure 10: DDP errors: "Terminate Includes DDP Header and DDP Segment Length" '
+    "Yes",
+    level=Level.SHOULD,
+    covers=("terminate",),
+)
+def terminate_hdrct(s: Session) -> None:
+    term = _provoke(s).terminate()
+    if not term.hdrct & 0x4000 or not term.hdrct & 0x8000:
+        raise CaseFailed(f"HdrCt {describe_terminate(term)}")
+
+
+def _term_sent(number: int, header: TerminateHeader, name: str) -> None:
+    @case(
+        f"rfc5040/5.4/{number}",
+        f"a Terminate ({name}) from the tool is not answered by a Terminate",
+        'RFC 5040 §5.4: "After receiving a Terminate Message on an RDMAP Stream, '
+        'the Remote Peer MAY stop sending Messages"; a valid Terminate is not an error',
+        level=Level.SHOULD,
+        needs=(Need.TALKS,),
+    )
+    def run(s: Session) -> None:
+        s.data_phase()
+        s.send_ulpdu(craft.terminate(header, msn=1).octets, f"Terminate {name}")
+        deadline = s.within(2.0)
+        while (got := s.next_fpdu(deadline)) is not None:
+            if got.is_terminate:
+                raise CaseFailed(f"the target answered with {got.describe()}")
+
+
+_term_sent(3, TerminateHeader(RDMAP, 0, 0), "RDMAP local catastrophic")
+_term_sent(
+    4,
+    TerminateHeader(TerminateLayer.DDP, 1, 0, 18, bytes(18)),
+    "DDP tagged invalid STag, with a header copy",
+)

@@ -1,0 +1,88 @@
+"""One way to write "send this broken segment, expect that Terminate" cases.
+
+:func:`error_cases` registers two cases per error: the MUST case checks the
+Terminate's layer, type and code (RFC 5040 §4.8 Figure 9, RFC 5041 §7.2);
+the SHOULD case checks the header copies Figure 10 asks for (the DDP header
+and segment length, and the RDMA header of a Read Request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from iwarp.conformance.craft import Segment
+from iwarp.conformance.model import Level, Need, case
+from iwarp.conformance.session import Session
+
+__all__ = ["Broken", "error_cases", "unknown_stag"]
+
+
+@dataclass(frozen=True, slots=True)
+class Broken:
+    """A broken segment and the headers the Terminate should copy back."""
+
+    segment: Segment
+    what: str
+    rdma_header: bytes | None = None
+
+
+def unknown_stag(s: Session) -> int:
+    """An STag the target did not advertise (and is unlikely to have)."""
+    region = s.cooperation.region
+    stag = 0x7E57_0000 | 0x5A
+    if region is not None and region.stag == stag:
+        stag ^= 0x0100_0000
+    return stag
+
+
+def error_cases(
+    must_id: str,
+    copies_id: str,
+    title: str,
+    quote: str,
+    *,
+    layer: int,
+    etype: int,
+    codes: int | tuple[int, ...] | None,
+    build: Callable[[Session], Broken],
+    needs: Iterable[Need] = (),
+    copy_ddp: bool = True,
+) -> None:
+    """Register the MUST case (Terminate fields) and the SHOULD case (header copies)."""
+    needs = tuple(needs)
+
+    def provoke(s: Session) -> tuple[Broken, object]:
+        s.data_phase()
+        for need in needs:
+            s.need(need)
+        broken = build(s)
+        s.send_ulpdu(broken.segment.octets, broken.what)
+        got = s.expect_terminate(layer, etype, codes)
+        return broken, got
+
+    def fields(s: Session) -> None:
+        provoke(s)
+
+    def copies(s: Session) -> None:
+        broken, got = provoke(s)
+        s.check_copies(
+            got,  # type: ignore[arg-type]
+            ddp_header=broken.segment.header if copy_ddp else None,
+            segment_length=len(broken.segment),
+            rdma_header=broken.rdma_header,
+        )
+
+    case(must_id, title, quote, needs=needs, covers=("terminate",))(fields)
+    copy_quote = (
+        'RFC 5040 §4.8 Figure 10: the Terminate "Includes DDP Header and DDP Segment Length"'
+        + '; RFC 5041 §7.1: "The DDP layer SHOULD include in the error report the DDP Header"'
+    )
+    case(
+        copies_id,
+        f"{title}: the Terminate copies the headers back",
+        copy_quote,
+        level=Level.SHOULD,
+        needs=needs,
+        covers=("terminate",),
+    )(copies)

@@ -1,0 +1,55 @@
+"""iwarp itself as a conformance target: ``iwarp listen`` and ``iwarp connect`` in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+#: Startup timeouts of the targets, short so that the SHOULD timeout cases are quick.
+TARGET_TIMEOUT = "2"
+
+
+@contextmanager
+def listening(options: Sequence[str]) -> Iterator[int]:
+    """``iwarp listen`` on a free port; yields the port."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "iwarp", "listen", "--port", "0", "--json", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert first["type"] == "listening", first
+        # Keep reading its report lines so that it never blocks on a full pipe.
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        yield int(first["port"])
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+
+
+@contextmanager
+def connecting(port: int, options: Sequence[str]) -> Iterator[subprocess.Popen[bytes]]:
+    """An ``iwarp connect`` that reconnects to ``port`` once per case."""
+    env = dict(os.environ)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "initiator_loop.py"), "127.0.0.1", str(port), *options],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
