@@ -61,6 +61,7 @@ no frames, markers and CRC always on, each direction on its own).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
 
 from iwarp._typing import Buffer
@@ -372,14 +373,7 @@ class MpaConnection:
         if self._state is MpaState.FULL_OPERATION and encoder is not None:
             self._out.extend(encoder.encode(ulpdu))
             return
-        nxt = transition(self._role, self._state, MpaInput.SEND_ULPDU)
-        if encoder is None:
-            raise LocalProtocolError("the send direction has not started framing")
-        pieces = encoder.encode(ulpdu)
-        if nxt is MpaState.AWAIT_FIRST_FPDU:
-            self._held.extend(pieces)
-        else:
-            self._out.extend(pieces)
+        self._send_framed(lambda framer: framer.encode(ulpdu))
 
     def send_run(self, run: SegmentRun) -> None:
         """Frame a run of ULPDUs (the segments of one DDP message) and queue
@@ -390,10 +384,16 @@ class MpaConnection:
         if self._state is MpaState.FULL_OPERATION and encoder is not None:
             self._out.extend(encoder.encode_run(run))
             return
+        self._send_framed(lambda framer: framer.encode_run(run))
+
+    def _send_framed(self, encode: Callable[[FpduEncoder], list[Buffer]]) -> None:
+        """Outside plain full operation: check the table, then queue the
+        pieces, held back while rule 4 forbids sending (a Responder before
+        the first FPDU arrived)."""
         nxt = transition(self._role, self._state, MpaInput.SEND_ULPDU)
-        if encoder is None:
+        if self._encoder is None:
             raise LocalProtocolError("the send direction has not started framing")
-        pieces = encoder.encode_run(run)
+        pieces = encode(self._encoder)
         if nxt is MpaState.AWAIT_FIRST_FPDU:
             self._held.extend(pieces)
         else:
