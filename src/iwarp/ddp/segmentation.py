@@ -122,6 +122,17 @@ class OutgoingMessage:
         header = UNTAGGED_HEADER.pack(version & 3, rsvdulp, rsvdulp2, qn, msn, 0)
         return cls(header, view, room, 14, 0)
 
+    def set_mulpdu(self, mulpdu: int) -> None:
+        """Segment what is left to the new MULPDU (an EMSS change, RFC 5044
+        §4.5); runs already handed out keep theirs.
+
+        :raises LocalProtocolError: no payload octet would fit a segment.
+        """
+        room = mulpdu - len(self._header)
+        if room < 1:
+            raise LocalProtocolError(f"MULPDU {mulpdu} leaves no room after the DDP header")
+        self._room = room
+
     @property
     def done(self) -> bool:
         """Every segment was handed out."""

@@ -208,8 +208,13 @@ class RdmaConnection:
             self._events.extend(stream.terminate(error))
 
     def set_emss(self, emss: int) -> None:
-        """Report the TCP EMSS (before full operation: it sizes the MULPDU)."""
+        """Report the TCP EMSS: it sizes the MULPDU, before full operation
+        and during it (RFC 5044 §3: "the MULPDU value will change" with the
+        EMSS); DDP/RDMAP segment every later ULPDU to the new value."""
         self.mpa.set_emss(emss)
+        params = self.mpa.params
+        if self.stream is not None and params is not None:
+            self.stream.set_mulpdu(params.mulpdu)
 
     def close(self) -> list[Event]:
         """Close locally: outstanding work is flushed."""

@@ -349,6 +349,19 @@ class RdmapStream:
 
     # -- sending --------------------------------------------------------------
 
+    def set_mulpdu(self, mulpdu: int) -> None:
+        """Use a new MULPDU from now on, for the message being segmented
+        too (MPA's MULPDU follows the EMSS during full operation, RFC 5044
+        §3, §4.5).
+
+        :raises LocalProtocolError: too small for RDMAP's headers.
+        """
+        if mulpdu < UNTAGGED_HEADER_SIZE + _TERMINATE_MAX:
+            raise LocalProtocolError(f"MULPDU {mulpdu} is too small for RDMAP headers")
+        self.mulpdu = mulpdu
+        if self._current is not None:
+            self._current.message.set_mulpdu(mulpdu)
+
     @property
     def has_data_to_send(self) -> bool:
         """Whether :meth:`ulpdus_to_send` would return something now."""
