@@ -40,7 +40,7 @@ def test_set_emss_in_full_operation_shrinks_every_later_ulpdu() -> None:
     pump(a, b)
     middle = len(b"".join(a.wire))
     a.conn.set_emss(536)
-    assert a.conn.params is not None and a.conn.params.mulpdu == mulpdu(536, markers=False)
+    assert a.conn.params.mulpdu == mulpdu(536, markers=False)
     a.conn.post_send(SendWR(data, wr_id=2))
     a.conn.post_send(WriteWR(data[::-1], region.stag, 0x4000, wr_id=3))
     pump(a, b)
