@@ -28,6 +28,7 @@ PORT_COMMANDS = [
     ["vitcp", "connect", "127.0.0.1", "PORT"],
     ["vitcp", "listen", "--port", "PORT"],
     ["interop", "peer", "echo-server", "--port", "PORT"],
+    ["perf", "-s", "--port", "PORT"],
 ]
 
 
@@ -238,3 +239,51 @@ def test_version_reports_accelerator_python_and_crc32c() -> None:
     python = f"{platform.python_implementation()} {platform.python_version()}"
     assert lines[2].startswith(f"Python: {python} (")
     assert lines[3] == f"crc32c: {importlib.metadata.version('crc32c')}"
+
+
+def _every_parser() -> list[tuple[str, argparse.ArgumentParser]]:
+    from iwarp.cli import build_parser
+
+    found: list[tuple[str, argparse.ArgumentParser]] = []
+
+    def walk(name: str, parser: argparse.ArgumentParser) -> None:
+        found.append((name, parser))
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child_name, child in action.choices.items():
+                    walk(f"{name} {child_name}", child)
+
+    walk("iwarp", build_parser())
+    return found
+
+
+PARSERS = dict(_every_parser())
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_help_explains_in_plain_text(name: str) -> None:
+    parser = PARSERS[name]
+    text = parser.format_help()
+    assert parser.description, f"{name} has no description"
+    assert "``" not in text
+    assert "seed 0" not in text  # drafts by name, not by the seed file's number
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            assert action.help, f"{name} {action.option_strings[0]} has no help"
+
+
+def test_the_readme_lists_every_command() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = [line for line in readme.splitlines() if line.startswith("| `iwarp ")]
+    for name in PARSERS:
+        words = name.split()[1:]
+        if not words:
+            continue
+        command, *action = words
+        rows = [row for row in table if f"`iwarp {command}" in row.split("|")[1]]
+        assert rows, f"README's command table has no row for iwarp {command}"
+        if action:
+            cell = " ".join(row.split("|")[1] for row in rows)
+            assert action[0] in cell, f"README's command table does not name {name}"

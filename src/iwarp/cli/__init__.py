@@ -74,7 +74,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         importlib.import_module(f"iwarp.cli.{name}").register(sub)
+    _plain_help(parser)
     return parser
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Help shows text, not reStructuredText: descriptions taken from module
+    docstrings lose their ``literal`` markup, in every subcommand."""
+    for text_owner in (parser, *parser._actions):
+        for attribute in ("description", "epilog", "help"):
+            text = getattr(text_owner, attribute, None)
+            if isinstance(text, str) and "``" in text:
+                setattr(text_owner, attribute, text.replace("``", ""))
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                if isinstance(choice.help, str):
+                    choice.help = choice.help.replace("``", "")
+            for child in set(action.choices.values()):
+                _plain_help(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

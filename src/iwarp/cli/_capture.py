@@ -7,8 +7,9 @@ what the protocol writes and what it receives go to a
 :class:`~iwarp.analyze.pcapng.TcpFlow` with the socket's real addresses and
 ports. ``iwarp decode`` and Wireshark read the file.
 
-A command adds the option with :func:`add_pcap_option` and wraps its
-coroutine in ``async with pcap_capture(args.pcap):`` (a no-op for None).
+A command adds the option with :func:`add_pcap_option` and runs its
+coroutine as ``captured(args.pcap, coroutine)``, or inside
+``async with pcap_capture(args.pcap):`` (both no-ops for None).
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from iwarp.analyze.pcapng import PcapngWriter, TcpFlow
 
-__all__ = ["add_pcap_option", "pcap_capture"]
+__all__ = ["add_pcap_option", "captured", "pcap_capture"]
+
+T = TypeVar("T")
 
 
 def add_pcap_option(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +57,13 @@ async def pcap_capture(path: Path | str | None) -> AsyncIterator[PcapngWriter | 
         finally:
             tap.uninstall()
             writer.close()  # connections that end later are not recorded
+
+
+async def captured(path: Path | str | None, work: Awaitable[T]) -> T:
+    """``work`` with its traffic recorded into ``path`` (None: not recorded);
+    the one call a command needs: ``asyncio.run(captured(args.pcap, main()))``."""
+    async with pcap_capture(path):
+        return await work
 
 
 class _LoopTap:

@@ -125,7 +125,7 @@ def add_mpa_options(parser: argparse.ArgumentParser, *, initiator: bool) -> None
         "--p2p",
         action="store_true",
         help="RFC 6581 peer-to-peer: request an RTR (Initiator; a Responder answers the "
-        "Initiator's A bit whatever this says, §9.2)",
+        "Initiator's A bit whatever this says, RFC 6581 §9.2)",
     )
     if initiator:
         group.add_argument(
@@ -145,8 +145,8 @@ def add_mpa_options(parser: argparse.ArgumentParser, *, initiator: bool) -> None
     group.add_argument(
         "--delayed",
         action="store_true",
-        help="delayed startup (seed 000 §6.1.4): a streaming hello and the listener's last "
-        "streaming message, then MPA on the same connection (with --op mpa)",
+        help="delayed startup (draft-ietf-rddp-mpa-02 §6.1.4): a streaming hello and the "
+        "listener's last streaming message, then MPA on the same connection (with --op mpa)",
     )
     group.add_argument(
         "--mpa-mode",

@@ -1,4 +1,4 @@
-"""``iwarp interop``: run iwarp against Linux soft-iWARP (siw) in a qemu guest.
+"""iwarp interop: run iwarp against Linux soft-iWARP (siw) in a qemu guest.
 
 iwarp interop build [--force]           build the guest (Debian packages, cached)
 iwarp interop siw [--case PATTERN] ...  run the interop suite, print the report
@@ -30,11 +30,24 @@ def register(sub: Any) -> None:
     )
     inner = parser.add_subparsers(dest="interop_command", metavar="ACTION", required=True)
 
-    build = inner.add_parser("build", help="build (or reuse) the siw guest")
+    build = inner.add_parser(
+        "build",
+        help="build (or reuse) the siw guest",
+        description="Build the qemu guest the suite runs in: a Linux kernel with siw and "
+        "rdma-core's tools from Debian packages, cached under ~/.cache/iwarp/siw (rebuilt "
+        "only when its inputs change, or with --force). See docs/interop.md.",
+    )
     build.add_argument("--force", action="store_true", help="rebuild even if up to date")
     build.set_defaults(func=run_build)
 
-    siw = inner.add_parser("siw", help="run the interop suite against siw")
+    siw = inner.add_parser(
+        "siw",
+        help="run the interop suite against siw",
+        description="Boot the siw guest and run the interop cases (rping, ucmatose, "
+        "rdma_client, perftest and iwarp's own commands against siw, both directions), then "
+        "print the report: pass, fail or not run, with each case's reason. Exit 0 if nothing "
+        "failed, 1 if a case failed, 3 if the guest is not built.",
+    )
     siw.add_argument(
         "--case",
         action="append",
@@ -65,15 +78,34 @@ def register(sub: Any) -> None:
     siw.add_argument("--siw-debug", action="store_true", help="siw dynamic debug into dmesg")
     siw.set_defaults(func=run_suite)
 
-    lister = inner.add_parser("list", help="list the cases")
-    lister.add_argument("--case", action="append", default=[], metavar="PATTERN")
-    lister.add_argument("--variant", action="append", default=[], choices=sorted(VARIANTS))
+    lister = inner.add_parser(
+        "list",
+        help="list the cases",
+        description="List the interop cases (name, siw build, direction, options), "
+        "filtered like iwarp interop siw.",
+    )
+    lister.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="only cases whose name matches (glob, or substring); repeatable",
+    )
+    lister.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        choices=sorted(VARIANTS),
+        help="only cases on this siw build; repeatable",
+    )
     lister.set_defaults(func=run_list)
 
     peer = inner.add_parser(
         "peer",
         help="play the iwarp side of an rdma-core example (ucmatose, rdma_client, perftest -R)",
-        description="iwarp peers for librdmacm examples (see iwarp.interop.peers).",
+        description="Play iwarp's side of an rdma-core example so the example runs against "
+        "iwarp: ucmatose's server or client, rdma_server's echo, or perftest's -R server or "
+        "client (perftest-write-bw, ...); prints one JSON summary line.",
     )
     perftest = tuple(f"perftest-{t.replace('_', '-')}" for t in PERFTEST_TESTS)
     perftest += tuple(f"perftest-{t.replace('_', '-')}-client" for t in PERFTEST_CLIENT_TESTS)
@@ -90,12 +122,27 @@ def register(sub: Any) -> None:
     peer.add_argument("-s", dest="octets", type=size, default=65536, help="perftest -s (65536)")
     peer.add_argument("-n", dest="iterations", type=count, default=1000, help="perftest -n (1000)")
     peer.add_argument("--no-crc", action="store_true", help="do not ask for MPA CRC")
-    peer.add_argument("--timeout", type=float, default=60.0)
+    peer.add_argument(
+        "--timeout", type=float, default=60.0, help="give up after this many seconds (60)"
+    )
     peer.set_defaults(func=run_peer)
 
-    guest = inner.add_parser("guest", help="boot the guest and run a shell command in it")
-    guest.add_argument("--variant", default="default", choices=sorted(VARIANTS))
-    guest.add_argument("--timeout", type=float, default=120.0)
+    guest = inner.add_parser(
+        "guest",
+        help="boot the guest and run a shell command in it",
+        description="Boot the siw guest (one siw build: --variant) and run a shell command "
+        "in it, printing its output and exiting with its status; without a command, print "
+        "the guest's kernel, siw and package versions.",
+    )
+    guest.add_argument(
+        "--variant",
+        default="default",
+        choices=sorted(VARIANTS),
+        help="which siw build to boot (default: default)",
+    )
+    guest.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds the command may run (120)"
+    )
     guest.add_argument("script", nargs=argparse.REMAINDER, help="command (default: guest info)")
     guest.set_defaults(func=run_guest)
 

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import re
 import socket
 import statistics
 import sys
@@ -39,6 +38,8 @@ from typing import Any
 
 from iwarp import _accel
 from iwarp.asyncio.rdma import Access, QueuePair, connect, serve
+from iwarp.cli._args import port, size
+from iwarp.cli._capture import add_pcap_option, captured
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.rdmap.memory import MemoryRegion
@@ -55,15 +56,12 @@ CREDIT_BATCH = 16
 CONTROL_SIZE = 4096
 #: Largest message size accepted (a test buffer is allocated on both ends).
 MAX_SIZE = 1 << 30
-_SIZE = re.compile(r"^(\d+)([KMG]?)(i?B?)?$", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:
-    """``64``, ``4K``, ``1M``, ``2G`` (powers of 1024) to octets."""
-    match = _SIZE.match(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 64, 4K, 1M, 1G)")
-    value = int(match.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[match.group(2).upper()]
+    """``64``, ``4K``, ``1M``, ``1G`` (powers of 1024, the CLI's one size
+    parser) to octets, 1 to 1G."""
+    value = size(text)
     if not 0 < value <= MAX_SIZE:
         raise argparse.ArgumentTypeError(f"size must be 1 octet to 1G, got {text}")
     return value
@@ -93,11 +91,18 @@ def register(sub: Any) -> None:
     parser.add_argument("host", nargs="?", help="server to test (omit with -s)")
     parser.add_argument("-s", "--server", action="store_true", help="serve tests")
     parser.add_argument("--bind", default="0.0.0.0", help="server: address to bind")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port ({DEFAULT_PORT})")
+    parser.add_argument(
+        "--port", type=port, default=DEFAULT_PORT, help=f"TCP port ({DEFAULT_PORT})"
+    )
     parser.add_argument(
         "--count", type=_positive, help="server: exit after this many tests (default: serve on)"
     )
-    parser.add_argument("--op", choices=("write", "read", "send"), default="write")
+    parser.add_argument(
+        "--op",
+        choices=("write", "read", "send"),
+        default="write",
+        help="what to measure: RDMA Write (default), RDMA Read or Send",
+    )
     parser.add_argument(
         "--size", type=parse_size, default=1 << 16, help="message size, K/M/G suffixes (64K)"
     )
@@ -111,6 +116,7 @@ def register(sub: Any) -> None:
         "--compare-raw", action="store_true", help="also measure plain TCP, print the ratio"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    add_pcap_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -121,12 +127,12 @@ def run(args: argparse.Namespace) -> int:
             if args.host:
                 print("iwarp perf: -s takes no HOST (use --bind)", file=sys.stderr)
                 return 2
-            asyncio.run(_serve(args.bind, args.port, config, args.count))
+            asyncio.run(captured(args.pcap, _serve(args.bind, args.port, config, args.count)))
             return 0
         if not args.host:
             print("iwarp perf: give HOST, or -s to serve", file=sys.stderr)
             return 2
-        result = asyncio.run(_client(args, config))
+        result = asyncio.run(captured(args.pcap, _client(args, config)))
     except (OSError, IwarpError, PerfError) as exc:
         print(f"iwarp perf: {exc}", file=sys.stderr)
         return 1

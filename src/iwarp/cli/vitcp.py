@@ -61,7 +61,9 @@ LEVELS = {
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--crc", action="store_true", help="offer the CRC option (§3.6)")
+    parser.add_argument(
+        "--crc", action="store_true", help="offer the CRC option (draft-dicecco-vitcp-01 §3.6)"
+    )
     parser.add_argument(
         "--mtu",
         type=size,
@@ -78,7 +80,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--discriminator", default="iwarp", help="VI discriminator (default 'iwarp')"
     )
     parser.add_argument(
-        "--flow-control", action="store_true", help="Descriptor Flow Control Enabled (§3.3)"
+        "--flow-control",
+        action="store_true",
+        help="ask for Descriptor Flow Control (draft-dicecco-vitcp-01 §3.3)",
     )
     parser.add_argument("--json", action="store_true", help="print summaries as JSON lines")
 
@@ -91,7 +95,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "RDMA Write and RDMA Read over TCP, with optional CRC and flow control.",
     )
     actions = parser.add_subparsers(dest="vitcp_command", metavar="ACTION", required=True)
-    listen = actions.add_parser("listen", help="accept VI connections on one port")
+    listen = actions.add_parser(
+        "listen",
+        help="accept VI connections on one port",
+        description="Accept VI/TCP connections (passive side, draft-dicecco-vitcp-01 §4.3) "
+        "on one TCP port, serve each connector's transfer (Sends, RDMA Writes into a region "
+        "it asks for, RDMA Reads from it) and print one summary per connection: messages, "
+        "octets, SHA-256, status. Runs until --count messages arrived in total, or until "
+        "interrupted (Ctrl-C or SIGTERM: exit 130 or 143).",
+    )
     listen.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     listen.add_argument("--port", type=port, default=0, help="TCP port (default 0: any free port)")
     listen.add_argument(
@@ -110,7 +122,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     _common(listen)
     listen.set_defaults(func=run_listen)
-    conn = actions.add_parser("connect", help="open a VI connection and transfer data")
+    conn = actions.add_parser(
+        "connect",
+        help="open a VI connection and transfer data",
+        description="Open a VI/TCP connection (active side, draft-dicecco-vitcp-01 §4.2) to "
+        "an iwarp vitcp listener, move --count messages of --size octets with Send, RDMA "
+        "Write or RDMA Read (--op), and print a summary with the SHA-256 of what was sent, "
+        "written or read, the rate, and the listener's own summary.",
+    )
     conn.add_argument("host", metavar="HOST")
     conn.add_argument("port", metavar="PORT", type=port, help="TCP port of the listener")
     conn.add_argument("--count", type=count, default=1, help="messages to move (default 1)")
