@@ -62,6 +62,7 @@ READ_FAULTS: Final = {
 # -- names: what a Terminate's layer, type and code mean -----------------------------
 
 _RDMAP_SPEC: Final = "RFC 5040 §4.8"
+_LAYER_NAMES: Final = {int(layer): layer.name for layer in TerminateLayer}
 _DDP_SPEC: Final = "RFC 5041 §7.2"
 
 #: (layer, error type) -> (name of the type, spec section, code names). A
@@ -159,9 +160,7 @@ def terminate_name(layer: int, etype: int, code: int) -> str:
     """
     known = _TYPES.get((layer, etype))
     if known is None:
-        layer_name = (
-            TerminateLayer(layer).name if layer in TerminateLayer._value2member_map_ else "unknown"
-        )
+        layer_name = _LAYER_NAMES.get(layer, "unknown")
         return f"{layer_name} layer, unknown error type {etype:#x}, code {code:#04x}"
     name, spec, codes = known
     if layer == TerminateLayer.LLP:
