@@ -89,12 +89,12 @@ def main() -> None:
                 f"{min(raws):.1f}-{max(raws):.1f} us, added {min(added):.1f}-{max(added):.1f} us"
             )
             continue
-        rates = [r["average_mb_s"] for r in runs]
-        raw_rates = [r["raw_tcp"]["average_mb_s"] for r in runs]
+        rates = [r["average_mib_s"] for r in runs]
+        raw_rates = [r["raw_tcp"]["average_mib_s"] for r in runs]
         print(
             f"  {name:<30} {min(ratios):.2f}-{max(ratios):.2f}x raw TCP; "
-            f"RDMA {min(rates):.0f}-{max(rates):.0f} MB/s, raw {min(raw_rates):.0f}-"
-            f"{max(raw_rates):.0f} MB/s; CPU us/MiB client "
+            f"RDMA {min(rates):.0f}-{max(rates):.0f} MiB/s, raw {min(raw_rates):.0f}-"
+            f"{max(raw_rates):.0f} MiB/s; CPU us/MiB client "
             f"{min(c['client'] for c in cpu):.0f}-{max(c['client'] for c in cpu):.0f} "
             f"server {min(c['server'] for c in cpu):.0f}-{max(c['server'] for c in cpu):.0f}; "
             f"raw client {min(c['client'] for c in raw_cpu):.0f}-"

@@ -74,7 +74,7 @@ def test_every_op_and_mode(server: int, capsys: pytest.CaptureFixture[str]) -> N
         assert status == 0
         data = json.loads(out)
         assert data["op"] == op and data["bytes"] == 8192 and data["iterations"] == 50
-        assert data["average_mb_s"] > 0 and data["peak_mb_s"] >= data["average_mb_s"]
+        assert data["average_mib_s"] > 0 and data["peak_mib_s"] >= data["average_mib_s"]
         assert data["messages_per_s"] > 0 and data["crc"] is True
         assert set(data["cpu_us_per_mib"]) == {"client", "server"}
     for op in ("write", "read", "send"):
@@ -92,7 +92,7 @@ def test_table_and_compare_raw(server: int, capsys: pytest.CaptureFixture[str]) 
     assert status == 0
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if "#bytes" in line)
-    assert "BW peak[MB/s]" in lines[header] and "MsgRate" in lines[header]
+    assert "BW peak[MiB/s]" in lines[header] and "MsgRate" in lines[header]
     assert lines[header + 1].split()[:2] == ["65536", "40"]
     assert any(line.startswith("raw TCP:") and "RDMA/raw" in line for line in lines)
     status, out, _ = run_client(
@@ -119,7 +119,7 @@ def test_duration_prints_progress(server: int, capsys: pytest.CaptureFixture[str
     status, out, err = run_client(capsys, server, "--size", "4K", "--duration", "2.2", "--json")
     assert status == 0
     assert json.loads(out)["iterations"] > 0
-    progress = [line for line in err.splitlines() if "messages" in line and "MB/s" in line]
+    progress = [line for line in err.splitlines() if "messages" in line and "MiB/s" in line]
     assert 1 <= len(progress) <= 3
 
 

@@ -6,7 +6,7 @@ over the public asyncio verbs API (the same path an application takes):
 * bandwidth (default): ``--iters`` messages of ``--size`` octets (or as many
   as ``--duration`` seconds allow), kept in flight; the time runs until the
   server confirms that every octet was placed. Printed like ib_write_bw:
-  octets, iterations, peak and average MB/s, messages per second.
+  octets, iterations, peak and average MiB/s, messages per second.
 * ``--latency``: one message at a time; min, median, p99 and max in us. A
   Send is answered by a Send of the same size; a Read completes when its
   data arrived; a Write is followed by a zero-length Send that the server
@@ -54,6 +54,7 @@ SEND_RECEIVES = 64
 CREDIT_BATCH = 16
 #: Control messages (JSON) fit this.
 CONTROL_SIZE = 4096
+MIB = float(1 << 20)
 #: Largest message size accepted (a test buffer is allocated on both ends).
 MAX_SIZE = 1 << 30
 
@@ -391,7 +392,7 @@ class _Progress:
         if now - self.printed >= 1.0:
             self.printed = now
             print(
-                f"  {now - self.start:6.1f} s  {count:>10} messages  {rate / 1e6:10.1f} MB/s",
+                f"  {now - self.start:6.1f} s  {count:>10} messages  {rate / MIB:10.1f} MiB/s",
                 file=sys.stderr,
                 flush=True,
             )
@@ -591,8 +592,8 @@ def summary(result: Result) -> dict[str, Any]:
         average = result.size * result.iterations / result.elapsed if result.elapsed else 0.0
         out.update(
             seconds=result.elapsed,
-            average_mb_s=average / 1e6,
-            peak_mb_s=max(result.peak, average) / 1e6,
+            average_mib_s=average / MIB,
+            peak_mib_s=max(result.peak, average) / MIB,
             messages_per_s=result.iterations / result.elapsed if result.elapsed else 0.0,
         )
     if mib:
@@ -609,8 +610,8 @@ def summary(result: Result) -> dict[str, Any]:
             out["ratio"] = out["median_us"] / stats["median_us"] if stats["median_us"] else None
         else:
             rate = result.size * result.iterations / raw["elapsed"]
-            out["raw_tcp"] = {"average_mb_s": rate / 1e6}
-            out["ratio"] = out["average_mb_s"] * 1e6 / rate
+            out["raw_tcp"] = {"average_mib_s": rate / MIB}
+            out["ratio"] = out["average_mib_s"] * MIB / rate
         if mib:
             out["raw_tcp"]["cpu_us_per_mib"] = {
                 "client": raw["cpu"] / mib * 1e6,
@@ -649,12 +650,12 @@ def _report(result: Result, as_json: bool, write: Callable[[str], None] = print)
         )
     else:
         write(
-            f" {'#bytes':>10} {'#iterations':>12} {'BW peak[MB/s]':>14} "
-            f"{'BW average[MB/s]':>17} {'MsgRate[msg/s]':>15}"
+            f" {'#bytes':>10} {'#iterations':>12} {'BW peak[MiB/s]':>15} "
+            f"{'BW average[MiB/s]':>18} {'MsgRate[msg/s]':>15}"
         )
         write(
-            f" {data['bytes']:>10} {data['iterations']:>12} {data['peak_mb_s']:>14.2f} "
-            f"{data['average_mb_s']:>17.2f} {data['messages_per_s']:>15.1f}"
+            f" {data['bytes']:>10} {data['iterations']:>12} {data['peak_mib_s']:>15.2f} "
+            f"{data['average_mib_s']:>18.2f} {data['messages_per_s']:>15.1f}"
         )
     cpu = data.get("cpu_us_per_mib")
     if cpu:
@@ -667,7 +668,7 @@ def _report(result: Result, as_json: bool, write: Callable[[str], None] = print)
                 f"RDMA adds {data['added_median_us']:.2f} us ({data['ratio']:.2f}x)"
             )
         else:
-            write(f"raw TCP: {raw['average_mb_s']:.2f} MB/s; RDMA/raw = {data['ratio']:.2f}x")
+            write(f"raw TCP: {raw['average_mib_s']:.2f} MiB/s; RDMA/raw = {data['ratio']:.2f}x")
         raw_cpu = raw.get("cpu_us_per_mib")
         if raw_cpu:
             write(

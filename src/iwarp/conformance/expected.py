@@ -45,8 +45,10 @@ def compare(
         if got is None:
             out.append(f"{case_id}: expected {want['status']}, not run")
         elif got["status"] != want["status"]:
-            out.append(f"{case_id}: expected {want['status']}, got {got['status']} "
-                       f"({got.get('reason') or 'no reason'})")
+            out.append(
+                f"{case_id}: expected {want['status']}, got {got['status']} "
+                f"({got.get('reason') or 'no reason'})"
+            )
     for case_id, got in seen.items():
         if case_id not in expected:
             out.append(f"{case_id}: new case, {got['status']} ({got.get('reason', '')})")
