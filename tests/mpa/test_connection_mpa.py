@@ -147,6 +147,7 @@ LOCAL_CALLS: dict[MpaInput, Callable[[MpaConnection], object]] = {
     MpaInput.SEND_ULPDU: lambda c: c.send_ulpdu(b"u"),
     MpaInput.SEND_STREAM: lambda c: c.send_stream(b"s"),
     MpaInput.CLOSE: lambda c: c.close(),
+    MpaInput.REFUSE_REPLY: lambda c: c.refuse_reply(),
 }
 
 

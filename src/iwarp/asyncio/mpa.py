@@ -457,6 +457,19 @@ class MpaSocket:
     def get_extra_info(self, name: str, default: object = None) -> object:
         return self._protocol.get_extra_info(name, default)
 
+    def refuse_reply(self) -> MpaStream:
+        """Initiator: refuse the Responder's Reply (read its private data in
+        :attr:`params`) before sending anything: MPA exits and the TCP
+        connection stays open (RFC 5044 §7.1.2 rule 3); the returned stream
+        carries whatever the application does with it next.
+
+        :raises LocalProtocolError: not an Initiator, or ULPDUs were
+            exchanged already.
+        """
+        self._protocol.conn.refuse_reply()
+        self._protocol._process()
+        return MpaStream(self._protocol)
+
     def send(self, ulpdu: Buffer) -> None:
         """Frame and write one ULPDU (one write). Call :meth:`drain` to
         respect backpressure.

@@ -525,6 +525,37 @@ class MpaConnection:
             error = MpaError(MpaErrorCode.TCP_CLOSED, f"no MPA {name} within {limit:g} s{hint}")
         self._fail(MpaInput.TIMEOUT, error)
 
+    def refuse_reply(self) -> None:
+        """Initiator: refuse the Reply (its private data) after reading it in
+        :class:`ConnectionEstablished`: MPA exits, leaving the TCP connection
+        open (RFC 5044 §7.1.2 rule 3). The connection carries streaming data
+        from here (``send_stream``, :class:`StreamDataReceived`); octets
+        that arrived after the Reply come back as streaming data.
+
+        :raises LocalProtocolError: not an Initiator right after a valid
+            Reply: a ULPDU was sent or received already, or it failed.
+        """
+        encoder, decoder = self._encoder, self._decoder
+        if (
+            self._role is not Role.INITIATOR
+            or self._framed
+            or encoder is None
+            or decoder is None
+            or encoder.position != 0
+            or decoder.position != decoder.buffered
+            or decoder.error is not None
+        ):
+            raise LocalProtocolError(
+                "refuse_reply() is for an Initiator that has just received a valid Reply "
+                "and has exchanged no ULPDU yet"
+            )
+        self._state = transition(self._role, self._state, MpaInput.REFUSE_REPLY)
+        rest = decoder.release()
+        self._encoder = self._decoder = None
+        self._params = None
+        if rest:
+            self._events.append(StreamDataReceived(data=rest))
+
     def set_emss(self, emss: int) -> None:
         """Report the current EMSS (e.g. from TCP_MAXSEG); updates MULPDU."""
         self._emss = emss

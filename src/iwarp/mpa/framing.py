@@ -477,6 +477,13 @@ class FpduDecoder(_Framer):
         """Stream position (mod 2**32) of the next octet expected."""
         return (self._position + len(self._pending)) & _SEQ_MASK
 
+    def release(self) -> bytes:
+        """Give back the octets held as the start of an incomplete FPDU and
+        hold nothing more (MPA exits: they are streaming data)."""
+        pending = bytes(self._pending)
+        self._pending.clear()
+        return pending
+
     @property
     def buffered(self) -> int:
         """Octets held back as the start of an incomplete FPDU."""

@@ -114,6 +114,8 @@ class MpaInput(Enum):
     SEND_ULPDU = "send-ulpdu"
     SEND_STREAM = "send-stream"
     CLOSE = "close"
+    #: Initiator: the ULP refuses the Reply's private data (rule 3).
+    REFUSE_REPLY = "refuse-reply"
     # -- remote: what arrived ------------------------------------------------
     STREAM_DATA = "stream-data"
     REQUEST = "request"
@@ -147,6 +149,7 @@ LOCAL_INPUTS: Final[frozenset[MpaInput]] = frozenset(
         MpaInput.SEND_ULPDU,
         MpaInput.SEND_STREAM,
         MpaInput.CLOSE,
+        MpaInput.REFUSE_REPLY,
     }
 )
 
@@ -210,6 +213,8 @@ INITIATOR_TRANSITIONS: Final = _table(
         (_S.AWAIT_REPLY, _I.CONNECTION_LOST): _S.FAILED,
         (_S.AWAIT_REPLY, _I.TIMEOUT): _S.FAILED,
         (_S.AWAIT_REPLY, _I.CLOSE): _S.CLOSED,
+        # Rule 3: the Reply was valid but its private data is not acceptable.
+        (_S.FULL_OPERATION, _I.REFUSE_REPLY): _S.EXITED,
     }
 )
 
