@@ -57,10 +57,10 @@ def core_pair(config: VitcpConfig) -> tuple[VitcpConnection, VitcpConnection]:
     a.connect(0.0)
     b.tcp_accepted(0.0)
     a.tcp_established(0.0)
-    b.receive_data(a.data_to_send())
+    b.receive_data(out(a))
     b.match()
     b.accept()
-    a.receive_data(b.data_to_send())
+    a.receive_data(out(b))
     return a, b
 
 
@@ -72,9 +72,9 @@ def core_rates(seconds: float) -> None:
 
         def one(a: VitcpConnection = a, b: VitcpConnection = b) -> int:
             b.post_receive(1)
-            a.receive_data(b.data_to_send())
+            a.receive_data(out(b))
             a.send(message)
-            wire = a.data_to_send()
+            wire = out(a)
             for i in range(0, len(wire), READ_SIZE):
                 b.receive_data(wire[i : i + READ_SIZE])
             return len(message)

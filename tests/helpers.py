@@ -61,6 +61,6 @@ class MpaConn(MpaConnection):
         return kept + super().take_events()
 
 
-def out(conn: MpaConnection) -> bytes:
-    """Everything ``conn`` has to send, joined."""
+def out(conn: Any) -> bytes:
+    """Everything ``conn`` (any core) has to send, joined."""
     return b"".join(bytes(chunk) for chunk in conn.data_to_send())

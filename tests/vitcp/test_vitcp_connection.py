@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import out
 from iwarp.errors import RemoteProtocolError
 from iwarp.vitcp.config import Role, VitcpConfig
 from iwarp.vitcp.connection import LocalBuffer, VitcpConnection
@@ -84,7 +85,7 @@ class Pair:
 
     def pump(self, limit: int = 1000) -> None:
         for _ in range(limit):
-            da, db = self.a.data_to_send(), self.b.data_to_send()
+            da, db = out(self.a), out(self.b)
             self.ea += self.a.take_events()
             self.eb += self.b.take_events()
             if not da and not db:
@@ -245,12 +246,12 @@ def test_interleaved_read_response_is_accepted() -> None:
         memory_handle=region_b.handle,
         length=100,
     )
-    request = p.a.data_to_send()
+    request = out(p.a)
     p.b.receive_data(request)
     p.b.take_events()
-    response = segments(p.b.data_to_send())
+    response = segments(out(p.b))
     send_number = p.b.send(b"S" * 100)
-    send = segments(p.b.data_to_send())
+    send = segments(out(p.b))
     assert len(response) == 2 and len(send) == 2
     raw_send = [
         b"".join(bytes(x) for x in encode_segment(s.header, payload=s.payload)) for s in send
@@ -303,15 +304,15 @@ def test_reliable_reception_completes_on_ack() -> None:
     p.b.post_receive(2)
     p.pump()
     number = p.a.send(b"hello")
-    p.b.receive_data(p.a.data_to_send())
+    p.b.receive_data(out(p.a))
     assert not of(p.a.take_events(), SendCompleted)  # not before the ACK
-    ack = p.b.data_to_send()  # a NOP carrying Message ACK
+    ack = out(p.b)  # a NOP carrying Message ACK
     (nop,) = segments(ack)
     assert nop.header.type is SegmentType.NOP and nop.header.message_ack == number
     (done,) = p.a.receive_data(ack)
     assert isinstance(done, SendCompleted) and done.message_number == number
     # Idle afterwards: no NOP answers a NOP.
-    assert p.a.data_to_send() == b"" and p.b.data_to_send() == b""
+    assert out(p.a) == b"" and out(p.b) == b""
 
 
 @pytest.mark.parametrize("level", [Reliability.UNRELIABLE, Reliability.DELIVERY])
@@ -325,7 +326,7 @@ def test_lower_levels_complete_when_sent(level: Reliability) -> None:
 def test_flow_control_holds_sends_until_credit() -> None:
     p = Pair(cfg(flow_control=True), cfg())
     first = p.a.send(b"one")
-    assert p.a.data_to_send() == b""  # §3.2: delayed until a descriptor is posted
+    assert out(p.a) == b""  # §3.2: delayed until a descriptor is posted
     p.b.post_receive(1)
     p.pump()
     assert [m.data for m in of(p.eb, MessageReceived)] == [b"one"]
@@ -334,7 +335,7 @@ def test_flow_control_holds_sends_until_credit() -> None:
     region = p.b.register(bytearray(10))
     p.a.send(b"two")
     p.a.rdma_write(b"w", remote_address=region.address, memory_handle=region.handle)
-    assert p.a.data_to_send() == b""  # the write waits behind the Send: order is kept
+    assert out(p.a) == b""  # the write waits behind the Send: order is kept
     p.b.post_receive(1)
     p.pump()
     assert [m.data for m in of(p.eb, MessageReceived)] == [b"one", b"two"]
@@ -346,12 +347,12 @@ def test_credit_nops_do_not_flood() -> None:
     nops = 0
     for _ in range(200):
         p.b.post_receive(1)
-        nops += len(segments(p.b.data_to_send()))
+        nops += len(segments(out(p.b)))
     assert 1 <= nops <= 10
     # Nothing to say without flow control at the peer.
     q = Pair(cfg(), cfg())
     q.b.post_receive(5)
-    assert q.b.data_to_send() == b""
+    assert out(q.b) == b""
 
 
 def test_flow_control_with_credits_ahead() -> None:
@@ -380,15 +381,15 @@ def test_read_window_is_enforced() -> None:
             memory_handle=region.handle,
             length=10,
         )
-    wire = p.a.data_to_send()
+    wire = out(p.a)
     assert len(segments(wire)) == 2  # two outstanding, two queued
     p.b.receive_data(wire)
-    done = p.a.receive_data(p.b.data_to_send())
+    done = p.a.receive_data(out(p.b))
     assert len(of(done, RdmaReadCompleted)) == 2
-    wire = p.a.data_to_send()
+    wire = out(p.a)
     assert len(segments(wire)) == 2  # the window opened again
     p.b.receive_data(wire)
-    done = p.a.receive_data(p.b.data_to_send())
+    done = p.a.receive_data(out(p.b))
     assert len(of(done, RdmaReadCompleted)) == 2
 
 
@@ -510,7 +511,7 @@ def test_bad_crc_per_level(level: Reliability) -> None:
     p.b.post_receive(2)
     p.pump()
     number = p.a.send(b"0123456789abcdefghij")
-    wire = bytearray(p.a.data_to_send())
+    wire = bytearray(out(p.a))
     wire[HEADER_SIZE + 2] ^= 0x40  # a payload octet of the first segment
     events = p.b.receive_data(bytes(wire))
     (message,) = of(events, MessageReceived)
@@ -526,7 +527,7 @@ def test_bad_crc_per_level(level: Reliability) -> None:
     assert state_of(p.b) is State.DISCONNECTED
     assert isinstance(of(events, ConnectionClosed)[0].error, CrcMismatchError)
     if level is Reliability.RECEPTION:
-        (nop,) = segments(p.b.data_to_send(), trailer=True)
+        (nop,) = segments(out(p.b), trailer=True)
         assert nop.header.type is SegmentType.NOP
         assert nop.header.vi_error is ViErrorType.UTE and nop.header.message_ack == number
 
@@ -586,9 +587,9 @@ def test_close_flushes_outstanding() -> None:
 
 def test_tcp_close_ends_the_vi() -> None:
     p = Pair(cfg(), cfg())
-    p.b.connection_lost(1.0)
+    events = p.b.connection_lost(1.0)
     assert state_of(p.b) is State.DISCONNECTED
-    assert of(p.b.take_events(), ConnectionClosed)
+    assert of(events, ConnectionClosed)
 
 
 @pytest.mark.parametrize(
@@ -609,7 +610,7 @@ def test_malformed_segment_closes(raw: bytes, level: Reliability) -> None:
     (closed,) = of(events, ConnectionClosed)
     assert isinstance(closed.error, RemoteProtocolError)
     assert state_of(p.b) is State.DISCONNECTED
-    nops = segments(p.b.data_to_send())
+    nops = segments(out(p.b))
     if level is Reliability.RECEPTION:
         assert nops[0].header.vi_error & ViErrorType.UTE
     else:
@@ -632,7 +633,7 @@ def test_remote_error_with_is_code_is_reported() -> None:
     config = cfg(reliability=Reliability.RECEPTION)
     p = Pair(config, config)
     number = p.a.send(b"x")
-    p.a.data_to_send()
+    out(p.a)
     nop = SegmentHeader(
         SegmentType.NOP,
         message_number=0,
@@ -753,7 +754,7 @@ def test_fuzz_connected_endpoint(
         q.b.post_receive(2)
         q.b.receive_data(blob[:split])
         q.b.receive_data(blob[split:])
-        q.b.data_to_send()
+        out(q.b)
 
 
 def test_crc_trailer_detected_lsb() -> None:
@@ -763,7 +764,7 @@ def test_crc_trailer_detected_lsb() -> None:
     p.b.post_receive(1)
     p.pump()
     p.a.send(b"ethernet order")
-    wire = p.a.data_to_send()
+    wire = out(p.a)
     (seg,) = segments(wire, trailer=True)
     assert seg.crc_order is CrcOrder.LSB_FIRST
     assert seg.trailer == crc(wire[:-4], CrcOrder.LSB_FIRST)
@@ -777,11 +778,11 @@ def test_connected_event_params() -> None:
     a.connect(0.0)
     b.tcp_accepted(0.0)
     a.tcp_established(0.0)
-    b.receive_data(a.data_to_send())
+    b.receive_data(out(a))
     b.take_events()
     b.match()
     b.accept()
-    (connected,) = a.receive_data(b.data_to_send())
+    (connected,) = a.receive_data(out(b))
     assert isinstance(connected, Connected)
     assert connected.params.reliability is Reliability.DELIVERY
 
@@ -798,11 +799,11 @@ def test_fuzz_establishment(data: bytes, use_crc: bool, split: int) -> None:
         active = VitcpConnection(cfg(crc=use_crc), Role.ACTIVE)
         active.connect(0.0)
         active.tcp_established(0.0)
-        active.data_to_send()
+        out(active)
         for endpoint in (passive, active):
             endpoint.receive_data(blob[:split])
             endpoint.receive_data(blob[split:])
-            endpoint.data_to_send()
+            out(endpoint)
         assert state_of(passive) in (State.INCOMING, State.MATCHING, State.DISCONNECTED)
 
 
@@ -878,7 +879,7 @@ def test_crafted_read_responses(case: str) -> None:
         )
     else:
         number = 1
-    p.a.data_to_send()
+    out(p.a)
     rdma = RdmaHeader(0x99, 7, 4)
 
     def response(num: int, offset: int, data: bytes, flags: SegmentFlags) -> bytes:
@@ -930,7 +931,7 @@ def test_bad_crc_in_the_middle_of_a_message(kind: str) -> None:
         number = p.a.rdma_write(
             b"0123456789ab", remote_address=region.address, memory_handle=region.handle
         )
-    wire = bytearray(p.a.data_to_send())
+    wire = bytearray(out(p.a))
     wire[-6] ^= 1  # the last segment's payload
     events = p.b.receive_data(bytes(wire))
     kind_event = MessageReceived if kind == "send" else RdmaWriteReceived
@@ -991,7 +992,7 @@ def test_is_error_code_alone_is_reported_once() -> None:
     config = cfg(reliability=Reliability.RECEPTION)
     p = Pair(config, config)
     number = p.a.send(b"x")
-    p.a.data_to_send()
+    out(p.a)
     nop = SegmentHeader(SegmentType.NOP, message_ack=number, is_error_code=9).pack()
     events = p.a.receive_data(nop + nop)
     (report,) = of(events, RemoteErrorReported)

@@ -38,14 +38,22 @@ import logging
 import socket
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
 from iwarp.mpa.connection import DEFAULT_EMSS
 
-__all__ = ["RECEIVE_CHUNK", "CoreDriver", "FailureHook", "run_handler", "tcp_emss"]
+__all__ = [
+    "RECEIVE_CHUNK",
+    "CoreDriver",
+    "FailureHook",
+    "report",
+    "run_handler",
+    "start_server",
+    "tcp_emss",
+]
 
 log = logging.getLogger("iwarp")
 
@@ -111,6 +119,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         #: Resolved once TCP is gone.
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self.emss = DEFAULT_EMSS
+        self._peername: object = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._write_paused = False
@@ -144,6 +153,7 @@ class CoreDriver(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self._peername = transport.get_extra_info("peername")
         # Writes through the transport: pull more only when its buffer is
         # empty, so nothing piles up there (asyncio moves its whole buffer
         # on every partial send).
@@ -328,9 +338,8 @@ class CoreDriver(asyncio.BufferedProtocol):
             self.transport.abort()
 
     def peer(self) -> object:
-        """The peer's address, for reports."""
-        transport = self.transport
-        return None if transport is None else transport.get_extra_info("peername")
+        """The peer's address, for reports (also after TCP is gone)."""
+        return self._peername
 
     def _drop_output(self) -> None:
         if self._writer and self._sock is not None:
@@ -401,3 +410,26 @@ def report(on_failure: FailureHook | None, exc: BaseException, peer: object) -> 
         on_failure(exc, peer)
     else:
         log.info("connection from %s ended: %s", peer, exc)
+
+
+async def start_server(
+    accept: Callable[[], tuple[CoreDriver, Coroutine[Any, Any, None]]],
+    host: str | None,
+    port: int,
+    *,
+    backlog: int = 1024,
+) -> asyncio.Server:
+    """Listen on TCP; for each connection ``accept()`` gives its driver and
+    the coroutine that serves it, run as a task the server keeps (so it is
+    not collected while it runs)."""
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    def factory() -> CoreDriver:
+        driver, job = accept()
+        task = loop.create_task(job)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return driver
+
+    return await loop.create_server(factory, host, port, backlog=backlog)

@@ -57,16 +57,22 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from typing import Any
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import tcp_emss
+from iwarp.asyncio.driver import (
+    CoreDriver,
+    FailureHook,
+    report,
+    run_handler,
+    start_server,
+)
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.connection import DEFAULT_EMSS, MpaConnection
+from iwarp.mpa.connection import MpaConnection
 from iwarp.mpa.events import (
     ConnectionClosed,
-    ConnectionEstablished,
     ConnectionFailed,
     ConnectionRejected,
     Event,
@@ -74,6 +80,7 @@ from iwarp.mpa.events import (
     NegotiationFailed,
     RequestReceived,
     StreamDataReceived,
+    UlpduBatchReceived,
     UlpduReceived,
 )
 from iwarp.mpa.handshake import MpaState, build_request
@@ -106,13 +113,12 @@ _RECEIVE_LOW_WATER = RECEIVE_HIGH_WATER // 4
 #: The error of a rejected MPA connection (the same class in every adapter).
 MpaRejectedError = ConnectionRejectedError
 
-#: Called by :func:`serve` with each connection that ended before full
-#: operation: the error (or rejection) and the peer address.
-FailureHook = Callable[[IwarpError, object], None]
 
+class _MpaProtocol(CoreDriver):
+    """Drives one MpaConnection (made at once, in streaming mode until started)."""
 
-class _MpaProtocol(asyncio.Protocol):
-    """Drives one MpaConnection from transport callbacks."""
+    core: MpaConnection
+    receive_high_water = RECEIVE_HIGH_WATER
 
     def __init__(
         self,
@@ -122,138 +128,125 @@ class _MpaProtocol(asyncio.Protocol):
         private_data: bytes = b"",
         decide: Decider | None = None,
     ) -> None:
-        self._loop = asyncio.get_running_loop()
+        super().__init__()
         self._role = role
         self._private_data = private_data
         self._decide = decide
-        self.conn = MpaConnection(None, config)
-        self.transport: asyncio.Transport | None = None
+        self.core = MpaConnection(None, config)
         self.established: asyncio.Future[MpaParams] = self._loop.create_future()
-        self.closed: asyncio.Future[None] = self._loop.create_future()
         self.error: IwarpError | None = None
-        self.emss = DEFAULT_EMSS
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
         self._received: deque[bytes] = deque()
         self._received_octets = 0
-        self._reading_paused = False
         self._eof = False
         self._reader: asyncio.Future[None] | None = None
-        self._write_paused = False
-        self._drain_waiter: asyncio.Future[None] | None = None
         #: Streaming octets not read yet (before MPA starts, delayed startup
         #: and culley-02); handed to MPA when it starts receiving.
-        self._stream = bytearray()
+        self.unread = bytearray()
         self._socket: MpaSocket | None = None
         #: Resolved by connection_made (serve_stream's handler waits for it).
         self.made: asyncio.Future[None] = self._loop.create_future()
 
-    # -- transport callbacks ------------------------------------------------------
+    @property
+    def conn(self) -> MpaConnection:
+        return self.core
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.emss = tcp_emss(transport)
-        self.conn.set_emss(self.emss)
+    # -- the driver's hooks -------------------------------------------------------
+
+    def start_core(self, now: float, emss: int) -> None:
+        self.core.set_emss(emss)
         self.made.set_result(None)
         if self._role is None:
             return  # streaming mode until start_mpa()/start_framed()
         try:
-            self.conn.start(self._role, now=self._loop.time(), private_data=self._private_data)
+            self.core.start(self._role, now=now, private_data=self._private_data)
         except LocalProtocolError as exc:
             self._set_error(exc)
-            transport.abort()
+            self.abort()
             return
-        self._process()
+        self.handle_events(self.core.take_events())
 
-    def data_received(self, data: bytes) -> None:
-        self._process(self.conn.receive_data(data, self._loop.time()))
+    def handle_events(self, events: list[Event]) -> None:
+        batch = events
+        while batch:  # deciding on a Request queues more events
+            for event in batch:
+                handler = _EVENTS.get(type(event))
+                if handler is not None:
+                    handler(self, event)
+            batch = self.core.take_events()
+        params = self.core.params
+        if (
+            params is not None
+            and self.error is None
+            and not self.established.done()
+            and self.core.state is not MpaState.AWAIT_DECISION
+        ):
+            self.established.set_result(params)
+            self.own_socket()
+        if self._received or self.unread or self._eof or self.error is not None:
+            _wake(self._reader)
+
+    def backlog(self) -> int:
+        return self._received_octets + len(self.unread)
 
     def eof_received(self) -> bool:
-        self._process(self.conn.receive_data(b"", self._loop.time()))
-        # Keep our half open: MPA may still send (RFC 5044 §7.2, half close).
-        return self.transport is not None and not self.transport.is_closing()
+        keep = super().eof_received()
+        self._eof = True
+        _wake(self._reader)
+        return keep
 
     def connection_lost(self, exc: Exception | None) -> None:
-        now = self._loop.time()
-        if exc is not None:
-            events = self.conn.connection_lost(now, f"TCP connection lost: {exc}")
-        elif self.conn.params is None:
-            events = self.conn.connection_lost(now, "TCP connection closed during MPA startup")
-        else:
-            events = self.conn.receive_data(b"", now)
-        self._process(events, flush=False)
-        self._cancel_timer()
+        if exc is None and self.core.params is not None and not self._eof:
+            self.feed(b"")  # closed cleanly under us: as a FIN
+        super().connection_lost(exc)
+
+    def lost(self, exc: BaseException | None) -> None:
         self._eof = True
         if not self.established.done():
             self.established.set_exception(
                 self.error or MpaError(MpaErrorCode.TCP_CLOSED, "connection closed")
             )
-            self.established.exception()  # mark retrieved: the error is also in .error
-        if not self.closed.done():
-            self.closed.set_result(None)
-        self._wake_reader()
-        self._wake_drain()
+            self.established.exception()  # retrieved: the error is also in .error
+        _wake(self._reader)
 
-    def pause_writing(self) -> None:
-        self._write_paused = True
+    # -- the core's events (dispatched by _EVENTS) ------------------------------------
 
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        self._wake_drain()
+    def _on_ulpdus(self, event: UlpduReceived) -> None:
+        data = bytes(event.data)
+        self._received.append(data)
+        self._received_octets += len(data)
 
-    # -- the core's events --------------------------------------------------------
-
-    def _process(self, events: list[Event] | None = None, *, flush: bool = True) -> None:
-        conn = self.conn
-        params: MpaParams | None = None
-        batch = [*(events or ()), *conn.take_events()]
-        while batch:  # deciding on a Request queues more events
-            for event in batch:
-                if isinstance(event, UlpduReceived):
-                    data = bytes(event.data)
-                    self._received.append(data)
-                    self._received_octets += len(data)
-                elif isinstance(event, RequestReceived):
-                    self._on_request(event)
-                elif isinstance(event, ConnectionEstablished):
-                    params = event.params  # resolved below, unless NegotiationFailed follows
-                elif isinstance(event, ConnectionRejected):
-                    self._set_error(MpaRejectedError(event))
-                    self._close_transport()
-                elif isinstance(event, (ConnectionFailed, NegotiationFailed)):
-                    self._set_error(event.error)
-                    if isinstance(event, NegotiationFailed) or event.close:
-                        self._close_transport()
-                elif isinstance(event, ConnectionClosed):
-                    self._eof = True
-                elif isinstance(event, StreamDataReceived):
-                    # Streaming mode (delayed startup, a culley-02 direction not
-                    # framed yet), or after a reject (the transport is closing).
-                    self._stream += event.data
-            batch = conn.take_events()
-        if params is not None and self.error is None and not self.established.done():
-            self.established.set_result(params)
-        if flush:
-            self._flush()
-        self._arm_timer()
-        if self._received or self._stream or self._eof or self.error is not None:
-            self._wake_reader()
-        if (
-            self._received_octets + len(self._stream) > RECEIVE_HIGH_WATER
-            and not self._reading_paused
-            and self.transport is not None
-        ):
-            self._reading_paused = True
-            self.transport.pause_reading()
+    def _on_batch(self, event: UlpduBatchReceived) -> None:
+        for ulpdu in event.batch:
+            data = bytes(ulpdu)
+            self._received.append(data)
+            self._received_octets += len(data)
 
     def _on_request(self, event: RequestReceived) -> None:
         try:
-            answer_request(self.conn, event, self._decide)
+            answer_request(self.core, event, self._decide)
         except LocalProtocolError as exc:
             self._set_error(exc)
-            self._flush()
-            self._close_transport()
+            self.flush()
+            self.close_transport()
+
+    def _on_rejected(self, event: ConnectionRejected) -> None:
+        self._set_error(MpaRejectedError(event))
+        self.flush()
+        self.close_transport()
+
+    def _on_failed(self, event: ConnectionFailed | NegotiationFailed) -> None:
+        self._set_error(event.error)
+        if isinstance(event, NegotiationFailed) or event.close:
+            self.flush()
+            self.close_transport()  # error 4: "MUST be immediately closed" (RFC 5044 §8)
+
+    def _on_closed(self, event: ConnectionClosed) -> None:
+        self._eof = True
+
+    def _on_stream_data(self, event: StreamDataReceived) -> None:
+        # Streaming mode (delayed startup, a culley-02 direction not framed
+        # yet), or after a reject (the transport is closing).
+        self.unread += event.data
 
     def _set_error(self, error: IwarpError) -> None:
         if self.error is None:
@@ -262,74 +255,19 @@ class _MpaProtocol(asyncio.Protocol):
             self.established.set_exception(error)
             self.established.exception()
 
-    # -- output, timer ------------------------------------------------------------
+    # -- for MpaSocket and MpaStream ------------------------------------------------
 
-    def _flush(self) -> None:
-        chunks = self.conn.data_to_send()
-        transport = self.transport
-        if not chunks or transport is None or transport.is_closing():
-            return
-        if len(chunks) == 1:
-            transport.write(chunks[0])
-        else:
-            transport.writelines(chunks)  # one write for the whole batch
-
-    def _close_transport(self) -> None:
-        """Flush what the core queued (e.g. a Reply) and close now (error 4:
-        "the TCP connection MUST be immediately closed", RFC 5044 §8)."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        self._flush()
-        transport.close()
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
         transport = self.transport
         return default if transport is None else transport.get_extra_info(name, default)
 
     async def close(self) -> None:
         """Graceful close of the MPA connection and then of TCP (FIN)."""
-        if self.conn.state not in (MpaState.CLOSED, MpaState.FAILED):
-            self.conn.close()
-        self._close_transport()
+        if self.core.state not in (MpaState.CLOSED, MpaState.FAILED):
+            self.core.close()
+        self.flush()
+        self.close_transport()
         await self.closed
-
-    def abort(self) -> None:
-        """Close at once (RST), dropping unsent data."""
-        if self.transport is not None:
-            self.transport.abort()
-
-    def _arm_timer(self) -> None:
-        deadline = self.conn.get_timer()
-        if deadline == self._timer_at:
-            return
-        self._cancel_timer()
-        if deadline is not None:
-            self._timer_at = deadline
-            self._timer = self._loop.call_at(deadline, self._on_timer)
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = None
-        self._timer_at = None
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = None
-        self._process(self.conn.handle_timer(self._loop.time()))
-
-    # -- for MpaSocket ------------------------------------------------------------
-
-    def _wake_reader(self) -> None:
-        waiter = self._reader
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _wake_drain(self) -> None:
-        waiter = self._drain_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
     async def receive(self) -> bytes | None:
         while not self._received:
@@ -337,50 +275,32 @@ class _MpaProtocol(asyncio.Protocol):
                 raise self.error
             if self._eof:
                 return None
-            self._reader = self._loop.create_future()
-            try:
-                await self._reader
-            finally:
-                self._reader = None
+            await self._wait()
         data = self._received.popleft()
         self._received_octets -= len(data)
-        if (
-            self._reading_paused
-            and self._received_octets < _RECEIVE_LOW_WATER
-            and self.transport is not None
-        ):
-            self._reading_paused = False
-            self.transport.resume_reading()
+        self.consumed()
         return data
 
-    # -- streaming mode (for MpaStream) -------------------------------------------
-
-    def _resume_if_drained(self) -> None:
-        if (
-            self._reading_paused
-            and self._received_octets + len(self._stream) < _RECEIVE_LOW_WATER
-            and self.transport is not None
-        ):
-            self._reading_paused = False
-            self.transport.resume_reading()
+    async def _wait(self) -> None:
+        self._reader = self._loop.create_future()
+        try:
+            await self._reader
+        finally:
+            self._reader = None
 
     async def more_stream(self) -> bool:
         """Wait for more streaming octets; False at end of stream."""
-        have = len(self._stream)
-        while len(self._stream) == have:
+        have = len(self.unread)
+        while len(self.unread) == have:
             if self._eof or self.closed.done():
                 return False
-            self._reader = self._loop.create_future()
-            try:
-                await self._reader
-            finally:
-                self._reader = None
+            await self._wait()
         return True
 
     def take_stream(self, n: int) -> bytes:
-        data = bytes(self._stream[:n])
-        del self._stream[:n]
-        self._resume_if_drained()
+        data = bytes(self.unread[:n])
+        del self.unread[:n]
+        self.consumed()
         return data
 
     def start(
@@ -394,23 +314,25 @@ class _MpaProtocol(asyncio.Protocol):
         """Delayed startup: the unread streaming octets go to MPA."""
         if decide is not None:
             self._decide = decide
-        read_ahead = self.take_stream(len(self._stream))
-        self.conn.start(
+        read_ahead = self.take_stream(len(self.unread))
+        self.core.start(
             role,
             now=self._loop.time(),
             private_data=private_data,
             last_streaming=last_streaming,
             read_ahead=read_ahead,
         )
-        self._process()
+        self.handle_events(self.core.take_events())
+        self.flush()
 
     def start_framed(self, *, send: bool, receive: bool) -> None:
         """culley-02: start framing; unread octets go to MPA with ``receive``."""
-        read_ahead = self.take_stream(len(self._stream)) if receive else b""
-        self.conn.start_framed(
+        read_ahead = self.take_stream(len(self.unread)) if receive else b""
+        self.core.start_framed(
             send=send, receive=receive, now=self._loop.time(), read_ahead=read_ahead
         )
-        self._process()
+        self.handle_events(self.core.take_events())
+        self.flush()
 
     async def socket(self) -> MpaSocket:
         """The MpaSocket once MPA is in full operation (one per connection)."""
@@ -419,13 +341,22 @@ class _MpaProtocol(asyncio.Protocol):
             self._socket = MpaSocket(self, params)
         return self._socket
 
-    async def drain(self) -> None:
-        while self._write_paused and not self.closed.done():
-            self._drain_waiter = self._loop.create_future()
-            try:
-                await self._drain_waiter
-            finally:
-                self._drain_waiter = None
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+_EVENTS: dict[type, Callable[[_MpaProtocol, Any], None]] = {
+    UlpduReceived: _MpaProtocol._on_ulpdus,
+    UlpduBatchReceived: _MpaProtocol._on_batch,
+    RequestReceived: _MpaProtocol._on_request,
+    ConnectionRejected: _MpaProtocol._on_rejected,
+    ConnectionFailed: _MpaProtocol._on_failed,
+    NegotiationFailed: _MpaProtocol._on_failed,
+    ConnectionClosed: _MpaProtocol._on_closed,
+    StreamDataReceived: _MpaProtocol._on_stream_data,
+}
 
 
 class MpaSocket:
@@ -478,14 +409,14 @@ class MpaSocket:
             failed) or the ULPDU is too large.
         """
         self._protocol.conn.send_ulpdu(ulpdu)
-        self._protocol._flush()
+        self._protocol.flush()
 
     def send_many(self, ulpdus: Iterable[Buffer]) -> None:
         """Frame several ULPDUs and write them with a single write."""
         conn = self._protocol.conn
         for ulpdu in ulpdus:
             conn.send_ulpdu(ulpdu)
-        self._protocol._flush()
+        self._protocol.flush()
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark."""
@@ -549,7 +480,7 @@ class MpaStream:
         :raises LocalProtocolError: MPA owns the send direction.
         """
         self._protocol.conn.send_stream(data)
-        self._protocol._flush()
+        self._protocol.flush()
 
     async def drain(self) -> None:
         await self._protocol.drain()
@@ -557,9 +488,9 @@ class MpaStream:
     async def read(self, n: int = -1) -> bytes:
         """Up to ``n`` (default: all available) streaming octets; ``b""`` at end of stream."""
         protocol = self._protocol
-        if not protocol._stream and not await protocol.more_stream():
+        if not protocol.unread and not await protocol.more_stream():
             return b""
-        available = len(protocol._stream)
+        available = len(protocol.unread)
         return protocol.take_stream(available if n < 0 else min(n, available))
 
     async def readexactly(self, n: int) -> bytes:
@@ -568,9 +499,9 @@ class MpaStream:
         :raises asyncio.IncompleteReadError: the stream ended first.
         """
         protocol = self._protocol
-        while len(protocol._stream) < n:
+        while len(protocol.unread) < n:
             if not await protocol.more_stream():
-                raise asyncio.IncompleteReadError(protocol.take_stream(len(protocol._stream)), n)
+                raise asyncio.IncompleteReadError(protocol.take_stream(len(protocol.unread)), n)
         return protocol.take_stream(n)
 
     async def readuntil(self, separator: bytes = b"\n") -> bytes:
@@ -580,15 +511,15 @@ class MpaStream:
         """
         protocol = self._protocol
         start = 0
-        while (end := protocol._stream.find(separator, start)) < 0:
-            start = max(0, len(protocol._stream) - len(separator) + 1)
+        while (end := protocol.unread.find(separator, start)) < 0:
+            start = max(0, len(protocol.unread) - len(separator) + 1)
             if not await protocol.more_stream():
-                raise asyncio.IncompleteReadError(protocol.take_stream(len(protocol._stream)), None)
+                raise asyncio.IncompleteReadError(protocol.take_stream(len(protocol.unread)), None)
         return protocol.take_stream(end + len(separator))
 
     def unread(self, data: bytes) -> None:
         """Put octets back in front of the unread ones (they go to MPA at the switch)."""
-        self._protocol._stream[:0] = data
+        self._protocol.unread[:0] = data
 
     async def start_mpa(
         self,
@@ -666,25 +597,21 @@ async def serve_stream(
     """Accept TCP connections in streaming mode; run ``handler`` for each in a
     task of its own. The handler switches into MPA when its protocol says so;
     the connection is closed when it returns."""
-    loop = asyncio.get_running_loop()
     cfg = config if config is not None else MpaConfig()
-    tasks: set[asyncio.Task[None]] = set()
 
-    async def run(stream: MpaStream) -> None:
-        await stream._protocol.made
+    async def run(protocol: _MpaProtocol) -> None:
+        await protocol.made
+        stream = MpaStream(protocol)
         try:
-            await handler(stream)
+            await run_handler(handler, stream, protocol.peer(), None)
         finally:
             await stream.close()
 
-    def factory() -> _MpaProtocol:
+    def accept() -> tuple[_MpaProtocol, Coroutine[Any, Any, None]]:
         protocol = _MpaProtocol(None, cfg)
-        task = loop.create_task(run(MpaStream(protocol)))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-        return protocol
+        return protocol, run(protocol)
 
-    return await loop.create_server(factory, host, port, backlog=backlog)
+    return await start_server(accept, host, port, backlog=backlog)
 
 
 async def connect(
@@ -740,8 +667,7 @@ async def _connect_once(
     try:
         params = await protocol.established
     except BaseException:
-        if protocol.transport is not None:
-            protocol.transport.close()
+        protocol.close_transport()
         raise
     return MpaSocket(protocol, params)
 
@@ -765,33 +691,25 @@ async def serve(
     Connections that end before full operation (bad frames, timeouts,
     rejects) are reported to ``on_failure`` and closed; the server goes on.
     """
-    loop = asyncio.get_running_loop()
     cfg = config if config is not None else MpaConfig()
-    tasks: set[asyncio.Task[None]] = set()
 
     async def run(protocol: _MpaProtocol) -> None:
         try:
             params = await protocol.established
         except IwarpError as exc:
-            if on_failure is not None:
-                on_failure(exc, _peer(protocol))
+            # Ended before full operation: also when the Request came with a
+            # bad FPDU in one segment (the error is that FPDU's, e.g. code 2).
+            protocol.close_transport()
+            report(on_failure, exc, protocol.peer())
             return
         sock = MpaSocket(protocol, params)
         try:
-            await handler(sock)
+            await run_handler(handler, sock, protocol.peer(), on_failure)
         finally:
             await sock.close()
 
-    def factory() -> _MpaProtocol:
+    def accept() -> tuple[_MpaProtocol, Coroutine[Any, Any, None]]:
         protocol = _MpaProtocol(Role.RESPONDER, cfg, decide=decide)
-        task = loop.create_task(run(protocol))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-        return protocol
+        return protocol, run(protocol)
 
-    return await loop.create_server(factory, host, port, backlog=backlog)
-
-
-def _peer(protocol: _MpaProtocol) -> object:
-    transport = protocol.transport
-    return None if transport is None else transport.get_extra_info("peername")
+    return await start_server(accept, host, port, backlog=backlog)

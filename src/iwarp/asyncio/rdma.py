@@ -30,16 +30,17 @@ simple API.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import CoreDriver, FailureHook, report, run_handler
+from iwarp.asyncio.driver import CoreDriver, FailureHook, report, run_handler, start_server
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import MpaParams
-from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject
+from iwarp.mpa.handshake import build_request
+from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_BUFFERS,
     DEFAULT_RECEIVE_SIZE,
@@ -464,6 +465,7 @@ async def connect(
     setup: Setup | None = None,
     first_send_delay: float = 0.0,
     shared_cq: bool = False,
+    fallback_to_rev1: bool = False,
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
@@ -475,15 +477,48 @@ async def connect(
     :param first_send_delay: seconds to hold our first FPDU after the Reply
         (0.5 against Linux siw, whose responder may miss an early FPDU).
     :param shared_cq: one completion queue for send and receive work.
+    :param fallback_to_rev1: retry once with a Rev 1 Request when an
+        unenhanced Responder closes on our Rev 2 one (RFC 6581 §10; also
+        the config's ``rev1_fallback``; :func:`iwarp.mpa.policy.rev1_fallback`).
     :raises ConnectionRejectedError: the peer rejected the connection (R=1).
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
         negotiation failed (codes 6, 7; our Terminate was sent).
     """
+    cfg = config or MpaConfig()
+    build_request(cfg, private_data)  # LocalProtocolError before any connection
+    domain = pd if pd is not None else ProtectionDomain()
+    try:
+        return await _connect_once(
+            host, port, domain, cfg, private_data, receive_buffers, receive_size,
+            setup, first_send_delay, shared_cq,
+        )  # fmt: skip
+    except MpaError as exc:
+        retry = rev1_fallback(cfg, exc, requested=fallback_to_rev1)
+        if retry is None:
+            raise
+    return await _connect_once(
+        host, port, domain, retry, private_data, receive_buffers, receive_size,
+        setup, first_send_delay, shared_cq,
+    )  # fmt: skip
+
+
+async def _connect_once(
+    host: str,
+    port: int,
+    pd: ProtectionDomain,
+    config: MpaConfig,
+    private_data: bytes,
+    receive_buffers: int | None,
+    receive_size: int,
+    setup: Setup | None,
+    first_send_delay: float,
+    shared_cq: bool,
+) -> QueuePair:
     loop = asyncio.get_running_loop()
     qp, driver = _queue_pair(
         Role.INITIATOR,
-        pd if pd is not None else ProtectionDomain(),
-        config or MpaConfig(),
+        pd,
+        config,
         private_data=private_data,
         receive_buffers=receive_buffers,
         receive_size=receive_size,
@@ -531,8 +566,6 @@ async def serve(
     error). Connections that end before full operation (bad frames,
     timeouts, rejects) are closed and reported to ``on_failure``.
     """
-    loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[None]] = set()
 
     async def run(qp: QueuePair, driver: _Driver) -> None:
         try:
@@ -552,7 +585,7 @@ async def serve(
         driver.close_transport()
         await driver.closed
 
-    def factory() -> _Driver:
+    def accept() -> tuple[_Driver, Coroutine[Any, Any, None]]:
         qp, driver = _queue_pair(
             Role.RESPONDER,
             pd if pd is not None else ProtectionDomain(),
@@ -563,9 +596,6 @@ async def serve(
             shared_cq=shared_cq,
             decide=decide,
         )
-        task = loop.create_task(run(qp, driver))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-        return driver
+        return driver, run(qp, driver)
 
-    return await loop.create_server(factory, host, port, backlog=backlog)
+    return await start_server(accept, host, port, backlog=backlog)

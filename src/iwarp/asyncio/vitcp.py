@@ -32,8 +32,10 @@ import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from iwarp._typing import Buffer
+from iwarp.asyncio.driver import CoreDriver, run_handler
 from iwarp.errors import IwarpError
 from iwarp.vitcp.config import Negotiated, Role, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
@@ -51,6 +53,7 @@ from iwarp.vitcp.events import (
     SendCompleted,
 )
 from iwarp.vitcp.handshake import State
+from iwarp.vitcp.listener import Demultiplexer, PeerRetry
 from iwarp.vitcp.memory import LocalBuffer, MemoryRegion
 
 __all__ = [
@@ -62,8 +65,6 @@ __all__ = [
     "connect_peer",
 ]
 
-#: Pause between peer-to-peer attempts that met ConnectNoMatch (§4).
-PEER_RETRY_INTERVAL = 0.05
 #: Received-but-unread octets above which reading pauses.
 RECEIVE_HIGH_WATER = 64 << 20
 
@@ -113,158 +114,87 @@ def _prepare_socket(transport: asyncio.BaseTransport) -> socket.socket | None:
         return None
 
 
-class _VitcpProtocol(asyncio.Protocol):
+class _VitcpProtocol(CoreDriver):
     """Drives one VitcpConnection from transport callbacks."""
 
+    core: VitcpConnection
+    receive_high_water = RECEIVE_HIGH_WATER
+    keep_open_after_eof = False  # VI/TCP has no half close: closing TCP closes the VI
+
     def __init__(self, core: VitcpConnection, *, keep_posted: int = 0) -> None:
-        self._loop = asyncio.get_running_loop()
+        super().__init__()
         self.core = core
         self.keep_posted = keep_posted
-        self.transport: asyncio.Transport | None = None
         self.outcome: asyncio.Future[Event] = self._loop.create_future()
-        self.closed: asyncio.Future[None] = self._loop.create_future()
         self.close_reason: VitcpClosedError | None = None
         self.on_request: Callable[[_VitcpProtocol, ConnectionRequested], None] | None = None
         self.messages: deque[MessageReceived] = deque()
         self.notices: deque[Event] = deque()
         self.completions: dict[int, asyncio.Future[Event]] = {}
         self.urgent_sent = 0
-        self._urgent_ok = False
         self._oob: socket.socket | None = None
-        self._timer: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._drain: asyncio.Future[None] | None = None
-        self._write_paused = False
         self._buffered = 0
-        self._reading_paused = False
 
-    # -- transport callbacks --
+    # -- the driver's hooks --
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self._oob = _prepare_socket(transport)
-        self._urgent_ok = self._oob is not None
-        now = self._loop.time()
+    def start_core(self, now: float, emss: int) -> None:
+        assert self.transport is not None
+        self._oob = _prepare_socket(self.transport)
         if self.core.role is Role.ACTIVE:
             self.core.tcp_established(now)
         else:
             self.core.tcp_accepted(now)
         self.process()
 
-    def data_received(self, data: bytes) -> None:
-        for event in self.core.receive_data(data):
-            self._on_event(event)
-        self.process()
+    def handle_events(self, events: list[Event]) -> None:
+        for event in events:
+            handler = _EVENTS.get(type(event), _VitcpProtocol._on_notice)
+            handler(self, event)
 
-    def eof_received(self) -> bool:
-        return False  # VI/TCP has no half close: closing TCP closes the VI
+    def backlog(self) -> int:
+        return self._buffered
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.core.state is not State.DISCONNECTED:
-            self.core.connection_lost(self._loop.time())
-        self.process(write=False)
+    def lost(self, exc: BaseException | None) -> None:
         if self._oob is not None:
             self._oob.close()
             self._oob = None
-        self.transport = None
-        self._cancel_timer()
-        if not self.closed.done():
-            self.closed.set_result(None)
         if not self.outcome.done():
             self.outcome.set_exception(VitcpClosedError("TCP connection closed"))
             self.outcome.exception()
         self._wake()
 
-    def pause_writing(self) -> None:
-        self._write_paused = True
+    def process(self) -> None:
+        """Handle the core's events and send its segments."""
+        self.handle_events(self.core.take_events())
+        self.flush()
 
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
-
-    # -- the core --
-
-    def process(self, *, write: bool = True) -> None:
-        """Handle the core's events and send its segments, until both are done."""
-        while True:
-            events = self.core.take_events()
-            if not events:
-                break
-            for event in events:
-                self._on_event(event)
-        if write:
-            self._write()
-        self._arm_timer()
-
-    def _on_event(self, event: Event) -> None:
-        if isinstance(event, MessageReceived):
-            self.messages.append(event)
-            self._buffered += len(event.data)
-            self._repost()
-            self._wake()
-        elif isinstance(event, RdmaWriteReceived):
-            self.notices.append(event)
-            if event.immediate_data is not None:
-                self._repost()
-            self._wake()
-        elif isinstance(event, (SendCompleted, RdmaReadCompleted)):
-            future = self.completions.pop(event.message_number, None)
-            if future is not None and not future.done():
-                future.set_result(event)
-        elif isinstance(event, ConnectionRequested):
-            if self.on_request is not None:
-                self.on_request(self, event)
-        elif isinstance(event, (Connected, ConnectionRejected, ReconnectNeeded)):
-            if not self.outcome.done():
-                self.outcome.set_result(event)
-        elif isinstance(event, ConnectionClosed):
-            self._on_closed(event)
-        else:
-            self.notices.append(event)
-            self._wake()
-
-    def _on_closed(self, event: ConnectionClosed) -> None:
-        self.close_reason = VitcpClosedError(event.reason, event.error)
-        if not self.outcome.done():
-            self.outcome.set_exception(self.close_reason)
-            self.outcome.exception()
-        for future in self.completions.values():
-            if not future.done():
-                future.set_exception(self.close_reason)
-                future.exception()
-        self.completions.clear()
-        self._write()
-        if self.transport is not None:
-            self.transport.close()
-        self._wake()
-
-    def _repost(self) -> None:
-        if self.keep_posted and self.core.state is State.CONNECTED:
-            self.core.post_receive(1)
-
-    def _write(self) -> None:
+    def flush(self) -> None:
+        if self._oob is None:
+            super().flush()  # no urgent octets: the plain path
+            return
         transport = self.transport
         if transport is None or transport.is_closing():
             self.core.segments_to_send()
             return
         batch: list[Buffer] = []
         for segment in self.core.segments_to_send():
-            if segment.urgent and self._urgent_ok and self._send_urgent(batch, segment.parts):
+            if segment.urgent and self._send_urgent(batch, segment.parts):
                 batch = []
                 continue
             batch.extend(segment.parts)
-        if batch:
-            transport.write(b"".join(batch))
+        self.write(batch)
+        self.handle_events(self.core.take_events())
+        if self.core.must_close:
+            self.close_transport()
+        self._arm_timer()
 
     def _send_urgent(self, batch: list[Buffer], parts: list[Buffer]) -> bool:
         """Send the segment's first octet with MSG_OOB (§3.7), if nothing is
         queued ahead of it; False to send it normally."""
         transport = self.transport
         assert transport is not None and self._oob is not None
-        if batch:
-            transport.write(b"".join(batch))
+        self.write(batch)
         if transport.get_write_buffer_size():
             return False
         data = b"".join(bytes(p) for p in parts)
@@ -279,34 +209,58 @@ class _VitcpProtocol(asyncio.Protocol):
         transport.write(data[1:])
         return True
 
-    def _arm_timer(self) -> None:
-        deadline = self.core.get_timer()
-        self._cancel_timer()
-        if deadline is not None:
-            self._timer = self._loop.call_at(deadline, self._on_timer)
+    # -- the core's events (dispatched by _EVENTS) --
 
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def _on_message(self, event: MessageReceived) -> None:
+        self.messages.append(event)
+        self._buffered += len(event.data)
+        self._repost()
+        self._wake()
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self.core.handle_timer(self._loop.time())
-        self.process()
+    def _on_write(self, event: RdmaWriteReceived) -> None:
+        self.notices.append(event)
+        if event.immediate_data is not None:
+            self._repost()
+        self._wake()
+
+    def _on_completion(self, event: SendCompleted | RdmaReadCompleted) -> None:
+        future = self.completions.pop(event.message_number, None)
+        if future is not None and not future.done():
+            future.set_result(event)
+
+    def _on_request(self, event: ConnectionRequested) -> None:
+        if self.on_request is not None:
+            self.on_request(self, event)
+
+    def _on_outcome(self, event: Connected | ConnectionRejected | ReconnectNeeded) -> None:
+        if not self.outcome.done():
+            self.outcome.set_result(event)
+
+    def _on_closed(self, event: ConnectionClosed) -> None:
+        self.close_reason = VitcpClosedError(event.reason, event.error)
+        if not self.outcome.done():
+            self.outcome.set_exception(self.close_reason)
+            self.outcome.exception()
+        for future in self.completions.values():
+            if not future.done():
+                future.set_exception(self.close_reason)
+                future.exception()
+        self.completions.clear()
+        self._wake()
+
+    def _on_notice(self, event: Event) -> None:
+        self.notices.append(event)
+        self._wake()
+
+    def _repost(self) -> None:
+        if self.keep_posted and self.core.state is State.CONNECTED:
+            self.core.post_receive(1)
 
     # -- waiting --
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
-        if (
-            self._buffered > RECEIVE_HIGH_WATER
-            and self.transport is not None
-            and not self._reading_paused
-        ):
-            self._reading_paused = True
-            self.transport.pause_reading()
 
     async def wait(self) -> None:
         self._waiter = self._loop.create_future()
@@ -315,17 +269,24 @@ class _VitcpProtocol(asyncio.Protocol):
         finally:
             self._waiter = None
 
-    def consumed(self, octets: int) -> None:
-        self._buffered -= octets
-        if self._reading_paused and self._buffered < RECEIVE_HIGH_WATER // 4:
-            self._reading_paused = False
-            if self.transport is not None:
-                self.transport.resume_reading()
+    def take_message(self) -> MessageReceived:
+        message = self.messages.popleft()
+        self._buffered -= len(message.data)
+        self.consumed()
+        return message
 
-    async def drain(self) -> None:
-        if self._write_paused and self.transport is not None:
-            self._drain = self._loop.create_future()
-            await self._drain
+
+_EVENTS: dict[type, Callable[[_VitcpProtocol, Any], None]] = {
+    MessageReceived: _VitcpProtocol._on_message,
+    RdmaWriteReceived: _VitcpProtocol._on_write,
+    SendCompleted: _VitcpProtocol._on_completion,
+    RdmaReadCompleted: _VitcpProtocol._on_completion,
+    ConnectionRequested: _VitcpProtocol._on_request,
+    Connected: _VitcpProtocol._on_outcome,
+    ConnectionRejected: _VitcpProtocol._on_outcome,
+    ReconnectNeeded: _VitcpProtocol._on_outcome,
+    ConnectionClosed: _VitcpProtocol._on_closed,
+}
 
 
 class VitcpEndpoint:
@@ -346,6 +307,11 @@ class VitcpEndpoint:
     def urgent_sent(self) -> int:
         """Segments whose first octet went as TCP urgent data."""
         return self._protocol.urgent_sent
+
+    @property
+    def peer(self) -> object:
+        """The peer's address."""
+        return self._protocol.peer()
 
     def register(
         self,
@@ -443,9 +409,7 @@ class VitcpEndpoint:
             if protocol.close_reason is not None:
                 raise protocol.close_reason
             await protocol.wait()
-        message = protocol.messages.popleft()
-        protocol.consumed(len(message.data))
-        return message
+        return protocol.take_message()
 
     async def next_notice(self) -> Event:
         """The next other event (RDMA Write received, read served, remote error)."""
@@ -467,6 +431,7 @@ class VitcpEndpoint:
         if self._core.state is not State.DISCONNECTED:
             self._core.close()
             self._protocol.process()
+        self._protocol.close_transport()
         await self._protocol.closed
 
     async def wait_closed(self) -> VitcpClosedError | None:
@@ -487,28 +452,23 @@ async def connect(
     """VipConnectRequest (§4.2): set up TCP, exchange CE segments.
 
     With ``config.peer_to_peer`` a ConnectNoMatch means the peer is not
-    waiting yet; we retry until ``config.connect_timeout`` (§4).
+    waiting yet; we retry, backing off, until ``config.connect_timeout``
+    (§4, :class:`~iwarp.vitcp.listener.PeerRetry`).
     """
     config = config or VitcpConfig()
     loop = asyncio.get_running_loop()
     core = VitcpConnection(config, Role.ACTIVE)
     core.connect(loop.time(), remote_discriminator)
-    deadline = loop.time() + config.connect_timeout
+    retry = PeerRetry(config, loop.time())
     while True:
         protocol = _VitcpProtocol(core, keep_posted=keep_posted)
-        remaining = deadline - loop.time()
         try:
             await asyncio.wait_for(
-                loop.create_connection(
-                    lambda p=protocol: p,
-                    host,
-                    port,
-                    local_addr=local_address,
-                ),
-                max(remaining, 0.001),
+                loop.create_connection(lambda p=protocol: p, host, port, local_addr=local_address),
+                max(retry.deadline - loop.time(), 0.001),
             )
         except TimeoutError:
-            core.handle_timer(max(loop.time(), deadline))  # the consumer's timeout (§4.2)
+            core.handle_timer(max(loop.time(), retry.deadline))  # the consumer's timeout (§4.2)
             raise VitcpClosedError("connection establishment timed out") from None
         except OSError as exc:
             core.tcp_failed(loop.time())
@@ -523,34 +483,29 @@ async def connect(
             await protocol.closed
             raise VitcpRejectedError(outcome.no_match)
         # ReconnectNeeded: drop this TCP connection, try again (§4.2, §4).
-        if protocol.transport is not None:
-            protocol.transport.close()
+        protocol.close_transport()
         await protocol.closed
-        await asyncio.sleep(min(PEER_RETRY_INTERVAL, max(0.0, deadline - loop.time())))
-        if core.state is State.DISCONNECTED or loop.time() >= deadline:
-            core.handle_timer(max(loop.time(), deadline))
-            raise VitcpClosedError("peer-to-peer connection timed out")
+        at = retry.next_attempt(loop.time())
+        if at is None or core.state is State.DISCONNECTED:
+            core.handle_timer(max(loop.time(), retry.deadline))
+            raise VitcpClosedError(
+                f"peer-to-peer connection timed out after {retry.attempts} attempts "
+                "(the peer was not waiting for this discriminator)"
+            )
+        await asyncio.sleep(at - loop.time())
 
 
 Handler = Callable[[VitcpEndpoint], Awaitable[None]]
 
 
-@dataclasses.dataclass(slots=True)
-class _Waiter:
-    config: VitcpConfig
-    keep_posted: int
-    future: asyncio.Future[VitcpEndpoint] | None = None
-    handler: Handler | None = None
-
-
 class VitcpListener:
-    """The passive side: one TCP port, VIs told apart by discriminator (§2.2.2.2.1)."""
+    """The passive side: one TCP port, VIs told apart by discriminator (§2.2.2.2.1,
+    :class:`~iwarp.vitcp.listener.Demultiplexer`)."""
 
     def __init__(self, config: VitcpConfig | None = None) -> None:
         self.config = config or VitcpConfig()
         self._server: asyncio.Server | None = None
-        self._waiting: dict[bytes, deque[_Waiter]] = {}
-        self._serving: dict[bytes, _Waiter] = {}
+        self._demux: Demultiplexer[Any] = Demultiplexer(self.config)
         self._tasks: set[asyncio.Task[None]] = set()
         self._protocols: set[_VitcpProtocol] = set()
 
@@ -590,16 +545,12 @@ class VitcpListener:
         timeout: float | None = None,
     ) -> VitcpEndpoint:
         """VipConnectWait + VipConnectAccept for one connection."""
-        config = dataclasses.replace(config or self.config, discriminator=discriminator)
         future: asyncio.Future[VitcpEndpoint] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(config, keep_posted, future=future)
-        self._waiting.setdefault(discriminator, deque()).append(waiter)
+        offer = self._demux.offer(discriminator, future, config=config, keep_posted=keep_posted)
         try:
             return await asyncio.wait_for(future, timeout)
         finally:
-            queue = self._waiting.get(discriminator)
-            if queue is not None and waiter in queue:
-                queue.remove(waiter)
+            self._demux.withdraw(offer)
 
     def serve(
         self,
@@ -610,38 +561,35 @@ class VitcpListener:
         keep_posted: int = 0,
     ) -> None:
         """Accept every connection for ``discriminator`` and run ``handler``."""
-        config = dataclasses.replace(config or self.config, discriminator=discriminator)
-        self._serving[discriminator] = _Waiter(config, keep_posted, handler=handler)
+        self._demux.offer(
+            discriminator, handler, config=config, keep_posted=keep_posted, every=True
+        )
 
     def _on_request(self, protocol: _VitcpProtocol, request: ConnectionRequested) -> None:
         core = protocol.core
-        queue = self._waiting.get(request.called_discriminator)
-        waiter = queue.popleft() if queue else self._serving.get(request.called_discriminator)
-        if waiter is None:
-            core.no_match()  # §4.3: send ConnectNoMatch, close TCP
+        routed = self._demux.route(core, request)
+        owner = None if routed.offer is None else routed.offer.owner
+        if isinstance(owner, asyncio.Future) and not routed.accepted:
+            if not owner.done():
+                owner.set_exception(VitcpRejectedError(no_match=False))
             return
-        if not core.match(waiter.config):
-            if waiter.future is not None and not waiter.future.done():
-                waiter.future.set_exception(VitcpRejectedError(no_match=False))
+        if owner is None or not routed.accepted:
             return
-        core.accept()
-        protocol.keep_posted = waiter.keep_posted
-        if waiter.keep_posted:
-            core.post_receive(waiter.keep_posted)
-        assert core.params is not None
+        assert routed.offer is not None and core.params is not None
+        protocol.keep_posted = routed.offer.keep_posted
         endpoint = VitcpEndpoint(protocol, core.params)
-        if waiter.future is not None:
-            if not waiter.future.done():
-                waiter.future.set_result(endpoint)
-        elif waiter.handler is not None:
-            task = asyncio.get_running_loop().create_task(self._run(waiter.handler, endpoint))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        if isinstance(owner, asyncio.Future):
+            if not owner.done():
+                owner.set_result(endpoint)
+            return
+        task = asyncio.get_running_loop().create_task(self._run(owner, endpoint))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     @staticmethod
     async def _run(handler: Handler, endpoint: VitcpEndpoint) -> None:
         try:
-            await handler(endpoint)
+            await run_handler(handler, endpoint, endpoint.peer, None)
         finally:
             await endpoint.close()
 
@@ -651,8 +599,7 @@ class VitcpListener:
             self._server.close()
             await self._server.wait_closed()
         for protocol in list(self._protocols):
-            if protocol.transport is not None:
-                protocol.transport.close()
+            protocol.close_transport()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from dataclasses import replace
 
 from iwarp.asyncio import rdma
 from iwarp.asyncio.mpa import MpaRejectedError, MpaSocket, MpaStream, connect, open_stream
@@ -47,7 +46,7 @@ from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import ConnectionRejected
-from iwarp.mpa.handshake import build_request, retry_as_rev1
+from iwarp.mpa.handshake import build_request
 from iwarp.rdma.rping import ADVERT
 
 #: Seconds ``--op mpa`` waits for the listener's receipt (without --timeout).
@@ -131,24 +130,16 @@ def _not_connected(exc: IwarpError | OSError, out: Output) -> int:
 
 
 async def _open_qp(args: argparse.Namespace, config: MpaConfig) -> rdma.QueuePair:
-    async def once(cfg: MpaConfig) -> rdma.QueuePair:
-        return await rdma.connect(
-            args.host,
-            args.port,
-            config=cfg,
-            private_data=args.private_data,
-            receive_buffers=CONTROL_BUFFERS,
-            receive_size=ADVERT.size,
-            first_send_delay=args.delay,
-        )
-
-    build_request(config, args.private_data)  # LocalProtocolError before connecting
-    try:
-        return await once(config)
-    except MpaError as exc:
-        if not ((args.fallback_rev1 or config.rev1_fallback) and retry_as_rev1(config, exc)):
-            raise
-    return await once(replace(config, revision=1))
+    return await rdma.connect(
+        args.host,
+        args.port,
+        config=config,
+        private_data=args.private_data,
+        receive_buffers=CONTROL_BUFFERS,
+        receive_size=ADVERT.size,
+        first_send_delay=args.delay,
+        fallback_to_rev1=args.fallback_rev1,
+    )
 
 
 async def _connect_rdma(

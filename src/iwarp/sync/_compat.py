@@ -29,7 +29,7 @@ class VitcpCore:
     def receive_data(self, data: Buffer, now: float) -> list[VitcpEvent]:
         if not data:
             return self.connection_lost(now, "peer closed the connection")
-        return self._seen(self.conn.receive_data(data) + self.conn.take_events())
+        return self._seen(self.conn.receive_data(data, now))
 
     def data_to_send(self) -> list[Buffer]:
         return [part for segment in self.conn.segments_to_send() for part in segment.parts]
@@ -45,12 +45,10 @@ class VitcpCore:
         return self.conn.get_timer()
 
     def handle_timer(self, now: float) -> list[VitcpEvent]:
-        self.conn.handle_timer(now)
-        return self.take_events()
+        return self._seen(self.conn.handle_timer(now))
 
     def connection_lost(self, now: float, reason: str = "connection reset") -> list[VitcpEvent]:
-        self.conn.connection_lost(now)
-        return self.take_events()
+        return self._seen(self.conn.connection_lost(now, reason))
 
     @property
     def must_close(self) -> bool:

@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Any
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.vitcp import PEER_RETRY_INTERVAL, VitcpClosedError, VitcpRejectedError
+from iwarp.asyncio.vitcp import VitcpClosedError, VitcpRejectedError
 from iwarp.sync._compat import VitcpCore
 from iwarp.sync._driver import (
     Driver,
@@ -57,6 +57,7 @@ from iwarp.vitcp.events import (
     SendCompleted,
 )
 from iwarp.vitcp.handshake import State
+from iwarp.vitcp.listener import PeerRetry
 from iwarp.vitcp.memory import LocalBuffer, MemoryRegion
 
 __all__ = [
@@ -362,7 +363,8 @@ def connect(
         # ConnectAccept in the same TCP segment.
         core.post_receive(keep_posted)
     user_deadline = deadline_after(timeout)
-    deadline = clock() + config.connect_timeout
+    retry = PeerRetry(config, clock())
+    deadline = retry.deadline
     while True:
         try:
             sock = open_tcp(host, port, _earlier(deadline, user_deadline), local_address)
@@ -397,10 +399,13 @@ def connect(
         if outcome is None:
             raise endpoint.close_reason or VitcpClosedError("TCP connection closed")
         # ReconnectNeeded: drop this TCP connection, try again (§4.2, §4).
-        time.sleep(min(PEER_RETRY_INTERVAL, max(0.0, deadline - clock())))
-        if core.state is State.DISCONNECTED or clock() >= deadline:
+        at = retry.next_attempt(clock())
+        if at is None or core.state is State.DISCONNECTED:
             core.handle_timer(max(clock(), deadline))
-            raise VitcpClosedError("peer-to-peer connection timed out")
+            raise VitcpClosedError(
+                f"peer-to-peer connection timed out after {retry.attempts} attempts"
+            )
+        time.sleep(max(0.0, at - clock()))
 
 
 def _earlier(a: float, b: float | None) -> float:

@@ -234,9 +234,24 @@ class VitcpConnection:
         self._responses_unsent = 0
         return out
 
-    def data_to_send(self) -> bytes:
-        """All pending octets at once (urgent marks are dropped: allowed, §3.7 MAY)."""
-        return b"".join(p for seg in self.segments_to_send() for p in seg.parts)
+    def data_to_send(self) -> list[Buffer]:
+        """All pending octets as buffers for ``sendmsg`` (urgent marks are
+        dropped: allowed, §3.7 MAY; :meth:`segments_to_send` keeps them)."""
+        return [part for seg in self.segments_to_send() for part in seg.parts]
+
+    @property
+    def has_data_to_send(self) -> bool:
+        """Segments are queued (everything is produced at once: one call drains)."""
+        return bool(self._out)
+
+    @property
+    def must_close(self) -> bool:
+        """The VI is over: close TCP once the output is sent (VI/TCP has no
+        half close; a reconnect, §4.2, is signalled by ReconnectNeeded)."""
+        return self._machine.state is State.DISCONNECTED
+
+    def set_emss(self, emss: int) -> None:
+        """Nothing to do: the CE exchange settles the MTU (§3.3)."""
 
     def get_timer(self) -> float | None:
         """When :meth:`handle_timer` must be called, if at all."""
@@ -244,13 +259,13 @@ class VitcpConnection:
             return self._deadline
         return None
 
-    def handle_timer(self, now: float) -> None:
-        """The consumer timeout (§4.2) or the Incoming timeout (§4.3)."""
+    def handle_timer(self, now: float) -> list[Event]:
+        """The consumer timeout (§4.2) or the Incoming timeout (§4.3); returns the events."""
         deadline = self.get_timer()
-        if deadline is None or now < deadline or not self._machine.can(Input.TIMEOUT):
-            return
-        self._machine.process(Input.TIMEOUT)
-        self._closed("connection establishment timed out")
+        if deadline is not None and now >= deadline and self._machine.can(Input.TIMEOUT):
+            self._machine.process(Input.TIMEOUT)
+            self._closed("connection establishment timed out")
+        return self.take_events()
 
     # --- establishment (§4) -------------------------------------------------------
 
@@ -344,14 +359,17 @@ class VitcpConnection:
         self._machine.process(Input.DISCONNECT)
         self._closed("disconnected by the consumer")
 
-    def connection_lost(self, now: float) -> None:
-        """TCP closed or failed under us."""
+    def connection_lost(
+        self, now: float | None = None, reason: str = "TCP connection closed"
+    ) -> list[Event]:
+        """TCP closed or failed under us; returns the events."""
         if self.state is State.DISCONNECTED or not self._machine.can(Input.TCP_CLOSED):
-            return
+            return self.take_events()
         if self._machine.process(Input.TCP_CLOSED) is State.CONNECTING:
             self._events.append(ReconnectNeeded("TCP closed while the accept was pending"))
-            return
-        self._closed("TCP connection closed")
+        else:
+            self._closed(reason)
+        return self.take_events()
 
     def _local_ce(self, called: bytes) -> CeHeader:
         mine = self.config
@@ -674,8 +692,11 @@ class VitcpConnection:
 
     # --- receiving -----------------------------------------------------------
 
-    def receive_data(self, data: Buffer) -> list[Event]:
-        """Octets TCP delivered; returns the events they caused."""
+    def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
+        """Octets TCP delivered (``b""``: the peer closed, which ends the VI:
+        VI/TCP has no half close); returns the events they caused."""
+        if not data:
+            return self.connection_lost(now, "the peer closed the TCP connection")
         if self.state in (State.DISCONNECTED, State.LISTENING, State.CONNECTING):
             return self.take_events()  # nothing is expected: a closing stream
         if self._inbuf:

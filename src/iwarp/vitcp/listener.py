@@ -1,0 +1,131 @@
+"""Policy of VI/TCP establishment that every adapter shares, without I/O.
+
+* :class:`Demultiplexer`: one TCP port serves many VIs, told apart by the
+  called discriminator of each ConnectRequest (draft-dicecco-vitcp
+  §2.2.2.2.1, §4.3): a VI waiting for one connection is served first, then
+  a VI serving every connection for that discriminator; with neither, the
+  core answers ConnectNoMatch.
+* :class:`PeerRetry`: the schedule of a peer-to-peer connect (§4): the
+  active end retries while the passive end answers ConnectNoMatch (it is
+  not waiting yet), backing off from 50 ms to 1 s, until the configured
+  ``connect_timeout``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
+
+from iwarp.vitcp.config import VitcpConfig
+from iwarp.vitcp.connection import VitcpConnection
+from iwarp.vitcp.events import ConnectionRequested
+
+__all__ = ["Demultiplexer", "Offer", "PeerRetry"]
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False, slots=True)
+class Offer(Generic[T]):
+    """A VI ready to take connections for ``config.discriminator``.
+
+    ``owner`` is the adapter's handle (a future to resolve, a handler to
+    run); ``keep_posted`` receive descriptors are posted on accept.
+    """
+
+    config: VitcpConfig
+    owner: T
+    keep_posted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Routed(Generic[T]):
+    """Where a ConnectRequest went: ``offer`` is None for ConnectNoMatch;
+    ``accepted`` is False when that VI's attributes did not match (the
+    core sent ConnectReject)."""
+
+    offer: Offer[T] | None
+    accepted: bool
+
+
+class Demultiplexer(Generic[T]):
+    """Hands each incoming connection to the VI its discriminator names."""
+
+    def __init__(self, config: VitcpConfig | None = None) -> None:
+        self.config = config or VitcpConfig()
+        self._waiting: dict[bytes, deque[Offer[T]]] = {}
+        self._serving: dict[bytes, Offer[T]] = {}
+
+    def offer(
+        self,
+        discriminator: bytes,
+        owner: T,
+        *,
+        config: VitcpConfig | None = None,
+        keep_posted: int = 0,
+        every: bool = False,
+    ) -> Offer[T]:
+        """Offer a VI for the next connection to ``discriminator`` (VipConnectWait),
+        or for every one (``every``: a server)."""
+        cfg = replace(config or self.config, discriminator=discriminator)
+        offer = Offer(cfg, owner, keep_posted)
+        if every:
+            self._serving[discriminator] = offer
+        else:
+            self._waiting.setdefault(discriminator, deque()).append(offer)
+        return offer
+
+    def withdraw(self, offer: Offer[T]) -> None:
+        """The VI stopped waiting (timeout, cancellation)."""
+        queue = self._waiting.get(offer.config.discriminator)
+        if queue is not None and offer in queue:
+            queue.remove(offer)
+            if not queue:
+                del self._waiting[offer.config.discriminator]
+        if self._serving.get(offer.config.discriminator) is offer:
+            del self._serving[offer.config.discriminator]
+
+    def route(self, core: VitcpConnection, request: ConnectionRequested) -> Routed[T]:
+        """Decide for ``request`` on ``core`` (passive, in Matching): match
+        and accept, reject on an attribute mismatch, or ConnectNoMatch."""
+        called = request.called_discriminator
+        queue = self._waiting.get(called)
+        offer = queue.popleft() if queue else self._serving.get(called)
+        if queue is not None and not queue:
+            del self._waiting[called]
+        if offer is None:
+            core.no_match()  # §4.3: send ConnectNoMatch, close TCP
+            return Routed(None, False)
+        if not core.match(offer.config):
+            return Routed(offer, False)
+        core.accept()
+        if offer.keep_posted:
+            core.post_receive(offer.keep_posted)
+        return Routed(offer, True)
+
+
+class PeerRetry:
+    """When the active end of a peer-to-peer connect tries again (§4).
+
+    :param now: when the first attempt starts; the last may start before
+        ``now + config.connect_timeout``.
+    """
+
+    FIRST_DELAY = 0.05
+    MOST_DELAY = 1.0
+
+    def __init__(self, config: VitcpConfig, now: float) -> None:
+        self.deadline = now + config.connect_timeout
+        self.attempts = 1
+        self._delay = self.FIRST_DELAY
+
+    def next_attempt(self, now: float) -> float | None:
+        """When to try again after an attempt met ConnectNoMatch, or None
+        when the time is up. Each wait is twice the last, at most 1 s."""
+        at = now + self._delay
+        if at >= self.deadline:
+            return None
+        self._delay = min(self._delay * 2, self.MOST_DELAY)
+        self.attempts += 1
+        return at

@@ -1,0 +1,233 @@
+"""QueuePairEndpoint, the sans-IO queue pair: two endpoints wired in memory,
+with a synthetic clock, through the connection contract only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from iwarp.contract import Connection
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError
+from iwarp.mpa.config import MpaConfig, Role
+from iwarp.mpa.connection import MpaConnection
+from iwarp.mpa.policy import Accept, ConnectionRejectedError, Reject
+from iwarp.mpa.wire import RtrFlags
+from iwarp.rdma.connection import RdmaConnection
+from iwarp.rdma.endpoint import (
+    CompletionQueued,
+    Ended,
+    Established,
+    MessageReceived,
+    QueuePairEndpoint,
+    WorkFinished,
+)
+from iwarp.rdma.errors import ConnectionTerminatedError
+from iwarp.rdmap.memory import Access, MemoryRegistry
+from iwarp.rdmap.work import CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WorkOpcode, WriteWR
+from iwarp.vitcp.config import Role as VitcpRole
+from iwarp.vitcp.config import VitcpConfig
+from iwarp.vitcp.connection import VitcpConnection
+
+
+class Wire:
+    """Two cores and a clock; moves octets until both are quiet."""
+
+    def __init__(self, a: QueuePairEndpoint, b: QueuePairEndpoint) -> None:
+        self.a, self.b = a, b
+        self.now = 0.0
+        self.events: dict[int, list[Any]] = {id(a): [], id(b): []}
+
+    def pump(self) -> None:
+        for _ in range(10_000):
+            moved = False
+            for src, dst in ((self.a, self.b), (self.b, self.a)):
+                self.events[id(src)] += src.take_events()
+                data = b"".join(bytes(c) for c in src.data_to_send())
+                self.events[id(src)] += src.take_events()
+                if data:
+                    moved = True
+                    self.events[id(dst)] += dst.receive_data(data, self.now)
+            if not moved:
+                return
+        raise AssertionError("did not settle")
+
+    def of(self, end: QueuePairEndpoint, kind: type) -> list[Any]:
+        return [e for e in self.events[id(end)] if isinstance(e, kind)]
+
+
+def pair(
+    *,
+    initiator: MpaConfig | None = None,
+    responder: MpaConfig | None = None,
+    **kwargs: Any,
+) -> Wire:
+    registry = MemoryRegistry()
+    a = QueuePairEndpoint(Role.INITIATOR, registry.alloc_pd(), initiator, **kwargs.get("a", {}))
+    b = QueuePairEndpoint(Role.RESPONDER, registry.alloc_pd(), responder, **kwargs.get("b", {}))
+    return Wire(a, b)
+
+
+def test_every_core_keeps_the_contract() -> None:
+    registry = MemoryRegistry()
+    cores: list[object] = [
+        MpaConnection(Role.INITIATOR),
+        RdmaConnection(Role.INITIATOR, registry.alloc_pd()),
+        QueuePairEndpoint(Role.INITIATOR, registry.alloc_pd()),
+        VitcpConnection(VitcpConfig(), VitcpRole.ACTIVE),
+    ]
+    for core in cores:
+        assert isinstance(core, Connection), type(core).__name__
+        assert isinstance(core.data_to_send(), list)  # type: ignore[attr-defined]
+
+
+def test_receive_pool_delivers_in_order_and_reposts() -> None:
+    w = pair(a={"receive_buffers": 2}, b={"receive_buffers": 2})
+    w.pump()
+    assert w.of(w.a, Established) and w.of(w.b, Established)
+    for i in range(5):  # more messages than buffers: each taken one is reposted
+        w.a.post_send(SendWR(f"m{i}".encode(), wr_id=i))
+        w.pump()
+        assert w.b.take_message() == f"m{i}".encode()
+    assert w.b.take_message() is None
+    assert len(w.of(w.b, MessageReceived)) == 5
+    # Sends completed to the user's queue, with the user's wr_ids.
+    assert [c.wr_id for c in w.a.send_cq.poll()] == list(range(5))
+    assert len(w.of(w.a, CompletionQueued)) == 5
+
+
+def test_tracked_work_goes_to_result_not_the_queue() -> None:
+    w = pair(b={"receive_buffers": 1})
+    w.pump()
+    wr_id = w.a.next_wr_id()
+    assert wr_id < 0
+    w.a.track(wr_id)
+    w.a.post_send(SendWR(b"tracked", wr_id=wr_id))
+    w.pump()
+    (done,) = w.of(w.a, WorkFinished)
+    assert done.wr_id == wr_id
+    completion = w.a.result(wr_id)
+    assert completion is not None and completion.ok
+    assert w.a.result(wr_id) is None  # handed out once
+    assert len(w.a.send_cq) == 0
+
+
+def test_user_receives_go_to_the_receive_queue() -> None:
+    registry = MemoryRegistry()
+    posted: list[RecvWR] = []
+
+    def setup() -> None:
+        region = b.pd.register(bytearray(64))
+        wr = RecvWR(Sge(region), wr_id=77)
+        posted.append(wr)
+        b.post_recv(wr)
+
+    a = QueuePairEndpoint(Role.INITIATOR, registry.alloc_pd())
+    b = QueuePairEndpoint(Role.RESPONDER, registry.alloc_pd(), setup=setup)
+    w = Wire(a, b)
+    w.pump()
+    a.post_send(SendWR(b"to yours"))
+    w.pump()
+    (completion,) = b.recv_cq.poll()
+    assert completion.wr_id == 77 and completion.byte_len == 8
+    assert bytes(posted[0].local.region.view[:8]) == b"to yours"
+
+
+def test_write_and_read_symmetric_through_the_endpoint() -> None:
+    w = pair()
+    w.pump()
+    target = w.b.pd.register(bytearray(16), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    source = w.b.pd.register(b"0123456789abcdef", Access.REMOTE_READ)
+    w.a.post_send(WriteWR(b"written!", target.stag, 4, wr_id=1))
+    sink = w.a.pd.register(bytearray(6), Access.LOCAL_WRITE)
+    w.a.post_send(ReadWR(Sge(sink), source.stag, 10, wr_id=2))
+    w.pump()
+    assert bytes(target.view[4:12]) == b"written!"
+    assert bytes(sink.view) == b"abcdef"
+    assert [(c.wr_id, c.opcode) for c in w.a.send_cq.poll()] == [
+        (1, WorkOpcode.RDMA_WRITE),
+        (2, WorkOpcode.RDMA_READ),
+    ]
+
+
+def test_first_send_hold_is_a_timer() -> None:
+    w = pair(a={"first_send_delay": 0.5, "now": 0.0})
+    w.pump()
+    assert w.a.get_timer() == 0.5
+    w.a.post_send(SendWR(b"held"))
+    assert w.a.data_to_send() == [] and not w.a.has_data_to_send
+    assert w.a.handle_timer(0.4) == []
+    assert w.a.data_to_send() == []
+    w.a.handle_timer(0.5)
+    assert w.a.get_timer() is None
+    assert w.a.has_data_to_send and w.a.data_to_send()
+
+
+@pytest.mark.parametrize("decision", [Accept(b"yes", ird=3, ord=2), Reject(b"no", ird=5, ord=7)])
+def test_decision_with_ird_ord_is_applied(decision: Accept | Reject) -> None:
+    w = pair(b={"decide": lambda request: decision})
+    w.pump()
+    if isinstance(decision, Accept):
+        assert w.a.params is not None and w.b.params is not None
+        assert (w.b.params.ird, w.b.params.ord) == (3, 2)
+        assert w.a.params.peer_private_data == b"yes"
+        return
+    (ended,) = w.of(w.a, Ended)
+    assert isinstance(ended.error, ConnectionRejectedError)
+    assert ended.error.private_data == b"no"
+    frame = ended.error.event.frame
+    enhanced = None if frame is None else frame.enhanced
+    assert enhanced is not None and (enhanced.ird, enhanced.ord) == (5, 7)  # RFC 6581 §9.1
+    assert w.a.must_close and w.b.must_close
+
+
+@pytest.mark.parametrize("peer_to_peer", [False, True])
+def test_setup_error_ends_with_a_terminate(peer_to_peer: bool) -> None:
+    def setup() -> None:
+        raise ValueError("the application's bug")
+
+    w = pair(initiator=MpaConfig(peer_to_peer=peer_to_peer), b={"setup": setup})
+    w.pump()
+    (ended,) = w.of(w.b, Ended)
+    assert isinstance(ended.error, IwarpError) and "application's bug" in str(ended.error)
+    assert not w.of(w.b, Established)
+    assert w.b.must_close
+    assert w.b.terminate is not None and w.b.terminate.layer == 0  # RDMAP, local catastrophic
+    # The Responder's Terminate leaves once the Initiator's first FPDU (the
+    # RFC 6581 RTR) lifted the fence (RFC 5044 §7.1.2 rule 4); before, the
+    # driver closes TCP.
+    assert w.a.terminate_received is peer_to_peer
+
+
+def test_negotiation_failure_is_not_established() -> None:
+    w = pair(
+        initiator=MpaConfig(peer_to_peer=True, rtr_types=RtrFlags.SEND),
+        responder=MpaConfig(rtr_types=RtrFlags.WRITE),
+    )
+    w.pump()
+    assert not w.of(w.a, Established)
+    (ended,) = w.of(w.a, Ended)
+    assert isinstance(ended.error, MpaError) and ended.error.code == 7
+
+
+def test_posting_after_the_end_raises() -> None:
+    w = pair()
+    w.pump()
+    w.a.close()
+    with pytest.raises(ConnectionTerminatedError):
+        w.a.post_send(SendWR(b"late"))
+    fresh = QueuePairEndpoint(Role.INITIATOR, MemoryRegistry().alloc_pd())
+    with pytest.raises(LocalProtocolError):
+        fresh.post_send(SendWR(b"early"))
+
+
+def test_connection_lost_flushes_and_ends_once() -> None:
+    w = pair(b={"receive_buffers": 1})
+    w.pump()
+    sink = w.a.pd.register(bytearray(4), Access.LOCAL_WRITE)
+    w.a.post_send(ReadWR(Sge(sink), 0x1234, 0, wr_id=9))
+    w.a.data_to_send()
+    events = w.a.connection_lost(1.0, "reset")
+    assert [e for e in events if isinstance(e, Ended)]
+    assert [c.status for c in w.a.send_cq.poll()] == [CompletionStatus.FLUSHED]
+    assert not [e for e in w.a.connection_lost(2.0) if isinstance(e, Ended)]

@@ -1,0 +1,86 @@
+"""The sans-IO VI/TCP establishment policy: discriminator demultiplexing and
+the peer-to-peer retry schedule."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import out
+from iwarp.vitcp.config import Reliability, Role, VitcpConfig
+from iwarp.vitcp.connection import VitcpConnection
+from iwarp.vitcp.events import Connected, ConnectionClosed, ConnectionRequested
+from iwarp.vitcp.handshake import State
+from iwarp.vitcp.listener import Demultiplexer, PeerRetry
+from iwarp.vitcp.wire import SegmentType
+
+
+def incoming(
+    called: bytes, config: VitcpConfig | None = None
+) -> tuple[VitcpConnection, VitcpConnection, ConnectionRequested]:
+    a = VitcpConnection(config or VitcpConfig(), Role.ACTIVE)
+    b = VitcpConnection(VitcpConfig(), Role.PASSIVE)
+    a.connect(0.0, called)
+    b.tcp_accepted(0.0)
+    a.tcp_established(0.0)
+    (request,) = b.receive_data(out(a), 0.0)
+    assert isinstance(request, ConnectionRequested)
+    return a, b, request
+
+
+def test_waiting_vi_first_then_the_server_then_no_match() -> None:
+    demux: Demultiplexer[str] = Demultiplexer()
+    demux.offer(b"svc", "server", every=True, keep_posted=2)
+    demux.offer(b"svc", "once")
+    routes = []
+    for _ in range(2):
+        a, b, request = incoming(b"svc")
+        routed = demux.route(b, request)
+        assert routed.accepted and routed.offer is not None
+        routes.append(routed.offer.owner)
+        (connected,) = [e for e in a.receive_data(out(b), 0.0) if isinstance(e, Connected)]
+        assert connected.params is not None
+    assert routes == ["once", "server"]
+    assert b.descriptors_posted == 2  # the server's keep_posted
+    _, b, request = incoming(b"other")
+    routed = demux.route(b, request)
+    assert routed.offer is None and not routed.accepted
+    assert out(b)[1] & 0x1F == SegmentType.CONNECT_NO_MATCH
+    assert b.state is State.DISCONNECTED and b.must_close
+
+
+def test_attribute_mismatch_rejects_and_reports_the_offer() -> None:
+    demux: Demultiplexer[str] = Demultiplexer()
+    demux.offer(b"svc", "waiter", config=VitcpConfig(reliability=Reliability.DELIVERY))
+    _, b, request = incoming(b"svc", VitcpConfig(reliability=Reliability.RECEPTION))
+    routed = demux.route(b, request)
+    assert routed.offer is not None and routed.offer.owner == "waiter" and not routed.accepted
+    assert out(b)[1] & 0x1F == SegmentType.CONNECT_REJECT
+    assert [e for e in b.take_events() if isinstance(e, ConnectionClosed)] or b.must_close
+
+
+def test_withdrawn_offer_is_not_used() -> None:
+    demux: Demultiplexer[str] = Demultiplexer()
+    offer = demux.offer(b"svc", "gone")
+    demux.withdraw(offer)
+    _, b, request = incoming(b"svc")
+    assert demux.route(b, request).offer is None
+
+
+def test_peer_retry_backs_off_until_the_deadline() -> None:
+    retry = PeerRetry(VitcpConfig(connect_timeout=5.0), now=100.0)
+    now = 100.0
+    waits = []
+    while (at := retry.next_attempt(now)) is not None:
+        waits.append(round(at - now, 3))
+        now = at
+    assert waits[:6] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
+    assert all(w == 1.0 for w in waits[5:])
+    assert now < retry.deadline == 105.0
+    assert retry.attempts == len(waits) + 1
+    assert len(waits) < 10  # not hundreds of reconnects in 5 s
+
+
+@pytest.mark.parametrize("timeout", [0.01, 0.04])
+def test_peer_retry_gives_up_when_the_next_wait_passes_the_deadline(timeout: float) -> None:
+    retry = PeerRetry(VitcpConfig(connect_timeout=timeout), now=0.0)
+    assert retry.next_attempt(0.0) is None
