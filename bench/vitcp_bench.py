@@ -51,6 +51,11 @@ def crc_rates(seconds: float) -> None:
     print(f"zlib.crc32 floor     64 KiB blocks:   {floor / MIB:8.1f} MiB/s")
 
 
+def out(core: VitcpConnection) -> bytes:
+    """What ``core`` has to send, joined."""
+    return b"".join(bytes(part) for part in core.data_to_send())
+
+
 def core_pair(config: VitcpConfig) -> tuple[VitcpConnection, VitcpConnection]:
     a = VitcpConnection(config, Role.ACTIVE)
     b = VitcpConnection(config, Role.PASSIVE)
@@ -72,7 +77,9 @@ def core_rates(seconds: float) -> None:
 
         def one(a: VitcpConnection = a, b: VitcpConnection = b) -> int:
             b.post_receive(1)
-            a.receive_data(out(b))
+            ack = out(b)
+            if ack:  # b"" would mean FIN
+                a.receive_data(ack)
             a.send(message)
             wire = out(a)
             for i in range(0, len(wire), READ_SIZE):
