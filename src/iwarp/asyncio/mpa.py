@@ -397,9 +397,11 @@ class MpaSocket:
         :raises LocalProtocolError: not an Initiator, or ULPDUs were
             exchanged already.
         """
-        self._protocol.conn.refuse_reply()
-        self._protocol._process()
-        return MpaStream(self._protocol)
+        protocol = self._protocol
+        protocol.conn.refuse_reply()
+        protocol.handle_events(protocol.conn.take_events())
+        protocol.flush()
+        return MpaStream(protocol)
 
     def send(self, ulpdu: Buffer) -> None:
         """Frame and write one ULPDU (one write). Call :meth:`drain` to
