@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from iwarp.conformance import all_cases
+from iwarp.conformance import all_cases, expected
 from iwarp.conformance.model import Result, TargetRole, select
 from iwarp.conformance.report import format_case, format_result, junit, summary_line, to_json
 from iwarp.conformance.runner import (
@@ -88,6 +89,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON report at the end")
     parser.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
     parser.add_argument(
+        "--record",
+        type=Path,
+        metavar="FILE",
+        help="write this run's statuses as an expected-results record (JSON) "
+        "that a later run can be compared with (see --expect)",
+    )
+    parser.add_argument(
+        "--expect",
+        type=Path,
+        metavar="FILE",
+        help="compare with a record written by --record: exit 1 when any "
+        "case's status differs (instead of when any case fails)",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="show what was seen for passing cases too"
     )
     parser.set_defaults(func=run)
@@ -127,6 +142,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(cases)} cases")
         return 0
     assert target is not None
+    want: dict[str, dict[str, str]] = {}
+    if args.expect is not None:
+        try:
+            want = json.loads(args.expect.read_text())["cases"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return _fail(f"cannot read the record {args.expect}: {exc}")
     colour = sys.stdout.isatty() and not args.json
     results: list[Result] = []
 
@@ -152,9 +173,17 @@ def run(args: argparse.Namespace) -> int:
         from iwarp.conformance.report import write_text
 
         write_text(results, sys.stdout, colour=colour)
-    if args.junit is not None:
-        try:
+    rows = [r.as_dict() for r in results]
+    try:
+        if args.junit is not None:
             args.junit.write_bytes(junit(results, target.describe()))
-        except OSError as exc:
-            return _fail(f"cannot write {args.junit}: {exc.strerror or exc}")
+        if args.record is not None:
+            args.record.write_text(expected.record(rows, target.describe()))
+    except OSError as exc:
+        return _fail(f"cannot write a report: {exc.strerror or exc}")
+    if args.expect is not None:
+        diff = expected.compare(want, rows)
+        for line in diff:
+            print(f"differs from {args.expect}: {line}", file=sys.stderr)
+        return 1 if diff else 0
     return 1 if any(r.status == "failed" for r in results) else 0

@@ -162,6 +162,8 @@ class Runner:
         self.style = StartupStyle()
         self._listener: socket.socket | None = None
         self._accepted = 0
+        #: Whether the target ended the last case's connection.
+        self._ended = False
 
     # --- connections ------------------------------------------------------
 
@@ -238,12 +240,52 @@ class Runner:
 
     # --- cases -------------------------------------------------------------------
 
+    def alive(self) -> bool:
+        """Whether a Responder target still answers a valid Request with a Reply.
+
+        A case whose target ends the connection passes many checks ("closes
+        without a Reply"); a target that crashed or stopped listening would
+        pass them all. So after such a case the target must prove it is alive.
+        """
+        if not isinstance(self.target, ResponderTarget):
+            return True
+        deadline = time.monotonic() + self.timeout
+        try:
+            link = self._connect(deadline)
+        except TargetUnavailableError:
+            return False
+        session = Session(link, TargetRole.RESPONDER, deadline=deadline, style=self.style)
+        try:
+            session.initiate()
+        except CaseFailed:
+            return False
+        finally:
+            link.close()
+        return True
+
     def run(self, cases: Iterable[Case]) -> list[Result]:
-        results = []
+        results: list[Result] = []
+        dead = ""
+        silent, last = 0, "the start"
         try:
             self.probe()
             for item in cases:
-                result = self.run_case(item)
+                if dead:
+                    result = Result(item, Status.SKIPPED, dead)
+                else:
+                    self._ended = False
+                    result = self.run_case(item)
+                    if "did not connect" in result.reason:
+                        silent += 1
+                        if silent == 2:  # an Initiator that no longer connects at all
+                            dead = f"the target stopped connecting (after {last})"
+                    else:
+                        silent, last = 0, item.id
+                    if self._ended and not self.alive():
+                        dead = f"the target stopped answering valid MPA Requests after {item.id}"
+                        if result.status is Status.PASSED:
+                            result.status = Status.FAILED
+                            result.reason = dead + " (crashed, or stopped listening)"
                 results.append(result)
                 if self.on_result is not None:
                     self.on_result(result)
@@ -286,11 +328,13 @@ class Runner:
             status, reason = Status.SKIPPED, str(exc)
         except TargetUnavailableError as exc:
             status, reason = Status.FAILED, str(exc)
+            self._ended = True
         except Exception as exc:  # a bug in the case: report it, keep going
             where = traceback.extract_tb(exc.__traceback__)[-1]
             status = Status.FAILED
             reason = f"internal error in the case: {exc!r} at {where.filename}:{where.lineno}"
         observed: list[str] = []
+        self._ended |= session is not None and session.link.ended is not None
         if session is not None:
             observed = list(session.observed)
             if status is Status.FAILED:

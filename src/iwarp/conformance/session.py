@@ -553,7 +553,7 @@ class Session:
                 if key == REPLY_KEY[: len(key)]
                 else "an MPA Request"
                 if key == REQUEST_KEY[: len(key)]
-                else "octets"
+                else _as_fpdu(data)
             )
             raise CaseFailed(f"{what}: the target sent {kind} ({len(data)} octets) before closing")
         if data and allow_reply and len(data) >= FRAME_HEADER_SIZE and data[:16] == REPLY_KEY:
@@ -676,6 +676,15 @@ class Session:
                 return
             if got.is_terminate:
                 raise CaseFailed(f"{what}: the target sent {got.describe()}")
+
+
+def _as_fpdu(data: bytes) -> str:
+    """Name octets that look like an FPDU (a Terminate, say) sent where none may be."""
+    length = int.from_bytes(data[:2], "big")
+    if len(data) >= 2 + length + CRC_SIZE and length >= UNTAGGED_HEADER_SIZE:
+        got = Received(data[2 : 2 + length], b"", 0, True, 0)
+        return f"an {got.describe()}"
+    return "octets"
 
 
 def describe_frame(frame: MpaFrame, raw: bytes) -> str:

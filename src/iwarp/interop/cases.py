@@ -635,7 +635,11 @@ def conformance_matches(record: str) -> Judge:
         summary = (
             f"{report['passed']} passed, {report['failed']} failed, {report['skipped']} skipped"
         )
-        diff = compare(load_expected(record), report["results"])
+        try:
+            expected = load_expected(record)
+        except FileNotFoundError:
+            return False, f"{summary}; no record {record}.json to compare with"
+        diff = compare(expected, report["results"])
         if diff:
             more = f" (+{len(diff) - 6} more)" if len(diff) > 6 else ""
             return False, f"{summary}; differs from {record}.json: {'; '.join(diff[:6])}{more}"

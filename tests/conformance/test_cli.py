@@ -1,0 +1,76 @@
+"""``iwarp conformance`` end to end against ``iwarp listen``: text, JSON, JUnit, records."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from iwarp.cli import main
+
+from .conftest import TARGET_TIMEOUT, listening
+
+PREFIX = "rfc6581/9.1/"
+
+
+def test_text_report_ends_with_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    with listening(["--timeout", TARGET_TIMEOUT]) as port:
+        status = main(["conformance", "127.0.0.1", str(port), PREFIX])
+    out = capsys.readouterr().out
+    assert status == 0
+    lines = out.strip().splitlines()
+    assert lines[-1].endswith("0 failed, 0 skipped") and "\033[" not in out  # no colour in a pipe
+    assert any(line.startswith("PASS rfc6581/9.1/3") for line in lines)
+
+
+def test_json_junit_record_and_expect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    junit, record = tmp_path / "r.xml", tmp_path / "rec.json"
+    with listening(["--timeout", TARGET_TIMEOUT]) as port:
+        args = ["conformance", "127.0.0.1", str(port), PREFIX, "rfc5044/7.1.1/32", "--strict"]
+        # --pd-limit 512 is the default: every case passes.
+        assert main([*args, "--json", "--junit", str(junit), "--record", str(record)]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["failed"] == 0 and report["passed"] == len(report["results"])
+        suite = ET.parse(junit).getroot()
+        assert suite.get("tests") == str(len(report["results"])) and suite.get("failures") == "0"
+        # A record that says a case failed no longer matches: exit 1, the difference named.
+        data = json.loads(record.read_text())
+        data["cases"]["rfc5044/7.1.1/32"] = {"status": "failed", "reason": "recorded"}
+        record.write_text(json.dumps(data))
+        assert main([*args, "--expect", str(record)]) == 1
+    assert "rfc5044/7.1.1/32: expected failed, got passed" in capsys.readouterr().err
+
+
+def test_failing_target_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    with listening(["--timeout", TARGET_TIMEOUT, "--pd-limit", "256"]) as port:
+        status = main(["conformance", "127.0.0.1", str(port), "rfc5044/7.1.1/32", "--strict"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "FAIL rfc5044/7.1.1/32" in out and "1 failed" in out and "received" in out
+
+
+def test_unreachable_target_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conformance", "127.0.0.1", "1", PREFIX]) == 2
+    assert "cannot connect" in capsys.readouterr().err
+
+
+def test_peer_cmd_runs_once_per_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--peer-cmd: a command that never connects fails each case with its exit status."""
+    status = main(
+        ["conformance", "--listen", "0", "--peer-cmd", "exit 3", "rfc6581/9.2/10", "--timeout", "2"]
+    )
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "the peer command ended without connecting (exit 3)" in out
+
+
+def test_a_target_that_dies_is_not_passed(capsys: pytest.CaptureFixture[str]) -> None:
+    """Closing cases would pass against a dead target: a probe after each catches it."""
+    with listening(["--timeout", TARGET_TIMEOUT, "--connections", "6"]) as port:
+        status = main(["conformance", "127.0.0.1", str(port), "rfc5044/7.1.1/"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "stopped answering valid MPA Requests after rfc5044/7.1.1/" in out
+    assert "SKIP rfc5044/7.1.1/24" in out  # every later case
