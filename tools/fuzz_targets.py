@@ -242,7 +242,7 @@ def _capture_seed() -> bytes:
     flags = FrameFlags.CRC | FrameFlags.MARKERS
     cap.send(Direction.C2S, MpaFrame(True, flags, 1, b"pd").pack())
     cap.send(Direction.S2C, MpaFrame(False, flags, 1).pack())
-    cap.send(Direction.C2S, _fpdus(True, True, _ddp_ulpdus()))
+    cap.send(Direction.C2S, _fpdus(True, True, _ddp_ulpdus()[:3]))
     cap.close()
     return cap.to_bytes()
 
@@ -251,7 +251,7 @@ def seeds() -> dict[str, list[bytes]]:
     ulpdus = _ddp_ulpdus()
     request = build_request(MpaConfig(markers=True), b"hello").pack()
     reply = MpaFrame(False, FrameFlags.CRC | FrameFlags.MARKERS, 1, b"ok").pack()
-    stream = _fpdus(True, True, ulpdus * 3)
+    stream = _fpdus(True, True, ulpdus)
     plain = _fpdus(False, True, ulpdus)
     ooo = b"\x03" + b"".join(
         struct.pack(">HB", i, len(stream[i : i + 200])) + stream[i : i + 200]
@@ -263,12 +263,12 @@ def seeds() -> dict[str, list[bytes]]:
     vi_request = bytes(vi.data_to_send())
     assert vi_request
     return {
-        "mpa_responder": [bytes([0x0E, 7]) + request + _fpdus(False, True, ulpdus)],
-        "mpa_initiator": [bytes([0x0D, 9]) + reply + plain],
-        "fpdu_decoder": [bytes([0x03, 33]) + stream, bytes([0x02, 5]) + plain],
+        "mpa_responder": [bytes([0x0E, 200]) + request + _fpdus(False, True, ulpdus)],
+        "mpa_initiator": [bytes([0x0D, 180]) + reply + plain],
+        "fpdu_decoder": [bytes([0x03, 230]) + stream, bytes([0x02, 5]) + plain],
         "ooo_receiver": [ooo],
         "rdmap_receive": [b"\x00" + _length_prefixed(ulpdus)],
         "vitcp_segment": [b"\x00" + vi_request],
-        "vitcp_connection": [b"\x00\x11" + vi_request],
+        "vitcp_connection": [b"\x01\xc0" + vi_request],
         "capture": [_capture_seed()],
     }
