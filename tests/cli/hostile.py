@@ -57,6 +57,9 @@ class HostileRelay:
         self._lock = threading.Lock()
         self._accepted = 0
         self._closers: list[_Closer] = []
+        #: Connection index -> the relay's address towards the target, as
+        #: the target sees its peer ("host:port").
+        self.upstream: dict[int, str] = {}
         self._acceptor = threading.Thread(target=self._accept, daemon=True)
 
     def __enter__(self) -> HostileRelay:
@@ -87,6 +90,8 @@ class HostileRelay:
             except OSError:
                 client.close()
                 continue
+            host, port = upstream.getsockname()[:2]
+            self.upstream[index] = f"{host}:{port}"
             for sock in (client, upstream):
                 sock.settimeout(None)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
