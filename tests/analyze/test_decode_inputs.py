@@ -278,3 +278,18 @@ def test_standard_input_is_decoded_as_it_arrives(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in (seen + rest).decode().splitlines()]
     assert [x["stream"] for x in lines if x["type"] == "stream_summary"] == [0, 1]
     assert lines[-1]["capture"] == "<stdin>"
+
+
+def test_progress_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from iwarp.cli.decode import _Progress
+
+    class Reader:
+        count = 25_000_000
+
+    meter = _Progress("big.pcap", 100_000_000, Reader())  # type: ignore[arg-type]
+    meter.started -= 2.0  # as if two seconds had passed
+    meter.last -= 2.0
+    meter.update()
+    meter.clear()
+    err = capsys.readouterr().err
+    assert " 25.0%" in err and "12.5 MB/s" in err and "ETA 0:06" in err

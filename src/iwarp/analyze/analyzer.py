@@ -20,7 +20,7 @@ not captured are framed from ``--mpa-start`` or found by markers and CRCs.
 from __future__ import annotations
 
 import heapq
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Final, TypeAlias
@@ -242,7 +242,7 @@ class StreamAnalyzer:
         #: Connections so far (the next one's ``tcp.stream`` number).
         self.count = 0
         self._live: dict[_Key, tuple[_Connection, int]] = {}
-        self._closed: dict[_Key, int] = {}
+        self._closed: OrderedDict[_Key, int] = OrderedDict()
         self._open = 0
         #: Connections closed by FIN both ways, waiting out LINGER: ``(time, connection)``.
         self._lingering: deque[tuple[float, _Connection]] = deque()
@@ -337,7 +337,7 @@ class StreamAnalyzer:
                 del self._live[key]
                 self._closed[key] = connection.index
         while len(self._closed) > CLOSED_REMEMBERED:
-            del self._closed[next(iter(self._closed))]
+            self._closed.popitem(last=False)
 
     def emit(self, output: Output) -> None:
         self.out.append(output)
