@@ -48,10 +48,11 @@ from iwarp.rdmap.work import Completion, CompletionStatus, ReadWR, RecvWR, SendW
 DEFAULT_PORT = 18515  # perftest's default port, so firewalls set up for it fit
 #: Messages kept in flight in bandwidth mode (perftest's default tx depth is 128).
 WINDOW = 64
-#: Receive buffers the server keeps posted for Send bandwidth; it returns
-#: credits in batches of CREDIT_BATCH (a Send needs a posted buffer, RFC 5040).
+#: Receive buffers the server keeps posted for Send bandwidth, at most, and
+#: the memory they may take together (fewer buffers for large messages); it
+#: returns credits as it reposts them (a Send needs a posted buffer, RFC 5040).
 SEND_RECEIVES = 64
-CREDIT_BATCH = 16
+SEND_MEMORY = 256 << 20
 #: Control messages (JSON) fit this.
 CONTROL_SIZE = 4096
 MIB = float(1 << 20)
@@ -137,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, IwarpError, PerfError) as exc:
         print(f"iwarp perf: {exc}", file=sys.stderr)
         return 1
+    except MemoryError:
+        print(f"iwarp perf: not enough memory for {args.size}-octet messages", file=sys.stderr)
+        return 1
     _report(result, args.json)
     return 0
 
@@ -212,22 +216,28 @@ async def _serve_one(qp: QueuePair) -> None:
     op, size, latency = test["op"], int(test["size"]), bool(test["latency"])
     if not 0 < size <= MAX_SIZE or op not in ("write", "read", "send"):
         raise PerfError(f"bad test {test!r}")
-    target = qp.register(
-        bytearray(size), Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
-    )
+    receives = 2 if latency else max(2, min(SEND_RECEIVES, SEND_MEMORY // size))
     sinks = []
-    if op == "send":  # data Sends (and the last, solicited one) land in these
-        for i in range(2 if latency else SEND_RECEIVES):
-            sinks.append(qp.register(bytearray(size), Access.LOCAL_WRITE))
-            qp.post_recv(RecvWR(Sge(sinks[i]), wr_id=i))
-    else:  # control messages (and Write-latency pings) land in the control buffer
-        qp.post_recv(RecvWR(Sge(region), wr_id=CONTROL_ID))
+    stag = 0
+    try:
+        if op == "send":  # data Sends (and the last, solicited one) land in these
+            for i in range(receives):
+                sinks.append(qp.register(bytearray(size), Access.LOCAL_WRITE))
+                qp.post_recv(RecvWR(Sge(sinks[i]), wr_id=i))
+        else:
+            access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+            stag = qp.register(bytearray(size), access).stag
+            # control messages (and Write-latency pings) land in the control buffer
+            qp.post_recv(RecvWR(Sge(region), wr_id=CONTROL_ID))
+    except MemoryError:
+        raise PerfError(f"cannot allocate buffers for {size}-octet messages") from None
     cpu = time.process_time()
     params = qp.params
     await _send_json(
         qp,
         {
-            "stag": target.stag,
+            "stag": stag,
+            "credits": receives,
             "markers": params.markers_receive,
             "crc": params.crc,
             "accel": _accel.describe(),
@@ -245,7 +255,7 @@ async def _serve_one(qp: QueuePair) -> None:
                 await qp.send(Sge(answer))
                 continue
             credits += 1
-            if credits >= CREDIT_BATCH:
+            if credits >= max(1, receives // 4):
                 await _send_json(qp, {"credits": credits})
                 credits = 0
     else:
@@ -438,7 +448,9 @@ async def _client(args: argparse.Namespace, config: MpaConfig) -> Result:
             await _latency(qp, args.op, region, stag, iters, deadline, result)
             report = json.loads(await qp.receive())
         else:
-            report = await _bandwidth(qp, args.op, region, stag, iters, deadline, result)
+            report = await _bandwidth(
+                qp, args.op, region, stag, iters, deadline, result, int(answer["credits"])
+            )
         result.cpu_client = time.process_time() - cpu
         result.cpu_server = float(report["cpu"])
         if args.compare_raw:
@@ -468,10 +480,14 @@ async def _bandwidth(
     iters: int,
     deadline: float | None,
     result: Result,
+    receives: int,
 ) -> dict[str, Any]:
-    """Keep WINDOW messages in flight; returns the server's report."""
+    """Keep WINDOW messages in flight; returns the server's report.
+
+    ``receives``: the buffers the server posted for Sends (the first credits).
+    """
     posted = completed = 0
-    credits = SEND_RECEIVES if op == "send" else 1 << 62
+    credits = receives if op == "send" else 1 << 62
     window = min(WINDOW, max(1, qp.params.ord)) if op == "read" else WINDOW
     more_credits = asyncio.Event()
     messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
