@@ -28,7 +28,6 @@ from analyze_traffic import (
     standard,
 )
 
-from iwarp.analyze.names import terminate_reason
 from iwarp.cli import main
 from iwarp.ddp.wire import UntaggedHeader
 from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader, rdmap_control
@@ -63,21 +62,9 @@ def fpdu_count(out: str) -> int:
     return sum(1 for line in json_lines(out) if line["type"] == "fpdu")
 
 
-def test_terminate_reasons_are_named_from_the_specs() -> None:
-    assert terminate_reason(1, 1, 0) == "DDP tagged buffer error: invalid STag (RFC 5041 §7.2)"
-    assert (
-        terminate_reason(0, 2, 6)
-        == "RDMAP remote operation error: unexpected OpCode (RFC 5040 §7.2)"
-    )
-    assert terminate_reason(2, 0, 2).startswith("LLP (MPA) MPA error: received MPA CRC")
-    assert terminate_reason(0, 0, 0x55) == "RDMAP local catastrophic error (RFC 5040 §7.2)"
-    assert "not defined" in terminate_reason(1, 2, 0x77)
-    assert "not defined" in terminate_reason(5, 9, 0)
-
-
 def test_statistics_of_a_connection(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     conv = standard(False, False)
-    conv.r2i.append(terminate(1, 1, 0))
+    conv.r2i.append(terminate(1, 1, 0))  # named by iwarp.rdmap.terminate.terminate_name
     cap, _ = conv.capture()
     path = tmp_path / "t.pcap"
     cap.write(str(path))

@@ -7,7 +7,6 @@ from typing import Any, TextIO
 
 from iwarp.analyze.analyzer import ConnectionReport, DirectionSummary
 from iwarp.analyze.capture import CaptureStats
-from iwarp.analyze.names import terminate_reason
 from iwarp.analyze.records import (
     ErrorRecord,
     FpduRecord,
@@ -19,6 +18,7 @@ from iwarp.analyze.records import (
 from iwarp.analyze.stats import CaptureTotals, DirectionStats
 from iwarp.errors import MpaErrorCode
 from iwarp.mpa.wire import MpaFrame
+from iwarp.rdmap.terminate import terminate_name
 
 __all__ = [
     "capture_json",
@@ -321,7 +321,7 @@ def _fpdu_tree(record: FpduRecord) -> list[str]:
     if isinstance(term, dict):
         lines.append(
             f"        Terminate: layer {term['layer']} type {term['etype']} code "
-            f"{term['code']:#04x}: {terminate_reason(term['layer'], term['etype'], term['code'])}"
+            f"{term['code']:#04x}: {terminate_name(term['layer'], term['etype'], term['code'])}"
         )
     problems = ulp.get("problems")
     if isinstance(problems, list) and problems:

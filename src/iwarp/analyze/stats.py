@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from iwarp.analyze.names import terminate_reason
+from iwarp.rdmap.terminate import terminate_name
 
 __all__ = ["DirectionStats", "LatencyStats", "SizeHistogram", "Timeline"]
 
@@ -183,7 +183,7 @@ class Terminate:
 
     @property
     def reason(self) -> str:
-        return terminate_reason(self.layer, self.etype, self.code)
+        return terminate_name(self.layer, self.etype, self.code)
 
     def to_json(self) -> dict[str, Any]:
         return {
