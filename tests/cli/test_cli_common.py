@@ -287,3 +287,28 @@ def test_the_readme_lists_every_command() -> None:
         if action:
             cell = " ".join(row.split("|")[1] for row in rows)
             assert action[0] in cell, f"README's command table does not name {name}"
+
+
+@pytest.mark.parametrize("op", ["send", "write", "read"])
+def test_the_connector_learns_why_the_listener_refused(op: str) -> None:
+    with listen("--connections", "1", "--max-size", "1000", "--op", op) as listener:
+        rc, out = connect(listener.port, "--size", "1001", "--op", op)
+        lrc, lines = listener.finish()
+    assert (rc, lrc) == (1, 1)
+    (error,) = by_type(out, "error")
+    assert error["message"] == (
+        "the listener refused: messages of 1001 octets exceed its --max-size 1000 (1000 octets)"
+    )
+    assert "reset" not in str(error["message"])
+    assert "exceed --max-size 1000" in str(by_type(lines, "error")[0]["message"])
+
+
+def test_the_connector_learns_of_a_full_memory_budget() -> None:
+    with listen("--connections", "1", "--memory-budget", "64K") as listener:
+        rc, out = connect(listener.port, "--size", "100K")
+        listener.finish()
+    assert rc == 1
+    (error,) = by_type(out, "error")
+    assert str(error["message"]).startswith(
+        "the listener refused: no room for a buffer of 102400 octets in its --memory-budget"
+    )

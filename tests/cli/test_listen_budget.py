@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from clitools import IWARP, Listener, by_type, connect, mpa_peer, send_header
-from iwarp.cli._ops import format_size, parse_size
+from iwarp.cli._ops import REFUSAL_STAG, format_size, parse_size
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder
 from iwarp.rdma.rping import ADVERT
 
@@ -81,14 +81,16 @@ def credits(sock: socket.socket, at_least: int, quiet: float = 0.3) -> int:
 
 
 def refused(sock: socket.socket) -> bool:
-    """The listener ended the connection (reset or close) without advertising."""
+    """The listener ended the connection (reset or close) without advertising:
+    at most a refusal (STag REFUSAL_STAG) came, no credit."""
     sock.settimeout(10)
     try:
         data = sock.recv(65536)
     except ConnectionResetError:
         return True
     decoder = FpduDecoder(markers=False, crc=True)
-    return not data or not decoder.feed(data)
+    adverts = [ADVERT.unpack(bytes(ulpdu)[-ADVERT.size :]) for ulpdu in decoder.feed(data)]
+    return all(stag == REFUSAL_STAG for _, stag, _ in adverts)
 
 
 def test_credits_shrink_to_the_budget_and_then_peers_are_refused() -> None:

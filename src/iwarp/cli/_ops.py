@@ -68,6 +68,8 @@ __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "ListenSession",
     "MemoryBudget",
+    "REFUSAL_STAG",
+    "RefusedError",
     "SessionError",
     "check_stack",
     "connect_traffic",
@@ -87,6 +89,15 @@ CONTROL_BUFFERS = MAX_WINDOW + 1
 _BASE_TO = 0x1000_0000
 #: wr_id of the Sends that carry control messages (completions are polled).
 _CONTROL_ID = 0x7FFF_FFFF
+#: The STag of a *refusal* (TO = the listener's limit, length = the reason):
+#: instead of credits, the listener tells the connector why it will not
+#: take the messages announced, then closes gracefully, so the connector
+#: reports the listener's reason, not a reset. (No region has this STag:
+#: the listener's are allocated from the bottom.)
+REFUSAL_STAG = 0xFFFF_FFFF
+#: Refusal reasons (the length field of a refusal).
+REFUSED_MAX_SIZE = 1
+REFUSED_MEMORY = 2
 
 
 #: Default of ``iwarp listen --memory-budget``.
@@ -100,6 +111,25 @@ class SessionError(IwarpError):
     the conversation, the stack ended the connection, or the listener refused
     the peer (memory budget). Not API misuse, so not a LocalProtocolError;
     the message says which."""
+
+
+class RefusedError(SessionError):
+    """The listener refused the peer's announced messages and told it so
+    (a refusal): end the connection gracefully, so the refusal arrives."""
+
+
+def _refusal_text(limit: int, reason: int, size: int) -> str:
+    if reason == REFUSED_MAX_SIZE:
+        return (
+            f"the listener refused: messages of {size} octets exceed its --max-size {limit} "
+            f"({format_size(limit)})"
+        )
+    if reason == REFUSED_MEMORY:
+        return (
+            f"the listener refused: no room for a buffer of {size} octets in its "
+            f"--memory-budget ({limit} octets free)"
+        )
+    return f"the listener refused the messages (reason {reason})"
 
 
 def format_size(octets: int) -> str:
@@ -298,10 +328,17 @@ class ListenSession:
                 raise SessionError("the first message was not a hello")
             size, self._total = hello.length, hello.to
             if size > self.max_size:
-                raise SessionError(
+                self._refuse(qp, self.max_size, REFUSED_MAX_SIZE)
+                raise RefusedError(
                     f"the peer's messages of {size} octets exceed --max-size {self.max_size}"
                 )
-            self._offer(qp, size, self._grant(size, min(window_for(size), self._total)))
+            try:
+                granted = self._grant(size, min(window_for(size), self._total))
+            except SessionError:
+                assert self.budget is not None
+                self._refuse(qp, self.budget.available, REFUSED_MEMORY)
+                raise
+            self._offer(qp, size, granted)
             if self._total == 0:
                 self._receipt(qp)
             while (received := await self._next(qp)) is not None:
@@ -332,7 +369,7 @@ class ListenSession:
         length = max(size, 1)
         granted = self.budget.grant(length, wanted)
         if granted == 0:
-            raise SessionError(
+            raise RefusedError(
                 f"refused: a buffer for the peer's messages of {size} octets exceeds what is "
                 f"left of --memory-budget {format_size(self.budget.limit)} "
                 f"({self.budget.available} octets free)"
@@ -405,6 +442,9 @@ class ListenSession:
                 self._fill(region, size)
                 self._advertise(qp, region.address, region.stag, size)
 
+    def _refuse(self, qp: QueuePair, limit: int, reason: int) -> None:
+        qp.post_send(SendWR(ADVERT.pack(limit, REFUSAL_STAG, reason), wr_id=_CONTROL_ID))
+
     def _receipt(self, qp: QueuePair) -> None:
         qp.post_send(SendWR(ADVERT.pack(self._total, 0, 0), wr_id=_CONTROL_ID))
 
@@ -465,7 +505,10 @@ async def connect_traffic(qp: QueuePair, op: str, count: int, size: int, digest:
             advert = await qp.receive()
             if len(advert) != ADVERT.size:
                 raise SessionError(f"expected a {ADVERT.size}-octet advertisement")
-            credits.append(ADVERT.unpack(advert))
+            to, stag, length = ADVERT.unpack(advert)
+            if stag == REFUSAL_STAG:
+                raise SessionError(_refusal_text(to, length, size))
+            credits.append((to, stag, length))
         to, stag, length = credits.popleft()
         if (stag == 0) != (op == "send"):
             theirs = "send" if stag == 0 else "write or read"

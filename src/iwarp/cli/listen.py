@@ -44,6 +44,7 @@ from iwarp.cli._ops import (
     DEFAULT_MEMORY_BUDGET,
     ListenSession,
     MemoryBudget,
+    RefusedError,
     check_stack,
     error_fields,
     reset,
@@ -282,6 +283,10 @@ async def _serve(
             check_stack(qp)
             await session.run(on_message)
             record = error_fields(qp)
+        except RefusedError as exc:
+            record = error_fields(qp, exc)
+            with contextlib.suppress(IwarpError, OSError):
+                await asyncio.wait_for(qp.close(), 5)  # the refusal goes first
         except IwarpError as exc:
             record = error_fields(qp, exc)
             reset(qp)
