@@ -37,7 +37,7 @@ def make_capture_module() -> ModuleType:
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     path = tmp_path_factory.mktemp("scale") / "big.pcap"
-    manifest = make_capture_module().make_capture(str(path), 24 << 20, seed=7, concurrent=12)
+    manifest = make_capture_module().make_capture(str(path), 50 << 20, seed=7, concurrent=12)
     return path, manifest
 
 
