@@ -41,6 +41,7 @@ from iwarp.vitcp.config import Negotiated, Role, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.errors import VitcpError
 from iwarp.vitcp.events import (
+    TCP_CLOSED_UNANSWERED,
     Connected,
     ConnectionClosed,
     ConnectionRejected,
@@ -460,6 +461,7 @@ async def connect(
     core = VitcpConnection(config, Role.ACTIVE)
     core.connect(loop.time(), remote_discriminator)
     retry = PeerRetry(config, loop.time())
+    reasons: set[str] = set()  # why each attempt had to be repeated
     while True:
         protocol = _VitcpProtocol(core, keep_posted=keep_posted)
         try:
@@ -483,16 +485,28 @@ async def connect(
             await protocol.closed
             raise VitcpRejectedError(outcome.no_match)
         # ReconnectNeeded: drop this TCP connection, try again (§4.2, §4).
+        reasons.add(outcome.reason if isinstance(outcome, ReconnectNeeded) else str(outcome))
         protocol.close_transport()
         await protocol.closed
         at = retry.next_attempt(loop.time())
         if at is None or core.state is State.DISCONNECTED:
             core.handle_timer(max(loop.time(), retry.deadline))
-            raise VitcpClosedError(
-                f"peer-to-peer connection timed out after {retry.attempts} attempts "
-                "(the peer was not waiting for this discriminator)"
-            )
+            raise VitcpClosedError(_gave_up(retry.attempts, reasons, host, port))
         await asyncio.sleep(at - loop.time())
+
+
+def _gave_up(attempts: int, reasons: set[str], host: str, port: int) -> str:
+    """Why the active end stopped trying: the peer's own answers if it gave
+    any, else that it never answered in VI/TCP at all."""
+    if reasons == {TCP_CLOSED_UNANSWERED}:
+        return (
+            f"{host}:{port} closed the TCP connection without a VI/TCP answer, {attempts} "
+            "times (is it a VI/TCP listener?)"
+        )
+    return (
+        f"peer-to-peer connection timed out after {attempts} attempts "
+        f"({'; '.join(sorted(reasons))})"
+    )
 
 
 Handler = Callable[[VitcpEndpoint], Awaitable[None]]

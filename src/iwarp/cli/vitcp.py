@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import signal
 import sys
 import time
 from collections import deque
@@ -33,7 +34,9 @@ from iwarp.asyncio.vitcp import (
     VitcpRejectedError,
     connect,
 )
-from iwarp.cli._args import SIZE_HELP, count, port, size
+from iwarp.cli._args import SIZE_HELP, count, port, rate_mib_per_s, size
+from iwarp.cli._capture import add_pcap_option, captured
+from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.vitcp.config import VitcpConfig
 from iwarp.vitcp.events import (
@@ -51,6 +54,9 @@ CONTROL_TAG = 0x56495443
 WINDOW = 16
 #: Receive descriptors each end keeps posted.
 DESCRIPTORS = 32
+#: Octets of the region window a connector writes into before the listener
+#: hashes it (at least one message).
+WRITE_WINDOW_OCTETS = 4 << 20
 #: The listener's default bound on the region a connector asks for (16 MiB).
 MAX_SIZE = 16 << 20
 LEVELS = {
@@ -85,6 +91,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="ask for Descriptor Flow Control (draft-dicecco-vitcp-01 §3.3)",
     )
     parser.add_argument("--json", action="store_true", help="print summaries as JSON lines")
+    add_pcap_option(parser)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -139,6 +146,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     conn.add_argument(
         "--op", choices=["send", "write", "read"], default="send", help="operation (default send)"
     )
+    conn.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="give up connecting after S seconds (default 10; a peer that closes without a "
+        "VI/TCP answer is retried, backing off, until then)",
+    )
     _common(conn)
     conn.set_defaults(func=run_connect)
 
@@ -149,7 +164,9 @@ def _config(args: argparse.Namespace) -> VitcpConfig:
     discriminator = args.discriminator.encode()
     if len(discriminator) > 64:
         raise SystemExit("iwarp vitcp: --discriminator has at most 64 octets")
+    timeout = {} if getattr(args, "timeout", None) is None else {"connect_timeout": args.timeout}
     return VitcpConfig(
+        **timeout,
         reliability=LEVELS[args.reliability],
         mtu=args.mtu,
         crc=args.crc,
@@ -213,6 +230,13 @@ def _control_request(data: bytes, max_size: int) -> dict[str, Any]:
         size = request.get("size")
         if type(size) is not int or not 0 <= size <= max_size:
             raise ValueError(f"size {size!r} is not an integer from 0 to {max_size}")
+        slots = request.setdefault("slots", 1)
+        if type(slots) is not int or not 1 <= slots <= max(1, max_size // max(size, 1)):
+            raise ValueError(f"slots {slots!r}: the region would exceed --max-size {max_size}")
+    if "written" in request:
+        written = request["written"]
+        if type(written) is not int or written < 0:
+            raise ValueError(f"written {written!r} is not a count")
     return request
 
 
@@ -249,10 +273,43 @@ _NOTICES: Final[dict[type[Event], Callable[[_Tally, Any], None]]] = {
 }
 
 
-async def _serve_one(endpoint: VitcpEndpoint, max_size: int = MAX_SIZE) -> dict[str, Any]:
-    digest = hashlib.sha256()
-    tally = _Tally()
+@dataclass(slots=True)
+class _Overall:
+    """What a listener received over all its connections (for the summary
+    an interrupt prints): finished connections plus the one in progress."""
+
+    sha: Any = field(default_factory=hashlib.sha256)
+    connections: int = 0
+    messages: int = 0
+    octets: int = 0
+    current: _Tally | None = None
+
+    def summary(self, **extra: object) -> dict[str, Any]:
+        messages, octets = self.messages, self.octets
+        if self.current is not None:
+            messages += self.current.messages
+            octets += self.current.octets
+        return {
+            "type": "summary",
+            "role": "listener",
+            "connections": self.connections,
+            "messages": messages,
+            "octets": octets,
+            "sha256": self.sha.hexdigest(),
+            **extra,
+        }
+
+
+async def _serve_one(
+    endpoint: VitcpEndpoint, max_size: int = MAX_SIZE, overall: _Overall | None = None
+) -> dict[str, Any]:
+    start = time.perf_counter()
+    overall = overall or _Overall()
+    digest = hashlib.sha256()  # of the Sends' payloads and of the written data
+    tally = overall.current = _Tally()
     summary: dict[str, Any] = {"role": "listener", "status": "ok"}
+    memory = bytearray()
+    size = 1
     try:
         while True:
             message = await endpoint.receive()
@@ -264,6 +321,7 @@ async def _serve_one(endpoint: VitcpEndpoint, max_size: int = MAX_SIZE) -> dict[
                 tally.sends += 1
                 tally.octets += len(message.data)
                 digest.update(message.data)
+                overall.sha.update(message.data)
                 if message.status is not CompletionStatus.SUCCESS:
                     tally.errors.append(message.status.value)
                 continue
@@ -275,10 +333,17 @@ async def _serve_one(endpoint: VitcpEndpoint, max_size: int = MAX_SIZE) -> dict[
                 break
             if "op" in request:
                 size = max(1, request["size"])
-                memory = bytearray(payload(0, size))
+                memory = bytearray(payload(0, size) * request["slots"])
                 region = endpoint.register(memory)  # lives as long as the connection
                 reply = {"handle": region.handle, "address": region.address, "length": size}
                 await _control(endpoint, reply)
+            elif "written" in request:
+                # RDMA Writes filled the first slots (placed before this Send
+                # arrived, in stream order): hash them before they are reused.
+                for slot in range(min(request["written"], len(memory) // size)):
+                    digest.update(memory[slot * size : (slot + 1) * size])
+                    overall.sha.update(memory[slot * size : (slot + 1) * size])
+                await _control(endpoint, {"hashed": request["written"]})
             elif request.get("done"):
                 summary.update(
                     messages=tally.messages,
@@ -297,13 +362,20 @@ async def _serve_one(endpoint: VitcpEndpoint, max_size: int = MAX_SIZE) -> dict[
     summary.setdefault("messages", tally.messages)
     summary.setdefault("octets", tally.octets)
     summary.setdefault("sha256", digest.hexdigest())
+    seconds = time.perf_counter() - start
+    summary["seconds"] = round(seconds, 6)
+    summary["mib_per_s"] = rate_mib_per_s(tally.octets, seconds)
+    overall.current = None
+    overall.connections += 1
+    overall.messages += tally.messages
+    overall.octets += tally.octets
     summary["mtu"] = endpoint.params.mtu
     summary["crc"] = endpoint.params.crc
     summary["reliability"] = endpoint.params.reliability.name.lower()
     return summary
 
 
-async def _listen(args: argparse.Namespace) -> int:
+async def _listen(args: argparse.Namespace, overall: _Overall) -> int:
     config = _config(args)
     listener = await VitcpListener.start(args.host, args.port, config=config)
     if not args.json:
@@ -324,7 +396,7 @@ async def _listen(args: argparse.Namespace) -> int:
                 rejected.update(sha256=hashlib.sha256().hexdigest(), status="rejected")
                 _print({"type": "summary", **rejected}, args.json)
                 continue
-            summary = await _serve_one(endpoint, args.max_size)
+            summary = await _serve_one(endpoint, args.max_size, overall)
             received += summary["messages"]
             summary["type"] = "summary"
             _print(summary, args.json)
@@ -336,7 +408,12 @@ async def _listen(args: argparse.Namespace) -> int:
 
 
 def run_listen(args: argparse.Namespace) -> int:
-    return asyncio.run(_listen(args))
+    overall = _Overall()
+
+    def interrupted(signum: signal.Signals) -> None:
+        _print(overall.summary(status="interrupted", interrupted=signum.name), args.json)
+
+    return run_interruptible(captured(args.pcap, _listen(args, overall)), interrupted)
 
 
 # --- connect --------------------------------------------------------------------------
@@ -344,7 +421,13 @@ def run_listen(args: argparse.Namespace) -> int:
 
 async def _transfer(endpoint: VitcpEndpoint, args: argparse.Namespace) -> dict[str, Any]:
     received: list[MessageReceived] = []
-    await _control(endpoint, {"op": args.op, "size": args.size, "count": args.count})
+    # Writes go to a window of slots; the listener hashes each window before
+    # the next overwrites it, so both ends report the written data's hash.
+    slots = max(1, min(args.count, WRITE_WINDOW_OCTETS // max(args.size, 1)))
+    request = {"op": args.op, "size": args.size, "count": args.count}
+    if args.op == "write":
+        request["slots"] = slots
+    await _control(endpoint, request)
     target = await _next_control(endpoint, received)
     address, handle = target.get("address"), target.get("handle")
     if type(address) is not int or type(handle) is not int:
@@ -364,8 +447,17 @@ async def _transfer(endpoint: VitcpEndpoint, args: argparse.Namespace) -> dict[s
                 failures += _failed(await inflight.popleft())
                 await endpoint.drain()
         elif args.op == "write":
-            done = await endpoint.rdma_write(data, remote_address=address, memory_handle=handle)
+            sent.update(data)
+            slot = index % slots
+            done = await endpoint.rdma_write(
+                data, remote_address=address + slot * args.size, memory_handle=handle
+            )
             failures += _failed(done)
+            if slot == slots - 1 or index == args.count - 1:
+                await _control(endpoint, {"written": slot + 1})
+                answer = await _next_control(endpoint, received)
+                if answer.get("hashed") != slot + 1:
+                    raise ValueError(f"the listener answered {answer!r}, not the written count")
         else:
             done_read = await endpoint.rdma_read(
                 local=local,
@@ -390,10 +482,10 @@ async def _transfer(endpoint: VitcpEndpoint, args: argparse.Namespace) -> dict[s
         "messages": args.count,
         "octets": octets,
         "sha256": digest.hexdigest(),
-        "sent_sha256": sent.hexdigest() if args.op == "send" else None,
+        "sent_sha256": sent.hexdigest() if args.op in ("send", "write") else None,
         "read_sha256": read_digest.hexdigest() if args.op == "read" else None,
         "seconds": round(elapsed, 6),
-        "mib_per_s": round(octets / elapsed / (1 << 20), 3) if elapsed > 0 else None,
+        "mib_per_s": rate_mib_per_s(octets, elapsed),
         "failures": failures,
         "status": "ok" if failures == 0 else "error",
         "peer": peer,
@@ -439,4 +531,4 @@ async def _connect(args: argparse.Namespace) -> int:
 
 
 def run_connect(args: argparse.Namespace) -> int:
-    return asyncio.run(_connect(args))
+    return asyncio.run(captured(args.pcap, _connect(args)))

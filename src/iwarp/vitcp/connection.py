@@ -36,6 +36,7 @@ from iwarp.vitcp.errors import (
     VitcpUsageError,
 )
 from iwarp.vitcp.events import (
+    TCP_CLOSED_UNANSWERED,
     CompletionStatus,
     Connected,
     ConnectionClosed,
@@ -366,7 +367,7 @@ class VitcpConnection:
         if self.state is State.DISCONNECTED or not self._machine.can(Input.TCP_CLOSED):
             return self.take_events()
         if self._machine.process(Input.TCP_CLOSED) is State.CONNECTING:
-            self._events.append(ReconnectNeeded("TCP closed while the accept was pending"))
+            self._events.append(ReconnectNeeded(TCP_CLOSED_UNANSWERED))
         else:
             self._closed(reason)
         return self.take_events()

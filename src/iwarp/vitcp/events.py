@@ -10,6 +10,7 @@ from iwarp.vitcp.errors import VitcpError
 from iwarp.vitcp.wire import Attributes, SegmentType, ViErrorType
 
 __all__ = [
+    "TCP_CLOSED_UNANSWERED",
     "CompletionStatus",
     "ConnectionClosed",
     "ConnectionRejected",
@@ -93,6 +94,11 @@ class ReconnectNeeded(Event):
     connection and call ``tcp_established`` again."""
 
     reason: str
+
+
+#: :class:`ReconnectNeeded`'s reason when TCP closed before the peer answered
+#: in VI/TCP at all (§4.2 "TCP Closes - Reestablish").
+TCP_CLOSED_UNANSWERED = "TCP closed while the accept was pending"
 
 
 @dataclass(frozen=True, slots=True)
