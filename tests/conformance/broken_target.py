@@ -40,14 +40,14 @@ def break_pd_length() -> None:
 
 def break_terminate() -> None:
     stream = iwarp.rdmap.stream.RdmapStream
-    original = stream.ulpdus_to_send
+    original = stream.runs_to_send  # ulpdus_to_send goes through it too
 
-    def ulpdus_to_send(self: Any, limit: int | None = None) -> list[bytearray]:
+    def runs_to_send(self: Any, limit: int | None = None) -> list[Any]:
         terminating = self.state is StreamState.TERMINATING
         out = original(self, limit)
         return [] if terminating else out  # the Terminate is built, then never sent
 
-    stream.ulpdus_to_send = ulpdus_to_send  # type: ignore[method-assign]
+    stream.runs_to_send = runs_to_send  # type: ignore[method-assign]
 
 
 RULES = {"crc": break_crc, "pd-length": break_pd_length, "terminate": break_terminate}
