@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
+import time
 
 from iwarp.asyncio.rdma import (
     ConnectionTerminatedError,
@@ -19,8 +21,9 @@ from iwarp.asyncio.rdma import (
     connect,
     serve,
 )
-from iwarp.cli._args import SIZE_HELP, count, port, size
+from iwarp.cli._args import SIZE_HELP, count, format_octets, format_rate, port, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture
+from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import RtrFlags
@@ -126,7 +129,15 @@ def run(args: argparse.Namespace) -> int:
                 )
                 return 2
             return _sync(args)
-        return asyncio.run(_captured(args))
+        tally = _Tally(args.size)
+
+        def interrupted(signum: signal.Signals) -> None:
+            print(f"iwarp ping: interrupted by {signum.name}: {tally.text()}", file=sys.stderr)
+
+        status = run_interruptible(_captured(args, tally), interrupted)
+        if args.debug and status == 0:
+            print(tally.text())
+        return status
     except (OSError, IwarpError) as exc:
         print(f"iwarp ping: {exc}", file=sys.stderr)
         return 1
@@ -183,22 +194,42 @@ def _sync(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _captured(args: argparse.Namespace) -> int:
+class _Tally:
+    """Pings done (client) or served (server) so far, and since when."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.pings = 0
+        self._start = time.monotonic()
+
+    def text(self) -> str:
+        """The summary: pings, octets moved (each ping: an RDMA Read and an
+        RDMA Write of the ping size), elapsed time and rate."""
+        seconds = time.monotonic() - self._start
+        octets = 2 * self.size * self.pings
+        return (
+            f"{self.pings} pings of {self.size} octets, {format_octets(octets)} moved in "
+            f"{seconds:.3f} s, {format_rate(octets, seconds)}"
+        )
+
+
+async def _captured(args: argparse.Namespace, tally: _Tally) -> int:
     async with pcap_capture(args.pcap):
         if args.timeout:
-            return await _with_timeout(args)
-        return await (_client(args) if args.client else _server(args))
+            return await _with_timeout(args, tally)
+        return await (_client(args, tally) if args.client else _server(args, tally))
 
 
-async def _with_timeout(args: argparse.Namespace) -> int:
+async def _with_timeout(args: argparse.Namespace, tally: _Tally) -> int:
+    work = _client(args, tally) if args.client else _server(args, tally)
     try:
-        return await asyncio.wait_for(_client(args) if args.client else _server(args), args.timeout)
+        return await asyncio.wait_for(work, args.timeout)
     except TimeoutError:
         print(f"iwarp ping: timed out after {args.timeout} s", file=sys.stderr)
         return 1
 
 
-async def _client(args: argparse.Namespace) -> int:
+async def _client(args: argparse.Namespace, tally: _Tally) -> int:
     pd = ProtectionDomain()
     client = RpingClient(pd, size=args.size, count=args.count, validate=args.validate)
     qp = await connect(
@@ -218,7 +249,9 @@ async def _client(args: argparse.Namespace) -> int:
             completion = await qp.send_cq.wait()
             if args.debug:
                 print(f"{completion.opcode.value} completion: {completion.status.value}")
-            for line in client.handle(completion):
+            lines = client.handle(completion)
+            tally.pings = client.pings
+            for line in lines:
                 if args.verbose and line.startswith("ping data"):
                     print(line)
     except ConnectionTerminatedError as exc:
@@ -232,7 +265,7 @@ async def _client(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _server(args: argparse.Namespace) -> int:
+async def _server(args: argparse.Namespace, tally: _Tally) -> int:
     result: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     servers: dict[int, RpingServer] = {}
 
@@ -250,7 +283,10 @@ async def _server(args: argparse.Namespace) -> int:
                 completion = await qp.send_cq.wait()
                 if args.debug:
                     print(f"{completion.opcode.value} completion: {completion.status.value}")
-                for line in logic.handle(completion):
+                before = logic.pings
+                lines = logic.handle(completion)
+                tally.pings += logic.pings - before
+                for line in lines:
                     if (args.verbose and line.startswith("server ping data")) or args.debug:
                         print(line)
         except ConnectionTerminatedError:

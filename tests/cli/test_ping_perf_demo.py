@@ -1,0 +1,172 @@
+"""ping, perf and demo: summaries with time and rate, interrupts, captures,
+and the demo's bounded memory."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from clitools import IWARP
+from iwarp.analyze.analyzer import analyze_file
+from iwarp.analyze.records import FpduRecord
+
+_SUMMARY = re.compile(
+    r"(\d+) pings of (\d+) octets, [\d.]+ (?:B|KiB|MiB|GiB) moved in [\d.]+ s, [\d.]+ MiB/s"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _ping_server(port: int) -> subprocess.Popen[str]:
+    server = subprocess.Popen(
+        [*IWARP, "ping", "-s", "-a", "127.0.0.1", "-p", str(port), "-d"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    assert "listening" in server.stdout.readline()
+    return server
+
+
+def test_ping_debug_ends_with_a_summary() -> None:
+    port = _free_port()
+    server = _ping_server(port)
+    try:
+        client = subprocess.run(
+            [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "-C", "3", "-d"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        server.kill()
+        server.communicate()
+    assert client.returncode == 0, client.stderr
+    match = _SUMMARY.fullmatch(client.stdout.splitlines()[-1])
+    assert match and match.group(1) == "3"
+
+
+@pytest.mark.parametrize("side", ["client", "server"])
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_ping_says_how_far_it_got(
+    side: str, signum: signal.Signals, status: int
+) -> None:
+    port = _free_port()
+    server = _ping_server(port)
+    client = subprocess.Popen(  # -C 0: ping until interrupted
+        [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "-d", "--delay", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert client.stdout is not None
+        while "completion" not in client.stdout.readline():  # pings are under way
+            pass
+        time.sleep(0.3)
+        interrupted = client if side == "client" else server
+        interrupted.send_signal(signum)
+        _, err = interrupted.communicate(timeout=30)
+    finally:
+        for proc in (client, server):
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+    assert interrupted.returncode == status, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"iwarp ping: interrupted by {signum.name}: ")
+    match = _SUMMARY.search(line)
+    assert match and int(match.group(1)) > 0
+    assert "Traceback" not in err
+
+
+def test_perf_takes_pcap(tmp_path: Path) -> None:
+    server = subprocess.Popen(
+        [*IWARP, "perf", "-s", "--bind", "127.0.0.1", "--port", "0", "--count", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    line = server.stdout.readline()
+    assert "serving on 127.0.0.1:" in line, line
+    port = int(line.split("127.0.0.1:")[1].split()[0])
+    capture = tmp_path / "perf.pcapng"
+    try:
+        client = subprocess.run(
+            [
+                *IWARP,
+                "perf",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--iters",
+                "20",
+                "--size",
+                "8K",
+                "--pcap",
+                str(capture),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert client.returncode == 0, client.stderr
+    analysis = analyze_file(str(capture))
+    assert analysis.error_count == 0
+    writes = [
+        r
+        for r in analysis.records()
+        if isinstance(r, FpduRecord) and r.ulp.get("opcode_name") == "RDMA_WRITE"
+    ]
+    assert len(writes) >= 20
+
+
+#: Runs ``iwarp`` and prints its peak resident set size on stderr at exit.
+_MEASURED = [
+    IWARP[0],
+    "-c",
+    "import atexit, resource, runpy, sys; atexit.register(lambda: print('maxrss', "
+    "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)); "
+    "sys.argv[0] = 'iwarp'; runpy.run_module('iwarp', run_name='__main__')",
+]
+
+
+@pytest.mark.slow
+def test_demo_memory_stays_a_few_buffers() -> None:
+    """64 MiB moved per operation in 2 MiB messages: the process holds a few
+    buffers of --size, not --count of them (that took count x size several
+    times over before)."""
+    size, count = 2 << 20, 128
+    proc = subprocess.run(
+        [*_MEASURED, "demo", "--size", "2M", "--count", str(count), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    peak = int(proc.stderr.split("maxrss ")[1].split()[0]) * 1024  # Linux: KiB
+    # Each operation keeps a window of 32 MiB of messages on each side; the
+    # run moves 256 MiB per operation, which the whole-run buffers held
+    # several times over.
+    assert peak < (192 << 20) < 2 * count * size
