@@ -33,7 +33,6 @@ from typing import Any
 
 from iwarp._typing import Buffer
 from iwarp.asyncio.vitcp import VitcpClosedError, VitcpRejectedError
-from iwarp.sync._compat import VitcpCore
 from iwarp.sync._driver import (
     Driver,
     TcpListener,
@@ -57,7 +56,7 @@ from iwarp.vitcp.events import (
     SendCompleted,
 )
 from iwarp.vitcp.handshake import State
-from iwarp.vitcp.listener import PeerRetry
+from iwarp.vitcp.listener import Demultiplexer, PeerRetry
 from iwarp.vitcp.memory import LocalBuffer, MemoryRegion
 
 __all__ = [
@@ -101,7 +100,7 @@ class VitcpEndpoint:
             ReconnectNeeded: self._on_outcome,
             ConnectionClosed: self._on_closed,
         }
-        self._driver = Driver(sock, VitcpCore(core), self._dispatch)
+        self._driver = Driver(sock, core, self._dispatch)
 
     # -- properties ------------------------------------------------------------------
 
@@ -364,14 +363,14 @@ def connect(
         core.post_receive(keep_posted)
     user_deadline = deadline_after(timeout)
     retry = PeerRetry(config, clock())
-    deadline = retry.deadline
+    reasons: set[str] = set()  # why each attempt had to be repeated
     while True:
         try:
-            sock = open_tcp(host, port, _earlier(deadline, user_deadline), local_address)
+            sock = open_tcp(host, port, _earlier(retry.deadline, user_deadline), local_address)
         except WaitTimeoutError:
             if user_deadline is not None and clock() >= user_deadline:
                 raise
-            core.handle_timer(max(clock(), deadline))  # the consumer's timeout (§4.2)
+            core.handle_timer(max(clock(), retry.deadline))  # the consumer's timeout (§4.2)
             raise VitcpClosedError("connection establishment timed out") from None
         except OSError as exc:
             core.tcp_failed(clock())
@@ -382,9 +381,7 @@ def connect(
         driver.flush()
         try:
             driver.run_until(
-                endpoint._has_outcome,
-                user_deadline,
-                "VI/TCP connection establishment",
+                endpoint._has_outcome, user_deadline, "VI/TCP connection establishment"
             )
         except BaseException:
             driver.close()
@@ -392,20 +389,23 @@ def connect(
         outcome = endpoint._outcome
         if isinstance(outcome, Connected):
             return endpoint
-        if isinstance(outcome, ConnectionRejected):
-            driver.close()
-            raise VitcpRejectedError(outcome.no_match)
         driver.close()
-        if outcome is None:
+        if isinstance(outcome, ConnectionRejected):
+            raise VitcpRejectedError(outcome.no_match)
+        if not isinstance(outcome, ReconnectNeeded):
             raise endpoint.close_reason or VitcpClosedError("TCP connection closed")
-        # ReconnectNeeded: drop this TCP connection, try again (§4.2, §4).
+        # ReconnectNeeded: a new TCP connection, after the shared schedule's pause (§4.2, §4).
+        reasons.add(outcome.reason)
         at = retry.next_attempt(clock())
         if at is None or core.state is State.DISCONNECTED:
-            core.handle_timer(max(clock(), deadline))
+            core.handle_timer(max(clock(), retry.deadline))
             raise VitcpClosedError(
-                f"peer-to-peer connection timed out after {retry.attempts} attempts"
+                f"peer-to-peer connection timed out after {retry.attempts} attempts "
+                f"({'; '.join(sorted(reasons))})"
             )
-        time.sleep(max(0.0, at - clock()))
+        if user_deadline is not None and at >= user_deadline:
+            raise WaitTimeoutError("timed out waiting for the peer to accept")
+        time.sleep(max(at - clock(), 0.0))
 
 
 def _earlier(a: float, b: float | None) -> float:
@@ -413,10 +413,12 @@ def _earlier(a: float, b: float | None) -> float:
 
 
 class VitcpListener:
-    """The passive side: one TCP port, VIs told apart by discriminator (§2.2.2.2.1)."""
+    """The passive side: one TCP port, VIs told apart by discriminator
+    (§2.2.2.2.1, :class:`~iwarp.vitcp.listener.Demultiplexer`)."""
 
     def __init__(self, host: str | None, port: int, *, config: VitcpConfig | None = None) -> None:
         self.config = config or VitcpConfig()
+        self._demux: Demultiplexer[None] = Demultiplexer(self.config)
         self._tcp = TcpListener(host, port)
 
     @property
@@ -438,46 +440,51 @@ class VitcpListener:
         """VipConnectWait + VipConnectAccept for one connection.
 
         Connections that call another discriminator get ConnectNoMatch
-        (§4.3) while this waits.
+        (§4.3) while this waits; one connection's establishment runs at a
+        time, the others wait in the backlog.
 
         :raises VitcpRejectedError: the caller's attributes do not match ours.
         :raises WaitTimeoutError: no matching connection in time.
         """
-        config = dataclasses.replace(config or self.config, discriminator=discriminator)
         deadline = deadline_after(timeout)
-        while True:
-            sock = self._tcp.accept(deadline)
-            core = VitcpConnection(self.config, Role.PASSIVE)
-            core.tcp_accepted(clock())
-            endpoint = VitcpEndpoint(sock, core, keep_posted)
-            driver = endpoint._driver
-            try:
-                driver.run_until(
-                    endpoint._has_request,
-                    deadline,
-                    "a ConnectRequest",
-                )
-            except BaseException:
-                driver.close()
-                raise
-            request = endpoint._request
-            if request is None:
-                driver.close()  # timed out or closed before its ConnectRequest
-                continue
-            if request.called_discriminator != discriminator:
-                core.no_match()  # §4.3: send ConnectNoMatch, close TCP
-                driver.flush()
-                driver.close()
-                continue
-            if not core.match(config):
-                driver.flush()  # the ConnectReject
-                driver.close()
-                raise VitcpRejectedError(no_match=False)
-            core.accept()
-            if keep_posted:
-                core.post_receive(keep_posted)
-            driver.flush()
-            return endpoint
+        offer = self._demux.offer(discriminator, None, config=config, keep_posted=keep_posted)
+        try:
+            while True:
+                endpoint = self._next_request(deadline)
+                if endpoint is None:
+                    continue  # closed or timed out before its ConnectRequest
+                request = endpoint._request
+                assert request is not None
+                routed = self._demux.route(endpoint._core, request)
+                driver = endpoint._driver
+                driver.flush()  # ConnectAccept, ConnectReject or ConnectNoMatch
+                if routed.offer is None:
+                    driver.close()
+                    continue
+                if not routed.accepted:
+                    driver.close()
+                    raise VitcpRejectedError(no_match=False)
+                endpoint.keep_posted = keep_posted
+                return endpoint
+        finally:
+            self._demux.withdraw(offer)
+
+    def _next_request(self, deadline: float | None) -> VitcpEndpoint | None:
+        """The next TCP connection, once its ConnectRequest arrived."""
+        sock = self._tcp.accept(deadline)
+        core = VitcpConnection(self.config, Role.PASSIVE)
+        core.tcp_accepted(clock())
+        endpoint = VitcpEndpoint(sock, core)
+        driver = endpoint._driver
+        try:
+            driver.run_until(endpoint._has_request, deadline, "a ConnectRequest")
+        except BaseException:
+            driver.close()
+            raise
+        if endpoint._request is None:
+            driver.close()
+            return None
+        return endpoint
 
     def close(self) -> None:
         """Stop listening (accepted VIs stay open)."""
