@@ -118,3 +118,46 @@ def test_a_port_that_is_not_vitcp_gives_the_real_cause() -> None:
     # Backing off (0.05 s doubling to 1 s): a handful of attempts in 2 s.
     assert int(match.group(1)) == accepted and accepted <= 10
     assert "Traceback" not in err
+
+
+def test_an_interrupted_vitcp_connector_reports_progress_and_what_it_sent() -> None:
+    # Descriptor flow control: without it, a stream of Sends outruns the
+    # listener's posted descriptors (the draft's §3.3 remedy).
+    with vitcp_listener("--flow-control") as (_, port):
+        connector = subprocess.Popen(
+            [
+                *IWARP,
+                "vitcp",
+                "connect",
+                "127.0.0.1",
+                str(port),
+                "--json",
+                "--count",
+                "100000",
+                "--size",
+                "4K",
+                "--flow-control",
+                "--progress",
+                "--interval",
+                "0.1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert connector.stderr is not None
+            assert "messages" in connector.stderr.readline()  # a progress line: under way
+            connector.send_signal(signal.SIGINT)
+            out, err = connector.communicate(timeout=30)
+        finally:
+            if connector.poll() is None:
+                connector.kill()
+                connector.communicate()
+    assert connector.returncode == 130, err
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["interrupted"] == "SIGINT" and summary["status"] == "interrupted"
+    moved = summary["messages"]
+    assert 0 < moved < 100000 and summary["octets"] == moved * 4096
+    expected = hashlib.sha256(b"".join(payload(i + 1, 4096) for i in range(moved)))
+    assert summary["sha256"] == expected.hexdigest()

@@ -36,6 +36,7 @@ from iwarp.asyncio.vitcp import (
 )
 from iwarp.cli._args import SIZE_HELP, count, port, rate_mib_per_s, size
 from iwarp.cli._capture import add_pcap_option, captured
+from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.vitcp.config import VitcpConfig
@@ -154,6 +155,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="give up connecting after S seconds (default 10; a peer that closes without a "
         "VI/TCP answer is retried, backing off, until then)",
     )
+    add_progress_options(conn)
     _common(conn)
     conn.set_defaults(func=run_connect)
 
@@ -419,7 +421,9 @@ def run_listen(args: argparse.Namespace) -> int:
 # --- connect --------------------------------------------------------------------------
 
 
-async def _transfer(endpoint: VitcpEndpoint, args: argparse.Namespace) -> dict[str, Any]:
+async def _transfer(
+    endpoint: VitcpEndpoint, args: argparse.Namespace, live: dict[str, Any] | None = None
+) -> dict[str, Any]:
     received: list[MessageReceived] = []
     # Writes go to a window of slots; the listener hashes each window before
     # the next overwrites it, so both ends report the written data's hash.
@@ -438,35 +442,50 @@ async def _transfer(endpoint: VitcpEndpoint, args: argparse.Namespace) -> dict[s
     failures = 0
     start = time.perf_counter()
     inflight: deque[asyncio.Future[Event]] = deque()
-    for index in range(args.count):
-        data = payload(index + 1, args.size)
-        if args.op == "send":
-            sent.update(data)
-            inflight.append(endpoint.send_nowait(data))
-            if len(inflight) >= WINDOW:
-                failures += _failed(await inflight.popleft())
-                await endpoint.drain()
-        elif args.op == "write":
-            sent.update(data)
-            slot = index % slots
-            done = await endpoint.rdma_write(
-                data, remote_address=address + slot * args.size, memory_handle=handle
-            )
-            failures += _failed(done)
-            if slot == slots - 1 or index == args.count - 1:
-                await _control(endpoint, {"written": slot + 1})
-                answer = await _next_control(endpoint, received)
-                if answer.get("hashed") != slot + 1:
-                    raise ValueError(f"the listener answered {answer!r}, not the written count")
-        else:
-            done_read = await endpoint.rdma_read(
-                local=local,
-                remote_address=address,
-                memory_handle=handle,
-                length=args.size,
-            )
-            failures += _failed(done_read)
-            read_digest.update(local.view[: args.size])
+    moved = [0]  # messages handed over so far, for progress and interrupts
+    if live is not None:
+        live.update(moved=moved, sent=sent, read=read_digest)
+    progress = Progress(
+        lambda: (moved[0], moved[0] * args.size),
+        forced=args.progress,
+        quiet=args.json,
+        interval=args.interval,
+    ).start()
+    try:
+        for index in range(args.count):
+            data = payload(index + 1, args.size)
+            if args.op == "send":
+                sent.update(data)
+                moved[0] = index + 1  # handed over: counted and hashed together
+                inflight.append(endpoint.send_nowait(data))
+                if len(inflight) >= WINDOW:
+                    failures += _failed(await inflight.popleft())
+                    await endpoint.drain()
+            elif args.op == "write":
+                sent.update(data)
+                moved[0] = index + 1
+                slot = index % slots
+                done = await endpoint.rdma_write(
+                    data, remote_address=address + slot * args.size, memory_handle=handle
+                )
+                failures += _failed(done)
+                if slot == slots - 1 or index == args.count - 1:
+                    await _control(endpoint, {"written": slot + 1})
+                    answer = await _next_control(endpoint, received)
+                    if answer.get("hashed") != slot + 1:
+                        raise ValueError(f"the listener answered {answer!r}, not the written count")
+            else:
+                done_read = await endpoint.rdma_read(
+                    local=local,
+                    remote_address=address,
+                    memory_handle=handle,
+                    length=args.size,
+                )
+                failures += _failed(done_read)
+                read_digest.update(local.view[: args.size])
+                moved[0] = index + 1
+    finally:
+        progress.stop()
     while inflight:
         failures += _failed(await inflight.popleft())
     elapsed = time.perf_counter() - start
@@ -497,7 +516,7 @@ def _failed(event: Event) -> int:
     return 0 if status is CompletionStatus.SUCCESS else 1
 
 
-async def _connect(args: argparse.Namespace) -> int:
+async def _connect(args: argparse.Namespace, live: dict[str, Any]) -> int:
     config = _config(args)
     if args.count < 0 or args.size < 0 or args.size > 0xFFFFFFFF:
         raise SystemExit("iwarp vitcp: --count and --size must be >= 0 (size < 2^32)")
@@ -513,7 +532,7 @@ async def _connect(args: argparse.Namespace) -> int:
         print(f"iwarp vitcp: {exc}", file=sys.stderr)
         return 1
     try:
-        summary = await _transfer(endpoint, args)
+        summary = await _transfer(endpoint, args, live)
     except (IwarpError, ValueError) as exc:
         print(f"iwarp vitcp: {exc}", file=sys.stderr)
         await endpoint.close()
@@ -531,4 +550,21 @@ async def _connect(args: argparse.Namespace) -> int:
 
 
 def run_connect(args: argparse.Namespace) -> int:
-    return asyncio.run(captured(args.pcap, _connect(args)))
+    live: dict[str, Any] = {}
+
+    def interrupted(signum: signal.Signals) -> None:
+        moved = live["moved"][0] if "moved" in live else 0
+        digest = live.get("read" if args.op == "read" else "sent", hashlib.sha256())
+        summary = {
+            "type": "summary",
+            "role": "connector",
+            "op": args.op,
+            "messages": moved,
+            "octets": moved * args.size,
+            "sha256": digest.hexdigest(),
+            "status": "interrupted",
+            "interrupted": signum.name,
+        }
+        _print(summary, args.json)
+
+    return run_interruptible(captured(args.pcap, _connect(args, live)), interrupted)
