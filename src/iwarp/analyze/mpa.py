@@ -130,6 +130,16 @@ def inspect_fpdu(stream: StreamWindow, start: int, framing: Framing) -> FpduView
     data = stream.read(start, wire)
     if data is None:
         return stream.run_end(start)
+    if not framing.markers:  # the common case: no markers to list or cut out
+        end = HEADER_SIZE + length
+        return FpduView(
+            wire_length=wire,
+            ulpdu=data[HEADER_SIZE:end],
+            pad=data[end : wire - CRC_SIZE],
+            crc=CRC_FIELD.unpack_from(data, wire - CRC_SIZE)[0],
+            crc_expected=crc32c(memoryview(data)[: wire - CRC_SIZE]),
+            markers=(),
+        )
     body = memoryview(data)[:-CRC_SIZE]
     markers: list[tuple[int, int, int, int]] = []
     pieces: list[memoryview] = []
@@ -328,7 +338,13 @@ class FpduWalker:
                     yield oversize
             record = _fpdu_record(stream, pos, view, framing, where)
             yield record
-            yield from _fpdu_errors(view, record, framing, where)
+            if (
+                (framing.crc and view.crc != view.crc_expected)
+                or view.markers
+                or any(view.pad)
+                or record.ulp.get("problems")
+            ):  # something to report (the check is per FPDU: kept cheap)
+                yield from _fpdu_errors(view, record, framing, where)
             self.bad_in_a_row = 0 if view.valid(framing) else self.bad_in_a_row + 1
             self.pos = pos + view.wire_length
             if self.bad_in_a_row >= 2:
@@ -451,7 +467,9 @@ def _fpdu_record(
         markers=tuple(
             MarkerRecord(stream.seq(pos + at), reserved, pointer, expected)
             for at, reserved, pointer, expected in view.markers
-        ),
+        )
+        if view.markers
+        else (),
         pad=view.pad,
         crc=view.crc,
         crc_expected=view.crc_expected,
