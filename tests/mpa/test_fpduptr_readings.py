@@ -22,6 +22,9 @@ from iwarp.analyze.records import ErrorRecord, NoteRecord
 from iwarp.analyze.synth import Direction, TcpCapture
 from iwarp.errors import MpaErrorCode
 from iwarp.mpa import framing
+from iwarp.mpa.config import MpaConfig, Role
+from iwarp.mpa.connection import MpaConnection
+from iwarp.mpa.events import ConnectionFailed, UlpduReceived
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder, fpdu_wire_size
 from iwarp.mpa.ooo import OutOfOrderReceiver, ReceiveFailed, UlpduDelivered, UlpduPassed
 from iwarp.mpa.wire import CRC_FIELD, FrameFlags, MpaFrame
@@ -149,3 +152,21 @@ def test_decode_notes_low_bits_and_reads_seed_pointers_for_rev0(tmp_path: Path, 
     assert marker_errors == []
     notes = [r for r in records if isinstance(r, NoteRecord) and "two low bits" in r.message]
     assert len(notes) >= 6
+
+
+@pytest.mark.parametrize("rev", [0, 1])
+def test_the_connection_reads_seed_pointers_only_in_rev0(rev: int) -> None:
+    data, spans = stream()
+    seeded = rewrite(data, spans, low_bits=True, seed=True)
+    conn = MpaConnection(Role.INITIATOR, MpaConfig(revision=rev, markers=True))
+    conn.data_to_send()
+    reply = MpaFrame(False, FrameFlags.MARKERS | FrameFlags.CRC, rev).pack()
+    events = conn.receive_data(reply + seeded)
+    params = conn.params
+    assert params is not None and params.revision == rev and params.markers_receive
+    got = [bytes(e.data) for e in events if isinstance(e, UlpduReceived)]
+    failed = [e for e in events if isinstance(e, ConnectionFailed)]
+    if rev == 0:
+        assert got == ULPDUS and failed == []
+    else:  # the first FPDU that starts on a marker position holds a seed pointer
+        assert failed and failed[0].error.mpa_code is MpaErrorCode.MARKER_MISMATCH
