@@ -260,7 +260,7 @@ def seeds() -> dict[str, list[bytes]]:
     vi = VitcpConnection(VitcpConfig(), ViRole.ACTIVE)
     vi.connect(0.0)
     vi.tcp_established(0.0)
-    vi_request = bytes(vi.data_to_send())
+    vi_request = b"".join(bytes(part) for part in vi.data_to_send())
     assert vi_request
     return {
         "mpa_responder": [bytes([0x0E, 200]) + request + _fpdus(False, True, ulpdus)],
