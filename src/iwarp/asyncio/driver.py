@@ -37,7 +37,6 @@ import contextlib
 import logging
 import socket
 import threading
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
@@ -128,7 +127,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         #: A duplicate of the socket we sendmsg with (own writer registration).
         self._sock: socket.socket | None = None
         #: Output the kernel did not take yet, written when it can.
-        self._out: deque[Buffer] = deque()
+        self._out: list[Buffer] = []
         self._writer = False
         self._close_when_sent = False
         self._write_error: OSError | None = None
@@ -309,8 +308,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         return True
 
     def _on_writable(self) -> None:
-        chunks: list[Buffer] = list(self._out)
-        self._out.clear()
+        chunks, self._out = self._out, []
         if self._sock is None or not self._sendmsg(chunks):
             return  # still full: the writer stays registered
         self._drop_output()

@@ -670,6 +670,7 @@ async def _connect_once(
         params = await protocol.established
     except BaseException:
         protocol.close_transport()
+        del protocol  # the error's traceback must not hold it (no reference cycle)
         raise
     return MpaSocket(protocol, params)
 
@@ -699,6 +700,7 @@ async def serve(
         try:
             params = await protocol.established
         except IwarpError as exc:
+            exc.__traceback__ = None  # kept in the protocol: no cycle through this frame
             # Ended before full operation: also when the Request came with a
             # bad FPDU in one segment (the error is that FPDU's, e.g. code 2).
             protocol.close_transport()

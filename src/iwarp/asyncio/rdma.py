@@ -30,6 +30,7 @@ simple API.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any
@@ -126,21 +127,30 @@ class _Driver(CoreDriver):
 
     def __init__(self, qp: QueuePair, make: Callable[[float, int], QueuePairEndpoint]) -> None:
         super().__init__()
-        self.qp = qp
-        self._make = make
+        # Weak: the queue pair holds its driver, not the other way round, so
+        # an ended connection is freed by reference counting alone.
+        self._qp = weakref.ref(qp)
+        self._make: Callable[[float, int], QueuePairEndpoint] | None = make
 
     def start_core(self, now: float, emss: int) -> None:
-        self.core = self.qp._endpoint = self._make(now, emss)
+        qp = self._qp()
+        assert qp is not None and self._make is not None
+        self.core = qp._endpoint = self._make(now, emss)
+        self._make = None
 
     def handle_events(self, events: list[Any]) -> None:
-        qp = self.qp
+        qp = self._qp()
+        if qp is None:
+            return  # nobody holds the queue pair: nobody waits for its events
         for event in events:
             handler = _EVENTS.get(type(event))
             if handler is not None:
                 handler(qp, event)
 
     def lost(self, exc: BaseException | None) -> None:
-        self.qp._lost()
+        qp = self._qp()
+        if qp is not None:
+            qp._lost()
 
     def backlog(self) -> int:
         return self.core.message_octets
@@ -443,7 +453,7 @@ def _queue_pair(
             shared_cq=shared_cq,
             first_send_delay=first_send_delay,
             decide=decide,
-            setup=None if setup is None else lambda: setup(qp),
+            setup=None if setup is None else lambda: setup(qp),  # cleared once called
         )
         qp._send_cq = CompletionQueue(endpoint.send_cq, qp._loop)
         qp._recv_cq = qp._send_cq if shared_cq else CompletionQueue(endpoint.recv_cq, qp._loop)
@@ -531,6 +541,9 @@ async def _connect_once(
         await qp.established
     except BaseException:
         driver.close_transport()  # sends what is queued (a Terminate), then FIN
+        # The error (also kept in the endpoint) carries this frame in its
+        # traceback: without these locals no reference cycle holds the queue pair.
+        del qp, driver
         raise
     return qp
 
@@ -571,6 +584,7 @@ async def serve(
         try:
             await qp.established
         except IwarpError as exc:
+            exc.__traceback__ = None  # kept in the endpoint: no cycle through this frame
             driver.close_transport()  # after a reject, MPA leaves TCP open
             report(on_failure, exc, driver.peer())
             return

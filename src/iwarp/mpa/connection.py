@@ -60,7 +60,6 @@ no frames, markers and CRC always on, each direction on its own).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -138,7 +137,7 @@ class MpaConnection:
         self.config = config if config is not None else MpaConfig()
         self._role: Role | None = None
         self._state = MpaState.IDLE
-        self._events: deque[Event] = deque()
+        self._events: list[Event] = []
         self._out: list[Buffer] = []
         self._held: list[Buffer] = []
         self._rx = bytearray()
@@ -483,8 +482,7 @@ class MpaConnection:
 
     def take_events(self) -> list[Event]:
         """All queued events, oldest first; the queue is emptied."""
-        out = list(self._events)
-        self._events.clear()
+        out, self._events = self._events, []
         return out
 
     # -- time ---------------------------------------------------------------------

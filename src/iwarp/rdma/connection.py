@@ -207,6 +207,13 @@ class RdmaConnection:
         if stream is not None and stream.state in (StreamState.OPERATIONAL, StreamState.WAIT_PEER):
             self._events.extend(stream.terminate(error))
 
+    def release(self) -> None:
+        """TCP is gone: free the stream's receive machinery (no reference
+        cycle outlives the connection; see :meth:`RdmapStream.release`)."""
+        self.on_stream = None
+        if self.stream is not None:
+            self.stream.release()
+
     def set_emss(self, emss: int) -> None:
         """Report the TCP EMSS: it sizes the MULPDU, before full operation
         and during it (RFC 5044 §3: "the MULPDU value will change" with the
@@ -272,8 +279,9 @@ class RdmaConnection:
             rtr=rtr,
             version=params.ddp_version,  # 0 with an RDMAC peer (RFC 5044 Appendix C)
         )
-        if self.on_stream is not None:
-            self.on_stream(self.stream)
+        on_stream, self.on_stream = self.on_stream, None  # called once (no cycle kept)
+        if on_stream is not None:
+            on_stream(self.stream)
 
     def _terminate(self, error: MpaError) -> None:
         """Send a Terminate for an LLP-layer error (RFC 6581 §9, RFC 5044 §8)."""

@@ -106,19 +106,24 @@ class CompletionQueue:
     __slots__ = ("_items",)
 
     def __init__(self) -> None:
-        self._items: deque[Completion] = deque()
+        # Made on the first completion: an idle connection pays for no deque.
+        self._items: deque[Completion] | None = None
 
     def __len__(self) -> int:
-        return len(self._items)
+        return 0 if self._items is None else len(self._items)
 
     def poll(self, max_entries: int | None = None) -> list[Completion]:
         """Take up to ``max_entries`` (default: all) completions."""
         items = self._items
+        if not items:
+            return []
         n = len(items) if max_entries is None else min(max_entries, len(items))
         return [items.popleft() for _ in range(n)]
 
     def push(self, completion: Completion) -> None:
         """Add a completion (the endpoint does this)."""
+        if self._items is None:
+            self._items = deque()
         self._items.append(completion)
 
 
@@ -225,7 +230,7 @@ class QueuePairEndpoint:
         self._ids = itertools.count(-1, -1)
         self._tracked: dict[int, Completion | None] = {}
         self._pool: dict[int, tuple[MemoryRegion, RecvWR]] = {}
-        self._messages: deque[bytes] = deque()
+        self._messages: deque[bytes] | None = None  # made on the first message
         #: Octets of received messages not taken yet (drivers pause reading above a mark).
         self.message_octets = 0
         self._params: MpaParams | None = None
@@ -337,9 +342,10 @@ class QueuePairEndpoint:
 
     def take_message(self) -> bytes | None:
         """The oldest message from the receive pool, or None."""
-        if not self._messages:
+        messages = self._messages
+        if not messages:
             return None
-        data = self._messages.popleft()
+        data = messages.popleft()
         self.message_octets -= len(data)
         return data
 
@@ -399,6 +405,7 @@ class QueuePairEndpoint:
         if self.error is None and self._params is None:
             self.error = MpaError(MpaErrorCode.TCP_CLOSED, reason)
         self._finish_end()
+        self.conn.release()
         return self._take()
 
     def set_emss(self, emss: int) -> None:
@@ -424,8 +431,9 @@ class QueuePairEndpoint:
                 wr = RecvWR(Sge(region), wr_id=next(self._ids))
                 self._pool[wr.wr_id] = (region, wr)
                 stream.post_recv(wr)
-            if self._setup is not None:
-                self._setup()
+            setup, self._setup = self._setup, None  # once; holds the adapter's object
+            if setup is not None:
+                setup()
         except Exception as exc:  # the application's code: reported, answered with a Terminate
             self._setup_error = exc
         finally:
@@ -458,6 +466,8 @@ class QueuePairEndpoint:
             return  # flushed with the connection
         region, wr = entry
         data = bytes(region.view[: completion.byte_len])
+        if self._messages is None:
+            self._messages = deque()
         self._messages.append(data)
         self.message_octets += len(data)
         stream = self.conn.stream

@@ -21,6 +21,7 @@ registered at ``address`` covers TOs ``address .. address + length - 1``
 from __future__ import annotations
 
 import mmap
+import weakref
 from enum import IntEnum, IntFlag
 
 from iwarp._typing import Buffer
@@ -58,12 +59,15 @@ class MemoryRegion:
     per region).
     """
 
-    __slots__ = ("_bits", "_view", "access", "address", "length", "pd", "stag", "valid")
+    __slots__ = ("_bits", "_pd", "_view", "access", "address", "length", "stag", "valid")
 
     def __init__(
         self, pd: ProtectionDomain, view: memoryview, access: Access, stag: int, address: int
     ) -> None:
-        self.pd = pd
+        # Weak: the PD's STag table holds its regions; a strong way back
+        # would be a reference cycle, and an ended connection's regions
+        # (receive pools of 64 KiB buffers) would wait for the cyclic GC.
+        self._pd = weakref.ref(pd)
         self._view = view
         self.access = access
         self._bits = int(access)  # plain int: IntFlag operators are slow on hot paths
@@ -78,6 +82,12 @@ class MemoryRegion:
         """The whole registered buffer (local access, no checks)."""
         return self._view
 
+    @property
+    def pd(self) -> ProtectionDomain | None:
+        """The protection domain (None once nobody holds it: a region does
+        not keep its PD alive, the PD keeps its regions)."""
+        return self._pd()
+
     def allows(self, rights: int) -> bool:
         """Whether the region grants every right in ``rights``."""
         return not rights & ~self._bits
@@ -86,7 +96,7 @@ class MemoryRegion:
         """Check a remote access; None when allowed (RFC 5041 §7.1, RFC 5040 §7.2)."""
         if not self.valid:
             return AccessFault.INVALID_STAG
-        if pd is not self.pd:
+        if pd is not self._pd():
             return AccessFault.STAG_NOT_ASSOCIATED
         if rights & ~self._bits:
             return AccessFault.ACCESS_RIGHTS
@@ -110,7 +120,9 @@ class MemoryRegion:
         """Invalidate and forget the region, and release our view of its buffer
         (an ``mmap`` can be closed once no slice handed out is alive)."""
         self.valid = False
-        self.pd.registry._forget(self)
+        pd = self._pd()
+        if pd is not None:
+            pd.registry._forget(self)
         self._view.release()
 
     def __repr__(self) -> str:

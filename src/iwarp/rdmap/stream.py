@@ -171,6 +171,10 @@ class _Outgoing:
     response: bool = False
 
 
+def _released(stag: int, to: int, length: int, rsvdulp: int, first: bool) -> memoryview:
+    raise LocalProtocolError("the stream was released")
+
+
 class RdmapStream:
     """One RDMAP stream (the protocol half of a queue pair).
 
@@ -983,6 +987,14 @@ class RdmapStream:
                 status = CompletionStatus.FLUSHED
 
     # -- teardown -------------------------------------------------------------
+
+    def release(self) -> None:
+        """The connection is gone: let go of the DDP receiver's way back to
+        this stream (its one reference cycle), so the stream and every
+        buffer it holds are freed by reference counting alone, without the
+        cyclic GC. Nothing can be received after this."""
+        self.state = StreamState.CLOSED
+        self._ddp.resolver = _released
 
     def terminate(self, error: RemoteProtocolError) -> list[Event]:
         """Abort with a Terminate for an error found outside the stream.
