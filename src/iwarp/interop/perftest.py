@@ -393,6 +393,10 @@ _DOUBLE: Final = struct.Struct(">d")
 _INT: Final = struct.Struct(">i")
 
 
+#: Seconds the client waits for perftest's server to disconnect before it does.
+CLOSE_GRACE = 2.0
+
+
 async def _exchange(channel: QueuePair, message: bytes, timeout: float) -> bytes:
     """One lockstep exchange on perftest's channel: the client Sends, the server answers."""
     await channel.send(message)
@@ -473,6 +477,12 @@ async def perftest_client(
             await _exchange(channel, word, step)
             result.channel_messages += 1
         await key()  # ctx_close_connection
+        # The server disconnects first: siw fails its last Send's completion
+        # ("Bad wc status 2") when our FIN arrives within a millisecond of
+        # it, as it does once the answer is processed quickly.
+        ends = [channel.closed, data.closed]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*map(asyncio.shield, ends)), CLOSE_GRACE)
     except (IwarpError, OSError, TimeoutError) as exc:
         result.errors.append(f"{type(exc).__name__}: {exc}")
     finally:
