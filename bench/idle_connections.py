@@ -70,15 +70,14 @@ def flood(port: int, count: int, limit: float) -> None:
             sock.close()
             continue
         sock.setblocking(False)
-        sel.register(sock, selectors.EVENT_READ)
+        sel.register(sock, selectors.EVENT_READ, sock)
         socks.append(sock)
     print(f"opened {len(socks)} failed {failed}", flush=True)
     closed = 0
     deadline = time.monotonic() + limit
     while closed < len(socks) and time.monotonic() < deadline:
         for key, _ in sel.select(timeout=1.0):
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
+            sock = key.data
             try:
                 data = sock.recv(4096)
             except OSError:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pytest
 
 from iwarp.asyncio.mpa import Accept, MpaRejectedError, MpaSocket, Reject, connect, serve
-from iwarp.errors import IwarpError, MpaError
+from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Rev0Profile
 from iwarp.mpa.events import RequestReceived
 from iwarp.mpa.wire import IRD_ORD_NONE, RtrFlags
@@ -150,7 +150,7 @@ async def run_matrix(all_cells: list[Cell]) -> list[tuple[Cell, str, object]]:
         results: Counter[str] = Counter()
         server_results[key] = results
 
-        def on_failure(error: IwarpError, peer: object, results: Counter[str] = results) -> None:
+        def on_failure(error: BaseException, peer: object, results: Counter[str] = results) -> None:
             if isinstance(error, MpaRejectedError):
                 results["rejected"] += 1
             else:
@@ -296,7 +296,7 @@ def test_fallback_to_rev1_after_an_unenhanced_responder_closes() -> None:
     """RFC 6581 §10: the Initiator MAY retry with the unenhanced protocol."""
 
     async def main() -> None:
-        failures: list[IwarpError] = []
+        failures: list[BaseException] = []
         server = await serve(
             echo,
             "127.0.0.1",

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from iwarp.asyncio.mpa import MpaSocket, connect, serve
-from iwarp.errors import IwarpError, MpaError
+from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import REPLY_KEY, REQUEST_KEY
 
@@ -95,9 +95,9 @@ async def echo(sock: MpaSocket) -> None:
 
 def test_bad_initiators_are_closed_with_the_right_code() -> None:
     async def main() -> None:
-        failures: dict[object, IwarpError] = {}
+        failures: dict[object, BaseException] = {}
 
-        def on_failure(error: IwarpError, peer: object) -> None:
+        def on_failure(error: BaseException, peer: object) -> None:
             failures[peer] = error
 
         server = await serve(echo, "127.0.0.1", 0, config=SERVER_CONFIG, on_failure=on_failure)

@@ -78,7 +78,7 @@ def test_every_core_keeps_the_contract() -> None:
     ]
     for core in cores:
         assert isinstance(core, Connection), type(core).__name__
-        assert isinstance(core.data_to_send(), list)  # type: ignore[attr-defined]
+        assert isinstance(core.data_to_send(), list)
 
 
 def test_receive_pool_delivers_in_order_and_reposts() -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from helpers import out
-from iwarp.vitcp.config import Reliability, Role, VitcpConfig
+from iwarp.vitcp.config import Role, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.events import Connected, ConnectionClosed, ConnectionRequested
 from iwarp.vitcp.handshake import State
 from iwarp.vitcp.listener import Demultiplexer, PeerRetry
-from iwarp.vitcp.wire import SegmentType
+from iwarp.vitcp.wire import Reliability, SegmentType
 
 
 def incoming(
