@@ -40,3 +40,12 @@ def test_list_prints_cases(capsys: object) -> None:
 def test_bad_usage_is_exit_2(capsys: object) -> None:
     assert main(["conformance", "127.0.0.1"]) == 2
     assert main(["conformance", "--list", "nothing/"]) == 2
+
+
+def test_docs_list_every_case() -> None:
+    """docs/conformance.md has a row for every case (with siw's result)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "conformance.md").read_text()
+    missing = [c.id for c in all_cases() if f"| `{c.id}` |" not in doc]
+    assert not missing, missing

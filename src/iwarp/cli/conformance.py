@@ -74,6 +74,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="leave out the cases under PREFIX (repeatable), e.g. one that kills the target",
+    )
+    parser.add_argument(
         "--strict",
         action="store_true",
         help="also run the SHOULD cases (timeouts, header copies, markers)",
@@ -134,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         return _fail("--timeout must be positive")
     cases = select(all_cases(), words, strict=args.strict, role=role)
+    cases = [c for c in cases if not any(c.id.startswith(p) for p in args.exclude)]
     if not cases:
         return _fail(f"no case matches {' '.join(words) or 'the selection'}")
     if args.list:

@@ -47,6 +47,9 @@ __all__ = [
 DEFAULT_TIMEOUT: Final = 5.0
 #: Seconds an Initiator target may take to make its first connection (it may be starting up).
 FIRST_CONNECT: Final = 30.0
+#: Seconds it may take to connect for a later case (a program per case starts, or one that a
+#: previous case left hanging runs into its own timeout first).
+NEXT_CONNECT: Final = 15.0
 
 
 class TargetUnavailableError(Exception):
@@ -308,8 +311,8 @@ class Runner:
             else:
                 self.listener()
                 launched = self.target.launch(self.target.port)
-                if not self._accepted:  # the target may still be starting
-                    deadline = max(deadline, time.monotonic() + FIRST_CONNECT)
+                grace = NEXT_CONNECT if self._accepted else FIRST_CONNECT
+                deadline = max(deadline, time.monotonic() + grace)
                 link = self._accept(deadline, launched)
                 self._accepted += 1
                 # The case's own time starts once the target is connected.
