@@ -40,7 +40,8 @@ def break_pd_length() -> None:
 
 def break_terminate() -> None:
     stream = iwarp.rdmap.stream.RdmapStream
-    original = stream.runs_to_send  # ulpdus_to_send goes through it too
+    # Every way out of the stream (ulpdus_to_send too) goes through runs_to_send.
+    original = stream.runs_to_send
 
     def runs_to_send(self: Any, limit: int | None = None) -> list[Any]:
         terminating = self.state is StreamState.TERMINATING

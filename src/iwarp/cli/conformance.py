@@ -27,7 +27,7 @@ examples:
   iwarp conformance --listen 7472 --peer-cmd 'rping -c -a 127.0.0.1 -p {port} -C 1'
                                       the target is an MPA Initiator, started once per case
   iwarp conformance --list rfc6581/   the cases under a prefix
-  iwarp conformance HOST PORT --strict --junit report.xml rfc5041/
+  iwarp conformance HOST PORT rfc5041/ --strict --junit report.xml
 
 Exit status: 0 when no case failed, 1 when one did, 2 for bad usage or an unreachable target.
 """
@@ -50,8 +50,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "target",
         nargs="*",
         metavar="HOST PORT | PREFIX",
-        help="the Responder to connect to, then case id prefixes (rfc6581/); "
-        "with --listen or --list only prefixes",
+        help="the Responder to connect to, then case id prefixes (rfc6581/), before "
+        "the options; with --listen or --list only prefixes",
     )
     parser.add_argument(
         "--listen",

@@ -13,6 +13,7 @@ from iwarp.conformance.session import Session
 from iwarp.errors import MpaErrorCode, TerminateLayer
 from iwarp.mpa.wire import MARKER_INTERVAL, EnhancedData, FrameFlags, RtrFlags
 from iwarp.rdma.rping import ADVERT
+from iwarp.rdmap.wire import ReadRequest
 
 CRC_QUOTE = (
     'RFC 5044 §8: "2 Received MPA CRC does not match the calculated value for the FPDU"; '
@@ -25,6 +26,16 @@ def _hello(s: Session) -> bytes:
     return craft.send(ADVERT.pack(64, 0, 4096), msn=s.next_msn(0)).octets
 
 
+def _carrier(s: Session) -> bytes:
+    """A valid message that needs no application: a zero-length RDMA Read Request.
+
+    The CRC is the only fault of the FPDU that carries it: its STag is not
+    validated (RFC 5040 §5.2.1) and it is answered by RDMAP itself.
+    """
+    request = ReadRequest(0x51_4E_4B_01, 0, 0, 0x7E57_005A, 0)
+    return craft.read_request(request, msn=s.next_msn(1))[0].octets
+
+
 def _bad_crc_case(number: int, title: str, *, warm: bool, how: str) -> None:
     @case(f"rfc5044/8/{number}", title, CRC_QUOTE, covers=("crc",))
     def run(s: Session) -> None:
@@ -34,11 +45,7 @@ def _bad_crc_case(number: int, title: str, *, warm: bool, how: str) -> None:
             s.startup()
         if not s.crc:
             raise CaseSkipped("CRC is not in use on this connection")
-        ulpdu = (
-            _hello(s)
-            if s.target is TargetRole.RESPONDER and not warm
-            else (craft.write(0x7E57_0000, 0, b"conformance!").octets)
-        )
+        ulpdu = _carrier(s)
         if how == "bit":
             data = s.frame_ulpdu(ulpdu, corrupt_crc=True)
         elif how == "zero":
@@ -76,7 +83,7 @@ def crc_term_no_copy(s: Session) -> None:
     if not s.crc:
         raise CaseSkipped("CRC is not in use on this connection")
     s.send_raw(
-        s.frame_ulpdu(craft.write(0x7E57_0000, 0, b"conformance!").octets, corrupt_crc=True),
+        s.frame_ulpdu(_carrier(s), corrupt_crc=True),
         "FPDU with a wrong CRC",
     )
     got = s.expect_terminate(LLP, 0, MpaErrorCode.CRC_MISMATCH, close_ok=True)
@@ -98,7 +105,7 @@ def nothing_after_term(s: Session) -> None:
     if not s.crc:
         raise CaseSkipped("CRC is not in use on this connection")
     s.send_raw(
-        s.frame_ulpdu(craft.write(0x7E57_0000, 0, b"conformance!").octets, corrupt_crc=True),
+        s.frame_ulpdu(_carrier(s), corrupt_crc=True),
         "FPDU with a wrong CRC",
     )
     if s.expect_terminate(LLP, 0, MpaErrorCode.CRC_MISMATCH, close_ok=True) is None:

@@ -45,6 +45,8 @@ __all__ = [
 
 #: Seconds a case may take unless it says otherwise.
 DEFAULT_TIMEOUT: Final = 5.0
+#: Seconds a new connection to a Responder is watched before use (is it closed at once?).
+SETTLE: Final = 0.02
 #: Seconds an Initiator target may take to make its first connection (it may be starting up).
 FIRST_CONNECT: Final = 30.0
 #: Seconds it may take to connect for a later case (a program per case starts, or one that a
@@ -171,15 +173,30 @@ class Runner:
     # --- connections ------------------------------------------------------
 
     def _connect(self, deadline: float) -> Link:
+        """A fresh connection to the Responder target.
+
+        A connection the target ends before anything was sent is not used: a
+        target that restarts its listener per connection (a loop of single-shot
+        servers, or qemu's port forward while the guest has no listener) is
+        tried again until the deadline.
+        """
         assert isinstance(self.target, ResponderTarget)
-        left = max(0.1, deadline - time.monotonic())
-        try:
-            sock = socket.create_connection((self.target.host, self.target.port), timeout=left)
-        except OSError as exc:
-            raise TargetUnavailableError(
-                f"cannot connect to {self.target.host}:{self.target.port}: {exc.strerror or exc}"
-            ) from None
-        return Link(sock)
+        while True:
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                sock = socket.create_connection((self.target.host, self.target.port), timeout=left)
+            except OSError as exc:
+                raise TargetUnavailableError(
+                    f"cannot connect to {self.target.host}:{self.target.port}: "
+                    f"{exc.strerror or exc}"
+                ) from None
+            link = Link(sock)
+            link.settle(SETTLE)
+            if link.ended is None or link.received or time.monotonic() + 0.2 > deadline:
+                link.started = time.monotonic()
+                return link
+            link.close()
+            time.sleep(0.1)
 
     def listener(self) -> socket.socket:
         if self._listener is None:

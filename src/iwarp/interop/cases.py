@@ -650,9 +650,13 @@ def conformance_matches(record: str) -> Judge:
 
 #: Initiator cases (MUST level): the guest's rping -c loop runs this many times and a few more
 #: (each later run finds the listener gone and fails; none may hang the loop for long).
-_INITIATOR_RUNS: Final = len(select_cases(all_conformance_cases(), role=TargetRole.INITIATOR)) + 3
-#: A Rev 0 Request makes rping -s -P stop listening (siw 6.1): that case runs on its own.
-_KILLS_RPING_P: Final = "rfc5044/C/1"
+_INITIATOR_RUNS: Final = len(select_cases(all_conformance_cases(), role=TargetRole.INITIATOR)) + 1
+#: Replies after which siw 6.1 as Initiator makes no more connections (rping -c hangs in
+#: every later run, twice in two runs): left out, docs/conformance.md has the evidence.
+_WEDGES_SIW: Final = ("rfc5044/7.1.1/51", "rfc5044/7.1.1/52")
+#: Requests after which siw 6.1's persistent rping -s -P stops listening (seen in two runs):
+#: a Request cut short by FIN, a Rev 0 Request. Left out, docs/conformance.md says why.
+_KILLS_RPING_P: Final = ("rfc5044/8/1", "rfc5044/C/1")
 
 
 def _conformance_cases() -> list[Case]:
@@ -671,24 +675,10 @@ def _conformance_cases() -> list[Case]:
                 "127.0.0.1",
                 "{host_port}",
                 "--json",
-                "--exclude",
-                _KILLS_RPING_P,
+                *(arg for case_id in _KILLS_RPING_P for arg in ("--exclude", case_id)),
             ),
             needs=(Need("conformance", ("--json", "--exclude")),),
             timeout=400,
-            wire_check=False,
-        ),
-        Case(
-            "conformance/siw-responder-rev0",
-            "rping",
-            D.IWARP_TO_SIW,
-            f"iwarp conformance {_KILLS_RPING_P} (a Rev 0 Request) against rping -s -P on siw, "
-            "compared with conformance/expected/siw-responder-rev0.json",
-            conformance_matches("siw-responder-rev0"),
-            guest_cmd="rping -s -P -a 0.0.0.0 -p {guest_port}",
-            iwarp_args=("conformance", "127.0.0.1", "{host_port}", "--json", _KILLS_RPING_P),
-            needs=(Need("conformance", ("--json",)),),
-            timeout=60,
             wire_check=False,
         ),
         Case(
@@ -703,8 +693,14 @@ def _conformance_cases() -> list[Case]:
                 "timeout 8 rping -c -a {host} -p {serve_port} -C 1 -S 64 >/dev/null 2>&1; "
                 "done; exit 0"
             ),
-            iwarp_args=("conformance", "--listen", "{serve_port}", "--json"),
-            needs=(Need("conformance", ("--listen", "--json")),),
+            iwarp_args=(
+                "conformance",
+                "--listen",
+                "{serve_port}",
+                "--json",
+                *(arg for case_id in _WEDGES_SIW for arg in ("--exclude", case_id)),
+            ),
+            needs=(Need("conformance", ("--listen", "--json", "--exclude")),),
             timeout=400,
             wire_check=False,
         ),
