@@ -654,9 +654,15 @@ _INITIATOR_RUNS: Final = len(select_cases(all_conformance_cases(), role=TargetRo
 #: Replies after which siw 6.1 as Initiator makes no more connections (rping -c hangs in
 #: every later run, twice in two runs): left out, docs/conformance.md has the evidence.
 _WEDGES_SIW: Final = ("rfc5044/7.1.1/51", "rfc5044/7.1.1/52")
-#: Requests after which siw 6.1's persistent rping -s -P stops listening (seen in two runs):
-#: a Request cut short by FIN, a Rev 0 Request. Left out, docs/conformance.md says why.
-_KILLS_RPING_P: Final = ("rfc5044/8/1", "rfc5044/C/1")
+#: Requests after which siw 6.1's persistent rping -s -P stops listening (two runs): a
+#: Request cut short by FIN, a Rev 0 Request; and the peer-to-peer (A=1) Requests, after
+#: one of which the default siw build stopped completing connections (1 run in 3; the
+#: runner had to boot a fresh guest). Left out, docs/conformance.md says why.
+_KILLS_RPING_P: Final = (
+    "rfc5044/8/1",
+    "rfc5044/C/1",
+    *(f"rfc6581/9.2/{n}" for n in (1, 2, 3, 4, 5, 8, 9)),
+)
 
 
 def _conformance_cases() -> list[Case]:
