@@ -15,7 +15,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import iwarp.asyncio.rdma as aio
 from iwarp import sync
@@ -23,6 +23,7 @@ from iwarp._typing import Buffer
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.policy import Decider
+from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import Completion, ReadWR, RecvWR, SendWR, Sge, WriteWR
@@ -55,9 +56,13 @@ class Side(Protocol):
 
     def receive(self) -> bytes: ...
 
-    def rdma_write(self, data: Buffer | Sge, stag: int, to: int) -> None: ...
+    def rdma_write(
+        self, data: WriteData, stag: int, to: int, *, offset: int = 0, length: int | None = None
+    ) -> int: ...
 
-    def rdma_read(self, local: MemoryRegion | Sge, stag: int, to: int) -> int: ...
+    def rdma_read(
+        self, local: ReadInto, stag: int, to: int, *, offset: int = 0, length: int | None = None
+    ) -> int | bytes: ...
 
     def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None: ...
 
@@ -109,11 +114,19 @@ class SyncSide:
     def receive(self) -> bytes:
         return self.qp.receive(timeout=CALL_TIMEOUT)
 
-    def rdma_write(self, data: Buffer | Sge, stag: int, to: int) -> None:
-        self.qp.rdma_write(data, stag, to, timeout=CALL_TIMEOUT)
+    def rdma_write(
+        self, data: WriteData, stag: int, to: int, *, offset: int = 0, length: int | None = None
+    ) -> int:
+        return self.qp.rdma_write(
+            data, stag, to, offset=offset, length=length, timeout=CALL_TIMEOUT
+        )
 
-    def rdma_read(self, local: MemoryRegion | Sge, stag: int, to: int) -> int:
-        return self.qp.rdma_read(local, stag, to, timeout=CALL_TIMEOUT)
+    def rdma_read(
+        self, local: ReadInto, stag: int, to: int, *, offset: int = 0, length: int | None = None
+    ) -> int | bytes:
+        return self.qp.rdma_read(
+            local, stag, to, offset=offset, length=length, timeout=CALL_TIMEOUT
+        )
 
     def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
         self.qp.post_send(wr)
@@ -186,11 +199,16 @@ class AsyncioSide:
     def receive(self) -> bytes:
         return self._call(self.qp.receive())
 
-    def rdma_write(self, data: Buffer | Sge, stag: int, to: int) -> None:
-        self._call(self.qp.rdma_write(data, stag, to))
+    def rdma_write(
+        self, data: WriteData, stag: int, to: int, *, offset: int = 0, length: int | None = None
+    ) -> int:
+        return self._call(self.qp.rdma_write(data, stag, to, offset=offset, length=length))
 
-    def rdma_read(self, local: MemoryRegion | Sge, stag: int, to: int) -> int:
-        return self._call(self.qp.rdma_read(local, stag, to))
+    def rdma_read(
+        self, local: ReadInto, stag: int, to: int, *, offset: int = 0, length: int | None = None
+    ) -> int | bytes:
+        read = self.qp.rdma_read(local, stag, to, offset=offset, length=length)
+        return cast("int | bytes", self._call(read))
 
     def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
         self._sync(lambda: self.qp.post_send(wr))

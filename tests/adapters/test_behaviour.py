@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from adapters.sides import Adapter, Side, make_adapter
 from iwarp.asyncio.mpa import Reject
 from iwarp.asyncio.rdma import ConnectionRejectedError, ConnectionTerminatedError, RdmaError
-from iwarp.errors import MpaError
+from iwarp.errors import LocalProtocolError, MpaError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import RequestReceived
 from iwarp.mpa.wire import RtrFlags
@@ -84,6 +84,54 @@ def test_send_write_read_round_trips(
     assert len(got) == 1 and sha(got[0]) == sha(data)
     assert sha(target[32 : 32 + size]) == sha(data)
     assert target[:32] == bytes(32) and target[32 + size :] == bytes(32)
+
+
+def test_rdma_write_and_read_take_the_same_forms(pair: tuple[Adapter, Adapter]) -> None:
+    """Write and Read each take a region with offset/length, an Sge, or
+    plain memory (bytes to write; a writable buffer or a length to read)."""
+    client, server = pair
+    server_pd = ProtectionDomain()
+    target = bytearray(256)
+    target_mr = server_pd.register(target, REMOTE, address=0x9000)
+
+    def handler(qp: Side) -> None:
+        assert qp.receive() == b"hello"  # the Responder may not send first (RFC 5044)
+        qp.send(target_mr.stag.to_bytes(4, "big"))
+        assert qp.receive() == b"done"
+
+    port = server.serve(handler, pd=server_pd, receive_buffers=2)
+    qp = client.connect(port, receive_buffers=2)
+    qp.send(b"hello")
+    stag = int.from_bytes(qp.receive(), "big")
+    data = os.urandom(200)
+    source = qp.register(bytearray(data), Access.LOCAL_WRITE)
+    assert qp.rdma_write(data, stag, 0x9000, offset=0, length=50) == 50  # bytes, a piece
+    assert qp.rdma_write(source, stag, 0x9000 + 50, offset=50, length=50) == 50  # region
+    assert qp.rdma_write(Sge(source, 100, 50), stag, 0x9000 + 100) == 50  # Sge
+    assert qp.rdma_write(memoryview(data)[150:], stag, 0x9000 + 150) == 50  # plain buffer
+    assert qp.rdma_read(200, stag, 0x9000) == data  # a length: bytes back
+    into = bytearray(300)
+    assert qp.rdma_read(into, stag, 0x9000, offset=100, length=200) == 200  # a buffer
+    assert into[100:] == data and into[:100] == bytes(100)
+    sink = qp.register(bytearray(200), Access.LOCAL_WRITE)
+    assert qp.rdma_read(sink, stag, 0x9000 + 20, offset=20, length=30) == 30  # region
+    assert sink.view[20:50] == data[20:50] and sink.view[:20] == bytes(20)
+    assert qp.rdma_read(Sge(sink, 0, 20), stag, 0x9000) == 20  # Sge, as before
+    assert sink.view[:20] == data[:20]
+    misuses: list[Callable[[], object]] = [
+        lambda: qp.rdma_read(b"read-only", stag, 0x9000),  # type: ignore[arg-type]
+        lambda: qp.rdma_read(-1, stag, 0x9000),
+        lambda: qp.rdma_read(sink, stag, 0x9000, offset=190, length=20),
+        lambda: qp.rdma_write(source, stag, 0x9000, offset=-1),
+        lambda: qp.rdma_write(data, stag, 0x9000, offset=150, length=51),
+    ]
+    for misuse in misuses:
+        with pytest.raises(LocalProtocolError):
+            misuse()
+    qp.send(b"done")
+    assert server.take_failures() == []
+    qp.close()
+    assert target[:200] == data and target[200:] == bytes(56)
 
 
 def test_messages_keep_their_order_both_ways(pair: tuple[Adapter, Adapter]) -> None:

@@ -33,7 +33,7 @@ import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 
 from iwarp._typing import Buffer
 from iwarp.asyncio.driver import CoreDriver, FailureHook, report, run_handler, start_server
@@ -54,6 +54,7 @@ from iwarp.rdma.endpoint import (
 )
 from iwarp.rdma.endpoint import CompletionQueue as _Queue
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
+from iwarp.rdma.simple import ReadInto, WriteData, read_target, write_source
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import TerminateHeader
@@ -294,21 +295,72 @@ class QueuePair:
         wr_id = self.endpoint.next_wr_id()
         await self._run(SendWR(data, wr_id, solicited=solicited, invalidate_stag=invalidate_stag))
 
-    async def rdma_write(self, data: Buffer | Sge, remote_stag: int, remote_to: int) -> int:
-        """RDMA Write ``data`` (bytes or a registered region's Sge) to the
-        peer's (``remote_stag``, ``remote_to``); returns the octets written."""
+    async def rdma_write(
+        self,
+        data: WriteData,
+        remote_stag: int,
+        remote_to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+    ) -> int:
+        """RDMA Write ``data`` to the peer's (``remote_stag``, ``remote_to``);
+        returns the octets written.
+
+        ``data`` is bytes-like, a registered region (``offset``/``length``
+        pick a piece of it; of bytes-like data too) or an Sge.
+        """
+        source = write_source(data, offset, length)
         wr_id = self.endpoint.next_wr_id()
-        completion = await self._run(WriteWR(data, remote_stag, remote_to, wr_id))
+        completion = await self._run(WriteWR(source, remote_stag, remote_to, wr_id))
         return completion.byte_len
 
-    async def rdma_read(self, local: MemoryRegion | Sge, remote_stag: int, remote_to: int) -> int:
-        """RDMA Read from the peer's (``remote_stag``, ``remote_to``) into
-        ``local`` (a region with local write access, or a piece of one);
-        returns the octets read."""
-        sge = local if isinstance(local, Sge) else Sge(local)
+    @overload
+    async def rdma_read(
+        self,
+        local: int,
+        remote_stag: int,
+        remote_to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+    ) -> bytes: ...
+
+    @overload
+    async def rdma_read(
+        self,
+        local: MemoryRegion | Sge | bytearray | memoryview,
+        remote_stag: int,
+        remote_to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+    ) -> int: ...
+
+    async def rdma_read(
+        self,
+        local: ReadInto,
+        remote_stag: int,
+        remote_to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+    ) -> int | bytes:
+        """RDMA Read from the peer's (``remote_stag``, ``remote_to``).
+
+        ``local`` is a region with local write access (``offset``/``length``
+        pick a piece of it), an Sge, or a writable buffer (registered for
+        this Read only): returns the octets read. Given an ``int``, that
+        many octets are read and returned as bytes.
+        """
+        target = read_target(self.pd, local, offset, length)
         wr_id = self.endpoint.next_wr_id()
-        completion = await self._run(ReadWR(sge, remote_stag, remote_to, wr_id))
-        return completion.byte_len
+        try:
+            completion = await self._run(ReadWR(target.sge, remote_stag, remote_to, wr_id))
+        except (RdmaError, ConnectionTerminatedError):
+            target.finish(0)  # the Read is over: its temporary region can go
+            raise
+        return target.finish(completion.byte_len)
 
     async def receive(self) -> bytes:
         """The next message received into the queue pair's receive pool.

@@ -33,7 +33,7 @@ import contextlib
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from iwarp._typing import Buffer
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
@@ -51,6 +51,7 @@ from iwarp.rdma.endpoint import (
     WorkFinished,
 )
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
+from iwarp.rdma.simple import ReadInto, WriteData, read_target, write_source
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import TerminateHeader
@@ -327,30 +328,75 @@ class QueuePair:
 
     def rdma_write(
         self,
-        data: Buffer | Sge,
+        data: WriteData,
         remote_stag: int,
         remote_to: int,
         *,
+        offset: int = 0,
+        length: int | None = None,
         timeout: float | None = None,
     ) -> int:
-        """RDMA Write ``data`` (bytes or a registered region's Sge) to the
-        peer's (``remote_stag``, ``remote_to``); returns the octets written."""
+        """RDMA Write ``data`` to the peer's (``remote_stag``, ``remote_to``);
+        returns the octets written.
+
+        ``data`` is bytes-like, a registered region (``offset``/``length``
+        pick a piece of it; of bytes-like data too) or an Sge.
+        """
+        source = write_source(data, offset, length)
         wr_id = self.endpoint.next_wr_id()
-        return self._run(WriteWR(data, remote_stag, remote_to, wr_id), timeout).byte_len
+        return self._run(WriteWR(source, remote_stag, remote_to, wr_id), timeout).byte_len
+
+    @overload
+    def rdma_read(
+        self,
+        local: int,
+        remote_stag: int,
+        remote_to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+        timeout: float | None = None,
+    ) -> bytes: ...
+
+    @overload
+    def rdma_read(
+        self,
+        local: MemoryRegion | Sge | bytearray | memoryview,
+        remote_stag: int,
+        remote_to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+        timeout: float | None = None,
+    ) -> int: ...
 
     def rdma_read(
         self,
-        local: MemoryRegion | Sge,
+        local: ReadInto,
         remote_stag: int,
         remote_to: int,
         *,
+        offset: int = 0,
+        length: int | None = None,
         timeout: float | None = None,
-    ) -> int:
-        """RDMA Read into ``local`` (a region with local write access, or a
-        piece of one); returns the octets read."""
-        sge = local if isinstance(local, Sge) else Sge(local)
+    ) -> int | bytes:
+        """RDMA Read from the peer's (``remote_stag``, ``remote_to``).
+
+        ``local`` is a region with local write access (``offset``/``length``
+        pick a piece of it), an Sge, or a writable buffer (registered for
+        this Read only): returns the octets read. Given an ``int``, that
+        many octets are read and returned as bytes. After a timeout the
+        Read stays outstanding (its completion goes to ``send_cq``) and a
+        buffer given to it stays registered until the connection ends.
+        """
+        target = read_target(self.pd, local, offset, length)
         wr_id = self.endpoint.next_wr_id()
-        return self._run(ReadWR(sge, remote_stag, remote_to, wr_id), timeout).byte_len
+        try:
+            completion = self._run(ReadWR(target.sge, remote_stag, remote_to, wr_id), timeout)
+        except (RdmaError, ConnectionTerminatedError):
+            target.finish(0)  # the Read is over: its temporary region can go
+            raise
+        return target.finish(completion.byte_len)
 
     def receive(self, *, timeout: float | None = None) -> bytes:
         """The next message received into the queue pair's receive pool.
