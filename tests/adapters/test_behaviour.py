@@ -270,6 +270,30 @@ def test_a_peer_reset_ends_waiting_operations(pair: tuple[Adapter, Adapter]) -> 
     qp.close()
 
 
+def test_a_returning_handler_closes_after_what_it_posted(
+    pair: tuple[Adapter, Adapter],
+) -> None:
+    """docs/rdmap.md "When a handler returns": posted work goes out, then
+    FIN; the client's waiting and later calls see the connection over."""
+    client, server = pair
+
+    def handler(qp: Side) -> None:
+        assert qp.receive() == b"hello"
+        qp.send(b"last words")  # returning right after: still delivered
+
+    port = server.serve(handler, receive_buffers=1)
+    qp = client.connect(port, receive_buffers=2)
+    qp.send(b"hello")
+    assert qp.receive() == b"last words"
+    with pytest.raises(ConnectionTerminatedError):
+        qp.receive()
+    sink = qp.register(bytearray(8), Access.LOCAL_WRITE)
+    with pytest.raises((ConnectionTerminatedError, RdmaError)):
+        qp.rdma_read(sink, 0x1234, 0)
+    assert server.take_failures() == []
+    qp.close()
+
+
 def test_a_rejected_request_raises_with_the_private_data(pair: tuple[Adapter, Adapter]) -> None:
     client, server = pair
     asked: list[bytes] = []
