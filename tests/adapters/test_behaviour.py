@@ -6,12 +6,14 @@ talking to each other."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from adapters.sides import Adapter, Side, make_adapter
+from adapters.sides import CALL_TIMEOUT, Adapter, Side, make_adapter
 from iwarp.asyncio.mpa import Reject
 from iwarp.asyncio.rdma import ConnectionRejectedError, ConnectionTerminatedError, RdmaError
 from iwarp.errors import LocalProtocolError, MpaError
@@ -290,6 +292,36 @@ def test_a_returning_handler_closes_after_what_it_posted(
     sink = qp.register(bytearray(8), Access.LOCAL_WRITE)
     with pytest.raises((ConnectionTerminatedError, RdmaError)):
         qp.rdma_read(sink, 0x1234, 0)
+    assert server.take_failures() == []
+    qp.close()
+
+
+def test_a_send_held_by_the_mpa_fence_logs_why(
+    pair: tuple[Adapter, Adapter], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server sends first to a client that did not negotiate
+    peer-to-peer: a warning names the fence and the fix, and the Send goes
+    out once the client speaks."""
+    caplog.set_level(logging.WARNING, logger="iwarp")
+    client, server = pair
+
+    def handler(qp: Side) -> None:
+        qp.send(b"server first")  # held until the client's first FPDU
+        assert qp.receive() == b"client"
+
+    port = server.serve(handler, receive_buffers=1)
+    qp = client.connect(port, receive_buffers=1)
+
+    def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "RFC 5044" in r.getMessage()]
+
+    deadline = time.monotonic() + CALL_TIMEOUT  # a bound, not an assertion on time
+    while not warned() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (message,) = warned()
+    assert "peer-to-peer" in message and "send first" in message
+    qp.send(b"client")
+    assert qp.receive() == b"server first"
     assert server.take_failures() == []
     qp.close()
 

@@ -3,6 +3,7 @@ with a synthetic clock, through the connection contract only."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from iwarp.mpa.policy import Accept, ConnectionRejectedError, Reject
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.endpoint import (
+    FENCE_WARNING,
     CompletionQueued,
     Ended,
     Established,
@@ -231,3 +233,65 @@ def test_connection_lost_flushes_and_ends_once() -> None:
     assert [e for e in events if isinstance(e, Ended)]
     assert [c.status for c in w.a.send_cq.poll()] == [CompletionStatus.FLUSHED]
     assert not [e for e in w.a.connection_lost(2.0) if isinstance(e, Ended)]
+
+
+def fence_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "iwarp" and "RFC 5044" in r.getMessage()]
+
+
+def test_a_send_held_by_the_mpa_fence_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="iwarp")
+    w = pair(a={"receive_buffers": 2}, b={"receive_buffers": 1})
+    w.pump()
+    w.now = 5.0  # the Responder posts a while after startup
+    w.b.handle_timer(w.now)  # no timer due: only the clock moves
+    w.b.post_send(SendWR(b"responder first", wr_id=1))
+    w.pump()
+    assert w.a.take_message() is None  # fenced: nothing went out
+    assert w.b.get_timer() == 5.0 + FENCE_WARNING
+    w.b.handle_timer(5.0 + FENCE_WARNING / 2)
+    assert fence_warnings(caplog) == []
+    w.b.handle_timer(5.0 + FENCE_WARNING)
+    (record,) = fence_warnings(caplog)
+    message = record.getMessage()
+    assert record.levelno == logging.WARNING
+    assert "peer-to-peer" in message and "send first" in message
+    w.b.post_send(SendWR(b"again", wr_id=2))
+    w.b.handle_timer(10.0)
+    assert len(fence_warnings(caplog)) == 1  # once per connection
+    assert w.b.get_timer() is None
+    w.a.post_send(SendWR(b"initiator", wr_id=3))  # lifts the fence
+    w.pump()
+    assert w.a.take_message() == b"responder first"
+    assert w.a.take_message() == b"again"
+
+
+def test_no_fence_warning_when_the_initiator_spoke_in_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="iwarp")
+    w = pair(a={"receive_buffers": 1}, b={"receive_buffers": 1})
+    w.pump()
+    w.b.post_send(SendWR(b"responder first", wr_id=1))
+    w.a.post_send(SendWR(b"initiator", wr_id=2))
+    w.pump()
+    w.b.handle_timer(FENCE_WARNING)
+    assert fence_warnings(caplog) == []
+    assert w.a.take_message() == b"responder first"
+
+
+def test_no_fence_warning_with_peer_to_peer(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="iwarp")
+    # The Initiator's RTR lifts the fence at once: the Responder's Send goes out.
+    w = pair(initiator=MpaConfig(peer_to_peer=True), b={"receive_buffers": 1})
+    w.a = QueuePairEndpoint(Role.INITIATOR, w.a.pd, MpaConfig(peer_to_peer=True), receive_buffers=1)
+    w.events[id(w.a)] = []
+    w.pump()
+    assert w.b.params is not None and w.b.params.rtr is not None
+    w.b.post_send(SendWR(b"responder first", wr_id=1))
+    w.pump()
+    w.b.handle_timer(FENCE_WARNING)
+    assert fence_warnings(caplog) == []
+    assert w.a.take_message() == b"responder first"

@@ -23,6 +23,11 @@ blocking adapter and tests only move octets and wake waiters:
   first FPDU back that long after the Reply (Linux siw responders may miss
   an FPDU that follows the Reply within milliseconds); the release is a
   timer like any other (:meth:`get_timer`);
+* **the fence warning**: a Responder may not send before the Initiator's
+  first FPDU (RFC 5044 §7.1.2 rule 4); when work it posted is still held
+  by that fence after :data:`FENCE_WARNING` seconds and the peer did not
+  negotiate RFC 6581 peer-to-peer, a warning is logged (logger ``iwarp``)
+  with the reason and the fix, once per connection (a timer);
 * **ending**: one :class:`Ended` event with the cause, once, whatever ended
   the connection (a Terminate either way, an MPA failure, a reject, the
   peer's FIN, TCP lost, or an exception in ``setup``, which is answered
@@ -39,6 +44,7 @@ It keeps the connection contract (:class:`iwarp.contract.Connection`)::
 from __future__ import annotations
 
 import itertools
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,6 +104,11 @@ SEND_BATCH: Final = 64 << 10
 #: Receive buffers a queue pair posts by default, and their size.
 DEFAULT_RECEIVE_BUFFERS: Final = 4
 DEFAULT_RECEIVE_SIZE: Final = 1 << 16
+#: Seconds a Responder's posted work may wait for the Initiator's first FPDU
+#: (the MPA fence) before a warning says why it does not go out.
+FENCE_WARNING: Final = 1.0
+
+_log = logging.getLogger("iwarp")
 
 
 class CompletionQueue:
@@ -227,6 +238,9 @@ class QueuePairEndpoint:
         self._setup = setup
         self._first_send_delay = first_send_delay
         self._hold_until: float | None = None
+        self._now = now  # the latest time an input brought (post_send has none)
+        self._fence_warn_at: float | None = None
+        self._fence_warned = False
         self._ids = itertools.count(-1, -1)
         self._tracked: dict[int, Completion | None] = {}
         self._pool: dict[int, tuple[MemoryRegion, RecvWR]] = {}
@@ -307,7 +321,14 @@ class QueuePairEndpoint:
         :raises ConnectionTerminatedError: the connection has ended.
         :raises LocalProtocolError: not connected yet, or a bad request.
         """
-        self._stream().post_send(wr)
+        stream = self._stream()
+        stream.post_send(wr)
+        if (
+            stream.state is StreamState.WAIT_PEER
+            and not self._fence_warned
+            and self._fence_warn_at is None
+        ):
+            self._fence_warn_at = self._now + FENCE_WARNING
 
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer; it completes in ``recv_cq``.
@@ -368,6 +389,7 @@ class QueuePairEndpoint:
     borrows_input = True
 
     def receive_data(self, data: Buffer, now: float) -> list[Event]:
+        self._now = now
         self._route(self.conn.receive_data(data, now), now)
         return self._take()
 
@@ -387,15 +409,19 @@ class QueuePairEndpoint:
         return self._take()
 
     def get_timer(self) -> float | None:
-        mpa = self.conn.get_timer()
-        hold = self._hold_until
-        if hold is None:
-            return mpa
-        return hold if mpa is None else min(mpa, hold)
+        timer = self.conn.get_timer()
+        for own in (self._hold_until, self._fence_warn_at):
+            if own is not None and (timer is None or own < timer):
+                timer = own
+        return timer
 
     def handle_timer(self, now: float) -> list[Event]:
+        self._now = now
         if self._hold_until is not None and now >= self._hold_until:
             self._hold_until = None
+        if self._fence_warn_at is not None and now >= self._fence_warn_at:
+            self._fence_warn_at = None
+            self._warn_if_fenced()
         self._route(self.conn.handle_timer(now), now)
         return self._take()
 
@@ -416,6 +442,27 @@ class QueuePairEndpoint:
         self._end(None, "closed locally")
         self._route(self.conn.close(), None)
         return self._take()
+
+    def _warn_if_fenced(self) -> None:
+        stream = self.conn.stream
+        params = self._params
+        if (
+            stream is None
+            or params is None
+            or self.must_close
+            or stream.state is not StreamState.WAIT_PEER
+            or not stream.unsent
+        ):
+            return  # the fence lifted meanwhile, or nothing waits behind it
+        if params.rtr is not None:
+            return  # the Initiator's RTR is on its way and lifts the fence
+        self._fence_warned = True
+        _log.warning(
+            "posted work is held: an MPA Responder may not send before the Initiator's "
+            "first FPDU (RFC 5044 §7.1.2 rule 4), and the peer did not negotiate RFC 6581 "
+            "peer-to-peer, whose RTR would lift this fence; let the client send first, or "
+            "have the Initiator negotiate peer-to-peer (MpaConfig(peer_to_peer=True))"
+        )
 
     # -- routing ---------------------------------------------------------------
 
@@ -518,6 +565,7 @@ class QueuePairEndpoint:
         reason = self._ending
         if reason is not None and self._ended is None:
             self._hold_until = None
+            self._fence_warn_at = None
             self._ended = Ended(self.error, reason if self.error is None else str(self.error))
             # Not established after all (e.g. RFC 6581 negotiation failed
             # right after the Reply): drivers see only the end.
