@@ -722,6 +722,7 @@ def _conformance_cases() -> list[Case]:
             needs=(Need("conformance", ("--listen", "--json", "--exclude")),),
             timeout=400,
             wire_check=False,
+            guest_feeds=True,
         ),
     ]
 

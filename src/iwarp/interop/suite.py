@@ -89,6 +89,10 @@ class Case:
     timeout: float = 60.0
     #: iwarp keeps serving after the guest program ends (no --count): stop it then.
     serves: bool = False
+    #: The guest command is a loop that feeds iwarp's run (one connection per case of
+    #: ``iwarp conformance --listen``): iwarp's end decides, and the loop is stopped then
+    #: instead of running out its count against a closed port.
+    guest_feeds: bool = False
     #: Judge the capture with tshark too; off for cases that put broken octets
     #: on the wire on purpose (``iwarp conformance``).
     wire_check: bool = True
@@ -438,9 +442,14 @@ class Runner:
                 if not port_listening(port):
                     res = proc.wait(1)
                     return Outcome(case, Status.FAIL, f"iwarp never listened: {_tail(res.output)}")
-                run.guest = guest.run(guest_cmd, timeout=case.timeout)
-                grace = 1.0 if case.serves or run.guest.rc is None else 10.0
-                run.iwarp = proc.wait(grace)
+                if case.guest_feeds:
+                    feeder = guest.spawn(guest_cmd, timeout=case.timeout)
+                    run.iwarp = proc.wait(case.timeout)
+                    run.guest = feeder.wait(2.0, kill=True)
+                else:
+                    run.guest = guest.run(guest_cmd, timeout=case.timeout)
+                    grace = 1.0 if case.serves or run.guest.rc is None else 10.0
+                    run.iwarp = proc.wait(grace)
         else:
             port = v["host_port"]
             server = guest.spawn(guest_cmd, timeout=case.timeout)
