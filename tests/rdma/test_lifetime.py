@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
+from iwarp.asyncio.driver import CoreDriver
 from iwarp.asyncio.mpa import MpaSocket
 from iwarp.asyncio.mpa import serve as mpa_serve
 from iwarp.asyncio.rdma import ConnectionTerminatedError, QueuePair, connect, serve
@@ -154,6 +155,52 @@ def test_idle_connections_are_small_and_all_closed_by_the_startup_timeout() -> N
         await server.wait_closed()
 
     run(main)
+
+
+def test_idle_connections_closed_by_the_startup_timeout_are_freed_without_the_cyclic_gc(
+    no_gc: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing of a connection the startup timeout closed outlives it: not
+    our driver, not asyncio's transport (asyncio 3.11 keeps a closed
+    transport in a reference cycle unless the driver breaks it)."""
+    count = 50
+    refs: list[weakref.ref[object]] = []
+    original = CoreDriver.connection_made
+
+    def tracking(self: CoreDriver, transport: asyncio.BaseTransport) -> None:
+        refs.extend([weakref.ref(self), weakref.ref(transport)])
+        original(self, transport)
+
+    monkeypatch.setattr(CoreDriver, "connection_made", tracking)
+
+    async def main() -> None:
+        config = MpaConfig(request_timeout=0.2)
+        server = await serve(lambda qp: asyncio.sleep(0), "127.0.0.1", 0, config=config)
+        port = server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        socks = []
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            await loop.sock_connect(sock, ("127.0.0.1", port))
+            socks.append(sock)
+        closed = 0
+        for sock in socks:  # each sees EOF (or a reset) once the server closed it
+            try:
+                data = await asyncio.wait_for(loop.sock_recv(sock, 16), 5.0)
+            except ConnectionResetError:
+                data = b""
+            closed += data == b""
+            sock.close()
+        assert closed == count
+        server.close()
+        await server.wait_closed()
+        await asyncio.sleep(0.05)  # the last connection_lost callbacks run
+
+    run(main)
+    assert len(refs) == 2 * count
+    alive = [ref() for ref in refs if ref() is not None]
+    assert alive == []
 
 
 def _request_and_fpdu(*, bad_crc: bool) -> bytes:
