@@ -9,7 +9,8 @@ block takes ``timeout`` in seconds and raises :class:`WaitTimeoutError`
   ``connect``/``listen``, ``ProtectionDomain``, ``CompletionQueue``,
   ``post_send``/``post_recv``/``poll``/``wait`` and the simple ``send``,
   ``receive``, ``rdma_write``, ``rdma_read``.
-* :mod:`iwarp.sync.mpa`: a blocking MPA socket (FPDUs, no DDP/RDMAP).
+* :mod:`iwarp.sync.mpa`: a blocking MPA socket (FPDUs, no DDP/RDMAP), and
+  delayed startup or culley-02 on a live connection (``open_stream``).
 * :mod:`iwarp.sync.vitcp`: a blocking VI/TCP endpoint and listener.
 """
 

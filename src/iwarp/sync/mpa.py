@@ -1,274 +1,156 @@
-"""MPA on a blocking socket: :func:`connect`, :func:`listen` and :class:`MpaSocket`.
+"""MPA on a blocking socket: :func:`connect`, :func:`listen`, :class:`MpaSocket`,
+and delayed startup or culley-02 on a live connection (:func:`open_stream`,
+:meth:`MpaListener.accept_stream`, :class:`MpaStream`).
 
-A thin shell around :class:`~iwarp.mpa.connection.MpaConnection`, driven
-by the caller's thread (:mod:`iwarp.sync._driver`): each call that waits
-takes a ``timeout`` in seconds (None: no limit) and raises
-:class:`~iwarp.sync.WaitTimeoutError` when it runs out::
-
-    with listen("127.0.0.1", 0) as listener:
-        ...                                   # elsewhere: connect(host, listener.port)
-        with listener.accept(timeout=5) as sock:
-            for ulpdu in sock:                # until the peer closes
-                sock.send(ulpdu)
-
-    with connect("127.0.0.1", port, private_data=b"hi", timeout=5) as sock:
-        sock.send(b"hello")
-        print(sock.receive(timeout=5))
-
-TCP_NODELAY is on and the EMSS from TCP_MAXSEG gives ``params.mulpdu``,
-as in the asyncio adapter (:mod:`iwarp.asyncio.mpa`). :meth:`MpaSocket.send`
-returns once the kernel took the FPDU (like ``socket.sendall``); received
-FPDUs wait in the kernel until a call reads them.
+The per-connection state is :class:`~iwarp.mpa.session.MpaSession`'s and the
+I/O is :class:`~iwarp.sync._driver.Driver`'s, run by the caller's thread
+inside each call; this module only waits. Every call that waits takes a
+``timeout`` in seconds (None: no limit) and raises
+:class:`~iwarp.sync.WaitTimeoutError` when it runs out. Usage: docs/sync.md.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, Self, TypeVar
 
 from iwarp._typing import Buffer
-from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import MpaConnection
-from iwarp.mpa.events import (
-    ConnectionClosed,
-    ConnectionEstablished,
-    ConnectionFailed,
-    ConnectionRejected,
-    MpaParams,
-    NegotiationFailed,
-    RequestReceived,
-    StreamDataReceived,
-    UlpduReceived,
-)
-from iwarp.mpa.handshake import MpaState, build_request
-from iwarp.mpa.policy import (
-    Accept,
-    ConnectionRejectedError,
-    Decider,
-    Reject,
-    answer_request,
-    rev1_fallback,
-)
-from iwarp.sync._driver import (
-    Driver,
-    TcpListener,
-    clock,
-    deadline_after,
-    open_tcp,
-    tcp_emss,
-)
+from iwarp.mpa.events import Event, MpaParams
+from iwarp.mpa.handshake import build_request
+from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
+from iwarp.mpa.session import RECEIVE_HIGH_WATER, IncompleteReadError, MpaSession
+from iwarp.sync._driver import Driver, TcpListener, clock, deadline_after, open_tcp, tcp_emss
 
 __all__ = [
     "Accept",
     "ConnectionRejectedError",
+    "IncompleteReadError",
     "MpaListener",
     "MpaSocket",
+    "MpaStream",
     "Reject",
     "connect",
     "listen",
+    "open_stream",
 ]
 
-#: Received-but-unread octets above which the socket stops reading.
-RECEIVE_HIGH_WATER = 1 << 20
+T = TypeVar("T")
 
 
-class MpaSocket:
-    """One MPA connection on a blocking TCP socket (made by :func:`connect`
-    and :meth:`MpaListener.accept`)."""
+class _Link:
+    """One TCP socket, its driver and its MpaSession: what both faces wait on."""
 
-    def __init__(
-        self,
-        sock: Any,
-        role: Role,
-        config: MpaConfig,
-        *,
-        private_data: bytes = b"",
-        decide: Decider | None = None,
-    ) -> None:
-        emss = tcp_emss(sock)
-        self._conn = MpaConnection(None, config, emss=emss)
-        self._decide = decide
-        self._received: deque[bytes] = deque()
-        self._received_octets = 0
-        self._eof = False
-        self._params: MpaParams | None = None
-        self._established = False
-        #: The error that ended the connection, if any.
-        self.error: IwarpError | None = None
-        self.emss = emss
-        self._driver = Driver(sock, self._conn, self._on_events)
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            UlpduReceived: self._on_ulpdu,
-            RequestReceived: self._on_request,
-            ConnectionEstablished: self._on_established,
-            ConnectionRejected: self._on_rejected,
-            ConnectionFailed: self._on_failed,
-            NegotiationFailed: self._on_failed,
-            ConnectionClosed: self._on_closed,
-            StreamDataReceived: _ignore,  # only after a reject: TCP is closing
-        }
-        self._conn.start(role, now=clock(), private_data=private_data)
-        self._driver.flush()
+    def __init__(self, sock: Any, config: MpaConfig, decide: Decider | None = None) -> None:
+        self.emss = tcp_emss(sock)
+        self.session = MpaSession(config, decide=decide, emss=self.emss)
+        self.core = self.session.core
+        self.driver = Driver(sock, self.core, self.dispatch)
+        self.socket: MpaSocket | None = None
 
-    # -- properties -----------------------------------------------------------------
+    def dispatch(self, events: list[Event]) -> None:
+        if self.session.handle(events):
+            self.driver.flush()  # e.g. the Reply of a reject, then FIN (RFC 5044 §8)
+            self.driver.close()
+        if self.session.backlog > RECEIVE_HIGH_WATER:
+            self.driver.reading = False
 
-    @property
-    def params(self) -> MpaParams:
-        """What the Request/Reply exchange negotiated (MULPDU from TCP_MAXSEG)."""
-        params = self._conn.params or self._params
-        if params is None:
-            raise LocalProtocolError("MPA is not in full operation")
-        return params
+    def applied(self) -> None:
+        """After an application call on the core: its events, then its output."""
+        self.dispatch(self.core.take_events())
+        self.driver.flush()
 
-    @property
-    def connection(self) -> MpaConnection:
-        """The sans-IO core (for inspection; drive it only through this socket)."""
-        return self._conn
+    def wait_for(self, take: Callable[[], T | None], timeout: float | None, what: str) -> T:
+        """``take()`` once it gives something (at the latest when TCP is gone)."""
+        got = take()
+        if got is None:
+            box: list[T] = []
 
-    def fileno(self) -> int:
-        """The TCP socket's descriptor (for the application's own ``select``)."""
-        return self._driver.fileno()
+            def done() -> bool:
+                got = take()
+                if got is not None:
+                    box.append(got)
+                return got is not None
 
-    # -- events -------------------------------------------------------------------------
+            self.driver.run_until(done, deadline_after(timeout), what)
+            if box:
+                got = box[0]
+            else:
+                self.session.eof = True  # TCP is gone: nothing more arrives
+                got = take()
+                assert got is not None
+        if not self.driver.reading and self.session.backlog < RECEIVE_HIGH_WATER // 4:
+            self.driver.reading = True
+        return got
 
-    def _on_events(self, events: list[Any]) -> None:
-        handlers = self._handlers
-        for event in events:
-            handlers[type(event)](event)
-        if self._received_octets > RECEIVE_HIGH_WATER:
-            self._driver.reading = False
+    def write(self, timeout: float | None) -> None:
+        driver = self.driver
+        driver.flush()
+        if driver.unsent:
+            driver.run_until(lambda: not driver.unsent, deadline_after(timeout), "the send")
 
-    def _on_ulpdu(self, event: UlpduReceived) -> None:
-        data = bytes(event.data)
-        self._received.append(data)
-        self._received_octets += len(data)
-
-    def _on_request(self, event: RequestReceived) -> None:
-        try:
-            answer_request(self._conn, event, self._decide)
-        except LocalProtocolError as exc:  # bad private data or IRD/ORD from decide
-            self._fail(exc, close=True)
-            return
-        self._on_events(self._conn.take_events())
-
-    def _on_established(self, event: ConnectionEstablished) -> None:
-        self._params = event.params
-        self._established = True
-
-    def _on_rejected(self, event: ConnectionRejected) -> None:
-        self._fail(ConnectionRejectedError(event), close=True)
-
-    def _on_failed(self, event: ConnectionFailed | NegotiationFailed) -> None:
-        close = isinstance(event, NegotiationFailed) or event.close
-        self._fail(event.error, close=close)
-
-    def _on_closed(self, event: ConnectionClosed) -> None:
-        self._eof = True
-
-    def _fail(self, error: IwarpError, *, close: bool) -> None:
-        if self.error is None:
-            self.error = error
-        if close:
-            self._driver.flush()  # e.g. the Reply of a reject, then FIN (RFC 5044 §8)
-            self._driver.close()
-
-    # -- startup -----------------------------------------------------------------------
-
-    def _handshake(self, deadline: float | None) -> None:
-        """Run MPA startup until full operation; close and raise on failure."""
-        driver = self._driver
+    def establish(self, deadline: float | None) -> MpaSocket:
+        """Run MPA startup to full operation; close TCP and raise on failure."""
+        session, driver = self.session, self.driver
         try:
             driver.run_until(
-                lambda: self.error is not None or (self._established and not driver.unsent),
+                lambda: (
+                    session.error is not None or (session.params is not None and not driver.unsent)
+                ),
                 deadline,
                 "MPA startup",
             )
         except BaseException:
             driver.close()
             raise
-        if self.error is None and not self._established:
-            self.error = MpaError(MpaErrorCode.TCP_CLOSED, "connection closed during MPA startup")
-        if self.error is not None:
+        if not session.established:
+            session.error = session.startup_error()
             driver.close()
-            raise self.error
+            raise session.error
+        if self.socket is None:
+            self.socket = MpaSocket(self)
+        return self.socket
 
-    # -- data -----------------------------------------------------------------------------
 
-    def send(self, ulpdu: Buffer, *, timeout: float | None = None) -> None:
-        """Frame one ULPDU and write it; returns when the kernel took it.
+class _Face:
+    """What MpaSocket and MpaStream share: the link, closing, the descriptor."""
 
-        :raises LocalProtocolError: the connection cannot send (closed,
-            failed) or the ULPDU is too large.
-        :raises WaitTimeoutError: the kernel did not take it in time (it is
-            still queued and goes out during later calls).
-        """
-        self._conn.send_ulpdu(ulpdu)
-        self._write(timeout)
+    def __init__(self, link: _Link) -> None:
+        self._link = link
 
-    def send_many(self, ulpdus: Iterable[Buffer], *, timeout: float | None = None) -> None:
-        """Frame several ULPDUs and write them with one ``sendmsg``."""
-        for ulpdu in ulpdus:
-            self._conn.send_ulpdu(ulpdu)
-        self._write(timeout)
+    @property
+    def connection(self) -> MpaConnection:
+        """The sans-IO core (for inspection; drive it only through this object)."""
+        return self._link.core
 
-    def _write(self, timeout: float | None) -> None:
-        driver = self._driver
-        driver.flush()
-        if driver.unsent:
-            driver.run_until(lambda: not driver.unsent, deadline_after(timeout), "the send")
+    @property
+    def emss(self) -> int:
+        return self._link.emss
 
-    def receive(self, *, timeout: float | None = None) -> bytes | None:
-        """The next ULPDU, or None after the peer closed cleanly.
-
-        :raises MpaError: the connection failed (``.code`` is the RFC 5044 §8
-            code); ULPDUs that arrived before the error are returned first.
-        :raises WaitTimeoutError: nothing arrived in time.
-        """
-        driver = self._driver
-        if not self._received:
-            driver.run_until(
-                lambda: bool(self._received) or self._eof or driver.closed,
-                deadline_after(timeout),
-                "an FPDU",
-            )
-        if self._received:
-            data = self._received.popleft()
-            self._received_octets -= len(data)
-            if not driver.reading and self._received_octets < RECEIVE_HIGH_WATER // 4:
-                driver.reading = True
-            return data
-        if self.error is not None:
-            raise self.error
-        return None
-
-    def __iter__(self) -> Iterator[bytes]:
-        """ULPDUs until the peer closes (each wait without a time limit)."""
-        while (data := self.receive()) is not None:
-            yield data
-
-    # -- closing --------------------------------------------------------------------------
+    def fileno(self) -> int:
+        """The TCP socket's descriptor (for the application's own ``select``)."""
+        return self._link.driver.fileno()
 
     def close(self, *, timeout: float | None = 5.0) -> None:
         """Graceful close: write what is queued (for at most ``timeout``
         seconds), then FIN."""
-        driver = self._driver
-        if driver.closed:
+        link = self._link
+        if link.driver.closed:
             return
-        if self._conn.state not in (MpaState.CLOSED, MpaState.FAILED):
-            self._conn.close()
+        link.session.close()
         try:
-            self._write(timeout)
+            link.write(timeout)
         finally:
-            driver.close()
+            link.driver.close()
 
     def abort(self) -> None:
         """Close at once (RST), dropping unsent data."""
-        self._driver.abort()
+        self._link.driver.abort()
 
-    def __enter__(self) -> MpaSocket:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -283,8 +165,133 @@ class MpaSocket:
             self.abort()
 
 
-def _ignore(event: object) -> None:
-    pass
+class MpaSocket(_Face):
+    """One MPA connection in full operation on a blocking TCP socket."""
+
+    @property
+    def params(self) -> MpaParams:
+        """What the Request/Reply exchange negotiated (MULPDU from TCP_MAXSEG)."""
+        params = self._link.core.params or self._link.session.params
+        if params is None:
+            raise LocalProtocolError("MPA is not in full operation")
+        return params
+
+    @property
+    def error(self) -> IwarpError | None:
+        """The error that ended the connection, if any (``.code`` for MPA)."""
+        return self._link.session.error
+
+    def send(self, ulpdu: Buffer, *, timeout: float | None = None) -> None:
+        """Frame one ULPDU and write it; returns when the kernel took it.
+
+        :raises LocalProtocolError: cannot send (closed, failed) or too large.
+        :raises WaitTimeoutError: the kernel did not take it in time (it stays
+            queued and goes out during later calls).
+        """
+        self._link.core.send_ulpdu(ulpdu)
+        self._link.write(timeout)
+
+    def send_many(self, ulpdus: Iterable[Buffer], *, timeout: float | None = None) -> None:
+        """Frame several ULPDUs and write them with one ``sendmsg``."""
+        for ulpdu in ulpdus:
+            self._link.core.send_ulpdu(ulpdu)
+        self._link.write(timeout)
+
+    def receive(self, *, timeout: float | None = None) -> bytes | None:
+        """The next ULPDU, or None after the peer closed cleanly.
+
+        :raises MpaError: the connection failed (``.code``, RFC 5044 §8);
+            ULPDUs that arrived before the error come first.
+        :raises WaitTimeoutError: nothing arrived in time.
+        """
+        session = self._link.session
+        self._link.wait_for(lambda: session.readable or None, timeout, "an FPDU")
+        return session.take_ulpdu()
+
+    def __iter__(self) -> Iterator[bytes]:
+        """ULPDUs until the peer closes (each wait without a time limit)."""
+        while (data := self.receive()) is not None:
+            yield data
+
+    def refuse_reply(self) -> MpaStream:
+        """Initiator: refuse the Reply before any ULPDU; MPA exits, TCP stays
+        open as the returned stream (RFC 5044 §7.1.2 rule 3).
+
+        :raises LocalProtocolError: not an Initiator, or ULPDUs were exchanged.
+        """
+        self._link.core.refuse_reply()
+        self._link.applied()
+        return MpaStream(self._link)
+
+
+class MpaStream(_Face):
+    """A TCP connection in streaming mode before MPA (seed 000 §6.1.2,
+    culley-02 §8.1): octets not read when MPA starts are MPA's input."""
+
+    def write(self, data: Buffer, *, timeout: float | None = None) -> None:
+        """Send streaming octets (before MPA, or on a culley-02 direction not
+        framed yet); returns when the kernel took them.
+
+        :raises LocalProtocolError: MPA owns the send direction.
+        """
+        self._link.session.send_stream(data)
+        self._link.write(timeout)
+
+    def read(self, n: int = -1, *, timeout: float | None = None) -> bytes:
+        """Up to ``n`` (default: all available) octets; ``b""`` at end of stream."""
+        session = self._link.session
+        return self._link.wait_for(lambda: session.stream_read(n), timeout, "streaming data")
+
+    def readexactly(self, n: int, *, timeout: float | None = None) -> bytes:
+        """Exactly ``n`` octets. :raises IncompleteReadError: the stream ended first."""
+        session = self._link.session
+        return self._link.wait_for(lambda: session.stream_exactly(n), timeout, f"{n} octets")
+
+    def readuntil(self, separator: bytes = b"\n", *, timeout: float | None = None) -> bytes:
+        """Up to and including ``separator``. :raises IncompleteReadError: ended first."""
+        session = self._link.session
+        take = lambda: session.stream_until(separator)  # noqa: E731
+        return self._link.wait_for(take, timeout, f"{separator!r}")
+
+    def unread(self, data: bytes) -> None:
+        """Put octets back in front of the unread ones (they go to MPA at the switch)."""
+        self._link.session.give_back(data)
+
+    def start_mpa(
+        self,
+        role: Role,
+        *,
+        private_data: bytes = b"",
+        last_streaming: bytes = b"",
+        decide: Decider | None = None,
+        timeout: float | None = None,
+    ) -> MpaSocket:
+        """Switch into MPA startup as ``role``; the socket once in full operation.
+
+        :raises ConnectionRejectedError: rejected (TCP is closed).
+        :raises MpaError: startup failed (codes 1, 4, 6, 7).
+        :raises LocalProtocolError: MPA was started already, or bad private data.
+        :raises WaitTimeoutError: ``timeout`` passed first (TCP is closed).
+        """
+        link = self._link
+        deadline = deadline_after(timeout)
+        link.session.start(
+            role,
+            now=clock(),
+            private_data=private_data,
+            last_streaming=last_streaming,
+            decide=decide,
+        )
+        link.applied()
+        return link.establish(deadline)
+
+    def start_framed(self, *, send: bool = True, receive: bool = True) -> MpaSocket:
+        """draft-culley-iwarp-mpa-02 §8.1: FPDUs with no Request/Reply in one
+        direction or both; call again for the other (the same socket)."""
+        link = self._link
+        link.session.start_framed(send=send, receive=receive, now=clock())
+        link.applied()
+        return link.establish(None)
 
 
 def connect(
@@ -297,17 +304,12 @@ def connect(
     local_address: tuple[str, int] | None = None,
     fallback_to_rev1: bool = False,
 ) -> MpaSocket:
-    """Open a TCP connection and run MPA startup as Initiator.
+    """Open TCP and run MPA startup as Initiator; ``timeout`` bounds the whole
+    call. ``fallback_to_rev1`` (or ``config.rev1_fallback``): a Rev 2
+    Request answered by a close is retried once as Rev 1 (RFC 6581 §10).
 
-    ``timeout`` bounds the whole call (TCP and MPA); the core's
-    ``reply_timeout`` applies too. With ``fallback_to_rev1`` (or the
-    config's ``rev1_fallback``) a Rev 2 Request the peer answers by closing
-    is retried once as Rev 1 (RFC 6581 §10).
-
-    :raises ConnectionRejectedError: the Responder rejected (R=1) or a local policy
-        refused its Reply.
-    :raises MpaError: startup failed (code 1: closed/reset/timeout; 4:
-        invalid Reply) or RFC 6581 negotiation failed (6, 7).
+    :raises ConnectionRejectedError: the Responder (or a local policy) rejected.
+    :raises MpaError: startup failed (codes 1, 4) or RFC 6581 negotiation did (6, 7).
     :raises LocalProtocolError: the private data is too long for ``config``.
     :raises WaitTimeoutError: ``timeout`` passed first.
     :raises OSError: the TCP connection could not be opened.
@@ -332,10 +334,27 @@ def _connect_once(
     deadline: float | None,
     local_address: tuple[str, int] | None,
 ) -> MpaSocket:
-    sock = open_tcp(host, port, deadline, local_address)
-    mpa = MpaSocket(sock, Role.INITIATOR, config, private_data=private_data)
-    mpa._handshake(deadline)
-    return mpa
+    link = _Link(open_tcp(host, port, deadline, local_address), config)
+    link.session.start(Role.INITIATOR, now=clock(), private_data=private_data)
+    link.driver.flush()
+    return link.establish(deadline)
+
+
+def open_stream(
+    host: str,
+    port: int,
+    *,
+    config: MpaConfig | None = None,
+    timeout: float | None = None,
+    local_address: tuple[str, int] | None = None,
+) -> MpaStream:
+    """A TCP connection in streaming mode, to switch into MPA later.
+
+    :raises WaitTimeoutError: TCP was not connected in time.
+    :raises OSError: the TCP connection could not be opened.
+    """
+    sock = open_tcp(host, port, deadline_after(timeout), local_address)
+    return MpaStream(_Link(sock, config if config is not None else MpaConfig()))
 
 
 class MpaListener:
@@ -365,21 +384,27 @@ class MpaListener:
     def accept(self, *, timeout: float | None = None, decide: Decider | None = None) -> MpaSocket:
         """The next connection in full operation, as Responder.
 
-        ``decide`` (default: the listener's, else accept all) sees the
-        Request and returns :class:`Accept` or :class:`Reject`. ``timeout``
-        bounds the wait for a TCP connection and its MPA startup together;
-        while one connection runs its startup, others wait in the backlog.
+        ``decide`` (default: the listener's, else accept all) answers the
+        Request with :class:`Accept` or :class:`Reject`. ``timeout`` bounds
+        the wait for TCP and MPA startup together; others wait in the backlog.
 
         :raises ConnectionRejectedError: this connection's Request was rejected.
-        :raises MpaError: this connection's startup failed; the listener
-            goes on (call ``accept`` again).
+        :raises MpaError: this connection's startup failed; the listener goes on.
         :raises WaitTimeoutError: ``timeout`` passed first.
         """
         deadline = deadline_after(timeout)
-        sock = self._tcp.accept(deadline)
-        mpa = MpaSocket(sock, Role.RESPONDER, self.config, decide=decide or self._decide)
-        mpa._handshake(deadline)
-        return mpa
+        link = _Link(self._tcp.accept(deadline), self.config, decide or self._decide)
+        link.session.start(Role.RESPONDER, now=clock())
+        return link.establish(deadline)
+
+    def accept_stream(self, *, timeout: float | None = None) -> MpaStream:
+        """The next TCP connection in streaming mode, to switch into MPA later
+        (:meth:`MpaStream.start_mpa`, :meth:`MpaStream.start_framed`).
+
+        :raises WaitTimeoutError: none arrived in time.
+        """
+        sock = self._tcp.accept(deadline_after(timeout))
+        return MpaStream(_Link(sock, self.config, self._decide))
 
     def close(self) -> None:
         """Stop listening (accepted connections stay open)."""
