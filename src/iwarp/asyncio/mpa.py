@@ -18,10 +18,10 @@ from iwarp.asyncio.driver import CoreDriver, FailureHook, report, run_handler, s
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import MpaConnection
-from iwarp.mpa.events import Event, MpaParams
+from iwarp.mpa.events import Event
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
-from iwarp.mpa.session import RECEIVE_HIGH_WATER, IncompleteReadError, MpaSession
+from iwarp.mpa.session import RECEIVE_HIGH_WATER, IncompleteReadError, MpaFace, MpaSession
 
 __all__ = [
     "Accept",
@@ -61,7 +61,7 @@ class _MpaProtocol(CoreDriver):
         self._private_data = private_data
         self.session = MpaSession(config, decide=decide)
         self.core = self.session.core
-        self.established: asyncio.Future[MpaParams] = self._loop.create_future()
+        self.established: asyncio.Future[None] = self._loop.create_future()
         self._waiter: asyncio.Future[None] | None = None
         self._socket: MpaSocket | None = None
         #: Resolved by connection_made (serve_stream's handler waits for it).
@@ -74,11 +74,9 @@ class _MpaProtocol(CoreDriver):
             return  # streaming until start_mpa()/start_framed()
         try:
             self.session.start(self._role, now=now, private_data=self._private_data)
-        except LocalProtocolError as exc:
+        except LocalProtocolError as exc:  # fails `established` below
             self.session.error = exc
-            self._startup_failed(exc)
             self.abort()
-            return
         self.handle_events(self.core.take_events())
 
     def handle_events(self, events: list[Event]) -> None:
@@ -90,8 +88,7 @@ class _MpaProtocol(CoreDriver):
             if session.error is not None:
                 self._startup_failed(session.error)
             elif session.established:
-                assert session.params is not None
-                self.established.set_result(session.params)
+                self.established.set_result(None)
                 self.own_socket()
         if session.readable or session.unread:
             self._wake()
@@ -155,60 +152,38 @@ class _MpaProtocol(CoreDriver):
 
     async def socket(self) -> MpaSocket:
         """The MpaSocket once MPA is in full operation (one per connection)."""
-        params = await self.established
+        await self.established
         if self._socket is None:
-            self._socket = MpaSocket(self, params)
+            self._socket = MpaSocket(self)
         return self._socket
 
 
-class _Face:
-    """What MpaSocket and MpaStream share: the protocol, closing, extra info."""
-
-    def __init__(self, protocol: _MpaProtocol) -> None:
-        self._protocol = protocol
-
-    @property
-    def connection(self) -> MpaConnection:
-        """The sans-IO core (for inspection; drive it only through this object)."""
-        return self._protocol.core
+class _Face(MpaFace[_MpaProtocol]):
+    """What MpaSocket and MpaStream share."""
 
     def get_extra_info(self, name: str, default: object = None) -> object:
-        transport = self._protocol.transport
+        transport = self._link.transport
         return default if transport is None else transport.get_extra_info(name, default)
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark."""
-        await self._protocol.drain()
+        await self._link.drain()
 
     async def close(self) -> None:
         """Graceful close: flush what is queued, send FIN, wait for the close."""
-        await self._protocol.close()
+        await self._link.close()
 
     def abort(self) -> None:
         """Close at once (RST), dropping unsent data."""
-        self._protocol.abort()
+        self._link.abort()
 
 
 class MpaSocket(_Face):
     """An MPA connection in full operation on a TCP socket."""
 
-    def __init__(self, protocol: _MpaProtocol, params: MpaParams) -> None:
-        super().__init__(protocol)
-        self._params = params
-
-    @property
-    def params(self) -> MpaParams:
-        """What the Request/Reply exchange negotiated (MULPDU from TCP_MAXSEG)."""
-        return self._protocol.core.params or self._params
-
-    @property
-    def error(self) -> IwarpError | None:
-        """The error that ended the connection, if any (``.code`` for MPA)."""
-        return self._protocol.session.error
-
     @property
     def emss(self) -> int:
-        return self._protocol.emss
+        return self._link.emss
 
     def refuse_reply(self) -> MpaStream:
         """Initiator: refuse the Reply before any ULPDU; MPA exits, TCP stays
@@ -216,24 +191,21 @@ class MpaSocket(_Face):
 
         :raises LocalProtocolError: not an Initiator, or ULPDUs were exchanged.
         """
-        self._protocol.core.refuse_reply()
-        self._protocol.applied()
-        return MpaStream(self._protocol)
+        self._refuse_reply()
+        return MpaStream(self._link)
 
     def send(self, ulpdu: Buffer) -> None:
         """Frame and write one ULPDU (one write); :meth:`drain` for backpressure.
 
         :raises LocalProtocolError: cannot send (closed, failed) or too large.
         """
-        self._protocol.core.send_ulpdu(ulpdu)
-        self._protocol.flush()
+        self._link.core.send_ulpdu(ulpdu)
+        self._link.flush()
 
     def send_many(self, ulpdus: Iterable[Buffer]) -> None:
         """Frame several ULPDUs and write them with a single write."""
-        core = self._protocol.core
-        for ulpdu in ulpdus:
-            core.send_ulpdu(ulpdu)
-        self._protocol.flush()
+        self._queue(ulpdus)
+        self._link.flush()
 
     async def receive(self) -> bytes | None:
         """The next ULPDU, or None after the peer closed cleanly.
@@ -241,11 +213,11 @@ class MpaSocket(_Face):
         :raises MpaError: the connection failed (``.code``, RFC 5044 §8);
             ULPDUs that arrived before the error come first.
         """
-        session = self._protocol.session
+        session = self._link.session
         if not session.readable:
-            await self._protocol.wait_for(lambda: session.readable or None)
+            await self._link.wait_for(lambda: session.readable or None)
         data = session.take_ulpdu()
-        self._protocol.consumed()
+        self._link.consumed()
         return data
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -262,30 +234,30 @@ class MpaStream(_Face):
 
         :raises LocalProtocolError: MPA owns the send direction.
         """
-        self._protocol.session.send_stream(data)
-        self._protocol.flush()
+        self._link.session.send_stream(data)
+        self._link.flush()
 
     async def read(self, n: int = -1) -> bytes:
         """Up to ``n`` (default: all available) octets; ``b""`` at end of stream."""
-        return await self._protocol.wait_for(lambda: self._protocol.session.stream_read(n))
+        return await self._link.wait_for(lambda: self._link.session.stream_read(n))
 
     async def readexactly(self, n: int) -> bytes:
         """Exactly ``n`` octets. :raises asyncio.IncompleteReadError: the stream ended first."""
-        return await self._read(lambda: self._protocol.session.stream_exactly(n))
+        return await self._read(lambda: self._link.session.stream_exactly(n))
 
     async def readuntil(self, separator: bytes = b"\n") -> bytes:
         """Up to and including ``separator``. :raises asyncio.IncompleteReadError: ended first."""
-        return await self._read(lambda: self._protocol.session.stream_until(separator))
+        return await self._read(lambda: self._link.session.stream_until(separator))
 
     async def _read(self, take: Callable[[], bytes | None]) -> bytes:
         try:
-            return await self._protocol.wait_for(take)
+            return await self._link.wait_for(take)
         except IncompleteReadError as exc:
             raise asyncio.IncompleteReadError(exc.partial, exc.expected) from None
 
     def unread(self, data: bytes) -> None:
         """Put octets back in front of the unread ones (they go to MPA at the switch)."""
-        self._protocol.session.give_back(data)
+        self._link.session.give_back(data)
 
     async def start_mpa(
         self,
@@ -301,24 +273,14 @@ class MpaStream(_Face):
         :raises MpaError: startup failed (codes 1, 4, 6, 7).
         :raises LocalProtocolError: MPA was started already, or bad private data.
         """
-        protocol = self._protocol
-        protocol.session.start(
-            role,
-            now=protocol.now(),
-            private_data=private_data,
-            last_streaming=last_streaming,
-            decide=decide,
-        )
-        protocol.applied()
-        return await protocol.socket()
+        self._start_mpa(role, private_data, last_streaming, decide)
+        return await self._link.socket()
 
     async def start_framed(self, *, send: bool = True, receive: bool = True) -> MpaSocket:
         """draft-culley-iwarp-mpa-02 §8.1: FPDUs with no Request/Reply in one
         direction or both; call again for the other (the same socket)."""
-        protocol = self._protocol
-        protocol.session.start_framed(send=send, receive=receive, now=protocol.now())
-        protocol.applied()
-        return await protocol.socket()
+        self._start_framed(send, receive)
+        return await self._link.socket()
 
 
 async def _open(host: str, port: int, make: Callable[[], _MpaProtocol], local: Any) -> _MpaProtocol:
@@ -372,12 +334,12 @@ async def _connect_once(
     make = lambda: _MpaProtocol(Role.INITIATOR, cfg, private_data=private_data)  # noqa: E731
     protocol = await _open(host, port, make, local)
     try:
-        params = await protocol.established
+        await protocol.established
     except BaseException:
         protocol.close_transport()
         del protocol  # the error's traceback must not hold it (no reference cycle)
         raise
-    return MpaSocket(protocol, params)
+    return MpaSocket(protocol)
 
 
 async def serve(

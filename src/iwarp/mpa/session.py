@@ -18,8 +18,8 @@ waits for the next input when it is false. See docs/mpa-connection.md.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Iterable
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from iwarp._typing import Buffer
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
@@ -41,7 +41,7 @@ from iwarp.mpa.events import (
 from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.policy import ConnectionRejectedError, Decider, answer_request
 
-__all__ = ["RECEIVE_HIGH_WATER", "IncompleteReadError", "MpaSession"]
+__all__ = ["RECEIVE_HIGH_WATER", "IncompleteReadError", "MpaFace", "MpaLink", "MpaSession"]
 
 #: Received-but-unread octets (ULPDUs and streaming octets) above which a
 #: driver stops reading from TCP; it reads again below a quarter of it.
@@ -286,3 +286,75 @@ _HANDLERS: dict[type, Callable[[MpaSession, Any], None]] = {
     ConnectionClosed: MpaSession._on_closed,
     StreamDataReceived: MpaSession._on_stream_data,
 }
+
+
+class MpaLink(Protocol):
+    """What a driver gives the sockets and streams it makes."""
+
+    session: MpaSession
+
+    def now(self) -> float:
+        """The driver's clock, for the core."""
+        ...
+
+    def applied(self) -> None:
+        """After an application call on the core: handle its events, write its output."""
+        ...
+
+
+L = TypeVar("L", bound=MpaLink)
+
+
+class MpaFace(Generic[L]):
+    """What an MPA socket or stream does without waiting, in every adapter."""
+
+    def __init__(self, link: L) -> None:
+        self._link = link
+
+    @property
+    def connection(self) -> MpaConnection:
+        """The sans-IO core (for inspection; drive it only through this object)."""
+        return self._link.session.core
+
+    @property
+    def params(self) -> MpaParams:
+        """What startup negotiated (MULPDU from TCP_MAXSEG).
+
+        :raises LocalProtocolError: MPA is not in full operation.
+        """
+        params = self._link.session.core.params or self._link.session.params
+        if params is None:
+            raise LocalProtocolError("MPA is not in full operation")
+        return params
+
+    @property
+    def error(self) -> IwarpError | None:
+        """The error that ended the connection, if any (``.code`` for MPA)."""
+        return self._link.session.error
+
+    def _queue(self, ulpdus: Iterable[Buffer]) -> None:
+        core = self._link.session.core
+        for ulpdu in ulpdus:
+            core.send_ulpdu(ulpdu)
+
+    def _refuse_reply(self) -> None:
+        self._link.session.core.refuse_reply()
+        self._link.applied()
+
+    def _start_mpa(
+        self, role: Role, private_data: bytes, last_streaming: bytes, decide: Decider | None
+    ) -> None:
+        link = self._link
+        link.session.start(
+            role,
+            now=link.now(),
+            private_data=private_data,
+            last_streaming=last_streaming,
+            decide=decide,
+        )
+        link.applied()
+
+    def _start_framed(self, send: bool, receive: bool) -> None:
+        link = self._link
+        link.session.start_framed(send=send, receive=receive, now=link.now())
+        link.applied()

@@ -16,13 +16,12 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from iwarp._typing import Buffer
-from iwarp.errors import IwarpError, LocalProtocolError, MpaError
+from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.connection import MpaConnection
-from iwarp.mpa.events import Event, MpaParams
+from iwarp.mpa.events import Event
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
-from iwarp.mpa.session import RECEIVE_HIGH_WATER, IncompleteReadError, MpaSession
+from iwarp.mpa.session import RECEIVE_HIGH_WATER, IncompleteReadError, MpaFace, MpaSession
 from iwarp.sync._driver import Driver, TcpListener, clock, deadline_after, open_tcp, tcp_emss
 
 __all__ = [
@@ -50,6 +49,9 @@ class _Link:
         self.core = self.session.core
         self.driver = Driver(sock, self.core, self.dispatch)
         self.socket: MpaSocket | None = None
+
+    def now(self) -> float:
+        return clock()
 
     def dispatch(self, events: list[Event]) -> None:
         if self.session.handle(events):
@@ -115,16 +117,8 @@ class _Link:
         return self.socket
 
 
-class _Face:
-    """What MpaSocket and MpaStream share: the link, closing, the descriptor."""
-
-    def __init__(self, link: _Link) -> None:
-        self._link = link
-
-    @property
-    def connection(self) -> MpaConnection:
-        """The sans-IO core (for inspection; drive it only through this object)."""
-        return self._link.core
+class _Face(MpaFace[_Link]):
+    """What MpaSocket and MpaStream share: closing, the descriptor."""
 
     @property
     def emss(self) -> int:
@@ -168,19 +162,6 @@ class _Face:
 class MpaSocket(_Face):
     """One MPA connection in full operation on a blocking TCP socket."""
 
-    @property
-    def params(self) -> MpaParams:
-        """What the Request/Reply exchange negotiated (MULPDU from TCP_MAXSEG)."""
-        params = self._link.core.params or self._link.session.params
-        if params is None:
-            raise LocalProtocolError("MPA is not in full operation")
-        return params
-
-    @property
-    def error(self) -> IwarpError | None:
-        """The error that ended the connection, if any (``.code`` for MPA)."""
-        return self._link.session.error
-
     def send(self, ulpdu: Buffer, *, timeout: float | None = None) -> None:
         """Frame one ULPDU and write it; returns when the kernel took it.
 
@@ -193,8 +174,7 @@ class MpaSocket(_Face):
 
     def send_many(self, ulpdus: Iterable[Buffer], *, timeout: float | None = None) -> None:
         """Frame several ULPDUs and write them with one ``sendmsg``."""
-        for ulpdu in ulpdus:
-            self._link.core.send_ulpdu(ulpdu)
+        self._queue(ulpdus)
         self._link.write(timeout)
 
     def receive(self, *, timeout: float | None = None) -> bytes | None:
@@ -219,8 +199,7 @@ class MpaSocket(_Face):
 
         :raises LocalProtocolError: not an Initiator, or ULPDUs were exchanged.
         """
-        self._link.core.refuse_reply()
-        self._link.applied()
+        self._refuse_reply()
         return MpaStream(self._link)
 
 
@@ -273,25 +252,15 @@ class MpaStream(_Face):
         :raises LocalProtocolError: MPA was started already, or bad private data.
         :raises WaitTimeoutError: ``timeout`` passed first (TCP is closed).
         """
-        link = self._link
         deadline = deadline_after(timeout)
-        link.session.start(
-            role,
-            now=clock(),
-            private_data=private_data,
-            last_streaming=last_streaming,
-            decide=decide,
-        )
-        link.applied()
-        return link.establish(deadline)
+        self._start_mpa(role, private_data, last_streaming, decide)
+        return self._link.establish(deadline)
 
     def start_framed(self, *, send: bool = True, receive: bool = True) -> MpaSocket:
         """draft-culley-iwarp-mpa-02 §8.1: FPDUs with no Request/Reply in one
         direction or both; call again for the other (the same socket)."""
-        link = self._link
-        link.session.start_framed(send=send, receive=receive, now=clock())
-        link.applied()
-        return link.establish(None)
+        self._start_framed(send, receive)
+        return self._link.establish(None)
 
 
 def connect(
