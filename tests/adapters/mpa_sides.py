@@ -42,6 +42,8 @@ class Socket(Protocol):
 
     def close(self) -> None: ...
 
+    def refuse_reply(self) -> Stream: ...
+
 
 class Stream(Protocol):
     """A TCP connection in streaming mode, before MPA."""
@@ -97,6 +99,9 @@ class SyncSocket:
 
     def close(self) -> None:
         self.sock.close()
+
+    def refuse_reply(self) -> Stream:
+        return SyncStream(self.sock.refuse_reply())
 
 
 class SyncStream:
@@ -259,6 +264,9 @@ class AsyncioSocket(_OnLoop):
 
     def close(self) -> None:
         self._call(self.sock.close())
+
+    def refuse_reply(self) -> Stream:
+        return AsyncioStream(self._sync(self.sock.refuse_reply), self.loop)
 
 
 class AsyncioStream(_OnLoop):

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from adapters.mpa_sides import AsyncioMpa, Socket, Stream, SyncMpa, make_mpa
-from iwarp.errors import LocalProtocolError
+from iwarp.errors import LocalProtocolError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import MpaParams, RequestReceived
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Reject
@@ -199,3 +199,27 @@ def test_the_stream_ending_before_a_read_completes(pair: Pair) -> None:
     assert getattr(info.value, "partial", None) == b"partial"
     assert stream.read() == b""
     stream.close()
+
+
+def test_an_initiator_refusing_the_reply_goes_on_unframed(pair: Pair) -> None:
+    """RFC 5044 §7.1.2 rule 3: MPA exits and TCP carries plain octets; the
+    Responder, in full operation, reads them as the start of an FPDU."""
+    client, server = pair
+    failures: list[MpaError] = []
+
+    def responder(sock: Socket) -> None:
+        with pytest.raises(MpaError) as info:
+            sock.receive()
+        failures.append(info.value)
+
+    config = MpaConfig(revision=1)
+    port = server.serve(responder, config=config, decide=lambda r: Accept(b"nope"))
+    sock = client.connect(port, config=config)
+    assert sock.params.peer_private_data == b"nope"
+    stream = sock.refuse_reply()
+    with pytest.raises(LocalProtocolError):
+        sock.send(b"MPA has exited")
+    stream.write(b"no thanks, plain TCP\n")  # to MPA: the start of a 28271-octet FPDU
+    stream.close()
+    server.join()
+    assert [f.code for f in failures] == [1]  # FIN in the middle of an FPDU

@@ -149,3 +149,22 @@ def test_timeouts_and_misuse() -> None:
         sock.close()
         with pytest.raises(LocalProtocolError):
             sock.send(b"after close")
+
+
+def test_stream_reads_time_out_without_losing_octets() -> None:
+    with mpa.listen("127.0.0.1", 0) as listener:
+        stream = mpa.open_stream("127.0.0.1", listener.port, timeout=T)
+        with listener.accept_stream(timeout=T) as peer:
+            with pytest.raises(WaitTimeoutError):
+                stream.readuntil(b"\n", timeout=0.1)
+            peer.write(b"par", timeout=T)
+            with pytest.raises(WaitTimeoutError):
+                stream.readuntil(b"\n", timeout=0.1)
+            peer.write(b"tial\nrest", timeout=T)
+            assert stream.readuntil(b"\n", timeout=T) == b"partial\n"
+            assert stream.readexactly(4, timeout=T) == b"rest"
+        with pytest.raises(mpa.IncompleteReadError) as info:  # the peer closed
+            stream.readexactly(1, timeout=T)
+        assert info.value.partial == b"" and info.value.expected == 1
+        assert stream.read(timeout=T) == b""
+        stream.close()
