@@ -283,13 +283,19 @@ class MpaStream(_Face):
         return await self._link.socket()
 
 
-async def _open(host: str, port: int, make: Callable[[], _MpaProtocol], local: Any) -> _MpaProtocol:
+async def _open(
+    host: str, port: int, make: Callable[[], _MpaProtocol], local: tuple[str, int] | None
+) -> _MpaProtocol:
     loop = asyncio.get_running_loop()
     return (await loop.create_connection(make, host, port, local_addr=local))[1]
 
 
 async def open_stream(
-    host: str, port: int, *, config: MpaConfig | None = None, local_addr: Any = None
+    host: str,
+    port: int,
+    *,
+    config: MpaConfig | None = None,
+    local_addr: tuple[str, int] | None = None,
 ) -> MpaStream:
     """A TCP connection in streaming mode, to switch into MPA later.
 
@@ -329,7 +335,7 @@ async def connect(
 
 
 async def _connect_once(
-    host: str, port: int, cfg: MpaConfig, private_data: bytes, local: Any
+    host: str, port: int, cfg: MpaConfig, private_data: bytes, local: tuple[str, int] | None
 ) -> MpaSocket:
     make = lambda: _MpaProtocol(Role.INITIATOR, cfg, private_data=private_data)  # noqa: E731
     protocol = await _open(host, port, make, local)
