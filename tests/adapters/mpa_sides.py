@@ -75,6 +75,7 @@ class Stream(Protocol):
 
 
 SocketHandler = Callable[[Socket], None]
+Runner = Callable[[Any], Coroutine[Any, Any, None]]
 StreamHandler = Callable[[Stream], None]
 
 
@@ -329,11 +330,13 @@ class AsyncioMpa(_OnLoop):
         self._handlers: list[Future[None]] = []
         self.errors: list[BaseException] = []
 
-    def _guard(self, handler: Callable[[Any], None], face: Any) -> Coroutine[Any, Any, None]:
+    def _one(self, handler: Callable[[Any], None]) -> tuple[Runner, Future[None]]:
+        """Runs ``handler`` for the one connection a server takes; ``join``
+        waits for the future it resolves."""
         done: Future[None] = Future()
         self._handlers.append(done)
 
-        async def run() -> None:
+        async def run(face: Any) -> None:
             try:
                 await asyncio.to_thread(handler, face)
             except BaseException as exc:
@@ -341,7 +344,7 @@ class AsyncioMpa(_OnLoop):
             finally:
                 done.set_result(None)
 
-        return run()
+        return run, done
 
     def _port(self, start: Coroutine[Any, Any, asyncio.Server]) -> int:
         server = self._call(start)
@@ -355,20 +358,25 @@ class AsyncioMpa(_OnLoop):
         config: MpaConfig | None = None,
         decide: Decider | None = None,
     ) -> int:
-        async def run(sock: aio.MpaSocket) -> None:
-            await self._guard(handler, AsyncioSocket(sock, self.loop))
+        run, done = self._one(handler)
+
+        async def serve(sock: aio.MpaSocket) -> None:
+            await run(AsyncioSocket(sock, self.loop))
 
         def failed(exc: BaseException, peer: object) -> None:
             self.errors.append(exc)
+            done.set_result(None)
 
-        start = aio.serve(run, "127.0.0.1", 0, config=config, decide=decide, on_failure=failed)
+        start = aio.serve(serve, "127.0.0.1", 0, config=config, decide=decide, on_failure=failed)
         return self._port(start)
 
     def serve_stream(self, handler: StreamHandler, *, config: MpaConfig | None = None) -> int:
-        async def run(stream: aio.MpaStream) -> None:
-            await self._guard(handler, AsyncioStream(stream, self.loop))
+        run, _ = self._one(handler)
 
-        return self._port(aio.serve_stream(run, "127.0.0.1", 0, config=config))
+        async def serve(stream: aio.MpaStream) -> None:
+            await run(AsyncioStream(stream, self.loop))
+
+        return self._port(aio.serve_stream(serve, "127.0.0.1", 0, config=config))
 
     def connect(
         self, port: int, *, config: MpaConfig | None = None, private_data: bytes = b""
