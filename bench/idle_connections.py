@@ -57,16 +57,24 @@ def raise_fd_limit(need: int) -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
+# Kept open: readable when descriptors run out.
+_status = open("/proc/self/status")  # noqa: SIM115
+
+
 def rss_kib() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
+    _status.seek(0)
+    for line in _status.read().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
     return 0
 
 
 def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+    """Open descriptors (0 when none is left to list them with)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
 
 
 def flood(port: int, count: int, limit: float) -> None:

@@ -10,7 +10,11 @@ import asyncio
 import gc
 import logging
 import os
+import selectors
 import socket
+import subprocess
+import sys
+import time
 import tracemalloc
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
@@ -201,6 +205,73 @@ def test_idle_connections_closed_by_the_startup_timeout_are_freed_without_the_cy
     assert len(refs) == 2 * count
     alive = [ref() for ref in refs if ref() is not None]
     assert alive == []
+
+
+_LOW_FD_SERVER = """
+import asyncio, logging, resource, sys
+from iwarp.asyncio.rdma import serve
+from iwarp.mpa.config import MpaConfig
+
+logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard))
+
+async def main():
+    config = MpaConfig(request_timeout=float(sys.argv[2]))
+    server = await serve(lambda qp: asyncio.sleep(0), "127.0.0.1", 0, config=config)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.to_thread(sys.stdin.read)  # until the test closes our stdin
+    server.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_NOFILE, Linux accept")
+def test_a_listener_out_of_descriptors_closes_every_connection_and_logs_once() -> None:
+    """With fewer descriptors than connections, each connection is either
+    accepted (and closed by its startup timeout) or closed at once; none
+    waits in the backlog, and the episode is one warning, no tracebacks."""
+    count, limit = 120, 40
+    server = subprocess.Popen(
+        [sys.executable, "-c", _LOW_FD_SERVER, str(limit), "2.0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdin is not None
+        port = int(server.stdout.readline())
+        sel = selectors.DefaultSelector()
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            sel.register(sock, selectors.EVENT_READ, sock)
+        closed = 0
+        deadline = time.monotonic() + 20.0  # a bound, not a measured time
+        while closed < count and time.monotonic() < deadline:
+            for key, _ in sel.select(timeout=1.0):
+                sock = key.data
+                try:
+                    data = sock.recv(16)
+                except OSError:
+                    data = b""
+                if not data:
+                    sel.unregister(sock)
+                    sock.close()
+                    closed += 1
+        for key in list(sel.get_map().values()):
+            key.data.close()
+        _, log = server.communicate(timeout=20)  # closes its stdin: it stops
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert closed == count
+    assert log.count("out of file descriptors") == 1, log
+    assert "Traceback" not in log and "out of system resource" not in log, log
 
 
 def _request_and_fpdu(*, bad_crc: bool) -> bytes:

@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import socket
 import sys
 import threading
@@ -442,6 +444,116 @@ def report(on_failure: FailureHook | None, exc: BaseException, peer: object) -> 
         log.info("connection from %s ended: %s", peer, exc)
 
 
+#: accept() errors that mean "no descriptor left" (per process, system-wide).
+_OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+class _SheddingSocket(socket.socket):
+    """A listening socket that refuses connections it has no descriptor for.
+
+    Out of descriptors, ``accept()`` fails while the connection stays in the
+    kernel's backlog; asyncio then logs the error (with a traceback, once
+    per connection it tries) and stops accepting for a second, and the
+    connections left in the backlog wait there with no startup timer. This
+    socket keeps one spare descriptor instead (the libev technique): it
+    closes the spare, accepts the waiting connection, closes it at once (the
+    peer sees EOF) and takes the spare again, so every connection is either
+    served or closed, the listener never spins on a backlog it cannot
+    accept from, and the episode is logged once (a warning when it starts,
+    one line with the count when accepting works again).
+    """
+
+    def __init__(self, family: int, kind: int, proto: int) -> None:
+        super().__init__(family, kind, proto)
+        self._spare = _take_spare()
+        self._refused = 0
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        try:
+            conn, address = super().accept()
+        except OSError as exc:
+            if exc.errno not in _OUT_OF_DESCRIPTORS or self._spare is None:
+                raise  # asyncio logs it and retries later
+            self._refuse(exc)
+            # To asyncio: nothing to accept now (it keeps listening).
+            raise ConnectionAbortedError(exc.errno, "connection refused: no descriptor") from None
+        if self._refused:
+            log.warning(
+                "listener %s accepts again; %d connections were closed at once while it "
+                "had no file descriptor",
+                self.getsockname(),
+                self._refused,
+            )
+            self._refused = 0
+        return conn, address
+
+    def _refuse(self, exc: OSError) -> None:
+        if not self._refused:
+            soft = _nofile_limit()
+            log.warning(
+                "listener %s is out of file descriptors (%s; RLIMIT_NOFILE %s): new "
+                "connections are closed at once until some close",
+                self.getsockname(),
+                exc.strerror,
+                soft,
+            )
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            os.close(spare)
+        with contextlib.suppress(OSError):
+            conn, _ = super().accept()
+            conn.close()
+            self._refused += 1
+        self._spare = _take_spare()
+
+    def close(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            os.close(spare)
+        super().close()
+
+
+def _take_spare() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY)
+    except OSError:
+        return None
+
+
+def _nofile_limit() -> str:
+    try:
+        import resource  # Unix only
+
+        return str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    except (ImportError, OSError, ValueError):
+        return "unknown"
+
+
+async def _listening_socket(host: str | None, port: int, backlog: int) -> socket.socket | None:
+    """One listening :class:`_SheddingSocket` when ``host`` names exactly
+    one address; None when it names several (asyncio then binds them all)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+    )
+    addresses = {(family, address) for family, _, _, _, address in infos}
+    if len(addresses) != 1:
+        return None
+    family, address = addresses.pop()
+    sock = _SheddingSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 async def start_server(
     accept: Callable[[], tuple[CoreDriver, Coroutine[Any, Any, None]]],
     host: str | None,
@@ -451,7 +563,13 @@ async def start_server(
 ) -> asyncio.Server:
     """Listen on TCP; for each connection ``accept()`` gives its driver and
     the coroutine that serves it, run as a task the server keeps (so it is
-    not collected while it runs)."""
+    not collected while it runs).
+
+    When ``host`` names one address, the listening socket closes
+    connections it has no file descriptor for at once instead of leaving
+    them in the backlog (:class:`_SheddingSocket`); each accepted
+    connection's startup timeout runs from its accept.
+    """
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
 
@@ -462,4 +580,11 @@ async def start_server(
         task.add_done_callback(tasks.discard)
         return driver
 
-    return await loop.create_server(factory, host, port, backlog=backlog)
+    sock = await _listening_socket(host, port, backlog)
+    if sock is None:
+        return await loop.create_server(factory, host, port, backlog=backlog)
+    try:
+        return await loop.create_server(factory, sock=sock, backlog=backlog)
+    except BaseException:
+        sock.close()
+        raise

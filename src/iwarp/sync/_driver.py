@@ -124,6 +124,9 @@ class Driver:
         self._out: deque[Buffer] = deque()
         self._rbuf = bytearray(RECEIVE_CHUNK)
         self._rview = memoryview(self._rbuf)
+        #: The core consumes its input before ``receive_data`` returns (the
+        #: RDMA stack): it gets a view of the receive buffer, not a copy.
+        self._borrows = bool(getattr(core, "borrows_input", False))
         #: The peer sent FIN (or the connection failed): nothing more to read.
         self.eof = False
         #: False while the adapter holds back reading (receive high-water mark).
@@ -218,6 +221,8 @@ class Driver:
             if n == 0:
                 self.eof = True
                 events = core.receive_data(b"", now)
+            elif self._borrows:
+                events = core.receive_data(view[:n], now)
             else:
                 # One copy, the size of what arrived: the core may keep
                 # views into it while this buffer is reused.
