@@ -172,7 +172,9 @@ async def listener(count: int, timeout: float, gc_off: bool, trim: bool) -> None
     server.close()
     await server.wait_closed()
     after_rss, after_fds = rss_kib(), open_fds()
+    started = time.perf_counter()
     gc.collect()
+    collect_ms = (time.perf_counter() - started) * 1e3
     collected_rss = rss_kib()
     trimmed = f"  after malloc_trim(0) {rss_kib()}" if trim and malloc_trim() else ""
     accepted = peak_fds - base_fds - 1  # the listening socket
@@ -182,6 +184,7 @@ async def listener(count: int, timeout: float, gc_off: bool, trim: bool) -> None
         f"listener RSS KiB: baseline {base_rss}  peak {peak_rss}  after {after_rss}"
         f"  after gc.collect() {collected_rss}{trimmed}"
     )
+    print(f"gc.collect() after they closed took {collect_ms:.1f} ms")
     print(
         f"listener fds:     baseline {base_fds}  peak {peak_fds}  after {after_fds}"
         f"  (descriptors per accepted connection: {accepted / count:.2f})"

@@ -7,6 +7,7 @@ reported once, with no traceback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -21,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
+from iwarp.asyncio import driver as driver_module
 from iwarp.asyncio.driver import CoreDriver
 from iwarp.asyncio.mpa import MpaSocket
 from iwarp.asyncio.mpa import serve as mpa_serve
@@ -205,6 +207,49 @@ def test_idle_connections_closed_by_the_startup_timeout_are_freed_without_the_cy
     assert len(refs) == 2 * count
     alive = [ref() for ref in refs if ref() is not None]
     assert alive == []
+
+
+@pytest.mark.parametrize("release_after", [8, 0])
+def test_a_burst_of_ended_connections_runs_a_few_collections(
+    release_after: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a burst of at least RELEASE_AFTER connections ends, the server
+    runs a full collection as they fall to a quarter, a quarter of that,
+    and none: a few per burst, none when the policy is off."""
+    count = 16
+    calls: list[int] = []
+    collect = gc.collect
+    monkeypatch.setattr(driver_module, "RELEASE_AFTER", release_after)
+
+    def counting(generation: int = 2) -> int:
+        calls.append(generation)
+        return 0
+
+    monkeypatch.setattr(gc, "collect", counting)
+
+    async def main() -> None:
+        config = MpaConfig(request_timeout=0.3)
+        server = await serve(lambda qp: asyncio.sleep(0), "127.0.0.1", 0, config=config)
+        port = server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        socks = []
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            await loop.sock_connect(sock, ("127.0.0.1", port))
+            socks.append(sock)
+        for sock in socks:
+            with contextlib.suppress(ConnectionResetError):
+                await asyncio.wait_for(loop.sock_recv(sock, 16), 5.0)
+            sock.close()
+        server.close()
+        await server.wait_closed()
+        await asyncio.sleep(0.05)
+
+    run(main)
+    collect()
+    # 16 -> 4, 4 -> 1, 1 -> 0: three (fewer if some ended before the last accept).
+    assert (1 <= len(calls) <= 3) if release_after else calls == []
 
 
 _LOW_FD_SERVER = """
