@@ -144,7 +144,9 @@ class SyncStream:
         return SyncSocket(sock)
 
     def start_framed(self, *, send: bool = True, receive: bool = True) -> Socket:
-        return SyncSocket(self.stream.start_framed(send=send, receive=receive))
+        return SyncSocket(
+            self.stream.start_framed(send=send, receive=receive, timeout=CALL_TIMEOUT)
+        )
 
     def close(self) -> None:
         self.stream.close()

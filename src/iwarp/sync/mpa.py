@@ -256,11 +256,15 @@ class MpaStream(_Face):
         self._start_mpa(role, private_data, last_streaming, decide)
         return self._link.establish(deadline)
 
-    def start_framed(self, *, send: bool = True, receive: bool = True) -> MpaSocket:
+    def start_framed(
+        self, *, send: bool = True, receive: bool = True, timeout: float | None = None
+    ) -> MpaSocket:
         """draft-culley-iwarp-mpa-02 §8.1: FPDUs with no Request/Reply in one
-        direction or both; call again for the other (the same socket)."""
+        direction or both; call again for the other (the same socket).
+        ``timeout`` bounds writing what is still queued."""
+        deadline = deadline_after(timeout)
         self._start_framed(send, receive)
-        return self._link.establish(None)
+        return self._link.establish(deadline)
 
 
 def connect(
