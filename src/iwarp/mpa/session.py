@@ -69,6 +69,19 @@ class MpaSession:
     :param emss: the TCP effective MSS, for MULPDU.
     """
 
+    __slots__ = (
+        "_close",
+        "_received",
+        "_received_octets",
+        "_scanned",
+        "core",
+        "decide",
+        "eof",
+        "error",
+        "params",
+        "unread",
+    )
+
     def __init__(
         self, config: MpaConfig, *, decide: Decider | None = None, emss: int = DEFAULT_EMSS
     ) -> None:
