@@ -168,3 +168,36 @@ def test_stream_reads_time_out_without_losing_octets() -> None:
         assert info.value.partial == b"" and info.value.expected == 1
         assert stream.read(timeout=T) == b""
         stream.close()
+
+
+def test_fallback_to_rev1_against_an_unenhanced_asyncio_responder(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """RFC 6581 §10: a Rev 1 Responder closes on a Rev 2 Request; the blocking
+    Initiator retries once, on a new connection, as Rev 1."""
+    failures: list[BaseException] = []
+
+    async def echo(sock: aio.MpaSocket) -> None:
+        async for ulpdu in sock:
+            sock.send(ulpdu)
+            await sock.drain()
+
+    async def start() -> int:
+        server = await aio.serve(
+            echo,
+            "127.0.0.1",
+            0,
+            config=MpaConfig(revision=1),
+            on_failure=lambda error, peer: failures.append(error),
+        )
+        return int(server.sockets[0].getsockname()[1])
+
+    port = asyncio.run_coroutine_threadsafe(start(), loop).result(T)
+    with pytest.raises(MpaError) as info:
+        mpa.connect("127.0.0.1", port, timeout=T)
+    assert info.value.code == 1
+    with mpa.connect("127.0.0.1", port, fallback_to_rev1=True, timeout=T) as sock:
+        assert sock.params.revision == 1 and not sock.params.enhanced
+        sock.send(b"after fallback", timeout=T)
+        assert sock.receive(timeout=T) == b"after fallback"
+    assert [e.code for e in failures if isinstance(e, MpaError)] == [4, 4]

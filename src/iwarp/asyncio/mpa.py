@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from functools import partial
 from typing import Any, TypeVar
 
 from iwarp._typing import Buffer
@@ -283,13 +284,6 @@ class MpaStream(_Face):
         return await self._link.socket()
 
 
-async def _open(
-    host: str, port: int, make: Callable[[], _MpaProtocol], local: tuple[str, int] | None
-) -> _MpaProtocol:
-    loop = asyncio.get_running_loop()
-    return (await loop.create_connection(make, host, port, local_addr=local))[1]
-
-
 async def open_stream(
     host: str,
     port: int,
@@ -301,8 +295,9 @@ async def open_stream(
 
     :raises OSError: the TCP connection could not be opened.
     """
-    cfg = config or MpaConfig()
-    return MpaStream(await _open(host, port, lambda: _MpaProtocol(None, cfg), local_addr))
+    make = partial(_MpaProtocol, None, config or MpaConfig())
+    loop = asyncio.get_running_loop()
+    return MpaStream((await loop.create_connection(make, host, port, local_addr=local_addr))[1])
 
 
 async def connect(
@@ -325,27 +320,22 @@ async def connect(
     """
     cfg = config or MpaConfig()
     build_request(cfg, private_data)  # LocalProtocolError before any connection
-    try:
-        return await _connect_once(host, port, cfg, private_data, local_addr)
-    except MpaError as exc:
-        retry = rev1_fallback(cfg, exc, requested=fallback_to_rev1)
-        if retry is None:
-            raise
-    return await _connect_once(host, port, retry, private_data, local_addr)
-
-
-async def _connect_once(
-    host: str, port: int, cfg: MpaConfig, private_data: bytes, local: tuple[str, int] | None
-) -> MpaSocket:
-    make = lambda: _MpaProtocol(Role.INITIATOR, cfg, private_data=private_data)  # noqa: E731
-    protocol = await _open(host, port, make, local)
-    try:
-        await protocol.established
-    except BaseException:
-        protocol.close_transport()
-        del protocol  # the error's traceback must not hold it (no reference cycle)
-        raise
-    return MpaSocket(protocol)
+    loop = asyncio.get_running_loop()
+    while True:
+        make = partial(_MpaProtocol, Role.INITIATOR, cfg, private_data=private_data)
+        _, protocol = await loop.create_connection(make, host, port, local_addr=local_addr)
+        try:
+            await protocol.established
+            return MpaSocket(protocol)
+        except BaseException as exc:
+            protocol.close_transport()
+            del protocol  # the error's traceback must not hold it (no reference cycle)
+            if not isinstance(exc, MpaError):
+                raise
+            retry = rev1_fallback(cfg, exc, requested=fallback_to_rev1)  # None for Rev 1
+            if retry is None:
+                raise
+            cfg = retry
 
 
 async def serve(

@@ -290,27 +290,17 @@ def connect(
     cfg = config if config is not None else MpaConfig()
     build_request(cfg, private_data)  # LocalProtocolError before any connection
     deadline = deadline_after(timeout)
-    try:
-        return _connect_once(host, port, cfg, private_data, deadline, local_address)
-    except MpaError as exc:
-        retry = rev1_fallback(cfg, exc, requested=fallback_to_rev1)
-        if retry is None:
-            raise
-    return _connect_once(host, port, retry, private_data, deadline, local_address)
-
-
-def _connect_once(
-    host: str,
-    port: int,
-    config: MpaConfig,
-    private_data: bytes,
-    deadline: float | None,
-    local_address: tuple[str, int] | None,
-) -> MpaSocket:
-    link = _Link(open_tcp(host, port, deadline, local_address), config)
-    link.session.start(Role.INITIATOR, now=clock(), private_data=private_data)
-    link.driver.flush()
-    return link.establish(deadline)
+    while True:
+        link = _Link(open_tcp(host, port, deadline, local_address), cfg)
+        link.session.start(Role.INITIATOR, now=clock(), private_data=private_data)
+        link.driver.flush()
+        try:
+            return link.establish(deadline)
+        except MpaError as exc:
+            retry = rev1_fallback(cfg, exc, requested=fallback_to_rev1)  # None for Rev 1
+            if retry is None:
+                raise
+            cfg = retry
 
 
 def open_stream(
