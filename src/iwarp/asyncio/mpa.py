@@ -352,8 +352,7 @@ async def serve(
     answers each Request (default: accept); ``handler`` gets each socket in
     full operation in a task of its own (closed when it returns); failures
     before that go to ``on_failure`` and the server goes on."""
-    cfg = config or MpaConfig()
-    make = lambda: _MpaProtocol(Role.RESPONDER, cfg, decide=decide)  # noqa: E731
+    make = partial(_MpaProtocol, Role.RESPONDER, config or MpaConfig(), decide=decide)
     return await _serve(make, _MpaProtocol.socket, handler, host, port, on_failure, backlog)
 
 
@@ -367,10 +366,8 @@ async def serve_stream(
 ) -> asyncio.Server:
     """Accept TCP connections in streaming mode; ``handler`` runs in a task
     per connection, which is closed when it returns."""
-    cfg = config or MpaConfig()
-    return await _serve(
-        lambda: _MpaProtocol(None, cfg), _MpaProtocol.stream, handler, host, port, None, backlog
-    )
+    make = partial(_MpaProtocol, None, config or MpaConfig())
+    return await _serve(make, _MpaProtocol.stream, handler, host, port, None, backlog)
 
 
 async def _serve(
