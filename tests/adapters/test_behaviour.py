@@ -310,7 +310,7 @@ def test_a_send_held_by_the_mpa_fence_logs_why(
         assert qp.receive() == b"client"
 
     port = server.serve(handler, receive_buffers=1)
-    qp = client.connect(port, receive_buffers=1)
+    qp = client.connect(port, config=MpaConfig(), receive_buffers=1)  # no peer-to-peer
 
     def warned() -> list[str]:
         return [r.getMessage() for r in caplog.records if "RFC 5044" in r.getMessage()]
@@ -324,6 +324,29 @@ def test_a_send_held_by_the_mpa_fence_logs_why(
     assert qp.receive() == b"server first"
     assert server.take_failures() == []
     qp.close()
+
+
+def test_by_default_the_server_may_send_first(
+    pair: tuple[Adapter, Adapter], caplog: pytest.LogCaptureFixture
+) -> None:
+    """connect() without a config offers RFC 6581 peer-to-peer: the client's
+    RTR lifts the server's fence, so a server that speaks first is answered
+    without the client sending anything, and nothing is warned about."""
+    caplog.set_level(logging.WARNING, logger="iwarp")
+    client, server = pair
+
+    def handler(qp: Side) -> None:
+        qp.send(b"server first")
+        assert qp.receive() == b"client"
+
+    port = server.serve(handler, receive_buffers=1)
+    qp = client.connect(port, receive_buffers=1)
+    assert qp.params.peer_to_peer and qp.params.rtr is not None
+    assert qp.receive() == b"server first"  # before the client sent any message
+    qp.send(b"client")
+    qp.close()
+    assert server.take_failures() == []
+    assert [r for r in caplog.records if "RFC 5044" in r.getMessage()] == []
 
 
 def test_a_rejected_request_raises_with_the_private_data(pair: tuple[Adapter, Adapter]) -> None:

@@ -45,6 +45,7 @@ from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, r
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_BUFFERS,
     DEFAULT_RECEIVE_SIZE,
+    INITIATOR_CONFIG,
     CompletionQueued,
     Ended,
     Established,
@@ -531,6 +532,10 @@ async def connect(
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
+    :param config: the MPA startup; by default
+        :data:`~iwarp.rdma.endpoint.INITIATOR_CONFIG`, which offers RFC 6581
+        peer-to-peer so that the server may send first (its fence lifts with
+        our RTR). A config of your own offers it only with ``peer_to_peer=True``.
     :param receive_buffers: buffers of the receive pool behind
         :meth:`QueuePair.receive`; by default 4, or none when ``setup`` is
         given (it posts the application's own receives).
@@ -546,7 +551,7 @@ async def connect(
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
         negotiation failed (codes 6, 7; our Terminate was sent).
     """
-    cfg = config or MpaConfig()
+    cfg = config or INITIATOR_CONFIG
     build_request(cfg, private_data)  # LocalProtocolError before any connection
     domain = pd if pd is not None else ProtectionDomain()
     try:

@@ -86,6 +86,7 @@ from iwarp.rdmap.work import (
 )
 
 __all__ = [
+    "INITIATOR_CONFIG",
     "SEND_BATCH",
     "CompletionQueue",
     "CompletionQueued",
@@ -107,6 +108,14 @@ DEFAULT_RECEIVE_SIZE: Final = 1 << 16
 #: Seconds a Responder's posted work may wait for the Initiator's first FPDU
 #: (the MPA fence) before a warning says why it does not go out.
 FENCE_WARNING: Final = 1.0
+#: What an RDMA ``connect`` uses when given no config: a Rev 2 Request that
+#: offers RFC 6581 peer-to-peer with Write and Read RTR (RFC 6581 §9.2). The
+#: Initiator's zero-length RTR message then lifts the Responder's fence at
+#: once (RFC 5044 §7.1.2 rule 4), so either side may send first. A Responder
+#: answers whatever the Initiator's A bit asks (its config only says which RTR
+#: types it takes), so ``serve`` needs no such default. MPA alone (no RDMAP)
+#: cannot send an RTR, which is why this is not :class:`MpaConfig`'s default.
+INITIATOR_CONFIG: Final = MpaConfig(peer_to_peer=True)
 
 _log = logging.getLogger("iwarp")
 
@@ -461,7 +470,8 @@ class QueuePairEndpoint:
             "posted work is held: an MPA Responder may not send before the Initiator's "
             "first FPDU (RFC 5044 §7.1.2 rule 4), and the peer did not negotiate RFC 6581 "
             "peer-to-peer, whose RTR would lift this fence; let the client send first, or "
-            "have the Initiator negotiate peer-to-peer (MpaConfig(peer_to_peer=True))"
+            "have the Initiator negotiate peer-to-peer (MpaConfig(peer_to_peer=True), the "
+            "default of connect() without a config)"
         )
 
     # -- routing ---------------------------------------------------------------

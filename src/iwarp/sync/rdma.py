@@ -43,6 +43,7 @@ from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_BUFFERS,
     DEFAULT_RECEIVE_SIZE,
+    INITIATOR_CONFIG,
     CompletionQueued,
     Ended,
     Established,
@@ -558,6 +559,10 @@ def connect(
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
+    :param config: the MPA startup; by default
+        :data:`~iwarp.rdma.endpoint.INITIATOR_CONFIG`, which offers RFC 6581
+        peer-to-peer so that the server may send first (its fence lifts with
+        our RTR). A config of your own offers it only with ``peer_to_peer=True``.
     :param receive_buffers: buffers of ``receive_size`` octets the queue
         pair keeps posted for :meth:`QueuePair.receive`; by default 4, or
         none when ``setup`` is given (it posts the application's receives).
@@ -581,7 +586,7 @@ def connect(
         sock,
         Role.INITIATOR,
         pd if pd is not None else ProtectionDomain(),
-        config if config is not None else MpaConfig(),
+        config if config is not None else INITIATOR_CONFIG,
         private_data=private_data,
         receive_buffers=receive_buffers,
         receive_size=receive_size,
