@@ -27,8 +27,14 @@ from iwarp.asyncio.vitcp import (
 )
 from iwarp.cli import main
 from iwarp.cli.vitcp import payload
-from iwarp.vitcp.config import VitcpConfig
-from iwarp.vitcp.events import CompletionStatus, RdmaReadServed, RdmaWriteReceived
+from iwarp.vitcp.config import Role, VitcpConfig
+from iwarp.vitcp.connection import VitcpConnection
+from iwarp.vitcp.events import (
+    CompletionStatus,
+    ConnectionRequested,
+    RdmaReadServed,
+    RdmaWriteReceived,
+)
 from iwarp.vitcp.wire import Reliability
 
 T = TypeVar("T")
@@ -542,3 +548,40 @@ def test_docs_asyncio_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(source, "docs/vitcp.md", "exec"), namespace)
     run(namespace["example"]())
     assert "b'hello'" in capsys.readouterr().out
+
+
+def test_keep_posted_descriptors_are_there_before_the_first_message() -> None:
+    """A passive end may send a message right behind its ConnectAccept, in the
+    same TCP segment: the active end's ``keep_posted`` descriptors must be
+    posted before the connection is up, or that Send finds none (§3.1)."""
+
+    async def passive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        core = VitcpConnection(VitcpConfig(), Role.PASSIVE)
+        core.tcp_accepted(loop.time())
+        requested = False
+        while not requested:
+            chunk = await reader.read(65536)
+            assert chunk, "the active end closed before its ConnectRequest"
+            events = core.receive_data(chunk, loop.time())
+            requested = any(isinstance(e, ConnectionRequested) for e in events)
+        assert core.match()
+        core.accept()
+        core.send(b"right behind the accept")
+        writer.write(b"".join(bytes(b) for b in core.data_to_send()))  # one segment
+        await writer.drain()
+        await reader.read()  # until the active end closes
+        writer.close()
+
+    async def body() -> None:
+        server = await asyncio.start_server(passive, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            client = await connect("127.0.0.1", port, b"", keep_posted=1)
+            try:
+                message = await asyncio.wait_for(client.receive(), 10)
+                assert bytes(message.data) == b"right behind the accept"
+            finally:
+                await client.close()
+
+    run(body())

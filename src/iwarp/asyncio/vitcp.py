@@ -36,10 +36,9 @@ from typing import Any
 
 from iwarp._typing import Buffer
 from iwarp.asyncio.driver import CoreDriver, run_handler
-from iwarp.errors import IwarpError
 from iwarp.vitcp.config import Negotiated, Role, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
-from iwarp.vitcp.errors import VitcpError
+from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
 from iwarp.vitcp.events import (
     TCP_CLOSED_UNANSWERED,
     Connected,
@@ -68,22 +67,6 @@ __all__ = [
 
 #: Received-but-unread octets above which reading pauses.
 RECEIVE_HIGH_WATER = 64 << 20
-
-
-class VitcpRejectedError(IwarpError):
-    """ConnectReject, or ConnectNoMatch: no VI waits for that discriminator."""
-
-    def __init__(self, no_match: bool) -> None:
-        super().__init__("no matching discriminator" if no_match else "connection rejected")
-        self.no_match = no_match
-
-
-class VitcpClosedError(IwarpError):
-    """The VI connection is closed; ``error`` is the protocol error, if any."""
-
-    def __init__(self, reason: str, error: VitcpError | None = None) -> None:
-        super().__init__(reason)
-        self.error = error
 
 
 def urgent_pointer_exact() -> bool:
@@ -460,6 +443,10 @@ async def connect(
     loop = asyncio.get_running_loop()
     core = VitcpConnection(config, Role.ACTIVE)
     core.connect(loop.time(), remote_discriminator)
+    if keep_posted:
+        # Posted before the ConnectRequest: a message may follow the
+        # ConnectAccept in the same TCP segment.
+        core.post_receive(keep_posted)
     retry = PeerRetry(config, loop.time())
     reasons: set[str] = set()  # why each attempt had to be repeated
     while True:
@@ -477,9 +464,6 @@ async def connect(
             raise VitcpClosedError(f"TCP connection setup failed: {exc}") from exc
         outcome = await protocol.outcome
         if isinstance(outcome, Connected):
-            if keep_posted:
-                core.post_receive(keep_posted)
-                protocol.process()
             return VitcpEndpoint(protocol, outcome.params)
         if isinstance(outcome, ConnectionRejected):
             await protocol.closed

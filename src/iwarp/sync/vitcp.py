@@ -32,7 +32,6 @@ from types import TracebackType
 from typing import Any
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.vitcp import VitcpClosedError, VitcpRejectedError
 from iwarp.sync._driver import (
     Driver,
     TcpListener,
@@ -43,6 +42,7 @@ from iwarp.sync._driver import (
 )
 from iwarp.vitcp.config import Negotiated, Role, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
+from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
 from iwarp.vitcp.events import (
     Connected,
     ConnectionClosed,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import IntFlag
 
-from iwarp.errors import LocalProtocolError, RemoteProtocolError
+from iwarp.errors import IwarpError, LocalProtocolError, RemoteProtocolError
 
 __all__ = [
     "AttributeMismatchError",
@@ -21,7 +21,9 @@ __all__ = [
     "MemoryProtectionError",
     "UnexpectedSegmentError",
     "ViErrorType",
+    "VitcpClosedError",
     "VitcpError",
+    "VitcpRejectedError",
     "VitcpUsageError",
 ]
 
@@ -85,3 +87,24 @@ class DescriptorError(VitcpError):
 
 class VitcpUsageError(LocalProtocolError):
     """The local consumer misused the VI/TCP API; nothing was sent."""
+
+
+# How a connection ended, as both adapters (asyncio and iwarp.sync) raise it.
+# Neither is a protocol error in itself: a reject is the peer's right (§4),
+# and a closed VI carries the protocol error that closed it, if any.
+
+
+class VitcpRejectedError(IwarpError):
+    """ConnectReject, or ConnectNoMatch: no VI waits for that discriminator."""
+
+    def __init__(self, no_match: bool) -> None:
+        super().__init__("no matching discriminator" if no_match else "connection rejected")
+        self.no_match = no_match
+
+
+class VitcpClosedError(IwarpError):
+    """The VI connection is closed; ``error`` is the protocol error, if any."""
+
+    def __init__(self, reason: str, error: VitcpError | None = None) -> None:
+        super().__init__(reason)
+        self.error = error

@@ -28,7 +28,11 @@ __all__ = [
 
 
 class CompletionStatus(Enum):
-    """How a descriptor completed (the VI Architecture's status, abridged)."""
+    """How a descriptor completed (the VI Architecture's status, abridged).
+
+    Not :class:`iwarp.rdmap.work.CompletionStatus` (verbs' ``ibv_wc_status``):
+    VI/TCP reports errors as VI Error Type bits (§3.2), which map onto these
+    and not onto the verbs statuses an RDMAP Terminate gives."""
 
     SUCCESS = "success"
     #: The sender flagged the message with Transmit Error (§3.2, §2.2.2.2.5).
@@ -82,7 +86,10 @@ class Connected(Event):
 
 @dataclass(frozen=True, slots=True)
 class ConnectionRejected(Event):
-    """Active end: ConnectReject, or ConnectNoMatch outside peer-to-peer."""
+    """Active end: ConnectReject, or ConnectNoMatch outside peer-to-peer.
+
+    Unlike MPA's :class:`iwarp.mpa.events.ConnectionRejected` (TCP stays open,
+    private data travels) a VI/TCP reject ends the TCP connection (§4.2)."""
 
     no_match: bool
 
@@ -104,7 +111,9 @@ TCP_CLOSED_UNANSWERED = "TCP closed while the accept was pending"
 @dataclass(frozen=True, slots=True)
 class ConnectionClosed(Event):
     """The VI connection is over; close the TCP connection after sending
-    whatever ``data_to_send`` still returns."""
+    whatever ``data_to_send`` still returns. (MPA's
+    :class:`iwarp.mpa.events.ConnectionClosed` is only the peer's clean FIN;
+    this is every end of a VI, with the protocol error when there is one.)"""
 
     reason: str
     error: VitcpError | None = None

@@ -24,7 +24,12 @@ ADDRESS_GAP: Final = 0x1000
 
 @dataclass(slots=True)
 class MemoryRegion:
-    """A registered region: a handle qualifies addresses in it."""
+    """A registered region: a handle qualifies addresses in it.
+
+    Not :class:`iwarp.rdmap.memory.MemoryRegion`: VI/TCP names remote memory
+    by (memory handle, virtual address) with two rights bits (§2.2.2.2.3),
+    where RDMAP names it by STag and tagged offset with a protection domain,
+    access flags and invalidation (RFC 5040 §5.1); the two never meet."""
 
     handle: int
     address: int
