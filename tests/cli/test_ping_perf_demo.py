@@ -170,3 +170,35 @@ def test_demo_memory_stays_a_few_buffers() -> None:
     # run moves 256 MiB per operation, which the whole-run buffers held
     # several times over.
     assert peak < (192 << 20) < 2 * count * size
+
+
+def test_ping_reports_progress_on_stderr() -> None:
+    """``--progress`` (or any run past two seconds): interval lines on a
+    non-terminal stderr with the pings so far, rping's stdout untouched."""
+    port = _free_port()
+    server = _ping_server(port)
+    options = ["--delay", "0", "--progress", "--interval", "0.1"]
+    client = subprocess.Popen(  # -C 0: ping until stopped
+        [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    progress = re.compile(r"pings: \[ *[\d.]+- *[\d.]+ s\] (\d+) messages, .*/s\n")
+    counts: list[int] = []
+    try:
+        assert client.stderr is not None
+        while len(counts) < 100 and not (counts and counts[-1] > 0):  # until pings show
+            line = client.stderr.readline()
+            match = progress.fullmatch(line)
+            assert match, line
+            counts.append(int(match.group(1)))
+        client.send_signal(signal.SIGINT)
+        out, _ = client.communicate(timeout=30)
+    finally:
+        for proc in (client, server):
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+    assert counts[-1] > 0 and counts == sorted(counts)
+    assert out == ""

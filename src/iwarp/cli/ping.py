@@ -23,6 +23,7 @@ from iwarp.asyncio.rdma import (
 )
 from iwarp.cli._args import SIZE_HELP, count, format_octets, format_rate, port, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture
+from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
@@ -87,6 +88,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run on the blocking adapter (iwarp.sync: plain sockets, no event loop)",
     )
     add_pcap_option(parser)
+    add_progress_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -214,10 +216,20 @@ class _Tally:
 
 
 async def _captured(args: argparse.Namespace, tally: _Tally) -> int:
-    async with pcap_capture(args.pcap):
-        if args.timeout:
-            return await _with_timeout(args, tally)
-        return await (_client(args, tally) if args.client else _server(args, tally))
+    # Pings so far on stderr once a run lasts (rping itself is silent).
+    progress = Progress(
+        lambda: (tally.pings, 2 * tally.size * tally.pings),
+        forced=args.progress,
+        interval=args.interval,
+        label="pings" if args.client else "pings served",
+    ).start()
+    try:
+        async with pcap_capture(args.pcap):
+            if args.timeout:
+                return await _with_timeout(args, tally)
+            return await (_client(args, tally) if args.client else _server(args, tally))
+    finally:
+        progress.stop()
 
 
 async def _with_timeout(args: argparse.Namespace, tally: _Tally) -> int:
