@@ -53,13 +53,22 @@ def _tcp_echo(listener: socket.socket, size: int) -> None:
             return
 
 
-def _qp_echo(listener: rdma.Listener) -> None:
+def _qp_echo(listener: rdma.Listener, cpu: list[float]) -> None:
+    """Echo until the client closes; ``cpu``: this thread's CPU seconds per
+    echo after the first 100 (the client's warm-up)."""
+    rounds = 0
+    start = 0.0
     with listener.accept(timeout=30) as qp:
         try:
             while True:
+                if rounds == 100:
+                    start = time.thread_time()
                 qp.send(qp.receive())
+                rounds += 1
         except rdma.ConnectionTerminatedError:
-            return
+            pass
+    if rounds > 100:
+        cpu.append((time.thread_time() - start) / (rounds - 100))
 
 
 def server(pipe: Connection, size: int, crc: bool) -> None:
@@ -70,17 +79,22 @@ def server(pipe: Connection, size: int, crc: bool) -> None:
     pipe.send((tcp.getsockname()[1], qp_listener.port))
     # Two blocking echoes; the client drives one at a time, so the other
     # sleeps in poll/recv and never holds the GIL against it.
+    cpu: list[float] = []
     threads = [
         threading.Thread(target=_tcp_echo, args=(tcp, size)),
-        threading.Thread(target=_qp_echo, args=(qp_listener,)),
+        threading.Thread(target=_qp_echo, args=(qp_listener, cpu)),
     ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    pipe.send(cpu[0] if cpu else float("nan"))
 
 
-def measure(rounds: int, size: int, crc: bool) -> tuple[list[float], list[float]]:
+def measure(rounds: int, size: int, crc: bool) -> tuple[list[float], list[float], float, float]:
+    """Round-trip times of raw TCP and of iwarp.sync, interleaved, and the
+    CPU time per iwarp.sync round trip of the client and of the server's
+    echo thread (system calls included)."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=server, args=(child, size, crc), daemon=True)
@@ -93,7 +107,9 @@ def measure(rounds: int, size: int, crc: bool) -> tuple[list[float], list[float]
     view = memoryview(back)
     tcp_times: list[float] = []
     qp_times: list[float] = []
+    qp_cpu = 0.0
     clock = time.perf_counter
+    cpu_clock = time.thread_time
     with rdma.connect(
         "127.0.0.1", qp_port, config=MpaConfig(crc=crc), receive_buffers=4, receive_size=size
     ) as qp:
@@ -101,18 +117,22 @@ def measure(rounds: int, size: int, crc: bool) -> tuple[list[float], list[float]
             t0 = clock()
             raw.sendall(payload)
             _recv_exactly(raw, view)
+            c1 = cpu_clock()  # outside the timed window
             t1 = clock()
             qp.send(payload)
             reply = qp.receive()
             t2 = clock()
+            c2 = cpu_clock()
             if i >= 100:
                 tcp_times.append(t1 - t0)
                 qp_times.append(t2 - t1)
+                qp_cpu += c2 - c1
             if reply != payload or back != payload:
                 raise AssertionError("echo mismatch")
     raw.close()
+    server_cpu = parent.recv() if parent.poll(30) else float("nan")
     proc.join(30)
-    return tcp_times, qp_times
+    return tcp_times, qp_times, qp_cpu / rounds, server_cpu
 
 
 def cpu_cost(rounds: int, size: int, crc: bool) -> tuple[float, float]:
@@ -213,16 +233,20 @@ def main() -> None:
         f"{args.size}-octet round trips, {args.rounds} rounds per run, interleaved; "
         f"MPA CRC {'off' if args.no_crc else 'on'}; loopback MTU {mtu}"
     )
-    print("run   raw TCP median (p10-p90)    iwarp.sync median (p10-p90)   added    ratio")
+    print(
+        "run   raw TCP median (p10-p90)    iwarp.sync median (p10-p90)   added    ratio"
+        "   CPU/round trip client, server"
+    )
     added: list[float] = []
     for run in range(1, args.repeat + 1):
-        tcp, qp = measure(args.rounds, args.size, not args.no_crc)
+        tcp, qp, client_cpu, server_cpu = measure(args.rounds, args.size, not args.no_crc)
         t_med, q_med = statistics.median(tcp) * 1e6, statistics.median(qp) * 1e6
         added.append(q_med - t_med)
         print(
             f"{run:>3}   {t_med:7.1f} us ({_pct(tcp, 0.1) * 1e6:5.1f}-{_pct(tcp, 0.9) * 1e6:5.1f})"
             f"    {q_med:7.1f} us ({_pct(qp, 0.1) * 1e6:5.1f}-{_pct(qp, 0.9) * 1e6:5.1f})"
             f"   {q_med - t_med:+6.1f} us  {q_med / t_med:5.2f}"
+            f"   {client_cpu * 1e6:5.1f}, {server_cpu * 1e6:5.1f} us"
         )
     print(
         f"added to raw TCP's median: {min(added):.1f} .. {max(added):.1f} us over {len(added)} runs"
