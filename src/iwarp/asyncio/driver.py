@@ -26,7 +26,9 @@ VI/TCP adapters derive from. It does what is asyncio's and nothing else:
   TCP_MAXSEG (:func:`tcp_emss`);
 * **serve bookkeeping**: :func:`run_handler` runs an application handler
   per connection, reports its exception once with the peer's address and
-  keeps no "Task exception was never retrieved".
+  keeps no "Task exception was never retrieved"; :func:`start_server`
+  closes connections it has no descriptor for at once (logged once) and
+  runs a few collections after a burst of connections ended.
 
 Subclasses make the core in :meth:`CoreDriver.start_core` and react to its
 events in :meth:`CoreDriver.handle_events`.
