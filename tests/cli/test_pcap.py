@@ -170,3 +170,53 @@ def test_a_flow_without_data_is_a_handshake_and_fins() -> None:
     out.seek(0)
     packets = list(read_tcp_packets(out, CaptureStats()))
     assert [p.sport for p in packets] == [5000, 4000, 5000, 4000, 5000]
+
+
+@needs_tshark
+def test_ping_sync_takes_pcap_at_both_ends(tmp_path: Path) -> None:
+    """``iwarp ping --sync --pcap``: the blocking adapter's connections are
+    recorded too, at the server (accepted) and at the client (connected);
+    ``iwarp decode`` and tshark read both files the same way."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    server_pcap, client_pcap = tmp_path / "server.pcapng", tmp_path / "client.pcapng"
+    common = ["-a", "127.0.0.1", "-p", port, "--sync", "-C", "3", "-S", "100"]
+    server = subprocess.Popen(
+        [*IWARP, "ping", "-s", *common, "-d", "--pcap", str(server_pcap)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        assert "listening" in server.stdout.readline()
+        client = subprocess.run(
+            [*IWARP, "ping", "-c", *common, "--delay", "0", "--pcap", str(client_pcap)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert client.returncode == 0, client.stderr
+        _, err = server.communicate(timeout=30)
+        assert server.returncode == 0, err
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    counts = []
+    for path in (server_pcap, client_pcap):
+        analysis = analyze_file(str(path))
+        assert analysis.error_count == 0
+        assert len(analysis.connections) == 1
+        fpdus = sum(1 for r in analysis.records() if isinstance(r, FpduRecord))
+        result = decode(str(path))
+        assert not result.malformed
+        assert [pdu.kind for pdu in result.pdus][:2] == ["request", "reply"]
+        assert len(result.fpdus) == fpdus
+        assert all(pdu.crc_status == "good" for pdu in result.fpdus)
+        counts.append(fpdus)
+    # 3 pings: each a Send and a Read Request one way, a Read Response, a
+    # Write and two Sends the other, plus the RTR if any: the same at both ends.
+    assert counts[0] == counts[1] >= 18

@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from iwarp.analyze.pcapng import PcapngWriter, TcpFlow
 
-__all__ = ["add_pcap_option", "captured", "pcap_capture"]
+__all__ = ["add_pcap_option", "captured", "pcap_capture", "sync_pcap_capture"]
 
 T = TypeVar("T")
 
@@ -57,6 +58,38 @@ async def pcap_capture(path: Path | str | None) -> AsyncIterator[PcapngWriter | 
         finally:
             tap.uninstall()
             writer.close()  # connections that end later are not recorded
+
+
+@contextlib.contextmanager
+def sync_pcap_capture(path: Path | str | None, *, initiator: bool) -> Iterator[None]:
+    """The same for the blocking adapter (``iwarp.sync``): every connection
+    whose driver starts inside the block, seen from the end that connected
+    (``initiator``) or accepted."""
+    from iwarp.sync._driver import Tap, tapping  # the CLI's other paths do not need it
+
+    if path is None:
+        yield
+        return
+    with open(path, "wb") as out:
+        writer = PcapngWriter(out)
+        flows: list[TcpFlow] = []
+
+        def tap(sock: socket.socket) -> Tap | None:
+            try:
+                local, remote = sock.getsockname(), sock.getpeername()
+            except OSError:
+                return None  # already gone: nothing to record
+            flow = TcpFlow(writer, local, remote, initiator=initiator)
+            flows.append(flow)
+            return flow
+
+        try:
+            with tapping(tap):
+                yield
+        finally:
+            for flow in flows:
+                flow.close()
+            writer.close()
 
 
 async def captured(path: Path | str | None, work: Awaitable[T]) -> T:

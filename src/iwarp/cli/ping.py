@@ -22,7 +22,7 @@ from iwarp.asyncio.rdma import (
     serve,
 )
 from iwarp.cli._args import SIZE_HELP, count, format_octets, format_rate, port, size
-from iwarp.cli._capture import add_pcap_option, pcap_capture
+from iwarp.cli._capture import add_pcap_option, pcap_capture, sync_pcap_capture
 from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError
@@ -124,13 +124,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.sync:
-            if args.pcap is not None:
-                print(
-                    "iwarp ping: --pcap records the asyncio adapter only (not --sync)",
-                    file=sys.stderr,
-                )
-                return 2
-            return _sync(args)
+            with sync_pcap_capture(args.pcap, initiator=args.client):
+                return _sync(args)
         tally = _Tally(args.size)
 
         def interrupted(signum: signal.Signals) -> None:

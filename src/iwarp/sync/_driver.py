@@ -22,8 +22,8 @@ import select
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeAlias
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, Protocol, TypeAlias
 
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
@@ -33,9 +33,11 @@ __all__ = [
     "RECEIVE_CHUNK",
     "Core",
     "Driver",
+    "Tap",
     "WaitTimeoutError",
     "deadline_after",
     "open_tcp",
+    "tapping",
     "wait_any",
 ]
 
@@ -62,6 +64,37 @@ class WaitTimeoutError(IwarpError, TimeoutError):
 
 #: The connection contract every core keeps (any core's events).
 Core: TypeAlias = Connection[Any]
+
+
+class Tap(Protocol):
+    """Sees one connection's octets (``iwarp ping --sync --pcap`` records
+    them; :class:`iwarp.analyze.pcapng.TcpFlow` is one)."""
+
+    def sent(self, data: Buffer) -> None:
+        """Octets the kernel took, in stream order."""
+
+    def received(self, data: Buffer) -> None:
+        """Octets read, in stream order."""
+
+    def close(self) -> None:
+        """The socket was closed."""
+
+
+#: While one is set (:func:`tapping`), every new :class:`Driver` asks it for a tap
+#: on its socket. One process-wide hook: the blocking adapters have no loop
+#: to hang it on, and a capture wants every connection of the run.
+_tap_factories: list[Callable[[socket.socket], Tap | None]] = []
+
+
+@contextlib.contextmanager
+def tapping(factory: Callable[[socket.socket], Tap | None]) -> Iterator[None]:
+    """Connections whose driver starts inside the block get ``factory(sock)``
+    as their tap (None: not tapped)."""
+    _tap_factories.append(factory)
+    try:
+        yield
+    finally:
+        _tap_factories.remove(factory)
 
 
 def deadline_after(timeout: float | None) -> float | None:
@@ -133,6 +166,7 @@ class Driver:
         self.reading = True
         #: The socket error that ended the connection, if any.
         self.error: OSError | None = None
+        self._tap = _tap_factories[-1](sock) if _tap_factories else None
 
     # -- state ------------------------------------------------------------------
 
@@ -187,6 +221,8 @@ class Driver:
             except OSError as exc:
                 self._lost(exc)
                 return
+            if self._tap is not None:
+                _tap_sent(self._tap, batch, sent)
             left = _unsent_part(batch, sent)
             if left:
                 self._out.extend(left)
@@ -218,6 +254,8 @@ class Driver:
                 self._lost(exc)
                 return
             now = clock()
+            if self._tap is not None and n:
+                self._tap.received(view[:n])
             if n == 0:
                 self.eof = True
                 events = core.receive_data(b"", now)
@@ -340,6 +378,8 @@ class Driver:
         with contextlib.suppress(KeyError, ValueError):
             self._poll.unregister(self._fd)
         sock.close()
+        if self._tap is not None:
+            self._tap.close()
 
     def abort(self) -> None:
         """Close at once with RST (SO_LINGER 0), dropping unsent octets."""
@@ -387,6 +427,16 @@ def _sleep_until(wake: float | None) -> list[tuple[int, int]]:
     if wake is not None:
         time.sleep(max(wake - clock(), 0.0))
     return []
+
+
+def _tap_sent(tap: Tap, batch: list[Buffer], sent: int) -> None:
+    """The first ``sent`` octets of ``batch`` to ``tap``."""
+    for chunk in batch:
+        if sent <= 0:
+            return
+        view = memoryview(chunk).cast("B")
+        tap.sent(view[:sent])
+        sent -= len(view)
 
 
 def _unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:
