@@ -88,8 +88,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--flow-control",
-        action="store_true",
-        help="ask for Descriptor Flow Control (draft-dicecco-vitcp-01 §3.3)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Descriptor Flow Control (draft-dicecco-vitcp-01 §3.3): our Sends wait for the "
+        "peer's posted receive descriptors (default on; without it a long run of Sends "
+        "outruns the listener's descriptors, which ends the connection)",
     )
     parser.add_argument("--json", action="store_true", help="print summaries as JSON lines")
     add_pcap_option(parser)
@@ -534,7 +537,14 @@ async def _connect(args: argparse.Namespace, live: dict[str, Any]) -> int:
     try:
         summary = await _transfer(endpoint, args, live)
     except (IwarpError, ValueError) as exc:
-        print(f"iwarp vitcp: {exc}", file=sys.stderr)
+        hint = ""
+        if not args.flow_control:
+            # Our Sends did not wait for descriptors: the likely cause (§3.3).
+            hint = (
+                " (without descriptor flow control a run of Sends can outrun the "
+                "listener's posted receive descriptors; drop --no-flow-control)"
+            )
+        print(f"iwarp vitcp: {exc}{hint}", file=sys.stderr)
         await endpoint.close()
         return 1
     summary.update(
