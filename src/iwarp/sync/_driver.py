@@ -23,7 +23,8 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final, Protocol, TypeAlias
+from types import TracebackType
+from typing import Any, Final, Protocol, Self, TypeAlias
 
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
@@ -31,6 +32,7 @@ from iwarp.errors import IwarpError, LocalProtocolError
 
 __all__ = [
     "RECEIVE_CHUNK",
+    "CloseOnExit",
     "Core",
     "Driver",
     "Tap",
@@ -64,6 +66,31 @@ class WaitTimeoutError(IwarpError, TimeoutError):
 
 #: The connection contract every core keeps (any core's events).
 Core: TypeAlias = Connection[Any]
+
+
+class CloseOnExit:
+    """``with`` for a blocking connection: :meth:`close` (graceful) when the
+    block ends normally, :meth:`abort` (RST) when an exception leaves it."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self.abort()
 
 
 class Tap(Protocol):

@@ -12,8 +12,7 @@ inside each call; this module only waits. Every call that waits takes a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from iwarp._typing import Buffer
 from iwarp.errors import MpaError
@@ -22,7 +21,15 @@ from iwarp.mpa.events import Event
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
 from iwarp.mpa.session import RECEIVE_HIGH_WATER, IncompleteReadError, MpaFace, MpaSession
-from iwarp.sync._driver import Driver, TcpListener, clock, deadline_after, open_tcp, tcp_emss
+from iwarp.sync._driver import (
+    CloseOnExit,
+    Driver,
+    TcpListener,
+    clock,
+    deadline_after,
+    open_tcp,
+    tcp_emss,
+)
 
 __all__ = [
     "Accept",
@@ -117,7 +124,7 @@ class _Link:
         return self.socket
 
 
-class _Face(MpaFace[_Link]):
+class _Face(MpaFace[_Link], CloseOnExit):
     """What MpaSocket and MpaStream share: closing, the descriptor."""
 
     @property
@@ -143,20 +150,6 @@ class _Face(MpaFace[_Link]):
     def abort(self) -> None:
         """Close at once (RST), dropping unsent data."""
         self._link.driver.abort()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self.abort()
 
 
 class MpaSocket(_Face):

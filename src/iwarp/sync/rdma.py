@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, Final, overload
 
 from iwarp._typing import Buffer
@@ -58,6 +57,7 @@ from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import Completion, ReadWR, RecvWR, SendWR, Sge, WriteWR
 from iwarp.sync._driver import (
+    CloseOnExit,
     Driver,
     TcpListener,
     WaitTimeoutError,
@@ -153,7 +153,7 @@ class CompletionQueue:
             self._qps.remove(qp)
 
 
-class QueuePair:
+class QueuePair(CloseOnExit):
     """One iWARP connection: queue pair, completion queues and simple API.
 
     A blocking driver around :class:`~iwarp.rdma.endpoint.QueuePairEndpoint`
@@ -481,20 +481,6 @@ class QueuePair:
         self._dispatch(self.endpoint.connection_lost(clock(), "aborted by the application"))
         self.send_cq._detach(self)
         self.recv_cq._detach(self)
-
-    def __enter__(self) -> QueuePair:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self.abort()
 
     # -- the endpoint's events --------------------------------------------------------
 

@@ -28,11 +28,11 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
 from iwarp._typing import Buffer
 from iwarp.sync._driver import (
+    CloseOnExit,
     Driver,
     TcpListener,
     WaitTimeoutError,
@@ -72,7 +72,7 @@ __all__ = [
 RECEIVE_HIGH_WATER = 64 << 20
 
 
-class VitcpEndpoint:
+class VitcpEndpoint(CloseOnExit):
     """A VI on one TCP connection: post descriptors, send, RDMA, receive
     (§3.2-§3.4). Made by :func:`connect` and :meth:`VitcpListener.accept`."""
 
@@ -319,19 +319,9 @@ class VitcpEndpoint:
         self._driver.run_until(lambda: self._driver.closed, deadline_after(timeout), "the close")
         return self.close_reason
 
-    def __enter__(self) -> VitcpEndpoint:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self._driver.abort()
+    def abort(self) -> None:
+        """Close at once (RST), dropping unsent data."""
+        self._driver.abort()
 
 
 def connect(
