@@ -42,8 +42,6 @@ from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
 from iwarp.vitcp.events import (
     TCP_CLOSED_UNANSWERED,
     Connected,
-    ConnectionClosed,
-    ConnectionRejected,
     ConnectionRequested,
     Event,
     MessageReceived,
@@ -51,10 +49,12 @@ from iwarp.vitcp.events import (
     RdmaWriteReceived,
     ReconnectNeeded,
     SendCompleted,
+    ViConnectionClosed,
+    ViConnectionRejected,
 )
 from iwarp.vitcp.handshake import State
 from iwarp.vitcp.listener import Demultiplexer, PeerRetry
-from iwarp.vitcp.memory import LocalBuffer, MemoryRegion
+from iwarp.vitcp.memory import LocalBuffer, ViMemoryRegion
 
 __all__ = [
     "VitcpClosedError",
@@ -216,11 +216,11 @@ class _VitcpProtocol(CoreDriver):
         if self.on_request is not None:
             self.on_request(self, event)
 
-    def _on_outcome(self, event: Connected | ConnectionRejected | ReconnectNeeded) -> None:
+    def _on_outcome(self, event: Connected | ViConnectionRejected | ReconnectNeeded) -> None:
         if not self.outcome.done():
             self.outcome.set_result(event)
 
-    def _on_closed(self, event: ConnectionClosed) -> None:
+    def _on_closed(self, event: ViConnectionClosed) -> None:
         self.close_reason = VitcpClosedError(event.reason, event.error)
         if not self.outcome.done():
             self.outcome.set_exception(self.close_reason)
@@ -267,9 +267,9 @@ _EVENTS: dict[type, Callable[[_VitcpProtocol, Any], None]] = {
     RdmaReadCompleted: _VitcpProtocol._on_completion,
     ConnectionRequested: _VitcpProtocol._on_request,
     Connected: _VitcpProtocol._on_outcome,
-    ConnectionRejected: _VitcpProtocol._on_outcome,
+    ViConnectionRejected: _VitcpProtocol._on_outcome,
     ReconnectNeeded: _VitcpProtocol._on_outcome,
-    ConnectionClosed: _VitcpProtocol._on_closed,
+    ViConnectionClosed: _VitcpProtocol._on_closed,
 }
 
 
@@ -304,7 +304,7 @@ class VitcpEndpoint:
         address: int | None = None,
         remote_write: bool = True,
         remote_read: bool = True,
-    ) -> MemoryRegion:
+    ) -> ViMemoryRegion:
         """Register memory for RDMA (see :meth:`VitcpConnection.register`)."""
         return self._core.register(
             buffer, address=address, remote_write=remote_write, remote_read=remote_read
@@ -363,7 +363,7 @@ class VitcpEndpoint:
     async def rdma_read(
         self,
         *,
-        local: MemoryRegion,
+        local: ViMemoryRegion,
         local_address: int | None = None,
         remote_address: int,
         memory_handle: int,
@@ -465,7 +465,7 @@ async def connect(
         outcome = await protocol.outcome
         if isinstance(outcome, Connected):
             return VitcpEndpoint(protocol, outcome.params)
-        if isinstance(outcome, ConnectionRejected):
+        if isinstance(outcome, ViConnectionRejected):
             await protocol.closed
             raise VitcpRejectedError(outcome.no_match)
         # ReconnectNeeded: drop this TCP connection, try again (§4.2, §4).

@@ -41,11 +41,11 @@ from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.vitcp.config import VitcpConfig
 from iwarp.vitcp.events import (
-    CompletionStatus,
     Event,
     MessageReceived,
     RdmaReadServed,
     RdmaWriteReceived,
+    ViCompletionStatus,
 )
 from iwarp.vitcp.wire import Reliability
 
@@ -262,7 +262,7 @@ class _Tally:
     def write_received(self, notice: RdmaWriteReceived) -> None:
         self.writes += 1
         self.octets += notice.length
-        if notice.status is not CompletionStatus.SUCCESS:
+        if notice.status is not ViCompletionStatus.SUCCESS:
             self.errors.append(notice.status.value)
 
     def read_served(self, notice: RdmaReadServed) -> None:
@@ -327,7 +327,7 @@ async def _serve_one(
                 tally.octets += len(message.data)
                 digest.update(message.data)
                 overall.sha.update(message.data)
-                if message.status is not CompletionStatus.SUCCESS:
+                if message.status is not ViCompletionStatus.SUCCESS:
                     tally.errors.append(message.status.value)
                 continue
             try:
@@ -515,8 +515,8 @@ async def _transfer(
 
 
 def _failed(event: Event) -> int:
-    status = getattr(event, "status", CompletionStatus.SUCCESS)
-    return 0 if status is CompletionStatus.SUCCESS else 1
+    status = getattr(event, "status", ViCompletionStatus.SUCCESS)
+    return 0 if status is ViCompletionStatus.SUCCESS else 1
 
 
 async def _connect(args: argparse.Namespace, live: dict[str, Any]) -> int:

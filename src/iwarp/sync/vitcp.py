@@ -45,8 +45,6 @@ from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
 from iwarp.vitcp.events import (
     Connected,
-    ConnectionClosed,
-    ConnectionRejected,
     ConnectionRequested,
     Event,
     MessageReceived,
@@ -54,10 +52,12 @@ from iwarp.vitcp.events import (
     RdmaWriteReceived,
     ReconnectNeeded,
     SendCompleted,
+    ViConnectionClosed,
+    ViConnectionRejected,
 )
 from iwarp.vitcp.handshake import State
 from iwarp.vitcp.listener import Demultiplexer, PeerRetry
-from iwarp.vitcp.memory import LocalBuffer, MemoryRegion
+from iwarp.vitcp.memory import LocalBuffer, ViMemoryRegion
 
 __all__ = [
     "VitcpClosedError",
@@ -96,9 +96,9 @@ class VitcpEndpoint(CloseOnExit):
             RdmaReadCompleted: self._on_completion,
             ConnectionRequested: self._on_request,
             Connected: self._on_outcome,
-            ConnectionRejected: self._on_outcome,
+            ViConnectionRejected: self._on_outcome,
             ReconnectNeeded: self._on_outcome,
-            ConnectionClosed: self._on_closed,
+            ViConnectionClosed: self._on_closed,
         }
         self._driver = Driver(sock, core, self._dispatch)
 
@@ -157,7 +157,7 @@ class VitcpEndpoint(CloseOnExit):
         if self._outcome is None:
             self._outcome = event
 
-    def _on_closed(self, event: ConnectionClosed) -> None:
+    def _on_closed(self, event: ViConnectionClosed) -> None:
         self.close_reason = VitcpClosedError(event.reason, event.error)
 
     def _has_outcome(self) -> bool:
@@ -175,7 +175,7 @@ class VitcpEndpoint(CloseOnExit):
         address: int | None = None,
         remote_write: bool = True,
         remote_read: bool = True,
-    ) -> MemoryRegion:
+    ) -> ViMemoryRegion:
         """Register memory for RDMA (see :meth:`VitcpConnection.register`)."""
         return self._core.register(
             buffer, address=address, remote_write=remote_write, remote_read=remote_read
@@ -238,7 +238,7 @@ class VitcpEndpoint(CloseOnExit):
     def rdma_read(
         self,
         *,
-        local: MemoryRegion,
+        local: ViMemoryRegion,
         local_address: int | None = None,
         remote_address: int,
         memory_handle: int,
@@ -380,7 +380,7 @@ def connect(
         if isinstance(outcome, Connected):
             return endpoint
         driver.close()
-        if isinstance(outcome, ConnectionRejected):
+        if isinstance(outcome, ViConnectionRejected):
             raise VitcpRejectedError(outcome.no_match)
         if not isinstance(outcome, ReconnectNeeded):
             raise endpoint.close_reason or VitcpClosedError("TCP connection closed")

@@ -37,10 +37,7 @@ from iwarp.vitcp.errors import (
 )
 from iwarp.vitcp.events import (
     TCP_CLOSED_UNANSWERED,
-    CompletionStatus,
     Connected,
-    ConnectionClosed,
-    ConnectionRejected,
     ConnectionRequested,
     Event,
     MessageReceived,
@@ -50,6 +47,9 @@ from iwarp.vitcp.events import (
     ReconnectNeeded,
     RemoteErrorReported,
     SendCompleted,
+    ViCompletionStatus,
+    ViConnectionClosed,
+    ViConnectionRejected,
     status_of,
 )
 from iwarp.vitcp.handshake import (
@@ -59,7 +59,7 @@ from iwarp.vitcp.handshake import (
     Input,
     State,
 )
-from iwarp.vitcp.memory import LocalBuffer, MemoryRegion, MemoryTable
+from iwarp.vitcp.memory import LocalBuffer, MemoryRegion, MemoryTable, ViMemoryRegion
 from iwarp.vitcp.wire import (
     CONNECT_TYPES,
     DESCRIPTORS_MODULUS,
@@ -79,7 +79,7 @@ from iwarp.vitcp.wire import (
     encode_segment,
 )
 
-__all__ = ["LocalBuffer", "MemoryRegion", "OutSegment", "VitcpConnection"]
+__all__ = ["LocalBuffer", "MemoryRegion", "OutSegment", "ViMemoryRegion", "VitcpConnection"]
 
 _MASK32: Final = MESSAGE_NUMBER_MODULUS - 1
 _MASK16: Final = DESCRIPTORS_MODULUS - 1
@@ -134,7 +134,7 @@ class _Read:
     view: memoryview
     length: int
     received: int = 0
-    status: CompletionStatus = CompletionStatus.SUCCESS
+    status: ViCompletionStatus = ViCompletionStatus.SUCCESS
 
 
 @dataclass(slots=True)
@@ -149,7 +149,7 @@ class _Incoming:
     chunks: list[bytes] = field(default_factory=list)
     capacity: int | None = None
     target: memoryview | None = None
-    status: CompletionStatus = CompletionStatus.SUCCESS
+    status: ViCompletionStatus = ViCompletionStatus.SUCCESS
 
 
 def _serial_le(a: int, b: int) -> bool:
@@ -419,10 +419,10 @@ class VitcpConnection:
         """Enter Disconnected: flush every descriptor still outstanding."""
         self._deadline = None
         for pending in self._queue:
-            self._complete_local(pending.type, pending.number, CompletionStatus.FLUSHED)
+            self._complete_local(pending.type, pending.number, ViCompletionStatus.FLUSHED)
         self._queue.clear()
         for number, seg_type in self._unacked:
-            self._events.append(SendCompleted(number, seg_type, CompletionStatus.FLUSHED))
+            self._events.append(SendCompleted(number, seg_type, ViCompletionStatus.FLUSHED))
         self._unacked.clear()
         for read in self._reads:
             self._events.append(
@@ -431,15 +431,15 @@ class VitcpConnection:
                     read.local_address,
                     read.local_handle,
                     read.length,
-                    CompletionStatus.FLUSHED
-                    if read.status is CompletionStatus.SUCCESS
+                    ViCompletionStatus.FLUSHED
+                    if read.status is ViCompletionStatus.SUCCESS
                     else read.status,
                 )
             )
         self._reads.clear()
         self._rx = None
         self._inbuf.clear()
-        self._events.append(ConnectionClosed(reason, error))
+        self._events.append(ViConnectionClosed(reason, error))
 
     # --- memory and descriptors ---------------------------------------------------
 
@@ -450,7 +450,7 @@ class VitcpConnection:
         address: int | None = None,
         remote_write: bool = True,
         remote_read: bool = True,
-    ) -> MemoryRegion:
+    ) -> ViMemoryRegion:
         """Register memory; peers name it by the returned handle and address."""
         return self._memory.register(
             buffer, address=address, remote_write=remote_write, remote_read=remote_read
@@ -638,13 +638,15 @@ class VitcpConnection:
             handle, address, view = pending.local
             self._reads.append(_Read(pending.number, handle, address, view, pending.rdma.length))
         elif pending.transmit_error:
-            self._complete_local(pending.type, pending.number, CompletionStatus.PROTECTION_ERROR)
+            self._complete_local(pending.type, pending.number, ViCompletionStatus.PROTECTION_ERROR)
         elif params.reliability is Reliability.RECEPTION:
             self._unacked.append((pending.number, pending.type))  # done when ACKed
         else:
-            self._complete_local(pending.type, pending.number, CompletionStatus.SUCCESS)
+            self._complete_local(pending.type, pending.number, ViCompletionStatus.SUCCESS)
 
-    def _complete_local(self, seg_type: SegmentType, number: int, status: CompletionStatus) -> None:
+    def _complete_local(
+        self, seg_type: SegmentType, number: int, status: ViCompletionStatus
+    ) -> None:
         self._events.append(SendCompleted(number, seg_type, status))
 
     def _header(
@@ -823,14 +825,14 @@ class VitcpConnection:
 
     def _on_connect_reject(self, seg: DecodedSegment) -> None:
         self._machine.process(Input.RECV_CONNECT_REJECT)
-        self._events.append(ConnectionRejected(no_match=False))
+        self._events.append(ViConnectionRejected(no_match=False))
         self._closed("connection rejected by the peer")
 
     def _on_connect_no_match(self, seg: DecodedSegment) -> None:
         if self._machine.process(Input.RECV_CONNECT_NO_MATCH) is State.CONNECTING:
             self._events.append(ReconnectNeeded("peer not waiting yet (ConnectNoMatch)"))
             return
-        self._events.append(ConnectionRejected(no_match=True))
+        self._events.append(ViConnectionRejected(no_match=True))
         self._closed("no matching discriminator at the peer")
 
     def _on_accept(self, seg: DecodedSegment, ce: CeHeader) -> None:
@@ -893,7 +895,7 @@ class VitcpConnection:
         ack, error = header.message_ack, header.vi_error
         while self._unacked and _serial_le(self._unacked[0][0], ack):
             number, seg_type = self._unacked.popleft()
-            status = status_of(error) if error and number == ack else CompletionStatus.SUCCESS
+            status = status_of(error) if error and number == ack else ViCompletionStatus.SUCCESS
             self._events.append(SendCompleted(number, seg_type, status))
         if not error:
             # §3.2 IS Error Code alone: implementation-specific, supplemental
@@ -934,15 +936,15 @@ class VitcpConnection:
             )
         elif seg.rdma != rx.rdma:
             raise MalformedSegmentError("RDMA header changed within a message")
-        if header.flags & SegmentFlags.TRE and rx.status is CompletionStatus.SUCCESS:
-            rx.status = CompletionStatus.TRANSMIT_ERROR  # §3.2: the whole message
+        if header.flags & SegmentFlags.TRE and rx.status is ViCompletionStatus.SUCCESS:
+            rx.status = ViCompletionStatus.TRANSMIT_ERROR  # §3.2: the whole message
         if crc_bad:
-            rx.status = CompletionStatus.TRANSPORT_ERROR
+            rx.status = ViCompletionStatus.TRANSPORT_ERROR
         payload = seg.payload
         size = len(payload)
         if rx.type is SegmentType.SEND:
             capacity = self.config.max_receive_size if rx.capacity is None else rx.capacity
-            if rx.offset + size > capacity and rx.status is not CompletionStatus.DESCRIPTOR_ERROR:
+            if rx.offset + size > capacity and rx.status is not ViCompletionStatus.DESCRIPTOR_ERROR:
                 too_long = DescriptorError(
                     f"Send longer than the {capacity}-octet receive descriptor",
                     message_number=rx.number,
@@ -950,7 +952,7 @@ class VitcpConnection:
                 self._message_error(rx, too_long, params)
                 if self.state is not State.CONNECTED:
                     return
-            if rx.status is not CompletionStatus.DESCRIPTOR_ERROR and size:
+            if rx.status is not ViCompletionStatus.DESCRIPTOR_ERROR and size:
                 rx.chunks.append(bytes(payload))
         elif rx.type is SegmentType.RDMA_WRITE:
             assert rx.rdma is not None
@@ -996,7 +998,7 @@ class VitcpConnection:
             if rx.target is None and self.state is not State.CONNECTED:
                 return rx
             if rx.target is None:
-                rx.status = CompletionStatus.PROTECTION_ERROR
+                rx.status = ViCompletionStatus.PROTECTION_ERROR
         if seg_type is SegmentType.SEND or immediate is not None:
             if not self._rx_descriptors:
                 self._message_error(
@@ -1040,9 +1042,9 @@ class VitcpConnection:
         in Message ACK first (§3.2).
         """
         status = (
-            CompletionStatus.PROTECTION_ERROR
+            ViCompletionStatus.PROTECTION_ERROR
             if isinstance(exc, MemoryProtectionError)
-            else CompletionStatus.DESCRIPTOR_ERROR
+            else ViCompletionStatus.DESCRIPTOR_ERROR
         )
         if rx is not None:
             rx.status = status
@@ -1054,12 +1056,12 @@ class VitcpConnection:
     def _finish_message(self, rx: _Incoming, params: Negotiated) -> None:
         if rx.type is SegmentType.SEND:
             data = rx.chunks[0] if len(rx.chunks) == 1 else b"".join(rx.chunks)
-            if rx.status is CompletionStatus.DESCRIPTOR_ERROR:
+            if rx.status is ViCompletionStatus.DESCRIPTOR_ERROR:
                 data = b""
             self._events.append(MessageReceived(rx.number, data, rx.immediate, rx.status))
         elif rx.type is SegmentType.RDMA_WRITE:
             assert rx.rdma is not None
-            if rx.offset != rx.rdma.length and rx.status is CompletionStatus.SUCCESS:
+            if rx.offset != rx.rdma.length and rx.status is ViCompletionStatus.SUCCESS:
                 raise MalformedSegmentError(
                     f"RDMA Write of {rx.offset} octets, RDMA Length {rx.rdma.length}",
                     message_number=rx.number,
@@ -1135,8 +1137,8 @@ class VitcpConnection:
             raise MalformedSegmentError("read response longer than the request")
         read.view[read.received : end] = payload
         read.received = end
-        if header.flags & SegmentFlags.TRE and read.status is CompletionStatus.SUCCESS:
-            read.status = CompletionStatus.TRANSMIT_ERROR
+        if header.flags & SegmentFlags.TRE and read.status is ViCompletionStatus.SUCCESS:
+            read.status = ViCompletionStatus.TRANSMIT_ERROR
         if not header.eom:
             return
         if read.received != read.length:
@@ -1169,7 +1171,7 @@ class VitcpConnection:
             chunks = [*rx.chunks, bytes(seg.payload)]
             self._events.append(
                 MessageReceived(
-                    rx.number, b"".join(chunks), rx.immediate, CompletionStatus.TRANSPORT_ERROR
+                    rx.number, b"".join(chunks), rx.immediate, ViCompletionStatus.TRANSPORT_ERROR
                 )
             )
         elif rx is None and header.type is SegmentType.SEND:
@@ -1178,7 +1180,7 @@ class VitcpConnection:
                     header.message_number,
                     bytes(seg.payload),
                     None,
-                    CompletionStatus.TRANSPORT_ERROR,
+                    ViCompletionStatus.TRANSPORT_ERROR,
                 )
             )
         elif rx is not None and rx.type is SegmentType.RDMA_WRITE and rx.rdma is not None:
@@ -1190,7 +1192,7 @@ class VitcpConnection:
                     rx.rdma.memory_handle,
                     rx.rdma.length,
                     rx.immediate,
-                    CompletionStatus.TRANSPORT_ERROR,
+                    ViCompletionStatus.TRANSPORT_ERROR,
                 )
             )
         assert error.message_number is not None

@@ -24,10 +24,13 @@ __all__ = [
     "ReconnectNeeded",
     "RemoteErrorReported",
     "SendCompleted",
+    "ViCompletionStatus",
+    "ViConnectionClosed",
+    "ViConnectionRejected",
 ]
 
 
-class CompletionStatus(Enum):
+class ViCompletionStatus(Enum):
     """How a descriptor completed (the VI Architecture's status, abridged).
 
     Not :class:`iwarp.rdmap.work.CompletionStatus` (verbs' ``ibv_wc_status``):
@@ -47,15 +50,15 @@ class CompletionStatus(Enum):
     FLUSHED = "flushed"
 
 
-def status_of(error: ViErrorType) -> CompletionStatus:
+def status_of(error: ViErrorType) -> ViCompletionStatus:
     """The completion status for a VI Error Type reported by the peer."""
     if error & ViErrorType.MPE:
-        return CompletionStatus.PROTECTION_ERROR
+        return ViCompletionStatus.PROTECTION_ERROR
     if error & ViErrorType.VDE:
-        return CompletionStatus.DESCRIPTOR_ERROR
+        return ViCompletionStatus.DESCRIPTOR_ERROR
     if error & ViErrorType.UTE:
-        return CompletionStatus.TRANSPORT_ERROR
-    return CompletionStatus.SUCCESS
+        return ViCompletionStatus.TRANSPORT_ERROR
+    return ViCompletionStatus.SUCCESS
 
 
 class Event:
@@ -85,7 +88,7 @@ class Connected(Event):
 
 
 @dataclass(frozen=True, slots=True)
-class ConnectionRejected(Event):
+class ViConnectionRejected(Event):
     """Active end: ConnectReject, or ConnectNoMatch outside peer-to-peer.
 
     Unlike MPA's :class:`iwarp.mpa.events.ConnectionRejected` (TCP stays open,
@@ -109,7 +112,7 @@ TCP_CLOSED_UNANSWERED = "TCP closed while the accept was pending"
 
 
 @dataclass(frozen=True, slots=True)
-class ConnectionClosed(Event):
+class ViConnectionClosed(Event):
     """The VI connection is over; close the TCP connection after sending
     whatever ``data_to_send`` still returns. (MPA's
     :class:`iwarp.mpa.events.ConnectionClosed` is only the peer's clean FIN;
@@ -126,7 +129,7 @@ class MessageReceived(Event):
     message_number: int
     data: bytes
     immediate_data: int | None
-    status: CompletionStatus = CompletionStatus.SUCCESS
+    status: ViCompletionStatus = ViCompletionStatus.SUCCESS
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +142,7 @@ class RdmaWriteReceived(Event):
     memory_handle: int
     length: int
     immediate_data: int | None
-    status: CompletionStatus = CompletionStatus.SUCCESS
+    status: ViCompletionStatus = ViCompletionStatus.SUCCESS
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +161,7 @@ class SendCompleted(Event):
 
     message_number: int
     operation: SegmentType
-    status: CompletionStatus = CompletionStatus.SUCCESS
+    status: ViCompletionStatus = ViCompletionStatus.SUCCESS
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +172,7 @@ class RdmaReadCompleted(Event):
     local_address: int
     local_handle: int
     length: int
-    status: CompletionStatus = CompletionStatus.SUCCESS
+    status: ViCompletionStatus = ViCompletionStatus.SUCCESS
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,3 +183,11 @@ class RemoteErrorReported(Event):
     message_number: int
     vi_error: ViErrorType
     is_error_code: int
+
+
+# The names docs/vitcp.md documents. The classes carry the "Vi" prefix so they
+# are never mistaken for RDMAP's CompletionStatus or MPA's connection events:
+# the concepts differ (see each docstring), only the plain words coincide.
+CompletionStatus = ViCompletionStatus
+ConnectionRejected = ViConnectionRejected
+ConnectionClosed = ViConnectionClosed

@@ -15,7 +15,7 @@ from typing import Final
 from iwarp._typing import Buffer
 from iwarp.vitcp.errors import VitcpUsageError
 
-__all__ = ["LocalBuffer", "MemoryRegion", "MemoryTable"]
+__all__ = ["LocalBuffer", "MemoryRegion", "MemoryTable", "ViMemoryRegion"]
 
 #: Where synthetic region addresses start, and the gap between regions.
 ADDRESS_BASE: Final = 0x1000_0000
@@ -23,7 +23,7 @@ ADDRESS_GAP: Final = 0x1000
 
 
 @dataclass(slots=True)
-class MemoryRegion:
+class ViMemoryRegion:
     """A registered region: a handle qualifies addresses in it.
 
     Not :class:`iwarp.rdmap.memory.MemoryRegion`: VI/TCP names remote memory
@@ -68,7 +68,7 @@ class MemoryTable:
     __slots__ = ("_next_address", "_next_handle", "_regions")
 
     def __init__(self) -> None:
-        self._regions: dict[int, MemoryRegion] = {}
+        self._regions: dict[int, ViMemoryRegion] = {}
         self._next_handle = 1
         self._next_address = ADDRESS_BASE
 
@@ -79,7 +79,7 @@ class MemoryTable:
         address: int | None = None,
         remote_write: bool = True,
         remote_read: bool = True,
-    ) -> MemoryRegion:
+    ) -> ViMemoryRegion:
         """Register ``buffer``; peers name it by the returned handle and address."""
         view = memoryview(buffer).cast("B")
         if remote_write and view.readonly:
@@ -90,7 +90,7 @@ class MemoryTable:
             self._next_address += ADDRESS_GAP
         if address < 0 or address + len(view) > 1 << 64:
             raise VitcpUsageError("address range outside 64 bits")
-        region = MemoryRegion(self._next_handle, address, view, remote_write, remote_read)
+        region = ViMemoryRegion(self._next_handle, address, view, remote_write, remote_read)
         self._regions[region.handle] = region
         self._next_handle += 1
         return region
@@ -100,7 +100,7 @@ class MemoryTable:
         if self._regions.pop(handle, None) is None:
             raise VitcpUsageError(f"no memory region with handle {handle}")
 
-    def get(self, handle: int) -> MemoryRegion | None:
+    def get(self, handle: int) -> ViMemoryRegion | None:
         """The region registered under ``handle``, if any."""
         return self._regions.get(handle)
 
@@ -109,3 +109,8 @@ class MemoryTable:
         all inside one registered region."""
         region = self._regions.get(handle)
         return None if region is None else region.slice(address, length)
+
+
+# The name docs/vitcp.md documents; the class is ViMemoryRegion so that it is
+# never mistaken for RDMAP's (STag-named) iwarp.rdmap.memory.MemoryRegion.
+MemoryRegion = ViMemoryRegion
