@@ -55,11 +55,10 @@ from iwarp.rdma.endpoint import (
 )
 from iwarp.rdma.endpoint import CompletionQueue as _Queue
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
+from iwarp.rdma.front import QueuePairFront
 from iwarp.rdma.simple import ReadInto, WriteData, read_target, write_source
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
-from iwarp.rdmap.stream import RdmapStream
-from iwarp.rdmap.wire import TerminateHeader
-from iwarp.rdmap.work import Completion, ReadWR, RecvWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.work import Completion, ReadWR, SendWR, Sge, WriteWR
 
 __all__ = [
     "Accept",
@@ -161,7 +160,7 @@ class _Driver(CoreDriver):
         return self._write_paused or self.core.unsent
 
 
-class QueuePair:
+class QueuePair(QueuePairFront):
     """One iWARP connection: queue pair, completion queues and simple API.
 
     Made by :func:`connect` and :func:`serve`; ``async with`` closes it.
@@ -170,7 +169,7 @@ class QueuePair:
     def __init__(self, pd: ProtectionDomain) -> None:
         self._loop = asyncio.get_running_loop()
         self.pd = pd
-        self._endpoint: QueuePairEndpoint | None = None
+        self._endpoint = None
         self._driver: _Driver | None = None
         self._send_cq: CompletionQueue | None = None
         self._recv_cq: CompletionQueue | None = None
@@ -179,26 +178,6 @@ class QueuePair:
         self._reader: asyncio.Future[None] | None = None
 
     # -- state ------------------------------------------------------------------
-
-    @property
-    def endpoint(self) -> QueuePairEndpoint:
-        """The sans-IO queue pair (for inspection; drive it through this object)."""
-        assert self._endpoint is not None
-        return self._endpoint
-
-    @property
-    def params(self) -> MpaParams:
-        """The negotiated MPA parameters (CRC, markers, IRD/ORD, MULPDU, RTR...)."""
-        params = self.endpoint.params
-        assert params is not None
-        return params
-
-    @property
-    def stream(self) -> RdmapStream:
-        """The RDMAP core (for inspection)."""
-        stream = self.endpoint.stream
-        assert stream is not None
-        return stream
 
     @property
     def send_cq(self) -> CompletionQueue:
@@ -211,25 +190,6 @@ class QueuePair:
         """Completions of posted receives (the same queue with ``shared_cq``)."""
         assert self._recv_cq is not None
         return self._recv_cq
-
-    @property
-    def error(self) -> IwarpError | None:
-        """The error that ended the connection, if any."""
-        return None if self._endpoint is None else self._endpoint.error
-
-    @property
-    def terminate(self) -> TerminateHeader | None:
-        """The Terminate that ended the stream (sent or received), if any."""
-        return None if self._endpoint is None else self._endpoint.terminate
-
-    @property
-    def terminate_received(self) -> bool:
-        return self._endpoint is not None and self._endpoint.terminate_received
-
-    @property
-    def end_reason(self) -> str:
-        """Why the connection ended (Terminate fields, error), for messages."""
-        return "connection closed" if self._endpoint is None else self._endpoint.end_reason
 
     @property
     def closed(self) -> asyncio.Future[None]:
@@ -247,12 +207,6 @@ class QueuePair:
         transport = None if self._driver is None else self._driver.transport
         return default if transport is None else transport.get_extra_info(name, default)
 
-    def register(
-        self, buffer: Buffer, access: Access = Access.LOCAL_WRITE, *, address: int = 0
-    ) -> MemoryRegion:
-        """Register memory in this queue pair's protection domain."""
-        return self.pd.register(buffer, access, address=address)
-
     # -- verbs --------------------------------------------------------------------
 
     def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
@@ -263,10 +217,6 @@ class QueuePair:
         self.endpoint.post_send(wr)
         assert self._driver is not None
         self._driver.flush()
-
-    def post_recv(self, wr: RecvWR) -> None:
-        """Post a receive buffer; its completion goes to ``recv_cq``."""
-        self.endpoint.post_recv(wr)
 
     # -- simple API -----------------------------------------------------------------
 

@@ -35,9 +35,8 @@ from collections.abc import Callable
 from typing import Any, Final, overload
 
 from iwarp._typing import Buffer
-from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
+from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.events import MpaParams
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_BUFFERS,
@@ -51,11 +50,10 @@ from iwarp.rdma.endpoint import (
     WorkFinished,
 )
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
+from iwarp.rdma.front import QueuePairFront
 from iwarp.rdma.simple import ReadInto, WriteData, read_target, write_source
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
-from iwarp.rdmap.stream import RdmapStream
-from iwarp.rdmap.wire import TerminateHeader
-from iwarp.rdmap.work import Completion, ReadWR, RecvWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.work import Completion, ReadWR, SendWR, Sge, WriteWR
 from iwarp.sync._driver import (
     CloseOnExit,
     Driver,
@@ -153,7 +151,7 @@ class CompletionQueue:
             self._qps.remove(qp)
 
 
-class QueuePair(CloseOnExit):
+class QueuePair(QueuePairFront, CloseOnExit):
     """One iWARP connection: queue pair, completion queues and simple API.
 
     A blocking driver around :class:`~iwarp.rdma.endpoint.QueuePairEndpoint`
@@ -194,7 +192,7 @@ class QueuePair(CloseOnExit):
             MessageReceived: self._on_message,
             Ended: _ignore,  # the endpoint keeps it: ``ended``, ``must_close``
         }
-        self.endpoint = QueuePairEndpoint(
+        self._endpoint = endpoint = QueuePairEndpoint(
             role,
             pd,
             config,
@@ -207,48 +205,13 @@ class QueuePair(CloseOnExit):
             decide=decide,
             setup=None if setup is None else lambda: setup(self),
         )
-        self._driver = Driver(sock, self.endpoint, self._dispatch)
+        self._driver = Driver(sock, endpoint, self._dispatch)
         self.send_cq._attach(self)
         self.recv_cq._attach(self)
-        self._dispatch(self.endpoint.take_events())
+        self._dispatch(endpoint.take_events())
         self._driver.flush()
 
     # -- properties ---------------------------------------------------------------
-
-    @property
-    def params(self) -> MpaParams:
-        """The negotiated MPA parameters (CRC, markers, IRD/ORD, MULPDU, RTR...)."""
-        params = self.endpoint.params
-        if params is None:
-            raise LocalProtocolError("the queue pair is not connected")
-        return params
-
-    @property
-    def stream(self) -> RdmapStream:
-        """The RDMAP core (for inspection)."""
-        stream = self.endpoint.stream
-        if stream is None:
-            raise LocalProtocolError("the queue pair is not connected")
-        return stream
-
-    @property
-    def error(self) -> IwarpError | None:
-        """The error that ended the connection, if any."""
-        return self.endpoint.error
-
-    @property
-    def terminate(self) -> TerminateHeader | None:
-        """The Terminate that ended the stream (sent or received), if any."""
-        return self.endpoint.terminate
-
-    @property
-    def terminate_received(self) -> bool:
-        return self.endpoint.terminate_received
-
-    @property
-    def end_reason(self) -> str:
-        """Why the connection ended (Terminate fields, error), for messages."""
-        return self.endpoint.end_reason
 
     @property
     def closed(self) -> bool:
@@ -258,12 +221,6 @@ class QueuePair(CloseOnExit):
     def fileno(self) -> int:
         """The TCP socket's descriptor (for the application's own ``select``)."""
         return self._driver.fileno()
-
-    def register(
-        self, buffer: Buffer, access: Access = Access.LOCAL_WRITE, *, address: int = 0
-    ) -> MemoryRegion:
-        """Register memory in this queue pair's protection domain."""
-        return self.pd.register(buffer, access, address=address)
 
     # -- verbs --------------------------------------------------------------------
 
@@ -275,10 +232,6 @@ class QueuePair(CloseOnExit):
         """
         self.endpoint.post_send(wr)
         self._driver.flush()
-
-    def post_recv(self, wr: RecvWR) -> None:
-        """Post a receive buffer; its completion goes to ``recv_cq``."""
-        self.endpoint.post_recv(wr)
 
     # -- simple API -----------------------------------------------------------------
 
