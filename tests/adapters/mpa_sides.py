@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
 import iwarp.asyncio.mpa as aio
+from adapters.loop_thread import LoopThread
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.policy import Decider
@@ -319,18 +320,13 @@ class AsyncioStream(_OnLoop):
         self._call(self.stream.close())
 
 
-class AsyncioMpa(_OnLoop):
+class AsyncioMpa(LoopThread):
     """asyncio servers and clients on one event loop in a thread of the test's own."""
 
     kind = "asyncio"
 
     def __init__(self) -> None:
-        super().__init__(asyncio.new_event_loop())
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-        self._servers: list[asyncio.Server] = []
-        self._handlers: list[Future[None]] = []
-        self.errors: list[BaseException] = []
+        super().__init__(CALL_TIMEOUT)
 
     def _one(self, handler: Callable[[Any], None]) -> tuple[Runner, Future[None]]:
         """Runs ``handler`` for the one connection a server takes; ``join``
@@ -389,29 +385,6 @@ class AsyncioMpa(_OnLoop):
     def open_stream(self, port: int, *, config: MpaConfig | None = None) -> Stream:
         stream = self._call(aio.open_stream("127.0.0.1", port, config=config))
         return AsyncioStream(stream, self.loop)
-
-    def join(self) -> None:
-        """Wait for the server handlers."""
-        for done in self._handlers:
-            done.result(CALL_TIMEOUT)
-
-    def finish(self) -> None:
-        try:
-            self.join()
-
-            async def stop() -> None:
-                for server in self._servers:
-                    server.close()
-                    await server.wait_closed()
-                await self.loop.shutdown_default_executor()
-
-            self._call(stop())
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(CALL_TIMEOUT)
-            self.loop.close()
-        if self.errors:
-            raise self.errors[0]
 
 
 def make_mpa(kind: str) -> SyncMpa | AsyncioMpa:

@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar, cast
 
 import iwarp.asyncio.rdma as aio
+from adapters.loop_thread import LoopThread
 from iwarp import sync
 from iwarp._typing import Buffer
 from iwarp.mpa.config import MpaConfig
@@ -370,22 +371,13 @@ class SyncAdapter:
             raise self._errors[0]
 
 
-class AsyncioAdapter:
+class AsyncioAdapter(LoopThread):
     """asyncio servers and clients on one event loop in a thread of the test's own."""
 
     kind = "asyncio"
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-        self._servers: list[asyncio.Server] = []
-        self._handlers: list[Future[None]] = []
-        self._errors: list[BaseException] = []
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, CALL_TIMEOUT), self.loop)
-        return future.result()
+        super().__init__(CALL_TIMEOUT)
 
     def serve(
         self,
@@ -406,13 +398,13 @@ class AsyncioAdapter:
             try:
                 await asyncio.to_thread(handler, AsyncioSide(qp, loop))
             except BaseException as exc:
-                self._errors.append(exc)
+                self.errors.append(exc)
                 qp.abort()
             finally:
                 done.set_result(None)
 
         def failed(exc: BaseException, peer: object) -> None:
-            self._errors.append(exc)
+            self.errors.append(exc)
             done.set_result(None)
 
         async def start() -> asyncio.Server:
@@ -459,29 +451,9 @@ class AsyncioAdapter:
 
     def take_failures(self) -> list[BaseException]:
         """Wait for the server handlers; their failures (now forgotten)."""
-        for done in self._handlers:
-            done.result(CALL_TIMEOUT)
-        errors, self._errors = self._errors, []
+        self.join()
+        errors, self.errors = self.errors, []
         return errors
-
-    def finish(self) -> None:
-        try:
-            for done in self._handlers:
-                done.result(CALL_TIMEOUT)
-
-            async def stop() -> None:
-                for server in self._servers:
-                    server.close()
-                    await server.wait_closed()
-                await self.loop.shutdown_default_executor()
-
-            self._call(stop())
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(CALL_TIMEOUT)
-            self.loop.close()
-        if self._errors:
-            raise self._errors[0]
 
 
 def make_adapter(kind: str) -> SyncAdapter | AsyncioAdapter:
