@@ -7,7 +7,6 @@ reported once, with no traceback."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import os
@@ -122,6 +121,33 @@ def _open_fds() -> int:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+async def _idle_connections(port: int, count: int) -> list[socket.socket]:
+    """``count`` TCP connections to ``port`` that never send an octet."""
+    loop = asyncio.get_running_loop()
+    socks = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.setblocking(False)
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+        socks.append(sock)
+    return socks
+
+
+async def _closed_by_the_server(socks: list[socket.socket]) -> int:
+    """Wait (5 s each at most) for each socket's EOF or reset, close it; how
+    many the server had closed."""
+    loop = asyncio.get_running_loop()
+    closed = 0
+    for sock in socks:
+        try:
+            data = await asyncio.wait_for(loop.sock_recv(sock, 16), 5.0)
+        except ConnectionResetError:
+            data = b""
+        closed += data == b""
+        sock.close()
+    return closed
+
+
 def test_idle_connections_are_small_and_all_closed_by_the_startup_timeout() -> None:
     count = 200
 
@@ -129,16 +155,10 @@ def test_idle_connections_are_small_and_all_closed_by_the_startup_timeout() -> N
         config = MpaConfig(request_timeout=0.5)
         server = await serve(lambda qp: asyncio.sleep(0), "127.0.0.1", 0, config=config)
         port = server.sockets[0].getsockname()[1]
-        loop = asyncio.get_running_loop()
         base_fds = _open_fds()
         tracemalloc.start()
         base_memory = tracemalloc.get_traced_memory()[0]
-        socks = []
-        for _ in range(count):
-            sock = socket.socket()
-            sock.setblocking(False)
-            await loop.sock_connect(sock, ("127.0.0.1", port))
-            socks.append(sock)
+        socks = await _idle_connections(port, count)
         await asyncio.sleep(0.2)  # every connection accepted, none answered
         memory = tracemalloc.get_traced_memory()[0] - base_memory
         fds = _open_fds() - base_fds
@@ -148,15 +168,7 @@ def test_idle_connections_are_small_and_all_closed_by_the_startup_timeout() -> N
         assert count < fds <= 2 * count
         # The queue pair, its cores and asyncio's transport; no receive buffer.
         assert memory / count < 16 << 10, memory / count
-        closed = 0
-        for sock in socks:
-            try:
-                data = await asyncio.wait_for(loop.sock_recv(sock, 16), 5.0)
-            except ConnectionResetError:
-                data = b""
-            closed += data == b""
-            sock.close()
-        assert closed == count
+        assert await _closed_by_the_server(socks) == count
         server.close()
         await server.wait_closed()
 
@@ -183,22 +195,9 @@ def test_idle_connections_closed_by_the_startup_timeout_are_freed_without_the_cy
         config = MpaConfig(request_timeout=0.2)
         server = await serve(lambda qp: asyncio.sleep(0), "127.0.0.1", 0, config=config)
         port = server.sockets[0].getsockname()[1]
-        loop = asyncio.get_running_loop()
-        socks = []
-        for _ in range(count):
-            sock = socket.socket()
-            sock.setblocking(False)
-            await loop.sock_connect(sock, ("127.0.0.1", port))
-            socks.append(sock)
-        closed = 0
-        for sock in socks:  # each sees EOF (or a reset) once the server closed it
-            try:
-                data = await asyncio.wait_for(loop.sock_recv(sock, 16), 5.0)
-            except ConnectionResetError:
-                data = b""
-            closed += data == b""
-            sock.close()
-        assert closed == count
+        socks = await _idle_connections(port, count)
+        # Each sees EOF (or a reset) once the server closed it.
+        assert await _closed_by_the_server(socks) == count
         server.close()
         await server.wait_closed()
         await asyncio.sleep(0.05)  # the last connection_lost callbacks run
@@ -231,17 +230,8 @@ def test_a_burst_of_ended_connections_runs_a_few_collections(
         config = MpaConfig(request_timeout=0.3)
         server = await serve(lambda qp: asyncio.sleep(0), "127.0.0.1", 0, config=config)
         port = server.sockets[0].getsockname()[1]
-        loop = asyncio.get_running_loop()
-        socks = []
-        for _ in range(count):
-            sock = socket.socket()
-            sock.setblocking(False)
-            await loop.sock_connect(sock, ("127.0.0.1", port))
-            socks.append(sock)
-        for sock in socks:
-            with contextlib.suppress(ConnectionResetError):
-                await asyncio.wait_for(loop.sock_recv(sock, 16), 5.0)
-            sock.close()
+        socks = await _idle_connections(port, count)
+        await _closed_by_the_server(socks)
         server.close()
         await server.wait_closed()
         await asyncio.sleep(0.05)
