@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp.asyncio.driver import _unsent_part
 from iwarp.asyncio.rdma import (
     Access,
     ConnectionTerminatedError,
@@ -21,6 +20,7 @@ from iwarp.asyncio.rdma import (
     serve,
 )
 from iwarp.rdmap.work import CompletionStatus, SendWR, WriteWR
+from iwarp.sockets import unsent_part
 
 
 @settings(max_examples=200, deadline=None)
@@ -35,16 +35,16 @@ def test_unsent_part_is_the_tail(pieces: list[bytes], data: st.DataObject) -> No
     ]
     whole = b"".join(pieces)
     sent = data.draw(st.integers(0, len(whole)))
-    rest = _unsent_part(chunks, sent)
+    rest = unsent_part(chunks, sent)
     assert b"".join(bytes(c) for c in rest) == whole[sent:]
 
 
 def test_unsent_part_keeps_untouched_buffers() -> None:
     a, b = b"abcd", bytearray(b"efgh")
-    assert _unsent_part([a, b], 0)[0] is a
-    assert _unsent_part([a, b], 4)[0] is b
-    assert bytes(_unsent_part([a, b], 6)[0]) == b"gh"
-    assert _unsent_part([a, b], 8) == []
+    assert unsent_part([a, b], 0)[0] is a
+    assert unsent_part([a, b], 4)[0] is b
+    assert bytes(unsent_part([a, b], 6)[0]) == b"gh"
+    assert unsent_part([a, b], 8) == []
 
 
 def test_close_sends_everything_queued_behind_a_full_socket() -> None:

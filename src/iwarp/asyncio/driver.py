@@ -38,10 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import gc
 import logging
-import os
 import socket
 import sys
 import threading
@@ -51,6 +49,7 @@ from typing import Any, Final
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
 from iwarp.mpa.connection import DEFAULT_EMSS
+from iwarp.sockets import RECEIVE_CHUNK, listening_socket, send_chunks, tcp_setup
 
 __all__ = [
     "RECEIVE_CHUNK",
@@ -64,11 +63,6 @@ __all__ = [
 
 log = logging.getLogger("iwarp")
 
-#: Octets read per ``recv_into``. One buffer per thread, not per connection:
-#: each read is copied out (sized to what arrived) before the next one.
-RECEIVE_CHUNK: Final = 256 << 10
-#: Most buffers per ``sendmsg`` (Linux IOV_MAX is 1024).
-_MAX_IOV: Final = 512
 
 #: Called with an error that ended a connection before (or outside) the
 #: application's handler, and the peer's address.
@@ -82,6 +76,8 @@ _CACHES_READ_CALLBACK: Final = sys.version_info < (3, 12)
 
 
 def _receive_buffer() -> memoryview:
+    """The thread's one receive buffer, shared by its connections: each read
+    is copied out (sized to what arrived) or consumed before the next one."""
     buffer: memoryview | None = getattr(_local, "buffer", None)
     if buffer is None:
         buffer = _local.buffer = memoryview(bytearray(RECEIVE_CHUNK))
@@ -90,15 +86,7 @@ def _receive_buffer() -> memoryview:
 
 def tcp_emss(transport: asyncio.BaseTransport) -> int:
     """Turn Nagle off (RFC 5044 §5.3) and read the EMSS MULPDU is sized from."""
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return DEFAULT_EMSS
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        emss = int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
-    except (OSError, AttributeError):
-        return DEFAULT_EMSS
-    return emss if emss > 0 else DEFAULT_EMSS
+    return tcp_setup(transport.get_extra_info("socket"))
 
 
 def _no_read() -> None:
@@ -122,19 +110,6 @@ def _release_transport(transport: asyncio.BaseTransport) -> None:
     attributes = getattr(transport, "__dict__", None)
     if attributes is not None and "_read_ready_cb" in attributes:
         attributes["_read_ready_cb"] = _no_read
-
-
-def _unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:
-    """What is left of ``chunks`` after ``sent`` octets went out."""
-    for i, chunk in enumerate(chunks):
-        size = chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
-        if sent < size:
-            rest = chunks[i:]
-            if sent:
-                rest[0] = memoryview(chunk).cast("B")[sent:]
-            return rest
-        sent -= size
-    return []
 
 
 class CoreDriver(asyncio.BufferedProtocol):
@@ -323,26 +298,17 @@ class CoreDriver(asyncio.BufferedProtocol):
 
     def _sendmsg(self, chunks: list[Buffer]) -> bool:
         """``sendmsg`` the pieces; False when some wait in ``_out``."""
-        sock = self._sock
-        assert sock is not None
-        for first in range(0, len(chunks), _MAX_IOV):
-            batch = chunks[first : first + _MAX_IOV]
-            try:
-                sent = sock.sendmsg(batch)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as exc:
-                self._write_error = exc  # the reader sees it too; report ours
-                self._drop_output()
-                if self.transport is not None:
-                    self.transport.abort()
-                return True
-            left = _unsent_part(batch, sent)
-            if left:
-                self._out.extend(left)
-                self._out.extend(chunks[first + _MAX_IOV :])
-                return False
-        return True
+        assert self._sock is not None
+        try:
+            left = send_chunks(self._sock, chunks)
+        except OSError as exc:
+            self._write_error = exc  # the reader sees it too; report ours
+            self._drop_output()
+            if self.transport is not None:
+                self.transport.abort()
+            return True
+        self._out.extend(left)
+        return not left
 
     def _on_writable(self) -> None:
         chunks, self._out = self._out, []
@@ -451,93 +417,9 @@ def report(on_failure: FailureHook | None, exc: BaseException, peer: object) -> 
 #: at least this many runs one full collection (:func:`start_server`); 0: never.
 RELEASE_AFTER = 1024
 
-#: accept() errors that mean "no descriptor left" (per process, system-wide).
-_OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE})
-
-
-class _SheddingSocket(socket.socket):
-    """A listening socket that refuses connections it has no descriptor for.
-
-    Out of descriptors, ``accept()`` fails while the connection stays in the
-    kernel's backlog; asyncio then logs the error (with a traceback, once
-    per connection it tries) and stops accepting for a second, and the
-    connections left in the backlog wait there with no startup timer. This
-    socket keeps one spare descriptor instead (the libev technique): it
-    closes the spare, accepts the waiting connection, closes it at once (the
-    peer sees EOF) and takes the spare again, so every connection is either
-    served or closed, the listener never spins on a backlog it cannot
-    accept from, and the episode is logged once (a warning when it starts,
-    one line with the count when accepting works again).
-    """
-
-    def __init__(self, family: int, kind: int, proto: int) -> None:
-        super().__init__(family, kind, proto)
-        self._spare = _take_spare()
-        self._refused = 0
-
-    def accept(self) -> tuple[socket.socket, Any]:
-        try:
-            conn, address = super().accept()
-        except OSError as exc:
-            if exc.errno not in _OUT_OF_DESCRIPTORS or self._spare is None:
-                raise  # asyncio logs it and retries later
-            self._refuse(exc)
-            # To asyncio: nothing to accept now (it keeps listening).
-            raise ConnectionAbortedError(exc.errno, "connection refused: no descriptor") from None
-        if self._refused:
-            log.warning(
-                "listener %s accepts again; %d connections were closed at once while it "
-                "had no file descriptor",
-                self.getsockname(),
-                self._refused,
-            )
-            self._refused = 0
-        return conn, address
-
-    def _refuse(self, exc: OSError) -> None:
-        if not self._refused:
-            soft = _nofile_limit()
-            log.warning(
-                "listener %s is out of file descriptors (%s; RLIMIT_NOFILE %s): new "
-                "connections are closed at once until some close",
-                self.getsockname(),
-                exc.strerror,
-                soft,
-            )
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            os.close(spare)
-        with contextlib.suppress(OSError):
-            conn, _ = super().accept()
-            conn.close()
-            self._refused += 1
-        self._spare = _take_spare()
-
-    def close(self) -> None:
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            os.close(spare)
-        super().close()
-
-
-def _take_spare() -> int | None:
-    try:
-        return os.open(os.devnull, os.O_RDONLY)
-    except OSError:
-        return None
-
-
-def _nofile_limit() -> str:
-    try:
-        import resource  # Unix only
-
-        return str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    except (ImportError, OSError, ValueError):
-        return "unknown"
-
 
 async def _listening_socket(host: str | None, port: int, backlog: int) -> socket.socket | None:
-    """One listening :class:`_SheddingSocket` when ``host`` names exactly
+    """One listening :class:`~iwarp.sockets.SheddingSocket` when ``host`` names exactly
     one address; None when it names several (asyncio then binds them all)."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(
@@ -547,18 +429,7 @@ async def _listening_socket(host: str | None, port: int, backlog: int) -> socket
     if len(addresses) != 1:
         return None
     family, address = addresses.pop()
-    sock = _SheddingSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind(address)
-        sock.listen(backlog)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    return listening_socket(family, address, backlog)
 
 
 async def start_server(
@@ -574,7 +445,7 @@ async def start_server(
 
     When ``host`` names one address, the listening socket closes
     connections it has no file descriptor for at once instead of leaving
-    them in the backlog (:class:`_SheddingSocket`); each accepted
+    them in the backlog (:class:`~iwarp.sockets.SheddingSocket`); each accepted
     connection's startup timeout runs from its accept.
 
     After a burst (a high-water mark of at least :data:`RELEASE_AFTER` open

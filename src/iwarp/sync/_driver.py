@@ -23,12 +23,14 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from types import TracebackType
 from typing import Any, Final, Protocol, Self, TypeAlias
 
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
 from iwarp.errors import IwarpError, LocalProtocolError
+from iwarp.sockets import RECEIVE_CHUNK, listening_socket, send_chunks, tcp_setup
 
 __all__ = [
     "RECEIVE_CHUNK",
@@ -43,10 +45,6 @@ __all__ = [
     "wait_any",
 ]
 
-#: Octets read per ``recv_into`` into the driver's own buffer.
-RECEIVE_CHUNK: Final = 256 << 10
-#: Most buffers per ``sendmsg`` (Linux IOV_MAX is 1024).
-_MAX_IOV: Final = 512
 _POLLIN: Final = select.POLLIN | select.POLLPRI
 _POLLOUT: Final = select.POLLOUT
 _POLLEND: Final = select.POLLHUP | select.POLLERR | select.POLLNVAL
@@ -150,17 +148,8 @@ def open_tcp(
     except TimeoutError as exc:  # socket.timeout: the deadline, not a protocol timer
         raise WaitTimeoutError(f"TCP connection to {host}:{port} timed out") from exc
     sock.setblocking(False)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    tcp_setup(sock)
     return sock
-
-
-def tcp_emss(sock: socket.socket, default: int = 1460) -> int:
-    """The EMSS MULPDU is sized from (RFC 5044 §5.3), from TCP_MAXSEG."""
-    try:
-        emss = int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
-    except OSError:
-        return default
-    return emss if emss > 0 else default
 
 
 class Driver:
@@ -237,24 +226,14 @@ class Driver:
             self.close()
 
     def _send(self, chunks: list[Buffer]) -> None:
-        sock = self.sock
-        assert sock is not None
-        for first in range(0, len(chunks), _MAX_IOV):
-            batch = chunks[first : first + _MAX_IOV]
-            try:
-                sent = sock.sendmsg(batch)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as exc:
-                self._lost(exc)
-                return
-            if self._tap is not None:
-                _tap_sent(self._tap, batch, sent)
-            left = _unsent_part(batch, sent)
-            if left:
-                self._out.extend(left)
-                self._out.extend(chunks[first + _MAX_IOV :])
-                return
+        assert self.sock is not None
+        tap = self._tap
+        try:
+            left = send_chunks(self.sock, chunks, None if tap is None else partial(_tap_sent, tap))
+        except OSError as exc:
+            self._lost(exc)
+            return
+        self._out.extend(left)
 
     def _send_pending(self) -> bool:
         """Retry what waits; True when all of it went out."""
@@ -466,34 +445,16 @@ def _tap_sent(tap: Tap, batch: list[Buffer], sent: int) -> None:
         sent -= len(view)
 
 
-def _unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:
-    """What is left of ``chunks`` after ``sent`` octets went out."""
-    for i, chunk in enumerate(chunks):
-        size = chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
-        if sent < size:
-            rest = chunks[i:]
-            if sent:
-                rest[0] = memoryview(chunk).cast("B")[sent:]
-            return rest
-        sent -= size
-    return []
-
-
 class TcpListener:
-    """A listening TCP socket whose :meth:`accept` waits no longer than asked."""
+    """A listening TCP socket whose :meth:`accept` waits no longer than asked.
+
+    Out of file descriptors, it closes waiting connections at once instead
+    of leaving them in the backlog (:class:`~iwarp.sockets.SheddingSocket`).
+    """
 
     def __init__(self, host: str | None, port: int, backlog: int = 128) -> None:
         family = socket.AF_INET6 if host is not None and ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host or "", port))
-            sock.listen(backlog)
-        except BaseException:
-            sock.close()
-            raise
-        sock.setblocking(False)
-        self.sock = sock
+        self.sock = listening_socket(family, (host or "", port), backlog)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -510,13 +471,13 @@ class TcpListener:
         while True:
             try:
                 conn, _ = self.sock.accept()
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 if deadline is not None and clock() >= deadline:
                     raise WaitTimeoutError("timed out waiting for a connection") from None
                 poller.poll(_poll_timeout(deadline))
                 continue
             conn.setblocking(False)
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tcp_setup(conn)
             return conn
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from iwarp.mpa.events import Event
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
 from iwarp.mpa.session import RECEIVE_HIGH_WATER, IncompleteReadError, MpaFace, MpaSession
+from iwarp.sockets import tcp_setup
 from iwarp.sync._driver import (
     CloseOnExit,
     Driver,
@@ -28,7 +29,6 @@ from iwarp.sync._driver import (
     clock,
     deadline_after,
     open_tcp,
-    tcp_emss,
 )
 
 __all__ = [
@@ -51,7 +51,7 @@ class _Link:
     """One TCP socket, its driver and its MpaSession: what both faces wait on."""
 
     def __init__(self, sock: Any, config: MpaConfig, decide: Decider | None = None) -> None:
-        self.emss = tcp_emss(sock)
+        self.emss = tcp_setup(sock)
         self.session = MpaSession(config, decide=decide, emss=self.emss)
         self.core = self.session.core
         self.driver = Driver(sock, self.core, self.dispatch)

@@ -54,6 +54,7 @@ from iwarp.rdma.front import QueuePairFront
 from iwarp.rdma.simple import ReadInto, WriteData, read_target, write_source
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, ReadWR, SendWR, Sge, WriteWR
+from iwarp.sockets import tcp_setup
 from iwarp.sync._driver import (
     CloseOnExit,
     Driver,
@@ -62,7 +63,6 @@ from iwarp.sync._driver import (
     clock,
     deadline_after,
     open_tcp,
-    tcp_emss,
     wait_any,
 )
 
@@ -198,7 +198,7 @@ class QueuePair(QueuePairFront, CloseOnExit):
             config,
             private_data=private_data,
             now=clock(),
-            emss=tcp_emss(sock),
+            emss=tcp_setup(sock),
             receive_buffers=receive_buffers,
             receive_size=receive_size,
             first_send_delay=first_send_delay,

@@ -1,0 +1,191 @@
+"""TCP socket handling that the asyncio and the blocking adapters share.
+
+Nothing here knows a protocol or an event loop: socket options, vectored
+sends that may go out in part, and a listening socket that stays usable
+when the process runs out of file descriptors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any, Final
+
+from iwarp._typing import Buffer
+from iwarp.mpa.connection import DEFAULT_EMSS
+
+__all__ = [
+    "MAX_IOV",
+    "RECEIVE_CHUNK",
+    "SheddingSocket",
+    "listening_socket",
+    "send_chunks",
+    "tcp_setup",
+    "unsent_part",
+]
+
+log = logging.getLogger("iwarp")
+
+#: Octets read per ``recv_into`` into a driver's receive buffer.
+RECEIVE_CHUNK: Final = 256 << 10
+#: Most buffers per ``sendmsg`` (Linux IOV_MAX is 1024).
+MAX_IOV: Final = 512
+
+
+def tcp_setup(sock: socket.socket | None) -> int:
+    """Turn Nagle off (RFC 5044 §5.3: FPDUs go out when framed) and return
+    the EMSS that MULPDU is sized from (TCP_MAXSEG; :data:`DEFAULT_EMSS`
+    when the socket cannot tell)."""
+    if sock is None:
+        return DEFAULT_EMSS
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        emss = int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
+    except (OSError, AttributeError):
+        return DEFAULT_EMSS
+    return emss if emss > 0 else DEFAULT_EMSS
+
+
+def unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:
+    """What is left of ``chunks`` after ``sent`` octets went out (the buffers
+    not touched stay the same objects; a partly sent one becomes a view)."""
+    for i, chunk in enumerate(chunks):
+        size = chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
+        if sent < size:
+            rest = chunks[i:]
+            if sent:
+                rest[0] = memoryview(chunk).cast("B")[sent:]
+            return rest
+        sent -= size
+    return []
+
+
+def send_chunks(
+    sock: socket.socket,
+    chunks: list[Buffer],
+    on_sent: Callable[[list[Buffer], int], None] | None = None,
+) -> list[Buffer]:
+    """``sendmsg`` the buffers, :data:`MAX_IOV` at a time, as far as a
+    non-blocking socket takes them; returns what it did not take, in order.
+    ``on_sent(batch, n)`` sees each batch and how many octets of it went.
+
+    :raises OSError: the connection failed (not for a full send buffer).
+    """
+    for first in range(0, len(chunks), MAX_IOV):
+        batch = chunks[first : first + MAX_IOV]
+        try:
+            sent = sock.sendmsg(batch)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if on_sent is not None:
+            on_sent(batch, sent)
+        left = unsent_part(batch, sent)
+        if left:
+            left.extend(chunks[first + MAX_IOV :])
+            return left
+    return []
+
+
+#: accept() errors that mean "no descriptor left" (per process, system-wide).
+_OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+class SheddingSocket(socket.socket):
+    """A listening socket that refuses connections it has no descriptor for.
+
+    Out of descriptors, ``accept()`` fails while the connection stays in the
+    kernel's backlog, where no startup timer runs; asyncio then logs the
+    error (with a traceback, once per try) and stops accepting for a
+    second. This socket keeps one spare descriptor instead (the libev
+    technique): it closes the spare, accepts the waiting connection, closes
+    it at once (the peer sees EOF) and takes the spare again, so every
+    connection is either served or closed, the listener never spins on a
+    backlog it cannot accept from, and the episode is logged once (a
+    warning when it starts, one line with the count when accepting works
+    again). Such an ``accept()`` raises :class:`ConnectionAbortedError`,
+    which asyncio and the blocking listener take as "nothing to accept".
+    """
+
+    def __init__(self, family: int, kind: int, proto: int) -> None:
+        super().__init__(family, kind, proto)
+        self._spare = _take_spare()
+        self._refused = 0
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        try:
+            conn, address = super().accept()
+        except OSError as exc:
+            if exc.errno not in _OUT_OF_DESCRIPTORS or self._spare is None:
+                raise
+            self._refuse(exc)
+            raise ConnectionAbortedError(exc.errno, "connection refused: no descriptor") from None
+        if self._refused:
+            log.warning(
+                "listener %s accepts again; %d connections were closed at once while it "
+                "had no file descriptor",
+                self.getsockname(),
+                self._refused,
+            )
+            self._refused = 0
+        return conn, address
+
+    def _refuse(self, exc: OSError) -> None:
+        if not self._refused:
+            log.warning(
+                "listener %s is out of file descriptors (%s; RLIMIT_NOFILE %s): new "
+                "connections are closed at once until some close",
+                self.getsockname(),
+                exc.strerror,
+                _nofile_limit(),
+            )
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            os.close(spare)
+        with contextlib.suppress(OSError):
+            conn, _ = super().accept()
+            conn.close()
+            self._refused += 1
+        self._spare = _take_spare()
+
+    def close(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            os.close(spare)
+        super().close()
+
+
+def _take_spare() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY)
+    except OSError:
+        return None
+
+
+def _nofile_limit() -> str:
+    try:
+        import resource  # Unix only
+
+        return str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    except (ImportError, OSError, ValueError):
+        return "unknown"
+
+
+def listening_socket(family: int, address: Any, backlog: int) -> SheddingSocket:
+    """A non-blocking :class:`SheddingSocket` bound to ``address`` and
+    listening (SO_REUSEADDR; IPv6 sockets take only IPv6)."""
+    sock = SheddingSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

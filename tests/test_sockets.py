@@ -1,0 +1,88 @@
+"""iwarp.sockets: vectored sends that go out in part, and a listener out of
+descriptors that closes what it cannot accept (both adapters use them)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from iwarp.sockets import send_chunks
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=40_000), min_size=1, max_size=40))
+def test_send_chunks_returns_exactly_what_the_kernel_did_not_take(pieces: list[bytes]) -> None:
+    a, b = socket.socketpair()
+    try:
+        a.setblocking(False)
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        seen: list[int] = []
+        left = send_chunks(a, list(pieces), lambda batch, n: seen.append(n))
+        b.setblocking(False)
+        received = bytearray()
+        while True:
+            try:
+                chunk = b.recv(1 << 20)
+            except BlockingIOError:
+                break
+            received += chunk
+        rest = b"".join(bytes(piece) for piece in left)
+        assert bytes(received) + rest == b"".join(pieces)
+        assert sum(seen) == len(received)
+    finally:
+        a.close()
+        b.close()
+
+
+_OUT_OF_DESCRIPTORS = r"""
+import os, resource, sys
+from iwarp.sync._driver import TcpListener, WaitTimeoutError, clock
+
+listener = TcpListener("127.0.0.1", 0)
+print(listener.address[1], flush=True)
+sys.stdin.readline()  # the test connected
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+hogs = []
+try:
+    while True:
+        hogs.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+try:
+    listener.accept(clock() + 1.0)
+    print("accepted", flush=True)
+except WaitTimeoutError:
+    print("timed out", flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_NOFILE, Linux accept")
+def test_a_blocking_listener_out_of_descriptors_closes_the_waiting_connection() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _OUT_OF_DESCRIPTORS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        port = int(child.stdout.readline())
+        client = socket.create_connection(("127.0.0.1", port), timeout=10)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert client.recv(16) == b""  # closed at once, not left in the backlog
+        client.close()
+        out, log = child.communicate(timeout=20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert out.strip() == "timed out", (out, log)
+    assert log.count("out of file descriptors") == 1, log
+    assert "Traceback" not in log, log
