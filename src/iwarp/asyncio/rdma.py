@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, overload
 
@@ -43,7 +44,6 @@ from iwarp.mpa.events import MpaParams
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
 from iwarp.rdma.endpoint import (
-    DEFAULT_RECEIVE_BUFFERS,
     DEFAULT_RECEIVE_SIZE,
     INITIATOR_CONFIG,
     CompletionQueued,
@@ -51,12 +51,13 @@ from iwarp.rdma.endpoint import (
     Established,
     MessageReceived,
     QueuePairEndpoint,
+    QueuePairOptions,
     WorkFinished,
 )
 from iwarp.rdma.endpoint import CompletionQueue as _Queue
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import QueuePairFront
-from iwarp.rdma.simple import ReadInto, WriteData, read_target, write_source
+from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, ReadWR, SendWR, Sge, WriteWR
 
@@ -243,8 +244,7 @@ class QueuePair(QueuePairFront):
         self, data: Buffer | Sge, *, solicited: bool = False, invalidate_stag: int | None = None
     ) -> None:
         """Send a message into the peer's next receive buffer; wait for completion."""
-        wr_id = self.endpoint.next_wr_id()
-        await self._run(SendWR(data, wr_id, solicited=solicited, invalidate_stag=invalidate_stag))
+        await self._run(self._send_wr(data, solicited, invalidate_stag))
 
     async def rdma_write(
         self,
@@ -261,10 +261,8 @@ class QueuePair(QueuePairFront):
         ``data`` is bytes-like, a registered region (``offset``/``length``
         pick a piece of it; of bytes-like data too) or an Sge.
         """
-        source = write_source(data, offset, length)
-        wr_id = self.endpoint.next_wr_id()
-        completion = await self._run(WriteWR(source, remote_stag, remote_to, wr_id))
-        return completion.byte_len
+        wr = self._write_wr(data, remote_stag, remote_to, offset, length)
+        return (await self._run(wr)).byte_len
 
     @overload
     async def rdma_read(
@@ -304,10 +302,9 @@ class QueuePair(QueuePairFront):
         this Read only): returns the octets read. Given an ``int``, that
         many octets are read and returned as bytes.
         """
-        target = read_target(self.pd, local, offset, length)
-        wr_id = self.endpoint.next_wr_id()
+        target, wr = self._read_wr(local, remote_stag, remote_to, offset, length)
         try:
-            completion = await self._run(ReadWR(target.sge, remote_stag, remote_to, wr_id))
+            completion = await self._run(wr)
         except (RdmaError, ConnectionTerminatedError):
             target.finish(0)  # the Read is over: its temporary region can go
             raise
@@ -425,41 +422,18 @@ _EVENTS: dict[type, Callable[[QueuePair, Any], None]] = {
 
 
 def _queue_pair(
-    role: Role,
-    pd: ProtectionDomain,
-    config: MpaConfig,
-    *,
-    private_data: bytes = b"",
-    receive_buffers: int | None,
-    receive_size: int,
-    setup: Setup | None,
-    first_send_delay: float = 0.0,
-    shared_cq: bool,
-    decide: Decider | None = None,
+    role: Role, pd: ProtectionDomain, options: QueuePairOptions, setup: Setup | None
 ) -> tuple[QueuePair, _Driver]:
     qp = QueuePair(pd)
 
     def make(now: float, emss: int) -> QueuePairEndpoint:
-        endpoint = QueuePairEndpoint(
-            role,
-            pd,
-            config,
-            private_data=private_data,
-            now=now,
-            emss=emss,
-            receive_buffers=(
-                receive_buffers
-                if receive_buffers is not None
-                else (DEFAULT_RECEIVE_BUFFERS if setup is None else 0)
-            ),
-            receive_size=receive_size,
-            shared_cq=shared_cq,
-            first_send_delay=first_send_delay,
-            decide=decide,
-            setup=None if setup is None else lambda: setup(qp),  # cleared once called
+        # setup is cleared by the endpoint once called: no cycle through qp
+        endpoint = options.endpoint(
+            role, pd, now, emss, None if setup is None else lambda: setup(qp)
         )
         qp._send_cq = CompletionQueue(endpoint.send_cq, qp._loop)
-        qp._recv_cq = qp._send_cq if shared_cq else CompletionQueue(endpoint.recv_cq, qp._loop)
+        shared = endpoint.recv_cq is endpoint.send_cq
+        qp._recv_cq = qp._send_cq if shared else CompletionQueue(endpoint.recv_cq, qp._loop)
         return endpoint
 
     driver = qp._driver = _Driver(qp, make)
@@ -501,48 +475,26 @@ async def connect(
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
         negotiation failed (codes 6, 7; our Terminate was sent).
     """
-    cfg = config or INITIATOR_CONFIG
-    build_request(cfg, private_data)  # LocalProtocolError before any connection
+    options = QueuePairOptions(
+        config or INITIATOR_CONFIG, private_data, receive_buffers, receive_size,
+        first_send_delay, shared_cq,
+    )  # fmt: skip
+    build_request(options.config, private_data)  # LocalProtocolError before any connection
     domain = pd if pd is not None else ProtectionDomain()
     try:
-        return await _connect_once(
-            host, port, domain, cfg, private_data, receive_buffers, receive_size,
-            setup, first_send_delay, shared_cq,
-        )  # fmt: skip
+        return await _connect_once(host, port, domain, options, setup)
     except MpaError as exc:
-        retry = rev1_fallback(cfg, exc, requested=fallback_to_rev1)
+        retry = rev1_fallback(options.config, exc, requested=fallback_to_rev1)
         if retry is None:
             raise
-    return await _connect_once(
-        host, port, domain, retry, private_data, receive_buffers, receive_size,
-        setup, first_send_delay, shared_cq,
-    )  # fmt: skip
+    return await _connect_once(host, port, domain, replace(options, config=retry), setup)
 
 
 async def _connect_once(
-    host: str,
-    port: int,
-    pd: ProtectionDomain,
-    config: MpaConfig,
-    private_data: bytes,
-    receive_buffers: int | None,
-    receive_size: int,
-    setup: Setup | None,
-    first_send_delay: float,
-    shared_cq: bool,
+    host: str, port: int, pd: ProtectionDomain, options: QueuePairOptions, setup: Setup | None
 ) -> QueuePair:
     loop = asyncio.get_running_loop()
-    qp, driver = _queue_pair(
-        Role.INITIATOR,
-        pd,
-        config,
-        private_data=private_data,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        setup=setup,
-        first_send_delay=first_send_delay,
-        shared_cq=shared_cq,
-    )
+    qp, driver = _queue_pair(Role.INITIATOR, pd, options, setup)
     await loop.create_connection(lambda: driver, host, port)
     try:
         await qp.established
@@ -606,17 +558,13 @@ async def serve(
         driver.close_transport()
         await driver.closed
 
+    options = QueuePairOptions(
+        config or MpaConfig(), b"", receive_buffers, receive_size, 0.0, shared_cq, decide
+    )
+
     def accept() -> tuple[_Driver, Coroutine[Any, Any, None]]:
-        qp, driver = _queue_pair(
-            Role.RESPONDER,
-            pd if pd is not None else ProtectionDomain(),
-            config or MpaConfig(),
-            receive_buffers=receive_buffers,
-            receive_size=receive_size,
-            setup=setup,
-            shared_cq=shared_cq,
-            decide=decide,
-        )
+        domain = pd if pd is not None else ProtectionDomain()
+        qp, driver = _queue_pair(Role.RESPONDER, domain, options, setup)
         return driver, run(qp, driver)
 
     return await start_server(accept, host, port, backlog=backlog)

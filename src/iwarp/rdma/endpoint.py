@@ -147,6 +147,48 @@ class CompletionQueue:
         self._items.append(completion)
 
 
+@dataclass(frozen=True, slots=True)
+class QueuePairOptions:
+    """How ``connect``, ``serve``, ``listen`` and ``accept`` set up a queue
+    pair, in every adapter: the arguments of :class:`QueuePairEndpoint`
+    that do not depend on the connection, and their defaults in one place.
+
+    ``receive_buffers`` None means the default pool
+    (:data:`DEFAULT_RECEIVE_BUFFERS`), or none when the application has a
+    ``setup`` callback that posts its own receives.
+    """
+
+    config: MpaConfig
+    private_data: bytes = b""
+    receive_buffers: int | None = None
+    receive_size: int = DEFAULT_RECEIVE_SIZE
+    first_send_delay: float = 0.0
+    shared_cq: bool = False
+    decide: Decider | None = None
+
+    def endpoint(
+        self, role: Role, pd: ProtectionDomain, now: float, emss: int, setup: Setup | None
+    ) -> QueuePairEndpoint:
+        """The sans-IO queue pair of one new TCP connection."""
+        buffers = self.receive_buffers
+        if buffers is None:
+            buffers = DEFAULT_RECEIVE_BUFFERS if setup is None else 0
+        return QueuePairEndpoint(
+            role,
+            pd,
+            self.config,
+            private_data=self.private_data,
+            now=now,
+            emss=emss,
+            receive_buffers=buffers,
+            receive_size=self.receive_size,
+            shared_cq=self.shared_cq,
+            first_send_delay=self.first_send_delay,
+            decide=self.decide,
+            setup=setup,
+        )
+
+
 # -- events ----------------------------------------------------------------------
 
 

@@ -11,10 +11,11 @@ from iwarp._typing import Buffer
 from iwarp.errors import IwarpError, LocalProtocolError
 from iwarp.mpa.events import MpaParams
 from iwarp.rdma.endpoint import QueuePairEndpoint
+from iwarp.rdma.simple import ReadInto, ReadTarget, WriteData, read_target, write_source
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import TerminateHeader
-from iwarp.rdmap.work import RecvWR
+from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WriteWR
 
 __all__ = ["QueuePairFront"]
 
@@ -81,3 +82,21 @@ class QueuePairFront:
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer; its completion goes to ``recv_cq``."""
         self.endpoint.post_recv(wr)
+
+    # -- the simple calls' work requests (the adapters post them and wait) --
+
+    def _send_wr(self, data: Buffer | Sge, solicited: bool, invalidate_stag: int | None) -> SendWR:
+        wr_id = self.endpoint.next_wr_id()
+        return SendWR(data, wr_id, solicited=solicited, invalidate_stag=invalidate_stag)
+
+    def _write_wr(
+        self, data: WriteData, remote_stag: int, remote_to: int, offset: int, length: int | None
+    ) -> WriteWR:
+        source = write_source(data, offset, length)
+        return WriteWR(source, remote_stag, remote_to, self.endpoint.next_wr_id())
+
+    def _read_wr(
+        self, local: ReadInto, remote_stag: int, remote_to: int, offset: int, length: int | None
+    ) -> tuple[ReadTarget, ReadWR]:
+        target = read_target(self.pd, local, offset, length)
+        return target, ReadWR(target.sge, remote_stag, remote_to, self.endpoint.next_wr_id())

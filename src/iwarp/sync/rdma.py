@@ -39,19 +39,18 @@ from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject
 from iwarp.rdma.endpoint import (
-    DEFAULT_RECEIVE_BUFFERS,
     DEFAULT_RECEIVE_SIZE,
     INITIATOR_CONFIG,
     CompletionQueued,
     Ended,
     Established,
     MessageReceived,
-    QueuePairEndpoint,
+    QueuePairOptions,
     WorkFinished,
 )
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import QueuePairFront
-from iwarp.rdma.simple import ReadInto, WriteData, read_target, write_source
+from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, ReadWR, SendWR, Sge, WriteWR
 from iwarp.sockets import tcp_setup
@@ -164,26 +163,19 @@ class QueuePair(QueuePairFront, CloseOnExit):
         sock: Any,
         role: Role,
         pd: ProtectionDomain,
-        config: MpaConfig,
+        options: QueuePairOptions,
         *,
-        private_data: bytes = b"",
-        receive_buffers: int | None = None,
-        receive_size: int = DEFAULT_RECEIVE_SIZE,
         setup: Setup | None = None,
         send_cq: CompletionQueue | None = None,
         recv_cq: CompletionQueue | None = None,
-        first_send_delay: float = 0.0,
-        decide: Decider | None = None,
     ) -> None:
         self.pd = pd
         self.role = role
-        self.config = config
+        self.config = options.config
         #: Completions of posted Sends, RDMA Writes and Reads.
         self.send_cq = send_cq if send_cq is not None else CompletionQueue()
         #: Completions of posted receives.
         self.recv_cq = recv_cq if recv_cq is not None else CompletionQueue()
-        if receive_buffers is None:  # the pool, unless setup posts its own receives
-            receive_buffers = DEFAULT_RECEIVE_BUFFERS if setup is None else 0
         self._established = False
         self._handlers: dict[type, Callable[[Any], None]] = {
             Established: self._on_established,
@@ -192,18 +184,8 @@ class QueuePair(QueuePairFront, CloseOnExit):
             MessageReceived: self._on_message,
             Ended: _ignore,  # the endpoint keeps it: ``ended``, ``must_close``
         }
-        self._endpoint = endpoint = QueuePairEndpoint(
-            role,
-            pd,
-            config,
-            private_data=private_data,
-            now=clock(),
-            emss=tcp_setup(sock),
-            receive_buffers=receive_buffers,
-            receive_size=receive_size,
-            first_send_delay=first_send_delay,
-            decide=decide,
-            setup=None if setup is None else lambda: setup(self),
+        self._endpoint = endpoint = options.endpoint(
+            role, pd, clock(), tcp_setup(sock), None if setup is None else lambda: setup(self)
         )
         self._driver = Driver(sock, endpoint, self._dispatch)
         self.send_cq._attach(self)
@@ -275,10 +257,7 @@ class QueuePair(QueuePairFront, CloseOnExit):
         timeout: float | None = None,
     ) -> None:
         """Send a message into the peer's next receive buffer; wait until it completed."""
-        wr_id = self.endpoint.next_wr_id()
-        self._run(
-            SendWR(data, wr_id, solicited=solicited, invalidate_stag=invalidate_stag), timeout
-        )
+        self._run(self._send_wr(data, solicited, invalidate_stag), timeout)
 
     def rdma_write(
         self,
@@ -296,9 +275,8 @@ class QueuePair(QueuePairFront, CloseOnExit):
         ``data`` is bytes-like, a registered region (``offset``/``length``
         pick a piece of it; of bytes-like data too) or an Sge.
         """
-        source = write_source(data, offset, length)
-        wr_id = self.endpoint.next_wr_id()
-        return self._run(WriteWR(source, remote_stag, remote_to, wr_id), timeout).byte_len
+        wr = self._write_wr(data, remote_stag, remote_to, offset, length)
+        return self._run(wr, timeout).byte_len
 
     @overload
     def rdma_read(
@@ -343,10 +321,9 @@ class QueuePair(QueuePairFront, CloseOnExit):
         Read stays outstanding (its completion goes to ``send_cq``) and a
         buffer given to it stays registered until the connection ends.
         """
-        target = read_target(self.pd, local, offset, length)
-        wr_id = self.endpoint.next_wr_id()
+        target, wr = self._read_wr(local, remote_stag, remote_to, offset, length)
         try:
-            completion = self._run(ReadWR(target.sge, remote_stag, remote_to, wr_id), timeout)
+            completion = self._run(wr, timeout)
         except (RdmaError, ConnectionTerminatedError):
             target.finish(0)  # the Read is over: its temporary region can go
             raise
@@ -521,18 +498,13 @@ def connect(
     """
     deadline = deadline_after(timeout)
     sock = open_tcp(host, port, deadline, local_address)
+    options = QueuePairOptions(
+        config if config is not None else INITIATOR_CONFIG, private_data, receive_buffers,
+        receive_size, first_send_delay,
+    )  # fmt: skip
+    domain = pd if pd is not None else ProtectionDomain()
     qp = QueuePair(
-        sock,
-        Role.INITIATOR,
-        pd if pd is not None else ProtectionDomain(),
-        config if config is not None else INITIATOR_CONFIG,
-        private_data=private_data,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        setup=setup,
-        send_cq=send_cq,
-        recv_cq=recv_cq,
-        first_send_delay=first_send_delay,
+        sock, Role.INITIATOR, domain, options, setup=setup, send_cq=send_cq, recv_cq=recv_cq
     )
     qp._handshake(deadline)
     return qp
@@ -556,10 +528,10 @@ class Listener:
     ) -> None:
         self.pd = pd
         self.config = config if config is not None else MpaConfig()
-        self._receive_buffers = receive_buffers
-        self._receive_size = receive_size
+        self._options = QueuePairOptions(
+            self.config, receive_buffers=receive_buffers, receive_size=receive_size, decide=decide
+        )
         self._setup = setup
-        self._decide = decide
         self._tcp = TcpListener(host, port, backlog)
 
     @property
@@ -590,17 +562,15 @@ class Listener:
         """
         deadline = deadline_after(timeout)
         sock = self._tcp.accept(deadline)
+        domain = self.pd if self.pd is not None else ProtectionDomain()
         qp = QueuePair(
             sock,
             Role.RESPONDER,
-            self.pd if self.pd is not None else ProtectionDomain(),
-            self.config,
-            receive_buffers=self._receive_buffers,
-            receive_size=self._receive_size,
+            domain,
+            self._options,
             setup=self._setup,
             send_cq=send_cq,
             recv_cq=recv_cq,
-            decide=self._decide,
         )
         qp._handshake(deadline)
         return qp
