@@ -1,12 +1,14 @@
 """Round trip of a 64-octet Send/Send on iwarp.sync next to a raw TCP ping-pong.
 
-Run: python bench/sync_rtt.py [--rounds N] [--repeat R] [--size 64] [--no-crc]
+Run: python bench/sync_rtt.py [--rounds N] [--repeat R] [--size 64] [--no-crc] [--block B]
 
 A server process (spawned, so the two ends never share a GIL) echoes on
-two connections: a plain TCP socket (``recv`` 64 octets, ``sendall`` them
-back) and a sync queue pair (``receive``, ``send``: MPA Rev 2 with CRC,
-DDP, RDMAP, both ends on :mod:`iwarp.sync`). The client times one round
-trip of each in turn, ``--rounds`` times (interleaved, so both see the same
+three connections: a plain TCP socket (``recv`` 64 octets, ``sendall`` them
+back) and two sync queue pairs (``receive``, ``send``: MPA Rev 2 with CRC,
+DDP, RDMAP, both ends on :mod:`iwarp.sync`), one busy polling as the
+library does by default and one with ``busy_poll = 0`` (each wait sleeps in
+``poll`` at once). The client times ``--block`` round trips on each in
+turn until it has ``--rounds`` of each (interleaved, so all see the same
 machine load), and prints the medians, the 10th/90th percentiles and what
 iWARP adds to raw TCP's median. ``--repeat`` runs that several times to
 show the spread. Numbers only: nothing is asserted.
@@ -28,6 +30,7 @@ from iwarp.mpa.config import MpaConfig, Role
 from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.work import SendWR
+from iwarp.sync._driver import BUSY_POLL
 
 
 def _recv_exactly(sock: socket.socket, view: memoryview) -> None:
@@ -53,12 +56,12 @@ def _tcp_echo(listener: socket.socket, size: int) -> None:
             return
 
 
-def _qp_echo(listener: rdma.Listener, cpu: list[float]) -> None:
+def _qp_echo(qp: rdma.QueuePair, cpu: list[float]) -> None:
     """Echo until the client closes; ``cpu``: this thread's CPU seconds per
     echo after the first 100 (the client's warm-up)."""
     rounds = 0
     start = 0.0
-    with listener.accept(timeout=30) as qp:
+    with qp:
         try:
             while True:
                 if rounds == 100:
@@ -71,30 +74,39 @@ def _qp_echo(listener: rdma.Listener, cpu: list[float]) -> None:
         cpu.append((time.thread_time() - start) / (rounds - 100))
 
 
+#: The two iwarp.sync echoes: busy polling as the library does by default,
+#: and sleeping in poll at once (``busy_poll = 0``).
+MODES = (("busy poll", BUSY_POLL), ("sleep", 0.0))
+
+
 def server(pipe: Connection, size: int, crc: bool) -> None:
     tcp = socket.create_server(("127.0.0.1", 0))
     qp_listener = rdma.listen(
         "127.0.0.1", 0, config=MpaConfig(crc=crc), receive_buffers=4, receive_size=size
     )
     pipe.send((tcp.getsockname()[1], qp_listener.port))
-    # Two blocking echoes; the client drives one at a time, so the other
-    # sleeps in poll/recv and never holds the GIL against it.
-    cpu: list[float] = []
-    threads = [
-        threading.Thread(target=_tcp_echo, args=(tcp, size)),
-        threading.Thread(target=_qp_echo, args=(qp_listener, cpu)),
-    ]
+    # One blocking echo per connection; the client drives one at a time.
+    cpu: list[list[float]] = [[] for _ in MODES]
+    threads = [threading.Thread(target=_tcp_echo, args=(tcp, size))]
+    for (_, busy_poll), seconds in zip(MODES, cpu, strict=True):
+        qp = qp_listener.accept(timeout=30)  # in the order the client connects
+        qp.busy_poll = busy_poll
+        threads.append(threading.Thread(target=_qp_echo, args=(qp, seconds)))
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    pipe.send(cpu[0] if cpu else float("nan"))
+    pipe.send([c[0] if c else float("nan") for c in cpu])
 
 
-def measure(rounds: int, size: int, crc: bool) -> tuple[list[float], list[float], float, float]:
-    """Round-trip times of raw TCP and of iwarp.sync, interleaved, and the
-    CPU time per iwarp.sync round trip of the client and of the server's
-    echo thread (system calls included)."""
+def measure(
+    rounds: int, size: int, crc: bool, block: int
+) -> tuple[list[float], list[list[float]], list[float], list[float]]:
+    """Round-trip times of raw TCP and of iwarp.sync in each of :data:`MODES`,
+    in alternating blocks of ``block`` rounds (the same machine load for
+    all, and a busy-polling echo's last spin never overlaps another
+    connection's rounds by more than one), and the CPU time per round trip
+    of the client and of the server's echo thread in each mode."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=server, args=(child, size, crc), daemon=True)
@@ -106,33 +118,48 @@ def measure(rounds: int, size: int, crc: bool) -> tuple[list[float], list[float]
     back = bytearray(size)
     view = memoryview(back)
     tcp_times: list[float] = []
-    qp_times: list[float] = []
-    qp_cpu = 0.0
+    qp_times: list[list[float]] = [[] for _ in MODES]
+    qp_cpu = [0.0 for _ in MODES]
     clock = time.perf_counter
     cpu_clock = time.thread_time
-    with rdma.connect(
-        "127.0.0.1", qp_port, config=MpaConfig(crc=crc), receive_buffers=4, receive_size=size
-    ) as qp:
-        for i in range(rounds + 100):  # the first 100 of each warm up
+    qps = []
+    for _, busy_poll in MODES:
+        qp = rdma.connect(
+            "127.0.0.1", qp_port, config=MpaConfig(crc=crc), receive_buffers=4, receive_size=size
+        )
+        qp.busy_poll = busy_poll
+        qps.append(qp)
+    warm = 100  # the first rounds of each connection warm up
+    done = 0
+    while done < rounds + warm:
+        n = min(block, rounds + warm - done)
+        for _ in range(n):
             t0 = clock()
             raw.sendall(payload)
             _recv_exactly(raw, view)
-            c1 = cpu_clock()  # outside the timed window
-            t1 = clock()
-            qp.send(payload)
-            reply = qp.receive()
-            t2 = clock()
-            c2 = cpu_clock()
-            if i >= 100:
-                tcp_times.append(t1 - t0)
-                qp_times.append(t2 - t1)
-                qp_cpu += c2 - c1
-            if reply != payload or back != payload:
+            if done >= warm:
+                tcp_times.append(clock() - t0)
+            if back != payload:
                 raise AssertionError("echo mismatch")
+        for m, qp in enumerate(qps):
+            c0 = cpu_clock()
+            for _ in range(n):
+                t1 = clock()
+                qp.send(payload)
+                reply = qp.receive()
+                if done >= warm:
+                    qp_times[m].append(clock() - t1)
+                if reply != payload:
+                    raise AssertionError("echo mismatch")
+            if done >= warm:
+                qp_cpu[m] += cpu_clock() - c0
+        done += n
+    for qp in qps:
+        qp.close()
     raw.close()
-    server_cpu = parent.recv() if parent.poll(30) else float("nan")
+    server_cpu = parent.recv() if parent.poll(30) else [float("nan")] * len(MODES)
     proc.join(30)
-    return tcp_times, qp_times, qp_cpu / rounds, server_cpu
+    return tcp_times, qp_times, [c / rounds for c in qp_cpu], server_cpu
 
 
 def cpu_cost(rounds: int, size: int, crc: bool) -> tuple[float, float]:
@@ -225,32 +252,44 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs (3)")
     parser.add_argument("--size", type=int, default=64, help="message octets (64)")
     parser.add_argument("--no-crc", action="store_true", help="MPA without CRC")
+    parser.add_argument(
+        "--block", type=int, default=100, help="rounds per connection before the next (100)"
+    )
     args = parser.parse_args()
-    if args.rounds < 1 or args.repeat < 1 or args.size < 1:
-        parser.error("--rounds, --repeat and --size must be positive")
+    if args.rounds < 1 or args.repeat < 1 or args.size < 1 or args.block < 1:
+        parser.error("--rounds, --repeat, --size and --block must be positive")
     mtu = _loopback_mtu()
     print(
-        f"{args.size}-octet round trips, {args.rounds} rounds per run, interleaved; "
+        f"{args.size}-octet round trips, {args.rounds} rounds per run, in blocks of "
+        f"{args.block} interleaved; "
         f"MPA CRC {'off' if args.no_crc else 'on'}; loopback MTU {mtu}"
     )
     print(
-        "run   raw TCP median (p10-p90)    iwarp.sync median (p10-p90)   added    ratio"
-        "   CPU/round trip client, server"
+        "run  raw TCP median (p10-p90)   iwarp.sync mode    median (p10-p90)     added"
+        "   ratio  CPU/round trip client, server"
     )
-    added: list[float] = []
+    added: list[list[float]] = [[] for _ in MODES]
     for run in range(1, args.repeat + 1):
-        tcp, qp, client_cpu, server_cpu = measure(args.rounds, args.size, not args.no_crc)
-        t_med, q_med = statistics.median(tcp) * 1e6, statistics.median(qp) * 1e6
-        added.append(q_med - t_med)
-        print(
-            f"{run:>3}   {t_med:7.1f} us ({_pct(tcp, 0.1) * 1e6:5.1f}-{_pct(tcp, 0.9) * 1e6:5.1f})"
-            f"    {q_med:7.1f} us ({_pct(qp, 0.1) * 1e6:5.1f}-{_pct(qp, 0.9) * 1e6:5.1f})"
-            f"   {q_med - t_med:+6.1f} us  {q_med / t_med:5.2f}"
-            f"   {client_cpu * 1e6:5.1f}, {server_cpu * 1e6:5.1f} us"
+        tcp, qps, client_cpu, server_cpu = measure(
+            args.rounds, args.size, not args.no_crc, args.block
         )
-    print(
-        f"added to raw TCP's median: {min(added):.1f} .. {max(added):.1f} us over {len(added)} runs"
-    )
+        t_med = statistics.median(tcp) * 1e6
+        raw = f"{t_med:6.1f} us ({_pct(tcp, 0.1) * 1e6:5.1f}-{_pct(tcp, 0.9) * 1e6:5.1f})"
+        for m, (mode, _) in enumerate(MODES):
+            qp = qps[m]
+            q_med = statistics.median(qp) * 1e6
+            added[m].append(q_med - t_med)
+            print(
+                f"{run:>3}  {raw if m == 0 else ' ' * len(raw)}   {mode:<10} "
+                f"{q_med:7.1f} us ({_pct(qp, 0.1) * 1e6:5.1f}-{_pct(qp, 0.9) * 1e6:5.1f})"
+                f"  {q_med - t_med:+6.1f} us {q_med / t_med:5.2f}"
+                f"   {client_cpu[m] * 1e6:5.1f}, {server_cpu[m] * 1e6:5.1f} us"
+            )
+    for m, (mode, busy_poll) in enumerate(MODES):
+        print(
+            f"added to raw TCP's median, {mode} (busy_poll {busy_poll * 1e6:.0f} us): "
+            f"{min(added[m]):.1f} .. {max(added[m]):.1f} us over {len(added[m])} runs"
+        )
     print("\nboth ends in one thread (code and syscalls, no process switches):")
     cpu: list[float] = []
     for run in range(1, args.repeat + 1):

@@ -282,3 +282,57 @@ def test_arbitrary_bytes_before_startup_give_only_protocol_errors(garbage: bytes
             listener.accept(timeout=T).abort()
         except IwarpError as exc:
             assert not isinstance(exc, rdma.WaitTimeoutError), exc
+
+
+class _RecordingPoll:
+    """Stands in for a driver's ``select.poll`` object and keeps each timeout."""
+
+    def __init__(self, real: object) -> None:
+        self.real = real
+        self.timeouts: list[float | None] = []
+
+    def poll(self, timeout: float | None = None) -> list[tuple[int, int]]:
+        self.timeouts.append(timeout)
+        return self.real.poll(timeout)  # type: ignore[attr-defined,no-any-return]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+
+@pytest.mark.parametrize("busy_poll", [0.0, 2.0])
+def test_a_wait_polls_busily_for_busy_poll_seconds_then_sleeps(
+    serve: Callable[..., int], busy_poll: float
+) -> None:
+    """With busy_poll, a message due soon is picked up without sleeping in
+    poll (only poll(0) calls); with 0, the wait sleeps at once."""
+
+    def handler(qp: rdma.QueuePair) -> None:
+        qp.receive(timeout=T)
+        time.sleep(0.05)  # the client is waiting by now
+        qp.send(b"late", timeout=T)
+        qp.receive(timeout=T)  # until the client is done
+
+    port = serve(handler)
+    with rdma.connect("127.0.0.1", port, timeout=T) as qp:
+        assert qp.busy_poll == rdma.BUSY_POLL
+        qp.busy_poll = busy_poll
+        recorder = _RecordingPoll(qp._driver._poll)
+        qp._driver._poll = recorder  # type: ignore[assignment]
+        qp.send(b"go", timeout=T)
+        assert qp.receive(timeout=T) == b"late"
+        qp.send(b"done", timeout=T)
+    sleeping = [t for t in recorder.timeouts if t != 0]
+    if busy_poll:
+        assert not sleeping and len(recorder.timeouts) > 1
+    else:
+        assert sleeping and recorder.timeouts.count(0) <= 2  # one look before each sleep
+
+
+def test_busy_poll_must_be_a_time(serve: Callable[..., int]) -> None:
+    port = serve(lambda qp: qp.receive(timeout=T))
+    with rdma.connect("127.0.0.1", port, timeout=T) as qp:
+        for bad in (-1.0, float("nan")):
+            with pytest.raises(ValueError):
+                qp.busy_poll = bad
+        assert qp.busy_poll == rdma.BUSY_POLL
+        qp.send(b"done", timeout=T)

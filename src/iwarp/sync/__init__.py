@@ -27,7 +27,7 @@ from iwarp.rdmap.work import (
     WorkOpcode,
     WriteWR,
 )
-from iwarp.sync._driver import WaitTimeoutError
+from iwarp.sync._driver import BUSY_POLL, WaitTimeoutError
 from iwarp.sync.rdma import (
     Accept,
     Access,
@@ -45,6 +45,7 @@ from iwarp.sync.rdma import (
 )
 
 __all__ = [
+    "BUSY_POLL",
     "Accept",
     "Access",
     "Completion",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import select
 import socket
 import time
@@ -33,7 +34,9 @@ from iwarp.errors import IwarpError, LocalProtocolError
 from iwarp.sockets import RECEIVE_CHUNK, listening_socket, send_chunks, tcp_setup
 
 __all__ = [
+    "BUSY_POLL",
     "RECEIVE_CHUNK",
+    "BusyPolled",
     "CloseOnExit",
     "Core",
     "Driver",
@@ -51,6 +54,13 @@ _POLLEND: Final = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
 #: The clock every blocking adapter passes to its core as ``now``.
 clock: Final = time.monotonic
+#: Seconds a blocking wait keeps polling the socket before it sleeps in
+#: ``poll`` (busy polling, as verbs applications spin on ``ibv_poll_cq``).
+#: Waking a process that slept costs more than a small message's whole
+#: round trip on the machines measured (docs/sync.md): with the peer's answer
+#: due within this time, the wait never sleeps. Each connection's
+#: ``busy_poll`` overrides it; 0 sleeps at once.
+BUSY_POLL: Final = 200e-6
 
 
 class WaitTimeoutError(IwarpError, TimeoutError):
@@ -89,6 +99,24 @@ class CloseOnExit:
             self.close()
         else:
             self.abort()
+
+
+class BusyPolled:
+    """The ``busy_poll`` setting of a blocking connection (:data:`BUSY_POLL`)."""
+
+    def _polled(self) -> Driver:
+        raise NotImplementedError
+
+    @property
+    def busy_poll(self) -> float:
+        """Seconds each blocking wait polls before it sleeps (0: sleeps at once)."""
+        return self._polled().busy_poll
+
+    @busy_poll.setter
+    def busy_poll(self, seconds: float) -> None:
+        if not seconds >= 0:  # also NaN
+            raise ValueError(f"busy_poll must be >= 0 seconds, not {seconds}")
+        self._polled().busy_poll = seconds
 
 
 class Tap(Protocol):
@@ -183,6 +211,8 @@ class Driver:
         #: The socket error that ended the connection, if any.
         self.error: OSError | None = None
         self._tap = _tap_factories[-1](sock) if _tap_factories else None
+        #: Seconds :meth:`wait` polls before it sleeps (:data:`BUSY_POLL`).
+        self.busy_poll = BUSY_POLL
 
     # -- state ------------------------------------------------------------------
 
@@ -334,13 +364,33 @@ class Driver:
             self._mask = mask
             self._poll.modify(self._fd, mask)
         wake = timer if deadline is None or (timer is not None and timer < deadline) else deadline
-        ready = self._poll.poll(_poll_timeout(wake)) if mask else _sleep_until(wake)
+        if mask:
+            ready = self._spin(wake) or self._poll.poll(_poll_timeout(wake))
+        else:
+            ready = _sleep_until(wake)
         for _, revents in ready:
             self.service(revents)
         if timer is not None:
             # A timer started by what was just read is armed by the next wait.
             self.run_timer()
         return True
+
+    def _spin(self, wake: float | None) -> list[tuple[int, int]]:
+        """Poll without sleeping for up to ``busy_poll`` seconds (not past
+        ``wake``); what became ready, or nothing."""
+        poll = self._poll.poll
+        ready = poll(0)
+        if ready or self.busy_poll <= 0:
+            return ready
+        end = clock() + self.busy_poll
+        if wake is not None and wake < end:
+            end = wake
+        while not ready and clock() < end:
+            # A runnable process (the peer, on a busy machine) gets the CPU
+            # first: spinning must not delay what it waits for.
+            os.sched_yield()
+            ready = poll(0)
+        return ready
 
     def check_stalled(self, what: str) -> None:
         """Raise if nothing can happen only because reading is paused.

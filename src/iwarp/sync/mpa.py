@@ -23,6 +23,7 @@ from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, r
 from iwarp.mpa.session import RECEIVE_HIGH_WATER, IncompleteReadError, MpaFace, MpaSession
 from iwarp.sockets import tcp_setup
 from iwarp.sync._driver import (
+    BusyPolled,
     CloseOnExit,
     Driver,
     TcpListener,
@@ -124,7 +125,7 @@ class _Link:
         return self.socket
 
 
-class _Face(MpaFace[_Link], CloseOnExit):
+class _Face(MpaFace[_Link], BusyPolled, CloseOnExit):
     """What MpaSocket and MpaStream share: closing, the descriptor."""
 
     @property
@@ -134,6 +135,9 @@ class _Face(MpaFace[_Link], CloseOnExit):
     def fileno(self) -> int:
         """The TCP socket's descriptor (for the application's own ``select``)."""
         return self._link.driver.fileno()
+
+    def _polled(self) -> Driver:
+        return self._link.driver
 
     def close(self, *, timeout: float | None = 5.0) -> None:
         """Graceful close: write what is queued (for at most ``timeout``

@@ -55,6 +55,7 @@ from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, ReadWR, SendWR, Sge, WriteWR
 from iwarp.sockets import tcp_setup
 from iwarp.sync._driver import (
+    BusyPolled,
     CloseOnExit,
     Driver,
     TcpListener,
@@ -150,7 +151,7 @@ class CompletionQueue:
             self._qps.remove(qp)
 
 
-class QueuePair(QueuePairFront, CloseOnExit):
+class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     """One iWARP connection: queue pair, completion queues and simple API.
 
     A blocking driver around :class:`~iwarp.rdma.endpoint.QueuePairEndpoint`
@@ -203,6 +204,9 @@ class QueuePair(QueuePairFront, CloseOnExit):
     def fileno(self) -> int:
         """The TCP socket's descriptor (for the application's own ``select``)."""
         return self._driver.fileno()
+
+    def _polled(self) -> Driver:
+        return self._driver
 
     # -- verbs --------------------------------------------------------------------
 
