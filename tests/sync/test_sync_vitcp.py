@@ -197,3 +197,36 @@ def test_peer_to_peer_retries_until_the_peer_waits() -> None:
         assert passive.receive(timeout=T).data == b"peer"
         a.close()
         passive.close()
+
+
+def test_a_port_that_closes_every_connection_is_named_as_no_vi_tcp_listener() -> None:
+    """TCP accepted and closed without a VI/TCP answer, every time: the
+    blocking connect gives up with the asyncio one's message (PeerRetry's)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)
+    stop = threading.Event()
+
+    def close_everything() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            conn.close()
+
+    thread = threading.Thread(target=close_everything)
+    thread.start()
+    try:
+        with pytest.raises(vitcp.VitcpClosedError, match=r"is it a VI/TCP listener\?") as raised:
+            vitcp.connect(
+                "127.0.0.1",
+                server.getsockname()[1],
+                b"svc",
+                config=VitcpConfig(connect_timeout=0.5),
+                timeout=T,
+            )
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert "closed the TCP connection without a VI/TCP answer" in str(raised.value)

@@ -8,7 +8,12 @@ import pytest
 from helpers import out
 from iwarp.vitcp.config import Role, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
-from iwarp.vitcp.events import Connected, ConnectionClosed, ConnectionRequested
+from iwarp.vitcp.events import (
+    TCP_CLOSED_UNANSWERED,
+    Connected,
+    ConnectionClosed,
+    ConnectionRequested,
+)
 from iwarp.vitcp.handshake import State
 from iwarp.vitcp.listener import Demultiplexer, PeerRetry
 from iwarp.vitcp.wire import Reliability, SegmentType
@@ -84,3 +89,19 @@ def test_peer_retry_backs_off_until_the_deadline() -> None:
 def test_peer_retry_gives_up_when_the_next_wait_passes_the_deadline(timeout: float) -> None:
     retry = PeerRetry(VitcpConfig(connect_timeout=timeout), now=0.0)
     assert retry.next_attempt(0.0) is None
+
+
+def test_peer_retry_says_why_it_gave_up() -> None:
+    retry = PeerRetry(VitcpConfig(connect_timeout=0.2), now=0.0)
+    now = 0.0
+    while (at := retry.next_attempt(now, TCP_CLOSED_UNANSWERED)) is not None:
+        now = at
+    assert retry.gave_up("h", 9) == (
+        f"h:9 closed the TCP connection without a VI/TCP answer, {retry.attempts} times "
+        "(is it a VI/TCP listener?)"
+    )
+    retry.next_attempt(now, "peer not waiting yet (ConnectNoMatch)")
+    assert retry.gave_up("h", 9) == (
+        f"peer-to-peer connection timed out after {retry.attempts} attempts "
+        f"({TCP_CLOSED_UNANSWERED}; peer not waiting yet (ConnectNoMatch))"  # sorted
+    )

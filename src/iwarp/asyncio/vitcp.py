@@ -2,9 +2,12 @@
 
 A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection`: each
 received chunk goes to the core, the core's segments are written at once,
-its one establishment timer is a ``loop.call_at`` handle. One listener owns
-one TCP port and hands incoming connections to the VI waiting for the called
-discriminator (§2.2.2.2.1), or answers ConnectNoMatch.
+its one establishment timer is a ``loop.call_at`` handle. What a VI keeps
+(queues, completions, outcome, the keep-posted rule) is
+:class:`~iwarp.vitcp.endpoint.ViEndpointState`'s; this module adds the
+futures that wait on it. One listener owns one TCP port and hands incoming
+connections to the VI waiting for the called discriminator (§2.2.2.2.1), or
+answers ConnectNoMatch.
 
 ::
 
@@ -27,9 +30,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import ipaddress
 import socket
-from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -38,22 +41,19 @@ from iwarp._typing import Buffer
 from iwarp.asyncio.driver import CoreDriver, run_handler
 from iwarp.vitcp.config import Negotiated, Role, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
+from iwarp.vitcp.endpoint import RECEIVE_HIGH_WATER, Outcome, ViEndpointState
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
 from iwarp.vitcp.events import (
-    TCP_CLOSED_UNANSWERED,
     Connected,
     ConnectionRequested,
     Event,
     MessageReceived,
     RdmaReadCompleted,
-    RdmaWriteReceived,
-    ReconnectNeeded,
     SendCompleted,
-    ViConnectionClosed,
     ViConnectionRejected,
 )
 from iwarp.vitcp.handshake import State
-from iwarp.vitcp.listener import Demultiplexer, PeerRetry
+from iwarp.vitcp.listener import Demultiplexer, PeerRetry, start_connect
 from iwarp.vitcp.memory import LocalBuffer, ViMemoryRegion
 
 __all__ = [
@@ -64,9 +64,6 @@ __all__ = [
     "connect",
     "connect_peer",
 ]
-
-#: Received-but-unread octets above which reading pauses.
-RECEIVE_HIGH_WATER = 64 << 20
 
 
 def urgent_pointer_exact() -> bool:
@@ -98,8 +95,16 @@ def _prepare_socket(transport: asyncio.BaseTransport) -> socket.socket | None:
         return None
 
 
+def _resolve(futures: dict[int, asyncio.Future[Event]], number: int, event: Event) -> None:
+    """Hand a completion to the future awaiting it (ViEndpointState's hook)."""
+    future = futures.pop(number, None)
+    if future is not None and not future.done():
+        future.set_result(event)
+
+
 class _VitcpProtocol(CoreDriver):
-    """Drives one VitcpConnection from transport callbacks."""
+    """Drives one VitcpConnection from transport callbacks; the VI's state is
+    :class:`~iwarp.vitcp.endpoint.ViEndpointState`'s, this adds the futures."""
 
     core: VitcpConnection
     receive_high_water = RECEIVE_HIGH_WATER
@@ -108,17 +113,19 @@ class _VitcpProtocol(CoreDriver):
     def __init__(self, core: VitcpConnection, *, keep_posted: int = 0) -> None:
         super().__init__()
         self.core = core
-        self.keep_posted = keep_posted
-        self.outcome: asyncio.Future[Event] = self._loop.create_future()
-        self.close_reason: VitcpClosedError | None = None
-        self.on_request: Callable[[_VitcpProtocol, ConnectionRequested], None] | None = None
-        self.messages: deque[MessageReceived] = deque()
-        self.notices: deque[Event] = deque()
+        #: Completions awaited, by message number.
         self.completions: dict[int, asyncio.Future[Event]] = {}
+        # The hook holds the futures, not self: no reference cycle to outlive TCP.
+        self.state = ViEndpointState(
+            core,
+            keep_posted=keep_posted,
+            on_completion=functools.partial(_resolve, self.completions),
+        )
+        self.outcome: asyncio.Future[Outcome] = self._loop.create_future()
+        self.on_request: Callable[[_VitcpProtocol, ConnectionRequested], None] | None = None
         self.urgent_sent = 0
         self._oob: socket.socket | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._buffered = 0
 
     # -- the driver's hooks --
 
@@ -132,21 +139,38 @@ class _VitcpProtocol(CoreDriver):
         self.process()
 
     def handle_events(self, events: list[Event]) -> None:
-        for event in events:
-            handler = _EVENTS.get(type(event), _VitcpProtocol._on_notice)
-            handler(self, event)
+        state = self.state
+        if state.handle(events):
+            self._wake()
+        if self.on_request is not None:
+            request = state.take_request()
+            if request is not None:
+                self.on_request(self, request)
+        if not self.outcome.done():
+            if state.outcome is not None:
+                self.outcome.set_result(state.outcome)
+            elif state.close_reason is not None:
+                self._fail(self.outcome, state.close_reason)
+        if state.close_reason is not None and self.completions:
+            for future in self.completions.values():
+                self._fail(future, state.close_reason)
+            self.completions.clear()
 
     def backlog(self) -> int:
-        return self._buffered
+        return self.state.buffered
 
     def lost(self, exc: BaseException | None) -> None:
         if self._oob is not None:
             self._oob.close()
             self._oob = None
-        if not self.outcome.done():
-            self.outcome.set_exception(VitcpClosedError("TCP connection closed"))
-            self.outcome.exception()
+        self._fail(self.outcome, VitcpClosedError("TCP connection closed"))
         self._wake()
+
+    @staticmethod
+    def _fail(future: asyncio.Future[Any], error: VitcpClosedError) -> None:
+        if not future.done():
+            future.set_exception(error)
+            future.exception()  # marked retrieved: nobody may await it (no "never retrieved" log)
 
     def process(self) -> None:
         """Handle the core's events and send its segments."""
@@ -193,84 +217,20 @@ class _VitcpProtocol(CoreDriver):
         transport.write(data[1:])
         return True
 
-    # -- the core's events (dispatched by _EVENTS) --
-
-    def _on_message(self, event: MessageReceived) -> None:
-        self.messages.append(event)
-        self._buffered += len(event.data)
-        self._repost()
-        self._wake()
-
-    def _on_write(self, event: RdmaWriteReceived) -> None:
-        self.notices.append(event)
-        if event.immediate_data is not None:
-            self._repost()
-        self._wake()
-
-    def _on_completion(self, event: SendCompleted | RdmaReadCompleted) -> None:
-        future = self.completions.pop(event.message_number, None)
-        if future is not None and not future.done():
-            future.set_result(event)
-
-    def _on_request(self, event: ConnectionRequested) -> None:
-        if self.on_request is not None:
-            self.on_request(self, event)
-
-    def _on_outcome(self, event: Connected | ViConnectionRejected | ReconnectNeeded) -> None:
-        if not self.outcome.done():
-            self.outcome.set_result(event)
-
-    def _on_closed(self, event: ViConnectionClosed) -> None:
-        self.close_reason = VitcpClosedError(event.reason, event.error)
-        if not self.outcome.done():
-            self.outcome.set_exception(self.close_reason)
-            self.outcome.exception()
-        for future in self.completions.values():
-            if not future.done():
-                future.set_exception(self.close_reason)
-                future.exception()
-        self.completions.clear()
-        self._wake()
-
-    def _on_notice(self, event: Event) -> None:
-        self.notices.append(event)
-        self._wake()
-
-    def _repost(self) -> None:
-        if self.keep_posted and self.core.state is State.CONNECTED:
-            self.core.post_receive(1)
-
     # -- waiting --
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    async def wait(self) -> None:
-        self._waiter = self._loop.create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-
-    def take_message(self) -> MessageReceived:
-        message = self.messages.popleft()
-        self._buffered -= len(message.data)
-        self.consumed()
-        return message
-
-
-_EVENTS: dict[type, Callable[[_VitcpProtocol, Any], None]] = {
-    MessageReceived: _VitcpProtocol._on_message,
-    RdmaWriteReceived: _VitcpProtocol._on_write,
-    SendCompleted: _VitcpProtocol._on_completion,
-    RdmaReadCompleted: _VitcpProtocol._on_completion,
-    ConnectionRequested: _VitcpProtocol._on_request,
-    Connected: _VitcpProtocol._on_outcome,
-    ViConnectionRejected: _VitcpProtocol._on_outcome,
-    ReconnectNeeded: _VitcpProtocol._on_outcome,
-    ViConnectionClosed: _VitcpProtocol._on_closed,
-}
+    async def wait_until(self, ready: Callable[[], bool]) -> None:
+        """Wait until ``ready()`` (checked after each batch of arrivals)."""
+        while not ready():
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
 
 class VitcpEndpoint:
@@ -278,6 +238,7 @@ class VitcpEndpoint:
 
     def __init__(self, protocol: _VitcpProtocol, params: Negotiated) -> None:
         self._protocol = protocol
+        self._state = protocol.state
         self._core = protocol.core
         #: What the CE exchange settled.
         self.params = params
@@ -321,17 +282,11 @@ class VitcpEndpoint:
         self._protocol.process()
         return future
 
-    def _check_open(self) -> None:
-        if self._protocol.close_reason is not None:
-            raise self._protocol.close_reason
-
     def send_nowait(
         self, data: Buffer | LocalBuffer, *, immediate: int | None = None, urgent: bool = False
     ) -> asyncio.Future[Event]:
         """Post a Send; the future completes with its :class:`SendCompleted`."""
-        self._check_open()
-        number = self._core.send(data, immediate=immediate, urgent=urgent)
-        return self._track(number)
+        return self._track(self._state.post_send(data, immediate=immediate, urgent=urgent))
 
     async def send(
         self, data: Buffer | LocalBuffer, *, immediate: int | None = None, urgent: bool = False
@@ -351,8 +306,7 @@ class VitcpEndpoint:
         immediate: int | None = None,
     ) -> SendCompleted:
         """RDMA Write into the peer's registered memory."""
-        self._check_open()
-        number = self._core.rdma_write(
+        number = self._state.post_rdma_write(
             data, remote_address=remote_address, memory_handle=memory_handle, immediate=immediate
         )
         event = await self._track(number)
@@ -370,10 +324,9 @@ class VitcpEndpoint:
         length: int,
     ) -> RdmaReadCompleted:
         """RDMA Read from the peer into ``local`` (at its start by default)."""
-        self._check_open()
-        number = self._core.rdma_read(
-            local_handle=local.handle,
-            local_address=local.address if local_address is None else local_address,
+        number = self._state.post_rdma_read(
+            local=local,
+            local_address=local_address,
             remote_address=remote_address,
             memory_handle=memory_handle,
             length=length,
@@ -388,27 +341,21 @@ class VitcpEndpoint:
 
     async def receive(self) -> MessageReceived:
         """The next Send message; raises :class:`VitcpClosedError` at the end."""
-        protocol = self._protocol
-        while not protocol.messages:
-            if protocol.close_reason is not None:
-                raise protocol.close_reason
-            await protocol.wait()
-        return protocol.take_message()
+        state = self._state
+        await self._protocol.wait_until(state.receive_ready)
+        message = state.take_message()
+        self._protocol.consumed()
+        return message
 
     async def next_notice(self) -> Event:
         """The next other event (RDMA Write received, read served, remote error)."""
-        protocol = self._protocol
-        while not protocol.notices:
-            if protocol.close_reason is not None:
-                raise protocol.close_reason
-            await protocol.wait()
-        return protocol.notices.popleft()
+        state = self._state
+        await self._protocol.wait_until(state.notice_ready)
+        return state.take_notice()
 
     def pending_notices(self) -> list[Event]:
         """Other events received so far, without waiting."""
-        notices = list(self._protocol.notices)
-        self._protocol.notices.clear()
-        return notices
+        return self._state.take_notices()
 
     async def close(self) -> None:
         """VipDisconnect: send what is queued, close TCP, wait for it."""
@@ -421,7 +368,7 @@ class VitcpEndpoint:
     async def wait_closed(self) -> VitcpClosedError | None:
         """Wait until the peer or an error ends the VI; returns why."""
         await self._protocol.closed
-        return self._protocol.close_reason
+        return self._state.close_reason
 
 
 async def connect(
@@ -441,14 +388,8 @@ async def connect(
     """
     config = config or VitcpConfig()
     loop = asyncio.get_running_loop()
-    core = VitcpConnection(config, Role.ACTIVE)
-    core.connect(loop.time(), remote_discriminator)
-    if keep_posted:
-        # Posted before the ConnectRequest: a message may follow the
-        # ConnectAccept in the same TCP segment.
-        core.post_receive(keep_posted)
+    core = start_connect(config, remote_discriminator, loop.time(), keep_posted=keep_posted)
     retry = PeerRetry(config, loop.time())
-    reasons: set[str] = set()  # why each attempt had to be repeated
     while True:
         protocol = _VitcpProtocol(core, keep_posted=keep_posted)
         try:
@@ -469,28 +410,13 @@ async def connect(
             await protocol.closed
             raise VitcpRejectedError(outcome.no_match)
         # ReconnectNeeded: drop this TCP connection, try again (§4.2, §4).
-        reasons.add(outcome.reason if isinstance(outcome, ReconnectNeeded) else str(outcome))
         protocol.close_transport()
         await protocol.closed
-        at = retry.next_attempt(loop.time())
+        at = retry.next_attempt(loop.time(), outcome.reason)
         if at is None or core.state is State.DISCONNECTED:
             core.handle_timer(max(loop.time(), retry.deadline))
-            raise VitcpClosedError(_gave_up(retry.attempts, reasons, host, port))
+            raise VitcpClosedError(retry.gave_up(host, port))
         await asyncio.sleep(at - loop.time())
-
-
-def _gave_up(attempts: int, reasons: set[str], host: str, port: int) -> str:
-    """Why the active end stopped trying: the peer's own answers if it gave
-    any, else that it never answered in VI/TCP at all."""
-    if reasons == {TCP_CLOSED_UNANSWERED}:
-        return (
-            f"{host}:{port} closed the TCP connection without a VI/TCP answer, {attempts} "
-            "times (is it a VI/TCP listener?)"
-        )
-    return (
-        f"peer-to-peer connection timed out after {attempts} attempts "
-        f"({'; '.join(sorted(reasons))})"
-    )
 
 
 Handler = Callable[[VitcpEndpoint], Awaitable[None]]
@@ -574,7 +500,7 @@ class VitcpListener:
         if owner is None or not routed.accepted:
             return
         assert routed.offer is not None and core.params is not None
-        protocol.keep_posted = routed.offer.keep_posted
+        protocol.state.keep_posted = routed.offer.keep_posted
         endpoint = VitcpEndpoint(protocol, core.params)
         if isinstance(owner, asyncio.Future):
             if not owner.done():

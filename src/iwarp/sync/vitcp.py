@@ -1,8 +1,9 @@
 """VI/TCP with blocking calls: :func:`connect`, :class:`VitcpListener`, :class:`VitcpEndpoint`.
 
-A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection`,
-driven by the caller's thread (:mod:`iwarp.sync._driver`); each call that
-waits takes ``timeout`` (seconds) and raises
+A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection` and
+the VI's state (:class:`~iwarp.vitcp.endpoint.ViEndpointState`, shared with
+the asyncio adapter), driven by the caller's thread (:mod:`iwarp.sync._driver`);
+each call that waits takes ``timeout`` (seconds) and raises
 :class:`~iwarp.sync.WaitTimeoutError` when it runs out::
 
     with VitcpListener("127.0.0.1", 0) as listener:
@@ -26,9 +27,6 @@ import contextlib
 import dataclasses
 import socket
 import time
-from collections import deque
-from collections.abc import Callable
-from typing import Any
 
 from iwarp._typing import Buffer
 from iwarp.sync._driver import (
@@ -42,21 +40,18 @@ from iwarp.sync._driver import (
 )
 from iwarp.vitcp.config import Negotiated, Role, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
+from iwarp.vitcp.endpoint import RECEIVE_HIGH_WATER, ViEndpointState
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
 from iwarp.vitcp.events import (
     Connected,
-    ConnectionRequested,
     Event,
     MessageReceived,
     RdmaReadCompleted,
-    RdmaWriteReceived,
-    ReconnectNeeded,
     SendCompleted,
-    ViConnectionClosed,
     ViConnectionRejected,
 )
 from iwarp.vitcp.handshake import State
-from iwarp.vitcp.listener import Demultiplexer, PeerRetry
+from iwarp.vitcp.listener import Demultiplexer, PeerRetry, start_connect
 from iwarp.vitcp.memory import LocalBuffer, ViMemoryRegion
 
 __all__ = [
@@ -68,38 +63,20 @@ __all__ = [
     "connect_peer",
 ]
 
-#: Received-but-unread octets above which the endpoint stops reading.
-RECEIVE_HIGH_WATER = 64 << 20
-
 
 class VitcpEndpoint(CloseOnExit):
     """A VI on one TCP connection: post descriptors, send, RDMA, receive
-    (§3.2-§3.4). Made by :func:`connect` and :meth:`VitcpListener.accept`."""
+    (§3.2-§3.4). Made by :func:`connect` and :meth:`VitcpListener.accept`.
+
+    The VI's state is :class:`~iwarp.vitcp.endpoint.ViEndpointState`'s; this
+    drives its connection in the caller's thread until what a call waits for
+    is there."""
 
     def __init__(self, sock: socket.socket, core: VitcpConnection, keep_posted: int = 0) -> None:
         self._core = core
-        self.keep_posted = keep_posted
-        self._messages: deque[MessageReceived] = deque()
-        self._notices: deque[Event] = deque()
-        self._buffered = 0
-        self._done: dict[int, SendCompleted | RdmaReadCompleted] = {}
-        self._outcome: Event | None = None
-        self._request: ConnectionRequested | None = None
-        #: Why the VI ended (with the protocol error, if any); None while open.
-        self.close_reason: VitcpClosedError | None = None
+        self._state = ViEndpointState(core, keep_posted=keep_posted)
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            MessageReceived: self._on_message,
-            RdmaWriteReceived: self._on_write,
-            SendCompleted: self._on_completion,
-            RdmaReadCompleted: self._on_completion,
-            ConnectionRequested: self._on_request,
-            Connected: self._on_outcome,
-            ViConnectionRejected: self._on_outcome,
-            ReconnectNeeded: self._on_outcome,
-            ViConnectionClosed: self._on_closed,
-        }
         self._driver = Driver(sock, core, self._dispatch)
 
     # -- properties ------------------------------------------------------------------
@@ -117,54 +94,30 @@ class VitcpEndpoint(CloseOnExit):
         """The sans-IO core (for inspection)."""
         return self._core
 
+    @property
+    def keep_posted(self) -> int:
+        """Receive descriptors kept posted: each Send received (and each RDMA
+        Write with immediate data) posts one more."""
+        return self._state.keep_posted
+
+    @keep_posted.setter
+    def keep_posted(self, count: int) -> None:
+        self._state.keep_posted = count
+
+    @property
+    def close_reason(self) -> VitcpClosedError | None:
+        """Why the VI ended (with the protocol error, if any); None while open."""
+        return self._state.close_reason
+
     def fileno(self) -> int:
         return self._driver.fileno()
 
     # -- events ------------------------------------------------------------------------
 
     def _dispatch(self, events: list[Event]) -> None:
-        handlers = self._handlers
-        for event in events:
-            handler = handlers.get(type(event))
-            if handler is None:
-                self._notices.append(event)  # RdmaReadServed, RemoteErrorReported
-            else:
-                handler(event)
-        if self._buffered > RECEIVE_HIGH_WATER:
+        self._state.handle(events)
+        if self._state.buffered > RECEIVE_HIGH_WATER:
             self._driver.reading = False
-
-    def _on_message(self, event: MessageReceived) -> None:
-        self._messages.append(event)
-        self._buffered += len(event.data)
-        self._repost()
-
-    def _on_write(self, event: RdmaWriteReceived) -> None:
-        self._notices.append(event)
-        if event.immediate_data is not None:
-            self._repost()
-
-    def _repost(self) -> None:
-        if self.keep_posted and self._core.state is State.CONNECTED:
-            self._core.post_receive(1)
-
-    def _on_completion(self, event: SendCompleted | RdmaReadCompleted) -> None:
-        self._done[event.message_number] = event
-
-    def _on_request(self, event: ConnectionRequested) -> None:
-        self._request = event
-
-    def _on_outcome(self, event: Event) -> None:
-        if self._outcome is None:
-            self._outcome = event
-
-    def _on_closed(self, event: ViConnectionClosed) -> None:
-        self.close_reason = VitcpClosedError(event.reason, event.error)
-
-    def _has_outcome(self) -> bool:
-        return self._outcome is not None or self.close_reason is not None
-
-    def _has_request(self) -> bool:
-        return self._request is not None or self.close_reason is not None
 
     # -- posting -----------------------------------------------------------------------
 
@@ -186,22 +139,13 @@ class VitcpEndpoint(CloseOnExit):
         self._core.post_receive(count, capacity)
         self._driver.flush()
 
-    def _check_open(self) -> None:
-        if self.close_reason is not None:
-            raise self.close_reason
-
     def _await(self, number: int, timeout: float | None, what: str) -> Event:
         self._driver.flush()
-        done = self._done
+        state = self._state
         self._driver.run_until(
-            lambda: number in done or self.close_reason is not None,
-            deadline_after(timeout),
-            what,
+            lambda: state.completion_ready(number), deadline_after(timeout), what
         )
-        event = done.pop(number, None)
-        if event is None:
-            raise self.close_reason or VitcpClosedError("TCP connection closed")
-        return event
+        return state.take_completion(number)
 
     def send(
         self,
@@ -211,8 +155,7 @@ class VitcpEndpoint(CloseOnExit):
         timeout: float | None = None,
     ) -> SendCompleted:
         """Send a message and wait for its descriptor to complete."""
-        self._check_open()
-        number = self._core.send(data, immediate=immediate)
+        number = self._state.post_send(data, immediate=immediate)
         event = self._await(number, timeout, f"Send {number}")
         assert isinstance(event, SendCompleted)
         return event
@@ -227,8 +170,7 @@ class VitcpEndpoint(CloseOnExit):
         timeout: float | None = None,
     ) -> SendCompleted:
         """RDMA Write into the peer's registered memory."""
-        self._check_open()
-        number = self._core.rdma_write(
+        number = self._state.post_rdma_write(
             data, remote_address=remote_address, memory_handle=memory_handle, immediate=immediate
         )
         event = self._await(number, timeout, f"RDMA Write {number}")
@@ -246,10 +188,9 @@ class VitcpEndpoint(CloseOnExit):
         timeout: float | None = None,
     ) -> RdmaReadCompleted:
         """RDMA Read from the peer into ``local`` (at its start by default)."""
-        self._check_open()
-        number = self._core.rdma_read(
-            local_handle=local.handle,
-            local_address=local.address if local_address is None else local_address,
+        number = self._state.post_rdma_read(
+            local=local,
+            local_address=local_address,
             remote_address=remote_address,
             memory_handle=memory_handle,
             length=length,
@@ -266,40 +207,23 @@ class VitcpEndpoint(CloseOnExit):
         :raises VitcpClosedError: the VI ended first.
         :raises WaitTimeoutError: nothing arrived in time.
         """
-        messages = self._messages
-        if not messages:
-            self._driver.run_until(
-                lambda: bool(messages) or self.close_reason is not None,
-                deadline_after(timeout),
-                "a message",
-            )
-            if not messages:
-                raise self.close_reason or VitcpClosedError("TCP connection closed")
-        message = messages.popleft()
-        self._buffered -= len(message.data)
-        if not self._driver.reading and self._buffered < RECEIVE_HIGH_WATER // 4:
+        state = self._state
+        self._driver.run_until(state.receive_ready, deadline_after(timeout), "a message")
+        message = state.take_message()
+        if not self._driver.reading and state.buffered < RECEIVE_HIGH_WATER // 4:
             self._driver.reading = True
         return message
 
     def next_notice(self, *, timeout: float | None = None) -> Event:
         """The next other event (RDMA Write received, read served, remote error)."""
-        notices = self._notices
-        if not notices:
-            self._driver.run_until(
-                lambda: bool(notices) or self.close_reason is not None,
-                deadline_after(timeout),
-                "a notice",
-            )
-            if not notices:
-                raise self.close_reason or VitcpClosedError("TCP connection closed")
-        return notices.popleft()
+        state = self._state
+        self._driver.run_until(state.notice_ready, deadline_after(timeout), "a notice")
+        return state.take_notice()
 
     def pending_notices(self) -> list[Event]:
         """Other events received so far (reads what already arrived; never blocks)."""
         self._driver.wait(clock())
-        notices = list(self._notices)
-        self._notices.clear()
-        return notices
+        return self._state.take_notices()
 
     # -- closing --------------------------------------------------------------------------
 
@@ -345,15 +269,9 @@ def connect(
     :raises WaitTimeoutError: ``timeout`` passed first.
     """
     config = config or VitcpConfig()
-    core = VitcpConnection(config, Role.ACTIVE)
-    core.connect(clock(), remote_discriminator)
-    if keep_posted:
-        # Posted before the ConnectRequest: a message may follow the
-        # ConnectAccept in the same TCP segment.
-        core.post_receive(keep_posted)
+    core = start_connect(config, remote_discriminator, clock(), keep_posted=keep_posted)
     user_deadline = deadline_after(timeout)
     retry = PeerRetry(config, clock())
-    reasons: set[str] = set()  # why each attempt had to be repeated
     while True:
         try:
             sock = open_tcp(host, port, _earlier(retry.deadline, user_deadline), local_address)
@@ -367,32 +285,26 @@ def connect(
             raise VitcpClosedError(f"TCP connection setup failed: {exc}") from exc
         core.tcp_established(clock())
         endpoint = VitcpEndpoint(sock, core, keep_posted)
-        driver = endpoint._driver
+        state, driver = endpoint._state, endpoint._driver
         driver.flush()
         try:
-            driver.run_until(
-                endpoint._has_outcome, user_deadline, "VI/TCP connection establishment"
-            )
+            driver.run_until(state.settled, user_deadline, "VI/TCP connection establishment")
         except BaseException:
             driver.close()
             raise
-        outcome = endpoint._outcome
+        outcome = state.outcome
         if isinstance(outcome, Connected):
             return endpoint
         driver.close()
         if isinstance(outcome, ViConnectionRejected):
             raise VitcpRejectedError(outcome.no_match)
-        if not isinstance(outcome, ReconnectNeeded):
-            raise endpoint.close_reason or VitcpClosedError("TCP connection closed")
+        if outcome is None:
+            raise state.closed_error()
         # ReconnectNeeded: a new TCP connection, after the shared schedule's pause (§4.2, §4).
-        reasons.add(outcome.reason)
-        at = retry.next_attempt(clock())
+        at = retry.next_attempt(clock(), outcome.reason)
         if at is None or core.state is State.DISCONNECTED:
             core.handle_timer(max(clock(), retry.deadline))
-            raise VitcpClosedError(
-                f"peer-to-peer connection timed out after {retry.attempts} attempts "
-                f"({'; '.join(sorted(reasons))})"
-            )
+            raise VitcpClosedError(retry.gave_up(host, port))
         if user_deadline is not None and at >= user_deadline:
             raise WaitTimeoutError("timed out waiting for the peer to accept")
         time.sleep(max(at - clock(), 0.0))
@@ -443,7 +355,7 @@ class VitcpListener:
                 endpoint = self._next_request(deadline)
                 if endpoint is None:
                     continue  # closed or timed out before its ConnectRequest
-                request = endpoint._request
+                request = endpoint._state.take_request()
                 assert request is not None
                 routed = self._demux.route(endpoint._core, request)
                 driver = endpoint._driver
@@ -467,11 +379,11 @@ class VitcpListener:
         endpoint = VitcpEndpoint(sock, core)
         driver = endpoint._driver
         try:
-            driver.run_until(endpoint._has_request, deadline, "a ConnectRequest")
+            driver.run_until(endpoint._state.requested, deadline, "a ConnectRequest")
         except BaseException:
             driver.close()
             raise
-        if endpoint._request is None:
+        if endpoint._state.request is None:
             driver.close()
             return None
         return endpoint

@@ -8,7 +8,9 @@
 * :class:`PeerRetry`: the schedule of a peer-to-peer connect (§4): the
   active end retries while the passive end answers ConnectNoMatch (it is
   not waiting yet), backing off from 50 ms to 1 s, until the configured
-  ``connect_timeout``.
+  ``connect_timeout``; and, when it gives up, why.
+* :func:`start_connect`: the active core of a VipConnectRequest, with its
+  receive descriptors posted in time.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from iwarp.vitcp.config import VitcpConfig
+from iwarp.vitcp.config import Role, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
-from iwarp.vitcp.events import ConnectionRequested
+from iwarp.vitcp.events import TCP_CLOSED_UNANSWERED, ConnectionRequested
 
-__all__ = ["Demultiplexer", "Offer", "PeerRetry"]
+__all__ = ["Demultiplexer", "Offer", "PeerRetry", "start_connect"]
 
 T = TypeVar("T")
 
@@ -105,8 +107,23 @@ class Demultiplexer(Generic[T]):
         return Routed(offer, True)
 
 
+def start_connect(
+    config: VitcpConfig, remote_discriminator: bytes, now: float, *, keep_posted: int = 0
+) -> VitcpConnection:
+    """The active core of a VipConnectRequest (§4.2) to ``remote_discriminator``,
+    waiting for the adapter's ``tcp_established``."""
+    core = VitcpConnection(config, Role.ACTIVE)
+    core.connect(now, remote_discriminator)
+    if keep_posted:
+        # Posted before the ConnectRequest: a message may follow the
+        # ConnectAccept in the same TCP segment.
+        core.post_receive(keep_posted)
+    return core
+
+
 class PeerRetry:
-    """When the active end of a peer-to-peer connect tries again (§4).
+    """When the active end of a peer-to-peer connect tries again (§4), and
+    what it says when it stops.
 
     :param now: when the first attempt starts; the last may start before
         ``now + config.connect_timeout``.
@@ -118,14 +135,33 @@ class PeerRetry:
     def __init__(self, config: VitcpConfig, now: float) -> None:
         self.deadline = now + config.connect_timeout
         self.attempts = 1
+        #: Why attempts had to be repeated (each ReconnectNeeded reason, once).
+        self.reasons: set[str] = set()
         self._delay = self.FIRST_DELAY
 
-    def next_attempt(self, now: float) -> float | None:
-        """When to try again after an attempt met ConnectNoMatch, or None
-        when the time is up. Each wait is twice the last, at most 1 s."""
+    def next_attempt(self, now: float, reason: str | None = None) -> float | None:
+        """When to try again after an attempt ended with ``reason`` (a
+        :class:`~iwarp.vitcp.events.ReconnectNeeded` reason), or None when
+        the time is up. Each wait is twice the last, at most 1 s."""
+        if reason is not None:
+            self.reasons.add(reason)
         at = now + self._delay
         if at >= self.deadline:
             return None
         self._delay = min(self._delay * 2, self.MOST_DELAY)
         self.attempts += 1
         return at
+
+    def gave_up(self, host: str, port: int) -> str:
+        """Why the active end stopped trying ``host``:``port``: the peer's own
+        answers if it gave any, else that it never answered in VI/TCP at all
+        (TCP accepted and closed every time: likely not a VI/TCP listener)."""
+        if self.reasons == {TCP_CLOSED_UNANSWERED}:
+            return (
+                f"{host}:{port} closed the TCP connection without a VI/TCP answer, "
+                f"{self.attempts} times (is it a VI/TCP listener?)"
+            )
+        return (
+            f"peer-to-peer connection timed out after {self.attempts} attempts "
+            f"({'; '.join(sorted(self.reasons))})"
+        )
