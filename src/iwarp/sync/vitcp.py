@@ -30,6 +30,7 @@ import time
 
 from iwarp._typing import Buffer
 from iwarp.sync._driver import (
+    BusyPolled,
     CloseOnExit,
     Driver,
     TcpListener,
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 
-class VitcpEndpoint(CloseOnExit):
+class VitcpEndpoint(BusyPolled, CloseOnExit):
     """A VI on one TCP connection: post descriptors, send, RDMA, receive
     (§3.2-§3.4). Made by :func:`connect` and :meth:`VitcpListener.accept`.
 
@@ -111,6 +112,9 @@ class VitcpEndpoint(CloseOnExit):
 
     def fileno(self) -> int:
         return self._driver.fileno()
+
+    def _polled(self) -> Driver:
+        return self._driver
 
     # -- events ------------------------------------------------------------------------
 
