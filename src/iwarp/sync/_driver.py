@@ -365,7 +365,7 @@ class Driver:
             self._poll.modify(self._fd, mask)
         wake = timer if deadline is None or (timer is not None and timer < deadline) else deadline
         if mask:
-            ready = self._spin(wake) or self._poll.poll(_poll_timeout(wake))
+            ready = _spin(self._poll, wake, self.busy_poll) or self._poll.poll(_poll_timeout(wake))
         else:
             ready = _sleep_until(wake)
         for _, revents in ready:
@@ -374,23 +374,6 @@ class Driver:
             # A timer started by what was just read is armed by the next wait.
             self.run_timer()
         return True
-
-    def _spin(self, wake: float | None) -> list[tuple[int, int]]:
-        """Poll without sleeping for up to ``busy_poll`` seconds (not past
-        ``wake``); what became ready, or nothing."""
-        poll = self._poll.poll
-        ready = poll(0)
-        if ready or self.busy_poll <= 0:
-            return ready
-        end = clock() + self.busy_poll
-        if wake is not None and wake < end:
-            end = wake
-        while not ready and clock() < end:
-            # A runnable process (the peer, on a busy machine) gets the CPU
-            # first: spinning must not delay what it waits for.
-            os.sched_yield()
-            ready = poll(0)
-        return ready
 
     def check_stalled(self, what: str) -> None:
         """Raise if nothing can happen only because reading is paused.
@@ -464,12 +447,34 @@ def wait_any(drivers: Sequence[Driver], deadline: float | None) -> bool:
             wake = timer
     if not by_fd and wake is deadline and all(d.core.get_timer() is None for d in drivers):
         return False
-    ready = poller.poll(_poll_timeout(wake)) if by_fd else _sleep_until(wake)
+    if by_fd:
+        spin = min(driver.busy_poll for driver in drivers)
+        ready = _spin(poller, wake, spin) or poller.poll(_poll_timeout(wake))
+    else:
+        ready = _sleep_until(wake)
     for fd, revents in ready:
         by_fd[fd].service(revents)
     for driver in drivers:
         driver.run_timer()
     return True
+
+
+def _spin(poller: Any, wake: float | None, busy_poll: float) -> list[tuple[int, int]]:
+    """Poll without sleeping for up to ``busy_poll`` seconds (not past
+    ``wake``); what became ready, or nothing."""
+    poll = poller.poll
+    ready: list[tuple[int, int]] = poll(0)
+    if ready or busy_poll <= 0:
+        return ready
+    end = clock() + busy_poll
+    if wake is not None and wake < end:
+        end = wake
+    while not ready and clock() < end:
+        # A runnable process (the peer, on a busy machine) gets the CPU
+        # first: spinning must not delay what it waits for.
+        os.sched_yield()
+        ready = poll(0)
+    return ready
 
 
 def _poll_timeout(wake: float | None) -> float | None:
