@@ -39,7 +39,7 @@ from typing import Any
 
 from iwarp._typing import Buffer
 from iwarp.asyncio.driver import CoreDriver, run_handler
-from iwarp.vitcp.config import Negotiated, Role, VitcpConfig, peer_role
+from iwarp.vitcp.config import Negotiated, ViRole, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.endpoint import RECEIVE_HIGH_WATER, Outcome, ViEndpointState
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
@@ -132,7 +132,7 @@ class _VitcpProtocol(CoreDriver):
     def start_core(self, now: float, emss: int) -> None:
         assert self.transport is not None
         self._oob = _prepare_socket(self.transport)
-        if self.core.role is Role.ACTIVE:
+        if self.core.role is ViRole.ACTIVE:
             self.core.tcp_established(now)
         else:
             self.core.tcp_accepted(now)
@@ -454,7 +454,7 @@ class VitcpListener:
         return str(self._server.sockets[0].getsockname()[0])
 
     def _protocol_factory(self) -> _VitcpProtocol:
-        protocol = _VitcpProtocol(VitcpConnection(self.config, Role.PASSIVE))
+        protocol = _VitcpProtocol(VitcpConnection(self.config, ViRole.PASSIVE))
         protocol.on_request = self._on_request
         self._protocols.add(protocol)
         protocol.closed.add_done_callback(lambda _: self._protocols.discard(protocol))
@@ -548,7 +548,7 @@ async def connect_peer(
         (await asyncio.get_running_loop().getaddrinfo(remote_host, remote_port))[0][4][0]
     )
     role = peer_role(listener.host, str(remote_ip), local_discriminator, remote_discriminator)
-    if role is Role.ACTIVE:
+    if role is ViRole.ACTIVE:
         return await connect(
             remote_host,
             remote_port,

@@ -39,7 +39,7 @@ from iwarp.sync._driver import (
     deadline_after,
     open_tcp,
 )
-from iwarp.vitcp.config import Negotiated, Role, VitcpConfig, peer_role
+from iwarp.vitcp.config import Negotiated, ViRole, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.endpoint import RECEIVE_HIGH_WATER, ViEndpointState
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
@@ -378,7 +378,7 @@ class VitcpListener:
     def _next_request(self, deadline: float | None) -> VitcpEndpoint | None:
         """The next TCP connection, once its ConnectRequest arrived."""
         sock = self._tcp.accept(deadline)
-        core = VitcpConnection(self.config, Role.PASSIVE)
+        core = VitcpConnection(self.config, ViRole.PASSIVE)
         core.tcp_accepted(clock())
         endpoint = VitcpEndpoint(sock, core)
         driver = endpoint._driver
@@ -423,7 +423,7 @@ def connect_peer(
     )
     remote_ip = socket.getaddrinfo(remote_host, remote_port, type=socket.SOCK_STREAM)[0][4][0]
     role = peer_role(listener.host, str(remote_ip), local_discriminator, remote_discriminator)
-    if role is Role.ACTIVE:
+    if role is ViRole.ACTIVE:
         return connect(
             remote_host,
             remote_port,

@@ -22,15 +22,20 @@ from iwarp.vitcp.wire import (
     Reliability,
 )
 
-__all__ = ["MAX_MTU", "Negotiated", "Role", "VitcpConfig", "peer_role"]
+__all__ = ["MAX_MTU", "Negotiated", "Role", "ViRole", "VitcpConfig", "peer_role"]
 
 #: The largest segment payload the 16-bit Segment Length allows for every
 #: segment type, even when the length counts the trailer.
 MAX_MTU = MAX_SEGMENT_LENGTH - HEADER_SIZE - RDMA_HEADER_SIZE - TRAILER_SIZE  # 65491
 
 
-class Role(Enum):
-    """§4: the active end sends the ConnectRequest; the passive end listens."""
+class ViRole(Enum):
+    """§4: the active end sends the ConnectRequest; the passive end listens.
+
+    Not MPA's :class:`iwarp.mpa.config.Role` (Initiator, Responder): a VI/TCP
+    end's role says who opens TCP and sends the ConnectRequest, and in a
+    peer-to-peer connect it is decided by addresses (:func:`peer_role`).
+    """
 
     ACTIVE = "active"
     PASSIVE = "passive"
@@ -41,7 +46,7 @@ def peer_role(
     remote_ip: str,
     local_discriminator: bytes = b"",
     remote_discriminator: bytes = b"",
-) -> Role:
+) -> ViRole:
     """§4 peer-to-peer: the end with the numerically higher IP address is active.
 
     Equal addresses (both ends on one host) are not covered by the draft;
@@ -51,10 +56,10 @@ def peer_role(
     if local.version != remote.version:
         raise ValueError("peer-to-peer ends must use the same IP version")
     if int(local) != int(remote):
-        return Role.ACTIVE if int(local) > int(remote) else Role.PASSIVE
+        return ViRole.ACTIVE if int(local) > int(remote) else ViRole.PASSIVE
     if local_discriminator == remote_discriminator:
         raise ValueError("peer-to-peer ends on one address need different discriminators")
-    return Role.ACTIVE if local_discriminator > remote_discriminator else Role.PASSIVE
+    return ViRole.ACTIVE if local_discriminator > remote_discriminator else ViRole.PASSIVE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,3 +167,8 @@ class Negotiated:
     @property
     def peer_rdma_read(self) -> bool:
         return bool(self.peer_attributes & Attributes.RDMA_READ)
+
+
+# The name docs/vitcp.md documents; the class is ViRole so that it is never
+# mistaken for MPA's iwarp.mpa.config.Role.
+Role = ViRole

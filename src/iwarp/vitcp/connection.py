@@ -24,7 +24,7 @@ from typing import Final
 
 from iwarp._typing import Buffer
 from iwarp.statemachine import Machine
-from iwarp.vitcp.config import MAX_MTU, Negotiated, Role, VitcpConfig
+from iwarp.vitcp.config import MAX_MTU, Negotiated, ViRole, VitcpConfig
 from iwarp.vitcp.errors import (
     AttributeMismatchError,
     CrcMismatchError,
@@ -165,10 +165,10 @@ class VitcpConnection:
     active end retries on ConnectNoMatch (§4).
     """
 
-    def __init__(self, config: VitcpConfig, role: Role) -> None:
+    def __init__(self, config: VitcpConfig, role: ViRole) -> None:
         self.config = config
         self.role = role
-        if role is Role.ACTIVE:
+        if role is ViRole.ACTIVE:
             table = PEER_ACTIVE_TRANSITIONS if config.peer_to_peer else ACTIVE_TRANSITIONS
             self._machine = Machine(table)
         else:
@@ -758,7 +758,7 @@ class VitcpConnection:
         if self.state is State.INCOMING:
             if header.type is not SegmentType.CONNECT_REQUEST:
                 raise UnexpectedSegmentError(f"{header.type.name} before ConnectRequest")
-        elif self.state is State.PENDING_ACCEPT and self.role is Role.ACTIVE:
+        elif self.state is State.PENDING_ACCEPT and self.role is ViRole.ACTIVE:
             if header.type not in CONNECT_TYPES or header.type is SegmentType.CONNECT_REQUEST:
                 raise UnexpectedSegmentError(f"{header.type.name} while awaiting ConnectAccept")
         else:

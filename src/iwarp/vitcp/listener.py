@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from iwarp.vitcp.config import Role, VitcpConfig
+from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.events import TCP_CLOSED_UNANSWERED, ConnectionRequested
 
@@ -112,7 +112,7 @@ def start_connect(
 ) -> VitcpConnection:
     """The active core of a VipConnectRequest (§4.2) to ``remote_discriminator``,
     waiting for the adapter's ``tcp_established``."""
-    core = VitcpConnection(config, Role.ACTIVE)
+    core = VitcpConnection(config, ViRole.ACTIVE)
     core.connect(now, remote_discriminator)
     if keep_posted:
         # Posted before the ConnectRequest: a message may follow the
