@@ -432,7 +432,7 @@ def _queue_pair(
             role, pd, now, emss, None if setup is None else lambda: setup(qp)
         )
         qp._send_cq = CompletionQueue(endpoint.send_cq, qp._loop)
-        shared = endpoint.recv_cq is endpoint.send_cq
+        shared = options.shared_cq
         qp._recv_cq = qp._send_cq if shared else CompletionQueue(endpoint.recv_cq, qp._loop)
         return endpoint
 
@@ -476,9 +476,13 @@ async def connect(
         negotiation failed (codes 6, 7; our Terminate was sent).
     """
     options = QueuePairOptions(
-        config or INITIATOR_CONFIG, private_data, receive_buffers, receive_size,
-        first_send_delay, shared_cq,
-    )  # fmt: skip
+        config or INITIATOR_CONFIG,
+        private_data=private_data,
+        receive_buffers=receive_buffers,
+        receive_size=receive_size,
+        first_send_delay=first_send_delay,
+        shared_cq=shared_cq,
+    )
     build_request(options.config, private_data)  # LocalProtocolError before any connection
     domain = pd if pd is not None else ProtectionDomain()
     try:
@@ -559,7 +563,11 @@ async def serve(
         await driver.closed
 
     options = QueuePairOptions(
-        config or MpaConfig(), b"", receive_buffers, receive_size, 0.0, shared_cq, decide
+        config or MpaConfig(),
+        receive_buffers=receive_buffers,
+        receive_size=receive_size,
+        shared_cq=shared_cq,
+        decide=decide,
     )
 
     def accept() -> tuple[_Driver, Coroutine[Any, Any, None]]:

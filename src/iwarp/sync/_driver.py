@@ -462,9 +462,11 @@ def wait_any(drivers: Sequence[Driver], deadline: float | None) -> bool:
 def _spin(poller: Any, wake: float | None, busy_poll: float) -> list[tuple[int, int]]:
     """Poll without sleeping for up to ``busy_poll`` seconds (not past
     ``wake``); what became ready, or nothing."""
+    if busy_poll <= 0:
+        return []  # sleep at once: not even a first look
     poll = poller.poll
     ready: list[tuple[int, int]] = poll(0)
-    if ready or busy_poll <= 0:
+    if ready:
         return ready
     end = clock() + busy_poll
     if wake is not None and wake < end:

@@ -185,9 +185,13 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
             MessageReceived: self._on_message,
             Ended: _ignore,  # the endpoint keeps it: ``ended``, ``must_close``
         }
-        self._endpoint = endpoint = options.endpoint(
-            role, pd, clock(), tcp_setup(sock), None if setup is None else lambda: setup(self)
-        )
+        try:
+            self._endpoint = endpoint = options.endpoint(
+                role, pd, clock(), tcp_setup(sock), None if setup is None else lambda: setup(self)
+            )
+        except BaseException:
+            sock.close()  # bad options (LocalProtocolError): the socket is nobody's yet
+            raise
         self._driver = Driver(sock, endpoint, self._dispatch)
         self.send_cq._attach(self)
         self.recv_cq._attach(self)
@@ -503,9 +507,12 @@ def connect(
     deadline = deadline_after(timeout)
     sock = open_tcp(host, port, deadline, local_address)
     options = QueuePairOptions(
-        config if config is not None else INITIATOR_CONFIG, private_data, receive_buffers,
-        receive_size, first_send_delay,
-    )  # fmt: skip
+        config if config is not None else INITIATOR_CONFIG,
+        private_data=private_data,
+        receive_buffers=receive_buffers,
+        receive_size=receive_size,
+        first_send_delay=first_send_delay,
+    )
     domain = pd if pd is not None else ProtectionDomain()
     qp = QueuePair(
         sock, Role.INITIATOR, domain, options, setup=setup, send_cq=send_cq, recv_cq=recv_cq
