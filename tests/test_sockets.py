@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp.sockets import send_chunks
+from iwarp.sockets import send_chunks, vitcp_setup
 
 
 @settings(max_examples=30, deadline=None)
@@ -86,3 +86,26 @@ def test_a_blocking_listener_out_of_descriptors_closes_the_waiting_connection() 
     assert out.strip() == "timed out", (out, log)
     assert log.count("out of file descriptors") == 1, log
     assert "Traceback" not in log, log
+
+
+@pytest.mark.parametrize("send_urgent", [False, True])
+def test_vitcp_setup_keeps_urgent_octets_inline_and_dups_only_to_send_them(
+    send_urgent: bool,
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        a = socket.create_connection(server.getsockname())
+        b, _ = server.accept()
+    with a, b:
+        vitcp_setup(b, send_urgent=False)
+        oob = vitcp_setup(a, send_urgent=send_urgent)
+        assert a.getsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE)
+        assert a.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        if not send_urgent:
+            assert oob is None
+            return
+        assert oob is not None and oob.fileno() != a.fileno()
+        with oob:
+            assert oob.send(b"!", socket.MSG_OOB) == 1
+            b.settimeout(5)
+            assert b.recv(1) == b"!"  # SO_OOBINLINE: the urgent octet stays in the stream
+    assert vitcp_setup(None, send_urgent=True) is None

@@ -1,8 +1,8 @@
 """TCP socket handling that the asyncio and the blocking adapters share.
 
-Nothing here knows a protocol or an event loop: socket options, vectored
-sends that may go out in part, and a listening socket that stays usable
-when the process runs out of file descriptors.
+Nothing here knows an event loop: socket options (VI/TCP's urgent data
+too), vectored sends that may go out in part, and a listening socket that
+stays usable when the process runs out of file descriptors.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 
 from iwarp._typing import Buffer
@@ -26,6 +27,8 @@ __all__ = [
     "send_chunks",
     "tcp_setup",
     "unsent_part",
+    "urgent_pointer_exact",
+    "vitcp_setup",
 ]
 
 log = logging.getLogger("iwarp")
@@ -48,6 +51,38 @@ def tcp_setup(sock: socket.socket | None) -> int:
     except (OSError, AttributeError):
         return DEFAULT_EMSS
     return emss if emss > 0 else DEFAULT_EMSS
+
+
+def urgent_pointer_exact() -> bool:
+    """Whether the kernel's urgent pointer points at the urgent octet
+    (RFC 1122), which VI/TCP §3.7 requires before any octet is marked urgent:
+    on Linux ``net.ipv4.tcp_stdurg = 1``. With the default BSD behaviour
+    (pointer after the octet) urgent data is never sent."""
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_stdurg").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def vitcp_setup(sock: socket.socket | None, *, send_urgent: bool) -> socket.socket | None:
+    """TCP_NODELAY and SO_OOBINLINE for a VI/TCP connection: received urgent
+    octets stay in the stream (§3.7).
+
+    With ``send_urgent`` (the adapter may mark octets urgent and
+    :func:`urgent_pointer_exact` holds) returns a duplicate of the socket to
+    send MSG_OOB with; else None.
+    """
+    if sock is None:
+        return None
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)
+        if not send_urgent:
+            return None
+        return socket.fromfd(sock.fileno(), sock.family, sock.type)
+    except OSError:
+        return None
 
 
 def unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:

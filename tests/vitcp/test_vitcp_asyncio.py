@@ -17,6 +17,7 @@ import pytest
 
 import iwarp.asyncio.vitcp as aio
 import iwarp.cli.vitcp as cli_vitcp
+import iwarp.sockets
 from iwarp.asyncio.vitcp import (
     VitcpClosedError,
     VitcpEndpoint,
@@ -293,7 +294,7 @@ def test_urgent_follows_the_kernel_setting() -> None:
             expected = f.read().strip() == "1"
     except OSError:
         expected = False
-    assert aio.urgent_pointer_exact() is expected
+    assert iwarp.sockets.urgent_pointer_exact() is expected
 
 
 # --- CLI ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 from helpers import out
 from iwarp.vitcp.config import Role, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
+from iwarp.vitcp.errors import VitcpClosedError
 from iwarp.vitcp.events import (
     TCP_CLOSED_UNANSWERED,
     Connected,
@@ -15,7 +16,7 @@ from iwarp.vitcp.events import (
     ConnectionRequested,
 )
 from iwarp.vitcp.handshake import State
-from iwarp.vitcp.listener import Demultiplexer, PeerRetry
+from iwarp.vitcp.listener import Demultiplexer, PeerRetry, peer_setup
 from iwarp.vitcp.wire import Reliability, SegmentType
 
 
@@ -105,3 +106,43 @@ def test_peer_retry_says_why_it_gave_up() -> None:
         f"peer-to-peer connection timed out after {retry.attempts} attempts "
         f"({TCP_CLOSED_UNANSWERED}; peer not waiting yet (ConnectNoMatch))"  # sorted
     )
+
+
+def test_reconnect_at_gives_the_next_attempt_while_time_is_left() -> None:
+    core = VitcpConnection(VitcpConfig(peer_to_peer=True, connect_timeout=1.0), Role.ACTIVE)
+    core.connect(0.0, b"x")
+    retry = PeerRetry(core.config, 0.0)
+    assert retry.reconnect_at(core, 0.0, "ConnectNoMatch", "h", 1) == pytest.approx(0.05)
+    assert core.state is not State.DISCONNECTED
+
+
+def test_reconnect_at_ends_the_core_and_raises_why_when_time_is_up() -> None:
+    core = VitcpConnection(VitcpConfig(peer_to_peer=True, connect_timeout=0.01), Role.ACTIVE)
+    core.connect(0.0, b"x")
+    retry = PeerRetry(core.config, 0.0)
+    with pytest.raises(VitcpClosedError, match="timed out after 1 attempts"):
+        retry.reconnect_at(core, 0.0, "ConnectNoMatch", "h", 1)
+    assert core.state is State.DISCONNECTED
+
+
+def test_timed_out_and_tcp_failed_end_the_core_with_the_shared_wording() -> None:
+    for fail in ("timeout", "tcp"):
+        core = VitcpConnection(VitcpConfig(connect_timeout=1.0), Role.ACTIVE)
+        core.connect(0.0, b"x")
+        retry = PeerRetry(core.config, 0.0)
+        if fail == "timeout":
+            error = retry.timed_out(core, 0.5)  # the consumer's timeout runs out anyway
+            assert str(error) == "connection establishment timed out"
+        else:
+            error = retry.tcp_failed(core, 0.5, ConnectionRefusedError("refused"))
+            assert str(error) == "TCP connection setup failed: refused"
+        assert core.state is State.DISCONNECTED
+
+
+def test_peer_setup_makes_the_higher_address_active_with_our_discriminator() -> None:
+    base = VitcpConfig(connect_timeout=3.0)
+    config, role = peer_setup(base, "10.0.0.2", "10.0.0.1", b"me", b"you")
+    assert role is Role.ACTIVE
+    assert config.peer_to_peer and config.discriminator == b"me"
+    assert config.connect_timeout == 3.0
+    assert peer_setup(None, "10.0.0.1", "10.0.0.2", b"me", b"you")[1] is Role.PASSIVE

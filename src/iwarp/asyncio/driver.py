@@ -16,6 +16,8 @@ VI/TCP adapters derive from. It does what is asyncio's and nothing else:
 * **backpressure** both ways: :meth:`CoreDriver.drain` waits while output
   waits; reading pauses while more than ``receive_high_water`` octets were
   received and not consumed (:meth:`CoreDriver.backlog`);
+* **waiting**: an adapter's call waits in :meth:`CoreDriver.woken` until
+  the events it reacts to :meth:`~CoreDriver.wake` it;
 * **the timer**: one ``loop.call_at`` handle, re-armed from
   ``core.get_timer()`` after every call;
 * **closing**: once ``core.must_close``, the rest of the output goes out,
@@ -55,10 +57,12 @@ __all__ = [
     "RECEIVE_CHUNK",
     "CoreDriver",
     "FailureHook",
+    "fail",
     "report",
     "run_handler",
     "start_server",
     "tcp_emss",
+    "wake",
 ]
 
 log = logging.getLogger("iwarp")
@@ -87,6 +91,20 @@ def _receive_buffer() -> memoryview:
 def tcp_emss(transport: asyncio.BaseTransport) -> int:
     """Turn Nagle off (RFC 5044 §5.3) and read the EMSS MULPDU is sized from."""
     return tcp_setup(transport.get_extra_info("socket"))
+
+
+def wake(waiter: asyncio.Future[None] | None) -> None:
+    """Resolve ``waiter`` (if any and not done yet)."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+def fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    """Fail ``future`` unless it is done, marked retrieved: nobody may await
+    it (no "exception was never retrieved" log); the error is kept elsewhere."""
+    if not future.done():
+        future.set_exception(error)
+        future.exception()
 
 
 def _no_read() -> None:
@@ -134,6 +152,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._write_paused = False
         self._reading_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
         #: A duplicate of the socket we sendmsg with (own writer registration).
         self._sock: socket.socket | None = None
         #: Output the kernel did not take yet, written when it can.
@@ -225,6 +244,27 @@ class CoreDriver(asyncio.BufferedProtocol):
         self.flush()
 
     # -- for the adapters --------------------------------------------------------------
+
+    def now(self) -> float:
+        """The loop's clock, the cores' ``now``."""
+        return self._loop.time()
+
+    def applied(self) -> None:
+        """After an application call on the core: its events, then its output."""
+        self.handle_events(self.core.take_events())
+        self.flush()
+
+    def wake(self) -> None:
+        """Let the call waiting in :meth:`woken` check again."""
+        wake(self._waiter)
+
+    async def woken(self) -> None:
+        """Wait for the next :meth:`wake` (one waiting call at a time)."""
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
     def consumed(self) -> None:
         """The application took received data: resume reading below the low mark."""
@@ -349,9 +389,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._out.clear()
 
     def _wake_drain(self) -> None:
-        waiter = self._drain_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        wake(self._drain_waiter)
 
     # -- the timer -----------------------------------------------------------------
 

@@ -4,7 +4,8 @@ A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection`: each
 received chunk goes to the core, the core's segments are written at once,
 its one establishment timer is a ``loop.call_at`` handle. What a VI keeps
 (queues, completions, outcome, the keep-posted rule) is
-:class:`~iwarp.vitcp.endpoint.ViEndpointState`'s; this module adds the
+:class:`~iwarp.vitcp.endpoint.ViEndpointState`'s, its calls that never wait
+:class:`~iwarp.vitcp.front.ViEndpointFront`'s; this module adds the
 futures that wait on it. One listener owns one TCP port and hands incoming
 connections to the VI waiting for the called discriminator (§2.2.2.2.1), or
 answers ConnectNoMatch.
@@ -20,26 +21,23 @@ answers ConnectNoMatch.
 
 Urgent data (§3.7): every socket has SO_OOBINLINE, so urgent octets stay in
 the stream. We only ever mark an octet urgent where the kernel points the
-urgent pointer *at* it: on Linux that is ``net.ipv4.tcp_stdurg = 1``; with the
-default BSD behaviour (pointer after the octet) urgent data is never sent,
-as §3.7 demands.
+urgent pointer *at* it (:func:`~iwarp.sockets.urgent_pointer_exact`); else
+urgent data is never sent, as §3.7 demands.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import functools
 import ipaddress
 import socket
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import CoreDriver, run_handler
-from iwarp.vitcp.config import Negotiated, ViRole, VitcpConfig, peer_role
+from iwarp.asyncio.driver import CoreDriver, fail, run_handler
+from iwarp.sockets import urgent_pointer_exact, vitcp_setup
+from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.endpoint import RECEIVE_HIGH_WATER, Outcome, ViEndpointState
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
@@ -52,8 +50,9 @@ from iwarp.vitcp.events import (
     SendCompleted,
     ViConnectionRejected,
 )
+from iwarp.vitcp.front import ViEndpointFront
 from iwarp.vitcp.handshake import State
-from iwarp.vitcp.listener import Demultiplexer, PeerRetry, start_connect
+from iwarp.vitcp.listener import Demultiplexer, PeerRetry, peer_setup, start_connect
 from iwarp.vitcp.memory import LocalBuffer, ViMemoryRegion
 
 __all__ = [
@@ -64,35 +63,6 @@ __all__ = [
     "connect",
     "connect_peer",
 ]
-
-
-def urgent_pointer_exact() -> bool:
-    """Whether the kernel's urgent pointer points at the urgent octet
-    (RFC 1122), which §3.7 requires before any octet is marked urgent."""
-    try:
-        return Path("/proc/sys/net/ipv4/tcp_stdurg").read_text().strip() == "1"
-    except OSError:
-        return False
-
-
-def _prepare_socket(transport: asyncio.BaseTransport) -> socket.socket | None:
-    """TCP_NODELAY and SO_OOBINLINE (urgent octets stay in the stream).
-
-    Returns a duplicate of the socket for sending MSG_OOB (asyncio's
-    transport cannot), only if urgent octets may be sent at all (§3.7).
-    """
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return None
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)
-        if not urgent_pointer_exact():
-            return None
-        return socket.fromfd(sock.fileno(), sock.family, sock.type)
-    except OSError:
-        return None
 
 
 def _resolve(futures: dict[int, asyncio.Future[Event]], number: int, event: Event) -> None:
@@ -125,23 +95,24 @@ class _VitcpProtocol(CoreDriver):
         self.on_request: Callable[[_VitcpProtocol, ConnectionRequested], None] | None = None
         self.urgent_sent = 0
         self._oob: socket.socket | None = None
-        self._waiter: asyncio.Future[None] | None = None
 
     # -- the driver's hooks --
 
     def start_core(self, now: float, emss: int) -> None:
         assert self.transport is not None
-        self._oob = _prepare_socket(self.transport)
+        sock = self.transport.get_extra_info("socket")
+        # A duplicate to send MSG_OOB with (asyncio's transport cannot).
+        self._oob = vitcp_setup(sock, send_urgent=urgent_pointer_exact())
         if self.core.role is ViRole.ACTIVE:
             self.core.tcp_established(now)
         else:
             self.core.tcp_accepted(now)
-        self.process()
+        self.applied()
 
     def handle_events(self, events: list[Event]) -> None:
         state = self.state
         if state.handle(events):
-            self._wake()
+            self.wake()
         if self.on_request is not None:
             request = state.take_request()
             if request is not None:
@@ -150,10 +121,10 @@ class _VitcpProtocol(CoreDriver):
             if state.outcome is not None:
                 self.outcome.set_result(state.outcome)
             elif state.close_reason is not None:
-                self._fail(self.outcome, state.close_reason)
+                fail(self.outcome, state.close_reason)
         if state.close_reason is not None and self.completions:
             for future in self.completions.values():
-                self._fail(future, state.close_reason)
+                fail(future, state.close_reason)
             self.completions.clear()
 
     def backlog(self) -> int:
@@ -163,19 +134,8 @@ class _VitcpProtocol(CoreDriver):
         if self._oob is not None:
             self._oob.close()
             self._oob = None
-        self._fail(self.outcome, VitcpClosedError("TCP connection closed"))
-        self._wake()
-
-    @staticmethod
-    def _fail(future: asyncio.Future[Any], error: VitcpClosedError) -> None:
-        if not future.done():
-            future.set_exception(error)
-            future.exception()  # marked retrieved: nobody may await it (no "never retrieved" log)
-
-    def process(self) -> None:
-        """Handle the core's events and send its segments."""
-        self.handle_events(self.core.take_events())
-        self.flush()
+        fail(self.outcome, VitcpClosedError("TCP connection closed"))
+        self.wake()
 
     def flush(self) -> None:
         if self._oob is None:
@@ -217,36 +177,22 @@ class _VitcpProtocol(CoreDriver):
         transport.write(data[1:])
         return True
 
-    # -- waiting --
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
     async def wait_until(self, ready: Callable[[], bool]) -> None:
         """Wait until ``ready()`` (checked after each batch of arrivals)."""
         while not ready():
-            self._waiter = self._loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self.woken()
 
 
-class VitcpEndpoint:
+class VitcpEndpoint(ViEndpointFront):
     """A connected VI: post descriptors, send, RDMA, receive (§3.2-§3.4)."""
 
-    def __init__(self, protocol: _VitcpProtocol, params: Negotiated) -> None:
+    def __init__(self, protocol: _VitcpProtocol) -> None:
         self._protocol = protocol
         self._state = protocol.state
         self._core = protocol.core
-        #: What the CE exchange settled.
-        self.params = params
 
-    @property
-    def connection(self) -> VitcpConnection:
-        """The sans-IO core (for inspection)."""
-        return self._core
+    def _output(self) -> None:
+        self._protocol.applied()
 
     @property
     def urgent_sent(self) -> int:
@@ -258,28 +204,10 @@ class VitcpEndpoint:
         """The peer's address."""
         return self._protocol.peer()
 
-    def register(
-        self,
-        buffer: Buffer,
-        *,
-        address: int | None = None,
-        remote_write: bool = True,
-        remote_read: bool = True,
-    ) -> ViMemoryRegion:
-        """Register memory for RDMA (see :meth:`VitcpConnection.register`)."""
-        return self._core.register(
-            buffer, address=address, remote_write=remote_write, remote_read=remote_read
-        )
-
-    def post_receive(self, count: int = 1, capacity: int | None = None) -> None:
-        """Post receive descriptors."""
-        self._core.post_receive(count, capacity)
-        self._protocol.process()
-
     def _track(self, number: int) -> asyncio.Future[Event]:
         future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
         self._protocol.completions[number] = future
-        self._protocol.process()
+        self._protocol.applied()
         return future
 
     def send_nowait(
@@ -353,15 +281,11 @@ class VitcpEndpoint:
         await self._protocol.wait_until(state.notice_ready)
         return state.take_notice()
 
-    def pending_notices(self) -> list[Event]:
-        """Other events received so far, without waiting."""
-        return self._state.take_notices()
-
     async def close(self) -> None:
         """VipDisconnect: send what is queued, close TCP, wait for it."""
         if self._core.state is not State.DISCONNECTED:
             self._core.close()
-            self._protocol.process()
+            self._protocol.applied()
         self._protocol.close_transport()
         await self._protocol.closed
 
@@ -398,24 +322,19 @@ async def connect(
                 max(retry.deadline - loop.time(), 0.001),
             )
         except TimeoutError:
-            core.handle_timer(max(loop.time(), retry.deadline))  # the consumer's timeout (§4.2)
-            raise VitcpClosedError("connection establishment timed out") from None
+            raise retry.timed_out(core, loop.time()) from None
         except OSError as exc:
-            core.tcp_failed(loop.time())
-            raise VitcpClosedError(f"TCP connection setup failed: {exc}") from exc
+            raise retry.tcp_failed(core, loop.time(), exc) from exc
         outcome = await protocol.outcome
         if isinstance(outcome, Connected):
-            return VitcpEndpoint(protocol, outcome.params)
+            return VitcpEndpoint(protocol)
         if isinstance(outcome, ViConnectionRejected):
             await protocol.closed
             raise VitcpRejectedError(outcome.no_match)
         # ReconnectNeeded: drop this TCP connection, try again (§4.2, §4).
         protocol.close_transport()
         await protocol.closed
-        at = retry.next_attempt(loop.time(), outcome.reason)
-        if at is None or core.state is State.DISCONNECTED:
-            core.handle_timer(max(loop.time(), retry.deadline))
-            raise VitcpClosedError(retry.gave_up(host, port))
+        at = retry.reconnect_at(core, loop.time(), outcome.reason, host, port)
         await asyncio.sleep(at - loop.time())
 
 
@@ -501,7 +420,7 @@ class VitcpListener:
             return
         assert routed.offer is not None and core.params is not None
         protocol.state.keep_posted = routed.offer.keep_posted
-        endpoint = VitcpEndpoint(protocol, core.params)
+        endpoint = VitcpEndpoint(protocol)
         if isinstance(owner, asyncio.Future):
             if not owner.done():
                 owner.set_result(endpoint)
@@ -541,13 +460,12 @@ async def connect_peer(
 ) -> VitcpEndpoint:
     """VipConnectPeerRequest (§4): the end with the higher IP address connects
     (retrying on ConnectNoMatch), the other waits on its listener."""
-    config = dataclasses.replace(
-        config or VitcpConfig(), peer_to_peer=True, discriminator=local_discriminator
-    )
     remote_ip = ipaddress.ip_address(
         (await asyncio.get_running_loop().getaddrinfo(remote_host, remote_port))[0][4][0]
     )
-    role = peer_role(listener.host, str(remote_ip), local_discriminator, remote_discriminator)
+    config, role = peer_setup(
+        config, listener.host, str(remote_ip), local_discriminator, remote_discriminator
+    )
     if role is ViRole.ACTIVE:
         return await connect(
             remote_host,

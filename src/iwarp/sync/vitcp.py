@@ -1,8 +1,10 @@
 """VI/TCP with blocking calls: :func:`connect`, :class:`VitcpListener`, :class:`VitcpEndpoint`.
 
 A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection` and
-the VI's state (:class:`~iwarp.vitcp.endpoint.ViEndpointState`, shared with
-the asyncio adapter), driven by the caller's thread (:mod:`iwarp.sync._driver`);
+the VI's state and calls that never wait
+(:class:`~iwarp.vitcp.endpoint.ViEndpointState`,
+:class:`~iwarp.vitcp.front.ViEndpointFront`, shared with the asyncio
+adapter), driven by the caller's thread (:mod:`iwarp.sync._driver`);
 each call that waits takes ``timeout`` (seconds) and raises
 :class:`~iwarp.sync.WaitTimeoutError` when it runs out::
 
@@ -24,11 +26,11 @@ connections that call another discriminator with ConnectNoMatch
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import socket
 import time
 
 from iwarp._typing import Buffer
+from iwarp.sockets import vitcp_setup
 from iwarp.sync._driver import (
     BusyPolled,
     CloseOnExit,
@@ -39,7 +41,7 @@ from iwarp.sync._driver import (
     deadline_after,
     open_tcp,
 )
-from iwarp.vitcp.config import Negotiated, ViRole, VitcpConfig, peer_role
+from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.endpoint import RECEIVE_HIGH_WATER, ViEndpointState
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
@@ -51,8 +53,9 @@ from iwarp.vitcp.events import (
     SendCompleted,
     ViConnectionRejected,
 )
+from iwarp.vitcp.front import ViEndpointFront
 from iwarp.vitcp.handshake import State
-from iwarp.vitcp.listener import Demultiplexer, PeerRetry, start_connect
+from iwarp.vitcp.listener import Demultiplexer, PeerRetry, peer_setup, start_connect
 from iwarp.vitcp.memory import LocalBuffer, ViMemoryRegion
 
 __all__ = [
@@ -65,7 +68,7 @@ __all__ = [
 ]
 
 
-class VitcpEndpoint(BusyPolled, CloseOnExit):
+class VitcpEndpoint(ViEndpointFront, BusyPolled, CloseOnExit):
     """A VI on one TCP connection: post descriptors, send, RDMA, receive
     (§3.2-§3.4). Made by :func:`connect` and :meth:`VitcpListener.accept`.
 
@@ -76,39 +79,14 @@ class VitcpEndpoint(BusyPolled, CloseOnExit):
     def __init__(self, sock: socket.socket, core: VitcpConnection, keep_posted: int = 0) -> None:
         self._core = core
         self._state = ViEndpointState(core, keep_posted=keep_posted)
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)
+        vitcp_setup(sock, send_urgent=False)  # urgent data is never sent (module docstring)
         self._driver = Driver(sock, core, self._dispatch)
 
-    # -- properties ------------------------------------------------------------------
+    def _output(self) -> None:
+        self._driver.flush()
 
-    @property
-    def params(self) -> Negotiated:
-        """What the CE exchange settled."""
-        params = self._core.params
-        if params is None:
-            raise VitcpClosedError("not connected")
-        return params
-
-    @property
-    def connection(self) -> VitcpConnection:
-        """The sans-IO core (for inspection)."""
-        return self._core
-
-    @property
-    def keep_posted(self) -> int:
-        """Receive descriptors kept posted: each Send received (and each RDMA
-        Write with immediate data) posts one more."""
-        return self._state.keep_posted
-
-    @keep_posted.setter
-    def keep_posted(self, count: int) -> None:
-        self._state.keep_posted = count
-
-    @property
-    def close_reason(self) -> VitcpClosedError | None:
-        """Why the VI ended (with the protocol error, if any); None while open."""
-        return self._state.close_reason
+    def _read_arrived(self) -> None:
+        self._driver.wait(clock())
 
     def fileno(self) -> int:
         return self._driver.fileno()
@@ -124,24 +102,6 @@ class VitcpEndpoint(BusyPolled, CloseOnExit):
             self._driver.reading = False
 
     # -- posting -----------------------------------------------------------------------
-
-    def register(
-        self,
-        buffer: Buffer,
-        *,
-        address: int | None = None,
-        remote_write: bool = True,
-        remote_read: bool = True,
-    ) -> ViMemoryRegion:
-        """Register memory for RDMA (see :meth:`VitcpConnection.register`)."""
-        return self._core.register(
-            buffer, address=address, remote_write=remote_write, remote_read=remote_read
-        )
-
-    def post_receive(self, count: int = 1, capacity: int | None = None) -> None:
-        """Post receive descriptors."""
-        self._core.post_receive(count, capacity)
-        self._driver.flush()
 
     def _await(self, number: int, timeout: float | None, what: str) -> Event:
         self._driver.flush()
@@ -224,11 +184,6 @@ class VitcpEndpoint(BusyPolled, CloseOnExit):
         self._driver.run_until(state.notice_ready, deadline_after(timeout), "a notice")
         return state.take_notice()
 
-    def pending_notices(self) -> list[Event]:
-        """Other events received so far (reads what already arrived; never blocks)."""
-        self._driver.wait(clock())
-        return self._state.take_notices()
-
     # -- closing --------------------------------------------------------------------------
 
     def close(self, *, timeout: float | None = 5.0) -> None:
@@ -282,11 +237,9 @@ def connect(
         except WaitTimeoutError:
             if user_deadline is not None and clock() >= user_deadline:
                 raise
-            core.handle_timer(max(clock(), retry.deadline))  # the consumer's timeout (§4.2)
-            raise VitcpClosedError("connection establishment timed out") from None
+            raise retry.timed_out(core, clock()) from None
         except OSError as exc:
-            core.tcp_failed(clock())
-            raise VitcpClosedError(f"TCP connection setup failed: {exc}") from exc
+            raise retry.tcp_failed(core, clock(), exc) from exc
         core.tcp_established(clock())
         endpoint = VitcpEndpoint(sock, core, keep_posted)
         state, driver = endpoint._state, endpoint._driver
@@ -305,10 +258,7 @@ def connect(
         if outcome is None:
             raise state.closed_error()
         # ReconnectNeeded: a new TCP connection, after the shared schedule's pause (§4.2, §4).
-        at = retry.next_attempt(clock(), outcome.reason)
-        if at is None or core.state is State.DISCONNECTED:
-            core.handle_timer(max(clock(), retry.deadline))
-            raise VitcpClosedError(retry.gave_up(host, port))
+        at = retry.reconnect_at(core, clock(), outcome.reason, host, port)
         if user_deadline is not None and at >= user_deadline:
             raise WaitTimeoutError("timed out waiting for the peer to accept")
         time.sleep(max(at - clock(), 0.0))
@@ -418,11 +368,10 @@ def connect_peer(
     (retrying on ConnectNoMatch until the peer waits), the other waits on its
     listener. ``timeout`` bounds the call; ``config.connect_timeout`` too.
     """
-    config = dataclasses.replace(
-        config or VitcpConfig(), peer_to_peer=True, discriminator=local_discriminator
-    )
     remote_ip = socket.getaddrinfo(remote_host, remote_port, type=socket.SOCK_STREAM)[0][4][0]
-    role = peer_role(listener.host, str(remote_ip), local_discriminator, remote_discriminator)
+    config, role = peer_setup(
+        config, listener.host, str(remote_ip), local_discriminator, remote_discriminator
+    )
     if role is ViRole.ACTIVE:
         return connect(
             remote_host,

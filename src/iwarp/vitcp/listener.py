@@ -9,8 +9,11 @@
   active end retries while the passive end answers ConnectNoMatch (it is
   not waiting yet), backing off from 50 ms to 1 s, until the configured
   ``connect_timeout``; and, when it gives up, why.
+  It also ends the core and words the error when TCP setup fails or the
+  attempts run out, so both adapters raise the same.
 * :func:`start_connect`: the active core of a VipConnectRequest, with its
-  receive descriptors posted in time.
+  receive descriptors posted in time; :func:`peer_setup`: the config and
+  the role of each end of a VipConnectPeerRequest.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from iwarp.vitcp.config import ViRole, VitcpConfig
+from iwarp.vitcp.config import ViRole, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
+from iwarp.vitcp.errors import VitcpClosedError
 from iwarp.vitcp.events import TCP_CLOSED_UNANSWERED, ConnectionRequested
+from iwarp.vitcp.handshake import State
 
-__all__ = ["Demultiplexer", "Offer", "PeerRetry", "start_connect"]
+__all__ = ["Demultiplexer", "Offer", "PeerRetry", "peer_setup", "start_connect"]
 
 T = TypeVar("T")
 
@@ -121,6 +126,20 @@ def start_connect(
     return core
 
 
+def peer_setup(
+    config: VitcpConfig | None,
+    local_host: str,
+    remote_ip: str,
+    local_discriminator: bytes,
+    remote_discriminator: bytes,
+) -> tuple[VitcpConfig, ViRole]:
+    """VipConnectPeerRequest (§4): the config both ends use (peer-to-peer,
+    our discriminator) and our role: the end with the higher IP address
+    connects, the other waits on its listener."""
+    cfg = replace(config or VitcpConfig(), peer_to_peer=True, discriminator=local_discriminator)
+    return cfg, peer_role(local_host, remote_ip, local_discriminator, remote_discriminator)
+
+
 class PeerRetry:
     """When the active end of a peer-to-peer connect tries again (§4), and
     what it says when it stops.
@@ -165,3 +184,30 @@ class PeerRetry:
             f"peer-to-peer connection timed out after {self.attempts} attempts "
             f"({'; '.join(sorted(self.reasons))})"
         )
+
+    def reconnect_at(
+        self, core: VitcpConnection, now: float, reason: str, host: str, port: int
+    ) -> float:
+        """When to open a new TCP connection after a ReconnectNeeded with
+        ``reason`` (:meth:`next_attempt`).
+
+        :raises VitcpClosedError: the time is up or the core ended; the core's
+            establishment timer was run out first (§4.2).
+        """
+        at = self.next_attempt(now, reason)
+        if at is None or core.state is State.DISCONNECTED:
+            core.handle_timer(max(now, self.deadline))
+            raise VitcpClosedError(self.gave_up(host, port))
+        return at
+
+    def timed_out(self, core: VitcpConnection, now: float) -> VitcpClosedError:
+        """TCP setup outlasted ``connect_timeout``: the consumer's timeout
+        (§4.2) ends the core; returns the error to raise."""
+        core.handle_timer(max(now, self.deadline))
+        return VitcpClosedError("connection establishment timed out")
+
+    @staticmethod
+    def tcp_failed(core: VitcpConnection, now: float, exc: OSError) -> VitcpClosedError:
+        """TCP setup failed: the core ends; returns the error to raise (from ``exc``)."""
+        core.tcp_failed(now)
+        return VitcpClosedError(f"TCP connection setup failed: {exc}")
