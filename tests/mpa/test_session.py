@@ -11,7 +11,7 @@ from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import StreamDataReceived
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject
-from iwarp.mpa.session import IncompleteReadError, MpaSession
+from iwarp.mpa.session import IncompleteReadError, MpaFace, MpaSession
 
 
 def octets(session: MpaSession) -> bytes:
@@ -137,3 +137,29 @@ def test_stream_end_cuts_reads_short() -> None:
     with pytest.raises(IncompleteReadError) as info:
         session.stream_until(b"\n")
     assert (info.value.partial, info.value.expected) == (b"x", None)
+
+
+class Link:
+    """What a driver gives an MpaFace, without a driver: no clock, no output."""
+
+    def __init__(self, session: MpaSession, emss: int) -> None:
+        self.session = session
+        self.emss = emss
+        self.applied_calls = 0
+
+    def now(self) -> float:
+        return 0.0
+
+    def applied(self) -> None:
+        self.applied_calls += 1
+
+
+def test_face_reports_emss_and_gives_back_octets_before_the_unread_ones() -> None:
+    link = Link(MpaSession(MpaConfig()), emss=1234)
+    face = MpaFace(link)
+    assert face.emss == 1234
+    link.session.handle([StreamDataReceived(data=b"world")])
+    face.unread(b"hello ")
+    assert link.session.stream_read(-1) == b"hello world"
+    face._start_mpa(Role.INITIATOR, b"", b"", None)
+    assert link.applied_calls == 1 and link.session.core.params is None

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import CoreDriver, FailureHook, report, run_handler, start_server
+from iwarp.asyncio.driver import CoreDriver, FailureHook, fail, report, run_handler, start_server
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import MpaConnection
@@ -63,7 +63,6 @@ class _MpaProtocol(CoreDriver):
         self.session = MpaSession(config, decide=decide)
         self.core = self.session.core
         self.established: asyncio.Future[None] = self._loop.create_future()
-        self._waiter: asyncio.Future[None] | None = None
         self._socket: MpaSocket | None = None
         #: Resolved by connection_made (serve_stream's handler waits for it).
         self.made: asyncio.Future[None] = self._loop.create_future()
@@ -87,16 +86,12 @@ class _MpaProtocol(CoreDriver):
             self.close_transport()
         if not self.established.done():
             if session.error is not None:
-                self._startup_failed(session.error)
+                fail(self.established, session.error)  # the error is also the session's
             elif session.established:
                 self.established.set_result(None)
                 self.own_socket()
         if session.readable or session.unread:
-            self._wake()
-
-    def _startup_failed(self, error: IwarpError) -> None:
-        self.established.set_exception(error)
-        self.established.exception()  # retrieved: the error is also the session's
+            self.wake()
 
     def backlog(self) -> int:
         return self.session.backlog
@@ -104,7 +99,7 @@ class _MpaProtocol(CoreDriver):
     def eof_received(self) -> bool:
         keep = super().eof_received()
         self.session.eof = True
-        self._wake()
+        self.wake()
         return keep
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -114,32 +109,15 @@ class _MpaProtocol(CoreDriver):
 
     def lost(self, exc: BaseException | None) -> None:
         self.session.eof = True
-        if not self.established.done():
-            self._startup_failed(self.session.startup_error())
-        self._wake()
-
-    def now(self) -> float:
-        return self._loop.time()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        fail(self.established, self.session.startup_error())
+        self.wake()
 
     async def wait_for(self, take: Callable[[], T | None]) -> T:
         """``take()`` once it gives something, consuming received data."""
         while (got := take()) is None:
-            self._waiter = self._loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self.woken()
         self.consumed()
         return got
-
-    def applied(self) -> None:
-        """After an application call on the core: its events, then its output."""
-        self.handle_events(self.core.take_events())
-        self.flush()
 
     async def close(self) -> None:
         self.session.close()
@@ -181,10 +159,6 @@ class _Face(MpaFace[_MpaProtocol]):
 
 class MpaSocket(_Face):
     """An MPA connection in full operation on a TCP socket."""
-
-    @property
-    def emss(self) -> int:
-        return self._link.emss
 
     def refuse_reply(self) -> MpaStream:
         """Initiator: refuse the Reply before any ULPDU; MPA exits, TCP stays
@@ -255,10 +229,6 @@ class MpaStream(_Face):
             return await self._link.wait_for(take)
         except IncompleteReadError as exc:
             raise asyncio.IncompleteReadError(exc.partial, exc.expected) from None
-
-    def unread(self, data: bytes) -> None:
-        """Put octets back in front of the unread ones (they go to MPA at the switch)."""
-        self._link.session.give_back(data)
 
     async def start_mpa(
         self,

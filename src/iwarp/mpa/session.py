@@ -305,6 +305,8 @@ class MpaLink(Protocol):
     """What a driver gives the sockets and streams it makes."""
 
     session: MpaSession
+    #: The TCP effective MSS (TCP_MAXSEG) MULPDU was sized from.
+    emss: int
 
     def now(self) -> float:
         """The driver's clock, for the core."""
@@ -344,6 +346,16 @@ class MpaFace(Generic[L]):
     def error(self) -> IwarpError | None:
         """The error that ended the connection, if any (``.code`` for MPA)."""
         return self._link.session.error
+
+    @property
+    def emss(self) -> int:
+        """The TCP effective MSS (TCP_MAXSEG) MULPDU was sized from."""
+        return self._link.emss
+
+    def unread(self, data: bytes) -> None:
+        """Put streaming octets back in front of the unread ones (they go to
+        MPA at the switch)."""
+        self._link.session.give_back(data)
 
     def _queue(self, ulpdus: Iterable[Buffer]) -> None:
         core = self._link.session.core

@@ -128,10 +128,6 @@ class _Link:
 class _Face(MpaFace[_Link], BusyPolled, CloseOnExit):
     """What MpaSocket and MpaStream share: closing, the descriptor."""
 
-    @property
-    def emss(self) -> int:
-        return self._link.emss
-
     def fileno(self) -> int:
         """The TCP socket's descriptor (for the application's own ``select``)."""
         return self._link.driver.fileno()
@@ -228,10 +224,6 @@ class MpaStream(_Face):
         session = self._link.session
         take = lambda: session.stream_until(separator)  # noqa: E731
         return self._link.wait_for(take, timeout, f"{separator!r}")
-
-    def unread(self, data: bytes) -> None:
-        """Put octets back in front of the unread ones (they go to MPA at the switch)."""
-        self._link.session.give_back(data)
 
     def start_mpa(
         self,
