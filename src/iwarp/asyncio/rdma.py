@@ -37,8 +37,16 @@ from types import TracebackType
 from typing import Any, overload
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import CoreDriver, FailureHook, report, run_handler, start_server
-from iwarp.errors import IwarpError, MpaError, MpaErrorCode
+from iwarp.asyncio.driver import (
+    CoreDriver,
+    FailureHook,
+    fail,
+    report,
+    run_handler,
+    start_server,
+    wake,
+)
+from iwarp.errors import IwarpError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.handshake import build_request
@@ -111,12 +119,7 @@ class CompletionQueue:
 
     def wake(self, *, closed: bool = False) -> None:
         self._closed = self._closed or closed
-        _wake(self._waiter)
-
-
-def _wake(waiter: asyncio.Future[Any] | None) -> None:
-    if waiter is not None and not waiter.done():
-        waiter.set_result(None)
+        wake(self._waiter)
 
 
 Setup = Callable[["QueuePair"], None]
@@ -142,12 +145,8 @@ class _Driver(CoreDriver):
 
     def handle_events(self, events: list[Any]) -> None:
         qp = self._qp()
-        if qp is None:
-            return  # nobody holds the queue pair: nobody waits for its events
-        for event in events:
-            handler = _EVENTS.get(type(event))
-            if handler is not None:
-                handler(qp, event)
+        if qp is not None:  # else nobody holds the queue pair: nobody waits for its events
+            qp._dispatch(events)
 
     def lost(self, exc: BaseException | None) -> None:
         qp = self._qp()
@@ -176,7 +175,6 @@ class QueuePair(QueuePairFront):
         self._recv_cq: CompletionQueue | None = None
         self.established: asyncio.Future[MpaParams] = self._loop.create_future()
         self._futures: dict[int, asyncio.Future[Completion]] = {}
-        self._reader: asyncio.Future[None] | None = None
 
     # -- state ------------------------------------------------------------------
 
@@ -208,37 +206,21 @@ class QueuePair(QueuePairFront):
         transport = None if self._driver is None else self._driver.transport
         return default if transport is None else transport.get_extra_info(name, default)
 
-    # -- verbs --------------------------------------------------------------------
-
-    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
-        """Post a Send, RDMA Write or RDMA Read; its completion goes to ``send_cq``.
-
-        :raises ConnectionTerminatedError: the connection has ended.
-        """
-        self.endpoint.post_send(wr)
+    def _output(self) -> None:
         assert self._driver is not None
         self._driver.flush()
 
     # -- simple API -----------------------------------------------------------------
 
     async def _run(self, wr: SendWR | WriteWR | ReadWR) -> Completion:
-        endpoint = self.endpoint
-        endpoint.track(wr.wr_id)
-        try:
-            self.post_send(wr)
-        except BaseException:
-            endpoint.untrack(wr.wr_id)
-            raise
         # A Send or Write that TCP took at once completed while it was
         # posted: no future, no trip through the event loop.
-        completion = endpoint.result(wr.wr_id)
+        completion = self._post_tracked(wr)
         if completion is None:
             future: asyncio.Future[Completion] = self._loop.create_future()
             self._futures[wr.wr_id] = future
             completion = await future
-        if not completion.ok:
-            raise RdmaError(completion, self.terminate)
-        return completion
+        return self._checked(completion)
 
     async def send(
         self, data: Buffer | Sge, *, solicited: bool = False, invalidate_stag: int | None = None
@@ -316,21 +298,11 @@ class QueuePair(QueuePairFront):
         :raises LocalProtocolError: the queue pair has no receive pool.
         :raises ConnectionTerminatedError: the connection ended first.
         """
-        endpoint = self.endpoint
-        if not endpoint.receive_buffers:
-            from iwarp.errors import LocalProtocolError
-
-            raise LocalProtocolError("no receive pool: pass receive_buffers to connect/serve")
-        while (data := endpoint.take_message()) is None:
-            if endpoint.ended is not None or self.closed.done():
-                raise ConnectionTerminatedError(self.end_reason)
-            self._reader = self._loop.create_future()
-            try:
-                await self._reader
-            finally:
-                self._reader = None
-        assert self._driver is not None
-        self._driver.consumed()
+        driver = self._driver
+        assert driver is not None
+        while (data := self._take_message(driver.closed.done())) is None:
+            await driver.woken()
+        driver.consumed()
         return data
 
     async def flush(self) -> None:
@@ -345,7 +317,7 @@ class QueuePair(QueuePairFront):
         driver = self._driver
         assert driver is not None
         if self._endpoint is not None:
-            self._on_batch(self._endpoint.close())
+            self._dispatch(self._endpoint.close())
         driver.flush()
         driver.close_transport()
         await driver.closed
@@ -366,11 +338,7 @@ class QueuePair(QueuePairFront):
     ) -> None:
         await self.close()
 
-    # -- the endpoint's events (dispatched by :data:`_EVENTS`) ------------------------
-
-    def _on_batch(self, events: list[Any]) -> None:
-        assert self._driver is not None
-        self._driver.handle_events(events)
+    # -- the endpoint's events (QueuePairFront._dispatch) ------------------------------
 
     def _on_established(self, event: Established) -> None:
         assert self._driver is not None
@@ -391,34 +359,25 @@ class QueuePair(QueuePairFront):
             future.set_result(completion)
 
     def _on_message(self, event: MessageReceived) -> None:
-        _wake(self._reader)
+        self._wake_reader()
 
     def _on_ended(self, event: Ended) -> None:
         if not self.established.done():
-            error = event.error or MpaError(MpaErrorCode.TCP_CLOSED, event.reason)
-            self.established.set_exception(error)
-            self.established.exception()  # retrieved: it is also in .error
-        _wake(self._reader)
+            fail(self.established, self._startup_error(event.reason))  # also in .error
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        if self._driver is not None:
+            self._driver.wake()
 
     def _lost(self) -> None:
         for future in self._futures.values():
-            if not future.done():
-                future.set_exception(ConnectionTerminatedError(self.end_reason))
-                future.exception()
+            fail(future, ConnectionTerminatedError(self.end_reason))
         self._futures.clear()
         for cq in (self._send_cq, self._recv_cq):
             if cq is not None:
                 cq.wake(closed=True)
-        _wake(self._reader)
-
-
-_EVENTS: dict[type, Callable[[QueuePair, Any], None]] = {
-    Established: QueuePair._on_established,
-    CompletionQueued: QueuePair._on_completion,
-    WorkFinished: QueuePair._on_work,
-    MessageReceived: QueuePair._on_message,
-    Ended: QueuePair._on_ended,
-}
+        self._wake_reader()
 
 
 def _queue_pair(
@@ -557,7 +516,7 @@ async def serve(
         endpoint = qp.endpoint
         if endpoint.ended is None:
             endpoint.abort(IwarpError("the handler failed"))
-            qp._on_batch(endpoint.take_events())
+            qp._dispatch(endpoint.take_events())
         driver.flush()
         driver.close_transport()
         await driver.closed

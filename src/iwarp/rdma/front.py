@@ -1,34 +1,67 @@
 """What a queue pair offers whatever drives it.
 
 The asyncio and the blocking ``QueuePair`` differ only in how they wait;
-what they report and the verbs that never wait are here, once, on top of
-the sans-IO :class:`~iwarp.rdma.endpoint.QueuePairEndpoint`.
+what they report, the verbs that never wait, the table that hands the
+endpoint's events to them and the bookkeeping of the simple calls (which
+work request is theirs, when it failed, why a receive cannot wait) are
+here, once, on top of the sans-IO
+:class:`~iwarp.rdma.endpoint.QueuePairEndpoint`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, ClassVar, Final
+
 from iwarp._typing import Buffer
-from iwarp.errors import IwarpError, LocalProtocolError
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.events import MpaParams
-from iwarp.rdma.endpoint import QueuePairEndpoint
+from iwarp.rdma.endpoint import (
+    CompletionQueued,
+    Ended,
+    Established,
+    MessageReceived,
+    QueuePairEndpoint,
+    WorkFinished,
+)
+from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
 from iwarp.rdma.simple import ReadInto, ReadTarget, WriteData, read_target, write_source
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import TerminateHeader
-from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.work import Completion, ReadWR, RecvWR, SendWR, Sge, WriteWR
 
 __all__ = ["QueuePairFront"]
+
+#: Which method of a queue pair takes each of its endpoint's events.
+_HANDLERS: Final = {
+    Established: "_on_established",
+    CompletionQueued: "_on_completion",
+    WorkFinished: "_on_work",
+    MessageReceived: "_on_message",
+    Ended: "_on_ended",
+}
 
 
 class QueuePairFront:
     """The adapter-independent half of a queue pair.
 
-    An adapter sets ``pd`` and, once the TCP connection exists, ``_endpoint``;
-    before that the state reads as "not connected".
+    An adapter sets ``pd`` and, once the TCP connection exists, ``_endpoint``
+    (before that the state reads as "not connected"); it implements
+    :meth:`_output` and overrides the ``_on_*`` handlers of the events it
+    waits for.
     """
 
     pd: ProtectionDomain
     _endpoint: QueuePairEndpoint | None = None
+    #: What :meth:`_take_message`'s error names to get a receive pool.
+    _opened_by = "connect/serve"
+    #: Each event type's handler, resolved per class (:meth:`_dispatch`).
+    _handlers: ClassVar[dict[type, Callable[[Any, Any], None]]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._handlers = {kind: getattr(cls, name) for kind, name in _HANDLERS.items()}
 
     @property
     def endpoint(self) -> QueuePairEndpoint:
@@ -83,7 +116,89 @@ class QueuePairFront:
         """Post a receive buffer; its completion goes to ``recv_cq``."""
         self.endpoint.post_recv(wr)
 
+    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
+        """Post a Send, RDMA Write or RDMA Read; its completion goes to
+        ``send_cq``. What TCP takes now is written before this returns.
+
+        :raises ConnectionTerminatedError: the connection has ended.
+        """
+        self.endpoint.post_send(wr)
+        self._output()
+
+    # -- for the adapters --------------------------------------------------------
+
+    def _output(self) -> None:
+        """Write what the endpoint queued, as far as TCP takes it now."""
+        raise NotImplementedError
+
+    def _dispatch(self, events: list[Any]) -> None:
+        """Hand each of the endpoint's events to its ``_on_*`` handler."""
+        handlers = self._handlers
+        for event in events:
+            handlers[type(event)](self, event)
+
+    # The handlers an adapter overrides for what it waits on; by default an
+    # event needs nothing (the endpoint keeps the state: results, ended...).
+
+    def _on_established(self, event: Established) -> None:
+        """MPA is in full operation."""
+
+    def _on_completion(self, event: CompletionQueued) -> None:
+        """A completion was queued on ``event.queue``."""
+
+    def _on_work(self, event: WorkFinished) -> None:
+        """A tracked work request (a simple call's) finished."""
+
+    def _on_message(self, event: MessageReceived) -> None:
+        """A message arrived in the receive pool."""
+
+    def _on_ended(self, event: Ended) -> None:
+        """The connection ended (before or after full operation)."""
+
+    def _startup_error(self, reason: str = "connection closed during MPA startup") -> IwarpError:
+        """Why MPA startup did not complete: the endpoint's error, else TCP
+        closed with ``reason``."""
+        return self.endpoint.error or MpaError(MpaErrorCode.TCP_CLOSED, reason)
+
+    def _take_message(self, closed: bool) -> bytes | None:
+        """The next message of the receive pool; None while a wait may bring one.
+
+        :raises LocalProtocolError: the queue pair has no receive pool.
+        :raises ConnectionTerminatedError: the connection ended (or TCP is
+            gone: ``closed``) and no message is left.
+        """
+        endpoint = self.endpoint
+        data = endpoint.take_message()
+        if data is None:
+            if not endpoint.receive_buffers:
+                raise LocalProtocolError(
+                    f"no receive pool: pass receive_buffers to {self._opened_by}"
+                )
+            if closed or endpoint.ended is not None:
+                raise ConnectionTerminatedError(self.end_reason)
+        return data
+
     # -- the simple calls' work requests (the adapters post them and wait) --
+
+    def _post_tracked(self, wr: SendWR | WriteWR | ReadWR) -> Completion | None:
+        """Post a simple call's work request, tracked (its completion does
+        not go to ``send_cq``). Returns the completion when it finished while
+        posted (a Send or Write that TCP took at once), else None: the
+        adapter waits for its :class:`WorkFinished`."""
+        endpoint = self.endpoint
+        endpoint.track(wr.wr_id)
+        try:
+            self.post_send(wr)
+        except BaseException:
+            endpoint.untrack(wr.wr_id)
+            raise
+        return endpoint.result(wr.wr_id)
+
+    def _checked(self, completion: Completion) -> Completion:
+        """A simple call's completion; :raises RdmaError: it failed."""
+        if not completion.ok:
+            raise RdmaError(completion, self.terminate)
+        return completion
 
     def _send_wr(self, data: Buffer | Sge, solicited: bool, invalidate_stag: int | None) -> SendWR:
         wr_id = self.endpoint.next_wr_id()

@@ -35,18 +35,15 @@ from collections.abc import Callable
 from typing import Any, Final, overload
 
 from iwarp._typing import Buffer
-from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_SIZE,
     INITIATOR_CONFIG,
     CompletionQueued,
-    Ended,
     Established,
     MessageReceived,
     QueuePairOptions,
-    WorkFinished,
 )
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import QueuePairFront
@@ -159,6 +156,8 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     Made by :func:`connect` and :meth:`Listener.accept`.
     """
 
+    _opened_by = "connect/listen"
+
     def __init__(
         self,
         sock: Any,
@@ -178,13 +177,6 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         #: Completions of posted receives.
         self.recv_cq = recv_cq if recv_cq is not None else CompletionQueue()
         self._established = False
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            Established: self._on_established,
-            CompletionQueued: self._on_completion,
-            WorkFinished: _ignore,  # the simple calls ask the endpoint for the result
-            MessageReceived: self._on_message,
-            Ended: _ignore,  # the endpoint keeps it: ``ended``, ``must_close``
-        }
         try:
             self._endpoint = endpoint = options.endpoint(
                 role, pd, clock(), tcp_setup(sock), None if setup is None else lambda: setup(self)
@@ -212,33 +204,21 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     def _polled(self) -> Driver:
         return self._driver
 
-    # -- verbs --------------------------------------------------------------------
-
-    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
-        """Post a Send, RDMA Write or RDMA Read; its completion goes to
-        ``send_cq``. What TCP takes now is written before this returns.
-
-        :raises ConnectionTerminatedError: the connection has ended.
-        """
-        self.endpoint.post_send(wr)
+    def _output(self) -> None:
         self._driver.flush()
 
     # -- simple API -----------------------------------------------------------------
 
     def _run(self, wr: SendWR | WriteWR | ReadWR, timeout: float | None) -> Completion:
-        endpoint = self.endpoint
-        wr_id = wr.wr_id
-        endpoint.track(wr_id)
-        try:
-            self.post_send(wr)
-            # A Send or Write that TCP took at once completed while posted.
-            completion = endpoint.result(wr_id) or self._await(wr_id, timeout)
-        except BaseException:
-            endpoint.untrack(wr_id)  # timed out or failed: its completion goes to send_cq
-            raise
-        if not completion.ok:
-            raise RdmaError(completion, self.terminate)
-        return completion
+        # A Send or Write that TCP took at once completed while posted.
+        completion = self._post_tracked(wr)
+        if completion is None:
+            try:
+                completion = self._await(wr.wr_id, timeout)
+            except BaseException:
+                self.endpoint.untrack(wr.wr_id)  # timed out or failed: it goes to send_cq
+                raise
+        return self._checked(completion)
 
     def _await(self, wr_id: int, timeout: float | None) -> Completion:
         endpoint = self.endpoint
@@ -345,10 +325,8 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         :raises WaitTimeoutError: nothing arrived in time.
         """
         endpoint = self.endpoint
-        data = endpoint.take_message()
+        data = self._take_message(self._driver.closed)
         if data is None:
-            if not endpoint.receive_buffers:
-                raise LocalProtocolError("no receive pool: pass receive_buffers to connect/listen")
             driver = self._driver
             got: list[bytes] = []
 
@@ -420,12 +398,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         self.send_cq._detach(self)
         self.recv_cq._detach(self)
 
-    # -- the endpoint's events --------------------------------------------------------
-
-    def _dispatch(self, events: list[Any]) -> None:
-        handlers = self._handlers
-        for event in events:
-            handlers[type(event)](event)
+    # -- the endpoint's events (QueuePairFront._dispatch) ------------------------------
 
     def _on_established(self, event: Established) -> None:
         self._established = True
@@ -456,13 +429,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
             # e.g. the Terminate of a failed RFC 6581 negotiation, a reject's Reply
             driver.flush()
             driver.close()
-            raise endpoint.error or MpaError(
-                MpaErrorCode.TCP_CLOSED, "connection closed during MPA startup"
-            )
-
-
-def _ignore(event: object) -> None:
-    pass
+            raise self._startup_error()
 
 
 def connect(
