@@ -85,11 +85,15 @@ def vitcp_setup(sock: socket.socket | None, *, send_urgent: bool) -> socket.sock
         return None
 
 
+def _size(chunk: Buffer) -> int:
+    return chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
+
+
 def unsent_part(chunks: list[Buffer], sent: int) -> list[Buffer]:
     """What is left of ``chunks`` after ``sent`` octets went out (the buffers
     not touched stay the same objects; a partly sent one becomes a view)."""
     for i, chunk in enumerate(chunks):
-        size = chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
+        size = _size(chunk)
         if sent < size:
             rest = chunks[i:]
             if sent:
@@ -110,6 +114,13 @@ def send_chunks(
 
     :raises OSError: the connection failed (not for a full send buffer).
     """
+    if len(chunks) == 1 and on_sent is None:  # one framed run: most sends
+        chunk = chunks[0]
+        try:
+            sent = sock.send(chunk)
+        except (BlockingIOError, InterruptedError):
+            return chunks
+        return [] if sent == _size(chunk) else unsent_part(chunks, sent)
     for first in range(0, len(chunks), MAX_IOV):
         batch = chunks[first : first + MAX_IOV]
         try:

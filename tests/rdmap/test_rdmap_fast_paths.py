@@ -1,6 +1,8 @@
-"""The receiving stream's fast paths (RDMA Write segments, Send segments
-before the last) do exactly what the full path does: same placement, same
-events, same Terminate, for valid messages and with any field changed."""
+"""The stream's fast paths do exactly what the full path does. Receiving
+(RDMA Write segments, in-order segments of a plain Send, the last one
+completing it): same placement, same events, same Terminate, for valid
+messages and with any field changed. Sending (a small Send posted on an
+idle stream): the same ULPDU and completion as posting it and pulling it."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 from iwarp.rdmap.memory import Access, MemoryRegistry
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import RdmapOpcode, rdmap_control
-from iwarp.rdmap.work import RecvWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WriteWR
 
 MULPDU = 200
 SIZE = 600
@@ -37,7 +39,7 @@ def receiver(
     stream.take_events()
     if not fast:
         stream._place_write = lambda view: False  # type: ignore[method-assign]
-        stream._place_send_middle = lambda view: False  # type: ignore[method-assign]
+        stream._place_send = lambda view: False  # type: ignore[method-assign]
     return stream, memory, region.stag
 
 
@@ -136,18 +138,118 @@ def test_valid_writes_take_the_fast_path() -> None:
     assert memory[:SIZE] == (bytes(range(1, 256)) * 3)[:SIZE]
 
 
-def test_send_segments_before_the_last_take_the_fast_path() -> None:
+def test_send_segments_take_the_fast_path() -> None:
     stream, memory, _ = receiver(fast=True, receive_into=SIZE)
     placed = []
-    fast = stream._place_send_middle
+    fast = stream._place_send
 
     def counting(view: memoryview) -> bool:
         placed.append(fast(view))
         return placed[-1]
 
-    stream._place_send_middle = counting  # type: ignore[method-assign]
+    stream._place_send = counting  # type: ignore[method-assign]
     segments = write_segments(0, SIZE, 0, send=True)
     events = [e for seg in segments for e in stream.handle_ulpdu(memoryview(bytes(seg)))]
-    assert placed == [True] * (len(segments) - 2) + [False, False]  # the last ones complete
+    assert placed == [True] * len(segments)  # the last segments complete the receives
     assert [e.wr_id for e in events] == [6, 7]  # type: ignore[union-attr]
     assert memory[:SIZE] == (bytes(range(1, 256)) * 3)[:SIZE]
+
+
+def test_a_send_with_invalidate_takes_the_full_path() -> None:
+    stream, _, stag = receiver(fast=True, receive_into=SIZE)
+    placed = []
+    fast = stream._place_send
+
+    def counting(view: memoryview) -> bool:
+        placed.append(fast(view))
+        return placed[-1]
+
+    stream._place_send = counting  # type: ignore[method-assign]
+    sender = RdmapStream(MemoryRegistry().alloc_pd(), initiator=True, mulpdu=MULPDU)
+    sender.post_send(SendWR(b"abc", wr_id=1, invalidate_stag=stag))
+    (segment,) = sender.ulpdus_to_send()
+    (completion,) = stream.handle_ulpdu(memoryview(bytes(segment)))
+    assert placed == [False]
+    assert completion.invalidated_stag == stag  # type: ignore[union-attr]
+
+
+def _sent(stream: RdmapStream) -> tuple[list[bytes], list[str]]:
+    ulpdus = [bytes(u) for run in stream.runs_to_send() for u in run.ulpdus()]
+    return ulpdus, [repr(e) for e in stream.take_events()]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    size=st.integers(0, MULPDU),
+    solicited=st.booleans(),
+    invalidate=st.booleans(),
+    busy=st.sampled_from(["idle", "queued", "read"]),
+    version=st.sampled_from([0, 1]),
+)
+def test_send_at_once_equals_post_and_pull(
+    size: int, solicited: bool, invalidate: bool, busy: str, version: int
+) -> None:
+    """The same ULPDUs and completions, in the same order, whether a Send
+    goes out at once or through the send queue; refused (None, nothing
+    changed) whenever something is queued or in flight before it, it needs
+    more than one segment, or it invalidates an STag."""
+    outputs = []
+    for at_once in (True, False):
+        pd = MemoryRegistry().alloc_pd()
+        stream = RdmapStream(pd, initiator=True, mulpdu=MULPDU, version=version)
+        stream.take_events()
+        if busy == "queued":
+            stream.post_send(SendWR(b"first", wr_id=10))
+        elif busy == "read":
+            sink = pd.register(bytearray(8))
+            stream.post_send(ReadWR(Sge(sink), 0x1234, 0, wr_id=11))
+            _sent(stream)
+        wr = SendWR(
+            bytes(range(size)),  # size <= MULPDU < 256
+            wr_id=1,
+            solicited=solicited,
+            invalidate_stag=0x55 if invalidate else None,
+        )
+        if at_once:
+            run = stream.send_at_once(wr)
+            fits = size + 18 <= MULPDU
+            assert (run is not None) == (fits and busy == "idle" and not invalidate)
+            if run is None:
+                stream.post_send(wr)
+                outputs.append(_sent(stream))
+            else:
+                ulpdus = [bytes(u) for u in run.ulpdus()]
+                later, events = _sent(stream)
+                outputs.append((ulpdus + later, events))
+        else:
+            stream.post_send(wr)
+            outputs.append(_sent(stream))
+    assert outputs[0] == outputs[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    solicited=st.booleans(),
+    invalidate=st.booleans(),
+    length=st.integers(0, SIZE),
+    room=st.integers(0, SIZE + 64),
+)
+def test_fast_path_equals_full_path_for_each_send_variant(
+    solicited: bool, invalidate: bool, length: int, room: int
+) -> None:
+    """Send, Send with Solicited Event, and either with Invalidate (which
+    the full path takes): the same completions (solicited flag, invalidated
+    STag, lengths) and placement, in and over the receive buffer's size."""
+    results = []
+    for fast in (True, False):
+        stream, memory, stag = receiver(fast, receive_into=room)
+        sender = RdmapStream(MemoryRegistry().alloc_pd(), initiator=True, mulpdu=MULPDU)
+        payload = (bytes(range(1, 256)) * 3)[:length]
+        invalidate_stag = stag if invalidate else None
+        sender.post_send(SendWR(payload, 1, solicited=solicited, invalidate_stag=invalidate_stag))
+        sender.post_send(SendWR(b"x", 2, solicited=solicited))
+        events = [
+            repr(e) for u in sender.ulpdus_to_send() for e in stream.handle_ulpdu(memoryview(u))
+        ]
+        results.append((events, bytes(memory), stream.state))
+    assert results[0] == results[1]

@@ -167,6 +167,25 @@ class RdmaConnection:
         """Queue a Send, RDMA Write or RDMA Read (see :class:`RdmapStream`)."""
         self._require_stream().post_send(wr)
 
+    def send_at_once(self, wr: SendWR) -> bool:
+        """Post a small Send and frame it now when the stream and MPA are
+        idle (:meth:`RdmapStream.send_at_once`; MPA in full operation with
+        nothing queued, so framing ahead never piles up output); its octets
+        are in :meth:`data_to_send`, its completion in :meth:`take_events`.
+        False: nothing was done (:meth:`post_send` it).
+
+        :raises LocalProtocolError: as :meth:`post_send`.
+        """
+        stream = self.stream
+        mpa = self.mpa
+        if stream is None or mpa.state is not MpaState.FULL_OPERATION or mpa.has_data_to_send:
+            return False
+        run = stream.send_at_once(wr)
+        if run is None:
+            return False
+        mpa.send_run(run)
+        return True
+
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer for one incoming Send."""
         self._require_stream().post_recv(wr)
@@ -328,11 +347,14 @@ class RdmaConnection:
 
     @property
     def has_data_to_send(self) -> bool:
-        """Whether the stream has ULPDUs ready (more calls to :meth:`data_to_send`)."""
-        # Not once MPA cannot send (e.g. FAILED after a bad first FPDU): the
-        # stream's queued Terminate would never leave, and callers loop.
-        return (
-            self.stream is not None and self.stream.has_data_to_send and self.mpa.state in _SENDING
+        """Whether :meth:`data_to_send` would give octets now: MPA's own
+        output (frames, released FPDUs) or ULPDUs the stream has ready."""
+        # The stream's only while MPA can frame them (not once it FAILED
+        # after a bad first FPDU): its queued Terminate would never leave,
+        # and callers would loop.
+        stream = self.stream
+        return self.mpa.has_data_to_send or (
+            stream is not None and stream.has_data_to_send and self.mpa.state in _SENDING
         )
 
     def _take(self) -> list[Event]:

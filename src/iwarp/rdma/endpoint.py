@@ -373,6 +373,8 @@ class QueuePairEndpoint:
         :raises LocalProtocolError: not connected yet, or a bad request.
         """
         stream = self._stream()
+        if type(wr) is SendWR and self._hold_until is None and self.conn.send_at_once(wr):
+            return
         stream.post_send(wr)
         if (
             stream.state is StreamState.WAIT_PEER
@@ -453,7 +455,10 @@ class QueuePairEndpoint:
 
     @property
     def has_data_to_send(self) -> bool:
-        return self._hold_until is None and self.conn.has_data_to_send
+        conn = self.conn
+        if self._hold_until is not None:  # the stream's output waits; MPA's does not
+            return conn.mpa.has_data_to_send
+        return conn.has_data_to_send
 
     def take_events(self) -> list[Event]:
         self._route(self.conn.take_events(), None)

@@ -45,6 +45,7 @@ from iwarp.ddp.placement import (
 from iwarp.ddp.segmentation import MAX_MESSAGE, OutgoingMessage
 from iwarp.ddp.wire import (
     LAST_FLAG,
+    MAX_MSN,
     MAX_TO,
     TAGGED_FLAG,
     TAGGED_HEADER,
@@ -226,6 +227,9 @@ class RdmapStream:
         self._write_ddp = TAGGED_FLAG | version
         self._write_rdmap = self._control[RdmapOpcode.RDMA_WRITE]
         self._send_rdmap = self._control[RdmapOpcode.SEND]
+        self._send_se_rdmap = self._control[RdmapOpcode.SEND_WITH_SE]
+        #: The control octets of Sends without Invalidate (the fast path's).
+        self._plain_sends = (self._send_rdmap, self._send_se_rdmap)
         self.state = StreamState.OPERATIONAL if initiator else StreamState.WAIT_PEER
         self._recv: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.SEND)
         self._reads: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.READ_REQUEST)
@@ -268,9 +272,43 @@ class RdmapStream:
 
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer for one incoming Send (consumed in order)."""
-        self.state = transition(self.state, StreamInput.POST)
+        if self.state is not StreamState.OPERATIONAL:  # the same state after a POST
+            self.state = transition(self.state, StreamInput.POST)
         view = self._local(wr.local, _LOCAL_WRITE)
         self._recv.post(view, wr)
+
+    def send_at_once(self, wr: SendWR) -> SegmentRun | None:
+        """Post a Send and hand out its one segment now, when nothing else
+        is queued, being sent or awaiting completion before it (an idle
+        queue pair's small message, most of a ping-pong); its completion is
+        queued at once, as :meth:`runs_to_send` would. None: nothing was
+        done (post it with :meth:`post_send`).
+
+        The segment and the completion are those of :meth:`post_send`
+        followed by :meth:`runs_to_send`, with fewer steps.
+
+        :raises LocalProtocolError: as :meth:`post_send`.
+        """
+        if (
+            self.state is not StreamState.OPERATIONAL
+            or wr.invalidate_stag is not None
+            or self._sq
+            or self._inflight
+            or self._irq
+            or self._current is not None
+        ):
+            return None
+        payload = self._source(wr.data)
+        size = len(payload)
+        room = self.mulpdu - UNTAGGED_HEADER_SIZE
+        if size > room:
+            return None
+        msn = self._next_msn(QueueNumber.SEND)
+        rdmap = self._send_se_rdmap if wr.solicited else self._send_rdmap
+        header = UNTAGGED_HEADER.pack(self.version, rdmap, 0, QueueNumber.SEND, msn, 0)
+        self._events.append(Completion(wr.wr_id, WorkOpcode.SEND, CompletionStatus.SUCCESS, size))
+        # The MO field (4 octets at 14) of the one segment is 0; L is set.
+        return SegmentRun(header, payload, 0, size, room, 14, 4, 0, LAST_FLAG)
 
     def _write_work(self, wr: WriteWR) -> _Work:
         _check_remote(wr.remote_stag, wr.remote_to)
@@ -543,7 +581,9 @@ class RdmapStream:
             count = len(records) // 2
             index = 0
             while index < count:
-                if self.state is StreamState.OPERATIONAL:
+                # A run needs two segments; a lone one (most small messages)
+                # goes straight to the per-segment path.
+                if index + 1 < count and self.state is StreamState.OPERATIONAL:
                     placed = self._place_run(buffer, records, index)
                     if placed:
                         index += placed
@@ -719,33 +759,56 @@ class RdmapStream:
         ddp.tagged_placed(stag, to, length, rdmap, bool(control & LAST_FLAG))
         return True
 
-    def _place_send_middle(self, view: memoryview) -> bool:
-        """A Send segment that is not the message's last, whose checks all
-        pass, placed with fewer steps; False: anything else, for
-        :meth:`_receive` (the last segment completes the receive there)."""
+    def _place_send(self, view: memoryview) -> bool:
+        """A segment of a plain Send (or Send with Solicited Event) that
+        continues the message in progress in order and fits its buffer,
+        placed with fewer steps; the last one completes the receive here.
+        False: anything else (out of order, Invalidate, any failed check),
+        for :meth:`_receive`, which makes the same checks in RFC order and
+        reports the error. Most small messages are one such segment."""
         n = len(view)
-        if n <= UNTAGGED_HEADER_SIZE:
+        if n < UNTAGGED_HEADER_SIZE:
             return False
         control, rdmap, _, qn, msn, mo = UNTAGGED_HEADER.unpack_from(view, 0)
         if (
-            control & (TAGGED_FLAG | LAST_FLAG | VERSION_MASK) != self.version
-            or rdmap != self._send_rdmap
+            control & (TAGGED_FLAG | VERSION_MASK) != self.version
             or qn != QueueNumber.SEND
+            or rdmap not in self._plain_sends
         ):
             return False
         queue = self._recv
-        if not queue.buffers or msn != queue.next_msn or mo != queue.received or queue.out_of_order:
+        buffers = queue.buffers
+        if not buffers or msn != queue.next_msn or mo != queue.received or queue.out_of_order:
             return False
-        target = queue.buffers[0].view
         end = mo + n - UNTAGGED_HEADER_SIZE
-        if end > len(target):
+        head = buffers[0]
+        if end > len(head.view):
             return False  # DDP reports the message too long (RFC 5041 §7.1)
-        target[mo:end] = view[UNTAGGED_HEADER_SIZE:]
-        queue.received = end
+        if end > mo:
+            head.view[mo:end] = view[UNTAGGED_HEADER_SIZE:]
+        if not control & LAST_FLAG:
+            queue.received = end
+            return True
+        # The message is complete: what DDP's delivery and _send_received
+        # do for a Send without Invalidate, in one step.
+        buffers.popleft()
+        queue.next_msn = (msn + 1) & MAX_MSN
+        queue.received = 0
+        wr = head.context
+        assert wr is not None
+        self._events.append(
+            Completion(
+                wr.wr_id,
+                WorkOpcode.RECV,
+                CompletionStatus.SUCCESS,
+                end,
+                solicited=rdmap == self._send_se_rdmap,
+            )
+        )
         return True
 
     def _receive(self, view: memoryview) -> None:
-        if self._place_write(view) or self._place_send_middle(view):
+        if view and (self._place_write(view) if view[0] & TAGGED_FLAG else self._place_send(view)):
             return
         opcode = self._check_rdmap(view)
         segment = self._ddp.receive(view)

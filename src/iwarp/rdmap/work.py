@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from iwarp._typing import Buffer
 from iwarp.errors import RemoteProtocolError
@@ -123,9 +123,9 @@ class CompletionStatus(Enum):
     FLUSHED = "flushed"
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """A finished work request."""
+class Completion(NamedTuple):
+    """A finished work request (immutable; a named tuple, made for every
+    message, because a frozen dataclass costs about three times more to build)."""
 
     wr_id: int
     opcode: WorkOpcode

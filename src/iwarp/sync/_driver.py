@@ -333,8 +333,11 @@ class Driver:
         """Act on what ``poll`` reported for this socket."""
         if revents & (_POLLIN | _POLLEND) and (self.reading or revents & _POLLEND):
             self._read()
-        if self.sock is not None:
-            self.flush()  # what the input caused (a Reply, a Read Response...)
+        core = self.core
+        # What the input caused (a Reply, a Read Response, a close): most
+        # received messages cause nothing to send, and the core says so.
+        if self.sock is not None and (self._out or core.has_data_to_send or core.must_close):
+            self.flush()
 
     def run_timer(self) -> None:
         """Call the core's timer if it is due."""

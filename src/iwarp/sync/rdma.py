@@ -325,24 +325,21 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         :raises WaitTimeoutError: nothing arrived in time.
         """
         endpoint = self.endpoint
-        data = self._take_message(self._driver.closed)
+        driver = self._driver
+        data = self._take_message(driver.closed)
         if data is None:
-            driver = self._driver
-            got: list[bytes] = []
-
-            def arrived() -> bool:
-                message = endpoint.take_message()
-                if message is not None:
-                    got.append(message)
-                    return True
-                return endpoint.ended is not None or driver.closed
-
-            driver.run_until(arrived, deadline_after(timeout), "a message")
-            if not got:
-                raise ConnectionTerminatedError(self.end_reason)
-            data = got[0]
-        if not self._driver.reading and endpoint.message_octets < RECEIVE_HIGH_WATER // 4:
-            self._driver.reading = True
+            # Driver.run_until's loop, without a closure per call: this is
+            # the hot wait of a ping-pong.
+            deadline = deadline_after(timeout)
+            while data is None:
+                if deadline is not None and clock() >= deadline:
+                    raise WaitTimeoutError("timed out waiting for a message")
+                if not driver.wait(deadline):
+                    driver.check_stalled("a message")
+                    raise ConnectionTerminatedError(self.end_reason)
+                data = self._take_message(driver.closed)
+        if not driver.reading and endpoint.message_octets < RECEIVE_HIGH_WATER // 4:
+            driver.reading = True
         return data
 
     def _unsent(self) -> bool:
