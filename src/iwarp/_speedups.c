@@ -302,7 +302,10 @@ static PyObject *py_frame_run(PyObject *self, PyObject *args)
         goto done;
     }
     Py_ssize_t segments = stop == start ? 1 : (stop - start + room - 1) / room;
-    size_t bound = (size_t)segments * fpdu_bound((size_t)(hlen + room));
+    /* Every segment's ULPDU is at most the first's (a one-segment run of a
+       small message needs no room for a full MULPDU). */
+    Py_ssize_t largest = stop - start < room ? stop - start : room;
+    size_t bound = (size_t)segments * fpdu_bound((size_t)(hlen + largest));
     uint8_t *dest;
     if (target == Py_None) {
         out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);

@@ -191,8 +191,8 @@ def test_send_at_once_equals_post_and_pull(
 ) -> None:
     """The same ULPDUs and completions, in the same order, whether a Send
     goes out at once or through the send queue; refused (None, nothing
-    changed) whenever something is queued or in flight before it, it needs
-    more than one segment, or it invalidates an STag."""
+    changed) whenever something is queued or in flight before it or it
+    needs more than one segment."""
     outputs = []
     for at_once in (True, False):
         pd = MemoryRegistry().alloc_pd()
@@ -211,7 +211,8 @@ def test_send_at_once_equals_post_and_pull(
             invalidate_stag=0x55 if invalidate else None,
         )
         if at_once:
-            run = stream.send_at_once(wr)
+            # Callers take the Send with Invalidate to post_send.
+            run = None if invalidate else stream.send_at_once(wr.data, solicited=solicited, wr_id=1)
             fits = size + 18 <= MULPDU
             assert (run is not None) == (fits and busy == "idle" and not invalidate)
             if run is None:
@@ -253,3 +254,15 @@ def test_fast_path_equals_full_path_for_each_send_variant(
         ]
         results.append((events, bytes(memory), stream.state))
     assert results[0] == results[1]
+
+
+def test_send_at_once_without_a_wr_id_makes_no_completion() -> None:
+    stream = RdmapStream(MemoryRegistry().alloc_pd(), initiator=True, mulpdu=MULPDU)
+    stream.take_events()
+    run = stream.send_at_once(b"ping", solicited=True)
+    assert run is not None
+    (ulpdu,) = run.ulpdus()
+    assert ulpdu[18:] == b"ping"
+    assert ulpdu[1] == rdmap_control(RdmapOpcode.SEND_WITH_SE, 1)
+    assert stream.take_events() == []
+    assert stream.send_at_once(b"x" * MULPDU) is None  # two segments: post it

@@ -24,7 +24,7 @@ import struct
 from collections.abc import Iterator
 from functools import lru_cache
 from sys import getrefcount
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from iwarp._accel import speedups
 from iwarp._crc32c import crc32c
@@ -253,6 +253,10 @@ class _BufferPool:
 
 _POOL = _BufferPool()
 
+#: Runs framed into at most this many octets get a ``bytes`` object of
+#: their own: cheaper than finding a free pooled buffer and viewing it.
+_SMALL_RUN: Final = 2048
+
 
 class _Framer:
     """What both directions track: the options and the stream position."""
@@ -394,8 +398,30 @@ class FpduEncoder(_Framer):
                 out += self.encode(ulpdu)
             return out
         segments = run.segments
-        content = 9 + len(run.header) + run.room
+        content = 9 + largest  # as the accelerator bounds it: each ULPDU <= the first
         bound = segments * (content + 4 * (content // _MARKER_STRIDE + 3))
+        if bound <= _SMALL_RUN:
+            # A small message: framed into a new bytes object, no pooled buffer.
+            framed, phase = speedups.frame_run(
+                None,
+                run.header,
+                run.payload,
+                run.start,
+                run.stop,
+                run.room,
+                run.field_at,
+                run.field_size,
+                run.base,
+                run.last_mask,
+                self.markers,
+                self.crc,
+                self._phase,
+            )
+            assert isinstance(framed, bytes)
+            if self.markers:
+                self._phase = phase
+            self._position = (self._position + len(framed)) & _SEQ_MASK
+            return [framed]
         buffer = _POOL.get(bound)
         written, phase = speedups.frame_run(
             buffer,

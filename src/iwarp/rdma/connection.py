@@ -52,6 +52,7 @@ from iwarp.rdmap.work import (
     ReadWR,
     RecvWR,
     SendWR,
+    Sge,
     StreamReady,
     TerminateReceived,
     TerminateSent,
@@ -167,12 +168,15 @@ class RdmaConnection:
         """Queue a Send, RDMA Write or RDMA Read (see :class:`RdmapStream`)."""
         self._require_stream().post_send(wr)
 
-    def send_at_once(self, wr: SendWR) -> bool:
-        """Post a small Send and frame it now when the stream and MPA are
-        idle (:meth:`RdmapStream.send_at_once`; MPA in full operation with
-        nothing queued, so framing ahead never piles up output); its octets
-        are in :meth:`data_to_send`, its completion in :meth:`take_events`.
-        False: nothing was done (:meth:`post_send` it).
+    def send_at_once(
+        self, data: Sge | Buffer, *, solicited: bool = False, wr_id: int | None = None
+    ) -> bool:
+        """Post a small Send (without Invalidate) and frame it now when the
+        stream and MPA are idle (:meth:`RdmapStream.send_at_once`; MPA in
+        full operation with nothing queued, so framing ahead never piles up
+        output); its octets are in :meth:`data_to_send`, its completion
+        (with a ``wr_id``) in :meth:`take_events`. False: nothing was done
+        (:meth:`post_send` it).
 
         :raises LocalProtocolError: as :meth:`post_send`.
         """
@@ -180,7 +184,7 @@ class RdmaConnection:
         mpa = self.mpa
         if stream is None or mpa.state is not MpaState.FULL_OPERATION or mpa.has_data_to_send:
             return False
-        run = stream.send_at_once(wr)
+        run = stream.send_at_once(data, solicited=solicited, wr_id=wr_id)
         if run is None:
             return False
         mpa.send_run(run)

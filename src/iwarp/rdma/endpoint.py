@@ -373,7 +373,12 @@ class QueuePairEndpoint:
         :raises LocalProtocolError: not connected yet, or a bad request.
         """
         stream = self._stream()
-        if type(wr) is SendWR and self._hold_until is None and self.conn.send_at_once(wr):
+        if (
+            type(wr) is SendWR
+            and wr.invalidate_stag is None
+            and self._hold_until is None
+            and self.conn.send_at_once(wr.data, solicited=wr.solicited, wr_id=wr.wr_id)
+        ):
             return
         stream.post_send(wr)
         if (
@@ -382,6 +387,20 @@ class QueuePairEndpoint:
             and self._fence_warn_at is None
         ):
             self._fence_warn_at = self._now + FENCE_WARNING
+
+    def send_now(self, data: Buffer | Sge, *, solicited: bool = False) -> bool:
+        """The simple API's Send on an idle queue pair: framed now and complete
+        when this returns True (no work request, no completion: nothing can
+        fail it later); its octets are in :meth:`data_to_send`. False:
+        nothing was done; post a :class:`SendWR` instead (the queue pair is
+        busy, the message needs more than one segment, or the first send is
+        held back).
+
+        :raises ConnectionTerminatedError: the connection has ended.
+        :raises LocalProtocolError: not connected yet, or bad data.
+        """
+        self._stream()
+        return self._hold_until is None and self.conn.send_at_once(data, solicited=solicited)
 
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer; it completes in ``recv_cq``.
@@ -450,7 +469,9 @@ class QueuePairEndpoint:
         if self._hold_until is not None:
             limit = 0
         chunks = self.conn.data_to_send(limit)
-        self._route(self.conn.take_events(), None)
+        events = self.conn.take_events()
+        if events:
+            self._route(events, None)
         return chunks
 
     @property
@@ -461,7 +482,9 @@ class QueuePairEndpoint:
         return conn.has_data_to_send
 
     def take_events(self) -> list[Event]:
-        self._route(self.conn.take_events(), None)
+        events = self.conn.take_events()
+        if events:
+            self._route(events, None)
         return self._take()
 
     def get_timer(self) -> float | None:

@@ -277,36 +277,40 @@ class RdmapStream:
         view = self._local(wr.local, _LOCAL_WRITE)
         self._recv.post(view, wr)
 
-    def send_at_once(self, wr: SendWR) -> SegmentRun | None:
-        """Post a Send and hand out its one segment now, when nothing else
-        is queued, being sent or awaiting completion before it (an idle
-        queue pair's small message, most of a ping-pong); its completion is
-        queued at once, as :meth:`runs_to_send` would. None: nothing was
-        done (post it with :meth:`post_send`).
+    def send_at_once(
+        self, data: Sge | Buffer, *, solicited: bool = False, wr_id: int | None = None
+    ) -> SegmentRun | None:
+        """Post a Send (without Invalidate) and hand out its one segment now,
+        when nothing else is queued, being sent or awaiting completion
+        before it (an idle queue pair's small message, most of a
+        ping-pong). None: nothing was done (post it with :meth:`post_send`).
 
-        The segment and the completion are those of :meth:`post_send`
-        followed by :meth:`runs_to_send`, with fewer steps.
+        The segment, and with a ``wr_id`` the completion queued at once, are
+        those of :meth:`post_send` followed by :meth:`runs_to_send`, with
+        fewer steps. Without a ``wr_id`` no completion is made: the caller
+        takes the Send as complete when a run is returned (nothing after
+        that can fail it).
 
         :raises LocalProtocolError: as :meth:`post_send`.
         """
         if (
             self.state is not StreamState.OPERATIONAL
-            or wr.invalidate_stag is not None
             or self._sq
             or self._inflight
             or self._irq
             or self._current is not None
         ):
             return None
-        payload = self._source(wr.data)
+        payload = self._source(data)
         size = len(payload)
         room = self.mulpdu - UNTAGGED_HEADER_SIZE
         if size > room:
             return None
         msn = self._next_msn(QueueNumber.SEND)
-        rdmap = self._send_se_rdmap if wr.solicited else self._send_rdmap
+        rdmap = self._send_se_rdmap if solicited else self._send_rdmap
         header = UNTAGGED_HEADER.pack(self.version, rdmap, 0, QueueNumber.SEND, msn, 0)
-        self._events.append(Completion(wr.wr_id, WorkOpcode.SEND, CompletionStatus.SUCCESS, size))
+        if wr_id is not None:
+            self._events.append(Completion(wr_id, WorkOpcode.SEND, CompletionStatus.SUCCESS, size))
         # The MO field (4 octets at 14) of the one segment is 0; L is set.
         return SegmentRun(header, payload, 0, size, room, 14, 4, 0, LAST_FLAG)
 
