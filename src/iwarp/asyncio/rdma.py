@@ -226,7 +226,8 @@ class QueuePair(QueuePairFront):
         self, data: Buffer | Sge, *, solicited: bool = False, invalidate_stag: int | None = None
     ) -> None:
         """Send a message into the peer's next receive buffer; wait for completion."""
-        await self._run(self._send_wr(data, solicited, invalidate_stag))
+        if not self._sent_at_once(data, solicited, invalidate_stag):
+            await self._run(self._send_wr(data, solicited, invalidate_stag))
 
     async def rdma_write(
         self,

@@ -180,6 +180,18 @@ class QueuePairFront:
 
     # -- the simple calls' work requests (the adapters post them and wait) --
 
+    def _sent_at_once(
+        self, data: Buffer | Sge, solicited: bool, invalidate_stag: int | None
+    ) -> bool:
+        """The simple ``send``'s short way: on an idle queue pair a small
+        Send is framed and complete at once, with no work request
+        (:meth:`~iwarp.rdma.endpoint.QueuePairEndpoint.send_now`), and
+        written as far as TCP takes it. False: post it as a work request."""
+        if invalidate_stag is None and self.endpoint.send_now(data, solicited=solicited):
+            self._output()
+            return True
+        return False
+
     def _post_tracked(self, wr: SendWR | WriteWR | ReadWR) -> Completion | None:
         """Post a simple call's work request, tracked (its completion does
         not go to ``send_cq``). Returns the completion when it finished while

@@ -245,10 +245,8 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         timeout: float | None = None,
     ) -> None:
         """Send a message into the peer's next receive buffer; wait until it completed."""
-        if invalidate_stag is None and self.endpoint.send_now(data, solicited=solicited):
-            self._driver.flush()  # complete already: handed to MPA, like a posted Send
-            return
-        self._run(self._send_wr(data, solicited, invalidate_stag), timeout)
+        if not self._sent_at_once(data, solicited, invalidate_stag):
+            self._run(self._send_wr(data, solicited, invalidate_stag), timeout)
 
     def rdma_write(
         self,
