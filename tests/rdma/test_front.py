@@ -19,7 +19,7 @@ from iwarp.rdma.endpoint import (
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import QueuePairFront
 from iwarp.rdmap.memory import MemoryRegistry
-from iwarp.rdmap.work import SendWR
+from iwarp.rdmap.work import SendWR, WriteWR
 
 
 class Front(QueuePairFront):
@@ -71,7 +71,7 @@ def test_events_go_to_the_subclass_handlers_and_the_rest_to_no_ops() -> None:
     assert a.seen == [Established] and b.seen == [Established]
     a._dispatch([CompletionQueued(a.endpoint.send_cq), WorkFinished(1)])  # defaults: nothing
     wr = SendWR(b"hi", a.endpoint.next_wr_id())
-    assert a._post_tracked(wr) is None  # completes once its octets are taken for TCP
+    assert a._post_tracked(wr) is None  # its completion comes with the endpoint's events
     assert a.outputs == 1
     pump(a, b)
     completion = a.endpoint.result(wr.wr_id)
@@ -118,9 +118,11 @@ def test_startup_error_without_an_endpoint_error_is_tcp_closed() -> None:
 
 def test_a_failed_completion_raises_rdma_error() -> None:
     a, _ = fronts()
-    wr = SendWR(b"x", a.endpoint.next_wr_id())
+    # A Write waits in the send queue until its octets are taken for TCP
+    # (a small Send on an idle queue pair would complete while posted).
+    wr = WriteWR(b"x", 0x1234, 0, a.endpoint.next_wr_id())
     assert a._post_tracked(wr) is None
-    a._dispatch(a.endpoint.connection_lost(0.0, "gone"))  # flushes the tracked Send
+    a._dispatch(a.endpoint.connection_lost(0.0, "gone"))  # flushes the tracked Write
     completion = a.endpoint.result(wr.wr_id)
     assert completion is not None and not completion.ok
     with pytest.raises(RdmaError):
