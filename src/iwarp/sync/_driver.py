@@ -243,13 +243,17 @@ class Driver:
             if self._out and not self._send_pending():
                 return  # the kernel is full: poll for POLLOUT
             chunks = core.data_to_send()
+            if chunks and self.sock is not None:  # else nowhere to go: the connection is gone
+                # Octets first, then the events they caused (completions): the
+                # peer's wait ends sooner. If the send fails, the loss events
+                # come after those completions all the same (the core queues
+                # them in order).
+                self._send(chunks)
             events = core.take_events()
             if events:
                 self._dispatch(events)
-            if chunks and self.sock is not None:  # else nowhere to go: the connection is gone
-                self._send(chunks)
-                if self._out:
-                    return
+            if self._out:
+                return
             if not core.has_data_to_send:
                 break
         if core.must_close:
