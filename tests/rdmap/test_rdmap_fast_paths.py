@@ -138,9 +138,9 @@ def test_valid_writes_take_the_fast_path() -> None:
     assert memory[:SIZE] == (bytes(range(1, 256)) * 3)[:SIZE]
 
 
-def test_send_segments_take_the_fast_path() -> None:
-    stream, memory, _ = receiver(fast=True, receive_into=SIZE)
-    placed = []
+def counted(stream: RdmapStream) -> list[bool]:
+    """What the stream's Send fast path answers from now on, call by call."""
+    placed: list[bool] = []
     fast = stream._place_send
 
     def counting(view: memoryview) -> bool:
@@ -148,6 +148,12 @@ def test_send_segments_take_the_fast_path() -> None:
         return placed[-1]
 
     stream._place_send = counting  # type: ignore[method-assign]
+    return placed
+
+
+def test_send_segments_take_the_fast_path() -> None:
+    stream, memory, _ = receiver(fast=True, receive_into=SIZE)
+    placed = counted(stream)
     segments = write_segments(0, SIZE, 0, send=True)
     events = [e for seg in segments for e in stream.handle_ulpdu(memoryview(bytes(seg)))]
     assert placed == [True] * len(segments)  # the last segments complete the receives
@@ -157,14 +163,7 @@ def test_send_segments_take_the_fast_path() -> None:
 
 def test_a_send_with_invalidate_takes_the_full_path() -> None:
     stream, _, stag = receiver(fast=True, receive_into=SIZE)
-    placed = []
-    fast = stream._place_send
-
-    def counting(view: memoryview) -> bool:
-        placed.append(fast(view))
-        return placed[-1]
-
-    stream._place_send = counting  # type: ignore[method-assign]
+    placed = counted(stream)
     sender = RdmapStream(MemoryRegistry().alloc_pd(), initiator=True, mulpdu=MULPDU)
     sender.post_send(SendWR(b"abc", wr_id=1, invalidate_stag=stag))
     (segment,) = sender.ulpdus_to_send()

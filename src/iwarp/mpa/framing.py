@@ -400,30 +400,9 @@ class FpduEncoder(_Framer):
         segments = run.segments
         content = 9 + largest  # as the accelerator bounds it: each ULPDU <= the first
         bound = segments * (content + 4 * (content // _MARKER_STRIDE + 3))
-        if bound <= _SMALL_RUN:
-            # A small message: framed into a new bytes object, no pooled buffer.
-            framed, phase = speedups.frame_run(
-                None,
-                run.header,
-                run.payload,
-                run.start,
-                run.stop,
-                run.room,
-                run.field_at,
-                run.field_size,
-                run.base,
-                run.last_mask,
-                self.markers,
-                self.crc,
-                self._phase,
-            )
-            assert isinstance(framed, bytes)
-            if self.markers:
-                self._phase = phase
-            self._position = (self._position + len(framed)) & _SEQ_MASK
-            return [framed]
-        buffer = _POOL.get(bound)
-        written, phase = speedups.frame_run(
+        # A small message gets a bytes object of its own (no pooled buffer).
+        buffer = None if bound <= _SMALL_RUN else _POOL.get(bound)
+        framed, phase = speedups.frame_run(
             buffer,
             run.header,
             run.payload,
@@ -438,11 +417,14 @@ class FpduEncoder(_Framer):
             self.crc,
             self._phase,
         )
-        assert isinstance(written, int)
         if self.markers:
             self._phase = phase
-        self._position = (self._position + written) & _SEQ_MASK
-        return [memoryview(buffer)[:written]]
+        if isinstance(framed, bytes):
+            self._position = (self._position + len(framed)) & _SEQ_MASK
+            return [framed]
+        assert buffer is not None
+        self._position = (self._position + framed) & _SEQ_MASK
+        return [memoryview(buffer)[:framed]]
 
     def encode_bytes(self, ulpdu: Buffer) -> bytes:
         """Frame one ULPDU and return the FPDU as one ``bytes`` object."""
