@@ -157,6 +157,31 @@ def test_send_now_declines_what_must_wait_or_be_segmented() -> None:
         w.a.send_now(b"late")
 
 
+def test_a_peer_invalidating_the_pool_buffers_stags_only_replaces_them() -> None:
+    """A Send with Invalidate may name any STag of the queue pair's PD,
+    the receive pool's too: the message is delivered, the invalidated
+    buffer is replaced by a fresh one (never reposted, never an exception
+    out of receive_data), and the PD does not grow however often it
+    happens."""
+    w = pair(b={"receive_buffers": 2})
+    w.pump()
+    regions = w.b.pd.registry._regions
+    before = len(regions)
+    for i in range(20):
+        stag = next(iter(w.b._pool.values()))[0].stag  # a buffer's STag, as a peer may guess
+        w.a.post_send(SendWR(b"kill %d" % i, wr_id=i, invalidate_stag=stag))
+        w.pump()
+        assert w.b.take_message() == b"kill %d" % i
+        assert len(w.b._pool) == 2 and len(regions) == before
+        assert all(region.valid for region, _ in w.b._pool.values())
+    w.a.post_send(SendWR(b"after", wr_id=99))
+    w.pump()
+    assert w.b.take_message() == b"after"
+    assert w.b.ended is None
+    completions = [c for c in w.a.send_cq.poll() if not c.ok]
+    assert completions == []
+
+
 def test_user_receives_go_to_the_receive_queue() -> None:
     registry = MemoryRegistry()
     posted: list[RecvWR] = []

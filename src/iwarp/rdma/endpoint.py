@@ -554,10 +554,7 @@ class QueuePairEndpoint:
         self._in_setup = True
         try:
             for _ in range(self.receive_buffers):
-                region = self.pd.register(bytearray(self.receive_size))
-                wr = RecvWR(Sge(region), wr_id=next(self._ids))
-                self._pool[wr.wr_id] = (region, wr)
-                stream.post_recv(wr)
+                self._post_pool_buffer(stream)
             setup, self._setup = self._setup, None  # once; holds the adapter's object
             if setup is not None:
                 setup()
@@ -565,6 +562,13 @@ class QueuePairEndpoint:
             self._setup_error = exc
         finally:
             self._in_setup = False
+
+    def _post_pool_buffer(self, stream: RdmapStream) -> None:
+        """Register and post one more buffer of the receive pool."""
+        region = self.pd.register(bytearray(self.receive_size))
+        wr = RecvWR(Sge(region), wr_id=next(self._ids))
+        self._pool[wr.wr_id] = (region, wr)
+        stream.post_recv(wr)
 
     def _route(self, events: list[StackEvent], now: float | None) -> None:
         for event in events:
@@ -599,7 +603,15 @@ class QueuePairEndpoint:
         self.message_octets += len(data)
         stream = self.conn.stream
         if stream is not None and stream.state in (StreamState.OPERATIONAL, StreamState.WAIT_PEER):
-            stream.post_recv(wr)
+            if region.valid:
+                stream.repost_recv(wr, region.view)  # the whole region: Sge(region)
+            else:
+                # The peer invalidated this buffer's STag (a Send with
+                # Invalidate may name any STag of the PD, as siw allows): a
+                # fresh region takes its place, and the old one is forgotten.
+                del self._pool[wr_id]
+                region.deregister()
+                self._post_pool_buffer(stream)
         self._events.append(MessageReceived(len(data)))
 
     def _on_request(self, event: RequestReceived, now: float | None) -> None:

@@ -277,6 +277,21 @@ class RdmapStream:
         view = self._local(wr.local, _LOCAL_WRITE)
         self._recv.post(view, wr)
 
+    def repost_recv(self, wr: RecvWR, view: memoryview) -> None:
+        """:meth:`post_recv` again for a buffer it took and checked before,
+        ``view`` being the memory that check gave (a receive pool's buffer,
+        after its message was copied out): only the region's validity can
+        have changed since, and only that is checked again.
+
+        :raises LocalProtocolError: the region was invalidated or deregistered.
+        """
+        region = wr.local.region
+        if not region.valid:
+            raise LocalProtocolError(f"STag {region.stag:#010x} is invalidated or deregistered")
+        if self.state is not StreamState.OPERATIONAL:
+            self.state = transition(self.state, StreamInput.POST)
+        self._recv.post(view, wr)
+
     def send_at_once(
         self, data: Sge | Buffer, *, solicited: bool = False, wr_id: int | None = None
     ) -> SegmentRun | None:
@@ -593,7 +608,16 @@ class RdmapStream:
                         index += placed
                         continue
                 at = records[2 * index]
-                self._handle(buffer[at : at + records[2 * index + 1]])
+                view = buffer[at : at + records[2 * index + 1]]
+                # A Send segment whose checks all pass (most small messages)
+                # is placed here, without _handle's and _receive's dispatch.
+                if not (
+                    self.state is StreamState.OPERATIONAL
+                    and view
+                    and not view[0] & TAGGED_FLAG
+                    and self._place_send(view)
+                ):
+                    self._handle(view)
                 index += 1
         return self.take_events()
 
