@@ -118,8 +118,8 @@ def test_tracked_work_goes_to_result_not_the_queue() -> None:
 @pytest.mark.parametrize("markers", [False, True])
 def test_send_now_puts_on_the_wire_what_a_posted_send_does(crc: bool, markers: bool) -> None:
     """The simple API's Send on an idle queue pair: the same octets as a
-    posted SendWR (MPA CRC and markers included), the message arrives, and
-    no completion is made."""
+    posted SendWR (MPA CRC and markers included), handed out rather than
+    queued, the message arrives, and no completion is made."""
     wires: list[bytes] = []
     for now in (True, False):
         config = MpaConfig(crc=crc, markers=markers)
@@ -128,10 +128,12 @@ def test_send_now_puts_on_the_wire_what_a_posted_send_does(crc: bool, markers: b
         sent = []
         for payload in (b"first", b"", b"third" * 50):
             if now:
-                assert w.a.send_now(payload, solicited=payload == b"")
+                frame = w.a.send_now(payload, solicited=payload == b"")
+                assert frame is not None and not w.a.has_data_to_send
+                sent.append(frame)
             else:
                 w.a.post_send(SendWR(payload, wr_id=1, solicited=payload == b""))
-            sent.append(b"".join(bytes(c) for c in w.a.data_to_send()))
+                sent.append(b"".join(bytes(c) for c in w.a.data_to_send()))
             w.events[id(w.b)] += w.b.receive_data(sent[-1], 0.0)
             assert w.b.take_message() == payload
         wires.append(b"".join(sent))
@@ -142,16 +144,16 @@ def test_send_now_puts_on_the_wire_what_a_posted_send_does(crc: bool, markers: b
 def test_send_now_declines_what_must_wait_or_be_segmented() -> None:
     w = pair(a={"first_send_delay": 0.5, "now": 0.0}, b={"receive_buffers": 4})
     w.pump()
-    assert not w.a.send_now(b"held")  # the first send is held back: post it
+    assert w.a.send_now(b"held") is None  # the first send is held back: post it
     w.a.handle_timer(0.5)
     source = w.b.pd.register(bytearray(8), Access.REMOTE_READ)
     sink = w.a.pd.register(bytearray(8), Access.LOCAL_WRITE)
     w.a.post_send(ReadWR(Sge(sink), source.stag, 0, wr_id=5))
-    assert not w.a.send_now(b"after a read")  # completes after the Read: post it
+    assert w.a.send_now(b"after a read") is None  # completes after the Read: post it
     w.pump()
-    assert w.a.send_now(b"idle again")
+    assert w.a.send_now(b"idle again") is not None
     mulpdu = w.a.params.mulpdu if w.a.params else 0
-    assert not w.a.send_now(bytes(mulpdu))  # two segments: post it
+    assert w.a.send_now(bytes(mulpdu)) is None  # two segments: post it
     w.a.close()
     with pytest.raises(ConnectionTerminatedError):
         w.a.send_now(b"late")

@@ -211,14 +211,17 @@ def test_send_at_once_equals_post_and_pull(
         )
         if at_once:
             # Callers take the Send with Invalidate to post_send.
-            run = None if invalidate else stream.send_at_once(wr.data, solicited=solicited, wr_id=1)
+            ulpdu = (
+                None if invalidate else stream.send_at_once(wr.data, solicited=solicited, wr_id=1)
+            )
             fits = size + 18 <= MULPDU
-            assert (run is not None) == (fits and busy == "idle" and not invalidate)
-            if run is None:
+            assert (ulpdu is not None) == (fits and busy == "idle" and not invalidate)
+            if ulpdu is None:
                 stream.post_send(wr)
                 outputs.append(_sent(stream))
             else:
-                ulpdus = [bytes(u) for u in run.ulpdus()]
+                header, payload = ulpdu
+                ulpdus = [header + bytes(payload)]
                 later, events = _sent(stream)
                 outputs.append((ulpdus + later, events))
         else:
@@ -258,10 +261,10 @@ def test_fast_path_equals_full_path_for_each_send_variant(
 def test_send_at_once_without_a_wr_id_makes_no_completion() -> None:
     stream = RdmapStream(MemoryRegistry().alloc_pd(), initiator=True, mulpdu=MULPDU)
     stream.take_events()
-    run = stream.send_at_once(b"ping", solicited=True)
-    assert run is not None
-    (ulpdu,) = run.ulpdus()
-    assert ulpdu[18:] == b"ping"
-    assert ulpdu[1] == rdmap_control(RdmapOpcode.SEND_WITH_SE, 1)
+    parts = stream.send_at_once(b"ping", solicited=True)
+    assert parts is not None
+    header, payload = parts
+    assert len(header) == 18 and bytes(payload) == b"ping"
+    assert header[1] == rdmap_control(RdmapOpcode.SEND_WITH_SE, 1)
     assert stream.take_events() == []
     assert stream.send_at_once(b"x" * MULPDU) is None  # two segments: post it

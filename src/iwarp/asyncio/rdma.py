@@ -210,6 +210,10 @@ class QueuePair(QueuePairFront):
         assert self._driver is not None
         self._driver.flush()
 
+    def _write(self, frame: bytes) -> None:
+        assert self._driver is not None
+        self._driver.write([frame])
+
     # -- simple API -----------------------------------------------------------------
 
     async def _run(self, wr: SendWR | WriteWR | ReadWR) -> Completion:

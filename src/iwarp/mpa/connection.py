@@ -385,6 +385,24 @@ class MpaConnection:
             return
         self._send_framed(lambda framer: framer.encode_run(run))
 
+    def frame_parts(self, header: bytes, payload: Buffer) -> bytes:
+        """In full operation with nothing queued: frame the ULPDU ``header +
+        payload`` now and return the FPDU, which the caller writes before
+        anything :meth:`data_to_send` gives later (the small message's short
+        way: no queue, no pull).
+
+        :raises LocalProtocolError: not in full operation, output queued, or
+            the ULPDU is larger than the MULPDU.
+        """
+        encoder = self._encoder
+        if self._state is not MpaState.FULL_OPERATION or encoder is None or self._out:
+            raise LocalProtocolError("MPA cannot frame ahead of its queue now")
+        return encoder.encode_parts(header, payload)
+
+    def send_parts(self, header: bytes, payload: Buffer) -> None:
+        """:meth:`frame_parts`, queued for :meth:`data_to_send`."""
+        self._out.append(self.frame_parts(header, payload))
+
     def _send_framed(self, encode: Callable[[FpduEncoder], list[Buffer]]) -> None:
         """Outside plain full operation: check the table, then queue the
         pieces, held back while rule 4 forbids sending (a Responder before
@@ -436,6 +454,17 @@ class MpaConnection:
             self._now = now
         self._receive(data)
         return self.take_events()
+
+    def receive_whole(self, data: memoryview) -> memoryview | None:
+        """In full operation, the ULPDU of ``data`` when it is exactly one
+        whole, valid FPDU (:meth:`FpduDecoder.take_whole
+        <iwarp.mpa.framing.FpduDecoder.take_whole>`): received as
+        :meth:`receive_data` would, without an event. None: nothing was
+        done; :meth:`receive_data` takes ``data``."""
+        decoder = self._decoder
+        if self._state is not MpaState.FULL_OPERATION or decoder is None:
+            return None
+        return decoder.take_whole(data)
 
     def _receive(self, data: Buffer) -> None:
         if not data:

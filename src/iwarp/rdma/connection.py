@@ -180,15 +180,34 @@ class RdmaConnection:
 
         :raises LocalProtocolError: as :meth:`post_send`.
         """
-        stream = self.stream
-        mpa = self.mpa
-        if stream is None or mpa.state is not MpaState.FULL_OPERATION or mpa.has_data_to_send:
+        stream = self._idle()
+        ulpdu = (
+            None if stream is None else stream.send_at_once(data, solicited=solicited, wr_id=wr_id)
+        )
+        if ulpdu is None:
             return False
-        run = stream.send_at_once(data, solicited=solicited, wr_id=wr_id)
-        if run is None:
-            return False
-        mpa.send_run(run)
+        self.mpa.send_parts(*ulpdu)
         return True
+
+    def frame_send(
+        self, data: Sge | Buffer, *, solicited: bool = False, wr_id: int | None = None
+    ) -> bytes | None:
+        """:meth:`send_at_once`, but the FPDU is returned, not queued: the
+        caller writes it before anything :meth:`data_to_send` gives later.
+        None: nothing was done."""
+        stream = self._idle()
+        ulpdu = (
+            None if stream is None else stream.send_at_once(data, solicited=solicited, wr_id=wr_id)
+        )
+        return None if ulpdu is None else self.mpa.frame_parts(*ulpdu)
+
+    def _idle(self) -> RdmapStream | None:
+        """The stream, when MPA is in full operation with nothing queued (so
+        framing ahead never piles up output)."""
+        mpa = self.mpa
+        if mpa.state is not MpaState.FULL_OPERATION or mpa.has_data_to_send:
+            return None
+        return self.stream
 
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer for one incoming Send."""
@@ -205,6 +224,15 @@ class RdmaConnection:
     def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
         """Process octets from TCP (``b""`` means FIN); return the events."""
         self._process(self.mpa.receive_data(data, now))
+        return self._take()
+
+    def receive_ulpdu(self, ulpdu: memoryview) -> list[Event]:
+        """The ULPDU of a receive that was one whole FPDU, which MPA took
+        (:meth:`MpaConnection.receive_whole
+        <iwarp.mpa.connection.MpaConnection.receive_whole>`): to the stream,
+        as :meth:`receive_data` hands it a batch; return the events."""
+        if self.stream is not None:
+            self._events.extend(self.stream.handle_ulpdu(ulpdu))
         return self._take()
 
     def connection_lost(

@@ -388,19 +388,22 @@ class QueuePairEndpoint:
         ):
             self._fence_warn_at = self._now + FENCE_WARNING
 
-    def send_now(self, data: Buffer | Sge, *, solicited: bool = False) -> bool:
-        """The simple API's Send on an idle queue pair: framed now and complete
-        when this returns True (no work request, no completion: nothing can
-        fail it later); its octets are in :meth:`data_to_send`. False:
-        nothing was done; post a :class:`SendWR` instead (the queue pair is
-        busy, the message needs more than one segment, or the first send is
-        held back).
+    def send_now(self, data: Buffer | Sge, *, solicited: bool = False) -> bytes | None:
+        """The simple API's Send on an idle queue pair: framed now and
+        complete (no work request, no completion: nothing can fail it
+        later). Returns its FPDU, which the caller writes to TCP before
+        anything :meth:`data_to_send` gives later (nothing waits there now).
+        None: nothing was done; post a :class:`SendWR` instead (the queue
+        pair is busy, the message needs more than one segment, or the first
+        send is held back).
 
         :raises ConnectionTerminatedError: the connection has ended.
         :raises LocalProtocolError: not connected yet, or bad data.
         """
         self._stream()
-        return self._hold_until is None and self.conn.send_at_once(data, solicited=solicited)
+        if self._hold_until is not None:
+            return None
+        return self.conn.frame_send(data, solicited=solicited)
 
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer; it completes in ``recv_cq``.
@@ -462,7 +465,21 @@ class QueuePairEndpoint:
 
     def receive_data(self, data: Buffer, now: float) -> list[Event]:
         self._now = now
-        self._route(self.conn.receive_data(data, now), now)
+        conn = self.conn
+        view = memoryview(data)
+        # A receive that is one whole FPDU (most small messages) skips the
+        # batch machinery; a Send the stream completes at once skips the
+        # completion event too (_received).
+        ulpdu = conn.mpa.receive_whole(view) if view.itemsize == 1 else None
+        if ulpdu is None:
+            self._route(conn.receive_data(data, now), now)
+            return self._take()
+        stream = conn.stream
+        taken = None if stream is None else stream.receive_send(ulpdu)
+        if taken is None:
+            self._route(conn.receive_ulpdu(ulpdu), now)
+        else:
+            self._received(*taken)
         return self._take()
 
     def data_to_send(self, limit: int | None = SEND_BATCH) -> list[Buffer]:
@@ -593,10 +610,27 @@ class QueuePairEndpoint:
             cq.push(completion)
             self._events.append(CompletionQueued(cq))
             return
-        if completion.status is not CompletionStatus.SUCCESS:
-            return  # flushed with the connection
+        if completion.status is CompletionStatus.SUCCESS:  # else flushed with the connection
+            self._pool_message(entry, completion.byte_len)
+
+    def _received(self, wr: RecvWR, length: int, solicited: bool) -> None:
+        """A receive the stream completed without an event
+        (:meth:`RdmapStream.receive_send`): what :meth:`_on_completion` does
+        with its successful completion."""
+        wr_id = wr.wr_id
+        entry = self._pool.get(wr_id)
+        if entry is None or wr_id in self._tracked:
+            completion = Completion(
+                wr_id, WorkOpcode.RECV, CompletionStatus.SUCCESS, length, solicited=solicited
+            )
+            self._on_completion(completion, self._now)
+        else:
+            self._pool_message(entry, length)
+
+    def _pool_message(self, entry: tuple[MemoryRegion, RecvWR], length: int) -> None:
+        """A receive pool buffer holds a message: copy it out, post the buffer again."""
         region, wr = entry
-        data = bytes(region.view[: completion.byte_len])
+        data = bytes(region.view[:length])
         if self._messages is None:
             self._messages = deque()
         self._messages.append(data)
@@ -609,7 +643,7 @@ class QueuePairEndpoint:
                 # The peer invalidated this buffer's STag (a Send with
                 # Invalidate may name any STag of the PD, as siw allows): a
                 # fresh region takes its place, and the old one is forgotten.
-                del self._pool[wr_id]
+                del self._pool[wr.wr_id]
                 region.deregister()
                 self._post_pool_buffer(stream)
         self._events.append(MessageReceived(len(data)))

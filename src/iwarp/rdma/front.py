@@ -131,6 +131,11 @@ class QueuePairFront:
         """Write what the endpoint queued, as far as TCP takes it now."""
         raise NotImplementedError
 
+    def _write(self, frame: bytes) -> None:
+        """Write octets the endpoint handed out directly, ahead of its next
+        ``data_to_send``, as far as TCP takes them now (the rest waits, in order)."""
+        raise NotImplementedError
+
     def _dispatch(self, events: list[Any]) -> None:
         """Hand each of the endpoint's events to its ``_on_*`` handler."""
         handlers = self._handlers
@@ -187,9 +192,11 @@ class QueuePairFront:
         Send is framed and complete at once, with no work request
         (:meth:`~iwarp.rdma.endpoint.QueuePairEndpoint.send_now`), and
         written as far as TCP takes it. False: post it as a work request."""
-        if invalidate_stag is None and self.endpoint.send_now(data, solicited=solicited):
-            self._output()
-            return True
+        if invalidate_stag is None:
+            frame = self.endpoint.send_now(data, solicited=solicited)
+            if frame is not None:
+                self._write(frame)
+                return True
         return False
 
     def _post_tracked(self, wr: SendWR | WriteWR | ReadWR) -> Completion | None:

@@ -294,17 +294,18 @@ class RdmapStream:
 
     def send_at_once(
         self, data: Sge | Buffer, *, solicited: bool = False, wr_id: int | None = None
-    ) -> SegmentRun | None:
+    ) -> tuple[bytes, memoryview] | None:
         """Post a Send (without Invalidate) and hand out its one segment now,
-        when nothing else is queued, being sent or awaiting completion
-        before it (an idle queue pair's small message, most of a
-        ping-pong). None: nothing was done (post it with :meth:`post_send`).
+        as its DDP/RDMAP header and its payload, when nothing else is
+        queued, being sent or awaiting completion before it (an idle queue
+        pair's small message, most of a ping-pong). None: nothing was done
+        (post it with :meth:`post_send`).
 
-        The segment, and with a ``wr_id`` the completion queued at once, are
-        those of :meth:`post_send` followed by :meth:`runs_to_send`, with
-        fewer steps. Without a ``wr_id`` no completion is made: the caller
-        takes the Send as complete when a run is returned (nothing after
-        that can fail it).
+        The segment (``header + payload``), and with a ``wr_id`` the
+        completion queued at once, are those of :meth:`post_send` followed
+        by :meth:`runs_to_send`, with fewer steps. Without a ``wr_id`` no
+        completion is made: the caller takes the Send as complete when the
+        segment is returned (nothing after that can fail it).
 
         :raises LocalProtocolError: as :meth:`post_send`.
         """
@@ -323,11 +324,11 @@ class RdmapStream:
             return None
         msn = self._next_msn(QueueNumber.SEND)
         rdmap = self._send_se_rdmap if solicited else self._send_rdmap
-        header = UNTAGGED_HEADER.pack(self.version, rdmap, 0, QueueNumber.SEND, msn, 0)
+        # The one segment is the last (L set), at MO 0.
+        header = UNTAGGED_HEADER.pack(self.version | LAST_FLAG, rdmap, 0, QueueNumber.SEND, msn, 0)
         if wr_id is not None:
             self._events.append(Completion(wr_id, WorkOpcode.SEND, CompletionStatus.SUCCESS, size))
-        # The MO field (4 octets at 14) of the one segment is 0; L is set.
-        return SegmentRun(header, payload, 0, size, room, 14, 4, 0, LAST_FLAG)
+        return header, payload
 
     def _write_work(self, wr: WriteWR) -> _Work:
         _check_remote(wr.remote_stag, wr.remote_to)
@@ -794,6 +795,36 @@ class RdmapStream:
         False: anything else (out of order, Invalidate, any failed check),
         for :meth:`_receive`, which makes the same checks in RFC order and
         reports the error. Most small messages are one such segment."""
+        placed = self._take_send(view)
+        if placed is True or placed is False:
+            return placed
+        wr, end, solicited = placed
+        self._events.append(
+            Completion(
+                wr.wr_id, WorkOpcode.RECV, CompletionStatus.SUCCESS, end, solicited=solicited
+            )
+        )
+        return True
+
+    def receive_send(self, view: memoryview) -> tuple[RecvWR, int, bool] | None:
+        """One received segment that is a whole plain Send (or Send with
+        Solicited Event), in order and fitting the head receive buffer:
+        placed there and its receive completed, as :meth:`handle_ulpdu`
+        would, but the completion is returned, as (work request, length,
+        solicited), instead of queued as an event: for the owner of the
+        buffer (a receive pool), which takes the message out at once.
+
+        None: nothing was done; :meth:`handle_ulpdu` takes the segment.
+        """
+        if self.state is not StreamState.OPERATIONAL or not view or not view[0] & LAST_FLAG:
+            return None
+        placed = self._take_send(view)
+        return None if placed is False or placed is True else placed
+
+    def _take_send(self, view: memoryview) -> tuple[RecvWR, int, bool] | bool:
+        """:meth:`_place_send`'s checks and placement. Returns False (not
+        placed), True (placed, the message goes on) or, when the segment
+        completed the message, (work request, length, solicited)."""
         n = len(view)
         if n < UNTAGGED_HEADER_SIZE:
             return False
@@ -824,16 +855,7 @@ class RdmapStream:
         queue.received = 0
         wr = head.context
         assert wr is not None
-        self._events.append(
-            Completion(
-                wr.wr_id,
-                WorkOpcode.RECV,
-                CompletionStatus.SUCCESS,
-                end,
-                solicited=rdmap == self._send_se_rdmap,
-            )
-        )
-        return True
+        return wr, end, rdmap == self._send_se_rdmap
 
     def _receive(self, view: memoryview) -> None:
         if view and (self._place_write(view) if view[0] & TAGGED_FLAG else self._place_send(view)):

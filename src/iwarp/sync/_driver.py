@@ -259,6 +259,15 @@ class Driver:
         if core.must_close:
             self.close()
 
+    def write(self, data: Buffer) -> None:
+        """Octets the core handed out directly, ahead of its next
+        ``data_to_send``: sent now, as far as the kernel takes them, behind
+        whatever waits (dropped when the socket is closed)."""
+        if self._out:
+            self._out.append(data)
+        elif self.sock is not None:
+            self._send([data])
+
     def _send(self, chunks: list[Buffer]) -> None:
         assert self.sock is not None
         tap = self._tap

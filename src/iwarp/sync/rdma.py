@@ -207,6 +207,9 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     def _output(self) -> None:
         self._driver.flush()
 
+    def _write(self, frame: bytes) -> None:
+        self._driver.write(frame)
+
     # -- simple API -----------------------------------------------------------------
 
     def _run(self, wr: SendWR | WriteWR | ReadWR, timeout: float | None) -> Completion:
