@@ -304,7 +304,8 @@ def test_a_wait_polls_busily_for_busy_poll_seconds_then_sleeps(
     serve: Callable[..., int], busy_poll: float
 ) -> None:
     """With busy_poll, a message due soon is picked up without sleeping in
-    poll (only poll(0) calls); with 0, the wait sleeps at once."""
+    poll (the socket is read again and again, without blocking); with 0,
+    the wait sleeps at once."""
 
     def handler(qp: rdma.QueuePair) -> None:
         qp.receive(timeout=T)
@@ -318,14 +319,33 @@ def test_a_wait_polls_busily_for_busy_poll_seconds_then_sleeps(
         qp.busy_poll = busy_poll
         recorder = _RecordingPoll(qp._driver._poll)
         qp._driver._poll = recorder  # type: ignore[assignment]
+        reads = _CountingReads(qp._driver.sock)
+        qp._driver.sock = reads  # type: ignore[assignment]
         qp.send(b"go", timeout=T)
         assert qp.receive(timeout=T) == b"late"
+        looks = reads.count
         qp.send(b"done", timeout=T)
     sleeping = [t for t in recorder.timeouts if t != 0]
     if busy_poll:
-        assert not sleeping and len(recorder.timeouts) > 1
+        assert not sleeping and looks > 1
     else:
         assert sleeping and 0 not in recorder.timeouts  # no busy look at all
+        assert looks == 1  # read once, when poll said so
+
+
+class _CountingReads:
+    """A socket whose ``recv_into`` calls are counted."""
+
+    def __init__(self, real: object) -> None:
+        self.real = real
+        self.count = 0
+
+    def recv_into(self, buffer: bytearray) -> int:
+        self.count += 1
+        return self.real.recv_into(buffer)  # type: ignore[attr-defined,no-any-return]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
 
 
 def test_busy_poll_must_be_a_time(serve: Callable[..., int]) -> None:

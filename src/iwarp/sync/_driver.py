@@ -289,19 +289,22 @@ class Driver:
 
     # -- input ----------------------------------------------------------------------
 
-    def _read(self) -> None:
-        """Read what the kernel has (without blocking) and feed the core."""
+    def _read(self) -> bool:
+        """Read what the kernel has (without blocking) and feed the core.
+        False when there was nothing to read."""
         sock = self.sock
         core = self.core
         view = self._rview
+        got = False
         while sock is not None and not self.eof:
             try:
                 n = sock.recv_into(self._rbuf)
             except (BlockingIOError, InterruptedError):
-                return
+                return got
             except OSError as exc:
                 self._lost(exc)
-                return
+                return True
+            got = True
             now = clock()
             if self._tap is not None and n:
                 self._tap.received(view[:n])
@@ -317,8 +320,9 @@ class Driver:
             if events:
                 self._dispatch(events)
             if n < RECEIVE_CHUNK or not self.reading:
-                return
+                return True
             sock = self.sock
+        return got
 
     def _lost(self, exc: OSError) -> None:
         self.error = exc
@@ -346,9 +350,12 @@ class Driver:
         """Act on what ``poll`` reported for this socket."""
         if revents & (_POLLIN | _POLLEND) and (self.reading or revents & _POLLEND):
             self._read()
+        self._answer()
+
+    def _answer(self) -> None:
+        """Send what the input caused (a Reply, a Read Response, a close):
+        most received messages cause nothing to send, and the core says so."""
         core = self.core
-        # What the input caused (a Reply, a Read Response, a close): most
-        # received messages cause nothing to send, and the core says so.
         if self.sock is not None and (self._out or core.has_data_to_send or core.must_close):
             self.flush()
 
@@ -380,15 +387,36 @@ class Driver:
             self._mask = mask
             self._poll.modify(self._fd, mask)
         wake = timer if deadline is None or (timer is not None and timer < deadline) else deadline
-        if mask:
-            ready = _spin(self._poll, wake, self.busy_poll) or self._poll.poll(_poll_timeout(wake))
+        if mask == _POLLIN and self.busy_poll > 0 and self._spin_read(wake):
+            self._answer()
         else:
-            ready = _sleep_until(wake)
-        for _, revents in ready:
-            self.service(revents)
+            if mask:
+                ready = _spin(self._poll, wake, self.busy_poll) or self._poll.poll(
+                    _poll_timeout(wake)
+                )
+            else:
+                ready = _sleep_until(wake)
+            for _, revents in ready:
+                self.service(revents)
         if timer is not None:
             # A timer started by what was just read is armed by the next wait.
             self.run_timer()
+        return True
+
+    def _spin_read(self, wake: float | None) -> bool:
+        """Busy polling when only input is awaited: try to read, without
+        sleeping, for up to :attr:`busy_poll` seconds (not past ``wake``).
+        True once something was read (then handled); one system call per
+        look, and the message is in as soon as it is seen."""
+        end = clock() + self.busy_poll
+        if wake is not None and wake < end:
+            end = wake
+        while not self._read():
+            if clock() >= end:
+                return False
+            # A runnable process (the peer, on a busy machine) gets the CPU
+            # first: spinning must not delay what it waits for.
+            os.sched_yield()
         return True
 
     def check_stalled(self, what: str) -> None:
