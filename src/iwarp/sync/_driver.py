@@ -3,11 +3,12 @@
 A :class:`Driver` does for the blocking adapters what an event loop does
 for the asyncio ones, but only while the application is inside one of
 their calls: it writes what the core queued (``sendmsg`` of the core's
-buffer list, as far as the kernel takes it without blocking), waits with
-``poll`` on the socket no longer than the caller's deadline and the core's
-timer, reads into one reusable buffer and feeds the core. Nothing runs in
-the background: no thread, no signal. Between calls the kernel's socket
-buffers hold whatever arrives; the next call picks it up.
+buffer list, as far as the kernel takes it without blocking), waits for
+the socket no longer than the caller's deadline and the core's timer
+(busy polling first, then sleeping in ``poll``), reads into one reusable
+buffer and feeds the core. Nothing runs in the background: no thread, no
+signal. Between calls the kernel's socket buffers hold whatever arrives;
+the next call picks it up.
 
 It knows no protocol. The adapter gives it a core that keeps the
 connection contract (:class:`iwarp.contract.Connection`) and a function
