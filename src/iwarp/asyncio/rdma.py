@@ -211,8 +211,11 @@ class QueuePair(QueuePairFront):
         self._driver.flush()
 
     def _write(self, frame: bytes) -> None:
-        assert self._driver is not None
-        self._driver.write([frame])
+        driver = self._driver
+        assert driver is not None
+        transport = driver.transport
+        if transport is not None and not transport.is_closing():  # as flush: else TCP is going
+            driver.write([frame])
 
     # -- simple API -----------------------------------------------------------------
 
