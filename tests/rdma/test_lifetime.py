@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
-from iwarp.asyncio import driver as driver_module
+from iwarp import serving
 from iwarp.asyncio.driver import CoreDriver
 from iwarp.asyncio.mpa import MpaSocket
 from iwarp.asyncio.mpa import serve as mpa_serve
@@ -218,7 +218,7 @@ def test_a_burst_of_ended_connections_runs_a_few_collections(
     count = 16
     calls: list[int] = []
     collect = gc.collect
-    monkeypatch.setattr(driver_module, "RELEASE_AFTER", release_after)
+    monkeypatch.setattr(serving, "RELEASE_AFTER", release_after)
 
     def counting(generation: int = 2) -> int:
         calls.append(generation)

@@ -1,36 +1,14 @@
 """One asyncio driver for every sans-IO core (:class:`iwarp.contract.Connection`).
 
 :class:`CoreDriver` is the ``asyncio.BufferedProtocol`` the MPA, RDMA and
-VI/TCP adapters derive from. It does what is asyncio's and nothing else:
-
-* **transport to core**: reads land in one receive buffer shared by all
-  connections of the thread (a read is copied out at once, sized to what
-  arrived, so an idle connection costs no buffer at all); each read goes
-  to ``core.receive_data(data, loop.time())``;
-* **core to transport**: ``core.data_to_send()`` (a list of buffers) is
-  written with ``sendmsg`` on a duplicate of the socket once the subclass
-  asks for it (:meth:`CoreDriver.own_socket`, after startup: no second
-  descriptor for connections that never get there), else with the
-  transport's ``writelines``; what the kernel does not take waits, uncopied,
-  for the socket to become writable;
-* **backpressure** both ways: :meth:`CoreDriver.drain` waits while output
-  waits; reading pauses while more than ``receive_high_water`` octets were
-  received and not consumed (:meth:`CoreDriver.backlog`);
-* **waiting**: an adapter's call waits in :meth:`CoreDriver.woken` until
-  the events it reacts to :meth:`~CoreDriver.wake` it;
-* **the timer**: one ``loop.call_at`` handle, re-armed from
-  ``core.get_timer()`` after every call;
-* **closing**: once ``core.must_close``, the rest of the output goes out,
-  then FIN; TCP loss goes to ``core.connection_lost``; a closed connection
-  is freed by reference counting alone, asyncio's transport included
-  (:func:`_release_transport`);
-* **socket options**: TCP_NODELAY (RFC 5044 §5.3) and the EMSS from
-  TCP_MAXSEG (:func:`tcp_emss`);
-* **serve bookkeeping**: :func:`run_handler` runs an application handler
-  per connection, reports its exception once with the peer's address and
-  keeps no "Task exception was never retrieved"; :func:`start_server`
-  closes connections it has no descriptor for at once (logged once) and
-  runs a few collections after a burst of connections ended.
+VI/TCP adapters derive from; it does what is asyncio's and nothing else:
+reads into the thread's one receive buffer, writes (``sendmsg`` on a
+duplicate socket after startup), backpressure both ways, waking the
+adapter's waiting call, the core's one timer, closing and freeing. The
+serve bookkeeping runs handlers (:func:`run_handler`,
+:func:`open_or_report`) and listens (:func:`start_server`); what it
+reports and when it collects is :mod:`iwarp.serving`'s. What each part
+does and why: docs/design.md, "The asyncio driver".
 
 Subclasses make the core in :meth:`CoreDriver.start_core` and react to its
 events in :meth:`CoreDriver.handle_events`.
@@ -40,24 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import logging
 import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
+from iwarp.errors import IwarpError
 from iwarp.mpa.connection import DEFAULT_EMSS
+from iwarp.serving import RELEASE_AFTER, BurstRelease, FailureHook, handler_failed, report
 from iwarp.sockets import RECEIVE_CHUNK, listening_socket, send_chunks, tcp_setup
 
 __all__ = [
     "RECEIVE_CHUNK",
+    "RELEASE_AFTER",
     "CoreDriver",
     "FailureHook",
     "fail",
+    "open_or_report",
     "report",
     "run_handler",
     "start_server",
@@ -65,12 +45,7 @@ __all__ = [
     "wake",
 ]
 
-log = logging.getLogger("iwarp")
-
-
-#: Called with an error that ended a connection before (or outside) the
-#: application's handler, and the peer's address.
-FailureHook = Callable[[BaseException, object], None]
+T = TypeVar("T")
 
 _local = threading.local()
 
@@ -425,35 +400,34 @@ async def run_handler(
 ) -> bool:
     """Run an application's handler for one connection.
 
-    Its exception is reported once, with the peer's address: to
-    ``on_failure`` when given, else logged on the ``iwarp`` logger (never
-    left for "Task exception was never retrieved"). Returns False when the
-    handler raised; cancellation goes on.
+    Its exception is reported once, with the peer's address
+    (:func:`~iwarp.serving.handler_failed`; never left for "Task exception
+    was never retrieved"). Returns False when the handler raised;
+    cancellation goes on.
     """
     try:
         await handler(face)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        if on_failure is not None:
-            on_failure(exc, peer)
-        else:
-            log.error("handler for %s failed: %r", peer, exc)
+        handler_failed(on_failure, exc, peer)
         return False
     return True
 
 
-def report(on_failure: FailureHook | None, exc: BaseException, peer: object) -> None:
-    """Report an error that ended a connection outside the handler, once."""
-    if on_failure is not None:
-        on_failure(exc, peer)
-    else:
-        log.info("connection from %s ended: %s", peer, exc)
-
-
-#: A server whose open connections fall to a quarter of a high-water mark of
-#: at least this many runs one full collection (:func:`start_server`); 0: never.
-RELEASE_AFTER = 1024
+async def open_or_report(
+    driver: CoreDriver, opening: Awaitable[T], on_failure: FailureHook | None
+) -> T | None:
+    """Wait for an accepted connection to open (``opening``: MPA in full
+    operation, or TCP up). None when it ended before (bad frames, timeouts,
+    rejects): TCP is closed and the error reported (:func:`~iwarp.serving.report`)."""
+    try:
+        return await opening
+    except IwarpError as exc:
+        exc.__traceback__ = None  # kept by the connection: no cycle through this frame
+        driver.close_transport()  # after a reject, MPA leaves TCP open
+        report(on_failure, exc, driver.peer())
+        return None
 
 
 async def _listening_socket(host: str | None, port: int, backlog: int) -> socket.socket | None:
@@ -486,42 +460,23 @@ async def start_server(
     them in the backlog (:class:`~iwarp.sockets.SheddingSocket`); each accepted
     connection's startup timeout runs from its accept.
 
-    After a burst (a high-water mark of at least :data:`RELEASE_AFTER` open
-    connections), ``gc.collect()`` runs, if the cyclic GC is enabled, each
-    time the open connections fall to a quarter of the last mark and once
-    more when none is left: a few collections per burst. Ended connections
-    are freed by reference counting; what the collection gives back is
-    memory the allocator keeps:
-    a full collection empties CPython's free lists (tuples, dicts, floats
-    kept for reuse), whose scattered entries hold whole 1 MiB pymalloc
-    arenas. After 10,000 idle connections it returned some 30 MB in about
-    12 ms.
+    After a burst of connections, a few full collections run as they end
+    (:class:`~iwarp.serving.BurstRelease`, :data:`~iwarp.serving.RELEASE_AFTER`).
     """
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
-    high_water = 0
-    burst = False  # a high-water mark >= RELEASE_AFTER since the last collection at 0
+    release = BurstRelease()
 
     def ended(task: asyncio.Task[None]) -> None:
-        nonlocal high_water, burst
         tasks.discard(task)
-        left = len(tasks)
-        if not burst or (left > high_water // 4 and left):
-            return
-        # Down to a quarter (then a quarter of that...) and once more at none.
-        high_water = left
-        burst = left > 0
-        if gc.isenabled():
-            gc.collect()
+        release.ended(len(tasks))
 
     def factory() -> CoreDriver:
-        nonlocal high_water, burst
         driver, job = accept()
         task = loop.create_task(job)
         tasks.add(task)
         task.add_done_callback(ended)
-        high_water = max(high_water, len(tasks))
-        burst = burst or (RELEASE_AFTER > 0 and high_water >= RELEASE_AFTER)
+        release.opened(len(tasks))
         return driver
 
     sock = await _listening_socket(host, port, backlog)

@@ -15,8 +15,15 @@ from functools import partial
 from typing import Any, TypeVar
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import CoreDriver, FailureHook, fail, report, run_handler, start_server
-from iwarp.errors import IwarpError, LocalProtocolError, MpaError
+from iwarp.asyncio.driver import (
+    CoreDriver,
+    FailureHook,
+    fail,
+    open_or_report,
+    run_handler,
+    start_server,
+)
+from iwarp.errors import LocalProtocolError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import MpaConnection
 from iwarp.mpa.events import Event
@@ -350,12 +357,8 @@ async def _serve(
     backlog: int,
 ) -> asyncio.Server:
     async def run(protocol: _MpaProtocol) -> None:
-        try:
-            opened = await face(protocol)
-        except IwarpError as exc:  # ended before full operation (bad frames, timeouts, rejects)
-            exc.__traceback__ = None  # kept in the session: no cycle through this frame
-            protocol.close_transport()
-            report(on_failure, exc, protocol.peer())
+        opened = await open_or_report(protocol, face(protocol), on_failure)
+        if opened is None:
             return
         try:
             await run_handler(handler, opened, protocol.peer(), on_failure)
