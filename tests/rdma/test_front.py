@@ -127,3 +127,17 @@ def test_a_failed_completion_raises_rdma_error() -> None:
     assert completion is not None and not completion.ok
     with pytest.raises(RdmaError):
         a._checked(completion)
+
+
+def test_a_failed_handler_ends_the_stream_with_a_terminate_once() -> None:
+    a, b = fronts(receive_buffers=1)
+    a._post_tracked(SendWR(b"first", a.endpoint.next_wr_id()))  # the Initiator speaks first
+    pump(a, b)
+    b._handler_failed()
+    assert b.endpoint.ended is not None and b.terminate is not None
+    assert not b.terminate_received
+    pump(a, b)
+    assert a.terminate_received  # the peer learns why
+    sent = b.terminate
+    b._handler_failed()  # ended already: nothing more
+    assert b.terminate is sent and b.endpoint.data_to_send() == []

@@ -1,30 +1,13 @@
 """RDMA over TCP with asyncio: a verbs-shaped API on the sans-IO queue pair.
 
 A :class:`QueuePair` runs one :class:`~iwarp.rdma.endpoint.QueuePairEndpoint`
-(MPA + DDP + RDMAP, receive pool, completion queues) on a TCP connection,
-with two faces:
-
-* **verbs**: register memory in a :class:`ProtectionDomain`, ``post_send``
-  (Send, RDMA Write, RDMA Read work requests) and ``post_recv``, then poll
-  or await :class:`CompletionQueue` entries with their status::
-
-      pd = ProtectionDomain()
-      mr = pd.register(bytearray(1 << 20), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
-      async with await connect("127.0.0.1", port, pd=pd) as qp:
-          qp.post_send(WriteWR(b"data", remote_stag, remote_to, wr_id=1))
-          completion = await qp.send_cq.wait()
-
-* **simple**: ``await qp.send(b"hello")``, ``await qp.receive()`` (from a
-  pool of ``receive_buffers`` buffers the queue pair reposts itself; 4 by
-  default), ``await qp.rdma_write(data, stag, to)``, ``await
-  qp.rdma_read(mr, stag, to)``. A failed work request raises
-  :class:`~iwarp.rdma.errors.RdmaError`.
-
-Receive buffers must be posted before the peer's Sends arrive: the pool is
-posted as soon as MPA is in full operation, and a ``setup`` callback runs
-right then, before any message is processed (as verbs users post receives
-before ``rdma_accept``). Negative ``wr_id`` values are reserved for the
-simple API.
+on a TCP connection: verbs (``post_send``, ``post_recv``, awaiting a
+:class:`CompletionQueue`) and simple calls (``send``, ``receive`` from a
+receive pool, ``rdma_write``, ``rdma_read``); what does not wait is
+:class:`~iwarp.rdma.front.QueuePairFront`'s. The settings of
+:func:`connect` and :func:`serve` are documented in
+:mod:`iwarp.rdma.options`; usage and a complete program: docs/rdmap.md.
+Negative ``wr_id`` values are reserved for the simple calls.
 """
 
 from __future__ import annotations
@@ -41,19 +24,18 @@ from iwarp.asyncio.driver import (
     CoreDriver,
     FailureHook,
     fail,
-    report,
+    open_or_report,
     run_handler,
     start_server,
     wake,
 )
-from iwarp.errors import IwarpError, MpaError
+from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_SIZE,
-    INITIATOR_CONFIG,
     CompletionQueued,
     Ended,
     Established,
@@ -65,6 +47,7 @@ from iwarp.rdma.endpoint import (
 from iwarp.rdma.endpoint import CompletionQueue as _Queue
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import QueuePairFront
+from iwarp.rdma.options import domain, initiator_options, responder_options
 from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, ReadWR, SendWR, Sge, WriteWR
@@ -245,12 +228,8 @@ class QueuePair(QueuePairFront):
         offset: int = 0,
         length: int | None = None,
     ) -> int:
-        """RDMA Write ``data`` to the peer's (``remote_stag``, ``remote_to``);
-        returns the octets written.
-
-        ``data`` is bytes-like, a registered region (``offset``/``length``
-        pick a piece of it; of bytes-like data too) or an Sge.
-        """
+        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.simple`) to the
+        peer's (``remote_stag``, ``remote_to``); returns the octets written."""
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
         return (await self._run(wr)).byte_len
 
@@ -285,12 +264,9 @@ class QueuePair(QueuePairFront):
         offset: int = 0,
         length: int | None = None,
     ) -> int | bytes:
-        """RDMA Read from the peer's (``remote_stag``, ``remote_to``).
-
-        ``local`` is a region with local write access (``offset``/``length``
-        pick a piece of it), an Sge, or a writable buffer (registered for
-        this Read only): returns the octets read. Given an ``int``, that
-        many octets are read and returned as bytes.
+        """RDMA Read from the peer's (``remote_stag``, ``remote_to``) into
+        ``local`` (the forms of :mod:`iwarp.rdma.simple`): returns the octets
+        read, or given an ``int`` length, the octets as bytes.
         """
         target, wr = self._read_wr(local, remote_stag, remote_to, offset, length)
         try:
@@ -322,10 +298,14 @@ class QueuePair(QueuePairFront):
     async def close(self) -> None:
         """Graceful close: send what is posted, then FIN; outstanding work is flushed."""
         await self.flush()
-        driver = self._driver
-        assert driver is not None
         if self._endpoint is not None:
             self._dispatch(self._endpoint.close())
+        await self._shut()
+
+    async def _shut(self) -> None:
+        """Write what is queued, then FIN; wait until TCP is gone."""
+        driver = self._driver
+        assert driver is not None
         driver.flush()
         driver.close_transport()
         await driver.closed
@@ -423,27 +403,16 @@ async def connect(
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
-    :param config: the MPA startup; by default
-        :data:`~iwarp.rdma.endpoint.INITIATOR_CONFIG`, which offers RFC 6581
-        peer-to-peer so that the server may send first (its fence lifts with
-        our RTR). A config of your own offers it only with ``peer_to_peer=True``.
-    :param receive_buffers: buffers of the receive pool behind
-        :meth:`QueuePair.receive`; by default 4, or none when ``setup`` is
-        given (it posts the application's own receives).
-    :param setup: called with the queue pair once MPA is in full operation,
-        before any message is processed: post receives here.
-    :param first_send_delay: seconds to hold our first FPDU after the Reply
-        (0.5 against Linux siw, whose responder may miss an early FPDU).
-    :param shared_cq: one completion queue for send and receive work.
-    :param fallback_to_rev1: retry once with a Rev 1 Request when an
-        unenhanced Responder closes on our Rev 2 one (RFC 6581 §10; also
-        the config's ``rev1_fallback``; :func:`iwarp.mpa.policy.rev1_fallback`).
+    The settings are documented in :mod:`iwarp.rdma.options`.
+
     :raises ConnectionRejectedError: the peer rejected the connection (R=1).
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
         negotiation failed (codes 6, 7; our Terminate was sent).
+    :raises LocalProtocolError: the private data is too long for ``config``.
+    :raises OSError: the TCP connection could not be opened.
     """
-    options = QueuePairOptions(
-        config or INITIATOR_CONFIG,
+    options = initiator_options(
+        config,
         private_data=private_data,
         receive_buffers=receive_buffers,
         receive_size=receive_size,
@@ -451,14 +420,14 @@ async def connect(
         shared_cq=shared_cq,
     )
     build_request(options.config, private_data)  # LocalProtocolError before any connection
-    domain = pd if pd is not None else ProtectionDomain()
+    qp_domain = domain(pd)
     try:
-        return await _connect_once(host, port, domain, options, setup)
+        return await _connect_once(host, port, qp_domain, options, setup)
     except MpaError as exc:
         retry = rev1_fallback(options.config, exc, requested=fallback_to_rev1)
         if retry is None:
             raise
-    return await _connect_once(host, port, domain, replace(options, config=retry), setup)
+    return await _connect_once(host, port, qp_domain, replace(options, config=retry), setup)
 
 
 async def _connect_once(
@@ -493,44 +462,29 @@ async def serve(
     on_failure: FailureHook | None = None,
     backlog: int = 1024,
 ) -> asyncio.Server:
-    """Accept iWARP connections as MPA Responder; run ``handler`` for each.
+    """Accept iWARP connections as MPA Responder; run ``handler`` for each
+    queue pair in full operation, in a task of its own.
 
-    ``decide`` sees each valid Request and returns :class:`Accept` or
-    :class:`Reject` (by default every Request is accepted). Each connection
-    gets its own protection domain unless ``pd`` is given, and a receive
-    pool of ``receive_buffers`` buffers (posted only once MPA startup
-    completed: a connection costs no buffers before).
-
-    When the handler returns, the queue pair is closed gracefully (posted
-    work is sent first; work still outstanding, such as the peer's pending
-    RDMA Read, is flushed). When the handler raises, the exception is
-    reported once with the peer's address (to ``on_failure``, else logged)
-    and the connection ends with a Terminate (RDMAP local catastrophic
-    error). Connections that end before full operation (bad frames,
-    timeouts, rejects) are closed and reported to ``on_failure``.
+    The settings are documented in :mod:`iwarp.rdma.options`. When the
+    handler returns, the queue pair is closed gracefully; when it raises,
+    the exception is reported once with the peer's address (to
+    ``on_failure``, else logged) and the connection ends with a Terminate
+    (docs/rdmap.md, "When a handler returns"). Connections that end before
+    full operation (bad frames, timeouts, rejects) are closed and reported
+    to ``on_failure``.
     """
 
     async def run(qp: QueuePair, driver: _Driver) -> None:
-        try:
-            await qp.established
-        except IwarpError as exc:
-            exc.__traceback__ = None  # kept in the endpoint: no cycle through this frame
-            driver.close_transport()  # after a reject, MPA leaves TCP open
-            report(on_failure, exc, driver.peer())
+        if await open_or_report(driver, qp.established, on_failure) is None:
             return
         if await run_handler(handler, qp, driver.peer(), on_failure):
             await qp.close()
             return
-        endpoint = qp.endpoint
-        if endpoint.ended is None:
-            endpoint.abort(IwarpError("the handler failed"))
-            qp._dispatch(endpoint.take_events())
-        driver.flush()
-        driver.close_transport()
-        await driver.closed
+        qp._handler_failed()
+        await qp._shut()
 
-    options = QueuePairOptions(
-        config or MpaConfig(),
+    options = responder_options(
+        config,
         receive_buffers=receive_buffers,
         receive_size=receive_size,
         shared_cq=shared_cq,
@@ -538,8 +492,7 @@ async def serve(
     )
 
     def accept() -> tuple[_Driver, Coroutine[Any, Any, None]]:
-        domain = pd if pd is not None else ProtectionDomain()
-        qp, driver = _queue_pair(Role.RESPONDER, domain, options, setup)
+        qp, driver = _queue_pair(Role.RESPONDER, domain(pd), options, setup)
         return driver, run(qp, driver)
 
     return await start_server(accept, host, port, backlog=backlog)

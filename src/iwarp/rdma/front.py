@@ -160,6 +160,15 @@ class QueuePairFront:
     def _on_ended(self, event: Ended) -> None:
         """The connection ended (before or after full operation)."""
 
+    def _handler_failed(self) -> None:
+        """The application's handler raised: unless the connection ended
+        already, the stream ends with a Terminate (RDMAP local catastrophic
+        error), which the adapter then writes before it closes TCP."""
+        endpoint = self.endpoint
+        if endpoint.ended is None:
+            endpoint.abort(IwarpError("the handler failed"))
+            self._dispatch(endpoint.take_events())
+
     def _startup_error(self, reason: str = "connection closed during MPA startup") -> IwarpError:
         """Why MPA startup did not complete: the endpoint's error, else TCP
         closed with ``reason``."""

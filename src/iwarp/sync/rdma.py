@@ -1,30 +1,16 @@
 """RDMA over TCP with blocking calls: verbs as pyverbs and libibverbs users know them.
 
-A :class:`QueuePair` is one iWARP connection (MPA + DDP + RDMAP, the
-sans-IO :class:`~iwarp.rdma.connection.RdmaConnection`) on a plain TCP
-socket. There is no thread behind it: the caller's thread moves the octets
-whenever it posts work, polls a :class:`CompletionQueue`, waits, or uses
-the simple calls. Every call that can block takes ``timeout`` (seconds,
-None waits without limit) and raises :class:`~iwarp.sync.WaitTimeoutError`.
-
-* **verbs**: register memory in a :class:`ProtectionDomain`, ``post_send``
-  (Send, RDMA Write, RDMA Read work requests) and ``post_recv``, then
-  ``poll``/``wait`` on the completion queues::
-
-      pd = ProtectionDomain()
-      mr = pd.register(bytearray(4096), Access.LOCAL_WRITE)
-      with connect("127.0.0.1", port, pd=pd, timeout=5) as qp:
-          qp.post_send(ReadWR(Sge(mr), remote_stag, remote_to, wr_id=7))
-          completion = qp.send_cq.wait(timeout=5)
-
-* **simple**: ``qp.send(b"hello")``, ``qp.receive()`` (from a pool of
-  receive buffers the queue pair reposts itself: ``receive_buffers=8``),
-  ``qp.rdma_write(data, stag, to)``, ``qp.rdma_read(mr, stag, to)``.
-  A failed work request raises :class:`RdmaError`.
-
-Receive buffers must be posted before the peer's Sends arrive: pass
-``receive_buffers`` or a ``setup`` callback, which runs as soon as MPA is
-in full operation and before any message is processed.
+A :class:`QueuePair` is one iWARP connection (the sans-IO
+:class:`~iwarp.rdma.endpoint.QueuePairEndpoint`) on a plain TCP socket,
+with no thread behind it: the caller's thread moves the octets inside each
+call. Verbs (``post_send``, ``post_recv``, ``poll``/``wait`` on a
+:class:`CompletionQueue`) and simple calls (``send``, ``receive`` from a
+receive pool, ``rdma_write``, ``rdma_read``); what does not wait is
+:class:`~iwarp.rdma.front.QueuePairFront`'s. Every call that can block
+takes ``timeout`` (seconds, None waits without limit) and raises
+:class:`~iwarp.sync.WaitTimeoutError`. The settings of :func:`connect`
+and :func:`listen` are documented in :mod:`iwarp.rdma.options`; usage:
+docs/sync.md.
 """
 
 from __future__ import annotations
@@ -39,7 +25,6 @@ from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_SIZE,
-    INITIATOR_CONFIG,
     CompletionQueued,
     Established,
     MessageReceived,
@@ -47,6 +32,7 @@ from iwarp.rdma.endpoint import (
 )
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import QueuePairFront
+from iwarp.rdma.options import domain, initiator_options, responder_options
 from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, ReadWR, SendWR, Sge, WriteWR
@@ -261,12 +247,8 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         length: int | None = None,
         timeout: float | None = None,
     ) -> int:
-        """RDMA Write ``data`` to the peer's (``remote_stag``, ``remote_to``);
-        returns the octets written.
-
-        ``data`` is bytes-like, a registered region (``offset``/``length``
-        pick a piece of it; of bytes-like data too) or an Sge.
-        """
+        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.simple`) to the
+        peer's (``remote_stag``, ``remote_to``); returns the octets written."""
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
         return self._run(wr, timeout).byte_len
 
@@ -304,12 +286,9 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         length: int | None = None,
         timeout: float | None = None,
     ) -> int | bytes:
-        """RDMA Read from the peer's (``remote_stag``, ``remote_to``).
-
-        ``local`` is a region with local write access (``offset``/``length``
-        pick a piece of it), an Sge, or a writable buffer (registered for
-        this Read only): returns the octets read. Given an ``int``, that
-        many octets are read and returned as bytes. After a timeout the
+        """RDMA Read from the peer's (``remote_stag``, ``remote_to``) into
+        ``local`` (the forms of :mod:`iwarp.rdma.simple`): returns the octets
+        read, or given an ``int`` length, the octets as bytes. After a timeout the
         Read stays outstanding (its completion goes to ``send_cq``) and a
         buffer given to it stays registered until the connection ends.
         """
@@ -451,21 +430,9 @@ def connect(
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
-    :param config: the MPA startup; by default
-        :data:`~iwarp.rdma.endpoint.INITIATOR_CONFIG`, which offers RFC 6581
-        peer-to-peer so that the server may send first (its fence lifts with
-        our RTR). A config of your own offers it only with ``peer_to_peer=True``.
-    :param receive_buffers: buffers of ``receive_size`` octets the queue
-        pair keeps posted for :meth:`QueuePair.receive`; by default 4, or
-        none when ``setup`` is given (it posts the application's receives).
-    :param setup: called with the queue pair as soon as MPA is in full
-        operation, before any message: post receive buffers there.
-    :param send_cq: completion queue for Sends, Writes and Reads (one per
-        queue pair by default); ``recv_cq`` likewise for receives. Pass the
-        same queue for both to share it.
-    :param first_send_delay: seconds to hold our first FPDU after the Reply
-        (0.5 against Linux siw, whose responder may miss an early FPDU).
-    :param timeout: bounds TCP connection setup and MPA startup together.
+    The settings are documented in :mod:`iwarp.rdma.options`; ``timeout``
+    bounds TCP connection setup and MPA startup together.
+
     :raises ConnectionRejectedError: the peer rejected the connection.
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
         negotiation failed (codes 6, 7; our Terminate was sent).
@@ -474,23 +441,23 @@ def connect(
     """
     deadline = deadline_after(timeout)
     sock = open_tcp(host, port, deadline, local_address)
-    options = QueuePairOptions(
-        config if config is not None else INITIATOR_CONFIG,
+    options = initiator_options(
+        config,
         private_data=private_data,
         receive_buffers=receive_buffers,
         receive_size=receive_size,
         first_send_delay=first_send_delay,
     )
-    domain = pd if pd is not None else ProtectionDomain()
     qp = QueuePair(
-        sock, Role.INITIATOR, domain, options, setup=setup, send_cq=send_cq, recv_cq=recv_cq
+        sock, Role.INITIATOR, domain(pd), options, setup=setup, send_cq=send_cq, recv_cq=recv_cq
     )
     qp._handshake(deadline)
     return qp
 
 
 class Listener:
-    """Accepts iWARP connections as MPA Responder (:func:`listen`)."""
+    """Accepts iWARP connections as MPA Responder (:func:`listen`; its
+    settings: :mod:`iwarp.rdma.options`)."""
 
     def __init__(
         self,
@@ -507,7 +474,7 @@ class Listener:
     ) -> None:
         self.pd = pd
         self.config = config if config is not None else MpaConfig()
-        self._options = QueuePairOptions(
+        self._options = responder_options(
             self.config, receive_buffers=receive_buffers, receive_size=receive_size, decide=decide
         )
         self._setup = setup
@@ -541,11 +508,10 @@ class Listener:
         """
         deadline = deadline_after(timeout)
         sock = self._tcp.accept(deadline)
-        domain = self.pd if self.pd is not None else ProtectionDomain()
         qp = QueuePair(
             sock,
             Role.RESPONDER,
-            domain,
+            domain(self.pd),
             self._options,
             setup=self._setup,
             send_cq=send_cq,

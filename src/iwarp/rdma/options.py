@@ -1,0 +1,100 @@
+"""How ``connect``, ``serve``, ``listen`` and ``accept`` set up a queue pair,
+documented once for every adapter.
+
+The asyncio (:mod:`iwarp.asyncio.rdma`) and the blocking
+(:mod:`iwarp.sync.rdma`) calls take the keyword arguments below (each the
+ones that apply to it) and make one
+:class:`~iwarp.rdma.endpoint.QueuePairOptions` of them with
+:func:`initiator_options` or :func:`responder_options`, so the defaults
+are chosen here, once.
+
+``pd``
+    The protection domain of the queue pair's memory. By default every
+    queue pair gets its own (:func:`domain`); a server's connections too.
+``config``
+    The MPA startup. ``connect``'s default is
+    :data:`~iwarp.rdma.endpoint.INITIATOR_CONFIG`, which offers RFC 6581
+    peer-to-peer so that the server may send first (its fence lifts with
+    our RTR); a config of your own offers it only with
+    ``peer_to_peer=True``. ``serve``/``listen``'s default is ``MpaConfig()``.
+``private_data``
+    ``connect``: the private data of our MPA Request.
+``receive_buffers``, ``receive_size``
+    The receive pool behind ``QueuePair.receive``: buffers of
+    ``receive_size`` octets (64 KiB) the queue pair keeps posted and
+    reposts itself. By default 4, or none when ``setup`` is given (it posts
+    the application's own receives). Posted only once MPA startup
+    completed: a connection costs no buffers before.
+``setup``
+    Called with the queue pair as soon as MPA is in full operation, before
+    any message is processed: post receives there (where verbs programs
+    post them before ``rdma_accept``).
+``first_send_delay``
+    ``connect``: seconds to hold our first FPDU after the Reply (0.5
+    against Linux siw, whose responder may miss an early FPDU).
+``shared_cq``
+    asyncio: one completion queue for send and receive work. The blocking
+    calls take ``send_cq`` and ``recv_cq`` instead: completion queues of
+    the application's (one per queue pair by default; pass the same queue
+    for both to share it, or to several queue pairs).
+``decide``
+    ``serve``/``listen``: sees each valid Request and returns
+    :class:`~iwarp.mpa.policy.Accept` or :class:`~iwarp.mpa.policy.Reject`
+    (by default every Request is accepted).
+``fallback_to_rev1``
+    asyncio ``connect``: retry once with a Rev 1 Request when an unenhanced
+    Responder closes on our Rev 2 one (RFC 6581 §10; also the config's
+    ``rev1_fallback``; :func:`iwarp.mpa.policy.rev1_fallback`).
+"""
+
+from __future__ import annotations
+
+from iwarp.mpa.config import MpaConfig
+from iwarp.mpa.policy import Decider
+from iwarp.rdma.endpoint import DEFAULT_RECEIVE_SIZE, INITIATOR_CONFIG, QueuePairOptions
+from iwarp.rdmap.memory import ProtectionDomain
+
+__all__ = ["domain", "initiator_options", "responder_options"]
+
+
+def initiator_options(
+    config: MpaConfig | None,
+    *,
+    private_data: bytes = b"",
+    receive_buffers: int | None = None,
+    receive_size: int = DEFAULT_RECEIVE_SIZE,
+    first_send_delay: float = 0.0,
+    shared_cq: bool = False,
+) -> QueuePairOptions:
+    """``connect``'s settings (the module's documentation says what each means)."""
+    return QueuePairOptions(
+        config if config is not None else INITIATOR_CONFIG,
+        private_data=private_data,
+        receive_buffers=receive_buffers,
+        receive_size=receive_size,
+        first_send_delay=first_send_delay,
+        shared_cq=shared_cq,
+    )
+
+
+def responder_options(
+    config: MpaConfig | None,
+    *,
+    receive_buffers: int | None = None,
+    receive_size: int = DEFAULT_RECEIVE_SIZE,
+    shared_cq: bool = False,
+    decide: Decider | None = None,
+) -> QueuePairOptions:
+    """``serve``'s and ``listen``'s settings (see the module's documentation)."""
+    return QueuePairOptions(
+        config if config is not None else MpaConfig(),
+        receive_buffers=receive_buffers,
+        receive_size=receive_size,
+        shared_cq=shared_cq,
+        decide=decide,
+    )
+
+
+def domain(pd: ProtectionDomain | None) -> ProtectionDomain:
+    """``pd``, or a protection domain of the queue pair's own."""
+    return pd if pd is not None else ProtectionDomain()
