@@ -8,12 +8,14 @@ import pytest
 from helpers import out
 from iwarp.vitcp.config import Role, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
-from iwarp.vitcp.errors import VitcpClosedError
+from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
 from iwarp.vitcp.events import (
     TCP_CLOSED_UNANSWERED,
     Connected,
     ConnectionClosed,
     ConnectionRequested,
+    ReconnectNeeded,
+    ViConnectionRejected,
 )
 from iwarp.vitcp.handshake import State
 from iwarp.vitcp.listener import Demultiplexer, PeerRetry, peer_setup
@@ -123,6 +125,21 @@ def test_reconnect_at_ends_the_core_and_raises_why_when_time_is_up() -> None:
     with pytest.raises(VitcpClosedError, match="timed out after 1 attempts"):
         retry.reconnect_at(core, 0.0, "ConnectNoMatch", "h", 1)
     assert core.state is State.DISCONNECTED
+
+
+def test_after_an_attempt_a_reject_raises_and_a_reconnect_waits() -> None:
+    core = VitcpConnection(VitcpConfig(peer_to_peer=True, connect_timeout=1.0), Role.ACTIVE)
+    core.connect(0.0, b"x")
+    retry = PeerRetry(core.config, 0.0)
+    for no_match in (False, True):
+        with pytest.raises(VitcpRejectedError) as caught:
+            retry.after(core, 0.0, ViConnectionRejected(no_match), "h", 1)
+        assert caught.value.no_match is no_match
+    reason = "peer not waiting yet (ConnectNoMatch)"
+    assert retry.after(core, 0.0, ReconnectNeeded(reason), "h", 1) == pytest.approx(0.05)
+    assert retry.reasons == {reason} and retry.attempts == 2
+    with pytest.raises(VitcpClosedError, match="timed out after"):
+        retry.after(core, 2.0, ReconnectNeeded(reason), "h", 1)
 
 
 def test_timed_out_and_tcp_failed_end_the_core_with_the_shared_wording() -> None:

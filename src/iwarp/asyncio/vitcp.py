@@ -1,28 +1,12 @@
 """VI/TCP over asyncio: :func:`connect`, :class:`VitcpListener`, :class:`VitcpEndpoint`.
 
-A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection`: each
-received chunk goes to the core, the core's segments are written at once,
-its one establishment timer is a ``loop.call_at`` handle. What a VI keeps
-(queues, completions, outcome, the keep-posted rule) is
-:class:`~iwarp.vitcp.endpoint.ViEndpointState`'s, its calls that never wait
-:class:`~iwarp.vitcp.front.ViEndpointFront`'s; this module adds the
-futures that wait on it. One listener owns one TCP port and hands incoming
-connections to the VI waiting for the called discriminator (§2.2.2.2.1), or
-answers ConnectNoMatch.
-
-::
-
-    listener = await VitcpListener.start("127.0.0.1", 0)
-    server = asyncio.create_task(listener.accept(b"echo", keep_posted=4))
-    client = await connect("127.0.0.1", listener.port, b"echo")
-    vi = await server
-    await client.send(b"hello")
-    print((await vi.receive()).data)
-
-Urgent data (§3.7): every socket has SO_OOBINLINE, so urgent octets stay in
-the stream. We only ever mark an octet urgent where the kernel points the
-urgent pointer *at* it (:func:`~iwarp.sockets.urgent_pointer_exact`); else
-urgent data is never sent, as §3.7 demands.
+A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection`: what
+a VI keeps is :class:`~iwarp.vitcp.endpoint.ViEndpointState`'s, its calls
+that never wait :class:`~iwarp.vitcp.front.ViEndpointFront`'s, which VI a
+connection goes to (§2.2.2.2.1) and when a peer-to-peer connect retries
+:mod:`iwarp.vitcp.listener`'s; this module adds the futures that wait on
+them and sends urgent octets with MSG_OOB where §3.7 allows it. Usage and
+urgent data: docs/vitcp.md.
 """
 
 from __future__ import annotations
@@ -48,7 +32,6 @@ from iwarp.vitcp.events import (
     MessageReceived,
     RdmaReadCompleted,
     SendCompleted,
-    ViConnectionRejected,
 )
 from iwarp.vitcp.front import ViEndpointFront
 from iwarp.vitcp.handshake import State
@@ -328,13 +311,10 @@ async def connect(
         outcome = await protocol.outcome
         if isinstance(outcome, Connected):
             return VitcpEndpoint(protocol)
-        if isinstance(outcome, ViConnectionRejected):
-            await protocol.closed
-            raise VitcpRejectedError(outcome.no_match)
-        # ReconnectNeeded: drop this TCP connection, try again (§4.2, §4).
+        # Rejected, or ReconnectNeeded: drop this TCP connection (§4.2, §4).
         protocol.close_transport()
         await protocol.closed
-        at = retry.reconnect_at(core, loop.time(), outcome.reason, host, port)
+        at = retry.after(core, loop.time(), outcome, host, port)
         await asyncio.sleep(at - loop.time())
 
 

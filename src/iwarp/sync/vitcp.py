@@ -1,26 +1,15 @@
 """VI/TCP with blocking calls: :func:`connect`, :class:`VitcpListener`, :class:`VitcpEndpoint`.
 
 A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection` and
-the VI's state and calls that never wait
-(:class:`~iwarp.vitcp.endpoint.ViEndpointState`,
-:class:`~iwarp.vitcp.front.ViEndpointFront`, shared with the asyncio
-adapter), driven by the caller's thread (:mod:`iwarp.sync._driver`);
-each call that waits takes ``timeout`` (seconds) and raises
-:class:`~iwarp.sync.WaitTimeoutError` when it runs out::
-
-    with VitcpListener("127.0.0.1", 0) as listener:
-        ...                                       # elsewhere: connect(host, port, b"echo")
-        with listener.accept(b"echo", keep_posted=4, timeout=5) as vi:
-            print(vi.receive(timeout=5).data)
-
-    with connect("127.0.0.1", port, b"echo", timeout=5) as vi:
-        vi.send(b"hello", timeout=5)
-
-A listener owns one TCP port; :meth:`VitcpListener.accept` answers
-connections that call another discriminator with ConnectNoMatch
-(§2.2.2.2.1) and goes on waiting. Urgent data (§3.7) is never sent
-(allowed: the marking is a MAY); received urgent octets stay in the stream
-(SO_OOBINLINE).
+what the asyncio adapter shares (:class:`~iwarp.vitcp.endpoint.ViEndpointState`,
+:class:`~iwarp.vitcp.front.ViEndpointFront`, :mod:`iwarp.vitcp.listener`),
+driven by the caller's thread (:mod:`iwarp.sync._driver`); each call that
+waits takes ``timeout`` (seconds) and raises
+:class:`~iwarp.sync.WaitTimeoutError` when it runs out. A listener owns
+one TCP port; :meth:`VitcpListener.accept` answers connections that call
+another discriminator with ConnectNoMatch (§2.2.2.2.1) and goes on
+waiting. Urgent data (§3.7) is never sent (allowed: the marking is a MAY);
+received urgent octets stay in the stream (SO_OOBINLINE). Usage: docs/sync.md.
 """
 
 from __future__ import annotations
@@ -51,7 +40,6 @@ from iwarp.vitcp.events import (
     MessageReceived,
     RdmaReadCompleted,
     SendCompleted,
-    ViConnectionRejected,
 )
 from iwarp.vitcp.front import ViEndpointFront
 from iwarp.vitcp.handshake import State
@@ -253,12 +241,11 @@ def connect(
         if isinstance(outcome, Connected):
             return endpoint
         driver.close()
-        if isinstance(outcome, ViConnectionRejected):
-            raise VitcpRejectedError(outcome.no_match)
         if outcome is None:
             raise state.closed_error()
-        # ReconnectNeeded: a new TCP connection, after the shared schedule's pause (§4.2, §4).
-        at = retry.reconnect_at(core, clock(), outcome.reason, host, port)
+        # Rejected, or ReconnectNeeded: a new TCP connection after the shared
+        # schedule's pause (§4.2, §4).
+        at = retry.after(core, clock(), outcome, host, port)
         if user_deadline is not None and at >= user_deadline:
             raise WaitTimeoutError("timed out waiting for the peer to accept")
         time.sleep(max(at - clock(), 0.0))

@@ -9,8 +9,9 @@
   active end retries while the passive end answers ConnectNoMatch (it is
   not waiting yet), backing off from 50 ms to 1 s, until the configured
   ``connect_timeout``; and, when it gives up, why.
-  It also ends the core and words the error when TCP setup fails or the
-  attempts run out, so both adapters raise the same.
+  It also says what an attempt's outcome means (:meth:`PeerRetry.after`),
+  ends the core and words the error when TCP setup fails or the attempts
+  run out, so both adapters raise the same.
 * :func:`start_connect`: the active core of a VipConnectRequest, with its
   receive descriptors posted in time; :func:`peer_setup`: the config and
   the role of each end of a VipConnectPeerRequest.
@@ -24,8 +25,13 @@ from typing import Generic, TypeVar
 
 from iwarp.vitcp.config import ViRole, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
-from iwarp.vitcp.errors import VitcpClosedError
-from iwarp.vitcp.events import TCP_CLOSED_UNANSWERED, ConnectionRequested
+from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
+from iwarp.vitcp.events import (
+    TCP_CLOSED_UNANSWERED,
+    ConnectionRequested,
+    ReconnectNeeded,
+    ViConnectionRejected,
+)
 from iwarp.vitcp.handshake import State
 
 __all__ = ["Demultiplexer", "Offer", "PeerRetry", "peer_setup", "start_connect"]
@@ -199,6 +205,25 @@ class PeerRetry:
             core.handle_timer(max(now, self.deadline))
             raise VitcpClosedError(self.gave_up(host, port))
         return at
+
+    def after(
+        self,
+        core: VitcpConnection,
+        now: float,
+        outcome: ViConnectionRejected | ReconnectNeeded,
+        host: str,
+        port: int,
+    ) -> float:
+        """When to open a new TCP connection after an attempt that did not
+        connect (its TCP connection is over): a ReconnectNeeded is retried
+        (:meth:`reconnect_at`), a ConnectReject or ConnectNoMatch is not.
+
+        :raises VitcpRejectedError: the peer rejected (or had no match, §4.3).
+        :raises VitcpClosedError: the time is up or the core ended.
+        """
+        if isinstance(outcome, ViConnectionRejected):
+            raise VitcpRejectedError(outcome.no_match)
+        return self.reconnect_at(core, now, outcome.reason, host, port)
 
     def timed_out(self, core: VitcpConnection, now: float) -> VitcpClosedError:
         """TCP setup outlasted ``connect_timeout``: the consumer's timeout
