@@ -27,6 +27,7 @@ from iwarp.mpa.framing import FpduDecoder, FpduEncoder
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.ooo import OutOfOrderReceiver
 from iwarp.mpa.wire import FrameFlags, MpaFrame
+from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdmap.memory import Access, MemoryRegistry
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import RecvWR, Sge
@@ -148,6 +149,42 @@ def rdmap_receive(data: bytes) -> None:
         stream.ulpdus_to_send(limit=1 << 16)
 
 
+def queue_pair(data: bytes) -> None:
+    """A queue-pair endpoint (Responder, after MPA startup, with a receive
+    pool and a region any peer may write and read) fed FPDUs framed around
+    ULPDUs ``(BE16 length, octets)``: each FPDU whole (the small-message
+    short ways) or in pieces (the full path), as the first octet says."""
+    if len(data) < 1:
+        return
+    options = data[0]
+    config = MpaConfig(crc=bool(options & 1))
+    registry = MemoryRegistry()
+    peer = QueuePairEndpoint(Role.INITIATOR, registry.alloc_pd(), config)
+    qp = QueuePairEndpoint(
+        Role.RESPONDER, registry.alloc_pd(), config, receive_buffers=2, receive_size=64
+    )
+    qp.pd.register(
+        bytearray(4096),
+        Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ,
+        address=0x1000,
+        stag=0x100,
+    )
+    qp.receive_data(b"".join(bytes(c) for c in peer.data_to_send()), 0.0)
+    peer.receive_data(b"".join(bytes(c) for c in qp.data_to_send()), 0.0)
+    encoder = FpduEncoder(crc=config.crc)
+    i = 1
+    while i + 2 <= len(data):
+        (size,) = struct.unpack_from(">H", data, i)
+        i += 2
+        fpdu = encoder.encode_bytes(data[i : i + size % 2048])
+        i += size % 2048
+        for piece in [fpdu] if options & 2 else _chunks(fpdu, size):
+            qp.receive_data(piece, 0.0)
+        qp.data_to_send()
+        while qp.take_message() is not None:
+            pass
+
+
 # -- VI/TCP --------------------------------------------------------------------------
 
 
@@ -197,6 +234,7 @@ TARGETS: dict[str, Target] = {
     "fpdu_decoder": fpdu_decoder,
     "ooo_receiver": ooo_receiver,
     "rdmap_receive": rdmap_receive,
+    "queue_pair": queue_pair,
     "vitcp_segment": vitcp_segment,
     "vitcp_connection": vitcp_connection,
     "capture": capture,
@@ -249,6 +287,12 @@ def _capture_seed() -> bytes:
 
 def seeds() -> dict[str, list[bytes]]:
     ulpdus = _ddp_ulpdus()
+    # One-segment Sends (MSN 1, 2, 3: the second and third take the short
+    # way), then an RDMA Write in two segments and a Read Request.
+    small = [
+        bytes(next(iter(untagged_segments(b"m" * 20, qn=0, msn=msn, rsvdulp=0x43, mulpdu=100))))
+        for msn in (1, 2, 3)
+    ] + ulpdus[2:]
     request = build_request(MpaConfig(markers=True), b"hello").pack()
     reply = MpaFrame(False, FrameFlags.CRC | FrameFlags.MARKERS, 1, b"ok").pack()
     stream = _fpdus(True, True, ulpdus)
@@ -268,6 +312,7 @@ def seeds() -> dict[str, list[bytes]]:
         "fpdu_decoder": [bytes([0x03, 230]) + stream, bytes([0x02, 5]) + plain],
         "ooo_receiver": [ooo],
         "rdmap_receive": [b"\x00" + _length_prefixed(ulpdus)],
+        "queue_pair": [bytes([k]) + _length_prefixed(u) for k in (2, 3) for u in (small, ulpdus)],
         "vitcp_segment": [b"\x00" + vi_request],
         "vitcp_connection": [b"\x01\xc0" + vi_request],
         "capture": [_capture_seed()],

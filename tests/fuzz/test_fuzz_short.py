@@ -43,6 +43,7 @@ def test_every_parser_survives_the_short_fuzz(tmp_path: Path) -> None:
         "fpdu_decoder",
         "ooo_receiver",
         "rdmap_receive",
+        "queue_pair",
         "vitcp_segment",
         "vitcp_connection",
         "capture",
