@@ -81,7 +81,9 @@ def test_encode_parts_equals_encode_bytes(
 Op = tuple[str, int, bool]
 
 ops = st.tuples(
-    st.sampled_from(["send", "send", "invalidate", "write", "read"]),
+    # "answer": the receiver also posts a Send of its own just before the
+    # messages arrive (its completion is queued, not yet taken).
+    st.sampled_from(["send", "send", "invalidate", "write", "read", "answer"]),
     st.integers(0, BUFFER + 8),  # over BUFFER: the Send does not fit (a Terminate)
     st.booleans(),  # solicited
 )
@@ -100,7 +102,10 @@ def _fpdus(data: bytes) -> list[bytes]:
 def _run(script: list[Op], whole: bool, pool: bool) -> list[Any]:
     """What the receiver does with the script's messages, given to it FPDU
     by FPDU (``whole``) or each FPDU in two pieces (never a whole one)."""
-    w = pair(b={"receive_buffers": 2 if pool else 0, "receive_size": BUFFER})
+    w = pair(
+        a={"receive_buffers": 8, "receive_size": BUFFER},
+        b={"receive_buffers": 2 if pool else 0, "receive_size": BUFFER},
+    )
     w.pump()
     a, b = w.a, w.b
     if not pool:
@@ -122,7 +127,7 @@ def _run(script: list[Op], whole: bool, pool: bool) -> list[Any]:
     for number, (op, size, solicited) in enumerate(script):
         data = bytes([number]) * size
         try:
-            if op == "send":
+            if op in ("send", "answer"):
                 a.post_send(SendWR(data, wr_id=number, solicited=solicited))
             elif op == "invalidate":
                 a.post_send(SendWR(data, wr_id=number, invalidate_stag=target.stag))
@@ -134,6 +139,11 @@ def _run(script: list[Op], whole: bool, pool: bool) -> list[Any]:
             log.append(repr(exc))
         sent = b"".join(bytes(c) for c in a.data_to_send())
         a.take_events()
+        if op == "answer":
+            try:
+                b.post_send(SendWR(b"answer", wr_id=1000 + number))
+            except IwarpError as exc:
+                log.append(repr(exc))
         for fpdu in _fpdus(sent):
             for piece in [fpdu] if whole else [fpdu[:1], fpdu[1:]]:
                 log += seen(b.receive_data(piece, 0.0))

@@ -460,9 +460,10 @@ class MpaConnection:
         whole, valid FPDU (:meth:`FpduDecoder.take_whole
         <iwarp.mpa.framing.FpduDecoder.take_whole>`): received as
         :meth:`receive_data` would, without an event. None: nothing was
-        done; :meth:`receive_data` takes ``data``."""
+        done (also while events wait, which must come first);
+        :meth:`receive_data` takes ``data``."""
         decoder = self._decoder
-        if self._state is not MpaState.FULL_OPERATION or decoder is None:
+        if self._state is not MpaState.FULL_OPERATION or decoder is None or self._events:
             return None
         return decoder.take_whole(data)
 

@@ -226,6 +226,15 @@ class RdmaConnection:
         self._process(self.mpa.receive_data(data, now))
         return self._take()
 
+    def receive_whole(self, data: memoryview) -> memoryview | None:
+        """The ULPDU of ``data`` when it is exactly one whole, valid FPDU and
+        no event waits (:meth:`MpaConnection.receive_whole
+        <iwarp.mpa.connection.MpaConnection.receive_whole>`); hand it to
+        :meth:`receive_ulpdu` (or complete it with
+        :meth:`RdmapStream.receive_send`). None: nothing was done;
+        :meth:`receive_data` takes ``data``."""
+        return None if self._events else self.mpa.receive_whole(data)
+
     def receive_ulpdu(self, ulpdu: memoryview) -> list[Event]:
         """The ULPDU of a receive that was one whole FPDU, which MPA took
         (:meth:`MpaConnection.receive_whole

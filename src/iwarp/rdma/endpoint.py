@@ -470,7 +470,7 @@ class QueuePairEndpoint:
         # A receive that is one whole FPDU (most small messages) skips the
         # batch machinery; a Send the stream completes at once skips the
         # completion event too (_received).
-        ulpdu = conn.mpa.receive_whole(view) if view.itemsize == 1 else None
+        ulpdu = conn.receive_whole(view) if view.itemsize == 1 else None
         if ulpdu is None:
             self._route(conn.receive_data(data, now), now)
             return self._take()

@@ -814,9 +814,15 @@ class RdmapStream:
         solicited), instead of queued as an event: for the owner of the
         buffer (a receive pool), which takes the message out at once.
 
-        None: nothing was done; :meth:`handle_ulpdu` takes the segment.
+        None: nothing was done (also while events wait: they come first);
+        :meth:`handle_ulpdu` takes the segment.
         """
-        if self.state is not StreamState.OPERATIONAL or not view or not view[0] & LAST_FLAG:
+        if (
+            self.state is not StreamState.OPERATIONAL
+            or self._events
+            or not view
+            or not view[0] & LAST_FLAG  # so a placed segment always completes
+        ):
             return None
         placed = self._take_send(view)
         return None if placed is False or placed is True else placed
