@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp.sockets import send_chunks, vitcp_setup
+from iwarp.sockets import listening_socket_for, send_chunks, send_urgent, vitcp_setup
 
 
 @settings(max_examples=30, deadline=None)
@@ -109,3 +109,37 @@ def test_vitcp_setup_keeps_urgent_octets_inline_and_dups_only_to_send_them(
             b.settimeout(5)
             assert b.recv(1) == b"!"  # SO_OOBINLINE: the urgent octet stays in the stream
     assert vitcp_setup(None, send_urgent=True) is None
+
+
+def test_send_urgent_sends_the_first_octet_out_of_band_and_gives_the_rest() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        a = socket.create_connection(server.getsockname())
+        b, _ = server.accept()
+    with a, b:
+        vitcp_setup(b, send_urgent=False)
+        oob = vitcp_setup(a, send_urgent=True)
+        assert oob is not None
+        with oob:
+            sent, rest = send_urgent(oob, [b"!ab", memoryview(b"cd")])
+            assert sent and rest == b"abcd"
+            a.sendall(rest)
+            b.settimeout(5)
+            received = b""
+            while len(received) < 5:
+                received += b.recv(5)
+            assert received == b"!abcd"  # SO_OOBINLINE: in the stream, in order
+        # The kernel refuses (closed socket): nothing went, all of it is to write.
+        assert send_urgent(oob, [b"xy"]) == (False, b"xy")
+
+
+def test_listening_socket_for_binds_one_address_and_declines_several() -> None:
+    one = socket.getaddrinfo("127.0.0.1", 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sock = listening_socket_for(one + one, 16)  # the same address twice is one
+    assert sock is not None
+    with sock:
+        assert sock.getsockname()[0] == "127.0.0.1"
+    two = [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0)),
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", 0)),
+    ]
+    assert listening_socket_for(two, 16) is None

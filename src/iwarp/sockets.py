@@ -12,7 +12,7 @@ import errno
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -24,7 +24,9 @@ __all__ = [
     "RECEIVE_CHUNK",
     "SheddingSocket",
     "listening_socket",
+    "listening_socket_for",
     "send_chunks",
+    "send_urgent",
     "tcp_setup",
     "unsent_part",
     "urgent_pointer_exact",
@@ -83,6 +85,19 @@ def vitcp_setup(sock: socket.socket | None, *, send_urgent: bool) -> socket.sock
         return socket.fromfd(sock.fileno(), sock.family, sock.type)
     except OSError:
         return None
+
+
+def send_urgent(sock: socket.socket, parts: list[Buffer]) -> tuple[bool, bytes]:
+    """Send a segment's first octet as TCP urgent data (``MSG_OOB``, VI/TCP
+    §3.7) on ``sock``, the duplicate :func:`vitcp_setup` gave. Returns
+    whether the kernel took it and the octets still to write, in order: the
+    rest of the segment, or all of it when the urgent octet did not go."""
+    data = b"".join(bytes(part) for part in parts)
+    try:
+        sent = sock.send(data[:1], socket.MSG_OOB)
+    except OSError:
+        sent = 0
+    return (True, data[1:]) if sent == 1 else (False, data)
 
 
 def _size(chunk: Buffer) -> int:
@@ -235,3 +250,13 @@ def listening_socket(family: int, address: Any, backlog: int) -> SheddingSocket:
         sock.close()
         raise
     return sock
+
+
+def listening_socket_for(infos: Iterable[tuple[Any, ...]], backlog: int) -> SheddingSocket | None:
+    """:func:`listening_socket` on the one address ``getaddrinfo`` results
+    (``infos``) name; None when they name several (the caller binds them all)."""
+    addresses = {(info[0], info[4]) for info in infos}
+    if len(addresses) != 1:
+        return None
+    family, address = addresses.pop()
+    return listening_socket(family, address, backlog)

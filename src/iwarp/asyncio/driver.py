@@ -29,7 +29,7 @@ from iwarp.contract import Connection
 from iwarp.errors import IwarpError
 from iwarp.mpa.connection import DEFAULT_EMSS
 from iwarp.serving import RELEASE_AFTER, BurstRelease, FailureHook, handler_failed, report
-from iwarp.sockets import RECEIVE_CHUNK, listening_socket, send_chunks, tcp_setup
+from iwarp.sockets import RECEIVE_CHUNK, listening_socket_for, send_chunks, tcp_setup
 
 __all__ = [
     "RECEIVE_CHUNK",
@@ -433,15 +433,10 @@ async def open_or_report(
 async def _listening_socket(host: str | None, port: int, backlog: int) -> socket.socket | None:
     """One listening :class:`~iwarp.sockets.SheddingSocket` when ``host`` names exactly
     one address; None when it names several (asyncio then binds them all)."""
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(
+    infos = await asyncio.get_running_loop().getaddrinfo(
         host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
     )
-    addresses = {(family, address) for family, _, _, _, address in infos}
-    if len(addresses) != 1:
-        return None
-    family, address = addresses.pop()
-    return listening_socket(family, address, backlog)
+    return listening_socket_for(infos, backlog)
 
 
 async def start_server(

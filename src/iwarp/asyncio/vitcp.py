@@ -20,7 +20,7 @@ from typing import Any
 
 from iwarp._typing import Buffer
 from iwarp.asyncio.driver import CoreDriver, fail, run_handler
-from iwarp.sockets import urgent_pointer_exact, vitcp_setup
+from iwarp.sockets import send_urgent, urgent_pointer_exact, vitcp_setup
 from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.endpoint import RECEIVE_HIGH_WATER, Outcome, ViEndpointState
@@ -148,16 +148,10 @@ class _VitcpProtocol(CoreDriver):
         self.write(batch)
         if transport.get_write_buffer_size():
             return False
-        data = b"".join(bytes(p) for p in parts)
-        try:
-            sent = self._oob.send(data[:1], socket.MSG_OOB)
-        except OSError:
-            sent = 0
-        if sent != 1:
-            transport.write(data)
-            return True
-        self.urgent_sent += 1
-        transport.write(data[1:])
+        sent, rest = send_urgent(self._oob, parts)
+        if sent:
+            self.urgent_sent += 1
+        transport.write(rest)
         return True
 
     async def wait_until(self, ready: Callable[[], bool]) -> None:
