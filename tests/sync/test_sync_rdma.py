@@ -370,3 +370,52 @@ def test_bad_options_raise_before_startup_and_leave_no_socket_open() -> None:
         assert caught.traceback
         if before is not None:
             assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_connect_falls_back_to_rev1_against_an_unenhanced_responder() -> None:
+    """RFC 6581 §10: a Rev 1 Responder closes on a Rev 2 Request (its error
+    4); the Initiator sees the close (error 1) and, with fallback_to_rev1,
+    retries once on a new connection as Rev 1. A completion queue given to
+    the failed attempt is left by it."""
+    listener = rdma.listen("127.0.0.1", 0, config=MpaConfig(revision=1), receive_buffers=2)
+    server_errors: list[int] = []
+
+    def run() -> None:
+        with listener:
+            while True:
+                try:
+                    with listener.accept(timeout=T) as qp:
+                        qp.send(qp.receive(timeout=T), timeout=T)
+                        return
+                except MpaError as exc:
+                    server_errors.append(exc.code)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    with pytest.raises(MpaError) as info:
+        rdma.connect("127.0.0.1", listener.port, receive_buffers=2, timeout=T)
+    assert info.value.code == 1
+    cq = rdma.CompletionQueue()
+    with rdma.connect(
+        "127.0.0.1",
+        listener.port,
+        receive_buffers=2,
+        send_cq=cq,
+        fallback_to_rev1=True,
+        timeout=T,
+    ) as qp:
+        assert qp.params.revision == 1 and not qp.params.enhanced
+        assert cq._qps == [qp]  # the failed Rev 2 attempt left the queue
+        qp.send(b"after fallback", timeout=T)
+        assert qp.receive(timeout=T) == b"after fallback"
+    thread.join(T)
+    assert server_errors == [4, 4]
+
+
+def test_connect_refuses_too_long_private_data_before_opening_tcp() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as tcp:
+        tcp.setblocking(False)
+        with pytest.raises(LocalProtocolError):
+            rdma.connect("127.0.0.1", tcp.getsockname()[1], private_data=bytes(600), timeout=T)
+        with pytest.raises(BlockingIOError):  # nobody connected
+            tcp.accept()

@@ -28,12 +28,11 @@ from iwarp._typing import Buffer
 from iwarp.contract import Connection
 from iwarp.errors import IwarpError
 from iwarp.mpa.connection import DEFAULT_EMSS
-from iwarp.serving import RELEASE_AFTER, BurstRelease, FailureHook, handler_failed, report
+from iwarp.serving import BurstRelease, FailureHook, handler_failed, report
 from iwarp.sockets import RECEIVE_CHUNK, listening_socket_for, send_chunks, tcp_setup
 
 __all__ = [
     "RECEIVE_CHUNK",
-    "RELEASE_AFTER",
     "CoreDriver",
     "FailureHook",
     "fail",

@@ -42,7 +42,7 @@ are chosen here, once.
     :class:`~iwarp.mpa.policy.Accept` or :class:`~iwarp.mpa.policy.Reject`
     (by default every Request is accepted).
 ``fallback_to_rev1``
-    asyncio ``connect``: retry once with a Rev 1 Request when an unenhanced
+    ``connect``: retry once with a Rev 1 Request when an unenhanced
     Responder closes on our Rev 2 one (RFC 6581 §10; also the config's
     ``rev1_fallback``; :func:`iwarp.mpa.policy.rev1_fallback`).
 """

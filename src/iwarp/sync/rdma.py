@@ -18,11 +18,14 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Final, overload
 
 from iwarp._typing import Buffer
+from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject
+from iwarp.mpa.handshake import build_request
+from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_SIZE,
     CompletionQueued,
@@ -368,13 +371,16 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
                     with contextlib.suppress(WaitTimeoutError):
                         driver.run_until(lambda: not driver.unsent, deadline, "the close")
             driver.close()
-            self.send_cq._detach(self)
-            self.recv_cq._detach(self)
+            self._leave_cqs()
 
     def abort(self) -> None:
         """Close at once (RST); outstanding work is flushed."""
         self._driver.abort()
         self._dispatch(self.endpoint.connection_lost(clock(), "aborted by the application"))
+        self._leave_cqs()
+
+    def _leave_cqs(self) -> None:
+        """The completion queues wait on this queue pair no more."""
         self.send_cq._detach(self)
         self.recv_cq._detach(self)
 
@@ -404,11 +410,13 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
             )
         except BaseException:
             driver.close()
+            self._leave_cqs()
             raise
         if not self._established or endpoint.ended is not None:
             # e.g. the Terminate of a failed RFC 6581 negotiation, a reject's Reply
             driver.flush()
             driver.close()
+            self._leave_cqs()
             raise self._startup_error()
 
 
@@ -425,22 +433,25 @@ def connect(
     send_cq: CompletionQueue | None = None,
     recv_cq: CompletionQueue | None = None,
     first_send_delay: float = 0.0,
+    fallback_to_rev1: bool = False,
     timeout: float | None = None,
     local_address: tuple[str, int] | None = None,
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
     The settings are documented in :mod:`iwarp.rdma.options`; ``timeout``
-    bounds TCP connection setup and MPA startup together.
+    bounds TCP connection setup and MPA startup together (both attempts,
+    with ``fallback_to_rev1``).
 
     :raises ConnectionRejectedError: the peer rejected the connection.
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
         negotiation failed (codes 6, 7; our Terminate was sent).
+    :raises LocalProtocolError: the private data is too long for ``config``
+        (before any connection is opened).
     :raises WaitTimeoutError: ``timeout`` passed first.
     :raises OSError: the TCP connection could not be opened.
     """
     deadline = deadline_after(timeout)
-    sock = open_tcp(host, port, deadline, local_address)
     options = initiator_options(
         config,
         private_data=private_data,
@@ -448,11 +459,24 @@ def connect(
         receive_size=receive_size,
         first_send_delay=first_send_delay,
     )
-    qp = QueuePair(
-        sock, Role.INITIATOR, domain(pd), options, setup=setup, send_cq=send_cq, recv_cq=recv_cq
-    )
-    qp._handshake(deadline)
-    return qp
+    build_request(options.config, private_data)  # LocalProtocolError before any connection
+    qp_domain = domain(pd)
+
+    def attempt(options: QueuePairOptions) -> QueuePair:
+        sock = open_tcp(host, port, deadline, local_address)
+        qp = QueuePair(
+            sock, Role.INITIATOR, qp_domain, options, setup=setup, send_cq=send_cq, recv_cq=recv_cq
+        )
+        qp._handshake(deadline)
+        return qp
+
+    try:
+        return attempt(options)
+    except MpaError as exc:
+        retry = rev1_fallback(options.config, exc, requested=fallback_to_rev1)
+        if retry is None:
+            raise
+    return attempt(replace(options, config=retry))
 
 
 class Listener:
