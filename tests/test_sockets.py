@@ -88,15 +88,21 @@ def test_a_blocking_listener_out_of_descriptors_closes_the_waiting_connection() 
     assert "Traceback" not in log, log
 
 
+def _vitcp_pair() -> tuple[socket.socket, socket.socket]:
+    """A connected TCP pair on loopback; the second end set up for VI/TCP."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        a = socket.create_connection(server.getsockname())
+        b, _ = server.accept()
+    vitcp_setup(b, send_urgent=False)
+    return a, b
+
+
 @pytest.mark.parametrize("send_urgent", [False, True])
 def test_vitcp_setup_keeps_urgent_octets_inline_and_dups_only_to_send_them(
     send_urgent: bool,
 ) -> None:
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        a = socket.create_connection(server.getsockname())
-        b, _ = server.accept()
+    a, b = _vitcp_pair()
     with a, b:
-        vitcp_setup(b, send_urgent=False)
         oob = vitcp_setup(a, send_urgent=send_urgent)
         assert a.getsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE)
         assert a.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
@@ -112,11 +118,8 @@ def test_vitcp_setup_keeps_urgent_octets_inline_and_dups_only_to_send_them(
 
 
 def test_send_urgent_sends_the_first_octet_out_of_band_and_gives_the_rest() -> None:
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        a = socket.create_connection(server.getsockname())
-        b, _ = server.accept()
+    a, b = _vitcp_pair()
     with a, b:
-        vitcp_setup(b, send_urgent=False)
         oob = vitcp_setup(a, send_urgent=True)
         assert oob is not None
         with oob:

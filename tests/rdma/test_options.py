@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.policy import Reject
 from iwarp.rdma.endpoint import DEFAULT_RECEIVE_SIZE, INITIATOR_CONFIG, QueuePairOptions
@@ -13,22 +15,14 @@ def test_connect_offers_peer_to_peer_by_default_and_keeps_a_config_of_ones_own()
     assert initiator_options(None) == QueuePairOptions(INITIATOR_CONFIG)
     assert initiator_options(None).config.peer_to_peer
     own = MpaConfig(crc=False)
-    options = initiator_options(
-        own,
-        private_data=b"hi",
-        receive_buffers=2,
-        receive_size=100,
-        first_send_delay=0.5,
-        shared_cq=True,
-    )
-    assert options == QueuePairOptions(
-        own,
-        private_data=b"hi",
-        receive_buffers=2,
-        receive_size=100,
-        first_send_delay=0.5,
-        shared_cq=True,
-    )
+    settings: dict[str, Any] = {
+        "private_data": b"hi",
+        "receive_buffers": 2,
+        "receive_size": 100,
+        "first_send_delay": 0.5,
+        "shared_cq": True,
+    }
+    assert initiator_options(own, **settings) == QueuePairOptions(own, **settings)
 
 
 def test_serve_and_listen_answer_with_a_plain_config_by_default() -> None:
