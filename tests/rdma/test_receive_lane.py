@@ -192,6 +192,18 @@ def test_a_whole_send_takes_the_short_way(monkeypatch: pytest.MonkeyPatch) -> No
     assert taken == []
 
 
+def test_octets_in_any_buffer_format_are_received() -> None:
+    """Octets given as a memoryview of signed bytes take the full path
+    (which casts them) and arrive like any others."""
+    w = pair(b={"receive_buffers": 2, "receive_size": BUFFER})
+    w.pump()
+    for payload in (b"first", b"second"):  # the second would take the short way
+        frame = w.a.send_now(payload)
+        assert frame is not None
+        w.b.receive_data(memoryview(bytearray(frame)).cast("b"), 0.0)
+        assert w.b.take_message() == payload
+
+
 # -- the sender: a framed Send handed out ----------------------------------------------
 
 

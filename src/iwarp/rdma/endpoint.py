@@ -470,7 +470,8 @@ class QueuePairEndpoint:
         # A receive that is one whole FPDU (most small messages) skips the
         # batch machinery; a Send the stream completes at once skips the
         # completion event too (_received).
-        ulpdu = conn.receive_whole(view) if view.itemsize == 1 else None
+        # (Octets as unsigned bytes only: the short way places slices as they are.)
+        ulpdu = conn.receive_whole(view) if view.format == "B" else None
         if ulpdu is None:
             self._route(conn.receive_data(data, now), now)
             return self._take()
