@@ -69,12 +69,13 @@ def _pdml(*packets: str) -> str:
     return "<?xml version='1.0'?><pdml>" + "".join(packets) + "</pdml>"
 
 
-def _packet(num: int, *protos: str) -> str:
+def _packet(num: int, *protos: str, port: int = 5000, tcp_flag: str = "") -> str:
     geninfo = f"<proto name='geninfo'><field name='num' show='{num}'/></proto>"
+    flag = f"<field name='{tcp_flag}' show=''/>" if tcp_flag else ""
     tcp = (
         "<proto name='ip'><field name='ip.src' show='127.0.0.1'/></proto>"
-        "<proto name='tcp'><field name='tcp.srcport' show='5000'/>"
-        "<field name='tcp.len' show='40'/></proto>"
+        f"<proto name='tcp'><field name='tcp.srcport' show='{port}'/>"
+        f"<field name='tcp.len' show='40'/>{flag}</proto>"
     )
     return f"<packet>{geninfo}{tcp}{''.join(protos)}</packet>"
 
@@ -96,3 +97,36 @@ def test_pdml_hex_values_are_not_verdicts(tmp_path: Path) -> None:
     assert verdict.bad_crc_frames == [3]
     assert verdict.malformed_frames == [4]
     assert verdict.undecoded_frames == [4]
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["tcp.analysis.lost_segment", "tcp.analysis.out_of_order", "tcp.analysis.retransmission"],
+)
+def test_bad_crcs_after_a_tcp_gap_are_reported_but_not_errors(tmp_path: Path, flag: str) -> None:
+    """tshark reassembles segments as captured: after a segment it saw lost,
+    out of order or sent again, its CRC verdicts for that sender are not
+    evidence (the FPDU boundaries are lost). Another sender's still are."""
+    request = "<proto name='iwarp_mpa'><field name='iwarp_mpa.key.req' show='x'/></proto>"
+    bad = (
+        "<proto name='iwarp_mpa'><field name='iwarp_mpa.ulpdulength' show='34'/>"
+        "<field name='iwarp_mpa.crc_check' showname='CRC check: 0x1 (Bad CRC32, should be 0x2)'/>"
+        "</proto>"
+    )
+    path = tmp_path / "x.pdml"
+    path.write_text(
+        _pdml(
+            _packet(1, request),
+            _packet(2, bad),  # before the gap: an error
+            _packet(3, bad, tcp_flag=flag),  # the gap
+            _packet(4, bad),
+            _packet(5, bad, port=6000),  # the other sender: an error
+        )
+    )
+    verdict = parse_pdml(path)
+    assert verdict.bad_crc_frames == [2, 5]
+    assert verdict.unverified_crc_frames == [3, 4]
+    assert verdict.tcp_gaps == {"127.0.0.1:5000": 3}
+    assert "CRC not verifiable after a TCP gap (frame 3) in frames 3, 4" in verdict.summary()
+    path.write_text(_pdml(_packet(1, request), _packet(3, bad, tcp_flag=flag), _packet(4, bad)))
+    assert parse_pdml(path).ok

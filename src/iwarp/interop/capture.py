@@ -31,6 +31,14 @@ from iwarp.interop.host import end_process
 #: ``_ws.expert.severity`` value of an error (Wireshark's PI_ERROR).
 _PI_ERROR: Final = 0x00800000
 
+#: tshark's TCP analysis of a segment missing, out of order or sent again:
+#: its MPA dissector loses the FPDU boundaries of that direction after one
+#: (it reassembles the segments as captured), so its CRC verdicts there
+#: cannot be trusted.
+_TCP_GAP_FIELDS: Final = frozenset(
+    {"tcp.analysis.lost_segment", "tcp.analysis.out_of_order", "tcp.analysis.retransmission"}
+)
+
 #: Heuristic sub-dissectors that read any RDMA Send payload as their own
 #: protocol and call ordinary data malformed; they have no place here.
 _ULP_HEURISTICS: Final = ("rpcrdma_iwarp", "smb_direct_iwarp")
@@ -99,6 +107,11 @@ class Verdict:
     fpdus: dict[str, int] = field(default_factory=lambda: {"i>r": 0, "r>i": 0})
     crc_checked: int = 0
     bad_crc_frames: list[int] = field(default_factory=list)
+    #: "Bad CRC" frames after a TCP gap in their direction (:data:`_TCP_GAP_FIELDS`):
+    #: reported, not counted as errors.
+    unverified_crc_frames: list[int] = field(default_factory=list)
+    #: The first frame tshark's TCP analysis flagged, by sender ("addr:port").
+    tcp_gaps: dict[str, int] = field(default_factory=dict)
     malformed_frames: list[int] = field(default_factory=list)
     expert_errors: list[str] = field(default_factory=list)
     tcp_payload_frames: int = 0
@@ -133,6 +146,11 @@ class Verdict:
         )
         if self.undecoded_frames:
             text += f", {len(self.undecoded_frames)} payload frames undecoded"
+        if self.unverified_crc_frames:
+            text += (
+                f"; CRC not verifiable after a TCP gap (frame "
+                f"{min(self.tcp_gaps.values())}) in frames {_frames(self.unverified_crc_frames)}"
+            )
         problems = self.problems()
         return text + ("; " + "; ".join(problems) if problems else "; no errors")
 
@@ -144,6 +162,8 @@ class Verdict:
             "fpdus": dict(self.fpdus),
             "crc_checked": self.crc_checked,
             "bad_crc_frames": self.bad_crc_frames,
+            "unverified_crc_frames": self.unverified_crc_frames,
+            "tcp_gaps": dict(self.tcp_gaps),
             "malformed_frames": self.malformed_frames,
             "expert_errors": self.expert_errors,
             "undecoded_frames": len(self.undecoded_frames),
@@ -227,8 +247,11 @@ def _fold_packet(packet: ET.Element, verdict: Verdict, initiator: str | None) ->
                     number = int(f.get("show", "0"))
         elif name == "tcp":
             for f in proto.iter("field"):
-                if f.get("name") == "tcp.len" and int(f.get("show", "0")) > 0:
+                field_name = f.get("name")
+                if field_name == "tcp.len" and int(f.get("show", "0")) > 0:
                     has_payload = True
+                elif field_name in _TCP_GAP_FIELDS and verdict.requests:
+                    verdict.tcp_gaps.setdefault(_endpoint(packet), number)
         elif name == "_ws.malformed":
             verdict.malformed_frames.append(number)
         elif name == "iwarp_mpa":
@@ -286,5 +309,8 @@ def _fold_mpa(
         if f.get("name") == "iwarp_mpa.crc_check":
             verdict.crc_checked += 1
             # The value is hex ("0x482badb4" contains "bad"): match the verdict text.
-            if "bad crc" in f.get("showname", "").lower() and number not in verdict.bad_crc_frames:
-                verdict.bad_crc_frames.append(number)
+            if "bad crc" in f.get("showname", "").lower():
+                gap = _endpoint(packet) in verdict.tcp_gaps
+                frames = verdict.unverified_crc_frames if gap else verdict.bad_crc_frames
+                if number not in frames:
+                    frames.append(number)
