@@ -45,7 +45,12 @@ def extensions() -> list[Extension]:
     return [
         Extension(
             "iwarp._speedups",
-            sources=["src/iwarp/_speedups.c"],
+            sources=[
+                "src/iwarp/_speedups.c",
+                "src/iwarp/_lanes.c",
+                "src/iwarp/_decode.c",
+            ],
+            depends=["src/iwarp/_speedups.h"],
             extra_compile_args=args,
             optional=True,
         )

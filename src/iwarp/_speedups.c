@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_speedups.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #include <nmmintrin.h>
@@ -196,6 +198,11 @@ static uint32_t crc_update(uint32_t state, const uint8_t *p, size_t n)
         return crc_hw(state, p, n);
 #endif
     return crc_soft(state, p, n);
+}
+
+uint32_t iw_crc32c(uint32_t state, const uint8_t *p, size_t n)
+{
+    return crc_update(state, p, n);
 }
 
 static PyObject *py_crc32c(PyObject *self, PyObject *args)
@@ -659,5 +666,14 @@ PyMODINIT_FUNC PyInit__speedups(void)
     if (getenv("IWARP_ACCEL_NO_SSE42") != NULL)
         have_sse42 = 0;
 #endif
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    /* The kernels of the other source files join this one module. */
+    if (PyModule_AddFunctions(m, iw_lane_methods) < 0 ||
+        PyModule_AddFunctions(m, iw_decode_methods) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

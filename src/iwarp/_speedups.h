@@ -1,0 +1,25 @@
+/*
+ * What the source files of iwarp._speedups share.
+ *
+ * _speedups.c   CRC-32C and the framing/scanning/placement kernels; it
+ *               creates the module and adds the other files' functions.
+ * _lanes.c      the whole-message send and receive lanes.
+ * _decode.c     the capture analyzer's per-segment loops.
+ */
+#ifndef IWARP_SPEEDUPS_H
+#define IWARP_SPEEDUPS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* CRC-32C (RFC 3385) over n octets, continuing from a raw state: start
+ * from ~value and complement the result, as py_crc32c does. */
+uint32_t iw_crc32c(uint32_t state, const uint8_t *p, size_t n);
+
+/* Each file's functions, each table ended by a {NULL} entry. */
+extern PyMethodDef iw_lane_methods[];
+extern PyMethodDef iw_decode_methods[];
+
+#endif
