@@ -38,7 +38,17 @@ def iwarp(netns: str | None) -> list[str]:
 def one(netns: str | None, flags: list[str], size: str, iters: int) -> dict[str, Any]:
     server_flags = ["--markers"] if "--markers" in flags else []
     server = subprocess.Popen(
-        [*iwarp(netns), "-s", "--bind", "127.0.0.1", "--port", "0", "--count", "1", *server_flags],
+        [
+            *iwarp(netns),
+            "--server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--count",
+            "1",
+            *server_flags,
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -78,17 +88,17 @@ def main() -> None:
     print(f"\nranges over {args.repeat} runs ({args.netns or 'default namespace'}):")
     for name, runs in results.items():
         ratios = [r["ratio"] for r in runs]
-        cpu = [r["cpu_us_per_mib"] for r in runs]
-        raw_cpu = [r["raw_tcp"]["cpu_us_per_mib"] for r in runs]
-        if "median_us" in runs[0]:
-            added = [r["added_median_us"] for r in runs]
-            medians = [r["median_us"] for r in runs]
-            raws = [r["raw_tcp"]["median_us"] for r in runs]
+        if "typical_us" in runs[0]:
+            added = [r["added_typical_us"] for r in runs]
+            medians = [r["typical_us"] for r in runs]
+            raws = [r["raw_tcp"]["typical_us"] for r in runs]
             print(
-                f"  {name:<30} median {min(medians):.1f}-{max(medians):.1f} us, raw TCP "
+                f"  {name:<30} t_typical {min(medians):.1f}-{max(medians):.1f} us, raw TCP "
                 f"{min(raws):.1f}-{max(raws):.1f} us, added {min(added):.1f}-{max(added):.1f} us"
             )
             continue
+        cpu = [r["cpu_us_per_mib"] for r in runs]
+        raw_cpu = [r["raw_tcp"]["cpu_us_per_mib"] for r in runs]
         rates = [r["average_mib_s"] for r in runs]
         raw_rates = [r["raw_tcp"]["average_mib_s"] for r in runs]
         print(

@@ -95,7 +95,7 @@ def test_an_interrupted_ping_says_how_far_it_got(
 
 def test_perf_takes_pcap(tmp_path: Path) -> None:
     server = subprocess.Popen(
-        [*IWARP, "perf", "-s", "--bind", "127.0.0.1", "--port", "0", "--count", "1"],
+        [*IWARP, "perf", "--server", "--bind", "127.0.0.1", "--port", "0", "--count", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
