@@ -28,9 +28,9 @@ def _free_port() -> int:
         return port
 
 
-def _ping_server(port: int) -> subprocess.Popen[str]:
+def _ping_server(port: int, *flags: str) -> subprocess.Popen[str]:
     server = subprocess.Popen(
-        [*IWARP, "ping", "-s", "-a", "127.0.0.1", "-p", str(port), "-d"],
+        [*IWARP, "ping", "-s", "-a", "127.0.0.1", "-p", str(port), "-d", *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -59,15 +59,16 @@ def test_ping_debug_ends_with_a_summary() -> None:
     assert match and match.group(1) == "3"
 
 
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
 @pytest.mark.parametrize("side", ["client", "server"])
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_ping_says_how_far_it_got(
-    side: str, signum: signal.Signals, status: int
+    side: str, signum: signal.Signals, status: int, adapter: list[str]
 ) -> None:
     port = _free_port()
-    server = _ping_server(port)
+    server = _ping_server(port, *adapter)
     client = subprocess.Popen(  # -C 0: ping until interrupted
-        [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "-d", "--delay", "0"],
+        [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "-d", "--delay", "0", *adapter],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

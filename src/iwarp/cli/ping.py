@@ -24,12 +24,12 @@ from iwarp.asyncio.rdma import (
 from iwarp.cli._args import SIZE_HELP, count, format_octets, format_rate, port, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture, sync_pcap_capture
 from iwarp.cli._progress import Progress, add_progress_options
-from iwarp.cli._run import run_interruptible
+from iwarp.cli._run import run_blocking_interruptible, run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma.rping import DEFAULT_SIZE, MIN_SIZE, RpingClient, RpingServer
-from iwarp.rdmap.work import Completion
+from iwarp.rdmap.work import Completion, WorkOpcode
 from iwarp.sync import rping as sync_rping
 from iwarp.sync.rdma import QueuePair as SyncQueuePair
 
@@ -122,15 +122,19 @@ def run(args: argparse.Namespace) -> int:
     if args.size < MIN_SIZE:
         print(f"size {args.size} too small (minimum {MIN_SIZE})", file=sys.stderr)
         return 2
+    tally = _Tally(args.size)
+
+    def interrupted(signum: signal.Signals) -> None:
+        print(f"iwarp ping: interrupted by {signum.name}: {tally.text()}", file=sys.stderr)
+
     try:
         if args.sync:
-            with sync_pcap_capture(args.pcap, initiator=args.client):
-                return _sync(args)
-        tally = _Tally(args.size)
 
-        def interrupted(signum: signal.Signals) -> None:
-            print(f"iwarp ping: interrupted by {signum.name}: {tally.text()}", file=sys.stderr)
+            def blocking() -> int:
+                with sync_pcap_capture(args.pcap, initiator=args.client):
+                    return _sync(args, tally)
 
+            return run_blocking_interruptible(blocking, interrupted)
         status = run_interruptible(_captured(args, tally), interrupted)
         if args.debug and status == 0:
             print(tally.text())
@@ -140,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _sync(args: argparse.Namespace) -> int:
+def _sync(args: argparse.Namespace, tally: _Tally) -> int:
     """The same conversation on iwarp.sync (what ``--sync`` selects)."""
 
     def connected(qp: SyncQueuePair) -> None:
@@ -148,6 +152,11 @@ def _sync(args: argparse.Namespace) -> int:
             print(f"{'connected' if args.client else 'accepted'}: {_describe(qp)}", flush=True)
 
     def completed(completion: Completion, lines: list[str]) -> None:
+        # a ping: the client's check of the echo, the server's RDMA Write back
+        if args.client:
+            tally.pings += sum(line.startswith("ping data") for line in lines)
+        elif completion.opcode is WorkOpcode.RDMA_WRITE and completion.ok:
+            tally.pings += 1
         if args.debug:
             print(f"{completion.opcode.value} completion: {completion.status.value}")
         for line in lines:
