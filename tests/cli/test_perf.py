@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -296,3 +298,128 @@ def test_an_idle_server_stops_on_sigint() -> None:
     _, err = server.communicate(timeout=20)
     assert server.returncode == 130
     assert "interrupted by SIGINT: 0 tests served" in err and "Traceback" not in err
+
+
+# --- the blocking adapter (--sync) ------------------------------------------------------
+
+
+@pytest.fixture
+def sync_server() -> Iterator[int]:
+    proc, port = start_server("--sync", count=None)
+    yield port
+    proc.kill()
+    proc.communicate(timeout=10)
+
+
+def test_sync_runs_every_op_and_mode(sync_server: int, capsys: pytest.CaptureFixture[str]) -> None:
+    for op in ("write", "read", "send"):
+        for mode in ([], ["--latency"]):
+            status, out, err = run_client(
+                capsys, sync_server, "--sync", "--op", op, "-s", "4K", "-n", "30", *mode, "--json"
+            )
+            assert status == 0, err
+            data = json.loads(out)
+            assert data["op"] == op and data["iterations"] == 30
+            assert data["adapter"] == data["peer_adapter"] == "sync"
+            assert (data["typical_us"] if mode else data["average_mib_s"]) > 0
+
+
+@pytest.mark.parametrize("client", [["--sync"], []])
+def test_the_adapters_talk_to_each_other(
+    client: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server_flags = [] if client else ["--sync"]
+    proc, port = start_server(*server_flags, count=2)
+    try:
+        for mode in ([], ["--latency"]):
+            status, out, err = run_client(
+                capsys, port, *client, "--op", "send", "-s", "64", "-n", "50", *mode, "--json"
+            )
+            assert status == 0, err
+            data = json.loads(out)
+            assert {data["adapter"], data["peer_adapter"]} == {"sync", "asyncio"}
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("busy", "style"),
+    [
+        ([], "non-blocking socket busy-polled 200 us, then poll"),
+        (["--busy-poll", "0"], "blocking recv"),
+    ],
+)
+def test_sync_compares_with_raw_tcp_that_waits_the_same_way(
+    busy: list[str], style: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc, port = start_server("--sync", *busy, count=2)
+    try:
+        status, out, err = run_client(
+            capsys, port, "--sync", *busy, "-s", "64", "--latency", "-n", "200", "--compare-raw"
+        )
+        assert status == 0, err
+        assert f"raw TCP ({style}): t_typical" in out
+        flags = ["--op", "send", "-s", "64", "-n", "300", "--compare-raw", "--json"]
+        status, out, err = run_client(capsys, port, "--sync", *busy, *flags)
+        assert status == 0, err
+        data = json.loads(out)
+        assert data["raw_tcp"]["style"] == style and data["raw_tcp"]["iterations"] == 300
+        assert data["msg_rate_ratio"] > 0
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+
+
+def test_busy_poll_belongs_to_sync(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["perf", "127.0.0.1", "--busy-poll", "0"]) == 2
+    assert "--sync" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("busy_poll", [0.0, 200e-6])
+def test_raw_socket_moves_every_octet(busy_poll: float) -> None:
+    from iwarp.cli._perf_sync import RawSocket
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        a = socket.create_connection(listener.getsockname())
+        b, _ = listener.accept()
+    sender, receiver = RawSocket(a, busy_poll), RawSocket(b, busy_poll)
+    data = bytes(range(256)) * 8192  # 2 MiB: more than the socket buffers hold
+    got = bytearray(len(data))
+    thread = threading.Thread(target=receiver.recv_exactly, args=(memoryview(got),))
+    thread.start()
+    sender.sendall(data)
+    thread.join(timeout=60)
+    sender.close()
+    with pytest.raises(ConnectionError):
+        receiver.recv_exactly(memoryview(bytearray(1)))
+    receiver.close()
+    assert got == data
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_sync_ends_stop_on_signals(signum: signal.Signals, status: int) -> None:
+    server, port = start_server("--sync", count=None)
+    client = _client_under_way(port, "--sync", "--op", "send", "-s", "1K")
+    try:
+        client.send_signal(signum)
+        out, err = client.communicate(timeout=20)
+        assert client.returncode == status, err
+        assert f"interrupted by {signum.name}" in err and "Traceback" not in err
+        assert any(line.split()[:1] == ["1024"] for line in out.splitlines())
+        # the server goes on serving the next client, then stops on the signal
+        client = _client_under_way(port, "--sync", "-s", "1K", "--latency")
+        server.send_signal(signum)
+        _, server_err = server.communicate(timeout=20)
+        _, client_err = client.communicate(timeout=20)
+    finally:
+        for proc in (client, server):
+            proc.kill()
+            proc.communicate()
+    assert server.returncode == status, server_err
+    assert f"interrupted by {signum.name}: 1 tests served" in server_err
+    assert "1024-octet write latency test was under way" in server_err
+    assert "Traceback" not in server_err + client_err
+    assert client.returncode == 1 and "iwarp perf:" in client_err

@@ -200,7 +200,8 @@ class _RawServer(asyncio.Protocol):
         if self._left <= 0 and not self._result.done():
             if not self._test.latency:
                 transport.write(b"k")
-            self._result.set_result({"cpu": time.process_time() - self._cpu})
+            cpu = time.process_time() - self._cpu
+            self._result.set_result({"cpu": cpu, "style": RAW_STYLE})
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._result.done():
@@ -331,6 +332,9 @@ async def run_client(
             if "error" in server_side:
                 raise PerfError(f"raw TCP on the server: {server_side['error']}")
             raw.cpu_server = float(server_side.get("cpu", 0.0))
+            theirs = str(server_side.get("style", raw.style))
+            if theirs != raw.style:
+                raw.style = f"client: {raw.style}; server: {theirs}"
             result.raw = raw
         await qp.send(encode({"result": summary(result), "detail": detail}))
     except BaseException:

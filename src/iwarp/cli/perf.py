@@ -33,11 +33,12 @@ end within a second with the results so far (exit 130 or 143).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any, Final
 
 from iwarp.cli._args import port, size
-from iwarp.cli._capture import add_pcap_option, captured
+from iwarp.cli._capture import add_pcap_option, captured, sync_pcap_capture
 from iwarp.cli._perf import (
     MAX_SAMPLES,
     MAX_SIZE,
@@ -51,9 +52,10 @@ from iwarp.cli._perf import (
     summary,
 )
 from iwarp.cli._progress import add_progress_options
-from iwarp.cli._run import run_interruptible
+from iwarp.cli._run import run_blocking_interruptible, run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
+from iwarp.sync import BUSY_POLL
 
 __all__ = ["DEFAULT_PORT", "PerfError", "Result", "parse_size", "register", "run", "summary"]
 
@@ -107,6 +109,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _microseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of microseconds: {text!r}") from None
+    if not 0 <= value <= 1e6:
+        raise argparse.ArgumentTypeError("must be 0 to 1000000 microseconds")
+    return value / 1e6
+
+
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "perf",
@@ -157,6 +169,19 @@ def register(sub: Any) -> None:
         action="store_true",
         help="also measure plain TCP waiting the same way, print the ratios",
     )
+    parser.add_argument(
+        "--sync",
+        action="store_true",
+        help="run on the blocking adapter (iwarp.sync) instead of asyncio; either end may",
+    )
+    parser.add_argument(
+        "--busy-poll",
+        type=_microseconds,
+        default=None,
+        metavar="US",
+        help=f"with --sync: microseconds each wait busy-polls before it sleeps "
+        f"({BUSY_POLL * 1e6:.0f}; 0 sleeps at once); --compare-raw's TCP waits the same way",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per test")
     add_progress_options(parser)
     add_pcap_option(parser)
@@ -173,6 +198,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.server and not args.host:
         print("iwarp perf: give HOST, or --server to serve", file=sys.stderr)
         return 2
+    if args.busy_poll is not None and not args.sync:
+        print("iwarp perf: --busy-poll is a setting of --sync (iwarp.sync)", file=sys.stderr)
+        return 2
     config = MpaConfig(markers=args.markers, crc=not args.no_crc)
     try:
         if args.server:
@@ -187,44 +215,51 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, config: MpaConfig) -> int:
-    from iwarp.cli import _perf_async
+    served = Served("sync" if args.sync else "asyncio")
 
-    served = Served("asyncio")
-
-    def interrupted(signum: Any) -> None:
+    def interrupted(signum: signal.Signals) -> None:
         print(f"iwarp perf: interrupted by {signum.name}: {served.text()}", file=sys.stderr)
+
+    if args.sync:
+        from iwarp.cli import _perf_sync
+
+        def blocking() -> int:
+            with sync_pcap_capture(args.pcap, initiator=False):
+                busy_poll = BUSY_POLL if args.busy_poll is None else args.busy_poll
+                return _perf_sync.run_server(
+                    args.bind, args.port, config, args.count, served, busy_poll
+                )
+
+        return run_blocking_interruptible(blocking, interrupted)
+
+    from iwarp.cli import _perf_async
 
     work = _perf_async.run_server(args.bind, args.port, config, args.count, served)
     return run_interruptible(captured(args.pcap, work), interrupted)
 
 
 def _client(args: argparse.Namespace, config: MpaConfig) -> int:
-    from iwarp.cli import _perf_async
-
     printer = Printer(print, as_json=args.json)
     sizes = SWEEP_SIZES if args.all else (args.size,)
     detail = not args.all
     limit = args.iters or (MAX_SAMPLES if args.duration else DEFAULT_ITERS)
+    adapter = "sync" if args.sync else "asyncio"
     current: list[Result] = []
 
-    async def tests() -> int:
-        for size_ in sizes:
-            test = Test(args.op, size_, args.latency, args.compare_raw)
-            result = Result(
-                test, "asyncio", args.markers, not args.no_crc, limit=limit, duration=args.duration
-            )
-            current[:] = [result]
-            ticker = Ticker(
-                result, enabled=not args.json, forced=args.progress, interval=args.interval
-            )
-            await _perf_async.run_client(
-                args.host, args.port, config, result, detail=detail, ticker=ticker
-            )
-            current.clear()
-            printer.result(summary(result), detail=detail)
-        return 0
+    def begin(size_: int) -> tuple[Result, Ticker]:
+        test = Test(args.op, size_, args.latency, args.compare_raw)
+        result = Result(
+            test, adapter, args.markers, not args.no_crc, limit=limit, duration=args.duration
+        )
+        current[:] = [result]
+        ticker = Ticker(result, enabled=not args.json, forced=args.progress, interval=args.interval)
+        return result, ticker
 
-    def interrupted(signum: Any) -> None:
+    def end(result: Result) -> None:
+        current.clear()
+        printer.result(summary(result), detail=detail)
+
+    def interrupted(signum: signal.Signals) -> None:
         where = "between tests"
         if current:
             result = current[0]
@@ -233,5 +268,39 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
             if result.iterations:
                 printer.result(summary(result), detail=detail)
         print(f"iwarp perf: interrupted by {signum.name}, {where}", file=sys.stderr)
+
+    if args.sync:
+        from iwarp.cli import _perf_sync
+
+        busy_poll = BUSY_POLL if args.busy_poll is None else args.busy_poll
+
+        def blocking() -> int:
+            with sync_pcap_capture(args.pcap, initiator=True):
+                for size_ in sizes:
+                    result, ticker = begin(size_)
+                    _perf_sync.run_client(
+                        args.host,
+                        args.port,
+                        config,
+                        result,
+                        detail=detail,
+                        ticker=ticker,
+                        busy_poll=busy_poll,
+                    )
+                    end(result)
+            return 0
+
+        return run_blocking_interruptible(blocking, interrupted)
+
+    from iwarp.cli import _perf_async
+
+    async def tests() -> int:
+        for size_ in sizes:
+            result, ticker = begin(size_)
+            await _perf_async.run_client(
+                args.host, args.port, config, result, detail=detail, ticker=ticker
+            )
+            end(result)
+        return 0
 
     return run_interruptible(captured(args.pcap, tests()), interrupted)
