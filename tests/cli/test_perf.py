@@ -121,7 +121,7 @@ def test_both_ends_print_the_table_and_raw_ratios(capsys: pytest.CaptureFixture[
         row = lines[header + 1]
         assert row.split()[:2] == ["65536", "40"] and row.endswith("x")
         assert any(line.startswith("CPU per MiB:") for line in lines)
-        raw = next(line for line in lines if line.startswith("raw TCP (asyncio Protocol"))
+        raw = next(line for line in lines if line.startswith("raw TCP (asyncio, same loop"))
         assert "one send per message" in raw and "message rate" in raw
         status, out, _ = run_client(
             capsys, port, "--op", "send", "-s", "64", "--latency", "-n", "30", "--compare-raw"
