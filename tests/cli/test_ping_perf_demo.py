@@ -203,3 +203,75 @@ def test_ping_reports_progress_on_stderr() -> None:
             proc.communicate()
     assert counts[-1] > 0 and counts == sorted(counts)
     assert out == ""
+
+
+def _ping_client(port: int, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "--delay", "0", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_a_persistent_server_serves_clients_one_after_another(adapter: list[str]) -> None:
+    port = _free_port()
+    server = _ping_server(port, "-P", *adapter)
+    try:
+        for _ in range(3):
+            client = _ping_client(port, "-C", "2", "-V", *adapter)
+            assert client.returncode == 0, client.stderr
+        assert server.poll() is None  # -P: still serving
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 130, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("iwarp ping: interrupted by SIGINT: 3 clients served, 6 pings of 64")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_the_client_connects_from_the_source_address(adapter: list[str]) -> None:
+    port = _free_port()
+    server = _ping_server(port, "-P", *adapter)
+    try:
+        good = _ping_client(port, "-C", "1", "-I", "127.0.0.2", *adapter)
+        # an address of no interface here: only -I can make connecting fail
+        bad = _ping_client(port, "-C", "1", "-I", "192.0.2.1", *adapter)
+    finally:
+        server.kill()
+        server.communicate()
+    assert good.returncode == 0, good.stderr
+    assert bad.returncode == 1 and "iwarp ping:" in bad.stderr
+    assert "assign requested address" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_a_size_too_big_for_the_server_names_the_likely_cause(adapter: list[str]) -> None:
+    port = _free_port()
+    server = _ping_server(port, *adapter)  # -S 64 (rping's default)
+    try:
+        client = _ping_client(port, "-C", "1", "-S", "100000", *adapter)
+    finally:
+        server.kill()
+        server.communicate()
+    assert client.returncode == 1
+    assert "disconnected after 0 pings" in client.stderr
+    assert "give the server -S 100000 or more" in client.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["-c", "-P"], "-P is a server option"), (["-s", "-I", "127.0.0.1"], "-I is a client option")],
+)
+def test_ping_role_options_are_checked(flags: list[str], message: str) -> None:
+    proc = subprocess.run(
+        [*IWARP, "ping", *flags, "-p", "1"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 2 and message in proc.stderr
