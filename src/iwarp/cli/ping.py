@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "-P",
         dest="persistent",
         action="store_true",
-        help="server: persistent, serve clients one after another until interrupted (as rping -P)",
+        help="server: persistent, serve client after client until interrupted (as rping -P)",
     )
     parser.add_argument("-p", dest="port", type=port, default=DEFAULT_PORT, help="port (7174)")
     parser.add_argument("-C", dest="count", type=count, default=0, help="pings (0: forever)")
