@@ -48,13 +48,15 @@ __all__ = [
 ]
 
 OPS: Final = ("write", "read", "send")
-#: Messages kept in flight in bandwidth mode (perftest's default tx depth is 128).
-WINDOW: Final = 64
-#: Receive buffers the server keeps posted for Send bandwidth, at most, and
-#: the memory they may take together (fewer buffers for large messages); it
-#: returns credits as it reposts them (a Send needs a posted buffer, RFC 5040).
-SEND_RECEIVES: Final = 64
-SEND_MEMORY: Final = 256 << 20
+#: Messages kept in flight in bandwidth mode (perftest's default tx depth).
+WINDOW: Final = 128
+#: Receive buffers the server keeps posted for Send bandwidth, at most
+#: (perftest's default rx depth), and the memory they may take together
+#: (fewer buffers for large messages: 64 of 1 MiB, 8 of 8 MiB); it returns
+#: credits as it reposts them, a quarter at a time (a Send needs a posted
+#: buffer, RFC 5040).
+SEND_RECEIVES: Final = 512
+SEND_MEMORY: Final = 64 << 20
 #: Control messages (JSON) fit this; the server's Send sinks are never smaller.
 CONTROL_SIZE: Final = 4096
 #: wr_id of the server's control receive buffer (data buffers count from 0).
