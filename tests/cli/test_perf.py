@@ -13,9 +13,21 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from iwarp.cli import main
-from iwarp.cli._perf import SWEEP_SIZES, latency_stats, peak_rate
+from iwarp.cli._perf import (
+    MAX_SIZE,
+    OPS,
+    SWEEP_SIZES,
+    PerfError,
+    PerfTest,
+    Served,
+    decode,
+    latency_stats,
+    peak_rate,
+)
 from iwarp.cli.perf import parse_size
 
 IWARP = [sys.executable, "-m", "iwarp"]
@@ -58,6 +70,64 @@ def test_latency_columns_are_perftests() -> None:
     assert stats["avg_us"] == pytest.approx(500.5)
     assert stats["stdev_us"] == pytest.approx(statistics.stdev(times) * 1e6)
     assert stats["p99_us"] == pytest.approx(991.0) and stats["p99_9_us"] == pytest.approx(1000.0)
+
+
+@given(st.sampled_from(OPS), st.integers(1, MAX_SIZE), st.booleans(), st.booleans())
+def test_test_descriptions_round_trip(op: str, size: int, latency: bool, raw: bool) -> None:
+    test = PerfTest(op, size, latency, raw)
+    assert PerfTest.decode(test.encode()) == test
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+
+
+@given(st.binary(max_size=64) | _JSON.map(lambda value: json.dumps(value).encode()))
+def test_any_control_message_gives_a_test_or_a_perf_error(data: bytes) -> None:
+    try:
+        test = PerfTest.decode(data)
+    except PerfError:
+        return
+    assert test.op in OPS and 0 < test.size <= MAX_SIZE
+
+
+def test_hostile_control_messages_are_perf_errors() -> None:
+    for data in (b"[" * 5000, b'{"op": "write", "size": 1e999, "latency": false}', b"\xff"):
+        with pytest.raises(PerfError):
+            PerfTest.decode(data)
+    with pytest.raises(PerfError):
+        decode(b"[" * 100_000)
+
+
+@given(st.dictionaries(st.sampled_from(["op", "bytes", "latency", "adapter", "crc"]), _JSON))
+def test_a_garbled_result_never_breaks_the_server(data: dict[str, object]) -> None:
+    lines: list[str] = []
+    served = Served("sync", lines.append)
+    served.result(data, detail=True)  # a row, or "unreadable" on stderr: never an exception
+    assert served.tests == 1
+
+
+@given(st.lists(st.floats(1e-7, 10.0), min_size=1, max_size=300))
+def test_latency_statistics_are_ordered(times: list[float]) -> None:
+    stats = latency_stats(times)
+    assert stats["min_us"] <= stats["typical_us"] <= stats["max_us"]
+    assert stats["min_us"] <= stats["p99_us"] <= stats["p99_9_us"] <= stats["max_us"]
+    assert stats["min_us"] * (1 - 1e-9) <= stats["avg_us"] <= stats["max_us"] * (1 + 1e-9)
+    assert stats["stdev_us"] >= 0
+
+
+@given(st.lists(st.floats(1e-6, 100.0), min_size=2, max_size=300), st.integers(1, 1 << 20))
+def test_the_peak_is_at_least_the_mean_of_the_counted_intervals(
+    stamps: list[float], size: int
+) -> None:
+    stamps.sort()
+    end = stamps[-1]
+    # the nine intervals after the first hold every completion from end / 10
+    counted = sum(1 for stamp in stamps if stamp >= end * 0.1000001)
+    assert peak_rate(stamps, size) >= counted / 9 * size / (end / 10) * 0.999999
 
 
 def start_server(*flags: str, count: int | None) -> tuple[subprocess.Popen[str], int]:

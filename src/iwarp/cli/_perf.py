@@ -1,7 +1,7 @@
 """What both adapters of ``iwarp perf`` share: the test, its result, the
 statistics perftest prints, the table, and the control messages.
 
-The client describes each test in its first Send (JSON, :class:`Test`);
+The client describes each test in its first Send (JSON, :class:`PerfTest`);
 the server answers with what it set up (STag, receive credits, its MPA
 settings) and, after the test, its CPU time; at the end the client sends
 the result (:func:`summary`) so that the server prints the same table row.
@@ -38,7 +38,7 @@ __all__ = [
     "Served",
     "RawResult",
     "Result",
-    "Test",
+    "PerfTest",
     "Ticker",
     "latency_stats",
     "peak_rate",
@@ -82,7 +82,7 @@ def send_receives(size: int, latency: bool) -> int:
 
 
 @dataclass(frozen=True)
-class Test:
+class PerfTest:
     """What the client asks the server for (its first Send)."""
 
     op: str
@@ -96,21 +96,16 @@ class Test:
         ).encode()
 
     @classmethod
-    def decode(cls, data: bytes) -> Test:
+    def decode(cls, data: bytes) -> PerfTest:
         """:raises PerfError: not a test description this server runs."""
-        try:
-            message = json.loads(data)
-            test = cls(
-                str(message["op"]),
-                int(message["size"]),
-                bool(message["latency"]),
-                bool(message.get("raw", False)),
-            )
-        except (ValueError, TypeError, KeyError) as exc:
-            raise PerfError(f"not a test description: {exc}") from None
-        if test.op not in OPS or not 0 < test.size <= MAX_SIZE:
-            raise PerfError(f"bad test: {test.op} of {test.size} octets")
-        return test
+        message = decode(data)
+        op = message.get("op")
+        if op not in OPS:
+            raise PerfError(f"not a test description: op {op!r} is not one of {', '.join(OPS)}")
+        latency, raw = message.get("latency"), message.get("raw", False)
+        if not isinstance(latency, bool) or not isinstance(raw, bool):
+            raise PerfError("not a test description: latency and raw must be true or false")
+        return cls(str(op), integer(message, "size", 1, MAX_SIZE), latency, raw)
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -121,11 +116,33 @@ def decode(data: bytes) -> dict[str, Any]:
     """A control message; :raises PerfError: the peer sent something else."""
     try:
         message = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise PerfError("the peer sent a control message that is not JSON") from None
     if not isinstance(message, dict):
         raise PerfError("the peer sent a control message that is not an object")
     return message
+
+
+def integer(message: dict[str, Any], key: str, low: int, high: int) -> int:
+    """``message[key]``, a whole number from ``low`` to ``high``.
+
+    :raises PerfError: missing or out of range (the peer misbehaves).
+    """
+    value = message.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise PerfError(f"the peer's control message has no valid {key!r} ({low} to {high})")
+    return value
+
+
+def seconds(message: dict[str, Any], key: str) -> float:
+    """``message[key]``, a CPU time in seconds (0 when missing).
+
+    :raises PerfError: not a finite number >= 0.
+    """
+    value = message.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise PerfError(f"the peer's control message has no valid {key!r} (seconds)")
+    return float(value)
 
 
 @dataclass
@@ -145,7 +162,7 @@ class Result:
     """What one test measured; the loops fill it in as they go, so an
     interrupted test still has its counts and timings so far."""
 
-    test: Test
+    test: PerfTest
     adapter: str
     markers: bool
     crc: bool
@@ -420,7 +437,7 @@ class Served:
     def __init__(self, adapter: str, write: Callable[[str], None] = print) -> None:
         self.adapter = adapter
         self.tests = 0
-        self.current: Test | None = None
+        self.current: PerfTest | None = None
         #: Data messages (Send) or pings (Write latency) of the current test.
         self.messages = 0
         self._write = write
@@ -433,7 +450,7 @@ class Served:
         )
         sys.stdout.flush()
 
-    def begin(self, test: Test) -> None:
+    def begin(self, test: PerfTest) -> None:
         self.current = test
         self.messages = 0
 
@@ -459,8 +476,8 @@ class Served:
         self.current = None
         try:
             self._printer.result(data, detail=detail)
-        except (KeyError, TypeError, ValueError) as exc:
-            print(f"iwarp perf: the client's result is unreadable: {exc}", file=sys.stderr)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            print(f"iwarp perf: the client's result is unreadable: {exc!r}", file=sys.stderr)
         sys.stdout.flush()
 
     def text(self) -> str:

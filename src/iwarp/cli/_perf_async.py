@@ -18,13 +18,15 @@ from iwarp.cli._perf import (
     CONTROL_SIZE,
     WINDOW,
     PerfError,
+    PerfTest,
     RawResult,
     Result,
     Served,
-    Test,
     Ticker,
     decode,
     encode,
+    integer,
+    seconds,
     send_receives,
     summary,
 )
@@ -104,7 +106,7 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
     if first.wr_id != CONTROL_ID:
         raise PerfError("the first message is not a test description")
     region = _CONTROL_BUFFERS[qp]
-    test = Test.decode(bytes(region.view[: first.byte_len]))
+    test = PerfTest.decode(bytes(region.view[: first.byte_len]))
     served.begin(test)
     sinks: list[MemoryRegion] = []
     stag = 0
@@ -163,7 +165,7 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
     last = _take(qp, await _receive(qp), sinks)
     message = decode(last)
     if "result" in message:
-        served.result(message["result"], detail=bool(message.get("detail", True)))
+        served.result(message["result"], detail=message.get("detail") is not False)
 
 
 # --- raw TCP on the loop, for --compare-raw -------------------------------------------
@@ -174,7 +176,7 @@ class _RawServer(asyncio.Protocol):
     (bandwidth: counted, then one octet answers) or how many pings (latency:
     each octet is echoed as it arrives)."""
 
-    def __init__(self, test: Test, result: asyncio.Future[dict[str, Any]]) -> None:
+    def __init__(self, test: PerfTest, result: asyncio.Future[dict[str, Any]]) -> None:
         self._test = test
         self._result = result
         self._head = b""
@@ -212,7 +214,7 @@ class _RawServer(asyncio.Protocol):
 
 
 async def _raw_server(
-    host: str, test: Test
+    host: str, test: PerfTest
 ) -> tuple[asyncio.Server, asyncio.Future[dict[str, Any]]]:
     loop = asyncio.get_running_loop()
     result: asyncio.Future[dict[str, Any]] = loop.create_future()
@@ -248,7 +250,7 @@ class _RawClient(asyncio.Protocol):
             await self.arrived
 
 
-async def _raw_client(host: str, port: int, test: Test, iterations: int) -> RawResult:
+async def _raw_client(host: str, port: int, test: PerfTest, iterations: int) -> RawResult:
     raw = RawResult(RAW_STYLE, iterations=iterations)
     if test.latency:
         await _raw_ping_pong(host, port, test, raw)
@@ -257,7 +259,7 @@ async def _raw_client(host: str, port: int, test: Test, iterations: int) -> RawR
     return raw
 
 
-async def _raw_ping_pong(host: str, port: int, test: Test, raw: RawResult) -> None:
+async def _raw_ping_pong(host: str, port: int, test: PerfTest, raw: RawResult) -> None:
     """A ping-pong between asyncio Protocols on this loop."""
     loop = asyncio.get_running_loop()
     transport, protocol = await asyncio.wait_for(
@@ -279,7 +281,7 @@ async def _raw_ping_pong(host: str, port: int, test: Test, raw: RawResult) -> No
     raw.cpu_client = time.process_time() - cpu
 
 
-async def _raw_stream(host: str, port: int, test: Test, raw: RawResult) -> None:
+async def _raw_stream(host: str, port: int, test: PerfTest, raw: RawResult) -> None:
     """The same octets as the test, one ``send`` per message, on this loop
     (``loop.sock_sendall`` waits for the socket through the loop when it is
     full); then the server's one-octet answer."""
@@ -332,22 +334,26 @@ async def run_client(
         result.peer_accel = str(answer.get("accel", "?"))
         result.peer_adapter = str(answer.get("adapter", "?"))
         region = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
-        stag = int(answer["stag"])
+        stag = integer(answer, "stag", 0, 0xFFFFFFFF)
         cpu = time.process_time()
         result.cpu_started = cpu
         if test.latency:
             await _latency(qp, region, stag, result, ticker)
             report = decode(await qp.receive())
         else:
-            report = await _bandwidth(qp, region, stag, result, ticker, int(answer["credits"]))
+            report = await _bandwidth(
+                qp, region, stag, result, ticker, integer(answer, "credits", 0, 1 << 20)
+            )
         result.cpu_client = time.process_time() - cpu
-        result.cpu_server = float(report["cpu"])
+        result.cpu_server = seconds(report, "cpu")
         if test.raw:
-            raw = await _raw_client(host, int(report["raw_port"]), test, result.iterations)
+            raw = await _raw_client(
+                host, integer(report, "raw_port", 1, 0xFFFF), test, result.iterations
+            )
             server_side = decode(await qp.receive())
             if "error" in server_side:
                 raise PerfError(f"raw TCP on the server: {server_side['error']}")
-            raw.cpu_server = float(server_side.get("cpu", 0.0))
+            raw.cpu_server = seconds(server_side, "cpu")
             theirs = str(server_side.get("style", raw.style))
             if theirs != raw.style:
                 raw.style = f"client: {raw.style}; server: {theirs}"
@@ -384,7 +390,7 @@ async def _bandwidth(
             while True:
                 message = decode(await qp.receive())
                 if "credits" in message:
-                    credits += int(message["credits"])
+                    credits += integer(message, "credits", 0, 1 << 20)
                     more_credits.set()
                 else:
                     messages.put_nowait(message)

@@ -17,13 +17,15 @@ from iwarp.cli._perf import (
     CONTROL_SIZE,
     WINDOW,
     PerfError,
+    PerfTest,
     RawResult,
     Result,
     Served,
-    Test,
     Ticker,
     decode,
     encode,
+    integer,
+    seconds,
     send_receives,
     summary,
 )
@@ -169,7 +171,7 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
     first = _receive(qp)
     if first.wr_id != CONTROL_ID:
         raise PerfError("the first message is not a test description")
-    test = Test.decode(bytes(control.view[: first.byte_len]))
+    test = PerfTest.decode(bytes(control.view[: first.byte_len]))
     served.begin(test)
     stag = 0
     receives = send_receives(test.size, test.latency)
@@ -219,10 +221,10 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
             qp.send(encode(_raw_serve(listener, test, qp.busy_poll)))
     message = decode(take(_receive(qp)))
     if "result" in message:
-        served.result(message["result"], detail=bool(message.get("detail", True)))
+        served.result(message["result"], detail=message.get("detail") is not False)
 
 
-def _raw_serve(listener: socket.socket, test: Test, busy_poll: float) -> dict[str, Any]:
+def _raw_serve(listener: socket.socket, test: PerfTest, busy_poll: float) -> dict[str, Any]:
     listener.settimeout(OPEN_TIMEOUT)
     try:
         conn, _ = listener.accept()
@@ -289,21 +291,25 @@ def run_client(
         result.peer_accel = str(answer.get("accel", "?"))
         result.peer_adapter = str(answer.get("adapter", "?"))
         region = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
-        stag = int(answer["stag"])
+        stag = integer(answer, "stag", 0, 0xFFFFFFFF)
         cpu = result.cpu_started = time.process_time()
         if test.latency:
             _latency(qp, region, stag, result, ticker)
             report = decode(qp.receive())
         else:
-            report = _bandwidth(qp, region, stag, result, ticker, int(answer["credits"]))
+            report = _bandwidth(
+                qp, region, stag, result, ticker, integer(answer, "credits", 0, 1 << 20)
+            )
         result.cpu_client = time.process_time() - cpu
-        result.cpu_server = float(report["cpu"])
+        result.cpu_server = seconds(report, "cpu")
         if test.raw:
-            raw = _raw_client(host, int(report["raw_port"]), test, result.iterations, busy_poll)
+            raw = _raw_client(
+                host, integer(report, "raw_port", 1, 0xFFFF), test, result.iterations, busy_poll
+            )
             server_side = decode(qp.receive())
             if "error" in server_side:
                 raise PerfError(f"raw TCP on the server: {server_side['error']}")
-            raw.cpu_server = float(server_side.get("cpu", 0.0))
+            raw.cpu_server = seconds(server_side, "cpu")
             theirs = str(server_side.get("style", raw.style))
             if theirs != raw.style:
                 raw.style = f"client: {raw.style}; server: {theirs}"
@@ -315,7 +321,9 @@ def run_client(
     qp.close()
 
 
-def _raw_client(host: str, port: int, test: Test, iterations: int, busy_poll: float) -> RawResult:
+def _raw_client(
+    host: str, port: int, test: PerfTest, iterations: int, busy_poll: float
+) -> RawResult:
     raw = RawResult(raw_style(busy_poll), iterations=iterations)
     sock = RawSocket(socket.create_connection((host, port), timeout=OPEN_TIMEOUT), busy_poll)
     data = bytes(test.size)
@@ -369,7 +377,7 @@ def _bandwidth(
         nonlocal credits
         while (message := _message(qp, wait)) is not None:
             if "credits" in message:
-                credits += int(message["credits"])
+                credits += integer(message, "credits", 0, 1 << 20)
             else:
                 reports.append(message)
             wait = False

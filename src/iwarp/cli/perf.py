@@ -44,10 +44,10 @@ from iwarp.cli._perf import (
     MAX_SIZE,
     SWEEP_SIZES,
     PerfError,
+    PerfTest,
     Printer,
     Result,
     Served,
-    Test,
     Ticker,
     summary,
 )
@@ -247,7 +247,7 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
     current: list[Result] = []
 
     def begin(size_: int) -> tuple[Result, Ticker]:
-        test = Test(args.op, size_, args.latency, args.compare_raw)
+        test = PerfTest(args.op, size_, args.latency, args.compare_raw)
         result = Result(
             test, adapter, args.markers, not args.no_crc, limit=limit, duration=args.duration
         )
