@@ -9,8 +9,9 @@ iterations, ``-D`` seconds instead, ``-p`` the port, ``-a`` every size from
 
 * bandwidth (default): ``-n`` messages (1000) of ``-s`` octets (64K), kept in
   flight; the time runs until the server confirms that every octet was
-  placed. Printed like ib_write_bw: BW peak (the best tenth of the run),
-  BW average, message rate.
+  placed. Printed like ib_write_bw: BW peak (the best of ten equal
+  intervals of the run, the first, where the pipe fills, left out), BW
+  average, message rate.
 * ``--latency``: one message at a time; t_min, t_max, t_typical (median),
   t_avg, t_stdev, 99% and 99.9% in microseconds, as ib_send_lat prints. A
   Send is answered by a Send of the same size; a Read completes when its
@@ -18,8 +19,11 @@ iterations, ``-D`` seconds instead, ``-p`` the port, ``-a`` every size from
   answers (RDMA gives a Write's target no completion to answer from).
 * ``--compare-raw``: the same octets (or the same ping-pong) over plain TCP
   between the same two processes right after each test, waiting the same
-  way (on the same event loop), one send per message; prints the ratios of
+  way (on the same event loop; with ``--sync``, busy polling or sleeping as
+  the queue pairs do), one send per message; prints the ratios of
   bandwidth, message rate or latency.
+* ``--sync``: the blocking adapter (iwarp.sync) instead of asyncio, on
+  either end or both.
 
 Both ends print the result table (the client sends its figures to the
 server when a test ends). The client describes each test in its first Send
