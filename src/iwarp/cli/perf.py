@@ -139,7 +139,9 @@ def register(sub: Any) -> None:
         "-p", "--port", type=port, default=DEFAULT_PORT, help=f"TCP port ({DEFAULT_PORT})"
     )
     parser.add_argument(
-        "--count", type=_positive, help="server: exit after this many tests (default: serve on)"
+        "--count",
+        type=_positive,
+        help="server: exit after this many tests (each size of a sweep is one; default: serve on)",
     )
     parser.add_argument(
         "--op",
