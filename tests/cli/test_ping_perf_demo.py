@@ -40,12 +40,13 @@ def _ping_server(port: int, *flags: str) -> subprocess.Popen[str]:
     return server
 
 
-def test_ping_debug_ends_with_a_summary() -> None:
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_ping_debug_ends_with_a_summary(adapter: list[str]) -> None:
     port = _free_port()
-    server = _ping_server(port)
+    server = _ping_server(port, *adapter)
     try:
         client = subprocess.run(
-            [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "-C", "3", "-d"],
+            [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "-C", "3", "-d", *adapter],
             capture_output=True,
             text=True,
             timeout=60,

@@ -158,8 +158,9 @@ def run(args: argparse.Namespace) -> int:
                 with sync_pcap_capture(args.pcap, initiator=args.client):
                     return _sync(args, tally)
 
-            return run_blocking_interruptible(blocking, interrupted)
-        status = run_interruptible(_captured(args, tally), interrupted)
+            status = run_blocking_interruptible(blocking, interrupted)
+        else:
+            status = run_interruptible(_captured(args, tally), interrupted)
         if args.debug and status == 0:
             print(tally.text())
         return status
