@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from iwarp.conformance import craft
 from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
-from iwarp.conformance.session import Session, describe_terminate
+from iwarp.conformance.session import RTR_STAG, Session, describe_terminate
 from iwarp.errors import MpaErrorCode, TerminateLayer
 from iwarp.mpa.wire import IRD_ORD_NONE, EnhancedData, FrameFlags, MpaFrame, Revision, RtrFlags
-from iwarp.rdmap.wire import TerminateHeader
+from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader
 
 R = (TargetRole.RESPONDER,)
 I = (TargetRole.INITIATOR,)  # noqa: E741
@@ -345,12 +345,23 @@ def read_rtr(s: Session) -> None:
         raise CaseSkipped("the target does not take a Read RTR")
     s.rtr = RtrFlags.READ
     s.send_rtr()
-    got = s.next_fpdu()  # the whole case timeout: an emulated guest can be slow
-    if got is None:
-        raise CaseFailed("no Read Response to the Read RTR")
-    info = got.info
-    if info.get("opcode") != 2 or info.get("payload_length") != 0:
-        raise CaseFailed(f"expected a zero-length Read Response, got {got.describe()}")
+    # RFC 5040 does not order the target's own Sends before or after the Read Response:
+    # other messages are passed over; a Terminate ends the wait.
+    while True:
+        got = s.next_fpdu()  # the whole case timeout: an emulated guest can be slow
+        if got is None:
+            raise CaseFailed(
+                f"no Read Response to the Read RTR ({s.link.ended or 'silence'} "
+                f"after {len(s.received)} other FPDUs)"
+            )
+        if got.is_terminate:
+            raise CaseFailed(f"a Terminate instead of the Read Response: {got.describe()}")
+        info = got.info
+        if info.get("opcode") != RdmapOpcode.RDMA_READ_RESPONSE:
+            continue
+        if info.get("payload_length") != 0 or info.get("stag") != RTR_STAG:
+            raise CaseFailed(f"expected a zero-length Read Response, got {got.describe()}")
+        return
 
 
 @case(

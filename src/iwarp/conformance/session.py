@@ -21,6 +21,7 @@ non-zero PAD, a bad CRC, a marker out of place.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -59,7 +60,16 @@ from iwarp.rdmap.wire import (
     split_control,
 )
 
-__all__ = ["Cooperation", "Received", "Region", "Session", "StartupStyle", "describe_terminate"]
+__all__ = [
+    "Answer",
+    "Cooperation",
+    "NEED_HINTS",
+    "Received",
+    "Region",
+    "Session",
+    "StartupStyle",
+    "describe_terminate",
+]
 
 #: A permissive reading of startup frames: every revision, the largest private data.
 _LENIENT: Final = MpaConfig(private_data_limit=512, rev0_private_data_limit=0xFFFF)
@@ -68,6 +78,28 @@ COOPERATION_WAIT: Final = 1.0
 #: The STag our Write RTR names (RFC 6581 wants a zero-length Write; iwarp
 #: and siw use a non-zero STag, siw 1).
 RTR_STAG: Final = 1
+
+
+#: Why a case that needs this is skipped, and what kind of target would enable it.
+NEED_HINTS: Final[dict[Need, str]] = {
+    Need.RECEIVE: (
+        "the target sent no Send in the data phase, so no posted receive is known; a target "
+        "that answers the tool's first Send (iwarp listen) or sends one first (iwarp connect, "
+        "rping -c) enables the case"
+    ),
+    Need.REGION: (
+        "the target advertised no buffer (STag, TO, length) in a 16-octet Send; a target "
+        "that does (iwarp listen --op write or --op read, rping -c) enables the case"
+    ),
+    Need.WRITE_ONLY_REGION: (
+        "the target advertised no write-only buffer; iwarp listen --op write enables the case"
+    ),
+    Need.TALKS: (
+        "the target sent no FPDU of its own in the data phase; a target that answers the "
+        "tool's first Send (iwarp listen) or sends first (iwarp connect, rping -c) enables "
+        "the case"
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,7 +470,14 @@ class Session:
 
     def need(self, need: Need) -> None:
         if not self.cooperation.has(need):
-            raise CaseSkipped(f"the target offered no {need} in the data phase")
+            raise CaseSkipped(NEED_HINTS[need])
+
+    def region(self) -> Region:
+        """The buffer the target advertised; CaseSkipped (saying what would help) without one."""
+        region = self.cooperation.region
+        if region is None:
+            raise CaseSkipped(NEED_HINTS[Need.REGION])
+        return region
 
     # --- FPDUs ----------------------------------------------------------------
 
@@ -577,21 +616,31 @@ class Session:
         etype: int,
         code: int | tuple[int, ...] | None,
         *,
+        also: Sequence[Answer] = (),
+        skip: Mapping[tuple[int, int, int], str] | None = None,
         close_ok: bool = False,
         within: float | None = None,
     ) -> Received | None:
         """Read FPDUs until a Terminate; it must carry (layer, etype, code).
 
-        ``close_ok``: the rule allows a close instead of a Terminate (a bad
-        CRC may be met by dropping the connection). ``code`` None: any code
-        (a Local Catastrophic Error has none). Returns the Terminate FPDU, or
-        None when the target closed and that was allowed.
+        ``also``: other (layer, etype, codes) answers the rule allows (RFC 5040
+        Figure 9 lists some codes under two error types). ``skip``: Terminates
+        that show the case cannot judge this target (the advertised buffer is
+        not open to the access the case needs), with the reason: the case is
+        skipped. ``close_ok``: the rule allows a close instead of a Terminate
+        (a bad CRC may be met by dropping the connection). ``code`` None: any
+        code (a Local Catastrophic Error has none). Returns the Terminate
+        FPDU, or None when the target closed and that was allowed.
         """
         deadline = self.deadline if within is None else self.within(within)
-        codes = (code,) if isinstance(code, int) else code
-        want = f"layer {layer} type {etype}"
-        if codes is not None:
-            want += " code " + " or ".join(f"{c:#04x}" for c in codes)
+        answers: list[tuple[int, int, tuple[int, ...] | None]] = [
+            (layer, etype, (code,) if isinstance(code, int) else code)
+        ]
+        for alt_layer, alt_type, alt_code in also:
+            answers.append(
+                (alt_layer, alt_type, (alt_code,) if isinstance(alt_code, int) else alt_code)
+            )
+        want = " or ".join(_answer_text(*a) for a in answers)
         while True:
             got = self.next_fpdu(deadline)
             if got is None:
@@ -609,11 +658,13 @@ class Session:
             if not got.is_terminate:
                 continue
             term = got.terminate()
-            code_ok = codes is None or term.code in codes
-            if (term.layer, term.etype) == (layer, etype) and code_ok:
+            if skip and (reason := skip.get((term.layer, term.etype, term.code))):
+                self.note(f"skipped on {describe_terminate(term)}")
+                raise CaseSkipped(reason)
+            if any(_answers(term.layer, term.etype, term.code, a) for a in answers):
                 return got
             hint = ""
-            if (term.etype, term.layer) == (layer, etype) and code_ok:
+            if any(_answers(term.etype, term.layer, term.code, a) for a in answers):
                 hint = " (Layer and EType nibbles swapped: little-endian bitfields)"
             raise CaseFailed(
                 f"expected a Terminate with {want}; got {describe_terminate(term)}{hint}"
@@ -676,6 +727,24 @@ class Session:
                 return
             if got.is_terminate:
                 raise CaseFailed(f"{what}: the target sent {got.describe()}")
+
+
+#: One answer a rule allows: (layer, error type, the codes; None: any code).
+Answer = tuple[int, int, int | tuple[int, ...] | None]
+
+
+def _answers(
+    layer: int, etype: int, code: int, answer: tuple[int, int, tuple[int, ...] | None]
+) -> bool:
+    want_layer, want_type, codes = answer
+    return (layer, etype) == (want_layer, want_type) and (codes is None or code in codes)
+
+
+def _answer_text(layer: int, etype: int, codes: tuple[int, ...] | None) -> str:
+    text = f"layer {layer} type {etype}"
+    if codes is not None:
+        text += " code " + "/".join(f"{c:#04x}" for c in codes)
+    return text
 
 
 def _as_fpdu(data: bytes) -> str:
