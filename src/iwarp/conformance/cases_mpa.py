@@ -75,7 +75,7 @@ def reply_res_zero(s: Session) -> None:
     roles=R,
 )
 def request_res_set(s: Session) -> None:
-    req = s.default_request(flags=FrameFlags.CRC | FrameFlags.ENHANCED | RESERVED_FLAGS)
+    req = s.default_request(flags=s.base_flags() | RESERVED_FLAGS)
     reply = s.initiate(req)
     if reply.reject:
         raise CaseFailed("the target rejected a Request whose only oddity is reserved bits")
@@ -95,7 +95,7 @@ def request_res_set(s: Session) -> None:
 def request_r_set(s: Session) -> None:
     _accepted(
         s,
-        s.default_request(flags=FrameFlags.CRC | FrameFlags.ENHANCED | FrameFlags.REJECT),
+        s.default_request(flags=s.base_flags() | FrameFlags.REJECT),
         "R bit in a Request",
     )
 
@@ -153,7 +153,7 @@ def _bad_key_case(number: int, index: int) -> None:
         roles=R,
     )
     def run(s: Session) -> None:
-        s.send_raw(craft.request(key=bytes(key)), f"Request with key {bytes(key)!r}")
+        s.send_raw(s.default_request(key=bytes(key)), f"Request with key {bytes(key)!r}")
         s.expect_closed("a wrong Request key")
 
 
@@ -168,7 +168,7 @@ for _i in range(16):
     roles=R,
 )
 def zero_key(s: Session) -> None:
-    s.send_raw(craft.request(key=bytes(16)), "Request with a zero key")
+    s.send_raw(s.default_request(key=bytes(16)), "Request with a zero key")
     s.expect_closed("a zero key")
 
 
@@ -179,7 +179,7 @@ def zero_key(s: Session) -> None:
     roles=R,
 )
 def lower_key(s: Session) -> None:
-    s.send_raw(craft.request(key=REQUEST_KEY.lower()), "Request with a lower-case key")
+    s.send_raw(s.default_request(key=REQUEST_KEY.lower()), "Request with a lower-case key")
     s.expect_closed("a lower-case key")
 
 

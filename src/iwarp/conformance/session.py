@@ -94,6 +94,10 @@ NEED_HINTS: Final[dict[Need, str]] = {
     Need.WRITE_ONLY_REGION: (
         "the target advertised no write-only buffer; iwarp listen --op write enables the case"
     ),
+    Need.ENHANCED: (
+        "the target closes on Rev 2 Requests and takes Rev 1 (RFC 5044 only); this RFC 6581 "
+        "case needs a target that takes Rev 2 Requests"
+    ),
     Need.TALKS: (
         "the target sent no FPDU of its own in the data phase; a target that answers the "
         "tool's first Send (iwarp listen) or sends first (iwarp connect, rping -c) enables "
@@ -146,6 +150,13 @@ class StartupStyle:
 
     peer_to_peer: bool = False
     rtr_types: RtrFlags = RtrFlags.WRITE | RtrFlags.READ
+    #: 1 for a target that takes only Rev 1 Requests (RFC 5044 without RFC 6581).
+    revision: int = int(Revision.REV2)
+
+    def describe(self) -> str:
+        if self.revision < Revision.REV2:
+            return "Rev 1 Requests (the target closes on Rev 2)"
+        return "peer-to-peer Rev 2 Requests" if self.peer_to_peer else "plain Rev 2 Requests"
 
 
 @dataclass(slots=True)
@@ -302,7 +313,12 @@ class Session:
         try:
             parsed = parse_frame(self.link.inbox, _LENIENT, expect_request=request)
         except MpaError as exc:
-            raise CaseFailed(f"the target's MPA {name} is improperly formatted: {exc}") from None
+            raw = bytes(self.link.inbox[: FRAME_HEADER_SIZE + min(pd_length, 64)])
+            self.note(f"got an improperly formatted MPA {name}: {describe_raw_frame(raw)}")
+            raise CaseFailed(
+                f"the target's MPA {name} is improperly formatted ({exc}): "
+                f"{describe_raw_frame(raw)}"
+            ) from None
         assert parsed is not None
         frame, used = parsed
         raw = self.link.take(used)
@@ -316,12 +332,25 @@ class Session:
     def read_reply(self) -> MpaFrame:
         return self.read_frame(request=False)
 
+    def base_flags(self) -> FrameFlags:
+        """The flags of the tool's normal Request: C, and S for a Rev 2 target."""
+        if self.style.revision < Revision.REV2:
+            return FrameFlags.CRC
+        return FrameFlags.CRC | FrameFlags.ENHANCED
+
     def default_request(self, **overrides: object) -> bytes:
-        flags = FrameFlags.CRC | FrameFlags.ENHANCED
-        enhanced = EnhancedData(16, 16)
-        if self.style.peer_to_peer:
-            enhanced = EnhancedData(16, 16, RtrFlags.PEER_TO_PEER | self.style.rtr_types)
-        args: dict[str, object] = {"flags": flags, "enhanced": enhanced}
+        """The tool's normal Request for this target (its revision, peer-to-peer if it wants)."""
+        if self.style.revision < Revision.REV2:
+            args: dict[str, object] = {
+                "revision": Revision.REV1,
+                "flags": self.base_flags(),
+                "enhanced": None,
+            }
+        else:
+            enhanced = EnhancedData(16, 16)
+            if self.style.peer_to_peer:
+                enhanced = EnhancedData(16, 16, RtrFlags.PEER_TO_PEER | self.style.rtr_types)
+            args = {"flags": self.base_flags(), "enhanced": enhanced}
         args.update(overrides)
         return craft.request(**args)  # type: ignore[arg-type]
 
@@ -754,6 +783,26 @@ def _as_fpdu(data: bytes) -> str:
         got = Received(data[2 : 2 + length], b"", 0, True, 0)
         return f"an {got.describe()}"
     return "octets"
+
+
+def describe_raw_frame(raw: bytes) -> str:
+    """A startup frame's header field by field, whatever it holds (a wrong key, a Rev 7...)."""
+    key, flags, rev, pd_length = FRAME_HEADER.unpack_from(raw, 0)
+    if key == REQUEST_KEY:
+        key_text = "the Request key"
+    elif key == REPLY_KEY:
+        key_text = "the Reply key"
+    else:
+        key_text = f"key {key!r} (neither the Request nor the Reply key)"
+    names = "".join(
+        ch if flags & bit else "-"
+        for ch, bit in (("M", 0x80), ("C", 0x40), ("R", 0x20), ("S", 0x10))
+    )
+    text = f"{key_text}, flags {names} (octet {flags:#04x}), Rev {rev}, PD_Length {pd_length}"
+    data = raw[FRAME_HEADER_SIZE:]
+    if data:
+        text += f", private data {_hex(data, 16)}"
+    return text
 
 
 def describe_frame(frame: MpaFrame, raw: bytes) -> str:
