@@ -17,11 +17,12 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TextIO
 
 from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
 from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
+from iwarp.analyze.origin import peek_origin
 from iwarp.analyze.plot import PlotUnavailableError, check_available, write_plot
 from iwarp.analyze.records import Record
 from iwarp.analyze.render import (
@@ -35,12 +36,16 @@ from iwarp.analyze.source import CountingReader, capture_size, open_capture
 from iwarp.analyze.stats import CaptureTotals
 from iwarp.analyze.tables import CsvTables, concatenate
 from iwarp.analyze.tcp import Limits
+from iwarp.cli._args import format_octets, format_rate, rate_mib_per_s
 
 #: Exit status when the capture shows protocol errors.
 EXIT_PROTOCOL_ERRORS = 1
 #: Exit status when a file cannot be read (or has no such --stream).
 EXIT_BAD_FILE = 2
 EXIT_INTERRUPTED = 130
+#: Exit status when the reader of standard output went away (``| head``):
+#: what the shell reports for tshark and coreutils, ended by SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + 13
 
 _TRISTATE = {"auto": None, "yes": True, "no": False}
 
@@ -53,7 +58,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "installed; '-' reads standard input, e.g. tcpdump -U -w - | iwarp decode -), "
         "reassemble every TCP connection, find MPA by its Request/Reply frames and check "
         "every FPDU: markers (position, reserved field, FPDUPTR), PAD, CRC, DDP and RDMAP "
-        "headers. VI/TCP connections are decoded too. Records come out while the capture is "
+        "headers (not in captures iwarp wrote with --op mpa, whose file says its ULPDUs "
+        "are bare). VI/TCP connections are decoded too. Records come out while the capture is "
         "read; memory follows the open connections, not the file. Each connection's summary "
         "gives messages and octets per opcode, FPDU sizes, throughput, TCP gaps and "
         "retransmissions, Read latency, Terminates with their reasons and the time from SYN "
@@ -94,7 +100,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--progress",
         choices=("auto", "yes", "no"),
         default="auto",
-        help="progress (percent, MB/s, ETA) on stderr; auto: when stderr is a terminal",
+        help="progress (percent, MiB/s, ETA) on stderr; auto: when stderr is a terminal",
     )
     parser.add_argument(
         "--mpa-start",
@@ -125,8 +131,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--raw-ulp",
         action="store_true",
-        help="the ULPDUs are not DDP segments (e.g. traffic of iwarp connect): "
-        "do not decode or check DDP/RDMAP headers",
+        help="the ULPDUs are not DDP segments: do not decode or check DDP/RDMAP headers "
+        "(implied for captures of iwarp connect/listen --op mpa --pcap, whose file says so)",
     )
     parser.add_argument(
         "--no-receiver",
@@ -188,6 +194,8 @@ class FileResult:
     totals: CaptureTotals = field(default_factory=CaptureTotals)
     octets_read: int = 0
     seconds: float = 0.0
+    #: DDP/RDMAP headers were not decoded (--raw-ulp, or the file says so).
+    raw_ulp: bool = False
 
 
 def run(args: argparse.Namespace) -> int:
@@ -236,11 +244,17 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         print("iwarp decode: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _reader_gone()
     total = CaptureTotals()
     for result in results:
         total.merge(result.totals)
     if len(files) > 1:
-        _write_total(results, total, settings, sys.stdout)
+        try:
+            _write_total(results, total, settings, sys.stdout)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            return _reader_gone()
     if args.plot and any(r.status != EXIT_BAD_FILE for r in results):
         title = files[0] if len(files) == 1 else f"{len(files)} captures"
         write_plot(total, args.plot, f"iwarp decode: {title}")
@@ -248,6 +262,20 @@ def run(args: argparse.Namespace) -> int:
     if EXIT_BAD_FILE in statuses:
         return EXIT_BAD_FILE
     return EXIT_PROTOCOL_ERRORS if EXIT_PROTOCOL_ERRORS in statuses else 0
+
+
+def _reader_gone() -> int:
+    """Standard output's reader closed the pipe (``iwarp decode ... | head``):
+    stop quietly, as tshark and coreutils do. What is still buffered goes to
+    /dev/null, so that closing standard output at exit says nothing either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # not a real file (tests): nothing is flushed at exit
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def _csv_part(directory: str | None, index: int, count: int) -> str | None:
@@ -272,6 +300,10 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
         f = open_capture(path, counter)
     except (OSError, CaptureError) as exc:
         return _failed(result, exc)
+    options = settings.options
+    if options.ddp and peek_origin(f).raw_ulp:
+        options = replace(options, ddp=False)  # the writer says its ULPDUs are bare
+    result.raw_ulp = not options.ddp
     tables = CsvTables(csv_dir, name) if csv_dir else None
     size = capture_size(path)
     meter = _Progress(name, size, counter[0]) if settings.progress and size else None
@@ -284,7 +316,7 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
             packets: Iterable[TcpPacket] = read_tcp_packets(f, stats)
             if meter is not None:
                 packets = meter.wrap(packets)
-            for output in analyze_stream(packets, settings.options, settings.limits):
+            for output in analyze_stream(packets, options, settings.limits):
                 if isinstance(output, ConnectionReport):
                     _account(totals, output, streams)
                     if streams and output.index not in streams:
@@ -305,6 +337,8 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
                 _record(output, settings, out, tables)
                 if live:
                     out.flush()  # a live pipe: each record as soon as it is known
+    except BrokenPipeError:
+        raise  # standard output is gone, not the capture
     except (OSError, CaptureError) as exc:
         _failed(result, exc)
     finally:
@@ -320,17 +354,25 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
     extra = {
         "octets_read": result.octets_read,
         "seconds": round(result.seconds, 3),
+        "mib_per_s": rate_mib_per_s(result.octets_read, result.seconds),
+        "raw_ulp": result.raw_ulp,
     }
     if settings.json:
         out.write(json.dumps(capture_json(name, stats, totals, extra)) + "\n")
     else:
-        rate = result.octets_read / result.seconds / 1e6 if result.seconds else 0.0
+        remarks = []
+        if result.raw_ulp and settings.options.ddp:
+            remarks.append(
+                "written by iwarp --op mpa: bare MPA ULPDUs, DDP/RDMAP headers not decoded"
+            )
         write_capture_text(
             name,
             stats,
             totals,
             out,
-            f" ({result.octets_read / 1e6:.1f} MB in {result.seconds:.2f} s, {rate:.1f} MB/s)",
+            f" ({format_octets(result.octets_read)} in {result.seconds:.2f} s, "
+            f"{format_rate(result.octets_read, result.seconds)})",
+            remarks,
         )
     out.flush()
     if missing and result.status != EXIT_BAD_FILE:
@@ -381,7 +423,7 @@ def _record(record: Record, settings: Settings, out: TextIO, tables: CsvTables |
 
 
 class _Progress:
-    """A self-updating line on stderr: percent of the file, MB/s, ETA."""
+    """A self-updating line on stderr: percent of the file, MiB/s, ETA."""
 
     def __init__(self, name: str, size: int, reader: CountingReader) -> None:
         self.name = name
@@ -407,7 +449,7 @@ class _Progress:
         eta = (self.size - done) / rate if rate else 0.0
         minutes, seconds = divmod(int(eta), 60)
         sys.stderr.write(
-            f"\r{self.name}: {100 * done / self.size:5.1f}%  {rate / 1e6:7.1f} MB/s  "
+            f"\r{self.name}: {100 * done / self.size:5.1f}%  {rate / (1 << 20):7.1f} MiB/s  "
             f"ETA {minutes}:{seconds:02d} "
         )
         sys.stderr.flush()
@@ -486,7 +528,7 @@ def _write_total(
     out.write(
         f"\ntotal: {len(results)} captures, {frames} frames, {total.connections} TCP "
         f"connections, {total.iwarp_connections} with iWARP or VI/TCP, {total.fpdus} FPDUs, "
-        f"{octets / 1e6:.1f} MB read\n"
+        f"{format_octets(octets)} read\n"
     )
     for result in results:
         state = (
