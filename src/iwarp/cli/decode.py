@@ -22,9 +22,10 @@ from typing import TextIO
 
 from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
 from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
+from iwarp.analyze.listing import FrameIndex, hex_dump, list_line
 from iwarp.analyze.origin import peek_origin
 from iwarp.analyze.plot import PlotUnavailableError, check_available, write_plot
-from iwarp.analyze.records import Record
+from iwarp.analyze.records import ErrorRecord, Record
 from iwarp.analyze.render import (
     capture_json,
     summary_json,
@@ -49,6 +50,10 @@ EXIT_BROKEN_PIPE = 128 + 13
 
 _TRISTATE = {"auto": None, "yes": True, "no": False}
 
+#: Output views (-T): the per-connection summary, the one-line listing,
+#: a field list, JSON lines; and -V's tree.
+SUMMARY, LISTING, FIELD_LIST, JSON, VERBOSE = "summary", "text", "fields", "json", "verbose"
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
@@ -68,6 +73,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("capture", nargs="+", help="pcap or pcapng files ('-' for standard input)")
     style = parser.add_mutually_exclusive_group()
+    style.add_argument(
+        "-T",
+        dest="view",
+        choices=(SUMMARY, LISTING, JSON),
+        default=None,
+        help="output: summary (per connection, the default), text (one line per frame, "
+        "FPDU, VI segment, error and note: frame, time, sender -> receiver, protocol, "
+        "opcode, STag/TO or QN/MSN/MO, lengths, CRC verdict, markers; the default with "
+        "-c or -x), json (as --json)",
+    )
     style.add_argument("--json", action="store_true", help="one JSON object per line")
     style.add_argument(
         "-V",
@@ -75,6 +90,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="list every frame, FPDU (MPA, markers, DDP, RDMAP fields), error and note, "
         "as tshark -V does, before the summaries",
+    )
+    parser.add_argument(
+        "-c",
+        "--count",
+        metavar="N",
+        type=_positive,
+        default=None,
+        help="stop after the first N records shown (per capture); the closing lines "
+        "count what was decoded until then",
+    )
+    parser.add_argument(
+        "-x",
+        "--hex",
+        action="store_true",
+        help="after each FPDU and MPA frame of the listing (or of -V), its octets as "
+        "captured (markers, PAD, CRC included) in hex and ASCII, as tshark -x",
     )
     parser.add_argument(
         "--csv",
@@ -176,11 +207,24 @@ class Settings:
     """What every capture is decoded with (picklable: sent to worker processes)."""
 
     options: Options
-    json: bool = False
-    verbose: bool = False
+    #: SUMMARY, LISTING, FIELD_LIST, JSON or VERBOSE.
+    view: str = SUMMARY
     streams: tuple[int, ...] = ()
     progress: bool = False
     limits: Limits = field(default_factory=Limits)
+    #: Records shown per capture before decoding stops (-c).
+    count: int | None = None
+    #: Octets of FPDUs and frames after their line (-x).
+    hexdump: bool = False
+
+    @property
+    def json(self) -> bool:
+        return self.view == JSON
+
+    @property
+    def rows(self) -> bool:
+        """Records need their fields, time and addresses."""
+        return self.view == LISTING or self.hexdump
 
 
 @dataclass
@@ -210,6 +254,21 @@ def run(args: argparse.Namespace) -> int:
         print("iwarp decode: standard input ('-') can be read only once", file=sys.stderr)
         return EXIT_BAD_FILE
     progress = {"yes": True, "no": False}.get(args.progress, sys.stderr.isatty())
+    view = args.view or (
+        JSON
+        if args.json
+        else VERBOSE
+        if args.verbose
+        else LISTING
+        if args.count or args.hex
+        else SUMMARY
+    )
+    if args.hex and view not in (LISTING, VERBOSE):
+        print("iwarp decode: -x goes with the listing (-T text) or -V", file=sys.stderr)
+        return EXIT_BAD_FILE
+    if args.count and view == SUMMARY:
+        print("iwarp decode: -c counts records shown: not with -T summary", file=sys.stderr)
+        return EXIT_BAD_FILE
     settings = Settings(
         Options(
             mpa_start=tuple(args.mpa_start),
@@ -219,10 +278,11 @@ def run(args: argparse.Namespace) -> int:
             ddp=not args.raw_ulp,
             receiver=not args.no_receiver,
         ),
-        json=args.json,
-        verbose=args.verbose,
+        view=view,
         streams=tuple(args.stream),
         progress=progress,
+        count=args.count,
+        hexdump=args.hex,
     )
     jobs = args.jobs or min(len(files), os.cpu_count() or 1)
     try:
@@ -311,14 +371,21 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
     live = path == "-"
     totals = result.totals
     stats = result.stats
+    index = FrameIndex(keep_octets=settings.hexdump) if settings.rows else None
+    shown = errors_seen = 0
+    stopped = False
     try:
         with f:
             packets: Iterable[TcpPacket] = read_tcp_packets(f, stats)
             if meter is not None:
                 packets = meter.wrap(packets)
+            if index is not None:
+                packets = index.wrap(packets)
             for output in analyze_stream(packets, options, settings.limits):
                 if isinstance(output, ConnectionReport):
                     _account(totals, output, streams)
+                    if index is not None:
+                        index.forget(output.index)
                     if streams and output.index not in streams:
                         continue
                     if tables is not None:
@@ -327,16 +394,25 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
                         continue
                     if settings.json:
                         out.write(json.dumps(summary_json(output)) + "\n")
-                    else:
+                    elif settings.view == SUMMARY:
                         write_connection_text(output, out)
                     if live:
                         out.flush()
                     continue
                 if streams and output.stream not in streams:
                     continue
-                _record(output, settings, out, tables)
+                if isinstance(output, ErrorRecord):
+                    errors_seen += 1
+                if tables is not None:
+                    tables.record(output)
+                if not _show(output, settings, out, index):
+                    continue
+                shown += 1
                 if live:
                     out.flush()  # a live pipe: each record as soon as it is known
+                if shown == settings.count:
+                    stopped = True  # -c: the first N records are out
+                    break
     except BrokenPipeError:
         raise  # standard output is gone, not the capture
     except (OSError, CaptureError) as exc:
@@ -350,17 +426,24 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
     result.seconds = time.perf_counter() - started
     if result.status == EXIT_BAD_FILE and result.message and stats.frames == 0:
         return result
-    missing = sorted(s for s in streams if s >= totals.connections)
+    if stopped:
+        # Connections still open were not reported: count every error
+        # record decoded until then (each reported one was such a record).
+        totals.errors = errors_seen
+    missing = [] if stopped else sorted(s for s in streams if s >= totals.connections)
     extra = {
         "octets_read": result.octets_read,
         "seconds": round(result.seconds, 3),
         "mib_per_s": rate_mib_per_s(result.octets_read, result.seconds),
         "raw_ulp": result.raw_ulp,
+        "stopped_after": settings.count if stopped else None,
     }
     if settings.json:
         out.write(json.dumps(capture_json(name, stats, totals, extra)) + "\n")
     else:
         remarks = []
+        if stopped:
+            remarks.append(f"stopped after the first {settings.count} records (-c)")
         if result.raw_ulp and settings.options.ddp:
             remarks.append(
                 "written by iwarp --op mpa: bare MPA ULPDUs, DDP/RDMAP headers not decoded"
@@ -413,13 +496,26 @@ def _account(totals: CaptureTotals, report: ConnectionReport, streams: set[int])
             totals.add(d.direction, d.stats, report.first_time)
 
 
-def _record(record: Record, settings: Settings, out: TextIO, tables: CsvTables | None) -> None:
-    if tables is not None:
-        tables.record(record)
-    if settings.json:
+def _show(record: Record, settings: Settings, out: TextIO, index: FrameIndex | None) -> bool:
+    """Write a record as the view shows it; whether it was shown (the
+    summary shows records only in its per-connection blocks)."""
+    view = settings.view
+    if view == SUMMARY:
+        return False
+    if view == JSON:
         out.write(json.dumps(record.to_json()) + "\n")
-    elif settings.verbose:
-        out.write("\n".join(verbose_lines(record)) + "\n")
+        return True
+    lines = verbose_lines(record) if view == VERBOSE else []
+    if view == LISTING:
+        assert index is not None
+        lines.append(list_line(index.row(record)))
+    if settings.hexdump and index is not None:
+        octets = index.octets(record)
+        if octets is not None:
+            lines.extend(hex_dump(octets))
+            lines.append("")
+    out.write("\n".join(lines) + "\n")
+    return True
 
 
 class _Progress:
@@ -474,14 +570,7 @@ def _parallel(
 ) -> list[FileResult]:
     """Each capture in a worker process, its output in a temporary file,
     copied to standard output in the order the files were given."""
-    worker_settings = Settings(
-        settings.options,
-        json=settings.json,
-        verbose=settings.verbose,
-        streams=settings.streams,
-        progress=False,
-        limits=settings.limits,
-    )
+    worker_settings = replace(settings, progress=False)
     results: list[FileResult] = []
     with tempfile.TemporaryDirectory(prefix="iwarp-decode-") as scratch:
         outputs = [os.path.join(scratch, f"{i}.out") for i in range(len(files))]
