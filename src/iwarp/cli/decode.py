@@ -22,6 +22,8 @@ from typing import TextIO
 
 from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
 from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
+from iwarp.analyze.fields import ALIASES, FIELDS, Row
+from iwarp.analyze.filter import FilterError, compile_filter
 from iwarp.analyze.listing import FrameIndex, hex_dump, list_line
 from iwarp.analyze.origin import peek_origin
 from iwarp.analyze.plot import PlotUnavailableError, check_available, write_plot
@@ -90,6 +92,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="list every frame, FPDU (MPA, markers, DDP, RDMAP fields), error and note, "
         "as tshark -V does, before the summaries",
+    )
+    parser.add_argument(
+        "--fields",
+        action=_ListFields,
+        help="list the field names -Y tests (and -e prints), with what each is, and exit",
+    )
+    parser.add_argument(
+        "-Y",
+        "--display-filter",
+        metavar="EXPR",
+        type=_display_filter,
+        default=None,
+        help="show only the records EXPR matches, e.g. 'opcode == rdma_write and stag == "
+        "0x100a', 'crc_ok == false or error', 'tcp.stream in {1 3} && not msn < 10', "
+        "'addr == 10.0.0.0/8' (fields: --fields; grammar: docs/analyzer.md); implies "
+        "-T text unless another view is given; summaries and statistics count everything",
     )
     parser.add_argument(
         "-c",
@@ -192,6 +210,43 @@ def _seq(text: str) -> int:
     return value
 
 
+class _ListFields(argparse.Action):
+    """``--fields``: the field table, then exit (as ``--help``: no capture needed)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        aliases: dict[str, list[str]] = {}
+        for alias, name in ALIASES.items():
+            aliases.setdefault(name, []).append(alias)
+        lines = []
+        for f in FIELDS.values():
+            also = f" (also {', '.join(aliases[f.name])})" if f.name in aliases else ""
+            lines.append(f"{f.name:<16}{f.kind.value:<9}{f.help}{also}\n")
+        try:
+            sys.stdout.write("".join(lines))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            parser.exit(_reader_gone())
+        parser.exit(0)
+
+
+def _display_filter(text: str) -> str:
+    """A -Y expression, checked now (a fault is a usage error, exit 2)."""
+    try:
+        compile_filter(text)
+    except FilterError as exc:
+        raise argparse.ArgumentTypeError(exc.describe()) from None
+    return text
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -216,6 +271,8 @@ class Settings:
     count: int | None = None
     #: Octets of FPDUs and frames after their line (-x).
     hexdump: bool = False
+    #: Records shown: a -Y expression (checked when the options were read).
+    display_filter: str | None = None
 
     @property
     def json(self) -> bool:
@@ -224,7 +281,7 @@ class Settings:
     @property
     def rows(self) -> bool:
         """Records need their fields, time and addresses."""
-        return self.view == LISTING or self.hexdump
+        return self.view == LISTING or self.hexdump or self.display_filter is not None
 
 
 @dataclass
@@ -260,14 +317,17 @@ def run(args: argparse.Namespace) -> int:
         else VERBOSE
         if args.verbose
         else LISTING
-        if args.count or args.hex
+        if args.count or args.hex or args.display_filter
         else SUMMARY
     )
     if args.hex and view not in (LISTING, VERBOSE):
         print("iwarp decode: -x goes with the listing (-T text) or -V", file=sys.stderr)
         return EXIT_BAD_FILE
-    if args.count and view == SUMMARY:
-        print("iwarp decode: -c counts records shown: not with -T summary", file=sys.stderr)
+    if (args.count or args.display_filter) and view == SUMMARY:
+        print(
+            "iwarp decode: -c and -Y are about records shown: not with -T summary",
+            file=sys.stderr,
+        )
         return EXIT_BAD_FILE
     settings = Settings(
         Options(
@@ -283,6 +343,7 @@ def run(args: argparse.Namespace) -> int:
         progress=progress,
         count=args.count,
         hexdump=args.hex,
+        display_filter=args.display_filter,
     )
     jobs = args.jobs or min(len(files), os.cpu_count() or 1)
     try:
@@ -372,6 +433,7 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
     totals = result.totals
     stats = result.stats
     index = FrameIndex(keep_octets=settings.hexdump) if settings.rows else None
+    shows = compile_filter(settings.display_filter) if settings.display_filter else None
     shown = errors_seen = 0
     stopped = False
     try:
@@ -405,7 +467,13 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
                     errors_seen += 1
                 if tables is not None:
                     tables.record(output)
-                if not _show(output, settings, out, index):
+                row = None
+                if shows is not None:
+                    assert index is not None
+                    row = index.row(output)
+                    if not shows.matches(row):
+                        continue
+                if not _show(output, settings, out, index, row):
                     continue
                 shown += 1
                 if live:
@@ -496,9 +564,12 @@ def _account(totals: CaptureTotals, report: ConnectionReport, streams: set[int])
             totals.add(d.direction, d.stats, report.first_time)
 
 
-def _show(record: Record, settings: Settings, out: TextIO, index: FrameIndex | None) -> bool:
-    """Write a record as the view shows it; whether it was shown (the
-    summary shows records only in its per-connection blocks)."""
+def _show(
+    record: Record, settings: Settings, out: TextIO, index: FrameIndex | None, row: Row | None
+) -> bool:
+    """Write a record as the view shows it (``row``: its fields, if known);
+    whether it was shown (the summary shows records only in its
+    per-connection blocks)."""
     view = settings.view
     if view == SUMMARY:
         return False
@@ -508,7 +579,7 @@ def _show(record: Record, settings: Settings, out: TextIO, index: FrameIndex | N
     lines = verbose_lines(record) if view == VERBOSE else []
     if view == LISTING:
         assert index is not None
-        lines.append(list_line(index.row(record)))
+        lines.append(list_line(row if row is not None else index.row(record)))
     if settings.hexdump and index is not None:
         octets = index.octets(record)
         if octets is not None:
