@@ -22,7 +22,7 @@ from typing import TextIO
 
 from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
 from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
-from iwarp.analyze.fields import ALIASES, FIELDS, Row
+from iwarp.analyze.fields import ALIASES, FIELDS, Row, field_named, format_value
 from iwarp.analyze.filter import FilterError, compile_filter
 from iwarp.analyze.listing import FrameIndex, hex_dump, list_line
 from iwarp.analyze.origin import peek_origin
@@ -78,12 +78,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     style.add_argument(
         "-T",
         dest="view",
-        choices=(SUMMARY, LISTING, JSON),
+        choices=(SUMMARY, LISTING, FIELD_LIST, JSON),
         default=None,
         help="output: summary (per connection, the default), text (one line per frame, "
         "FPDU, VI segment, error and note: frame, time, sender -> receiver, protocol, "
         "opcode, STag/TO or QN/MSN/MO, lengths, CRC verdict, markers; the default with "
-        "-c or -x), json (as --json)",
+        "-Y, -c or -x), fields (the -e fields of each record, one line each, for "
+        "scripts; the default with -e), json (as --json)",
     )
     style.add_argument("--json", action="store_true", help="one JSON object per line")
     style.add_argument(
@@ -108,6 +109,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "0x100a', 'crc_ok == false or error', 'tcp.stream in {1 3} && not msn < 10', "
         "'addr == 10.0.0.0/8' (fields: --fields; grammar: docs/analyzer.md); implies "
         "-T text unless another view is given; summaries and statistics count everything",
+    )
+    parser.add_argument(
+        "-e",
+        dest="fields",
+        metavar="FIELD",
+        action="append",
+        type=_field,
+        default=[],
+        help="with -T fields: a field to print (repeatable, in order; names as -Y's, "
+        "see --fields); a record without it gives an empty value",
+    )
+    parser.add_argument(
+        "-E",
+        dest="field_options",
+        metavar="OPTION=VALUE",
+        action="append",
+        type=_field_option,
+        default=[],
+        help="with -T fields, as tshark: separator=/t|/s|CHAR (default tab), "
+        "header=y|n (a first line of field names), quote=d|s|n (values in double, single "
+        "or no quotes), aggregator=/s|CHAR (between the two values of addr and port; "
+        "default ',')",
     )
     parser.add_argument(
         "-c",
@@ -238,6 +261,36 @@ class _ListFields(argparse.Action):
         parser.exit(0)
 
 
+def _field(text: str) -> str:
+    if field_named(text) is None:
+        raise argparse.ArgumentTypeError(f"no field {text!r} (iwarp decode --fields lists them)")
+    return text
+
+
+_FIELD_OPTIONS = {
+    "separator": None,
+    "aggregator": None,
+    "header": ("y", "n"),
+    "quote": ("d", "s", "n"),
+}
+
+
+def _field_option(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not equals or key not in _FIELD_OPTIONS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected separator=, header=, quote= or aggregator="
+        )
+    allowed = _FIELD_OPTIONS[key]
+    if allowed is not None and value not in allowed:
+        raise argparse.ArgumentTypeError(f"{key} is one of {', '.join(allowed)}")
+    if allowed is None:
+        value = {"/t": "\t", "/s": " "}.get(value, value)
+        if len(value) != 1:
+            raise argparse.ArgumentTypeError(f"{key} is one character, /t or /s")
+    return key, value
+
+
 def _display_filter(text: str) -> str:
     """A -Y expression, checked now (a fault is a usage error, exit 2)."""
     try:
@@ -273,6 +326,11 @@ class Settings:
     hexdump: bool = False
     #: Records shown: a -Y expression (checked when the options were read).
     display_filter: str | None = None
+    #: -T fields: the fields (as given), separator, quote, aggregator.
+    fields: tuple[str, ...] = ()
+    separator: str = "\t"
+    quote: str = ""
+    aggregator: str = ","
 
     @property
     def json(self) -> bool:
@@ -281,7 +339,7 @@ class Settings:
     @property
     def rows(self) -> bool:
         """Records need their fields, time and addresses."""
-        return self.view == LISTING or self.hexdump or self.display_filter is not None
+        return self.view in (LISTING, FIELD_LIST) or self.hexdump or self.display_filter is not None
 
 
 @dataclass
@@ -316,6 +374,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json
         else VERBOSE
         if args.verbose
+        else FIELD_LIST
+        if args.fields
         else LISTING
         if args.count or args.hex or args.display_filter
         else SUMMARY
@@ -323,12 +383,16 @@ def run(args: argparse.Namespace) -> int:
     if args.hex and view not in (LISTING, VERBOSE):
         print("iwarp decode: -x goes with the listing (-T text) or -V", file=sys.stderr)
         return EXIT_BAD_FILE
+    if bool(args.fields) != (view == FIELD_LIST) or (args.field_options and not args.fields):
+        print("iwarp decode: -T fields goes with -e FIELD (and -E)", file=sys.stderr)
+        return EXIT_BAD_FILE
     if (args.count or args.display_filter) and view == SUMMARY:
         print(
             "iwarp decode: -c and -Y are about records shown: not with -T summary",
             file=sys.stderr,
         )
         return EXIT_BAD_FILE
+    field_format = _field_format(dict(args.field_options))
     settings = Settings(
         Options(
             mpa_start=tuple(args.mpa_start),
@@ -344,7 +408,13 @@ def run(args: argparse.Namespace) -> int:
         count=args.count,
         hexdump=args.hex,
         display_filter=args.display_filter,
+        fields=tuple(args.fields),
+        separator=field_format["separator"],
+        quote=field_format["quote"],
+        aggregator=field_format["aggregator"],
     )
+    if view == FIELD_LIST and dict(args.field_options).get("header") == "y":
+        sys.stdout.write(settings.separator.join(settings.fields) + "\n")
     jobs = args.jobs or min(len(files), os.cpu_count() or 1)
     try:
         if len(files) == 1 or jobs == 1 or "-" in files:
@@ -370,7 +440,7 @@ def run(args: argparse.Namespace) -> int:
     total = CaptureTotals()
     for result in results:
         total.merge(result.totals)
-    if len(files) > 1:
+    if len(files) > 1 and settings.view != FIELD_LIST:
         try:
             _write_total(results, total, settings, sys.stdout)
             sys.stdout.flush()
@@ -383,6 +453,15 @@ def run(args: argparse.Namespace) -> int:
     if EXIT_BAD_FILE in statuses:
         return EXIT_BAD_FILE
     return EXIT_PROTOCOL_ERRORS if EXIT_PROTOCOL_ERRORS in statuses else 0
+
+
+def _field_format(options: dict[str, str]) -> dict[str, str]:
+    """Settings of -T fields from its -E options."""
+    return {
+        "separator": options.get("separator", "\t"),
+        "quote": {"d": '"', "s": "'"}.get(options.get("quote", "n"), ""),
+        "aggregator": options.get("aggregator", ","),
+    }
 
 
 def _reader_gone() -> int:
@@ -508,7 +587,7 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
     }
     if settings.json:
         out.write(json.dumps(capture_json(name, stats, totals, extra)) + "\n")
-    else:
+    elif settings.view != FIELD_LIST:  # scripts read the field lines only
         remarks = []
         if stopped:
             remarks.append(f"stopped after the first {settings.count} records (-c)")
@@ -576,6 +655,10 @@ def _show(
     if view == JSON:
         out.write(json.dumps(record.to_json()) + "\n")
         return True
+    if view == FIELD_LIST:
+        assert index is not None
+        out.write(_field_line(row if row is not None else index.row(record), settings) + "\n")
+        return True
     lines = verbose_lines(record) if view == VERBOSE else []
     if view == LISTING:
         assert index is not None
@@ -587,6 +670,24 @@ def _show(
             lines.append("")
     out.write("\n".join(lines) + "\n")
     return True
+
+
+def _field_line(row: Row, settings: Settings) -> str:
+    values = []
+    for name in settings.fields:
+        found = field_named(name)
+        assert found is not None  # checked when the options were read
+        value = row.get(found.name)
+        if isinstance(value, tuple):
+            text = settings.aggregator.join(format_value(found, v) for v in value)
+        else:
+            text = format_value(found, value)
+        if settings.quote:
+            text = (
+                settings.quote + text.replace(settings.quote, settings.quote * 2) + settings.quote
+            )
+        values.append(text)
+    return settings.separator.join(values)
 
 
 class _Progress:
