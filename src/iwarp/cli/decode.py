@@ -26,6 +26,12 @@ from iwarp.analyze.fields import ALIASES, FIELDS, Row, field_named, format_value
 from iwarp.analyze.filter import FilterError, compile_filter
 from iwarp.analyze.listing import FrameIndex, hex_dump, list_line
 from iwarp.analyze.origin import peek_origin
+from iwarp.analyze.parquet import (
+    ParquetTables,
+    ParquetUnavailableError,
+)
+from iwarp.analyze.parquet import check_available as check_parquet
+from iwarp.analyze.parquet import concatenate as concatenate_parquet
 from iwarp.analyze.plot import PlotUnavailableError, check_available, write_plot
 from iwarp.analyze.records import ErrorRecord, Record
 from iwarp.analyze.render import (
@@ -152,6 +158,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--csv",
         metavar="DIR",
         help="also write fpdus.csv, messages.csv, connections.csv and errors.csv into DIR",
+    )
+    parser.add_argument(
+        "--parquet",
+        metavar="DIR",
+        help="also write the same tables as Parquet (fpdus.parquet, ...) into DIR, for "
+        "DuckDB, pandas or Spark (needs pip install 'iwarp[parquet]')",
     )
     parser.add_argument(
         "--plot",
@@ -364,6 +376,12 @@ def run(args: argparse.Namespace) -> int:
         except PlotUnavailableError as exc:
             print(f"iwarp decode: {exc}", file=sys.stderr)
             return EXIT_BAD_FILE
+    if args.parquet:
+        try:
+            check_parquet()
+        except ParquetUnavailableError as exc:
+            print(f"iwarp decode: {exc}", file=sys.stderr)
+            return EXIT_BAD_FILE
     files: list[str] = args.capture
     if files.count("-") > 1:
         print("iwarp decode: standard input ('-') can be read only once", file=sys.stderr)
@@ -421,16 +439,18 @@ def run(args: argparse.Namespace) -> int:
             results = []
             for i, path in enumerate(files):
                 csv_dir = _csv_part(args.csv, i, len(files))
-                results.append(decode_capture(path, settings, sys.stdout, csv_dir))
+                parquet_dir = _csv_part(args.parquet, i, len(files))
+                results.append(decode_capture(path, settings, sys.stdout, csv_dir, parquet_dir))
         else:
-            results = _parallel(files, settings, jobs, args.csv, progress)
-        if args.csv and len(files) > 1:
-            parts = [
-                p for p in (_csv_part(args.csv, i, len(files)) for i in range(len(files))) if p
-            ]
-            concatenate(parts, args.csv)
-            for part in parts:
-                shutil.rmtree(part, ignore_errors=True)
+            results = _parallel(files, settings, jobs, args.csv, progress, args.parquet)
+        for directory, join in ((args.csv, concatenate), (args.parquet, concatenate_parquet)):
+            if directory and len(files) > 1:
+                parts = [
+                    p for p in (_csv_part(directory, i, len(files)) for i in range(len(files))) if p
+                ]
+                join(parts, directory)
+                for part in parts:
+                    shutil.rmtree(part, ignore_errors=True)
     except KeyboardInterrupt:
         sys.stdout.flush()
         print("iwarp decode: interrupted", file=sys.stderr)
@@ -490,8 +510,15 @@ def _csv_part(directory: str | None, index: int, count: int) -> str | None:
 # -- one capture -------------------------------------------------------------------
 
 
-def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | None) -> FileResult:
-    """Decode one capture, writing its records and reports to ``out``."""
+def decode_capture(
+    path: str,
+    settings: Settings,
+    out: TextIO,
+    csv_dir: str | None,
+    parquet_dir: str | None = None,
+) -> FileResult:
+    """Decode one capture, writing its records and reports to ``out`` (and
+    its tables into ``csv_dir`` and ``parquet_dir``)."""
     name = "<stdin>" if path == "-" else path
     result = FileResult(name)
     started = time.perf_counter()
@@ -504,7 +531,11 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
     if options.ddp and peek_origin(f).raw_ulp:
         options = replace(options, ddp=False)  # the writer says its ULPDUs are bare
     result.raw_ulp = not options.ddp
-    tables = CsvTables(csv_dir, name) if csv_dir else None
+    tables: list[CsvTables] = []
+    if csv_dir:
+        tables.append(CsvTables(csv_dir, name))
+    if parquet_dir:
+        tables.append(ParquetTables(parquet_dir, name))
     size = capture_size(path)
     meter = _Progress(name, size, counter[0]) if settings.progress and size else None
     streams = set(settings.streams)
@@ -529,8 +560,8 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
                         index.forget(output.index)
                     if streams and output.index not in streams:
                         continue
-                    if tables is not None:
-                        tables.connection(output)
+                    for table in tables:
+                        table.connection(output)
                     if output.protocol is None and not output.error_count:
                         continue
                     if settings.json:
@@ -544,8 +575,8 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
                     continue
                 if isinstance(output, ErrorRecord):
                     errors_seen += 1
-                if tables is not None:
-                    tables.record(output)
+                for table in tables:
+                    table.record(output)
                 row = None
                 if shows is not None:
                     assert index is not None
@@ -567,8 +598,8 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
     finally:
         if meter is not None:
             meter.clear()
-        if tables is not None:
-            tables.close()
+        for table in tables:
+            table.close()
     result.octets_read = counter[0].count
     result.seconds = time.perf_counter() - started
     if result.status == EXIT_BAD_FILE and result.message and stats.frames == 0:
@@ -732,13 +763,20 @@ class _Progress:
 # -- several captures ------------------------------------------------------------------
 
 
-def _worker(path: str, settings: Settings, out_path: str, csv_dir: str | None) -> FileResult:
+def _worker(
+    path: str, settings: Settings, out_path: str, csv_dir: str | None, parquet_dir: str | None
+) -> FileResult:
     with open(out_path, "w", encoding="utf-8") as out:
-        return decode_capture(path, settings, out, csv_dir)
+        return decode_capture(path, settings, out, csv_dir, parquet_dir)
 
 
 def _parallel(
-    files: list[str], settings: Settings, jobs: int, csv: str | None, progress: bool
+    files: list[str],
+    settings: Settings,
+    jobs: int,
+    csv: str | None,
+    progress: bool,
+    parquet: str | None = None,
 ) -> list[FileResult]:
     """Each capture in a worker process, its output in a temporary file,
     copied to standard output in the order the files were given."""
@@ -748,7 +786,14 @@ def _parallel(
         outputs = [os.path.join(scratch, f"{i}.out") for i in range(len(files))]
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures: list[Future[FileResult]] = [
-                pool.submit(_worker, path, worker_settings, out, _csv_part(csv, i, len(files)))
+                pool.submit(
+                    _worker,
+                    path,
+                    worker_settings,
+                    out,
+                    _csv_part(csv, i, len(files)),
+                    _csv_part(parquet, i, len(files)),
+                )
                 for i, (path, out) in enumerate(zip(files, outputs, strict=True))
             ]
             for i, (future, out) in enumerate(zip(futures, outputs, strict=True)):
