@@ -259,13 +259,16 @@ def _fpdu_info(row: Row) -> tuple[str, str]:
     return protocol, " ".join(parts)
 
 
+#: Octet -> itself if printable ASCII, else ".".
+_PRINTABLE: Final = bytes(b if 0x20 <= b < 0x7F else 0x2E for b in range(256))
+
+
 def hex_dump(data: bytes) -> list[str]:
     """Octets as ``tshark -x`` shows them: offset, 16 octets in hex, ASCII."""
     lines = []
+    printable = data.translate(_PRINTABLE).decode("ascii")
     for at in range(0, len(data), 16):
-        chunk = data[at : at + 16]
-        left = " ".join(f"{b:02x}" for b in chunk[:8])
-        right = " ".join(f"{b:02x}" for b in chunk[8:])
-        text = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
-        lines.append(f"{at:04x}  {left:<23}  {right:<23}  {text}")
+        left = data[at : at + 8].hex(" ")
+        right = data[at + 8 : at + 16].hex(" ")
+        lines.append(f"{at:04x}  {left:<23}  {right:<23}  {printable[at : at + 16]}")
     return lines
