@@ -76,8 +76,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "read; memory follows the open connections, not the file. Each connection's summary "
         "gives messages and octets per opcode, FPDU sizes, throughput, TCP gaps and "
         "retransmissions, Read latency, Terminates with their reasons and the time from SYN "
-        "to MPA full operation. Exit status 1 when a capture shows protocol errors, 2 when "
-        "one cannot be read or --stream names no connection in it.",
+        "to MPA full operation; -T text lists each record on a line, -Y filters them, "
+        "-T fields prints chosen fields for scripts. Exit status 1 when a capture shows "
+        "protocol errors, 2 when one cannot be read, --stream names no connection in it or "
+        "an option is wrong, 141 (quietly) when the reader of standard output goes away.",
     )
     parser.add_argument("capture", nargs="+", help="pcap or pcapng files ('-' for standard input)")
     style = parser.add_mutually_exclusive_group()
