@@ -25,9 +25,11 @@ __all__ = [
     "CompletionStatus",
     "Event",
     "FetchAddWR",
+    "ImmediateData",
     "ImmediateWR",
     "ReadWR",
     "RecvWR",
+    "SendQueueWR",
     "SendWR",
     "Sge",
     "StreamReady",
@@ -129,6 +131,17 @@ class ImmediateWR:
     data: bytes
     wr_id: int = 0
     solicited: bool = False
+
+
+#: Every work request of the send queue.
+SendQueueWR: TypeAlias = "SendWR | WriteWR | ReadWR | FetchAddWR | CompareSwapWR | ImmediateWR"
+
+
+class ImmediateData(bytes):
+    """The 8 octets of an RFC 7306 Immediate Data message, as a receive pool
+    hands them out (``receive()``): ``bytes`` that say how they arrived."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
