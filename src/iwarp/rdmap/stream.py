@@ -667,7 +667,10 @@ class RdmapStream:
         current = self._current
         if current is None:
             if self._irq:
-                size = len(self._irq[0].source)
+                head = self._irq[0]
+                if isinstance(head, _AtomicJob):
+                    return None  # an Atomic Response is 12 octets: the runs' way
+                size = len(head.source)
             elif self._sq and self._sq[0].opcode is not WorkOpcode.RDMA_READ:
                 payload = self._sq[0].payload
                 size = -1 if payload is None else len(payload)
