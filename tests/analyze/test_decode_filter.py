@@ -332,3 +332,14 @@ def test_fields_lists_every_field() -> None:
     names = [line.split()[0] for line in done.stdout.splitlines()]
     assert names == list(FIELDS)
     assert "(also ip.addr, ipv6.addr)" in done.stdout
+
+
+def test_the_filter_selects_verbose_trees(tmp_path: Path) -> None:
+    path = tmp_path / "c.pcap"
+    cap, _ = standard(False, False).capture()
+    cap.write(str(path))
+    done = decode(str(path), "-V", "-Y", "stag")
+    heads = [line for line in done.stdout.splitlines() if line.startswith("frame ")]
+    assert len(heads) == 3 and all(": FPDU, " in h for h in heads)
+    assert done.stdout.count("    DDP: version 1, flags TL, STag ") == 3
+    assert "stream 0:" in done.stdout  # the summary stays
