@@ -289,3 +289,32 @@ def test_frame_index_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     assert index.where(note) == where and index.octets(note) is None
     index.forget(0)
     assert index.where(note) is None
+
+
+def test_rfc7306_messages_in_the_listing_fields_and_filter(tmp_path: Path) -> None:
+    from test_rfc7306_decode import conversation, traffic
+
+    i2r, r2i = traffic()
+    path = tmp_path / "atomics.pcap"
+    cap, _ = conversation(i2r, r2i).capture()
+    cap.write(str(path))
+    rdmap = [r["rdmap"] for r in records(path) if r["type"] == "fpdu"]
+    assert all(isinstance(r, dict) for r in rdmap)
+    requests = [r["atomic_request"] for r in rdmap if isinstance(r, dict) and "atomic_request" in r]
+    responses = [
+        r["atomic_response"] for r in rdmap if isinstance(r, dict) and "atomic_response" in r
+    ]
+    assert len(requests) == len(responses) == 3
+    lines = listed(decode(str(path), "-Y", "opcode == atomic_request").stdout)
+    assert len(lines) == 3
+    for line, request in zip(lines, requests, strict=True):
+        assert f"AOpCode {request['aopcode']} ReqID {request['request_id']:#x}" in line["info"]
+        assert f"STag {request['stag']:#x} TO {request['to']:#x}" in line["info"]
+    fields = decode(
+        str(path), "-e", "request_id", "-e", "original", "-Y", "opcode == atomic_response"
+    ).stdout.splitlines()
+    assert fields == [f"{r['request_id']:#x}\t{r['original']:#x}" for r in responses]
+    imm = decode(str(path), "-e", "immediate_data", "-Y", "immediate_data contains 494d")
+    assert imm.stdout.splitlines() == [b"IMMEDIAT".hex()]
+    fetch_adds = decode(str(path), "-e", "atomic_data", "-Y", "aopcode == 0")
+    assert fetch_adds.stdout.splitlines() == ["0x3", "0x1"]
