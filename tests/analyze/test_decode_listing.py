@@ -316,5 +316,5 @@ def test_rfc7306_messages_in_the_listing_fields_and_filter(tmp_path: Path) -> No
     assert fields == [f"{r['request_id']:#x}\t{r['original']:#x}" for r in responses]
     imm = decode(str(path), "-e", "immediate_data", "-Y", "immediate_data contains 494d")
     assert imm.stdout.splitlines() == [b"IMMEDIAT".hex()]
-    fetch_adds = decode(str(path), "-e", "atomic_data", "-Y", "aopcode == 0")
+    fetch_adds = decode(str(path), "-e", "atomic_data", "-Y", "aopcode == fetch_add")
     assert fetch_adds.stdout.splitlines() == ["0x3", "0x1"]
