@@ -225,8 +225,8 @@ class Watcher:
         ):
             raise ReceiptError(
                 f"the listener received {found.messages} messages ({found.octets} octets, "
-                f"sha256 {found.sha256[:16]}...), we sent {ours['messages']} "
-                f"({ours['octets']} octets, sha256 {str(ours['sha256'])[:16]}...)"
+                f"sha256 {found.sha256}), we sent {ours['messages']} "
+                f"({ours['octets']} octets, sha256 {ours['sha256']})"
             )
 
 

@@ -23,7 +23,6 @@ from iwarp.cli._mpa import (
     DELAYED_HELLO,
     DELAYED_SWITCH,
     Digest,
-    Output,
     add_mpa_options,
     config_from,
     error_record,
@@ -42,6 +41,7 @@ from iwarp.cli._ops import (
 )
 from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._receipt import ReceiptError, Watcher, peer_failure
+from iwarp.cli._report import Output
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         out.emit({"type": "error", "code": None, "message": f"bad options: {exc}"})
         return 2
-    digest = Digest()
+    digest = Digest("read" if args.op == "read" else "sent")
 
     def interrupted(signum: signal.Signals) -> None:
         out.closed = True

@@ -32,7 +32,6 @@ from iwarp.cli._mpa import (
     DELAYED_HELLO,
     DELAYED_SWITCH,
     Digest,
-    Output,
     add_mpa_options,
     config_from,
     error_record,
@@ -51,6 +50,7 @@ from iwarp.cli._ops import (
 )
 from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._receipt import RECEIPT_REQUEST, receipt, terminate_for
+from iwarp.cli._report import Output
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
@@ -123,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         out.emit({"type": "error", "code": None, "message": f"bad options: {exc}"})
         return 2
-    digest = Digest()
+    # The rate is over the time data moved: from the first connection to
+    # the last message, not the idle time before or after.
+    digest = Digest("served" if args.op == "read" else "received", until_last=True)
     state = {"ended": 0, "errors": 0, "accepted": 0, "active": 0, "unconfirmed": 0}
 
     def interrupted(signum: signal.Signals) -> None:
@@ -169,7 +171,11 @@ async def _serve(
 ) -> int:
     done = asyncio.Event()
     progress = Progress(
-        digest.counters, forced=args.progress, quiet=args.json, interval=args.interval
+        digest.counters,
+        forced=args.progress,
+        quiet=args.json,
+        interval=args.interval,
+        idle_quiet=True,  # a listener waiting for peers prints nothing
     )
 
     def ended() -> None:
@@ -213,6 +219,7 @@ async def _serve(
 
     async def serve_one(sock: MpaSocket, peer: str) -> None:
         out.emit({"type": "established", "peer": peer, **params_record(sock.params)})
+        digest.start()
         received = Digest()
         state["unconfirmed"] += 1  # until its receipt is sent, or it ends
         confirmed = False
@@ -273,6 +280,7 @@ async def _serve(
         state["accepted"] += 1
         state["active"] += 1
         out.emit({"type": "established", "peer": peer, **params_record(qp.params)})
+        digest.start()
 
         def on_message(payload: bytes) -> None:
             digest.add(payload)
