@@ -49,13 +49,15 @@ from iwarp.cli._ops import (
     reset,
 )
 from iwarp.cli._progress import Progress, add_progress_options
-from iwarp.cli._receipt import RECEIPT_REQUEST, receipt, terminate_for
+from iwarp.cli._receipt import RECEIPT_REQUEST, offer_receipts, receipt, terminate_for
 from iwarp.cli._report import Output
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import RequestReceived
+from iwarp.mpa.handshake import private_data_limit
 from iwarp.mpa.policy import Decider
+from iwarp.mpa.wire import ENHANCED_SIZE
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -97,6 +99,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="most octets of buffers all peers together may make the listener allocate "
         "(--op send/write/read; K/M/G suffixes; default 256M): each connection gets as "
         "many buffers (credits) as fit, at least one, else it is refused with an error record",
+    )
+    parser.add_argument(
+        "--no-receipt",
+        action="store_true",
+        help="--op mpa: do not offer receipts (by default the Reply's private data ends with "
+        "16 octets that tell iwarp connect to ask for one)",
     )
     add_mpa_options(parser, initiator=False)
     add_progress_options(parser)
@@ -198,7 +206,12 @@ async def _serve(
         out.emit({"type": "request", **frame_record(request.frame)})
         if args.reject:
             return Reject(args.private_data)
-        return Accept(args.private_data)
+        if args.op != "mpa" or args.no_receipt:
+            return Accept(args.private_data)
+        # Offer receipts, where they fit the private data (RFC 6581's IRD
+        # and ORD take 4 octets of it).
+        room = private_data_limit(config, request.frame.revision) - ENHANCED_SIZE
+        return Accept(offer_receipts(args.private_data, room))
 
     def on_failure(error: BaseException, peer: object) -> None:
         if isinstance(error, MpaRejectedError):
