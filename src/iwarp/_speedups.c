@@ -1,10 +1,11 @@
 /*
  * iwarp._speedups: the loops that run per FPDU or per DDP segment, in C.
  *
- * Optional: every function here has a pure-Python twin (mpa/framing.py,
- * rdmap/stream.py) that defines the behaviour; tests assert both give the
- * same octets, results and errors. Python keeps every protocol decision;
- * these functions only walk buffers:
+ * Optional: every function here has a pure-Python twin of the same name and
+ * signature in src/iwarp/_kernels.py, whose docstrings are the contract of
+ * both; iwarp._accel picks one module at import, and tests compare the two
+ * function by function (results, buffer contents, refusals). Python keeps
+ * every protocol decision; these functions only walk buffers:
  *
  *   crc32c(data, value=0)        CRC-32C (RFC 3385), SSE4.2 when the CPU has
  *                                it (checked at import), else tables.
@@ -226,14 +227,26 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args)
 
 /* --- argument helpers ------------------------------------------------------ */
 
-/* Whether two exported buffers share an octet (memcpy between them would be
- * undefined). Compared as integers: the pointers may belong to different
- * objects. */
+/* The object that exports a buffer's memory (through memoryviews). */
+static PyObject *exporter(const Py_buffer *b)
+{
+    PyObject *o = b->obj;
+    return o != NULL && PyMemoryView_Check(o) ? PyMemoryView_GET_BASE(o) : o;
+}
+
+/* Whether an output may not be written while reading an input: both are
+ * views of one object (the rule the pure-Python twin can check too), or
+ * they share an octet (memcpy between them would be undefined; compared as
+ * integers, the pointers may belong to different objects). Empty buffers
+ * share nothing. */
 static int overlaps(const Py_buffer *a, const Py_buffer *b)
 {
-    uintptr_t a0 = (uintptr_t)a->buf, b0 = (uintptr_t)b->buf;
     if (a->len <= 0 || b->len <= 0)
         return 0;
+    PyObject *x = exporter(a);
+    if (x != NULL && x == exporter(b))
+        return 1;
+    uintptr_t a0 = (uintptr_t)a->buf, b0 = (uintptr_t)b->buf;
     return a0 < b0 ? b0 - a0 < (uintptr_t)a->len : a0 - b0 < (uintptr_t)b->len;
 }
 
@@ -272,6 +285,7 @@ static void put(Writer *w, const uint8_t *src, size_t n)
     if (!w->markers) {
         memcpy(w->out + w->pos, src, n);
         w->pos += n;
+        w->phase = (unsigned)((w->phase + n) & PHASE_MASK);
         return;
     }
     while (n) {
@@ -307,27 +321,32 @@ static size_t fpdu_bound(size_t ulpdu)
  * base + (segment offset in payload) and `last_mask` or-ed into octet 0 for
  * the segment that ends the payload; then the payload slice. Each FPDU is
  * length, ULPDU, PAD, markers where the stream has them, CRC (zero when off).
+ * `phase` is the stream phase (mod 512) of the first octet, and the one
+ * returned that of the octet after the run, markers or not.
  */
 static PyObject *py_frame_run(PyObject *self, PyObject *args)
 {
-    PyObject *target;
+    PyObject *target, *base_obj;
     Py_buffer header, payload, given = {0};
-    Py_ssize_t start, stop, room, field_at, field_size;
-    unsigned long long base;
-    int last_mask, markers, crc;
-    unsigned phase;
-    if (!PyArg_ParseTuple(args, "Oy*y*nnnnnKippI:frame_run", &target, &header, &payload, &start,
-                          &stop, &room, &field_at, &field_size, &base, &last_mask, &markers,
+    Py_ssize_t start, stop, room, field_at, field_size, last_mask, phase;
+    int markers, crc;
+    if (!PyArg_ParseTuple(args, "Oy*y*nnnnnOnppn:frame_run", &target, &header, &payload, &start,
+                          &stop, &room, &field_at, &field_size, &base_obj, &last_mask, &markers,
                           &crc, &phase))
         return NULL;
     PyObject *result = NULL, *out = NULL;
     uint8_t hdr[32];
     Py_ssize_t hlen = header.len;
+    /* base: any unsigned 64-bit value (OverflowError otherwise, as in Python). */
+    unsigned long long base = PyLong_AsUnsignedLongLong(base_obj);
+    if (base == (unsigned long long)-1 && PyErr_Occurred())
+        goto done;
     /* Bounds compared without adding two caller-given values: field_at and
        room may be anything up to PY_SSIZE_T_MAX. */
     if (hlen > 32 || field_size < 1 || field_size > 8 || field_size > hlen || field_at < 0 ||
         field_at > hlen - field_size || room <= 0 || room > 0xFFFF - hlen || start < 0 ||
-        stop < start || stop > payload.len || (phase & 3) || phase > PHASE_MASK) {
+        stop < start || stop > payload.len || last_mask < 0 || last_mask > 0xFF || phase < 0 ||
+        phase > PHASE_MASK || (phase & 3)) {
         PyErr_SetString(PyExc_ValueError, "frame_run: inconsistent arguments");
         goto done;
     }
@@ -361,7 +380,7 @@ static PyObject *py_frame_run(PyObject *self, PyObject *args)
         }
         dest = given.buf;
     }
-    Writer w = {dest, 0, phase, 0, markers};
+    Writer w = {dest, 0, (unsigned)phase, 0, markers};
     const uint8_t *src = payload.buf;
     static const uint8_t zeros[4] = {0, 0, 0, 0};
     Py_ssize_t offset = start;
@@ -431,7 +450,7 @@ static inline uint64_t be64(const uint8_t *p)
 }
 
 /*
- * scan(buffer, start, end, markers, crc, phase, limit)
+ * scan(buffer, start, end, markers, crc, phase, limit, either)
  *   -> (records, stop, phase, error, a, b, where)
  *
  * Decodes every complete FPDU in buffer[start:end]. `records` holds one
@@ -440,28 +459,30 @@ static inline uint64_t be64(const uint8_t *p)
  * `error` is 0, or 2 (CRC: a received, b computed, where = FPDU start),
  * 3 (marker: a found FPDUPTR, b expected, where = the marker) or 4 (length
  * above `limit`: a the length, where = the length field); `stop` is where
- * decoding stopped (the first octet not consumed).
+ * decoding stopped (the first octet not consumed). `either`: the markers
+ * inside an FPDU that starts with a marker may also count from that
+ * marker (4 more), the reading of Rev 0 and culley-02 peers.
  */
 static PyObject *py_scan(PyObject *self, PyObject *args)
 {
     PyObject *obj;
-    Py_ssize_t start, end;
-    int markers, crc;
-    unsigned phase;
-    unsigned long limit;
-    if (!PyArg_ParseTuple(args, "OnnppIk:scan", &obj, &start, &end, &markers, &crc, &phase,
-                          &limit))
+    Py_ssize_t start, end, phase_arg, limit_arg;
+    int markers, crc, either;
+    if (!PyArg_ParseTuple(args, "Onnppnnp:scan", &obj, &start, &end, &markers, &crc, &phase_arg,
+                          &limit_arg, &either))
         return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, markers ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
         return NULL;
     PyObject *result = NULL;
     uint32_t *recs = NULL;
-    if (start < 0 || end < start || end > view.len || view.len > 0xFFFFFFFFll ||
-        phase > PHASE_MASK || (phase & 3)) {
+    if (start < 0 || end < start || end > view.len || view.len > 0xFFFFFFFFll || phase_arg < 0 ||
+        phase_arg > PHASE_MASK || (phase_arg & 3) || limit_arg < 0) {
         PyErr_SetString(PyExc_ValueError, "scan: inconsistent arguments");
         goto done;
     }
+    unsigned phase = (unsigned)phase_arg;
+    size_t limit = (size_t)limit_arg;
     size_t cap = 64, count = 0;
     recs = PyMem_Malloc(cap * 2 * sizeof(uint32_t));
     if (recs == NULL) {
@@ -521,7 +542,8 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
             for (size_t k = 0; k < count_m; k++) {
                 size_t m = header + at + MARKER_INTERVAL * k;
                 size_t expected = m - header;
-                if ((be16(p + m + 2) & FPDUPTR_MASK) != expected) {
+                size_t found = be16(p + m + 2) & FPDUPTR_MASK;
+                if (found != expected && !(either && lead && found == expected + lead)) {
                     error = SCAN_MARKER;
                     a = be16(p + m + 2);
                     b = expected;
@@ -585,14 +607,19 @@ done:
 static PyObject *py_segment_run(PyObject *self, PyObject *args)
 {
     Py_buffer buf, recs;
-    Py_ssize_t index;
+    Py_ssize_t index, control_mask, control, rdmap, key, msn;
+    PyObject *offset_obj;
     int tagged;
-    unsigned control_mask, control, rdmap;
-    unsigned long key, msn;
-    unsigned long long offset;
-    if (!PyArg_ParseTuple(args, "y*y*npIIIkkK:segment_run", &buf, &recs, &index, &tagged,
-                          &control_mask, &control, &rdmap, &key, &msn, &offset))
+    if (!PyArg_ParseTuple(args, "y*y*npnnnnnO:segment_run", &buf, &recs, &index, &tagged,
+                          &control_mask, &control, &rdmap, &key, &msn, &offset_obj))
         return NULL;
+    /* offset: any unsigned 64-bit value (OverflowError otherwise). */
+    unsigned long long offset = PyLong_AsUnsignedLongLong(offset_obj);
+    if (offset == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyBuffer_Release(&buf);
+        PyBuffer_Release(&recs);
+        return NULL;
+    }
     const uint8_t *p = buf.buf;
     const uint8_t *r = recs.buf;
     Py_ssize_t total = recs.len / 8, count = 0;
@@ -606,12 +633,15 @@ static PyObject *py_segment_run(PyObject *self, PyObject *args)
         if (n <= hsize || at > (size_t)buf.len || n > (size_t)buf.len - at)
             break;
         const uint8_t *h = p + at;
-        if ((h[0] & control_mask) != control || h[1] != rdmap)
+        /* Compared as Python compares the integers (any value is allowed;
+         * one outside the field's range never matches). */
+        if (((Py_ssize_t)h[0] & control_mask) != control || (Py_ssize_t)h[1] != rdmap)
             break;
         if (tagged) {
-            if (be32(h + 2) != key || be64(h + 6) != offset)
+            if ((Py_ssize_t)be32(h + 2) != key || be64(h + 6) != offset)
                 break;
-        } else if (be32(h + 6) != key || be32(h + 10) != msn || be32(h + 14) != offset) {
+        } else if ((Py_ssize_t)be32(h + 6) != key || (Py_ssize_t)be32(h + 10) != msn ||
+                   be32(h + 14) != offset) {
             break;
         }
         size_t length = n - hsize;
