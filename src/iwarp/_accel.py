@@ -14,11 +14,12 @@ extension is built (the test suite runs both ways).
 from __future__ import annotations
 
 import os
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from iwarp import _kernels
 
-__all__ = ["ACTIVE", "describe", "kernels"]
+__all__ = ["ACTIVE", "describe", "kernels", "speedups"]
 
 
 def _load() -> tuple[object, str]:
@@ -43,6 +44,10 @@ else:
 
 #: Whether the C accelerator runs.
 ACTIVE: bool = _CHOSEN is not _kernels
+#: The extension module when the C accelerator runs, else None: for its
+#: functions that have no pure-Python twin (the whole-message lanes of
+#: ``_lanes.c``, whose callers fall back to the framing path without them).
+speedups: ModuleType | None = _CHOSEN if isinstance(_CHOSEN, ModuleType) and ACTIVE else None
 
 
 def describe() -> str:
