@@ -39,36 +39,6 @@ def pure() -> Iterator[None]:
         setattr(framing, "kernels", saved)  # noqa: B010
 
 
-def test_crc32c_matches_the_package() -> None:
-    import crc32c as package
-
-    for n in (0, 1, 7, 8, 9, 4095, 12288, 12289, 3 * 4096 * 2 + 5, 200_000):
-        data = os.urandom(n)
-        for value in (0, 1, 0xFFFFFFFF, 0x1234ABCD):
-            assert _accel.kernels.crc32c(data, value) == package.crc32c(data, value)
-
-
-def test_crc32c_table_fallback() -> None:
-    """Without SSE4.2 (forced off) the table code gives the same values."""
-    code = (
-        "import os, crc32c; from iwarp import _speedups as s\n"
-        "assert s.describe() == 'CRC32C with tables'\n"
-        "for n in (0, 1, 9, 100, 5000, 40000):\n"
-        "    d = os.urandom(n)\n"
-        "    assert s.crc32c(d, 7) == crc32c.crc32c(d, 7), n\n"
-    )
-    env = dict(os.environ, IWARP_ACCEL_NO_SSE42="1")
-    subprocess.run([sys.executable, "-c", code], check=True, env=env)
-
-
-@given(data=st.binary(max_size=3000), value=st.integers(0, SEQ))
-@settings(max_examples=200)
-def test_crc32c_arbitrary(data: bytes, value: int) -> None:
-    from iwarp._crc32c import crc32c
-
-    assert _accel.kernels.crc32c(data, value) == crc32c(data, value)
-
-
 def runs() -> st.SearchStrategy[tuple[SegmentRun, bool]]:
     @st.composite
     def build(draw: st.DrawFn) -> tuple[SegmentRun, bool]:
