@@ -40,6 +40,9 @@ from iwarp.analyze.tcp import Limits
 EXIT_PROTOCOL_ERRORS = 1
 #: Exit status when a file cannot be read (or has no such --stream).
 EXIT_BAD_FILE = 2
+#: Exit status when a capture is cut off (the file ends inside a record) and
+#: shows no protocol errors.
+EXIT_TRUNCATED = 3
 EXIT_INTERRUPTED = 130
 
 _TRISTATE = {"auto": None, "yes": True, "no": False}
@@ -57,8 +60,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "read; memory follows the open connections, not the file. Each connection's summary "
         "gives messages and octets per opcode, FPDU sizes, throughput, TCP gaps and "
         "retransmissions, Read latency, Terminates with their reasons and the time from SYN "
-        "to MPA full operation. Exit status 1 when a capture shows protocol errors, 2 when "
-        "one cannot be read or --stream names no connection in it.",
+        "to MPA full operation. Records longer than 256 KiB are cut to it (as libpcap "
+        "does). Exit status 1 when a capture shows protocol errors, 2 when one cannot be "
+        "read or --stream names no connection in it, 3 when one is cut off (the file ends "
+        "in the middle of a record; said in the summary) and none shows errors.",
     )
     parser.add_argument("capture", nargs="+", help="pcap or pcapng files ('-' for standard input)")
     style = parser.add_mutually_exclusive_group()
@@ -245,9 +250,10 @@ def run(args: argparse.Namespace) -> int:
         title = files[0] if len(files) == 1 else f"{len(files)} captures"
         write_plot(total, args.plot, f"iwarp decode: {title}")
     statuses = {r.status for r in results}
-    if EXIT_BAD_FILE in statuses:
-        return EXIT_BAD_FILE
-    return EXIT_PROTOCOL_ERRORS if EXIT_PROTOCOL_ERRORS in statuses else 0
+    for status in (EXIT_BAD_FILE, EXIT_PROTOCOL_ERRORS, EXIT_TRUNCATED):
+        if status in statuses:
+            return status
+    return 0
 
 
 def _csv_part(directory: str | None, index: int, count: int) -> str | None:
@@ -342,7 +348,9 @@ def decode_capture(path: str, settings: Settings, out: TextIO, csv_dir: str | No
         )
         result.status = EXIT_BAD_FILE
     elif result.status != EXIT_BAD_FILE:
-        result.status = EXIT_PROTOCOL_ERRORS if totals.errors else 0
+        result.status = (
+            EXIT_PROTOCOL_ERRORS if totals.errors else EXIT_TRUNCATED if stats.truncated_file else 0
+        )
     return result
 
 
@@ -493,6 +501,7 @@ def _write_total(
             f"unreadable: {result.message}"
             if result.status == EXIT_BAD_FILE and result.message
             else f"{result.totals.errors} protocol errors"
+            + (", cut off" if result.stats.truncated_file else "")
         )
         out.write(f"  {result.name}: {state}\n")
     out.write(f"{total.errors} protocol errors\n")
