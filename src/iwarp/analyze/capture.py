@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address
-from typing import BinaryIO, Final, NamedTuple
+from typing import BinaryIO, Final, NamedTuple, Protocol, cast
+
+from iwarp._accel import speedups
 
 __all__ = [
     "BLOCK_CAP",
@@ -130,6 +132,45 @@ TCP_FIN: Final = 0x01
 TCP_RST: Final = 0x04
 
 
+class _Kernels(Protocol):
+    """The C accelerator's capture loops (src/iwarp/_decode.c), twins of
+    :func:`_pcap_frames` + :func:`_decode`."""
+
+    def pcap_batch(
+        self,
+        buffer: bytes,
+        pos: int,
+        big_endian: bool,
+        resolution: float,
+        linktype: int,
+        frame_cap: int,
+        frames_before: int,
+        cls: type[TcpPacket],
+        cache: dict[int, str],
+        /,
+    ) -> tuple[list[TcpPacket | _Frame], int]: ...
+
+    def tcp_packet(
+        self,
+        frame: int,
+        linktype: int,
+        time: float,
+        data: bytes,
+        cls: type[TcpPacket],
+        cache: dict[int, str],
+        /,
+    ) -> TcpPacket | None: ...
+
+
+#: The C loops, or None for the pure-Python path (``IWARP_NO_ACCEL=1``);
+#: both give the same segments (tests/analyze/test_decode_kernels.py).
+kernels = cast("_Kernels | None", speedups)
+#: Dotted IPv4 addresses the C loops made, by address (bounded there).
+_ADDRESSES: Final[dict[int, str]] = {}
+#: A frame for :func:`_decode`: ``(linktype, time, data)``.
+_Frame = tuple[int, float, bytes]
+
+
 def read_tcp_packets(f: BinaryIO, stats: CaptureStats | None = None) -> Iterator[TcpPacket]:
     """Every TCP segment in the pcap or pcapng file ``f``, in file order."""
     stats = stats if stats is not None else CaptureStats()
@@ -140,9 +181,19 @@ def read_tcp_packets(f: BinaryIO, stats: CaptureStats | None = None) -> Iterator
         frames = _pcapng_frames(f, head, stats)
     else:
         raise CaptureError("not a pcap or pcapng file")
-    for linktype, time, data in frames:
+    kernel = kernels
+    for item in frames:
         stats.frames += 1
-        packet = _decode(stats.frames, linktype, time, data, stats)
+        if isinstance(item, TcpPacket):  # decoded by the C loop already
+            stats.tcp += 1
+            yield item
+            continue
+        linktype, time, data = item
+        packet = None
+        if kernel is not None:
+            packet = kernel.tcp_packet(stats.frames, linktype, time, data, TcpPacket, _ADDRESSES)
+        if packet is None:
+            packet = _decode(stats.frames, linktype, time, data, stats)
         if packet is None:
             stats.skipped += 1
         else:
@@ -249,9 +300,13 @@ def _oversized(stats: CaptureStats) -> None:
         stats.first_oversized = stats.frames + 1
 
 
-def _pcap_frames(
-    f: BinaryIO, magic: bytes, stats: CaptureStats
-) -> Iterator[tuple[int, float, bytes]]:
+def _pcap_frames(f: BinaryIO, magic: bytes, stats: CaptureStats) -> Iterator[TcpPacket | _Frame]:
+    """The file's frames; with the C loop, most come decoded already.
+
+    The C loop takes every complete record of the buffer; the record at its
+    edge (incomplete, longer than :data:`FRAME_CAP`, or the end of the file)
+    is taken here, one at a time.
+    """
     order, resolution = _PCAP_MAGIC[magic]
     rest = f.read(20)
     if len(rest) < 20:
@@ -260,7 +315,24 @@ def _pcap_frames(
     _check_linktype(linktype)
     record = struct.Struct(order + "IIII")
     source = _Input(f, 24)
+    kernel = kernels
+    big = order == ">"
     while True:
+        if kernel is not None and len(source.buf) - source.pos >= 16:
+            # stats.frames counts every frame handed out so far: the
+            # consumer counts each before it asks for the next.
+            batch, source.pos = kernel.pcap_batch(
+                source.buf,
+                source.pos,
+                big,
+                resolution,
+                linktype,
+                FRAME_CAP,
+                stats.frames,
+                TcpPacket,
+                _ADDRESSES,
+            )
+            yield from batch
         buf, pos = source.buf, source.pos
         start = source.base + pos
         if len(buf) - pos < 16:
@@ -289,9 +361,7 @@ def _pcap_frames(
         yield linktype, seconds + fraction * resolution, data
 
 
-def _pcapng_frames(
-    f: BinaryIO, first: bytes, stats: CaptureStats
-) -> Iterator[tuple[int, float, bytes]]:
+def _pcapng_frames(f: BinaryIO, first: bytes, stats: CaptureStats) -> Iterator[_Frame]:
     order = "<"
     interfaces: list[tuple[int, float]] = []
     source = _Input(f, 0)

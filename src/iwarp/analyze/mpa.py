@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol, cast
 
+from iwarp._accel import speedups
 from iwarp._crc32c import crc32c
 from iwarp.analyze.records import (
     ErrorRecord,
@@ -112,6 +113,20 @@ class FpduView:
         return crc_ok and all(r == 0 and p & FPDUPTR_MASK == e for _, r, p, e in self.markers)
 
 
+class _Kernels(Protocol):
+    """The C accelerator's FPDU view (src/iwarp/_decode.c), twin of the
+    pure-Python part of :func:`inspect_fpdu`."""
+
+    def fpdu_view(
+        self, chunk: bytearray, at: int, phase: int, markers: bool, either_fpduptr: bool, /
+    ) -> tuple[int, bytes, bytes, int, int, tuple[tuple[int, int, int, int], ...]] | None: ...
+
+
+#: The C loop, or None for the pure-Python path (``IWARP_NO_ACCEL=1``); both
+#: give the same views (tests/analyze/test_decode_kernels.py).
+kernels = cast("_Kernels | None", speedups)
+
+
 def inspect_fpdu(stream: StreamWindow, start: int, framing: Framing) -> FpduView | int | None:
     """Take apart the FPDU at ``start``.
 
@@ -120,6 +135,18 @@ def inspect_fpdu(stream: StreamWindow, start: int, framing: Framing) -> FpduView
     was not captured.
     """
     phase = (start - framing.origin) % MARKER_INTERVAL
+    kernel = kernels
+    if kernel is not None:
+        # Runs of captured octets never touch (a gap lies between two), so
+        # an FPDU is complete only inside the run holding its first octet.
+        found = stream.locate(start)
+        if found is None:
+            return None
+        chunk, at, run_end = found
+        taken = kernel.fpdu_view(chunk, at, phase, framing.markers, framing.either_fpduptr)
+        if taken is None:
+            return run_end
+        return FpduView(*taken)
     lead = MARKER_SIZE if framing.markers and phase == 0 else 0
     head = stream.read(start + lead, HEADER_SIZE)
     if head is None:

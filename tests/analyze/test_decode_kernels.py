@@ -1,0 +1,216 @@
+"""The C loops of the analyzer (src/iwarp/_decode.c) against their
+pure-Python twins: the same segments from every capture, the same FPDU
+views from any octets, the same records from whole generated captures.
+
+Each test runs the same input twice, with the kernels and without (the
+module attributes ``capture.kernels`` and ``mpa.kernels`` set to None, as
+``IWARP_NO_ACCEL=1`` does), and compares everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import struct
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from analyze_traffic import coalesced, resegmented, standard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_analyzer import to_linktype, to_pcapng
+from test_capture_scale import make_capture_module
+
+from iwarp.analyze import capture, mpa
+from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
+from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
+from iwarp.analyze.mpa import FpduView, Framing, inspect_fpdu
+from iwarp.analyze.render import summary_json
+from iwarp.analyze.tcp import StreamWindow
+from iwarp.mpa.framing import FpduEncoder
+
+pytestmark = pytest.mark.skipif(
+    capture.kernels is None, reason="the C accelerator is not built or IWARP_NO_ACCEL is set"
+)
+
+
+@contextlib.contextmanager
+def pure_python() -> Iterator[None]:
+    saved = capture.kernels, mpa.kernels
+    capture.kernels, mpa.kernels = None, None
+    try:
+        yield
+    finally:
+        capture.kernels, mpa.kernels = saved
+
+
+def segments(data: bytes) -> tuple[list[TcpPacket], CaptureStats, str | None]:
+    stats = CaptureStats()
+    out: list[TcpPacket] = []
+    error = None
+    try:
+        out.extend(read_tcp_packets(io.BytesIO(data), stats))
+    except CaptureError as exc:
+        error = str(exc)
+    return out, stats, error
+
+
+def both(data: bytes) -> tuple[list[TcpPacket], CaptureStats, str | None]:
+    accelerated = segments(data)
+    with pure_python():
+        pure = segments(data)
+    assert accelerated == pure
+    return accelerated
+
+
+def classic(ipv6: bool = False) -> bytes:
+    client, server = (
+        (("::1", 50000), ("::1", 4000)) if ipv6 else (("10.1.2.3", 50000), ("192.168.0.9", 4000))
+    )
+    cap, _ = standard(True, False).capture(coalesced(2), client=client, server=server)
+    return cap.to_bytes()
+
+
+def big_endian(data: bytes) -> bytes:
+    """The same pcap written in the other byte order, with nanosecond stamps."""
+    _, major, minor, zone, sigfigs, snaplen, link = struct.unpack_from("<IHHiIII", data)
+    out = bytearray(struct.pack(">IHHiIII", 0xA1B23C4D, major, minor, zone, sigfigs, snaplen, link))
+    pos = 24
+    while pos < len(data):
+        seconds, micros, caplen, wire = struct.unpack_from("<IIII", data, pos)
+        out += struct.pack(">IIII", seconds, micros * 1000 + 7, caplen, wire)
+        out += data[pos + 16 : pos + 16 + caplen]
+        pos += 16 + caplen
+    return bytes(out)
+
+
+VARIANTS: dict[str, Callable[[], bytes]] = {
+    "ethernet": classic,
+    "big-endian-ns": lambda: big_endian(classic()),
+    "ipv6": lambda: classic(ipv6=True),
+    "pcapng": lambda: to_pcapng(classic()),
+    "vlan": lambda: to_linktype(classic(), 1, lambda f: f[:12] + b"\x81\x00\x00\x05" + f[12:]),
+    "qinq": lambda: to_linktype(
+        classic(), 1, lambda f: f[:12] + b"\x88\xa8\x00\x01\x81\x00\x00\x05" + f[12:]
+    ),
+    "sll": lambda: to_linktype(
+        classic(), 113, lambda f: struct.pack("!HHH8sH", 0, 772, 0, b"", 0x0800) + f[14:]
+    ),
+    "sll2": lambda: to_linktype(
+        classic(), 276, lambda f: struct.pack("!HHIHBB8s", 0x0800, 0, 1, 772, 0, 0, b"") + f[14:]
+    ),
+    "raw": lambda: to_linktype(classic(), 101, lambda f: f[14:]),
+    "raw-12": lambda: to_linktype(classic(), 12, lambda f: f[14:]),
+    "ipv4-228": lambda: to_linktype(classic(), 228, lambda f: f[14:]),
+    "null-le": lambda: to_linktype(classic(), 0, lambda f: struct.pack("<I", 2) + f[14:]),
+    "null-be": lambda: to_linktype(classic(), 0, lambda f: struct.pack(">I", 2) + f[14:]),
+    # IPv4 fragments (MF set on every frame; first fragments still decode).
+    "fragments": lambda: to_linktype(
+        classic(), 1, lambda f: f[:20] + bytes([f[20] | 0x20]) + f[21:]
+    ),
+    # A snaplen of 60 octets: payloads cut short of their IP length.
+    "snaplen": lambda: to_linktype(classic(), 1, lambda f: f[:60]),
+    # Ethernet padding past the IP length.
+    "padded": lambda: to_linktype(classic(), 1, lambda f: f + bytes(8)),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_link_layer_gives_the_same_segments(variant: str) -> None:
+    packets, stats, error = both(VARIANTS[variant]())
+    assert error is None and packets
+    assert stats.frames == stats.tcp + stats.skipped
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    variant=st.sampled_from(sorted(VARIANTS)),
+    cut=st.integers(0, 4000),
+    junk=st.binary(max_size=300),
+    flips=st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(1, 255)), max_size=8),
+)
+def test_damaged_captures_give_the_same_segments(
+    variant: str, cut: int, junk: bytes, flips: list[tuple[int, int]]
+) -> None:
+    data = bytearray(VARIANTS[variant]())
+    for at, mask in flips:  # damage anywhere past the file header
+        data[28 + at % (len(data) - 28)] ^= mask
+    both(bytes(data[: len(data) - cut]) + junk)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    octets=st.binary(min_size=0, max_size=3000),
+    start=st.integers(0, 3000),
+    origin=st.integers(-600, 600),
+    markers=st.booleans(),
+    crc=st.booleans(),
+    either=st.booleans(),
+    base=st.integers(0, 100),
+)
+def test_any_octets_give_the_same_fpdu_view(
+    octets: bytes, start: int, origin: int, markers: bool, crc: bool, either: bool, base: int
+) -> None:
+    window = StreamWindow(0)
+    window.append(base, octets, 1)
+    framing = Framing(origin, markers, crc, either_fpduptr=either)
+    at = base + start % (len(octets) + 8)
+    accelerated = inspect_fpdu(window, at, framing)
+    with pure_python():
+        pure = inspect_fpdu(window, at, framing)
+    assert accelerated == pure
+
+
+@pytest.mark.parametrize("markers", [False, True])
+def test_encoded_fpdus_give_the_same_views(markers: bool) -> None:
+    encoder = FpduEncoder(markers=markers, crc=True, origin=0)
+    stream = bytearray()
+    starts = []
+    for size in (0, 1, 2, 3, 14, 500, 505, 506, 507, 508, 509, 1021, 4096, 16384, 64768):
+        starts.append(encoder.position)
+        stream += encoder.encode_bytes(bytes(range(256)) * (size // 256) + bytes(size % 256))
+    window = StreamWindow(0)
+    window.append(0, bytes(stream), 1)
+    framing = Framing(0, markers, True)
+    for start in starts:
+        view = inspect_fpdu(window, start, framing)
+        assert isinstance(view, FpduView) and view.valid(framing)
+        with pure_python():
+            assert inspect_fpdu(window, start, framing) == view
+
+
+def decode_all(path: Path) -> list[str]:
+    """Every record and report of a capture, as JSON lines."""
+    lines = []
+    with path.open("rb") as f:
+        for out in analyze_stream(read_tcp_packets(f), Options()):
+            item = summary_json(out) if isinstance(out, ConnectionReport) else out.to_json()
+            lines.append(json.dumps(item, sort_keys=True))
+    return lines
+
+
+@pytest.mark.parametrize("mix", ["default", "marked"])
+def test_generated_captures_decode_the_same_record_for_record(tmp_path: Path, mix: str) -> None:
+    path = tmp_path / f"{mix}.pcap"
+    manifest = make_capture_module().make_capture(str(path), 4 << 20, seed=3, concurrent=8, mix=mix)
+    accelerated = decode_all(path)
+    with pure_python():
+        pure = decode_all(path)
+    assert accelerated == pure
+    # And it is what the generator sent.
+    found = sum(1 for line in accelerated if '"type": "fpdu"' in line)
+    assert found == sum(manifest["total"]["fpdus"].values())
+    assert not any('"type": "error"' in line for line in accelerated)
+
+
+@pytest.mark.parametrize("per", [1, 3])
+def test_segments_cut_anywhere_decode_the_same(tmp_path: Path, per: int) -> None:
+    sizes = [1, 7, 512, 3, 1460, 9000, 2]
+    cap, _ = standard(True, True).capture(resegmented(sizes) if per == 1 else coalesced(per))
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(cap.to_bytes())
+    accelerated = decode_all(path)
+    with pure_python():
+        assert decode_all(path) == accelerated
