@@ -15,7 +15,11 @@
  *                      (capture.py _decode).
  *   tcp_packet(...)    one frame the same way (pcapng's packet blocks).
  *   fpdu_view(...)     the FPDU at an offset of a buffer: ULPDU, PAD, CRC
- *                      field and computed CRC, markers (mpa.py inspect_fpdu).
+ *                      field and computed CRC, markers (mpa.py inspect_fpdu),
+ *                      and the DDP/RDMAP fields of its ULPDU when they are
+ *                      plain (rdmap/wire.py describe_ulpdu: Writes, Sends,
+ *                      Read Responses without problems; describe_table
+ *                      says which opcodes).
  *
  * Bounds are compared as "size > len - at", never "at + size > len"; every
  * multi-octet field is read octet by octet (no unaligned word reads).
@@ -336,23 +340,154 @@ static PyObject *py_tcp_packet(PyObject *self, PyObject *args)
     return out;
 }
 
-/* fpdu_view(chunk, at, phase, markers, either_fpduptr)
- *     -> (wire_length, ulpdu, pad, crc, crc_expected, markers) | None
+/* --- DDP/RDMAP headers of a ULPDU (rdmap/wire.py describe_ulpdu) -------- */
+
+enum { K_LENGTH, K_PROBLEMS, K_TAGGED, K_LAST, K_DDP_VERSION, K_DDP_RESERVED, K_RDMAP_VERSION,
+       K_RDMAP_RESERVED, K_OPCODE, K_OPCODE_NAME, K_STAG, K_TO, K_INV_STAG, K_QN, K_MSN, K_MO,
+       K_PAYLOAD_OFFSET, K_PAYLOAD_LENGTH, K_COUNT };
+static const char *const key_names[K_COUNT] = {
+    "length", "problems", "tagged", "last", "ddp_version", "ddp_reserved", "rdmap_version",
+    "rdmap_reserved", "opcode", "opcode_name", "stag", "to", "inv_stag", "qn", "msn", "mo",
+    "payload_offset", "payload_length"};
+static PyObject *keys[K_COUNT];
+/* Per opcode (0-15): its name (NULL: Python describes it), the T bit it
+ * must come with and the queue it must use (-1: any). */
+static PyObject *opcode_names[16];
+static int opcode_tagged[16], opcode_queue[16];
+static int table_ready = 0;
+
+/* describe_table(names, tagged, queue): the opcodes this file describes
+ * (name, or None for Python), with their T bit and queue (-1: any). */
+static PyObject *py_describe_table(PyObject *self, PyObject *args)
+{
+    PyObject *names, *tagged, *queue;
+    if (!PyArg_ParseTuple(args, "O!O!O!:describe_table", &PyTuple_Type, &names, &PyTuple_Type,
+                          &tagged, &PyTuple_Type, &queue))
+        return NULL;
+    if (PyTuple_GET_SIZE(names) != 16 || PyTuple_GET_SIZE(tagged) != 16 ||
+        PyTuple_GET_SIZE(queue) != 16) {
+        PyErr_SetString(PyExc_ValueError, "one entry per opcode (16) in each table");
+        return NULL;
+    }
+    int t[16], q[16];
+    for (int i = 0; i < 16; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (name != Py_None && !PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "opcode names are str or None");
+            return NULL;
+        }
+        long tv = PyLong_AsLong(PyTuple_GET_ITEM(tagged, i));
+        long qv = PyLong_AsLong(PyTuple_GET_ITEM(queue, i));
+        if (PyErr_Occurred())
+            return NULL;
+        t[i] = (int)tv;
+        q[i] = (int)qv;
+    }
+    for (int k = 0; k < K_COUNT; k++) {
+        if (keys[k] == NULL && (keys[k] = PyUnicode_InternFromString(key_names[k])) == NULL)
+            return NULL;
+    }
+    for (int i = 0; i < 16; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        Py_XSETREF(opcode_names[i], name == Py_None ? NULL : Py_NewRef(name));
+        opcode_tagged[i] = t[i];
+        opcode_queue[i] = q[i];
+    }
+    table_ready = 1;
+    Py_RETURN_NONE;
+}
+
+static int put(PyObject *d, int key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int r = PyDict_SetItem(d, keys[key], value);
+    Py_DECREF(value);
+    return r;
+}
+
+/* The describe_ulpdu dict of a ULPDU without problems whose opcode the
+ * table names; NULL with no exception set when Python is to describe it. */
+static PyObject *describe(const uint8_t *u, Py_ssize_t n)
+{
+    if (!table_ready || n < 2)
+        return NULL;
+    uint32_t control = u[0], rdmap = u[1];
+    int tagged = (control & 0x80) != 0;
+    uint32_t version = rdmap >> 6, opcode = rdmap & 0x0F;
+    PyObject *name = opcode_names[opcode];
+    if (name == NULL || (control & 0x03) != 1 || version > 1)
+        return NULL;
+    if (opcode_tagged[opcode] >= 0 && opcode_tagged[opcode] != tagged)
+        return NULL;
+    Py_ssize_t header = tagged ? 14 : 18;
+    if (n < header)
+        return NULL;
+    if (!tagged && opcode_queue[opcode] >= 0 && (uint32_t)opcode_queue[opcode] != be32(u + 6))
+        return NULL;
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    int bad = put(d, K_LENGTH, PyLong_FromSsize_t(n)) < 0 || put(d, K_PROBLEMS, PyList_New(0)) < 0 ||
+              put(d, K_TAGGED, PyBool_FromLong(tagged)) < 0 ||
+              put(d, K_LAST, PyBool_FromLong((control & 0x40) != 0)) < 0 ||
+              put(d, K_DDP_VERSION, PyLong_FromLong(control & 0x03)) < 0 ||
+              put(d, K_DDP_RESERVED, PyLong_FromLong((control & 0x3C) >> 2)) < 0 ||
+              put(d, K_RDMAP_VERSION, PyLong_FromLong(version)) < 0 ||
+              put(d, K_RDMAP_RESERVED, PyLong_FromLong((rdmap & 0x30) >> 4)) < 0 ||
+              put(d, K_OPCODE, PyLong_FromLong(opcode)) < 0 ||
+              put(d, K_OPCODE_NAME, Py_NewRef(name)) < 0;
+    if (!bad && tagged) {
+        uint64_t to = ((uint64_t)be32(u + 6) << 32) | be32(u + 10);
+        bad = put(d, K_STAG, PyLong_FromUnsignedLong(be32(u + 2))) < 0 ||
+              put(d, K_TO, PyLong_FromUnsignedLongLong(to)) < 0;
+    } else if (!bad) {
+        bad = put(d, K_INV_STAG, PyLong_FromUnsignedLong(be32(u + 2))) < 0 ||
+              put(d, K_QN, PyLong_FromUnsignedLong(be32(u + 6))) < 0 ||
+              put(d, K_MSN, PyLong_FromUnsignedLong(be32(u + 10))) < 0 ||
+              put(d, K_MO, PyLong_FromUnsignedLong(be32(u + 14))) < 0;
+    }
+    if (!bad)
+        bad = put(d, K_PAYLOAD_OFFSET, PyLong_FromSsize_t(header)) < 0 ||
+              put(d, K_PAYLOAD_LENGTH, PyLong_FromSsize_t(n - header)) < 0;
+    if (bad) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* describe(ulpdu) -> dict | None, for the tests. */
+static PyObject *py_describe_ulpdu(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*:describe_ulpdu", &view))
+        return NULL;
+    PyObject *out = describe((const uint8_t *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (out == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return out;
+}
+
+/* fpdu_view(chunk, at, phase, markers, either_fpduptr, ddp)
+ *     -> (wire_length, ulpdu, pad, crc, crc_expected, markers, ulp) | None
  *
  * The FPDU whose first octet is chunk[at], at marker phase ``phase``
  * (offset from the last marker position, 0..511), taken apart as mpa.py's
  * inspect_fpdu does: markers (offset in the FPDU, reserved, fpduptr,
  * expected) listed and cut out, CRC-32C computed over everything before
- * the CRC field. None when the chunk ends before the FPDU does (the
- * caller looks at where).
+ * the CRC field; with ddp, ulp is the describe_ulpdu dict of the ULPDU
+ * when this file can make it (else None: Python describes it). None when
+ * the chunk ends before the FPDU does (the caller looks at where).
  */
 static PyObject *py_fpdu_view(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t at;
     unsigned int phase;
-    int markers, either;
-    if (!PyArg_ParseTuple(args, "y*nIpp:fpdu_view", &view, &at, &phase, &markers, &either))
+    int markers, either, ddp;
+    if (!PyArg_ParseTuple(args, "y*nIppp:fpdu_view", &view, &at, &phase, &markers, &either, &ddp))
         return NULL;
     PyObject *out = NULL;
     const uint8_t *d = (const uint8_t *)view.buf;
@@ -450,8 +585,18 @@ static PyObject *py_fpdu_view(PyObject *self, PyObject *args)
         Py_XDECREF(list);
         goto done;
     }
-    out = Py_BuildValue("(nNNkkN)", wire, ulpdu, pad, (unsigned long)crc,
-                        (unsigned long)crc_expected, list);
+    PyObject *ulp = ddp ? describe((const uint8_t *)PyBytes_AS_STRING(ulpdu), length) : NULL;
+    if (ulp == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(ulpdu);
+            Py_DECREF(pad);
+            Py_DECREF(list);
+            goto done;
+        }
+        ulp = Py_NewRef(Py_None);
+    }
+    out = Py_BuildValue("(nNNkkNN)", wire, ulpdu, pad, (unsigned long)crc,
+                        (unsigned long)crc_expected, list, ulp);
 done:
     PyBuffer_Release(&view);
     return out;
@@ -462,5 +607,9 @@ PyMethodDef iw_decode_methods[] = {
      "Decode the complete records of a pcap buffer down to TCP segments."},
     {"tcp_packet", py_tcp_packet, METH_VARARGS, "Decode one frame down to a TCP segment."},
     {"fpdu_view", py_fpdu_view, METH_VARARGS, "Take apart the FPDU at an offset of a buffer."},
+    {"describe_table", py_describe_table, METH_VARARGS,
+     "Set the opcodes describe_ulpdu's twin names, with their T bit and queue."},
+    {"describe_ulpdu", py_describe_ulpdu, METH_VARARGS,
+     "The DDP/RDMAP fields of a ULPDU without problems, or None."},
     {NULL, NULL, 0, NULL},
 };

@@ -15,6 +15,7 @@ import json
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from analyze_traffic import coalesced, resegmented, standard
@@ -29,11 +30,18 @@ from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tc
 from iwarp.analyze.mpa import FpduView, Framing, inspect_fpdu
 from iwarp.analyze.render import summary_json
 from iwarp.analyze.tcp import StreamWindow
+from iwarp.ddp.wire import TaggedHeader, UntaggedHeader
 from iwarp.mpa.framing import FpduEncoder
+from iwarp.rdmap.wire import OPCODE_QUEUE, OPCODE_TAGGED, describe_ulpdu, rdmap_control
 
 pytestmark = pytest.mark.skipif(
     capture.kernels is None, reason="the C accelerator is not built or IWARP_NO_ACCEL is set"
 )
+
+
+def mpa_kernels() -> Any:
+    assert mpa.kernels is not None
+    return mpa.kernels
 
 
 @contextlib.contextmanager
@@ -214,3 +222,40 @@ def test_segments_cut_anywhere_decode_the_same(tmp_path: Path, per: int) -> None
     accelerated = decode_all(path)
     with pure_python():
         assert decode_all(path) == accelerated
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    head=st.tuples(st.integers(0, 255), st.integers(0, 255)),
+    rest=st.binary(max_size=40),
+    qn=st.sampled_from([b"", b"\0\0\0\0", b"\0\0\0\1", b"\0\0\0\2"]),
+)
+def test_plain_headers_are_described_as_describe_ulpdu_does(
+    head: tuple[int, int], rest: bytes, qn: bytes
+) -> None:
+    # Untagged headers put the queue number at octet 6: steer it to real queues.
+    ulpdu = bytes(head) + rest[:4] + qn + rest[4:]
+    described = mpa_kernels().describe_ulpdu(ulpdu)
+    expected = describe_ulpdu(ulpdu)
+    if described is None:
+        # Left to Python: a problem, or an opcode with more than DDP fields.
+        assert expected["problems"] or expected.get("opcode") not in mpa.PLAIN_OPCODES
+    else:
+        assert list(described.items()) == list(expected.items())
+        assert expected["opcode"] in mpa.PLAIN_OPCODES
+
+
+def test_every_plain_opcode_is_described_in_c() -> None:
+    for opcode in mpa.PLAIN_OPCODES:
+        tagged = OPCODE_TAGGED[opcode]
+        header = (
+            TaggedHeader(stag=5, to=1 << 40, last=True, rsvdulp=rdmap_control(opcode)).pack()
+            if tagged
+            else UntaggedHeader(
+                qn=OPCODE_QUEUE[opcode], msn=9, mo=3, last=False, rsvdulp=rdmap_control(opcode)
+            ).pack()
+        )
+        ulpdu = header + b"payload"
+        described = mpa_kernels().describe_ulpdu(ulpdu)
+        assert described is not None
+        assert list(described.items()) == list(describe_ulpdu(ulpdu).items())
