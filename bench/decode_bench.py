@@ -23,7 +23,6 @@ faster iwarp is). With ``--repeat`` above 1 each figure is a range.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -32,9 +31,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from typing import Any, TextIO
 
 HERE = Path(__file__).resolve().parent
 #: tshark as the project's agreement tests run it (tests/analyze/tshark_fields.py).
@@ -51,28 +51,20 @@ KINDS = {
 }
 
 
-def _make_capture_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_capture", HERE / "make_capture.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("make_capture", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @dataclass
 class Run:
-    """One child process: its clocks, its own peak RSS and what it printed."""
+    """One child process: its clocks, its own peak RSS and two counts from its output."""
 
     status: int
     wall: float
     cpu: float
     rss_mib: float
-    output: str
+    counts: tuple[int, int]
 
 
-def measure(argv: list[str]) -> Run:
-    """Run ``argv`` to completion, its output in a file; its own rusage via wait4."""
+def measure(argv: list[str], count: Callable[[TextIO], tuple[int, int]]) -> Run:
+    """Run ``argv`` to completion, its output in a file read back line by line
+    (this process stays small: a child's peak RSS counts its parent's at the fork)."""
     with tempfile.TemporaryFile("w+") as out:
         started = time.perf_counter()
         child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
@@ -80,29 +72,60 @@ def measure(argv: list[str]) -> Run:
         wall = time.perf_counter() - started
         child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
-        text = out.read()
-    return Run(
-        child.returncode, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text
-    )
+        counts = count(out)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Run(child.returncode, wall, cpu, usage.ru_maxrss / 1024, counts)
 
 
-def iwarp_counts(text: str) -> tuple[int, int]:
+def iwarp_counts(lines: TextIO) -> tuple[int, int]:
     """FPDUs and errors from iwarp decode's summary (text or JSON)."""
     fpdus = errors = -1
-    for line in text.splitlines():
+    for line in lines:
         if line.startswith('{"type": "capture_summary"'):
             summary = json.loads(line)
             fpdus, errors = summary["fpdus"], summary["errors"]
+        elif line.startswith("{"):
+            continue
         elif found := re.search(r", (\d+) FPDUs \(", line):
             fpdus = int(found.group(1))
-        elif line.endswith(" protocol errors"):
+        elif line.endswith(" protocol errors\n"):
             errors = int(line.split()[0])
     return fpdus, errors
 
 
-def tshark_counts(text: str) -> tuple[int, int]:
+def tshark_counts(lines: TextIO) -> tuple[int, int]:
     """FPDUs tshark decoded and its "Bad CRC32" verdicts."""
-    return text.count("iWARP Marker Protocol data unit Aligned framing"), text.count("Bad CRC32")
+    fpdus = bad = 0
+    for line in lines:
+        fpdus += "iWARP Marker Protocol data unit Aligned framing" in line
+        bad += "Bad CRC32" in line
+    return fpdus, bad
+
+
+def make_captures(kinds: list[str], directory: Path, size: str, seed: int) -> dict[str, Any]:
+    """The captures, made in a child process (whose memory is not ours); their manifests."""
+    script = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(HERE)!r})\n"
+        "import make_capture as m\n"
+        "kinds = json.loads(sys.argv[1])\n"
+        "out = {k: m.make_capture(p, m.parse_size(sys.argv[2]), seed=int(sys.argv[3]), **a)\n"
+        "       for k, (p, a) in kinds.items()}\n"
+        "print(json.dumps(out))\n"
+    )
+    plan = {
+        kind: (str(directory / f"bench-{kind}-{size}-{seed}.pcap"), KINDS[kind]) for kind in kinds
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(plan), size, str(seed)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    manifests: dict[str, Any] = json.loads(done.stdout)
+    for kind, manifest in manifests.items():
+        manifest["path"] = plan[kind][0]
+    return manifests
 
 
 @dataclass
@@ -141,26 +164,24 @@ def main() -> int:
     if unknown or not kinds or args.repeat < 1:
         parser.error(f"--kinds takes {', '.join(KINDS)}; --repeat at least 1")
     tshark = None if args.no_tshark else shutil.which("tshark")
-    maker = _make_capture_module()
     directory = Path(args.keep or tempfile.mkdtemp(prefix="iwarp-bench-"))
     directory.mkdir(parents=True, exist_ok=True)
     variants = [args.decode_args] if args.decode_args else [[], ["--no-receiver"], ["--json"]]
     captures: dict[str, tuple[Path, int, int]] = {}
     try:
-        for kind in kinds:
-            path = directory / f"bench-{kind}-{args.size}-{args.seed}.pcap"
-            started = time.perf_counter()
-            manifest = maker.make_capture(
-                str(path), maker.parse_size(args.size), seed=args.seed, **KINDS[kind]
-            )
+        started = time.perf_counter()
+        manifests = make_captures(kinds, directory, args.size, args.seed)
+        made = time.perf_counter() - started
+        for kind, manifest in manifests.items():
+            path = Path(manifest["path"])
             size = path.stat().st_size
             sent = sum(manifest["total"]["fpdus"].values())
             captures[kind] = (path, size, sent)
             print(
                 f"capture {kind}: {size / 1e6:.1f} MB, {manifest['frames']} frames, "
-                f"{manifest['connections']} connections, {sent} FPDUs "
-                f"(made in {time.perf_counter() - started:.1f} s)"
+                f"{manifest['connections']} connections, {sent} FPDUs"
             )
+        print(f"(made in {made:.1f} s)")
         from iwarp._accel import describe
 
         print(f"iwarp: {describe()}; tshark: {tshark or 'not installed (no ratio)'}")
@@ -180,14 +201,10 @@ def main() -> int:
                         ("tshark -O iwarp_mpa", [tshark, *TSHARK_ARGS, "-r", str(path)])
                     )
                 for name, argv in commands:
-                    run = measure(argv)
+                    counter = tshark_counts if name.startswith("tshark") else iwarp_counts
+                    run = measure(argv, counter)
                     results.setdefault((kind, name), Figures()).runs.append(run)
-                    if name.startswith("tshark"):
-                        found, bad = tshark_counts(run.output)
-                    else:
-                        found, bad = iwarp_counts(run.output)
-                    counts[(kind, name)] = (found, bad, run.status)
-                    run.output = ""  # keep the figures, not the text
+                    counts[(kind, name)] = (*run.counts, run.status)
         for kind, (_path, size, sent) in captures.items():
             print(f"\n{kind} capture ({size / 1e6:.1f} MB, {sent} FPDUs sent):")
             tshark_cpu = None
