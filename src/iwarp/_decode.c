@@ -13,7 +13,8 @@
  *                      without fragments, TCP); any other frame comes back
  *                      as (linktype, time, data) for Python to decode
  *                      (capture.py _decode).
- *   tcp_packet(...)    one frame the same way (pcapng's packet blocks).
+ *   pcapng_batch(...)  the same for a pcapng buffer's Enhanced Packet Blocks.
+ *   tcp_packet(...)    one frame the same way (pcapng's other packet blocks).
  *   fpdu_view(...)     the FPDU at an offset of a buffer: ULPDU, PAD, CRC
  *                      field and computed CRC, markers (mpa.py inspect_fpdu),
  *                      and the DDP/RDMAP fields of its ULPDU when they are
@@ -316,6 +317,92 @@ done:
     return Py_BuildValue("(Nn)", items, pos);
 }
 
+/* Interfaces a pcapng batch knows at most (more: Python takes the rest). */
+#define MAX_INTERFACES 64
+
+/* pcapng_batch(buffer, pos, big_endian, interfaces, frame_cap, block_cap,
+ *              frames_before, cls, cache) -> (items, pos)
+ *
+ * The Enhanced Packet Blocks of a pcapng buffer from pos on, as
+ * pcap_batch does for records: interfaces is the section's list of
+ * (linktype, time resolution). Stops at the first block that is not a
+ * complete, well-formed EPB of a known interface whose frame fits
+ * frame_cap (any other block, a bad length, a block longer than
+ * block_cap, the end of the buffer): Python takes that one.
+ */
+static PyObject *py_pcapng_batch(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, frame_cap, block_cap;
+    int big;
+    long long frames;
+    PyObject *interfaces, *cls, *cache;
+    if (!PyArg_ParseTuple(args, "y*npO!nnLOO!:pcapng_batch", &view, &pos, &big, &PyList_Type,
+                          &interfaces, &frame_cap, &block_cap, &frames, &cls, &PyDict_Type,
+                          &cache))
+        return NULL;
+    PyObject *items = NULL;
+    long linktypes[MAX_INTERFACES];
+    double resolutions[MAX_INTERFACES];
+    Py_ssize_t known = PyList_GET_SIZE(interfaces);
+    if (known > MAX_INTERFACES)
+        known = MAX_INTERFACES;
+    if (!check_packet_type(cls))
+        goto done;
+    if (pos < 0 || pos > view.len || frame_cap < 0 || block_cap < 0) {
+        PyErr_SetString(PyExc_ValueError, "pos, frame_cap or block_cap out of range");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < known; i++) {
+        PyObject *entry = PyList_GET_ITEM(interfaces, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+            PyErr_SetString(PyExc_TypeError, "interfaces are (linktype, resolution) tuples");
+            goto done;
+        }
+        linktypes[i] = PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
+        resolutions[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(entry, 1));
+        if (PyErr_Occurred())
+            goto done;
+    }
+    items = PyList_New(0);
+    if (items == NULL)
+        goto done;
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    Py_ssize_t len = view.len;
+    for (int count = 0; count < BATCH_MAX && 8 <= len - pos; count++) {
+        const uint8_t *h = buf + pos;
+        uint32_t type = big ? be32(h) : le32(h);
+        uint32_t length = big ? be32(h + 4) : le32(h + 4);
+        if (type != 6 || length < 32 || length % 4 || (Py_ssize_t)(length - 12) > block_cap ||
+            (Py_ssize_t)length > len - pos)
+            break;
+        const uint8_t *body = h + 8;
+        Py_ssize_t body_len = (Py_ssize_t)length - 12;
+        uint32_t iface = big ? be32(body) : le32(body);
+        uint32_t high = big ? be32(body + 4) : le32(body + 4);
+        uint32_t low = big ? be32(body + 8) : le32(body + 8);
+        uint32_t caplen = big ? be32(body + 12) : le32(body + 12);
+        if ((Py_ssize_t)iface >= known || (Py_ssize_t)caplen > frame_cap)
+            break;
+        Py_ssize_t n = (Py_ssize_t)caplen < body_len - 20 ? (Py_ssize_t)caplen : body_len - 20;
+        double time = (double)(((uint64_t)high << 32) | low) * resolutions[iface];
+        PyObject *item = frame_item((PyTypeObject *)cls, cache, linktypes[iface], ++frames, time,
+                                    body + 20, n);
+        if (item == NULL || PyList_Append(items, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(items);
+            goto done;
+        }
+        Py_DECREF(item);
+        pos += (Py_ssize_t)length;
+    }
+done:
+    PyBuffer_Release(&view);
+    if (items == NULL)
+        return NULL;
+    return Py_BuildValue("(Nn)", items, pos);
+}
+
 /* tcp_packet(frame, linktype, time, data, cls, cache) -> TcpPacket | None */
 static PyObject *py_tcp_packet(PyObject *self, PyObject *args)
 {
@@ -605,6 +692,8 @@ done:
 PyMethodDef iw_decode_methods[] = {
     {"pcap_batch", py_pcap_batch, METH_VARARGS,
      "Decode the complete records of a pcap buffer down to TCP segments."},
+    {"pcapng_batch", py_pcapng_batch, METH_VARARGS,
+     "Decode the Enhanced Packet Blocks of a pcapng buffer down to TCP segments."},
     {"tcp_packet", py_tcp_packet, METH_VARARGS, "Decode one frame down to a TCP segment."},
     {"fpdu_view", py_fpdu_view, METH_VARARGS, "Take apart the FPDU at an offset of a buffer."},
     {"describe_table", py_describe_table, METH_VARARGS,

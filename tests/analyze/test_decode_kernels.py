@@ -94,7 +94,45 @@ def big_endian(data: bytes) -> bytes:
     return bytes(out)
 
 
+def pcapng_mixed(order: str) -> bytes:
+    """A pcapng section in either byte order with two interfaces (ns and
+    binary 2**-20 s stamps) taking frames in turn, an EPB of an interface
+    that does not exist, a Simple Packet Block and a custom block."""
+
+    def block(kind: int, body: bytes) -> bytes:
+        body += bytes(-len(body) % 4)
+        size = struct.pack(order + "I", len(body) + 12)
+        return struct.pack(order + "I", kind) + size + body + size
+
+    def option(code: int, value: bytes) -> bytes:
+        return struct.pack(order + "HH", code, len(value)) + value + bytes(-len(value) % 4)
+
+    end = struct.pack(order + "HH", 0, 0)
+    out = block(0x0A0D0D0A, struct.pack(order + "IHHq", 0x1A2B3C4D, 1, 0, -1))
+    out += block(1, struct.pack(order + "HHI", 1, 0, 262144) + option(9, b"\x09") + end)
+    out += block(1, struct.pack(order + "HHI", 1, 0, 262144) + option(9, b"\x94") + end)
+    data = classic()
+    pos, index = 24, 0
+    while pos < len(data):
+        seconds, micros, caplen, _ = struct.unpack_from("<IIII", data, pos)
+        frame_data = data[pos + 16 : pos + 16 + caplen]
+        stamp = (seconds * 10**6 + micros) * 1000 + index
+        head = struct.pack(
+            order + "IIIII", index % 2, stamp >> 32, stamp & 0xFFFFFFFF, caplen, caplen
+        )
+        out += block(6, head + frame_data)
+        if index == 3:
+            out += block(6, struct.pack(order + "IIIII", 5, 0, 0, caplen, caplen) + frame_data)
+            out += block(3, struct.pack(order + "I", caplen) + frame_data)
+            out += block(0x40000BAD, b"custom")
+        pos += 16 + caplen
+        index += 1
+    return out
+
+
 VARIANTS: dict[str, Callable[[], bytes]] = {
+    "pcapng-mixed-le": lambda: pcapng_mixed("<"),
+    "pcapng-mixed-be": lambda: pcapng_mixed(">"),
     "ethernet": classic,
     "big-endian-ns": lambda: big_endian(classic()),
     "ipv6": lambda: classic(ipv6=True),
