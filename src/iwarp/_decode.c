@@ -27,6 +27,7 @@
  */
 #include "_speedups.h"
 
+#include <limits.h>
 #include <string.h>
 
 #define LINKTYPE_NULL 0
@@ -283,8 +284,9 @@ static PyObject *py_pcap_batch(PyObject *self, PyObject *args)
     PyObject *items = NULL;
     if (!check_packet_type(cls))
         goto done;
-    if (pos < 0 || pos > view.len || frame_cap < 0) {
-        PyErr_SetString(PyExc_ValueError, "pos or frame_cap out of range");
+    if (pos < 0 || pos > view.len || frame_cap < 0 || frames < 0 ||
+        frames > LLONG_MAX - BATCH_MAX) {
+        PyErr_SetString(PyExc_ValueError, "pos, frame_cap or frames_before out of range");
         goto done;
     }
     items = PyList_New(0);
@@ -349,8 +351,10 @@ static PyObject *py_pcapng_batch(PyObject *self, PyObject *args)
         known = MAX_INTERFACES;
     if (!check_packet_type(cls))
         goto done;
-    if (pos < 0 || pos > view.len || frame_cap < 0 || block_cap < 0) {
-        PyErr_SetString(PyExc_ValueError, "pos, frame_cap or block_cap out of range");
+    if (pos < 0 || pos > view.len || frame_cap < 0 || block_cap < 0 || frames < 0 ||
+        frames > LLONG_MAX - BATCH_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pos, frame_cap, block_cap or frames_before out of range");
         goto done;
     }
     for (Py_ssize_t i = 0; i < known; i++) {

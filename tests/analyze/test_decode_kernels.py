@@ -297,3 +297,45 @@ def test_every_plain_opcode_is_described_in_c() -> None:
         described = mpa_kernels().describe_ulpdu(ulpdu)
         assert described is not None
         assert list(described.items()) == list(describe_ulpdu(ulpdu).items())
+
+
+EDGES = st.sampled_from(
+    [0, 1, 2, 15, 16, 19, 20, 31, 32, 511, 512, 2**31 - 1, 2**32 - 1, 2**63 - 1]
+)
+NUMBERS = st.one_of(st.integers(-(2**63), 2**63 - 1), EDGES, st.integers(-20, 3000))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    which=st.integers(0, 3),
+    buffer=st.binary(max_size=600),
+    numbers=st.lists(NUMBERS, min_size=4, max_size=4),
+    flags=st.lists(st.booleans(), min_size=3, max_size=3),
+    linktype=st.sampled_from([0, 1, 12, 101, 113, 228, 229, 276, 189, -1]),
+)
+def test_hostile_arguments_are_refused_or_read_within_bounds(
+    which: int, buffer: bytes, numbers: list[int], flags: list[bool], linktype: int
+) -> None:
+    # Reading outside the buffer is what the sanitizer build reports; here,
+    # only refusals (ValueError, OverflowError) or results come back.
+    kernel: Any = capture.kernels
+    a, b, c, d = numbers
+    cache: dict[int, str] = {}
+    with contextlib.suppress(ValueError, OverflowError):
+        if which == 0:
+            items, pos = kernel.pcap_batch(
+                buffer, a, flags[0], 1e-6, linktype, b, c, TcpPacket, cache
+            )
+            assert 0 <= pos <= len(buffer)
+            assert all(isinstance(i, (TcpPacket, tuple)) for i in items)
+        elif which == 1:
+            interfaces = [(linktype, 1e-9), (1, 1e-6)]
+            items, pos = kernel.pcapng_batch(
+                buffer, a, flags[0], interfaces, b, d, c, TcpPacket, cache
+            )
+            assert 0 <= pos <= len(buffer)
+        elif which == 2:
+            kernel.tcp_packet(a, linktype, 0.0, buffer, TcpPacket, cache)
+        else:
+            taken = mpa_kernels().fpdu_view(bytearray(buffer), a, b, *flags)
+            assert taken is None or taken[0] <= len(buffer)
