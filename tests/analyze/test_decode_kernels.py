@@ -339,3 +339,25 @@ def test_hostile_arguments_are_refused_or_read_within_bounds(
         else:
             taken = mpa_kernels().fpdu_view(bytearray(buffer), a, b, *flags)
             assert taken is None or taken[0] <= len(buffer)
+
+
+def test_out_of_range_arguments_are_refused() -> None:
+    kernel: Any = capture.kernels
+    data = classic()
+    for pos, frames in ((len(data) + 1, 0), (-1, 0), (24, -1), (24, 2**63 - 1)):
+        with pytest.raises(ValueError, match="out of range"):
+            kernel.pcap_batch(data, pos, False, 1e-6, 1, 1 << 18, frames, TcpPacket, {})
+        with pytest.raises(ValueError, match="out of range"):
+            kernel.pcapng_batch(data, pos, False, [], 1 << 18, 1 << 22, frames, TcpPacket, {})
+
+    class Loose(tuple):  # type: ignore[type-arg]
+        pass  # has a __dict__: not laid out as a tuple
+
+    with pytest.raises(TypeError, match="plain tuple subclass"):
+        kernel.pcap_batch(data, 24, False, 1e-6, 1, 1 << 18, 0, Loose, {})
+    for at, phase in ((-1, 0), (len(data) + 1, 0), (0, 512)):
+        with pytest.raises(ValueError, match="out of range"):
+            mpa_kernels().fpdu_view(bytearray(data), at, phase, True, False, True)
+    # In range, a whole capture's records come back in one batch.
+    items, pos = kernel.pcap_batch(data, 24, False, 1e-6, 1, 1 << 18, 0, TcpPacket, {})
+    assert pos == len(data) and items == list(read_tcp_packets(io.BytesIO(data)))
