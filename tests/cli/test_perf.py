@@ -246,6 +246,7 @@ def test_sweep_prints_a_row_per_size_on_both_ends(capsys: pytest.CaptureFixture[
         assert sum("#bytes" in line for line in text.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_duration_prints_progress(server: int, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run_client(
         capsys, server, "-s", "4K", "-D", "1.2", "--json", "--progress", "--interval", "0.5"

@@ -40,6 +40,7 @@ def _ping_server(port: int, *flags: str) -> subprocess.Popen[str]:
     return server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter", [[], ["--sync"]])
 def test_ping_debug_ends_with_a_summary(adapter: list[str]) -> None:
     port = _free_port()
@@ -174,6 +175,7 @@ def test_demo_memory_stays_a_few_buffers() -> None:
     assert peak < (192 << 20) < 2 * count * size
 
 
+@pytest.mark.slow
 def test_ping_reports_progress_on_stderr() -> None:
     """``--progress`` (or any run past two seconds): interval lines on a
     non-terminal stderr with the pings so far, rping's stdout untouched."""
