@@ -494,3 +494,24 @@ def test_sync_ends_stop_on_signals(signum: signal.Signals, status: int) -> None:
     assert "1024-octet write latency test was under way" in server_err
     assert "Traceback" not in server_err + client_err
     assert client.returncode == 1 and "iwarp perf:" in client_err
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_a_server_refuses_messages_over_its_max_size(
+    adapter: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc, port = start_server("--max-size", "4K", *adapter, count=2)
+    try:
+        status, _, err = run_client(capsys, port, *adapter, "-s", "8K", "-n", "5")
+        assert status == 1
+        assert "the server refused the test: 8192-octet messages are over" in err
+        assert "--max-size (4096 octets)" in err
+        status, out, err = run_client(capsys, port, *adapter, "-s", "4K", "-n", "5", "--json")
+        assert status == 0, err
+        assert json.loads(out)["bytes"] == 4096
+        _, server_err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == 0
+    assert "test failed: refused: 8192-octet messages" in server_err

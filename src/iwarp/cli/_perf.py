@@ -112,6 +112,12 @@ def encode(message: dict[str, Any]) -> bytes:
     return json.dumps(message).encode()
 
 
+def refused(answer: dict[str, Any]) -> None:
+    """:raises PerfError: the server's answer refuses the test."""
+    if "error" in answer:
+        raise PerfError(f"the server refused the test: {answer['error']}")
+
+
 def decode(data: bytes) -> dict[str, Any]:
     """A control message; :raises PerfError: the peer sent something else."""
     try:
@@ -434,8 +440,12 @@ class Served:
     """The server's side: what it prints as tests come and go, and its
     tally (what an interrupt prints)."""
 
-    def __init__(self, adapter: str, write: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, adapter: str, write: Callable[[str], None] = print, *, max_size: int = MAX_SIZE
+    ) -> None:
         self.adapter = adapter
+        #: Largest message a client may ask for (``--max-size``).
+        self.max_size = max_size
         self.tests = 0
         self.current: PerfTest | None = None
         #: Data messages (Send) or pings (Write latency) of the current test.
@@ -453,6 +463,21 @@ class Served:
     def begin(self, test: PerfTest) -> None:
         self.current = test
         self.messages = 0
+
+    def refusal(self, test: PerfTest) -> str | None:
+        """Why this server does not run ``test`` (None: it does)."""
+        if test.size > self.max_size:
+            return (
+                f"{test.size}-octet messages are over this server's --max-size "
+                f"({self.max_size} octets)"
+            )
+        return None
+
+    def refuse(self, why: str) -> bytes:
+        """The answer that refuses a test (the client raises it as a
+        :class:`PerfError`); the test counts as failed here."""
+        self.failed(f"refused: {why}")
+        return encode({"error": why})
 
     def answer(self, stag: int, credits: int, markers: bool, crc: bool) -> dict[str, Any]:
         """The server's answer to a test description."""

@@ -26,6 +26,7 @@ from iwarp.cli._perf import (
     decode,
     encode,
     integer,
+    refused,
     seconds,
     send_receives,
     summary,
@@ -108,6 +109,10 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
     region = _CONTROL_BUFFERS[qp]
     test = PerfTest.decode(bytes(region.view[: first.byte_len]))
     served.begin(test)
+    why = served.refusal(test)
+    if why is not None:
+        await qp.send(served.refuse(why))
+        return
     sinks: list[MemoryRegion] = []
     stag = 0
     receives = send_receives(test.size, test.latency)
@@ -124,7 +129,8 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
             # control messages (and Write-latency pings) land in the control buffer
             qp.post_recv(RecvWR(Sge(region), wr_id=CONTROL_ID))
     except MemoryError:
-        raise PerfError(f"cannot allocate buffers for {test.size}-octet messages") from None
+        await qp.send(served.refuse(f"cannot allocate buffers for {test.size}-octet messages"))
+        return
     cpu = time.process_time()
     params = qp.params
     await qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
@@ -325,6 +331,7 @@ async def run_client(
     try:
         await qp.send(test.encode())
         answer = decode(await qp.receive())
+        refused(answer)
         if bool(answer.get("markers")) != config.markers:
             raise PerfError(
                 "markers differ: give the server the same --markers setting "

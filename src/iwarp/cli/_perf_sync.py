@@ -25,6 +25,7 @@ from iwarp.cli._perf import (
     decode,
     encode,
     integer,
+    refused,
     seconds,
     send_receives,
     summary,
@@ -173,6 +174,10 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
         raise PerfError("the first message is not a test description")
     test = PerfTest.decode(bytes(control.view[: first.byte_len]))
     served.begin(test)
+    why = served.refusal(test)
+    if why is not None:
+        qp.send(served.refuse(why))
+        return
     stag = 0
     receives = send_receives(test.size, test.latency)
     try:
@@ -186,7 +191,8 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
             stag = qp.register(bytearray(test.size), access).stag
             qp.post_recv(RecvWR(Sge(control), wr_id=CONTROL_ID))
     except MemoryError:
-        raise PerfError(f"cannot allocate buffers for {test.size}-octet messages") from None
+        qp.send(served.refuse(f"cannot allocate buffers for {test.size}-octet messages"))
+        return
     cpu = time.process_time()
     params = qp.params
     qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
@@ -282,6 +288,7 @@ def run_client(
     try:
         qp.send(test.encode())
         answer = decode(qp.receive())
+        refused(answer)
         if bool(answer.get("markers")) != config.markers:
             raise PerfError(
                 "markers differ: give the server the same --markers setting "

@@ -144,6 +144,14 @@ def register(sub: Any) -> None:
         help="server: exit after this many tests (each size of a sweep is one; default: serve on)",
     )
     parser.add_argument(
+        "--max-size",
+        type=parse_size,
+        default=MAX_SIZE,
+        metavar="SIZE",
+        help="server: refuse tests of larger messages (1G; the server allocates its "
+        "buffers of that size)",
+    )
+    parser.add_argument(
         "--op",
         choices=("write", "read", "send"),
         default="write",
@@ -221,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, config: MpaConfig) -> int:
-    served = Served("sync" if args.sync else "asyncio")
+    served = Served("sync" if args.sync else "asyncio", max_size=args.max_size)
 
     def interrupted(signum: signal.Signals) -> None:
         print(f"iwarp perf: interrupted by {signum.name}: {served.text()}", file=sys.stderr)
