@@ -6,12 +6,14 @@ Send of 16 octets laid out as rping's buffer advertisement
 (:data:`iwarp.rdma.rping.ADVERT`: BE64 tagged offset, BE32 STag, BE32
 length):
 
-1. ``connect`` → ``listen``, *hello*: (N, OP, S), "N messages of S octets
-   follow with this op" (N in the offset field, the op as :data:`OP_TAGS`
-   in the STag field; 0 from older connectors: not checked). It is also the
-   first FPDU, which lifts the Responder's fence (RFC 5044 §7.1.2 rule 4)
-   so the listener may speak. A listener running another op refuses it
-   (below), so both ends name the two ops.
+1. ``connect`` → ``listen``, *hello*: (OP << 48 | N, 0, S), "N messages of
+   S octets follow with this op" (N in the low 48 bits of the offset field,
+   the op as :data:`OP_TAGS` in its top 16 bits, 0 from older connectors:
+   not checked; the STag stays 0, so peers that read 16-octet Sends as
+   rping advertisements see none). It is also the first FPDU, which lifts
+   the Responder's fence (RFC 5044 §7.1.2 rule 4) so the listener may speak.
+   A listener running another op refuses it (below), so both ends name the
+   two ops.
 2. ``listen`` → ``connect``, one *advertisement* per credit, W of them at
    first (W = 8, fewer for large S, at most 8 MiB of buffers; never more
    than N in total, so nothing is in flight towards ``connect`` when it
@@ -80,6 +82,7 @@ __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "ListenSession",
     "MemoryBudget",
+    "MAX_COUNT",
     "OP_TAGS",
     "REFUSAL_STAG",
     "RefusedError",
@@ -117,9 +120,14 @@ REFUSED_MEMORY = 2
 #: ... the peer runs another ``--op`` (TO = the listener's, as :data:`OP_TAGS`).
 REFUSED_OP = 3
 
-#: Each ``--op`` as the hello's STag field and a refusal's TO carry it.
-OP_TAGS = {"send": 0x6977_0001, "write": 0x6977_0002, "read": 0x6977_0003, "mpa": 0x6977_0004}
+#: Each ``--op`` as the hello's offset field (above the count) and a
+#: refusal's TO carry it.
+OP_TAGS = {"send": 1, "write": 2, "read": 3, "mpa": 4}
 _OP_OF_TAG = {tag: op for op, tag in OP_TAGS.items()}
+#: Where the op sits in the hello's offset field; the count is below it.
+HELLO_OP_SHIFT = 48
+#: Most messages one hello can announce.
+MAX_COUNT = (1 << HELLO_OP_SHIFT) - 1
 
 
 def op_named(tag: int) -> str:
@@ -157,8 +165,11 @@ def hello_in(ulpdu: bytes) -> str | None:
         return None
     if split_control(rdmap)[1] != RdmapOpcode.SEND:
         return None
-    stag = ADVERT.unpack_from(ulpdu, UNTAGGED_HEADER_SIZE)[1]
-    return "send, write or read" if stag == 0 else op_named(stag)
+    to, stag, _ = ADVERT.unpack_from(ulpdu, UNTAGGED_HEADER_SIZE)
+    if stag != 0:
+        return None  # an advertisement, not a hello
+    named = to >> HELLO_OP_SHIFT
+    return "send, write or read" if named == 0 else op_named(named)
 
 
 def op_refusal(op: str) -> bytes:
@@ -390,11 +401,12 @@ class ListenSession:
             if not hello.control:
                 raise SessionError("the first message was not a hello")
             self.hello_seen = True
-            size, self._total = hello.length, hello.to
-            if hello.stag and hello.stag != OP_TAGS[self.op]:
+            size, self._total = hello.length, hello.to & MAX_COUNT
+            named = hello.to >> HELLO_OP_SHIFT
+            if named and named != OP_TAGS[self.op]:
                 self._refuse(qp, OP_TAGS[self.op], REFUSED_OP)
                 raise RefusedError(
-                    f"the peer runs --op {op_named(hello.stag)}, this listener --op {self.op}"
+                    f"the peer runs --op {op_named(named)}, this listener --op {self.op}"
                 )
             if size > self.max_size:
                 self._refuse(qp, self.max_size, REFUSED_MAX_SIZE)
@@ -566,7 +578,7 @@ async def connect_traffic(qp: QueuePair, op: str, count: int, size: int, digest:
         little.
     :raises IwarpError: the connection failed.
     """
-    await qp.send(ADVERT.pack(count, OP_TAGS[op], size))  # hello
+    await qp.send(ADVERT.pack(OP_TAGS[op] << HELLO_OP_SHIFT | count, 0, size))  # hello
     credits: deque[tuple[int, int, int]] = deque()
     sink = qp.register(bytearray(max(size, 1))) if op == "read" else None
     for i in range(count):

@@ -33,6 +33,7 @@ from iwarp.cli._mpa import (
 )
 from iwarp.cli._ops import (
     CONTROL_BUFFERS,
+    MAX_COUNT,
     check_stack,
     connect_traffic,
     error_fields,
@@ -144,6 +145,8 @@ def _check_size(args: argparse.Namespace) -> None:
         )
     if args.size > MAX_MESSAGE:
         raise ValueError(f"--size {args.size} exceeds {MAX_MESSAGE} (DDP's 32-bit offsets)")
+    if args.count > MAX_COUNT:
+        raise ValueError(f"--count {args.count} exceeds {MAX_COUNT}")
 
 
 def _rejected(event: ConnectionRejected, out: Output) -> int:
