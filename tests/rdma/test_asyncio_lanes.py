@@ -71,3 +71,34 @@ def test_both_ends_write_large_messages_at_once() -> None:
     asyncio.run(asyncio.wait_for(main(), 60))
     assert bytes(at_server.view) == to_server
     assert bytes(at_client.view) == to_client
+
+
+def test_each_connection_holds_one_descriptor() -> None:
+    """The driver writes on the transport's own socket (no duplicate): N
+    connections with both ends in this process add 2 N descriptors."""
+    count = 20
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def main() -> None:
+        finished = asyncio.Event()
+
+        async def handler(qp: QueuePair) -> None:
+            await qp.receive()
+            await finished.wait()
+
+        server = await serve(handler, "127.0.0.1", 0, receive_buffers=1)
+        port = server.sockets[0].getsockname()[1]
+        before = descriptors()
+        qps = [await connect("127.0.0.1", port) for _ in range(count)]
+        for qp in qps:
+            await qp.send(b"x" * 100_000)  # established, and written on
+        assert descriptors() - before == 2 * count
+        finished.set()
+        for qp in qps:
+            await qp.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(main(), 60))

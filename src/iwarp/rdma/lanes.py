@@ -46,7 +46,7 @@ class _LaneKernels(Protocol):
 
     def send_lane(
         self,
-        fd: int,
+        fd: int | Buffer,
         header: Buffer,
         payload: Buffer,
         start: int,
@@ -149,8 +149,16 @@ class SendLane:
         self.sent += sent
         return LaneState(state)
 
+    def copy(self, out: bytearray | memoryview) -> int:
+        """Copy the next octets (as many as ``out`` holds) into ``out`` and
+        count them as taken: for an event loop's transport to write when the
+        socket is full (it then says when it drained). Returns how many."""
+        copied, _, _, _ = self._call(out, -1, 0, False)
+        self.sent += copied
+        return copied
+
     def _call(
-        self, fd: int, limit: int, wait_ms: int, watch_input: bool
+        self, fd: int | Buffer, limit: int, wait_ms: int, watch_input: bool
     ) -> tuple[int, int, int, int]:
         run = self.run
         return lane_kernels().send_lane(
