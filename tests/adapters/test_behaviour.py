@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from adapters.sides import CALL_TIMEOUT, Adapter, Side, make_adapter
+from adapters.sides import CALL_TIMEOUT, PAIRS, Adapter, Side, make_adapter
 from iwarp.asyncio.mpa import Reject
 from iwarp.asyncio.rdma import ConnectionRejectedError, ConnectionTerminatedError, RdmaError
 from iwarp.errors import LocalProtocolError, MpaError
@@ -24,13 +24,9 @@ from iwarp.rdmap.memory import Access, ProtectionDomain
 from iwarp.rdmap.work import CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WorkOpcode
 
 REMOTE = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
-KINDS = ("sync", "asyncio")
 
 
-@pytest.fixture(
-    params=[(c, s) for c in KINDS for s in KINDS],
-    ids=[f"{c}-to-{s}" for c in KINDS for s in KINDS],
-)
+@pytest.fixture(params=PAIRS, ids=[f"{c}-to-{s}" for c, s in PAIRS])
 def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Adapter, Adapter]]:
     """(client adapter, server adapter); the same object when the kinds agree."""
     client_kind, server_kind = request.param
