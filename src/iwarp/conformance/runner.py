@@ -23,15 +23,26 @@ import shlex
 import signal
 import socket
 import subprocess
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
 from iwarp.conformance.link import Link
-from iwarp.conformance.model import Case, CaseFailed, CaseSkipped, Result, Status, TargetRole
-from iwarp.conformance.session import Session, StartupStyle
+from iwarp.conformance.model import (
+    Case,
+    CaseFailed,
+    CaseSkipped,
+    Need,
+    Result,
+    Status,
+    TargetRole,
+)
+from iwarp.conformance.session import NEED_HINTS, Session, StartupStyle
+from iwarp.mpa.wire import Revision
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -150,7 +161,7 @@ Target = ResponderTarget | InitiatorTarget
 
 
 class Runner:
-    """Runs cases one after another against one target."""
+    """Runs cases against one target, one connection each (several at once with ``jobs``)."""
 
     def __init__(
         self,
@@ -165,10 +176,18 @@ class Runner:
         self.cooperation_wait = cooperation_wait
         self.on_result = on_result
         self.style = StartupStyle()
+        #: Whether the probe found a Request the target accepts with a Reply.
+        self.answered = True
+        #: Why not, for the report.
+        self.probe_note = ""
         self._listener: socket.socket | None = None
         self._accepted = 0
-        #: Whether the target ended the last case's connection.
-        self._ended = False
+        self._lock = threading.Lock()
+        #: Why the remaining cases are skipped (the target died), else "".
+        self._dead = ""
+        #: Cases in a row the Initiator target did not connect for, and the last it did.
+        self._silent = 0
+        self._last = "the start"
 
     # --- connections ------------------------------------------------------
 
@@ -238,25 +257,41 @@ class Runner:
     # --- the probe ------------------------------------------------------------
 
     def probe(self) -> None:
-        """Learn how a Responder target wants to be started (plain or peer-to-peer)."""
+        """Learn how a Responder target wants to be started: plain Rev 2, peer-to-peer, Rev 1.
+
+        A target that answers none of them with a well-formed Reply is still
+        tested (with plain Rev 2 Requests): the cases that need a Reply fail
+        with the frame it sent, decoded. Only a target that accepts no TCP
+        connection raises :class:`TargetUnavailableError`.
+        """
         if not isinstance(self.target, ResponderTarget):
             return
-        for style in (StartupStyle(), StartupStyle(peer_to_peer=True)):
+        styles = (
+            StartupStyle(),
+            StartupStyle(peer_to_peer=True),
+            StartupStyle(revision=int(Revision.REV1)),
+        )
+        first = ""
+        for style in styles:
             deadline = time.monotonic() + self.timeout
             link = self._connect(deadline)
             session = Session(link, TargetRole.RESPONDER, deadline=deadline, style=style)
             try:
-                session.initiate()
-            except CaseFailed:
+                reply = session.initiate()
+            except CaseFailed as exc:
+                first = first or str(exc)
                 continue
             finally:
                 link.close()
+            if reply.reject:
+                first = first or f"a Reply with R=1 to {style.describe()}"
+                continue
             self.style = style
+            self.answered = True
             return
-        raise TargetUnavailableError(
-            f"{self.target.describe()} answered neither a plain nor a peer-to-peer Rev 2 "
-            "MPA Request with a Reply"
-        )
+        self.style = StartupStyle()
+        self.answered = False
+        self.probe_note = f"no start-up style was accepted: {first}"
 
     # --- cases -------------------------------------------------------------------
 
@@ -274,6 +309,10 @@ class Runner:
             link = self._connect(deadline)
         except TargetUnavailableError:
             return False
+        if not self.answered:
+            # It never gave a valid Reply: still taking connections is all it can prove.
+            link.close()
+            return True
         session = Session(link, TargetRole.RESPONDER, deadline=deadline, style=self.style)
         try:
             session.initiate()
@@ -283,41 +322,73 @@ class Runner:
             link.close()
         return True
 
-    def run(self, cases: Iterable[Case]) -> list[Result]:
+    def run(self, cases: Iterable[Case], *, jobs: int = 1) -> list[Result]:
+        """Run ``cases``; results come (and ``on_result`` is called) in case order.
+
+        ``jobs`` > 1 runs that many cases at once against a Responder target
+        (each case has its own connection, so cases are independent); an
+        Initiator target connects once per case and runs one case at a time.
+        """
+        items = list(cases)
         results: list[Result] = []
-        dead = ""
-        silent, last = 0, "the start"
         try:
             self.probe()
-            for item in cases:
-                if dead:
-                    result = Result(item, Status.SKIPPED, dead)
-                else:
-                    self._ended = False
-                    result = self.run_case(item)
-                    if "did not connect" in result.reason:
-                        silent += 1
-                        if silent == 2:  # an Initiator that no longer connects at all
-                            dead = f"the target stopped connecting (after {last})"
-                    else:
-                        silent, last = 0, item.id
-                    if self._ended and not self.alive():
-                        dead = f"the target stopped answering valid MPA Requests after {item.id}"
-                        if result.status is Status.PASSED:
-                            result.status = Status.FAILED
-                            result.reason = dead + " (crashed, or stopped listening)"
-                results.append(result)
-                if self.on_result is not None:
-                    self.on_result(result)
+            if jobs > 1 and isinstance(self.target, ResponderTarget):
+                with ThreadPoolExecutor(max_workers=jobs) as pool:
+                    futures = [pool.submit(self._run_one, item) for item in items]
+                    for future in futures:
+                        self._emit(results, future.result())
+            else:
+                for item in items:
+                    self._emit(results, self._run_one(item))
         finally:
             self.close()
         return results
 
+    def _emit(self, results: list[Result], result: Result) -> None:
+        results.append(result)
+        if self.on_result is not None:
+            self.on_result(result)
+
+    def _run_one(self, item: Case) -> Result:
+        """One case, then (if the target ended its connection) the proof that it still lives."""
+        with self._lock:
+            dead = self._dead
+        if dead:
+            return Result(item, Status.SKIPPED, dead)
+        result, ended = self.run_case_ended(item)
+        with self._lock:
+            if "did not connect" in result.reason:
+                self._silent += 1
+                if self._silent == 2 and not self._dead:
+                    # an Initiator that no longer connects at all
+                    self._dead = f"the target stopped connecting (after {self._last})"
+            else:
+                self._silent, self._last = 0, item.id
+        if ended and not self.alive():
+            dead = f"the target stopped answering valid MPA Requests after {item.id}"
+            with self._lock:
+                self._dead = self._dead or dead
+            if result.status is Status.PASSED:
+                result.status = Status.FAILED
+                result.reason = dead + " (crashed, or stopped listening)"
+        return result
+
     def run_case(self, item: Case) -> Result:
+        """Run one case on a fresh connection."""
+        return self.run_case_ended(item)[0]
+
+    def run_case_ended(self, item: Case) -> tuple[Result, bool]:
+        """Run one case; also whether the target ended the connection (or could not be
+        reached)."""
         started = time.monotonic()
+        ended = False
         if self.target.role not in item.roles:
             other = "Initiator" if self.target.role is TargetRole.RESPONDER else "Responder"
-            return Result(item, Status.SKIPPED, f"the case needs the target as MPA {other}")
+            reason = f"the case needs the target as MPA {other}"
+            return Result(item, Status.SKIPPED, reason), False
+        if Need.ENHANCED in item.needs and self.style.revision < Revision.REV2:
+            return Result(item, Status.SKIPPED, NEED_HINTS[Need.ENHANCED]), False
         deadline = started + (item.timeout or self.timeout)
         launched = Launched(None, "")
         session: Session | None = None
@@ -341,6 +412,7 @@ class Runner:
                 style=self.style,
                 cooperation_wait=self.cooperation_wait,
             )
+            session.wants = item.needs
             item.run(session)
         except CaseFailed as exc:
             status, reason = Status.FAILED, str(exc)
@@ -348,13 +420,13 @@ class Runner:
             status, reason = Status.SKIPPED, str(exc)
         except TargetUnavailableError as exc:
             status, reason = Status.FAILED, str(exc)
-            self._ended = True
+            ended = True
         except Exception as exc:  # a bug in the case: report it, keep going
             where = traceback.extract_tb(exc.__traceback__)[-1]
             status = Status.FAILED
             reason = f"internal error in the case: {exc!r} at {where.filename}:{where.lineno}"
         observed: list[str] = []
-        self._ended |= session is not None and session.link.ended is not None
+        ended |= session is not None and session.link.ended is not None
         if session is not None:
             observed = list(session.observed)
             if status is Status.FAILED:
@@ -364,7 +436,7 @@ class Runner:
             tail = launched.stop()
             if status is Status.FAILED:
                 observed.append(f"peer command `{launched.command}`: {tail}")
-        return Result(item, status, reason, observed, time.monotonic() - started)
+        return Result(item, status, reason, observed, time.monotonic() - started), ended
 
     def close(self) -> None:
         if self._listener is not None:

@@ -21,6 +21,7 @@ non-zero PAD, a bad CRC, a marker out of place.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -59,7 +60,18 @@ from iwarp.rdmap.wire import (
     split_control,
 )
 
-__all__ = ["Cooperation", "Received", "Region", "Session", "StartupStyle", "describe_terminate"]
+__all__ = [
+    "Answer",
+    "Cooperation",
+    "NEED_HINTS",
+    "NO_BUFFER",
+    "NOT_WRITABLE",
+    "Received",
+    "Region",
+    "Session",
+    "StartupStyle",
+    "describe_terminate",
+]
 
 #: A permissive reading of startup frames: every revision, the largest private data.
 _LENIENT: Final = MpaConfig(private_data_limit=512, rev0_private_data_limit=0xFFFF)
@@ -68,6 +80,52 @@ COOPERATION_WAIT: Final = 1.0
 #: The STag our Write RTR names (RFC 6581 wants a zero-length Write; iwarp
 #: and siw use a non-zero STag, siw 1).
 RTR_STAG: Final = 1
+
+
+#: Why a case that needs this is skipped, and what kind of target would enable it.
+NEED_HINTS: Final[dict[Need, str]] = {
+    Need.RECEIVE: (
+        "the target sent no Send in the data phase, so no posted receive is known; a target "
+        "that answers the tool's first Send (iwarp listen) or sends one first (iwarp connect, "
+        "rping -c) enables the case"
+    ),
+    Need.REGION: (
+        "the target advertised no buffer (STag, TO, length) in a 16-octet Send; a target "
+        "that does (iwarp listen --op write or --op read, rping -c) enables the case"
+    ),
+    Need.WRITE_ONLY_REGION: (
+        "the target advertised no write-only buffer; iwarp listen --op write enables the case"
+    ),
+    Need.ENHANCED: (
+        "the target closes on Rev 2 Requests and takes Rev 1 (RFC 5044 only); this RFC 6581 "
+        "case needs a target that takes Rev 2 Requests"
+    ),
+    Need.TALKS: (
+        "the target sent no FPDU of its own in the data phase; a target that answers the "
+        "tool's first Send (iwarp listen) or sends first (iwarp connect, rping -c) enables "
+        "the case"
+    ),
+}
+
+
+#: RFC 5041 has no access-rights code: a buffer closed to remote Write answers a Write
+#: with "invalid STag" (DDP, tagged buffer, code 0). Such an answer to a Write of the
+#: advertised buffer says nothing of the rule a Write case checks: the case is skipped.
+#: A target with no receive posted for a message answers "no buffer available" (RFC 5041
+#: §7.1 check 2, which a target may make first): the case cannot judge the field it broke.
+NO_BUFFER: Final[dict[tuple[int, int, int], str]] = {
+    (1, 2, 2): (
+        "the target had no receive posted for the tool's second Send (DDP 'no buffer "
+        "available'), so the field this case breaks was not judged; a target that keeps "
+        "receives posted (iwarp listen) enables the case"
+    )
+}
+NOT_WRITABLE: Final[dict[tuple[int, int, int], str]] = {
+    (1, 1, 0): (
+        "the advertised buffer is not open to remote Write (an invalid-STag Terminate for "
+        "its own STag); a writable buffer (iwarp listen --op write, rping -c) enables the case"
+    )
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +172,13 @@ class StartupStyle:
 
     peer_to_peer: bool = False
     rtr_types: RtrFlags = RtrFlags.WRITE | RtrFlags.READ
+    #: 1 for a target that takes only Rev 1 Requests (RFC 5044 without RFC 6581).
+    revision: int = int(Revision.REV2)
+
+    def describe(self) -> str:
+        if self.revision < Revision.REV2:
+            return "Rev 1 Requests (the target closes on Rev 2)"
+        return "peer-to-peer Rev 2 Requests" if self.peer_to_peer else "plain Rev 2 Requests"
 
 
 @dataclass(slots=True)
@@ -212,6 +277,8 @@ class Session:
         self._rx_offset = 0
         self._tx_offset = 0
         self._msn = {0: 1, 1: 1, 2: 1}
+        #: The cooperation the case needs (set by the runner): what data_phase waits for.
+        self.wants: frozenset[Need] = frozenset()
 
     # --- bookkeeping -----------------------------------------------------
 
@@ -270,7 +337,12 @@ class Session:
         try:
             parsed = parse_frame(self.link.inbox, _LENIENT, expect_request=request)
         except MpaError as exc:
-            raise CaseFailed(f"the target's MPA {name} is improperly formatted: {exc}") from None
+            raw = bytes(self.link.inbox[: FRAME_HEADER_SIZE + min(pd_length, 64)])
+            self.note(f"got an improperly formatted MPA {name}: {describe_raw_frame(raw)}")
+            raise CaseFailed(
+                f"the target's MPA {name} is improperly formatted ({exc}): "
+                f"{describe_raw_frame(raw)}"
+            ) from None
         assert parsed is not None
         frame, used = parsed
         raw = self.link.take(used)
@@ -284,12 +356,25 @@ class Session:
     def read_reply(self) -> MpaFrame:
         return self.read_frame(request=False)
 
+    def base_flags(self) -> FrameFlags:
+        """The flags of the tool's normal Request: C, and S for a Rev 2 target."""
+        if self.style.revision < Revision.REV2:
+            return FrameFlags.CRC
+        return FrameFlags.CRC | FrameFlags.ENHANCED
+
     def default_request(self, **overrides: object) -> bytes:
-        flags = FrameFlags.CRC | FrameFlags.ENHANCED
-        enhanced = EnhancedData(16, 16)
-        if self.style.peer_to_peer:
-            enhanced = EnhancedData(16, 16, RtrFlags.PEER_TO_PEER | self.style.rtr_types)
-        args: dict[str, object] = {"flags": flags, "enhanced": enhanced}
+        """The tool's normal Request for this target (its revision, peer-to-peer if it wants)."""
+        if self.style.revision < Revision.REV2:
+            args: dict[str, object] = {
+                "revision": Revision.REV1,
+                "flags": self.base_flags(),
+                "enhanced": None,
+            }
+        else:
+            enhanced = EnhancedData(16, 16)
+            if self.style.peer_to_peer:
+                enhanced = EnhancedData(16, 16, RtrFlags.PEER_TO_PEER | self.style.rtr_types)
+            args = {"flags": self.base_flags(), "enhanced": enhanced}
         args.update(overrides)
         return craft.request(**args)  # type: ignore[arg-type]
 
@@ -389,7 +474,7 @@ class Session:
         elif self.rtr is RtrFlags.SEND:
             self.send_ulpdu(craft.send(msn=self.next_msn(0)).octets, "RTR (zero-length Send)")
 
-    def data_phase(self) -> Cooperation:
+    def data_phase(self, wait: Iterable[Need] | None = None) -> Cooperation:
         """Startup, then learn what the target offers: a receive, an advertised buffer.
 
         Target Responder: our first FPDU is a 16-octet Send shaped like rping's
@@ -397,20 +482,31 @@ class Session:
         answers with its own advertisements, rping -s takes it as ours.
         Target Initiator: its first FPDU (after any RTR) is read: rping -c
         advertises its buffer there, iwarp connect says hello.
+
+        ``wait``: the cooperation to wait for (default: what the case needs,
+        :attr:`wants`), and for a Responder target its first FPDU (its answer
+        to the hello: it has read the hello and posted what it posts). The
+        wait ends as soon as all of it arrived, or after ``cooperation_wait``
+        seconds; what the target sends later is read by the case's own
+        expectations, which pass over the FPDUs they do not look for.
         """
         self.startup()
         coop = self.cooperation
         if self.target is TargetRole.RESPONDER:
             hello = craft.send(ADVERT.pack(64, 0, 4096), msn=self.next_msn(0))
             self.send_ulpdu(hello.octets, "hello Send (count 64, STag 0, size 4096)")
+        wanted = {
+            Need.REGION if need is Need.WRITE_ONLY_REGION else need
+            for need in (self.wants if wait is None else wait)
+        }
+        if self.target is TargetRole.RESPONDER:
+            wanted.add(Need.TALKS)
         limit = self.within(self.cooperation_wait)
-        while coop.region is None:
+        while not all(coop.has(need) for need in wanted):
             got = self.next_ulpdu(limit)
             if got is None:
                 break
             self._learn(got)
-            if self.target is TargetRole.INITIATOR and coop.receive:
-                break
         return coop
 
     def _learn(self, got: Received) -> None:
@@ -438,7 +534,14 @@ class Session:
 
     def need(self, need: Need) -> None:
         if not self.cooperation.has(need):
-            raise CaseSkipped(f"the target offered no {need} in the data phase")
+            raise CaseSkipped(NEED_HINTS[need])
+
+    def region(self) -> Region:
+        """The buffer the target advertised; CaseSkipped (saying what would help) without one."""
+        region = self.cooperation.region
+        if region is None:
+            raise CaseSkipped(NEED_HINTS[Need.REGION])
+        return region
 
     # --- FPDUs ----------------------------------------------------------------
 
@@ -577,21 +680,31 @@ class Session:
         etype: int,
         code: int | tuple[int, ...] | None,
         *,
+        also: Sequence[Answer] = (),
+        skip: Mapping[tuple[int, int, int], str] | None = None,
         close_ok: bool = False,
         within: float | None = None,
     ) -> Received | None:
         """Read FPDUs until a Terminate; it must carry (layer, etype, code).
 
-        ``close_ok``: the rule allows a close instead of a Terminate (a bad
-        CRC may be met by dropping the connection). ``code`` None: any code
-        (a Local Catastrophic Error has none). Returns the Terminate FPDU, or
-        None when the target closed and that was allowed.
+        ``also``: other (layer, etype, codes) answers the rule allows (RFC 5040
+        Figure 9 lists some codes under two error types). ``skip``: Terminates
+        that show the case cannot judge this target (the advertised buffer is
+        not open to the access the case needs), with the reason: the case is
+        skipped. ``close_ok``: the rule allows a close instead of a Terminate
+        (a bad CRC may be met by dropping the connection). ``code`` None: any
+        code (a Local Catastrophic Error has none). Returns the Terminate
+        FPDU, or None when the target closed and that was allowed.
         """
         deadline = self.deadline if within is None else self.within(within)
-        codes = (code,) if isinstance(code, int) else code
-        want = f"layer {layer} type {etype}"
-        if codes is not None:
-            want += " code " + " or ".join(f"{c:#04x}" for c in codes)
+        answers: list[tuple[int, int, tuple[int, ...] | None]] = [
+            (layer, etype, (code,) if isinstance(code, int) else code)
+        ]
+        for alt_layer, alt_type, alt_code in also:
+            answers.append(
+                (alt_layer, alt_type, (alt_code,) if isinstance(alt_code, int) else alt_code)
+            )
+        want = " or ".join(_answer_text(*a) for a in answers)
         while True:
             got = self.next_fpdu(deadline)
             if got is None:
@@ -609,11 +722,13 @@ class Session:
             if not got.is_terminate:
                 continue
             term = got.terminate()
-            code_ok = codes is None or term.code in codes
-            if (term.layer, term.etype) == (layer, etype) and code_ok:
+            if skip and (reason := skip.get((term.layer, term.etype, term.code))):
+                self.note(f"skipped on {describe_terminate(term)}")
+                raise CaseSkipped(reason)
+            if any(_answers(term.layer, term.etype, term.code, a) for a in answers):
                 return got
             hint = ""
-            if (term.etype, term.layer) == (layer, etype) and code_ok:
+            if any(_answers(term.etype, term.layer, term.code, a) for a in answers):
                 hint = " (Layer and EType nibbles swapped: little-endian bitfields)"
             raise CaseFailed(
                 f"expected a Terminate with {want}; got {describe_terminate(term)}{hint}"
@@ -663,8 +778,13 @@ class Session:
                     f"the Read Request's, {rdma_header.hex()}"
                 )
 
-    def expect_alive(self, seconds: float, what: str) -> None:
-        """No Terminate and no close for ``seconds`` (other FPDUs are fine)."""
+    def expect_alive(
+        self, seconds: float, what: str, *, skip: Mapping[tuple[int, int, int], str] | None = None
+    ) -> None:
+        """No Terminate and no close for ``seconds`` (other FPDUs are fine).
+
+        ``skip``: Terminates that show the case cannot judge this target (see
+        :meth:`expect_terminate`)."""
         deadline = self.within(seconds)
         while True:
             got = self.next_fpdu(deadline)
@@ -675,7 +795,29 @@ class Session:
                     )
                 return
             if got.is_terminate:
+                term = got.terminate()
+                if skip and (reason := skip.get((term.layer, term.etype, term.code))):
+                    self.note(f"skipped on {describe_terminate(term)}")
+                    raise CaseSkipped(reason)
                 raise CaseFailed(f"{what}: the target sent {got.describe()}")
+
+
+#: One answer a rule allows: (layer, error type, the codes; None: any code).
+Answer = tuple[int, int, int | tuple[int, ...] | None]
+
+
+def _answers(
+    layer: int, etype: int, code: int, answer: tuple[int, int, tuple[int, ...] | None]
+) -> bool:
+    want_layer, want_type, codes = answer
+    return (layer, etype) == (want_layer, want_type) and (codes is None or code in codes)
+
+
+def _answer_text(layer: int, etype: int, codes: tuple[int, ...] | None) -> str:
+    text = f"layer {layer} type {etype}"
+    if codes is not None:
+        text += " code " + "/".join(f"{c:#04x}" for c in codes)
+    return text
 
 
 def _as_fpdu(data: bytes) -> str:
@@ -685,6 +827,26 @@ def _as_fpdu(data: bytes) -> str:
         got = Received(data[2 : 2 + length], b"", 0, True, 0)
         return f"an {got.describe()}"
     return "octets"
+
+
+def describe_raw_frame(raw: bytes) -> str:
+    """A startup frame's header field by field, whatever it holds (a wrong key, a Rev 7...)."""
+    key, flags, rev, pd_length = FRAME_HEADER.unpack_from(raw, 0)
+    if key == REQUEST_KEY:
+        key_text = "the Request key"
+    elif key == REPLY_KEY:
+        key_text = "the Reply key"
+    else:
+        key_text = f"key {key!r} (neither the Request nor the Reply key)"
+    names = "".join(
+        ch if flags & bit else "-"
+        for ch, bit in (("M", 0x80), ("C", 0x40), ("R", 0x20), ("S", 0x10))
+    )
+    text = f"{key_text}, flags {names} (octet {flags:#04x}), Rev {rev}, PD_Length {pd_length}"
+    data = raw[FRAME_HEADER_SIZE:]
+    if data:
+        text += f", private data {_hex(data, 16)}"
+    return text
 
 
 def describe_frame(frame: MpaFrame, raw: bytes) -> str:

@@ -51,14 +51,12 @@ from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import (
     Completion,
-    ReadWR,
     RecvWR,
-    SendWR,
+    SendQueueWR,
     Sge,
     StreamReady,
     TerminateReceived,
     TerminateSent,
-    WriteWR,
 )
 
 __all__ = ["Event", "RdmaConnection"]
@@ -166,8 +164,8 @@ class RdmaConnection:
             raise LocalProtocolError("the connection is not in full operation yet")
         return self.stream
 
-    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
-        """Queue a Send, RDMA Write or RDMA Read (see :class:`RdmapStream`)."""
+    def post_send(self, wr: SendQueueWR) -> None:
+        """Queue a Send, RDMA Write, RDMA Read or RFC 7306 work (see :class:`RdmapStream`)."""
         self._require_stream().post_send(wr)
 
     def send_at_once(
