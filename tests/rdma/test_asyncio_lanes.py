@@ -83,11 +83,14 @@ def test_both_ends_write_large_messages_at_once(loop_factory: LoopFactory) -> No
     to_server, to_client = os.urandom(SIZE), os.urandom(SIZE)
 
     async def main() -> None:
+        placed = asyncio.Event()
+
         async def handler(qp: QueuePair) -> None:
             await qp.receive()
             await qp.rdma_write(to_client, at_client.stag, 0)
             await qp.send(b"written")
-            await qp.receive()
+            await qp.receive()  # after the client's Write: it is placed
+            placed.set()
 
         server = await serve(handler, "127.0.0.1", 0, pd=pd, receive_buffers=2)
         port = server.sockets[0].getsockname()[1]
@@ -96,6 +99,7 @@ def test_both_ends_write_large_messages_at_once(loop_factory: LoopFactory) -> No
         await qp.rdma_write(to_server, at_server.stag, 0)
         assert await qp.receive() == b"written"
         await qp.send(b"bye")
+        await placed.wait()
         await qp.close()
         server.close()
         await server.wait_closed()

@@ -21,11 +21,14 @@ from it. The cores learn one thing back: that the message is all out
 request; the MSN, the stream position and the completions stay theirs.
 
 Without the accelerator (or with ``IWARP_NO_ACCEL=1``) there are no lanes
-and the drivers write what ``data_to_send`` gives, as before.
+and the drivers write what ``data_to_send`` gives, as before;
+``IWARP_NO_LANES=1`` turns the lanes off alone (the accelerator's framing
+path, for comparison).
 """
 
 from __future__ import annotations
 
+import os
 from enum import IntEnum
 from typing import Final, Protocol, cast
 
@@ -71,6 +74,8 @@ def _load() -> _LaneKernels | None:
     kernels = _accel.speedups
     if kernels is None or not hasattr(kernels, "send_lane"):
         return None
+    if os.environ.get("IWARP_NO_LANES", "") not in ("", "0"):
+        return None  # the accelerator's framing path only (to compare)
     return cast(_LaneKernels, kernels)
 
 
