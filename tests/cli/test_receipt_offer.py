@@ -58,7 +58,8 @@ def test_a_foreign_mpa_peer_that_took_every_octet_is_a_success() -> None:
     (summary,) = by_type(out, "summary")
     assert summary["delivery"] == "tcp"
     assert summary["delivery_note"] == (
-        "the peer's TCP acknowledged every octet; no receipt (the peer offers no receipts)"
+        "the peer's TCP acknowledged every octet, it closed after us; "
+        "no receipt (the peer offers no receipts)"
     )
     assert received == [message(i, 1000) for i in range(20)]  # no receipt request either
     assert RECEIPT_REQUEST not in received

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import socket
 import struct
 import termios
 import time
@@ -231,6 +232,38 @@ class Watcher:
                 if isinstance(found, TerminateHeader):
                     raise _terminated(found)
                 self._task = asyncio.ensure_future(self.sock.receive())  # not ours: read on
+
+    async def until_closed(self, timeout: float) -> bool:
+        """Without a receipt coming: end our direction (FIN) and read until
+        the peer closes as well.
+
+        :returns: True once the peer closed; False after ``timeout`` s.
+        :raises ReceiptError: the peer sent a Terminate first, or reset the
+            connection (its ULP aborted: it did not take the messages).
+        """
+        raw = self.sock.get_extra_info("socket")
+        shutdown = getattr(raw, "shutdown", None)
+        if callable(shutdown):
+            with contextlib.suppress(OSError):
+                shutdown(socket.SHUT_WR)
+        try:
+            async with asyncio.timeout(timeout):
+                while (task := self._task) is not None:
+                    ulpdu = await asyncio.shield(task)
+                    if ulpdu is None:
+                        return True
+                    found = read_answer(ulpdu)
+                    if isinstance(found, TerminateHeader):
+                        raise _terminated(found)
+                    self._task = asyncio.ensure_future(self.sock.receive())
+        except TimeoutError:
+            return False
+        except IwarpError as exc:
+            raise ReceiptError(
+                f"the peer's TCP took every octet, then the connection failed ({exc}): "
+                "its ULP did not take the messages (does it run --op mpa?)"
+            ) from exc
+        return True
 
     def _answer(self, ulpdu: bytes | None) -> Receipt:
         if ulpdu is None:

@@ -331,8 +331,7 @@ async def _connect(
                     "delivery_note": "the listener's receipt confirms every message",
                 }
             else:
-                delivery = await _without_receipt(sock, args)
-                await watcher.check()  # a Terminate that came meanwhile
+                delivery = await _without_receipt(sock, args, watcher)
         await sock.close()
     except ReceiptError as exc:
         out.emit(exc.record)
@@ -351,14 +350,31 @@ async def _connect(
     return 0
 
 
-async def _without_receipt(sock: MpaSocket, args: argparse.Namespace) -> dict[str, object]:
-    """Wait for the peer's TCP to acknowledge every octet; the summary's
-    ``delivery`` fields, which say that this is all that is known."""
+#: Seconds a connector without a receipt waits, after its FIN, for the
+#: peer's (a Terminate that comes first fails the run).
+CLOSE_WAIT = 2.0
+
+
+async def _without_receipt(
+    sock: MpaSocket, args: argparse.Namespace, watcher: Watcher
+) -> dict[str, object]:
+    """Wait for the peer's TCP to acknowledge every octet, then end our
+    direction (FIN) and read until the peer closes too: a peer that refused
+    the ULPDUs (a Terminate, e.g. an RDMA stack that read them as DDP) fails
+    the run. Returns the summary's ``delivery`` fields, which say that this
+    is all that is known.
+
+    :raises ReceiptError: the peer sent a Terminate, or did not acknowledge.
+    """
     why = "--no-receipt" if args.no_receipt else "the peer offers no receipts"
-    if await tcp_acknowledged(sock, args.timeout or RECEIPT_TIMEOUT):
-        note = f"the peer's TCP acknowledged every octet; no receipt ({why})"
+    acknowledged = await tcp_acknowledged(sock, args.timeout or RECEIPT_TIMEOUT)
+    closed = await watcher.until_closed(min(args.timeout or CLOSE_WAIT, CLOSE_WAIT))
+    after = "it closed after us" if closed else f"it did not close within {CLOSE_WAIT:g} s"
+    if acknowledged:
+        note = f"the peer's TCP acknowledged every octet, {after}; no receipt ({why})"
         return {"delivery": "tcp", "delivery_note": note}
     note = (
-        f"every octet handed to TCP (its acknowledgements cannot be read here); no receipt ({why})"
+        "every octet handed to TCP (its acknowledgements cannot be read here), "
+        f"{after}; no receipt ({why})"
     )
     return {"delivery": "sent", "delivery_note": note}
