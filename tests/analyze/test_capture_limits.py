@@ -70,6 +70,7 @@ print(status, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pcapng", [False, True], ids=["pcap", "pcapng"])
 def test_a_gzip_bomb_stays_small(tmp_path: Path, pcapng: bool) -> None:
     path = tmp_path / "bomb.pcap.gz"

@@ -179,6 +179,7 @@ def test_nesting_is_bounded() -> None:
             compile_filter(deep)
 
 
+@pytest.mark.slow
 @given(st.text(max_size=80))
 def test_any_text_gives_a_filter_or_a_filter_error(text: str) -> None:
     try:

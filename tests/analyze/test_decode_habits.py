@@ -82,6 +82,7 @@ def test_head_closing_the_pipe_is_quiet(tmp_path: Path, options: list[str]) -> N
 # -- captures iwarp writes itself -----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["mpa", "send"])
 def test_own_capture_decodes_clean_without_flags(tmp_path: Path, op: str) -> None:
     listener_pcap, connector_pcap = tmp_path / "listen.pcapng", tmp_path / "connect.pcapng"

@@ -203,6 +203,7 @@ def test_csv_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert not [p for p in os.listdir(tables) if p.startswith(".part")]
 
 
+@pytest.mark.slow
 def test_plot(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -119,6 +119,7 @@ def test_bad_crc_and_errors_are_listed(tmp_path: Path) -> None:
     assert errors[0]["frame"] == bad[0]["frame"]
 
 
+@pytest.mark.slow
 def test_count_stops_after_n_records(tmp_path: Path) -> None:
     path = tmp_path / "c.pcap"
     write(standard(False, False), path)
@@ -157,6 +158,7 @@ def test_count_keeps_the_exit_status_of_errors_decoded(tmp_path: Path) -> None:
     assert late.returncode == 1 and late.stdout.rstrip().endswith("1 protocol errors")
 
 
+@pytest.mark.slow
 def test_usage_errors(tmp_path: Path) -> None:
     path = tmp_path / "c.pcap"
     write(standard(False, False), path)
@@ -291,6 +293,7 @@ def test_frame_index_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     assert index.where(note) is None
 
 
+@pytest.mark.slow
 def test_rfc7306_messages_in_the_listing_fields_and_filter(tmp_path: Path) -> None:
     from test_rfc7306_decode import conversation, traffic
 

@@ -470,6 +470,7 @@ def test_raw_socket_moves_every_octet(busy_poll: float) -> None:
     assert got == data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_sync_ends_stop_on_signals(signum: signal.Signals, status: int) -> None:
     server, port = start_server("--sync", count=None)

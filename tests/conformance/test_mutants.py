@@ -27,6 +27,9 @@ from iwarp.conformance.runner import ResponderTarget, Runner
 from .broken_target import RULES, VARIANTS
 from .conftest import TARGET_TIMEOUT, switched
 
+# Each mutant is an iwarp listen with one rule broken, run through its cases: seconds each.
+pytestmark = pytest.mark.slow
+
 #: Rules the older test (test_against_iwarp) proves in both roles, strict included.
 BOTH_ROLES = {"crc", "pd-length", "terminate"}
 #: The buffer a mutant's listener advertises: Read cases need a readable one.
