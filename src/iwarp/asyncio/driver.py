@@ -283,8 +283,9 @@ class CoreDriver(asyncio.BufferedProtocol):
         )
         while True:
             if self._lane is not None:
-                if self._write_paused or not self._pump_lane():
+                if self._write_paused:
                     break  # the transport writes a piece of it; resume_writing goes on
+                self._pump_lane()  # (a piece the transport sent at once: on at once)
                 continue
             if take_lane is not None and not self._write_paused and not transport.is_closing():
                 lane = take_lane()

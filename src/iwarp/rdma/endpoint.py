@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -586,6 +587,18 @@ class QueuePairEndpoint:
         return events
 
     def _on_stream(self, stream: RdmapStream) -> None:
+        if self.receive_buffers:
+            # Each pool message is copied out and its buffer reposted as the
+            # stream completes it, not after the whole receive: a receive
+            # may hold more messages than the pool has buffers. (A weak way
+            # back: no reference cycle through the stream.)
+            endpoint = weakref.ref(self)
+
+            def taken(completion: Completion) -> bool:
+                owner = endpoint()
+                return owner is not None and owner._pool_now(completion)
+
+            stream.on_receive = taken
         self._in_setup = True
         try:
             for _ in range(self.receive_buffers):
@@ -630,6 +643,15 @@ class QueuePairEndpoint:
             return
         if completion.status is CompletionStatus.SUCCESS:  # else flushed with the connection
             self._pool_message(entry, completion.byte_len, completion.immediate is not None)
+
+    def _pool_now(self, completion: Completion) -> bool:
+        """A pool buffer's successful completion, taken as it happens."""
+        wr_id = completion.wr_id
+        entry = self._pool.get(wr_id)
+        if entry is None or wr_id in self._tracked:
+            return False
+        self._pool_message(entry, completion.byte_len, completion.immediate is not None)
+        return True
 
     def _received(self, wr: RecvWR, length: int, solicited: bool) -> None:
         """A receive the stream completed without an event

@@ -334,6 +334,10 @@ class RdmapStream:
         self._terminate: SegmentRun | None = None
         self._rx_tagged_opcode = -1
         self._events: list[Event] = []
+        #: Called with each successful receive completion as it happens;
+        #: True: it was taken (no event). A receive pool's owner copies the
+        #: message out and reposts the buffer here, inside the batch.
+        self.on_receive: Callable[[Completion], bool] | None = None
         if initiator:
             self._events.append(StreamReady())
             if rtr:
@@ -976,7 +980,7 @@ class RdmapStream:
         if placed is True or placed is False:
             return placed
         wr, end, solicited = placed
-        self._events.append(
+        self._received(
             Completion(
                 wr.wr_id, WorkOpcode.RECV, CompletionStatus.SUCCESS, end, solicited=solicited
             )
@@ -1206,7 +1210,7 @@ class RdmapStream:
                 )
             region.invalidate()
             invalidated = stag
-        self._events.append(
+        self._received(
             Completion(
                 wr.wr_id,
                 WorkOpcode.RECV,
@@ -1216,6 +1220,14 @@ class RdmapStream:
                 solicited=opcode in SOLICITED_OPCODES,
             )
         )
+
+    def _received(self, completion: Completion) -> None:
+        """A receive completed successfully: to :attr:`on_receive` at once
+        (a receive pool reposts its buffer before the next message of the
+        same batch needs it), else as an event."""
+        hook = self.on_receive
+        if hook is None or not hook(completion):
+            self._events.append(completion)
 
     def _terminate_received(self, segment: UntaggedSegment[RecvWR | None]) -> None:
         assert segment.message_length is not None
@@ -1397,7 +1409,7 @@ class RdmapStream:
                 RemoteOperationCode.CATASTROPHIC_STREAM,
                 f"Immediate Data of {length} octets, not {IMMEDIATE_DATA_SIZE} (RFC 7306 §6.3)",
             )
-        self._events.append(
+        self._received(
             Completion(
                 wr.wr_id,
                 WorkOpcode.RECV,
