@@ -574,7 +574,7 @@ def decode_capture(
                         continue
                     if settings.json:
                         out.write(json.dumps(summary_json(output)) + "\n")
-                    elif settings.view == SUMMARY:
+                    elif settings.view in (SUMMARY, VERBOSE):
                         write_connection_text(output, out)
                     if live:
                         out.flush()
