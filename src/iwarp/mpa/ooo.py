@@ -124,6 +124,7 @@ class OutOfOrderReceiver:
         "_passed_at",
         "_seen_hi",
         "_seen_lo",
+        "_tail",
         "crc",
         "either_fpduptr",
         "error",
@@ -175,18 +176,26 @@ class OutOfOrderReceiver:
         # Island FPDU starts not yet passed -> offset of the marker that found them.
         self._cand_at: list[int] = []
         self._candidates: dict[int, int] = {}
+        # While the stream arrives in order: the decoder positioned at _next,
+        # holding the start of the next FPDU itself (nothing else is held, and
+        # _blocks and _seen_* are empty). Spilled back into _blocks when a
+        # segment comes out of order.
+        self._tail: FpduDecoder | None = None
 
     # -- public API -----------------------------------------------------------
 
     @property
     def buffered(self) -> int:
         """Payload octets held: received but not yet part of a passed FPDU."""
-        return self._held
+        tail = self._tail
+        return self._held if tail is None else tail.buffered
 
     @property
     def bookkeeping(self) -> int:
         """Entries of metadata held (received ranges, passed and candidate FPDUs)."""
-        return len(self._seen_lo) + len(self._passed) + len(self._candidates)
+        tail = self._tail
+        held = 1 if tail is not None and tail.buffered else 0
+        return held + len(self._seen_lo) + len(self._passed) + len(self._candidates)
 
     @property
     def delivered_offset(self) -> int:
@@ -218,6 +227,7 @@ class OutOfOrderReceiver:
             # Nothing out of order is held: the in-order fast path.
             self._receive_in_order(payload, events)
             return events
+        self._spill()
         view = memoryview(payload)
         pieces = self._commit(lo_clipped, hi)
         if not pieces:
@@ -233,9 +243,56 @@ class OutOfOrderReceiver:
             self._fail(exc, events)
         return events
 
+    def receive_count(self, seq: int, payload: Buffer) -> tuple[int, int, int]:
+        """:meth:`receive` without the events, for whoever only counts them.
+
+        Returns ``(passed, passed_ahead, delivered)``: the ULPDUs passed, those
+        of them not delivered by this same segment (passed ahead of their
+        turn), and the deliveries. The receiver's state afterwards is the
+        same as after :meth:`receive`; a failure is in :attr:`error`. A
+        segment that continues the stream in order builds no event.
+        """
+        tail = self._tail
+        if tail is not None and self.error is None and payload:
+            # In order: the octets start right after those the decoder holds
+            # (32-bit sequence arithmetic) and stay within the window.
+            start = self._next
+            lo = (seq - self.start - start + _HALF) & _SEQ_MASK
+            if lo == _HALF + tail.buffered and tail.buffered + len(payload) <= self.window:
+                return self._count_in_order(tail, payload)
+        passed = delivered = 0
+        waiting: set[int] = set()
+        for event in self.receive(seq, payload):
+            if isinstance(event, UlpduPassed):
+                passed += 1
+                waiting.add(event.offset)
+            elif isinstance(event, UlpduDelivered):
+                delivered += 1
+                waiting.discard(event.offset)
+        return passed, len(waiting), delivered
+
+    def _count_in_order(self, tail: FpduDecoder, payload: Buffer) -> tuple[int, int, int]:
+        """Feed in-order octets to the held decoder; count what it passes."""
+        start = self._next
+        batch = tail.feed_batch(payload)
+        if tail.error is not None:
+            offset = start
+            for ulpdu in batch:
+                offset += fpdu_wire_size(len(ulpdu), offset % MARKER_INTERVAL, markers=self.markers)
+            self._next = offset
+            self._fail(tail.error, [])
+        else:
+            # Every octet fed is now either part of a passed FPDU or held.
+            self._next = start + ((tail.position - tail.buffered - self._seq(start)) & _SEQ_MASK)
+        count = len(batch)
+        return count, 0, count
+
     def _in_order_at(self, lo: int) -> bool:
         """Whether octets at ``lo`` continue the stream with nothing else held
         but the start of the next FPDU (no islands, no later octets)."""
+        tail = self._tail
+        if tail is not None:
+            return lo == self._next + tail.buffered
         if self._passed or self._candidates:
             return False
         if not self._seen_lo:
@@ -245,24 +302,26 @@ class OutOfOrderReceiver:
     def _receive_in_order(self, payload: Buffer, events: list[ReceiveEvent]) -> None:
         """Frame octets that continue the stream when nothing else is held.
 
-        The head of the next FPDU, if held, is taken back; one FpduDecoder
-        checks every FPDU completed (the chain's checks, without the
-        bookkeeping); an incomplete tail is held again.
+        One FpduDecoder, kept from segment to segment while the stream stays
+        in order, checks every FPDU completed (the chain's checks, without the
+        bookkeeping) and holds an incomplete tail itself. Octets held before
+        it was made (the head of the next FPDU) are fed to it first.
         """
         start = self._next
-        decoder = self._decoder(start)
-        data = payload if isinstance(payload, bytes) else bytes(payload)
-        if self._seen_lo:
-            head = self._read(start, self._seen_hi[0] - start)
-            assert head is not None  # the only octets held are exactly these
-            data = bytes(head) + data
-            self._blocks.clear()
-            self._block_at.clear()
-            self._held = 0
-            self._seen_lo.clear()
-            self._seen_hi.clear()
+        decoder = self._tail
+        if decoder is None:
+            decoder = self._tail = self._decoder(start)
+            if self._seen_lo:
+                head = self._read(start, self._seen_hi[0] - start)
+                assert head is not None  # the only octets held are exactly these
+                self._blocks.clear()
+                self._block_at.clear()
+                self._held = 0
+                self._seen_lo.clear()
+                self._seen_hi.clear()
+                decoder.feed_batch(bytes(head))
         offset = start
-        for ulpdu in decoder.feed(data):
+        for ulpdu in decoder.feed(payload):
             wire = fpdu_wire_size(len(ulpdu), offset % MARKER_INTERVAL, markers=self.markers)
             seq = self._seq(offset)
             events.append(UlpduPassed(seq, offset, ulpdu, wire))
@@ -271,11 +330,17 @@ class OutOfOrderReceiver:
         self._next = offset
         if decoder.error is not None:
             self._fail(decoder.error, events)
+
+    def _spill(self) -> None:
+        """Hand the in-order decoder's held octets back to the octet store."""
+        tail = self._tail
+        if tail is None:
             return
-        end = start + len(data)
-        if offset < end:
-            self._commit(offset, end)
-            self._store(offset, data[offset - start :])
+        self._tail = None
+        held = tail.release()
+        if held:
+            self._commit(self._next, self._next + len(held))
+            self._store(self._next, held)
 
     # -- sequence space and octet storage -----------------------------------
 
@@ -566,6 +631,7 @@ class OutOfOrderReceiver:
         # RFC 5044 §8: nothing more is passed or delivered on this half connection.
         self.error = error
         events.append(ReceiveFailed(error))
+        self._tail = None
         self._blocks.clear()
         self._block_at.clear()
         self._held = 0
