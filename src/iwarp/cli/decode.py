@@ -33,7 +33,7 @@ from iwarp.analyze.parquet import (
 from iwarp.analyze.parquet import check_available as check_parquet
 from iwarp.analyze.parquet import concatenate as concatenate_parquet
 from iwarp.analyze.plot import PlotUnavailableError, check_available, write_plot
-from iwarp.analyze.records import ErrorRecord, Record
+from iwarp.analyze.records import ErrorRecord, Record, json_line
 from iwarp.analyze.render import (
     capture_json,
     summary_json,
@@ -694,7 +694,7 @@ def _show(
     if view == SUMMARY:
         return False
     if view == JSON:
-        out.write(json.dumps(record.to_json()) + "\n")
+        out.write(json_line(record) + "\n")
         return True
     if view == FIELD_LIST:
         assert index is not None
