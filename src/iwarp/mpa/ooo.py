@@ -39,7 +39,7 @@ from typing import Final, TypeAlias
 
 from iwarp._typing import Buffer
 from iwarp.errors import MpaError, MpaErrorCode
-from iwarp.mpa.framing import FpduDecoder, fpdu_wire_size
+from iwarp.mpa.framing import FpduDecoder, UlpduBatch, fpdu_wire_size
 from iwarp.mpa.wire import (
     FPDUPTR_MASK,
     HEADER_SIZE,
@@ -256,10 +256,18 @@ class OutOfOrderReceiver:
         if tail is not None and self.error is None and payload:
             # In order: the octets start right after those the decoder holds
             # (32-bit sequence arithmetic) and stay within the window.
-            start = self._next
-            lo = (seq - self.start - start + _HALF) & _SEQ_MASK
-            if lo == _HALF + tail.buffered and tail.buffered + len(payload) <= self.window:
-                return self._count_in_order(tail, payload)
+            held = tail.buffered
+            size = len(payload)
+            lo = (seq - self.start - self._next + _HALF) & _SEQ_MASK
+            if lo == _HALF + held and held + size <= self.window:
+                batch = tail.feed_batch(payload)
+                count = len(batch)
+                if tail.error is None:
+                    # Every octet fed is now part of a passed FPDU or held.
+                    self._next += held + size - tail.buffered
+                else:
+                    self._fail_in_order(tail.error, batch)
+                return count, 0, count
         passed = delivered = 0
         waiting: set[int] = set()
         for event in self.receive(seq, payload):
@@ -271,21 +279,14 @@ class OutOfOrderReceiver:
                 waiting.discard(event.offset)
         return passed, len(waiting), delivered
 
-    def _count_in_order(self, tail: FpduDecoder, payload: Buffer) -> tuple[int, int, int]:
-        """Feed in-order octets to the held decoder; count what it passes."""
-        start = self._next
-        batch = tail.feed_batch(payload)
-        if tail.error is not None:
-            offset = start
-            for ulpdu in batch:
-                offset += fpdu_wire_size(len(ulpdu), offset % MARKER_INTERVAL, markers=self.markers)
-            self._next = offset
-            self._fail(tail.error, [])
-        else:
-            # Every octet fed is now either part of a passed FPDU or held.
-            self._next = start + ((tail.position - tail.buffered - self._seq(start)) & _SEQ_MASK)
-        count = len(batch)
-        return count, 0, count
+    def _fail_in_order(self, error: MpaError, batch: UlpduBatch) -> None:
+        """The in-order decoder failed after passing ``batch``: the chain stops
+        after the last of them."""
+        offset = self._next
+        for ulpdu in batch:
+            offset += fpdu_wire_size(len(ulpdu), offset % MARKER_INTERVAL, markers=self.markers)
+        self._next = offset
+        self._fail(error, [])
 
     def _in_order_at(self, lo: int) -> bool:
         """Whether octets at ``lo`` continue the stream with nothing else held
