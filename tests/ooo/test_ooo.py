@@ -481,3 +481,36 @@ def test_window_is_kept_on_the_counting_path() -> None:
         seq = 7 + offset
         assert receiver.receive_count(seq, payload) == counted(twin.receive(seq, payload))
         assert shown(receiver) == shown(twin)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ulpdus=ulpdu_lists,
+    markers=st.booleans(),
+    sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=6),
+    counting=st.booleans(),
+)
+def test_a_reused_buffer_does_not_change_what_is_held(
+    ulpdus: list[bytes], markers: bool, sizes: list[int], counting: bool
+) -> None:
+    # Segments handed over in one bytearray, overwritten after each call.
+    stream = build(ulpdus, start=5, markers=markers, crc=True)
+    receiver = OutOfOrderReceiver(start=5, markers=markers, crc=True)
+    buffer = bytearray(3000)
+    passed: list[bytes] = []
+    total = 0
+    for offset, payload in cut(stream.data, sizes):
+        buffer[: len(payload)] = payload
+        view = memoryview(buffer)[: len(payload)]
+        if counting:
+            total += receiver.receive_count(5 + offset, view)[0]
+        else:
+            events = receiver.receive(5 + offset, view)
+            passed += [bytes(e.ulpdu) for e in events if isinstance(e, UlpduPassed)]
+        buffer[:] = bytes(len(buffer))
+    assert receiver.error is None
+    assert receiver.delivered_offset == len(stream.data)
+    if counting:
+        assert total == len(ulpdus)
+    else:
+        assert passed == ulpdus
