@@ -300,6 +300,16 @@ class OutOfOrderReceiver:
             return None
         octets = self._tail_octets
         data = octets[0] if len(octets) == 1 else b"".join(octets)
+        if self._tail_size == need and not self.markers:
+            # Exactly one FPDU (a segment per FPDU, the usual case): the
+            # decoder's whole-FPDU check; anything wrong goes to feed_batch.
+            whole = tail.take_whole(memoryview(data))
+            if whole is not None:
+                self._next += need
+                self._tail_octets = []
+                self._tail_size = 0
+                self._tail_need = None
+                return UlpduBatch([whole])
         batch = tail.feed_batch(data)
         if tail.error is not None:
             offset = self._next
