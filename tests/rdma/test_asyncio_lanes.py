@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
 
 from iwarp.asyncio.rdma import Access, ProtectionDomain, QueuePair, connect, serve
 from iwarp.rdmap.work import SendWR, WriteWR
@@ -15,7 +19,34 @@ REMOTE = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 SIZE = 8 << 20
 
 
-def test_a_send_posted_behind_a_large_write_arrives_after_it() -> None:
+def _loops() -> list[Any]:
+    loops: list[Any] = [pytest.param(asyncio.new_event_loop, id="asyncio")]
+    try:
+        import uvloop
+    except ImportError:
+        return loops
+    return [*loops, pytest.param(uvloop.new_event_loop, id="uvloop")]
+
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def run(factory: LoopFactory, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    loop = factory()
+    try:
+        loop.run_until_complete(asyncio.wait_for(main(), 60))
+    finally:
+        loop.close()
+
+
+@pytest.fixture(params=_loops())
+def loop_factory(request: pytest.FixtureRequest) -> LoopFactory:
+    """Each test on asyncio's event loop and on uvloop's (when installed)."""
+    factory: LoopFactory = request.param
+    return factory
+
+
+def test_a_send_posted_behind_a_large_write_arrives_after_it(loop_factory: LoopFactory) -> None:
     pd = ProtectionDomain()
     target = pd.register(bytearray(SIZE), REMOTE)
     data = os.urandom(SIZE)
@@ -31,6 +62,7 @@ def test_a_send_posted_behind_a_large_write_arrives_after_it() -> None:
         server = await serve(handler, "127.0.0.1", 0, pd=pd, receive_buffers=2)
         port = server.sockets[0].getsockname()[1]
         qp = await connect("127.0.0.1", port, receive_buffers=1)
+        assert qp._driver is not None and qp._driver._fd is not None  # on the transport's socket
         qp.post_send(WriteWR(data, target.stag, 0, wr_id=1))
         qp.post_send(SendWR(b"after", wr_id=2))
         assert [(await qp.send_cq.wait()).wr_id for _ in range(2)] == [1, 2]
@@ -40,22 +72,25 @@ def test_a_send_posted_behind_a_large_write_arrives_after_it() -> None:
         server.close()
         await server.wait_closed()
 
-    asyncio.run(asyncio.wait_for(main(), 60))
+    run(loop_factory, main)
     assert seen == [b"after", data[-16:]]
 
 
-def test_both_ends_write_large_messages_at_once() -> None:
+def test_both_ends_write_large_messages_at_once(loop_factory: LoopFactory) -> None:
     pd = ProtectionDomain()
     at_server = pd.register(bytearray(SIZE), REMOTE)
     at_client = pd.register(bytearray(SIZE), REMOTE)
     to_server, to_client = os.urandom(SIZE), os.urandom(SIZE)
 
     async def main() -> None:
+        placed = asyncio.Event()
+
         async def handler(qp: QueuePair) -> None:
             await qp.receive()
             await qp.rdma_write(to_client, at_client.stag, 0)
             await qp.send(b"written")
-            await qp.receive()
+            await qp.receive()  # after the client's Write: it is placed
+            placed.set()
 
         server = await serve(handler, "127.0.0.1", 0, pd=pd, receive_buffers=2)
         port = server.sockets[0].getsockname()[1]
@@ -64,10 +99,42 @@ def test_both_ends_write_large_messages_at_once() -> None:
         await qp.rdma_write(to_server, at_server.stag, 0)
         assert await qp.receive() == b"written"
         await qp.send(b"bye")
+        await placed.wait()
         await qp.close()
         server.close()
         await server.wait_closed()
 
-    asyncio.run(asyncio.wait_for(main(), 60))
+    run(loop_factory, main)
     assert bytes(at_server.view) == to_server
     assert bytes(at_client.view) == to_client
+
+
+def test_each_connection_holds_one_descriptor(loop_factory: LoopFactory) -> None:
+    """The driver writes on the transport's own socket (no duplicate): N
+    connections with both ends in this process add 2 N descriptors."""
+    count = 20
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def main() -> None:
+        finished = asyncio.Event()
+
+        async def handler(qp: QueuePair) -> None:
+            await qp.receive()
+            await finished.wait()
+
+        server = await serve(handler, "127.0.0.1", 0, receive_buffers=1)
+        port = server.sockets[0].getsockname()[1]
+        before = descriptors()
+        qps = [await connect("127.0.0.1", port) for _ in range(count)]
+        for qp in qps:
+            await qp.send(b"x" * 100_000)  # established, and written on
+        assert descriptors() - before == 2 * count
+        finished.set()
+        for qp in qps:
+            await qp.close()
+        server.close()
+        await server.wait_closed()
+
+    run(loop_factory, main)
