@@ -34,6 +34,12 @@ _PHASE_MASK: Final = MARKER_INTERVAL - 1
 #: Content octets between two markers (RFC 5044 §4.3).
 _STRIDE: Final = MARKER_INTERVAL - 4
 _ZERO_MARKER: Final = bytes(4)
+_PADS: Final = (b"", b"\0", b"\0\0", b"\0\0\0")
+_pack_length = ULPDU_LENGTH.pack
+_pack_crc = CRC_FIELD.pack
+_unpack_length = ULPDU_LENGTH.unpack_from
+_unpack_crc = CRC_FIELD.unpack_from
+_unpack_header = UNTAGGED_HEADER.unpack_from
 
 
 def _check_phase(phase: int) -> None:
@@ -60,12 +66,11 @@ def small_send(
         ULPDU does not fit the 16-bit length field.
     """
     _check_phase(phase)
-    ulpdu = bytes(header) + bytes(payload)
-    n = len(ulpdu)
+    n = len(header) + len(payload)
     if n > 0xFFFF:
         raise ValueError("the ULPDU exceeds the 16-bit ULPDU_Length field")
     pad = -(2 + n) & 3
-    content = ULPDU_LENGTH.pack(n) + ulpdu + bytes(pad)
+    content = b"".join((_pack_length(n), header, payload, _PADS[pad]))
     if not markers:
         body = content
     else:
@@ -84,7 +89,7 @@ def small_send(
             k += 1
         pieces.append(content[start:])
         body = b"".join(pieces)
-    frame = body + (CRC_FIELD.pack(crc32c(body)) if crc else bytes(4))
+    frame = body + (_pack_crc(crc32c(body)) if crc else _ZERO_MARKER)
     return frame, (phase + len(frame)) & _PHASE_MASK
 
 
@@ -148,7 +153,9 @@ def small_receive(
         raise TypeError("head must be a writable buffer")
     view = memoryview(data).cast("B")
     size = len(view)
-    lead = 4 if markers and phase == 0 else 0
+    if not markers:
+        return _receive_unmarked(view, size, crc, phase, limit, version, msn, send, send_se, target)
+    lead = 4 if phase == 0 else 0
     if size < lead + 2 + UNTAGGED_HEADER_SIZE + 4:
         return None
     if lead and view[:4] != _ZERO_MARKER:
@@ -183,4 +190,44 @@ def small_receive(
         return None  # DDP reports the message too long (RFC 5041 §7.1)
     payload = _gather(view, lead, at, markers, 2 + UNTAGGED_HEADER_SIZE, length)
     target.cast("B")[:length] = payload
+    return length, rdmap, (phase + size) & _PHASE_MASK
+
+
+def _receive_unmarked(
+    view: memoryview,
+    size: int,
+    crc: bool,
+    phase: int,
+    limit: int,
+    version: int,
+    msn: int,
+    send: int,
+    send_se: int,
+    target: memoryview,
+) -> tuple[int, int, int] | None:
+    """:func:`small_receive` without markers: the ULPDU lies in one piece."""
+    if size < 2 + UNTAGGED_HEADER_SIZE + 4:
+        return None
+    n: int = _unpack_length(view, 0)[0]
+    # RFC 5044 §4.1: length field, ULPDU, PAD to a multiple of 4, CRC.
+    if (n + 9) & ~3 != size or n > limit:
+        return None
+    if crc and _unpack_crc(view, size - 4)[0] != crc32c(view[: size - 4]):
+        return None
+    control, rdmap, _, qn, got_msn, mo = _unpack_header(view, 2)
+    if (
+        control & (TAGGED_FLAG | VERSION_MASK) != version
+        or not control & LAST_FLAG
+        or rdmap not in (send, send_se)
+        or qn
+        or got_msn != msn & 0xFFFFFFFF
+        or mo
+    ):
+        return None
+    length = n - UNTAGGED_HEADER_SIZE
+    if length > target.nbytes:
+        return None  # DDP reports the message too long (RFC 5041 §7.1)
+    if target.format != "B":
+        target = target.cast("B")
+    target[:length] = view[2 + UNTAGGED_HEADER_SIZE : 2 + n]
     return length, rdmap, (phase + size) & _PHASE_MASK
