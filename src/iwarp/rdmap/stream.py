@@ -155,6 +155,9 @@ def _check_word(name: str, value: int) -> None:
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
 _REMOTE_WRITE = int(Access.REMOTE_WRITE)
 _REMOTE_READ = int(Access.REMOTE_READ)
+#: The small-message lane's Send header (RFC 5041 §4.3): queue 0, as an int.
+_SEND_QUEUE: Final = int(QueueNumber.SEND)
+_pack_untagged = UNTAGGED_HEADER.pack
 
 
 @dataclass(eq=False, slots=True)
@@ -380,7 +383,7 @@ class RdmapStream:
 
     def claim_send(
         self, data: Sge | Buffer, solicited: bool = False, invalidate_stag: int | None = None
-    ) -> tuple[bytes, memoryview] | None:
+    ) -> tuple[bytes, Buffer] | None:
         """A Send (with Solicited Event and Invalidate as asked) taken as
         sent at once, as its one segment's DDP/RDMAP header and payload, when
         nothing else is queued, being sent or awaiting completion before it
@@ -403,7 +406,7 @@ class RdmapStream:
             or self._current is not None
         ):
             return None
-        payload = self._source(data)
+        payload = data if type(data) is bytes else self._source(data)
         if len(payload) > self.mulpdu - UNTAGGED_HEADER_SIZE:
             return None
         if invalidate_stag is None:
@@ -418,11 +421,11 @@ class RdmapStream:
                 else RdmapOpcode.SEND_WITH_INVALIDATE
             )
             rdmap, stag = self._control[opcode], invalidate_stag
-        msn = self._next_msn(QueueNumber.SEND)
+        msns = self._msn
+        msn = msns[_SEND_QUEUE]
+        msns[_SEND_QUEUE] = (msn + 1) & 0xFFFFFFFF
         # The one segment is the last (L set), at MO 0.
-        header = UNTAGGED_HEADER.pack(
-            self.version | LAST_FLAG, rdmap, stag, QueueNumber.SEND, msn, 0
-        )
+        header = _pack_untagged(self.version | LAST_FLAG, rdmap, stag, _SEND_QUEUE, msn, 0)
         return header, payload
 
     def _write_work(self, wr: WriteWR) -> _Work:
