@@ -495,6 +495,30 @@ class FpduDecoder(_Framer):
         """Octets held back as the start of an incomplete FPDU."""
         return len(self._pending)
 
+    def take_whole(self, data: memoryview) -> memoryview | None:
+        """The ULPDU of ``data`` when ``data`` is exactly one whole, valid
+        FPDU without markers (length within the limit, CRC right) and
+        nothing is held back: consumed as :meth:`feed_batch` would, and
+        returned as a read-only view into ``data``. The out-of-order
+        receiver's in-order segments take it (one FPDU per segment is the
+        usual case).
+
+        None: nothing was done; :meth:`feed_batch` takes ``data`` and
+        reports what is wrong with it.
+        """
+        size = len(data)
+        if self._pending or self.markers or self.error is not None or size < 8:
+            return None
+        n: int = _unpack_length(data, 0)[0]
+        # RFC 5044 §4.1: length field, ULPDU, PAD to a multiple of 4, CRC.
+        if (n + 9) & ~3 != size or n > self.max_ulpdu:
+            return None
+        if self.crc and _unpack_crc(data, size - 4)[0] != crc32c(data[: size - 4]):
+            return None
+        self._phase = (self._phase + size) & _PHASE_MASK
+        self._position = (self._position + size) & _SEQ_MASK
+        return data[2 : 2 + n].toreadonly()
+
     def feed(self, data: Buffer) -> list[memoryview]:
         """Consume received octets; return the ULPDUs they complete.
 
