@@ -211,16 +211,6 @@ class _Outgoing:
     atomic: bool = False
 
 
-#: Send-queue work answered by the peer: complete when the answer arrives.
-_ANSWERED: Final = frozenset(
-    {WorkOpcode.RDMA_READ, WorkOpcode.ATOMIC_FETCH_ADD, WorkOpcode.ATOMIC_CMP_SWAP}
-)
-#: Send-queue work of RFC 7306 (segmented by RdmapStream._extension_message).
-_EXTENSION_WORK: Final = frozenset(
-    {WorkOpcode.ATOMIC_FETCH_ADD, WorkOpcode.ATOMIC_CMP_SWAP, WorkOpcode.IMMEDIATE_DATA}
-)
-
-
 def _released(stag: int, to: int, length: int, rsvdulp: int, first: bool) -> memoryview:
     raise LocalProtocolError("the stream was released")
 
@@ -519,16 +509,13 @@ class RdmapStream:
             return False
         if self._current is not None or self._irq:
             return True
-        return bool(self._sq) and self._may_start(self._sq[0])
-
-    def _may_start(self, work: _Work) -> bool:
-        """Whether ORD (or, for an Atomic Request, ``atomic_ord``) lets the
-        head of the send queue go now."""
+        if not self._sq:
+            return False
+        # ORD (or, for an Atomic Request, atomic_ord) may hold the head back.
+        work = self._sq[0]
         if work.opcode is WorkOpcode.RDMA_READ:
             return len(self._orq) < self.ord
-        if work.atomic is not None:
-            return len(self._oaq) < self.atomic_ord
-        return True
+        return work.atomic is None or len(self._oaq) < self.atomic_ord
 
     @property
     def unsent(self) -> bool:
@@ -605,7 +592,7 @@ class RdmapStream:
         if not self._sq:
             return None
         work = self._sq[0]
-        if work.opcode in _EXTENSION_WORK:
+        if work.atomic is not None or work.opcode is WorkOpcode.IMMEDIATE_DATA:
             extension = self._extension_message(work)
             if extension is None:
                 return None
@@ -661,7 +648,7 @@ class RdmapStream:
             self._inbound[current.atomic] -= 1
             return
         work = current.work
-        if work is not None and work.opcode not in _ANSWERED:
+        if work is not None and work.opcode is not WorkOpcode.RDMA_READ and work.atomic is None:
             assert work.payload is not None
             self._done(work, CompletionStatus.SUCCESS, len(work.payload))
 
