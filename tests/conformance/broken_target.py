@@ -6,7 +6,9 @@ again and again (see initiator_loop.py). RULE is one of:
 
 * ``crc``: FPDUs are never CRC-checked (the decoder is built with CRC off);
 * ``pd-length``: any PD_Length up to 65535 is accepted in Rev 1/2 frames;
-* ``terminate``: errors end the stream without sending the Terminate.
+* ``terminate``: errors end the stream without sending the Terminate;
+* ``no-rfc7306``: a stack without RFC 7306, which answers its four
+  opcodes with "Unexpected OpCode" (not a broken rule: an older stack).
 
 Test-only: these are monkeypatches, not options of the product.
 """
@@ -51,7 +53,24 @@ def break_terminate() -> None:
     stream.runs_to_send = runs_to_send  # type: ignore[method-assign]
 
 
-RULES = {"crc": break_crc, "pd-length": break_pd_length, "terminate": break_terminate}
+def without_rfc7306() -> None:
+    stream = iwarp.rdmap.stream.RdmapStream
+    original = stream.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        # The opcodes it accepts: RFC 5040's only.
+        self._opcode_tagged = {op: t for op, t in self._opcode_tagged.items() if op < 8}
+
+    stream.__init__ = init  # type: ignore[method-assign]
+
+
+RULES = {
+    "crc": break_crc,
+    "pd-length": break_pd_length,
+    "terminate": break_terminate,
+    "no-rfc7306": without_rfc7306,
+}
 
 if __name__ == "__main__":
     RULES[sys.argv[1]]()
