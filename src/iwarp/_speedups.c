@@ -224,6 +224,27 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(~state);
 }
 
+/* --- argument helpers ------------------------------------------------------ */
+
+/* Whether two exported buffers share an octet (memcpy between them would be
+ * undefined). Compared as integers: the pointers may belong to different
+ * objects. */
+static int overlaps(const Py_buffer *a, const Py_buffer *b)
+{
+    uintptr_t a0 = (uintptr_t)a->buf, b0 = (uintptr_t)b->buf;
+    if (a->len <= 0 || b->len <= 0)
+        return 0;
+    return a0 < b0 ? b0 - a0 < (uintptr_t)a->len : a0 - b0 < (uintptr_t)b->len;
+}
+
+/* Record k's two words (native uint32: ULPDU offset, length), copied out:
+ * the records buffer may start at any address. */
+static inline void record_at(const uint8_t *records, size_t k, uint32_t *at, uint32_t *n)
+{
+    memcpy(at, records + 8 * k, 4);
+    memcpy(n, records + 8 * k + 4, 4);
+}
+
 /* --- framing (sender) ------------------------------------------------------ */
 
 typedef struct {
@@ -302,17 +323,25 @@ static PyObject *py_frame_run(PyObject *self, PyObject *args)
     PyObject *result = NULL, *out = NULL;
     uint8_t hdr[32];
     Py_ssize_t hlen = header.len;
-    if (hlen > 32 || field_at < 0 || field_size < 1 || field_size > 8 ||
-        field_at + field_size > hlen || room <= 0 || start < 0 || stop < start ||
-        stop > payload.len || hlen + room > 0xFFFF || (phase & 3) || phase > PHASE_MASK) {
+    /* Bounds compared without adding two caller-given values: field_at and
+       room may be anything up to PY_SSIZE_T_MAX. */
+    if (hlen > 32 || field_size < 1 || field_size > 8 || field_size > hlen || field_at < 0 ||
+        field_at > hlen - field_size || room <= 0 || room > 0xFFFF - hlen || start < 0 ||
+        stop < start || stop > payload.len || (phase & 3) || phase > PHASE_MASK) {
         PyErr_SetString(PyExc_ValueError, "frame_run: inconsistent arguments");
         goto done;
     }
-    Py_ssize_t segments = stop == start ? 1 : (stop - start + room - 1) / room;
+    /* room <= 0xFFFF, so this sum cannot overflow. */
+    Py_ssize_t segments = stop == start ? 1 : (stop - start - 1) / room + 1;
     /* Every segment's ULPDU is at most the first's (a one-segment run of a
        small message needs no room for a full MULPDU). */
     Py_ssize_t largest = stop - start < room ? stop - start : room;
-    size_t bound = (size_t)segments * fpdu_bound((size_t)(hlen + largest));
+    size_t each = fpdu_bound((size_t)(hlen + largest));
+    if ((size_t)segments > (size_t)PY_SSIZE_T_MAX / each) {
+        PyErr_SetString(PyExc_ValueError, "frame_run: the run is too long");
+        goto done;
+    }
+    size_t bound = (size_t)segments * each;
     uint8_t *dest;
     if (target == Py_None) {
         out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
@@ -324,6 +353,10 @@ static PyObject *py_frame_run(PyObject *self, PyObject *args)
             goto done;
         if ((size_t)given.len < bound) {
             PyErr_SetString(PyExc_ValueError, "frame_run: the output buffer is too small");
+            goto done;
+        }
+        if (overlaps(&given, &header) || overlaps(&given, &payload)) {
+            PyErr_SetString(PyExc_ValueError, "frame_run: the output buffer overlaps an input");
             goto done;
         }
         dest = given.buf;
@@ -561,14 +594,16 @@ static PyObject *py_segment_run(PyObject *self, PyObject *args)
                           &control_mask, &control, &rdmap, &key, &msn, &offset))
         return NULL;
     const uint8_t *p = buf.buf;
-    const uint32_t *r = recs.buf;
+    const uint8_t *r = recs.buf;
     Py_ssize_t total = recs.len / 8, count = 0;
     unsigned long long octets = 0;
     int last = 0;
     size_t hsize = tagged ? 14 : 18;
     for (Py_ssize_t k = index; k >= 0 && k < total; k++) {
-        size_t at = r[2 * k], n = r[2 * k + 1];
-        if (n <= hsize || at + n > (size_t)buf.len)
+        uint32_t at32, n32;
+        record_at(r, (size_t)k, &at32, &n32);
+        size_t at = at32, n = n32;
+        if (n <= hsize || at > (size_t)buf.len || n > (size_t)buf.len - at)
             break;
         const uint8_t *h = p + at;
         if ((h[0] & control_mask) != control || h[1] != rdmap)
@@ -608,28 +643,45 @@ static PyObject *py_place_run(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     const uint8_t *p = buf.buf;
-    const uint32_t *r = recs.buf;
-    Py_ssize_t total = recs.len / 8, need = 0;
-    if (index < 0 || count < 0 || index + count > total || hsize < 0) {
+    const uint8_t *r = recs.buf;
+    Py_ssize_t total = recs.len / 8;
+    size_t need = 0, len = (size_t)buf.len;
+    /* index + count could overflow: compare count with what is left. */
+    if (index < 0 || count < 0 || index > total || count > total - index || hsize < 0) {
         PyErr_SetString(PyExc_ValueError, "place_run: records out of range");
         goto done;
     }
+    /* The copies below must not change the buffers they read (the records
+     * were checked once, here) nor read what they wrote. */
+    if (overlaps(&target, &buf) || overlaps(&target, &recs)) {
+        PyErr_SetString(PyExc_ValueError, "place_run: the target overlaps the input");
+        goto done;
+    }
     for (Py_ssize_t k = index; k < index + count; k++) {
-        if ((Py_ssize_t)r[2 * k + 1] < hsize || (Py_ssize_t)(r[2 * k] + r[2 * k + 1]) > buf.len) {
+        uint32_t at, n;
+        record_at(r, (size_t)k, &at, &n);
+        /* Widened, and compared without adding: at + n may not fit 32 bits. */
+        if ((size_t)n < (size_t)hsize || at > len || n > len - at) {
             PyErr_SetString(PyExc_ValueError, "place_run: a record lies outside the buffer");
             goto done;
         }
-        need += r[2 * k + 1] - hsize;
+        if (n - (size_t)hsize > (size_t)target.len - need) {
+            PyErr_SetString(PyExc_ValueError, "place_run: the target is not the run's length");
+            goto done;
+        }
+        need += n - (size_t)hsize; /* <= target.len: no overflow */
     }
-    if (need != target.len) {
+    if (need != (size_t)target.len) {
         PyErr_SetString(PyExc_ValueError, "place_run: the target is not the run's length");
         goto done;
     }
     uint8_t *dst = target.buf;
     for (Py_ssize_t k = index; k < index + count; k++) {
-        size_t n = r[2 * k + 1] - hsize;
-        memcpy(dst, p + r[2 * k] + hsize, n);
-        dst += n;
+        uint32_t at, n;
+        record_at(r, (size_t)k, &at, &n);
+        size_t size = n - (size_t)hsize;
+        memcpy(dst, p + at + hsize, size);
+        dst += size;
     }
     result = Py_NewRef(Py_None);
 done:

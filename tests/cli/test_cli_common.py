@@ -83,6 +83,7 @@ def test_ports_are_the_tcp_range(value: int) -> None:
             port(str(value))
 
 
+@pytest.mark.slow
 def test_every_size_option_takes_units() -> None:
     with listen("--count", "2", "--max-size", "2KiB", "--memory-budget", "1M") as listener:
         rc, out = connect(listener.port, "--count", "2", "--size", "1K")
@@ -111,6 +112,7 @@ def test_summaries_give_elapsed_time_and_rate() -> None:
         assert len(str(summary["sha256"])) == 64
 
 
+@pytest.mark.slow
 def test_the_human_summary_names_time_and_rate() -> None:
     with listen("--count", "1") as listener:
         proc = subprocess.run(
@@ -126,6 +128,7 @@ def test_the_human_summary_names_time_and_rate() -> None:
     assert summary.startswith("summary:") and "seconds=" in summary and "mib_per_s=" in summary
 
 
+@pytest.mark.slow
 def test_progress_lines_on_stderr_when_asked() -> None:
     with listen("--count", "3") as listener:
         proc = subprocess.run(
@@ -186,6 +189,7 @@ def test_progress_meter_text() -> None:
     assert format_rate(5, 0.0) == "- MiB/s"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_listener_prints_its_partial_summary(
     signum: signal.Signals, status: int
@@ -206,6 +210,7 @@ def test_an_interrupted_listener_prints_its_partial_summary(
         assert summary[key] == sent[key]
 
 
+@pytest.mark.slow
 def test_an_interrupted_connector_prints_what_it_moved() -> None:
     # A listener that accepts but never advertises: the connector waits.
     with listen("--op", "mpa") as listener:

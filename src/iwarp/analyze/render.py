@@ -3,6 +3,7 @@ readable per-connection summary, and the verbose per-FPDU listing (``-V``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from iwarp.analyze.analyzer import ConnectionReport, DirectionSummary
@@ -124,9 +125,15 @@ def write_connection_text(connection: ConnectionReport, out: TextIO) -> None:
 
 
 def write_capture_text(
-    name: str, stats: CaptureStats, totals: CaptureTotals, out: TextIO, extra: str = ""
+    name: str,
+    stats: CaptureStats,
+    totals: CaptureTotals,
+    out: TextIO,
+    extra: str = "",
+    remarks: Sequence[str] = (),
 ) -> None:
-    """The capture's closing lines: what the file held, and the error count."""
+    """The capture's closing lines: what the file held, remarks on how it
+    was read, and the error count."""
     out.write(
         f"\n{name}: {stats.frames} frames, {stats.tcp} TCP segments, "
         f"{totals.connections} TCP connections, {totals.iwarp_connections} with iWARP or "
@@ -134,6 +141,8 @@ def write_capture_text(
     )
     if stats.truncated_file:
         out.write("  (the file ends in the middle of a record: the capture is truncated)\n")
+    for remark in remarks:
+        out.write(f"  ({remark})\n")
     out.write(f"{totals.errors} protocol errors\n")
 
 
@@ -146,7 +155,7 @@ def _seconds(value: float) -> str:
 
 
 def _rate(octets_per_second: float) -> str:
-    return f"{octets_per_second / 1e6:.2f} MB/s"
+    return f"{octets_per_second / (1 << 20):.2f} MiB/s"
 
 
 def _stats_lines(stats: DirectionStats) -> list[str]:

@@ -8,8 +8,17 @@ import sys
 from pathlib import Path
 
 from iwarp.conformance import all_cases, expected
-from iwarp.conformance.model import Result, TargetRole, select
-from iwarp.conformance.report import format_case, format_result, junit, summary_line, to_json
+from iwarp.conformance.model import Result, TargetRole, matches, select
+from iwarp.conformance.report import (
+    format_case,
+    format_result,
+    group_header,
+    junit,
+    list_json,
+    summary_line,
+    to_json,
+    write_text,
+)
 from iwarp.conformance.runner import (
     DEFAULT_TIMEOUT,
     InitiatorTarget,
@@ -26,7 +35,9 @@ examples:
   iwarp conformance 127.0.0.1 7471    the target is an MPA Responder (iwarp listen, rping -s)
   iwarp conformance --listen 7472 --peer-cmd 'rping -c -a 127.0.0.1 -p {port} -C 1'
                                       the target is an MPA Initiator, started once per case
-  iwarp conformance --list rfc6581/   the cases under a prefix
+  iwarp conformance --list rfc6581    the cases of a spec (rfc5041/7.2: of a section;
+                                      rfc5044/7.1.1/1: that case only)
+  iwarp conformance --list --json     the catalogue as JSON
   iwarp conformance HOST PORT rfc5041/ --strict --junit report.xml
 
 Exit status: 0 when no case failed, 1 when one did, 2 for bad usage or an unreachable target.
@@ -50,8 +61,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "target",
         nargs="*",
         metavar="HOST PORT | PREFIX",
-        help="the Responder to connect to, then case id prefixes (rfc6581/), before "
-        "the options; with --listen or --list only prefixes",
+        help="the Responder to connect to, then the cases: an exact id (rfc5044/7.1.1/1), a "
+        "spec or section (rfc6581, rfc5041/7.2) or a prefix ending in /; with --listen or "
+        "--list only the cases",
     )
     parser.add_argument(
         "--listen",
@@ -93,7 +105,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"seconds per case (default {DEFAULT_TIMEOUT:g}; some cases that "
         "wait for the target's own timeouts have longer ones)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON report at the end")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON report at the end (with --list: the selected cases as JSON)",
+    )
     parser.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
     parser.add_argument(
         "--record",
@@ -140,13 +156,30 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--peer-cmd needs --listen")
     if args.timeout <= 0:
         return _fail("--timeout must be positive")
-    cases = select(all_cases(), words, strict=args.strict, role=role)
-    cases = [c for c in cases if not any(c.id.startswith(p) for p in args.exclude)]
+    catalogue = all_cases()
+    unknown = [w for w in [*words, *args.exclude] if not any(matches(c.id, w) for c in catalogue)]
+    if unknown:
+        return _fail(
+            f"no case matches {' '.join(unknown)} (an exact id, a spec or section such as "
+            "rfc5041/7.2, or a prefix ending in /)"
+        )
+    cases = select(catalogue, words, strict=args.strict, role=role)
+    cases = [c for c in cases if not any(matches(c.id, p) for p in args.exclude)]
     if not cases:
-        return _fail(f"no case matches {' '.join(words) or 'the selection'}")
+        return _fail(
+            f"no case matches {' '.join(words) or 'the selection'}"
+            + ("" if args.strict else " (SHOULD cases need --strict)")
+        )
     if args.list:
+        if args.json:
+            print(list_json(cases))
+            return 0
+        previous = None
         for item in cases:
+            if (head := group_header(item, previous)) is not None:
+                print(head)
             print(format_case(item))
+            previous = item
         print(f"{len(cases)} cases")
         return 0
     assert target is not None
@@ -160,8 +193,11 @@ def run(args: argparse.Namespace) -> int:
     results: list[Result] = []
 
     def show(result: Result) -> None:
+        previous = results[-1].case if results else None
         results.append(result)
         if not args.json:
+            if (head := group_header(result.case, previous)) is not None:
+                print(head, flush=True)
             print(format_result(result, colour=colour, verbose=args.verbose), flush=True)
 
     if not args.json:
@@ -178,8 +214,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(to_json(results, target.describe()))
     else:
-        from iwarp.conformance.report import write_text
-
+        if runner.probe_note:
+            print(f"start-up: {runner.probe_note}")
         write_text(results, sys.stdout, colour=colour)
     rows = [r.as_dict() for r in results]
     try:

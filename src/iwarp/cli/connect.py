@@ -102,7 +102,7 @@ async def _run(args: argparse.Namespace, config: MpaConfig, out: Output, digest:
     progress = Progress(
         digest.counters, forced=args.progress, quiet=args.json, interval=args.interval
     )
-    async with pcap_capture(args.pcap):
+    async with pcap_capture(args.pcap, raw_ulp=args.op == "mpa"):
         try:
             if args.op == "mpa":
                 return await _connect(args, config, out, digest, progress)

@@ -156,7 +156,7 @@ async def _listen(
     digest: Digest,
     state: dict[str, int],
 ) -> int:
-    async with pcap_capture(args.pcap):
+    async with pcap_capture(args.pcap, raw_ulp=args.op == "mpa"):
         return await _serve(args, config, out, digest, state)
 
 

@@ -31,10 +31,16 @@ TAGGED_QUOTE = (
 
 
 def _region(s: Session) -> Region:
-    region = s.cooperation.region
-    if region is None:
-        raise CaseSkipped("the target advertised no buffer")
-    return region
+    return s.region()
+
+
+#: RFC 5041 has no access-rights code: a buffer closed to remote Write answers "invalid STag".
+NOT_WRITABLE: dict[tuple[int, int, int], str] = {
+    (DDP, T, DdpTaggedCode.INVALID_STAG): (
+        "the advertised buffer is not open to remote Write (an invalid-STag Terminate for "
+        "its own STag); a writable buffer (iwarp listen --op write) enables the case"
+    )
+}
 
 
 def _payload() -> bytes:
@@ -42,7 +48,10 @@ def _payload() -> bytes:
 
 
 def _untagged_version(dv: int) -> Callable[[Session], Broken]:
-    return lambda s: Broken(craft.send(_payload(), msn=1, ddp_version=dv), f"Send with DV={dv}")
+    # The MSN the target expects next on queue 0: the version is the only fault.
+    return lambda s: Broken(
+        craft.send(_payload(), msn=s.next_msn(0), ddp_version=dv), f"Send with DV={dv}"
+    )
 
 
 def _tagged_version(dv: int) -> Callable[[Session], Broken]:
@@ -186,13 +195,19 @@ def _bounds(number: int, title: str, where: str) -> None:
         f"rfc5041/7.2/{number}",
         f"rfc5041/7.1/{number}",
         title,
-        TAGGED_QUOTE + "3. The TO falls in the range of legal offsets registered for the STag. "
-        '4. The sum of the DDP Segment payload length and the TO falls in the range"',
+        TAGGED_QUOTE
+        + (
+            "4. The sum of the DDP Segment payload length and the TO falls in the range of legal "
+            'offsets registered for the STag"'
+            if where == "straddle"
+            else '3. The TO falls in the range of legal offsets registered for the STag"'
+        ),
         layer=DDP,
         etype=T,
         codes=DdpTaggedCode.BASE_OR_BOUNDS,
         build=build,
         needs=(Need.REGION,),
+        skip=NOT_WRITABLE,
     )
 
 
@@ -214,6 +229,7 @@ error_cases(
         "RDMA Write of 8 octets at TO 2^64-4",
     ),
     needs=(Need.REGION,),
+    skip=NOT_WRITABLE,
 )
 for _n, _dv in ((16, 0), (17, 2)):
     error_cases(
@@ -227,6 +243,7 @@ for _n, _dv in ((16, 0), (17, 2)):
         codes=DdpTaggedCode.INVALID_VERSION,
         build=_tagged_version(_dv),
         needs=(Need.REGION,),
+        skip=NOT_WRITABLE,
     )
 
 

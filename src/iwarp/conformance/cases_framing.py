@@ -11,7 +11,7 @@ from iwarp.conformance import craft
 from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
 from iwarp.conformance.session import Session
 from iwarp.errors import MpaErrorCode, TerminateLayer
-from iwarp.mpa.wire import MARKER_INTERVAL, EnhancedData, FrameFlags, RtrFlags
+from iwarp.mpa.wire import MARKER_INTERVAL, FrameFlags
 from iwarp.rdma.rping import ADVERT
 from iwarp.rdmap.wire import ReadRequest
 
@@ -172,10 +172,7 @@ def crc_correct(s: Session) -> None:
     roles=(TargetRole.RESPONDER,),
 )
 def crc_off(s: Session) -> None:
-    enhanced = EnhancedData(16, 16)
-    if s.style.peer_to_peer:
-        enhanced = EnhancedData(16, 16, RtrFlags.PEER_TO_PEER | s.style.rtr_types)
-    reply = s.initiate(craft.request(flags=FrameFlags.ENHANCED, enhanced=enhanced))
+    reply = s.initiate(s.default_request(flags=s.base_flags() & ~FrameFlags.CRC))
     if reply.reject:
         raise CaseSkipped("the target rejected a C=0 Request")
     if reply.crc:
@@ -272,14 +269,7 @@ _garbage_case(
 def _markers_wanted(s: Session) -> None:
     """Start with M=1 from the tool; skip when the target refuses markers."""
     if s.target is TargetRole.RESPONDER:
-        enhanced = EnhancedData(16, 16)
-        if s.style.peer_to_peer:
-            enhanced = EnhancedData(16, 16, RtrFlags.PEER_TO_PEER | s.style.rtr_types)
-        reply = s.initiate(
-            craft.request(
-                flags=FrameFlags.MARKERS | FrameFlags.CRC | FrameFlags.ENHANCED, enhanced=enhanced
-            )
-        )
+        reply = s.initiate(s.default_request(flags=s.base_flags() | FrameFlags.MARKERS))
         if reply.reject:
             raise CaseSkipped("the target does not send markers (it rejected M=1)")
         if s.rtr is not None:

@@ -25,21 +25,27 @@ from iwarp.rdmap.wire import RdmapOpcode, ReadRequest, TerminateHeader
 RDMAP = TerminateLayer.RDMAP
 PROT = RdmapErrorType.REMOTE_PROTECTION
 OPER = RdmapErrorType.REMOTE_OPERATION
-READ_QUOTE = (
-    'RFC 5040 §7.2: "For non-zero length RDMA Read Request Messages: a. The Data Source '
-    "STag MUST be valid ... c. ... MUST fall in the range of legal offsets ... e. ... "
-    'MUST NOT cause the Data Source Tagged Offset to wrap"'
-)
+READ_QUOTE = 'RFC 5040 §7.2: "4. For non-zero length RDMA Read Request Messages: '
+#: The items of RFC 5040 §7.2 rule 4 the Read Request cases break, one each.
+READ_ITEM = {
+    "a": 'a. The Data Source STag MUST be valid"',
+    "c": "c. The Data Source Tagged Offset MUST fall in the range of legal offsets associated "
+    'with the Data Source STag"',
+    "d": "d. The sum of the Data Source Tagged Offset and the RDMA Read Message Size MUST fall "
+    'in the range of legal offsets associated with the Data Source STag"',
+    "e": "e. The sum of the Data Source Tagged Offset and the RDMA Read Message Size MUST NOT "
+    'cause the Data Source Tagged Offset to wrap"',
+}
+#: A buffer closed to remote Read answers a Read with "access rights": such an answer says
+#: nothing of the rule the case checks, so the case is skipped, never passed.
+NOT_READABLE: dict[tuple[int, int, int], str] = {}
 #: Where our Read Responses are to go: the tool has no memory, the target only echoes these.
 SINK_STAG = 0x51_4E_4B_01
 SINK_TO = 0x1_0000
 
 
 def _region(s: Session) -> Region:
-    region = s.cooperation.region
-    if region is None:
-        raise CaseSkipped("the target advertised no buffer")
-    return region
+    return s.region()
 
 
 def _read(s: Session, src_stag: int, src_to: int, size: int, what: str) -> Broken:
@@ -52,13 +58,20 @@ def _payload() -> bytes:
     return ADVERT.pack(1, 0, 16)
 
 
+# Each broken message below carries the MSN the target expects next on queue 0 (every DDP
+# field valid): its RDMAP field is its only fault, whatever order the target checks in.
+
+
 def _bad_version(rv: int) -> Callable[[Session], Broken]:
-    return lambda s: Broken(craft.send(_payload(), msn=1, rdmap_version=rv), f"Send with RV={rv}")
+    return lambda s: Broken(
+        craft.send(_payload(), msn=s.next_msn(0), rdmap_version=rv), f"Send with RV={rv}"
+    )
 
 
 def _bad_opcode(op: int) -> Callable[[Session], Broken]:
     return lambda s: Broken(
-        craft.send(_payload(), msn=1, qn=0, opcode=op), f"untagged opcode {op:#x} on QN 0"
+        craft.send(_payload(), msn=s.next_msn(0), qn=0, opcode=op),
+        f"untagged opcode {op:#x} on QN 0",
     )
 
 
@@ -97,10 +110,27 @@ error_cases(
     etype=OPER,
     codes=RemoteOperationCode.UNEXPECTED_OPCODE,
     build=lambda s: Broken(
-        craft.send(_payload(), msn=1, qn=0, opcode=RdmapOpcode.RDMA_WRITE),
+        craft.send(_payload(), msn=s.next_msn(0), qn=0, opcode=RdmapOpcode.RDMA_WRITE),
         "untagged RDMA Write on QN 0",
     ),
 )
+
+
+def _tagged_send(s: Session) -> Broken:
+    """A Send opcode in a tagged segment, into the advertised buffer when there is one.
+
+    With a buffer, the opcode is the only fault. Without one, the STag is unknown
+    too: the DDP check (§7.2 rule 1) may answer first, so its invalid-STag
+    Terminate is accepted as well (see ``also`` below).
+    """
+    region = s.cooperation.region
+    if region is not None and region.writable:
+        seg = craft.write(region.stag, region.to, bytes(8), opcode=RdmapOpcode.SEND)
+        return Broken(seg, "tagged Send into the advertised buffer")
+    seg = craft.write(unknown_stag(s), 0, b"conformance!", opcode=RdmapOpcode.SEND)
+    return Broken(seg, "tagged Send to an unknown STag (no buffer advertised)")
+
+
 error_cases(
     "rfc5040/7.2/6",
     "rfc5040/4.8/6",
@@ -109,9 +139,8 @@ error_cases(
     layer=RDMAP,
     etype=OPER,
     codes=RemoteOperationCode.UNEXPECTED_OPCODE,
-    build=lambda s: Broken(
-        craft.write(unknown_stag(s), 0, b"conformance!", opcode=RdmapOpcode.SEND), "tagged Send"
-    ),
+    build=_tagged_send,
+    also=((TerminateLayer.DDP, DdpErrorType.TAGGED_BUFFER, 0),),
 )
 error_cases(
     "rfc5040/7.2/7",
@@ -131,11 +160,18 @@ error_cases(
 
 # --- RDMA Read Request (Remote Protection Errors) ------------------------------------------
 
+NOT_READABLE[(RDMAP, PROT, RemoteProtectionCode.ACCESS_RIGHTS)] = (
+    "the advertised buffer is not open to remote Read (an access-rights Terminate); a "
+    "readable buffer (iwarp listen --op read, rping -c) enables the case"
+)
+#: RFC 5040 Figure 9 lists "STag cannot be Invalidated" (09X) under both error types.
+INVALIDATE_ALSO = ((RDMAP, OPER, RemoteOperationCode.CANNOT_INVALIDATE),)
+
 error_cases(
     "rfc5040/7.2/10",
     "rfc5040/4.8/10",
     "a Read Request of an unknown STag brings TERM RDMAP/remote protection/invalid STag",
-    READ_QUOTE,
+    READ_QUOTE + READ_ITEM["a"],
     layer=RDMAP,
     etype=PROT,
     codes=RemoteProtectionCode.INVALID_STAG,
@@ -143,7 +179,7 @@ error_cases(
 )
 
 
-def _read_bounds(number: int, title: str, where: str) -> None:
+def _read_bounds(number: int, title: str, where: str, item: str) -> None:
     def build(s: Session) -> Broken:
         region = _region(s)
         if where == "after":
@@ -158,30 +194,32 @@ def _read_bounds(number: int, title: str, where: str) -> None:
         f"rfc5040/7.2/{number}",
         f"rfc5040/4.8/{number}",
         title,
-        READ_QUOTE,
+        READ_QUOTE + READ_ITEM[item],
         layer=RDMAP,
         etype=PROT,
-        codes=(RemoteProtectionCode.BASE_OR_BOUNDS, RemoteProtectionCode.ACCESS_RIGHTS),
+        codes=RemoteProtectionCode.BASE_OR_BOUNDS,
         build=build,
         needs=(Need.REGION,),
+        skip=NOT_READABLE,
     )
 
 
-_read_bounds(11, "a Read Request past the advertised buffer brings TERM base or bounds", "after")
-_read_bounds(12, "a Read Request across the buffer's end brings TERM base or bounds", "straddle")
-_read_bounds(13, "a Read Request longer than the buffer brings TERM base or bounds", "long")
+_read_bounds(
+    11, "a Read Request past the advertised buffer brings TERM base or bounds", "after", "c"
+)
+_read_bounds(
+    12, "a Read Request across the buffer's end brings TERM base or bounds", "straddle", "d"
+)
+_read_bounds(13, "a Read Request longer than the buffer brings TERM base or bounds", "long", "d")
 error_cases(
     "rfc5040/7.2/14",
     "rfc5040/4.8/14",
     "a Read Request whose TO wraps brings TERM TO wrap (or bounds)",
-    READ_QUOTE,
+    READ_QUOTE + READ_ITEM["e"],
     layer=RDMAP,
     etype=PROT,
-    codes=(
-        RemoteProtectionCode.TO_WRAP,
-        RemoteProtectionCode.BASE_OR_BOUNDS,
-        RemoteProtectionCode.ACCESS_RIGHTS,
-    ),
+    codes=(RemoteProtectionCode.TO_WRAP, RemoteProtectionCode.BASE_OR_BOUNDS),
+    skip=NOT_READABLE,
     build=lambda s: _read(
         s, _region(s).stag, 0xFFFF_FFFF_FFFF_FFFC, 8, "Read Request of 8 octets at TO 2^64-4"
     ),
@@ -190,11 +228,13 @@ error_cases(
 error_cases(
     "rfc5040/7.2/15",
     "rfc5040/4.8/15",
-    "a Send with Invalidate of an unknown STag brings TERM RDMAP/remote protection",
-    'RFC 5040 §7.2: "on incoming Send with Invalidate ... 4. The Invalidate STag MUST be valid"',
+    "a Send with Invalidate of an unknown STag brings TERM RDMAP/remote protection or operation",
+    'RFC 5040 §7.2: "on incoming Send with Invalidate ... 4. The Invalidate STag MUST be valid"; '
+    '§4.8 Figure 9: 09X "STag cannot be Invalidated" under Remote Protection and Remote Operation',
     layer=RDMAP,
     etype=PROT,
     codes=(RemoteProtectionCode.INVALID_STAG, RemoteProtectionCode.CANNOT_INVALIDATE),
+    also=INVALIDATE_ALSO,
     build=lambda s: Broken(
         craft.send(
             _payload(),
@@ -209,12 +249,15 @@ error_cases(
 error_cases(
     "rfc5040/7.2/16",
     "rfc5040/4.8/16",
-    "a Send with SE and Invalidate of an unknown STag brings TERM RDMAP/remote protection",
+    "a Send with SE and Invalidate of an unknown STag brings TERM RDMAP/remote protection "
+    "or operation",
     'RFC 5040 §7.2: "on incoming ... Send with Solicited Event and Invalidate Messages ... 4. The '
-    'Invalidate STag MUST be valid"',
+    'Invalidate STag MUST be valid"; §4.8 Figure 9: 09X "STag cannot be Invalidated" under '
+    "Remote Protection and Remote Operation",
     layer=RDMAP,
     etype=PROT,
     codes=(RemoteProtectionCode.INVALID_STAG, RemoteProtectionCode.CANNOT_INVALIDATE),
+    also=INVALIDATE_ALSO,
     build=lambda s: Broken(
         craft.send(
             _payload(),
@@ -252,10 +295,13 @@ def _responses(s: Session, count: int, *, wrote: bool = False) -> list[Received]
                 PROT,
                 RemoteProtectionCode.ACCESS_RIGHTS,
             ):
-                raise CaseSkipped("the advertised buffer does not allow remote Read")
+                raise CaseSkipped(NOT_READABLE[(RDMAP, PROT, RemoteProtectionCode.ACCESS_RIGHTS)])
             if wrote and (term.layer, term.etype, term.code) == (TerminateLayer.DDP, 1, 0):
                 # RFC 5041 has no access-rights code: a Write without the right is "invalid STag".
-                raise CaseSkipped("the advertised buffer does not allow remote Write")
+                raise CaseSkipped(
+                    "the advertised buffer is not open to remote Write (an invalid-STag "
+                    "Terminate); a buffer open to Write and Read (rping -c) enables the case"
+                )
             raise CaseFailed(f"a Terminate instead of a Read Response: {describe_terminate(term)}")
         if got.info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE:
             out.append(got)
@@ -390,7 +436,7 @@ def ird_exceeded(s: Session) -> None:
                 PROT,
                 RemoteProtectionCode.ACCESS_RIGHTS,
             ):
-                raise CaseSkipped("the advertised buffer does not allow remote Read")
+                raise CaseSkipped(NOT_READABLE[(RDMAP, PROT, RemoteProtectionCode.ACCESS_RIGHTS)])
             ok = (term.layer, term.etype) == (
                 TerminateLayer.DDP,
                 DdpErrorType.UNTAGGED_BUFFER,

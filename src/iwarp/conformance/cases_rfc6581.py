@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from iwarp.conformance import craft
 from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
-from iwarp.conformance.session import Session, describe_terminate
+from iwarp.conformance.session import RTR_STAG, Session, describe_terminate
 from iwarp.errors import MpaErrorCode, TerminateLayer
 from iwarp.mpa.wire import IRD_ORD_NONE, EnhancedData, FrameFlags, MpaFrame, Revision, RtrFlags
-from iwarp.rdmap.wire import TerminateHeader
+from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader
 
 R = (TargetRole.RESPONDER,)
 I = (TargetRole.INITIATOR,)  # noqa: E741
 A = RtrFlags.PEER_TO_PEER
 RTRS = RtrFlags.SEND | RtrFlags.WRITE | RtrFlags.READ
+#: Responder cases of RFC 6581 need a target that takes Rev 2 Requests.
+REV2 = (Need.ENHANCED,)
 
 
 def _enhanced_reply(s: Session, ird: int, ord_: int, flags: RtrFlags = RtrFlags.NONE) -> MpaFrame:
@@ -37,6 +39,7 @@ def _enhanced_reply(s: Session, ird: int, ord_: int, flags: RtrFlags = RtrFlags.
     '§10: "If the responder receives an enhanced MPA message, it MUST respond with an enhanced '
     'MPA message"',
     roles=R,
+    needs=REV2,
 )
 def enhanced_reply(s: Session) -> None:
     reply = _enhanced_reply(s, 16, 16)
@@ -50,6 +53,7 @@ def enhanced_reply(s: Session) -> None:
     "§10: \"If the responder receives an unenhanced MPA message ('S' is set to 0), it MUST "
     'respond with an unenhanced MPA message"',
     roles=R,
+    needs=REV2,
 )
 def unenhanced_reply(s: Session) -> None:
     reply = s.initiate(craft.request(flags=FrameFlags.CRC, enhanced=None))
@@ -92,6 +96,7 @@ def request_enhanced(s: Session) -> None:
     "§5/§9: the enhanced data is 32 bits at the beginning of the private data; RFC 5044 rule 9: "
     '"the startup frame MUST be considered improperly formatted"',
     roles=R,
+    needs=REV2,
 )
 def short_enhanced(s: Session) -> None:
     s.send_raw(
@@ -108,6 +113,7 @@ def short_enhanced(s: Session) -> None:
     "the Responder's ORD is at most the Initiator's IRD",
     '§9.1: "The responder MUST set its ORD at most to the initiator IRD"',
     roles=R,
+    needs=REV2,
 )
 def ord_le_ird(s: Session) -> None:
     reply = _enhanced_reply(s, 2, 2)
@@ -121,6 +127,7 @@ def ord_le_ird(s: Session) -> None:
     "an Initiator IRD of 0 gets a Responder ORD of 0",
     '§9.1: "The responder MUST set its ORD at most to the initiator IRD"',
     roles=R,
+    needs=REV2,
 )
 def ird_zero(s: Session) -> None:
     reply = _enhanced_reply(s, 0, 1)
@@ -135,6 +142,7 @@ def ird_zero(s: Session) -> None:
     '§9.1: "The responder MUST respond to an initiator ORD value of 0x3FFF by leaving its local '
     'endpoint IRD value unchanged and setting the IRD to 0x3FFF in its reply message"',
     roles=R,
+    needs=REV2,
 )
 def ord_none(s: Session) -> None:
     reply = _enhanced_reply(s, 8, IRD_ORD_NONE)
@@ -149,6 +157,7 @@ def ord_none(s: Session) -> None:
     '§9.1: "The responder MUST respond to an initiator IRD value of 0x3FFF by leaving its local '
     'endpoint ORD value unchanged, and setting ORD to 0x3FFF in its reply message"',
     roles=R,
+    needs=REV2,
 )
 def ird_none(s: Session) -> None:
     reply = _enhanced_reply(s, IRD_ORD_NONE, 8)
@@ -163,6 +172,7 @@ def ird_none(s: Session) -> None:
     '§9.1: "An all ones value (0x3FFF) indicates that automatic negotiation of the IRD or ORD is '
     'not desired"',
     roles=R,
+    needs=REV2,
 )
 def both_none(s: Session) -> None:
     reply = _enhanced_reply(s, IRD_ORD_NONE, IRD_ORD_NONE)
@@ -178,6 +188,7 @@ def both_none(s: Session) -> None:
     'negotiations"',
     level=Level.SHOULD,
     roles=R,
+    needs=REV2,
 )
 def ird_covers_ord(s: Session) -> None:
     reply = _enhanced_reply(s, 4, 4)
@@ -260,6 +271,7 @@ def _p2p_case(number: int, offer: RtrFlags, title: str) -> None:
         "of the initiator-specified RTR indication options, then the responder MUST set at "
         'least one RTR indication type option it supports"',
         roles=R,
+        needs=REV2,
     )
     def run(s: Session) -> None:
         reply = _enhanced_reply(s, 16, 16, A | offer)
@@ -286,6 +298,7 @@ _p2p_case(5, RTRS, "A=1 offering all three: the Reply has A=1 and an RTR")
     '§9.2: "The responder MUST set Control Flag A to 0 if Control Flag A is 0 in the request. '
     'If Control Flag A is set to 0, then Control Flags B, C, and D MUST also be set to 0"',
     roles=R,
+    needs=REV2,
 )
 def a_zero(s: Session) -> None:
     if s.style.peer_to_peer:
@@ -302,6 +315,7 @@ def a_zero(s: Session) -> None:
     '§9.2: "On reception, if Control Flag A is set to 0, then Control Flags B, C, and D MUST be '
     'ignored"',
     roles=R,
+    needs=REV2,
 )
 def bcd_without_a(s: Session) -> None:
     if s.style.peer_to_peer:
@@ -320,6 +334,7 @@ def bcd_without_a(s: Session) -> None:
     '§9.2: "Upon receiving the MPA Accept Frame with Control Flag A set to 1, the initiator MUST '
     'generate one of the negotiated RTR indications"',
     roles=R,
+    needs=REV2,
 )
 def write_rtr(s: Session) -> None:
     reply = _enhanced_reply(s, 16, 16, A | RtrFlags.WRITE)
@@ -337,6 +352,7 @@ def write_rtr(s: Session) -> None:
     'RFC 5040 §5.2.1: for a zero-length Read Request the Remote Peer "MUST respond with a '
     'zero-length RDMA Read Response Message"',
     roles=R,
+    needs=REV2,
 )
 def read_rtr(s: Session) -> None:
     reply = _enhanced_reply(s, 16, 16, A | RtrFlags.READ)
@@ -345,12 +361,23 @@ def read_rtr(s: Session) -> None:
         raise CaseSkipped("the target does not take a Read RTR")
     s.rtr = RtrFlags.READ
     s.send_rtr()
-    got = s.next_fpdu()  # the whole case timeout: an emulated guest can be slow
-    if got is None:
-        raise CaseFailed("no Read Response to the Read RTR")
-    info = got.info
-    if info.get("opcode") != 2 or info.get("payload_length") != 0:
-        raise CaseFailed(f"expected a zero-length Read Response, got {got.describe()}")
+    # RFC 5040 does not order the target's own Sends before or after the Read Response:
+    # other messages are passed over; a Terminate ends the wait.
+    while True:
+        got = s.next_fpdu()  # the whole case timeout: an emulated guest can be slow
+        if got is None:
+            raise CaseFailed(
+                f"no Read Response to the Read RTR ({s.link.ended or 'silence'} "
+                f"after {len(s.received)} other FPDUs)"
+            )
+        if got.is_terminate:
+            raise CaseFailed(f"a Terminate instead of the Read Response: {got.describe()}")
+        info = got.info
+        if info.get("opcode") != RdmapOpcode.RDMA_READ_RESPONSE:
+            continue
+        if info.get("payload_length") != 0 or info.get("stag") != RTR_STAG:
+            raise CaseFailed(f"expected a zero-length Read Response, got {got.describe()}")
+        return
 
 
 @case(

@@ -8,12 +8,12 @@ and segment length, and the RDMA header of a Read Request).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from iwarp.conformance.craft import Segment
 from iwarp.conformance.model import Level, Need, case
-from iwarp.conformance.session import Session
+from iwarp.conformance.session import Answer, Session
 
 __all__ = ["Broken", "error_cases", "unknown_stag"]
 
@@ -48,8 +48,15 @@ def error_cases(
     build: Callable[[Session], Broken],
     needs: Iterable[Need] = (),
     copy_ddp: bool = True,
+    also: Sequence[Answer] = (),
+    skip: Mapping[tuple[int, int, int], str] | None = None,
 ) -> None:
-    """Register the MUST case (Terminate fields) and the SHOULD case (header copies)."""
+    """Register the MUST case (Terminate fields) and the SHOULD case (header copies).
+
+    ``also``: other answers the RFC allows for the same fault; ``skip``:
+    Terminates that show the target cannot be judged by this case (see
+    :meth:`Session.expect_terminate`).
+    """
     needs = tuple(needs)
 
     def provoke(s: Session) -> tuple[Broken, object]:
@@ -58,7 +65,7 @@ def error_cases(
             s.need(need)
         broken = build(s)
         s.send_ulpdu(broken.segment.octets, broken.what)
-        got = s.expect_terminate(layer, etype, codes)
+        got = s.expect_terminate(layer, etype, codes, also=also, skip=skip)
         return broken, got
 
     def fields(s: Session) -> None:

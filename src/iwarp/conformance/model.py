@@ -31,6 +31,7 @@ __all__ = [
     "Status",
     "TargetRole",
     "case",
+    "matches",
     "select",
 ]
 
@@ -67,6 +68,9 @@ class Need(StrEnum):
     WRITE_ONLY_REGION = "write-only region"
     #: The target answers our first message with FPDUs of its own.
     TALKS = "talks"
+    #: The target takes Rev 2 Requests (RFC 6581 enhanced connection establishment); the
+    #: runner skips these cases for a target that closes on Rev 2 and takes Rev 1.
+    ENHANCED = "rev2"
 
 
 class Status(StrEnum):
@@ -188,6 +192,19 @@ def add(item: Case) -> None:
     REGISTRY[item.id] = item
 
 
+def matches(case_id: str, pattern: str) -> bool:
+    """Whether ``pattern`` selects ``case_id``.
+
+    An exact id selects that case only (``rfc5044/7.1.1/1`` is not
+    ``rfc5044/7.1.1/10``); a pattern ending in ``/`` selects the ids under it;
+    any other pattern is a spec or a section (``rfc5041``, ``rfc5041/7.2``)
+    and selects the ids under it as whole path segments.
+    """
+    if pattern.endswith("/"):
+        return case_id.startswith(pattern)
+    return case_id == pattern or case_id.startswith(pattern + "/")
+
+
 def select(
     cases: Iterable[Case],
     prefixes: Sequence[str] = (),
@@ -195,10 +212,11 @@ def select(
     strict: bool = False,
     role: TargetRole | None = None,
 ) -> list[Case]:
-    """Cases whose id starts with any prefix (all without one), MUST only unless strict."""
+    """Cases that a pattern selects (all without one; see :func:`matches`), MUST only
+    unless strict."""
     chosen = []
     for item in cases:
-        if prefixes and not any(item.id.startswith(p) for p in prefixes):
+        if prefixes and not any(matches(item.id, p) for p in prefixes):
             continue
         if item.level is Level.SHOULD and not strict:
             continue

@@ -10,7 +10,19 @@ from typing import Final, TextIO
 
 from iwarp.conformance.model import Case, Result, Status
 
-__all__ = ["counts", "format_case", "format_result", "junit", "summary_line", "to_json"]
+__all__ = [
+    "counts",
+    "format_case",
+    "format_result",
+    "group_header",
+    "group_of",
+    "junit",
+    "list_json",
+    "recap",
+    "summary_line",
+    "to_json",
+    "write_text",
+]
 
 _COLOURS: Final = {Status.PASSED: "\033[32m", Status.FAILED: "\033[31m", Status.SKIPPED: "\033[33m"}
 _MARKS: Final = {Status.PASSED: "PASS", Status.FAILED: "FAIL", Status.SKIPPED: "SKIP"}
@@ -47,7 +59,40 @@ def format_result(result: Result, *, colour: bool, verbose: bool = False) -> str
     return "\n".join(lines)
 
 
+def group_of(item: Case) -> str:
+    """The section a case belongs to, for grouping: ``rfc5044 §7.1.1``."""
+    parts = item.id.split("/")
+    return f"{parts[0]} §{parts[1]}" if len(parts) > 2 else parts[0]
+
+
+def group_header(item: Case, previous: Case | None) -> str | None:
+    """A heading line when ``item`` starts a new section (None within one)."""
+    if previous is not None and group_of(previous) == group_of(item):
+        return None
+    return f"== {group_of(item)}"
+
+
+def recap(results: Sequence[Result]) -> list[str]:
+    """One line per failed case (id, title, reason), for the end of a text report."""
+    failed = [r for r in results if r.status is Status.FAILED]
+    if not failed:
+        return []
+    lines = [f"{len(failed)} failed:"]
+    for r in failed:
+        reason = r.reason if len(r.reason) <= 160 else r.reason[:157] + "..."
+        lines.append(f"  {r.case.id:22} {reason}")
+    return lines
+
+
+def list_json(cases: Sequence[Case]) -> str:
+    """The selected cases as a JSON array (``--list --json``)."""
+    return json.dumps([item.as_dict() for item in cases], indent=1)
+
+
 def write_text(results: Sequence[Result], out: TextIO, *, colour: bool) -> None:
+    """The end of a text report: the recap of failures, then the counts."""
+    for line in recap(results):
+        out.write(line + "\n")
     line = summary_line(results)
     if colour:
         failed = counts(results)[Status.FAILED]

@@ -30,8 +30,17 @@ from dataclasses import dataclass
 from typing import Final
 
 from iwarp.conformance.link import Link
-from iwarp.conformance.model import Case, CaseFailed, CaseSkipped, Result, Status, TargetRole
-from iwarp.conformance.session import Session, StartupStyle
+from iwarp.conformance.model import (
+    Case,
+    CaseFailed,
+    CaseSkipped,
+    Need,
+    Result,
+    Status,
+    TargetRole,
+)
+from iwarp.conformance.session import NEED_HINTS, Session, StartupStyle
+from iwarp.mpa.wire import Revision
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -165,6 +174,10 @@ class Runner:
         self.cooperation_wait = cooperation_wait
         self.on_result = on_result
         self.style = StartupStyle()
+        #: Whether the probe found a Request the target accepts with a Reply.
+        self.answered = True
+        #: Why not, for the report.
+        self.probe_note = ""
         self._listener: socket.socket | None = None
         self._accepted = 0
         #: Whether the target ended the last case's connection.
@@ -238,25 +251,41 @@ class Runner:
     # --- the probe ------------------------------------------------------------
 
     def probe(self) -> None:
-        """Learn how a Responder target wants to be started (plain or peer-to-peer)."""
+        """Learn how a Responder target wants to be started: plain Rev 2, peer-to-peer, Rev 1.
+
+        A target that answers none of them with a well-formed Reply is still
+        tested (with plain Rev 2 Requests): the cases that need a Reply fail
+        with the frame it sent, decoded. Only a target that accepts no TCP
+        connection raises :class:`TargetUnavailableError`.
+        """
         if not isinstance(self.target, ResponderTarget):
             return
-        for style in (StartupStyle(), StartupStyle(peer_to_peer=True)):
+        styles = (
+            StartupStyle(),
+            StartupStyle(peer_to_peer=True),
+            StartupStyle(revision=int(Revision.REV1)),
+        )
+        first = ""
+        for style in styles:
             deadline = time.monotonic() + self.timeout
             link = self._connect(deadline)
             session = Session(link, TargetRole.RESPONDER, deadline=deadline, style=style)
             try:
-                session.initiate()
-            except CaseFailed:
+                reply = session.initiate()
+            except CaseFailed as exc:
+                first = first or str(exc)
                 continue
             finally:
                 link.close()
+            if reply.reject:
+                first = first or f"a Reply with R=1 to {style.describe()}"
+                continue
             self.style = style
+            self.answered = True
             return
-        raise TargetUnavailableError(
-            f"{self.target.describe()} answered neither a plain nor a peer-to-peer Rev 2 "
-            "MPA Request with a Reply"
-        )
+        self.style = StartupStyle()
+        self.answered = False
+        self.probe_note = f"no start-up style was accepted: {first}"
 
     # --- cases -------------------------------------------------------------------
 
@@ -274,6 +303,10 @@ class Runner:
             link = self._connect(deadline)
         except TargetUnavailableError:
             return False
+        if not self.answered:
+            # It never gave a valid Reply: still taking connections is all it can prove.
+            link.close()
+            return True
         session = Session(link, TargetRole.RESPONDER, deadline=deadline, style=self.style)
         try:
             session.initiate()
@@ -318,6 +351,8 @@ class Runner:
         if self.target.role not in item.roles:
             other = "Initiator" if self.target.role is TargetRole.RESPONDER else "Responder"
             return Result(item, Status.SKIPPED, f"the case needs the target as MPA {other}")
+        if Need.ENHANCED in item.needs and self.style.revision < Revision.REV2:
+            return Result(item, Status.SKIPPED, NEED_HINTS[Need.ENHANCED])
         deadline = started + (item.timeout or self.timeout)
         launched = Launched(None, "")
         session: Session | None = None

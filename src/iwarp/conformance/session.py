@@ -21,6 +21,7 @@ non-zero PAD, a bad CRC, a marker out of place.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -59,7 +60,16 @@ from iwarp.rdmap.wire import (
     split_control,
 )
 
-__all__ = ["Cooperation", "Received", "Region", "Session", "StartupStyle", "describe_terminate"]
+__all__ = [
+    "Answer",
+    "Cooperation",
+    "NEED_HINTS",
+    "Received",
+    "Region",
+    "Session",
+    "StartupStyle",
+    "describe_terminate",
+]
 
 #: A permissive reading of startup frames: every revision, the largest private data.
 _LENIENT: Final = MpaConfig(private_data_limit=512, rev0_private_data_limit=0xFFFF)
@@ -68,6 +78,32 @@ COOPERATION_WAIT: Final = 1.0
 #: The STag our Write RTR names (RFC 6581 wants a zero-length Write; iwarp
 #: and siw use a non-zero STag, siw 1).
 RTR_STAG: Final = 1
+
+
+#: Why a case that needs this is skipped, and what kind of target would enable it.
+NEED_HINTS: Final[dict[Need, str]] = {
+    Need.RECEIVE: (
+        "the target sent no Send in the data phase, so no posted receive is known; a target "
+        "that answers the tool's first Send (iwarp listen) or sends one first (iwarp connect, "
+        "rping -c) enables the case"
+    ),
+    Need.REGION: (
+        "the target advertised no buffer (STag, TO, length) in a 16-octet Send; a target "
+        "that does (iwarp listen --op write or --op read, rping -c) enables the case"
+    ),
+    Need.WRITE_ONLY_REGION: (
+        "the target advertised no write-only buffer; iwarp listen --op write enables the case"
+    ),
+    Need.ENHANCED: (
+        "the target closes on Rev 2 Requests and takes Rev 1 (RFC 5044 only); this RFC 6581 "
+        "case needs a target that takes Rev 2 Requests"
+    ),
+    Need.TALKS: (
+        "the target sent no FPDU of its own in the data phase; a target that answers the "
+        "tool's first Send (iwarp listen) or sends first (iwarp connect, rping -c) enables "
+        "the case"
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +150,13 @@ class StartupStyle:
 
     peer_to_peer: bool = False
     rtr_types: RtrFlags = RtrFlags.WRITE | RtrFlags.READ
+    #: 1 for a target that takes only Rev 1 Requests (RFC 5044 without RFC 6581).
+    revision: int = int(Revision.REV2)
+
+    def describe(self) -> str:
+        if self.revision < Revision.REV2:
+            return "Rev 1 Requests (the target closes on Rev 2)"
+        return "peer-to-peer Rev 2 Requests" if self.peer_to_peer else "plain Rev 2 Requests"
 
 
 @dataclass(slots=True)
@@ -270,7 +313,12 @@ class Session:
         try:
             parsed = parse_frame(self.link.inbox, _LENIENT, expect_request=request)
         except MpaError as exc:
-            raise CaseFailed(f"the target's MPA {name} is improperly formatted: {exc}") from None
+            raw = bytes(self.link.inbox[: FRAME_HEADER_SIZE + min(pd_length, 64)])
+            self.note(f"got an improperly formatted MPA {name}: {describe_raw_frame(raw)}")
+            raise CaseFailed(
+                f"the target's MPA {name} is improperly formatted ({exc}): "
+                f"{describe_raw_frame(raw)}"
+            ) from None
         assert parsed is not None
         frame, used = parsed
         raw = self.link.take(used)
@@ -284,12 +332,25 @@ class Session:
     def read_reply(self) -> MpaFrame:
         return self.read_frame(request=False)
 
+    def base_flags(self) -> FrameFlags:
+        """The flags of the tool's normal Request: C, and S for a Rev 2 target."""
+        if self.style.revision < Revision.REV2:
+            return FrameFlags.CRC
+        return FrameFlags.CRC | FrameFlags.ENHANCED
+
     def default_request(self, **overrides: object) -> bytes:
-        flags = FrameFlags.CRC | FrameFlags.ENHANCED
-        enhanced = EnhancedData(16, 16)
-        if self.style.peer_to_peer:
-            enhanced = EnhancedData(16, 16, RtrFlags.PEER_TO_PEER | self.style.rtr_types)
-        args: dict[str, object] = {"flags": flags, "enhanced": enhanced}
+        """The tool's normal Request for this target (its revision, peer-to-peer if it wants)."""
+        if self.style.revision < Revision.REV2:
+            args: dict[str, object] = {
+                "revision": Revision.REV1,
+                "flags": self.base_flags(),
+                "enhanced": None,
+            }
+        else:
+            enhanced = EnhancedData(16, 16)
+            if self.style.peer_to_peer:
+                enhanced = EnhancedData(16, 16, RtrFlags.PEER_TO_PEER | self.style.rtr_types)
+            args = {"flags": self.base_flags(), "enhanced": enhanced}
         args.update(overrides)
         return craft.request(**args)  # type: ignore[arg-type]
 
@@ -438,7 +499,14 @@ class Session:
 
     def need(self, need: Need) -> None:
         if not self.cooperation.has(need):
-            raise CaseSkipped(f"the target offered no {need} in the data phase")
+            raise CaseSkipped(NEED_HINTS[need])
+
+    def region(self) -> Region:
+        """The buffer the target advertised; CaseSkipped (saying what would help) without one."""
+        region = self.cooperation.region
+        if region is None:
+            raise CaseSkipped(NEED_HINTS[Need.REGION])
+        return region
 
     # --- FPDUs ----------------------------------------------------------------
 
@@ -577,21 +645,31 @@ class Session:
         etype: int,
         code: int | tuple[int, ...] | None,
         *,
+        also: Sequence[Answer] = (),
+        skip: Mapping[tuple[int, int, int], str] | None = None,
         close_ok: bool = False,
         within: float | None = None,
     ) -> Received | None:
         """Read FPDUs until a Terminate; it must carry (layer, etype, code).
 
-        ``close_ok``: the rule allows a close instead of a Terminate (a bad
-        CRC may be met by dropping the connection). ``code`` None: any code
-        (a Local Catastrophic Error has none). Returns the Terminate FPDU, or
-        None when the target closed and that was allowed.
+        ``also``: other (layer, etype, codes) answers the rule allows (RFC 5040
+        Figure 9 lists some codes under two error types). ``skip``: Terminates
+        that show the case cannot judge this target (the advertised buffer is
+        not open to the access the case needs), with the reason: the case is
+        skipped. ``close_ok``: the rule allows a close instead of a Terminate
+        (a bad CRC may be met by dropping the connection). ``code`` None: any
+        code (a Local Catastrophic Error has none). Returns the Terminate
+        FPDU, or None when the target closed and that was allowed.
         """
         deadline = self.deadline if within is None else self.within(within)
-        codes = (code,) if isinstance(code, int) else code
-        want = f"layer {layer} type {etype}"
-        if codes is not None:
-            want += " code " + " or ".join(f"{c:#04x}" for c in codes)
+        answers: list[tuple[int, int, tuple[int, ...] | None]] = [
+            (layer, etype, (code,) if isinstance(code, int) else code)
+        ]
+        for alt_layer, alt_type, alt_code in also:
+            answers.append(
+                (alt_layer, alt_type, (alt_code,) if isinstance(alt_code, int) else alt_code)
+            )
+        want = " or ".join(_answer_text(*a) for a in answers)
         while True:
             got = self.next_fpdu(deadline)
             if got is None:
@@ -609,11 +687,13 @@ class Session:
             if not got.is_terminate:
                 continue
             term = got.terminate()
-            code_ok = codes is None or term.code in codes
-            if (term.layer, term.etype) == (layer, etype) and code_ok:
+            if skip and (reason := skip.get((term.layer, term.etype, term.code))):
+                self.note(f"skipped on {describe_terminate(term)}")
+                raise CaseSkipped(reason)
+            if any(_answers(term.layer, term.etype, term.code, a) for a in answers):
                 return got
             hint = ""
-            if (term.etype, term.layer) == (layer, etype) and code_ok:
+            if any(_answers(term.etype, term.layer, term.code, a) for a in answers):
                 hint = " (Layer and EType nibbles swapped: little-endian bitfields)"
             raise CaseFailed(
                 f"expected a Terminate with {want}; got {describe_terminate(term)}{hint}"
@@ -678,6 +758,24 @@ class Session:
                 raise CaseFailed(f"{what}: the target sent {got.describe()}")
 
 
+#: One answer a rule allows: (layer, error type, the codes; None: any code).
+Answer = tuple[int, int, int | tuple[int, ...] | None]
+
+
+def _answers(
+    layer: int, etype: int, code: int, answer: tuple[int, int, tuple[int, ...] | None]
+) -> bool:
+    want_layer, want_type, codes = answer
+    return (layer, etype) == (want_layer, want_type) and (codes is None or code in codes)
+
+
+def _answer_text(layer: int, etype: int, codes: tuple[int, ...] | None) -> str:
+    text = f"layer {layer} type {etype}"
+    if codes is not None:
+        text += " code " + "/".join(f"{c:#04x}" for c in codes)
+    return text
+
+
 def _as_fpdu(data: bytes) -> str:
     """Name octets that look like an FPDU (a Terminate, say) sent where none may be."""
     length = int.from_bytes(data[:2], "big")
@@ -685,6 +783,26 @@ def _as_fpdu(data: bytes) -> str:
         got = Received(data[2 : 2 + length], b"", 0, True, 0)
         return f"an {got.describe()}"
     return "octets"
+
+
+def describe_raw_frame(raw: bytes) -> str:
+    """A startup frame's header field by field, whatever it holds (a wrong key, a Rev 7...)."""
+    key, flags, rev, pd_length = FRAME_HEADER.unpack_from(raw, 0)
+    if key == REQUEST_KEY:
+        key_text = "the Request key"
+    elif key == REPLY_KEY:
+        key_text = "the Reply key"
+    else:
+        key_text = f"key {key!r} (neither the Request nor the Reply key)"
+    names = "".join(
+        ch if flags & bit else "-"
+        for ch, bit in (("M", 0x80), ("C", 0x40), ("R", 0x20), ("S", 0x10))
+    )
+    text = f"{key_text}, flags {names} (octet {flags:#04x}), Rev {rev}, PD_Length {pd_length}"
+    data = raw[FRAME_HEADER_SIZE:]
+    if data:
+        text += f", private data {_hex(data, 16)}"
+    return text
 
 
 def describe_frame(frame: MpaFrame, raw: bytes) -> str:

@@ -301,6 +301,19 @@ class FpduEncoder(_Framer):
         """Stream position (mod 2**32) of the next octet to be sent."""
         return self._position
 
+    @property
+    def phase(self) -> int:
+        """Marker phase of the next octet: its offset from the marker origin,
+        modulo 512 (kept up to date when markers are on)."""
+        return self._phase
+
+    def advance(self, octets: int, phase: int) -> None:
+        """Count ``octets`` of FPDUs framed outside this encoder (a send lane,
+        :mod:`iwarp.rdma.lanes`), after which the marker phase is ``phase``."""
+        self._position = (self._position + octets) & _SEQ_MASK
+        if self.markers:
+            self._phase = phase & _PHASE_MASK
+
     def encode(self, ulpdu: Buffer) -> list[Buffer]:
         """Frame one ULPDU; returns the FPDU as a list of buffers, in order.
 

@@ -44,6 +44,8 @@ from iwarp.mpa.events import (
 from iwarp.mpa.events import Event as MpaEvent
 from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.wire import RtrFlags
+from iwarp.rdma import lanes
+from iwarp.rdma.lanes import LANE_MIN, SendLane
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.stream import RdmapStream
@@ -383,6 +385,42 @@ class RdmaConnection:
                 mpa.send_run(run)
             self._events.extend(stream.take_events())
         return mpa.data_to_send()
+
+    def take_lane(self, min_octets: int = LANE_MIN) -> SendLane | None:
+        """The next message as a send lane (:mod:`iwarp.rdma.lanes`), when
+        MPA is in full operation with nothing queued and the stream's next
+        message is a Send, RDMA Write or Read Response of at least
+        ``min_octets`` octets (or the rest of one begun). None: use
+        :meth:`data_to_send`.
+
+        MPA's stream position moves past the whole message at once: whatever
+        is framed next goes after it, and the caller writes the lane's
+        octets before anything :meth:`data_to_send` gives later. Its
+        completion waits for :meth:`lane_sent`.
+        """
+        stream = self.stream
+        if stream is None or not lanes.ACTIVE or not stream.has_data_to_send:
+            return None
+        encoder = self.mpa.lane_encoder()
+        if encoder is None or stream.mulpdu > encoder.max_ulpdu:
+            return None
+        taken = stream.take_message(min_octets)
+        if taken is None:
+            return None
+        run, token = taken
+        lane = SendLane(
+            run, markers=encoder.markers, crc=encoder.crc, phase=encoder.phase, token=token
+        )
+        encoder.advance(lane.total, lane.end_phase)
+        return lane
+
+    def lane_sent(self, lane: SendLane) -> None:
+        """Every octet of ``lane`` is with TCP: its work request completes
+        (:meth:`take_events`)."""
+        stream = self.stream
+        if stream is not None:
+            stream.message_sent(lane.token)
+            self._events.extend(stream.take_events())
 
     @property
     def has_data_to_send(self) -> bool:

@@ -67,6 +67,7 @@ from iwarp.mpa.policy import ConnectionRejectedError, Decider, answer_request
 from iwarp.rdma.connection import Event as StackEvent
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.errors import ConnectionTerminatedError, describe_terminate
+from iwarp.rdma.lanes import SendLane
 from iwarp.rdmap.errors import LocalCatastrophicError
 from iwarp.rdmap.memory import MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamState
@@ -492,6 +493,21 @@ class QueuePairEndpoint:
         if events:
             self._route(events, None)
         return chunks
+
+    def take_lane(self) -> SendLane | None:
+        """The next large message as a send lane, unless output is held
+        (:meth:`RdmaConnection.take_lane
+        <iwarp.rdma.connection.RdmaConnection.take_lane>`)."""
+        if self._hold_until is not None:
+            return None
+        return self.conn.take_lane()
+
+    def lane_sent(self, lane: SendLane) -> None:
+        """Every octet of ``lane`` is with TCP: its completion is routed."""
+        self.conn.lane_sent(lane)
+        events = self.conn.take_events()
+        if events:
+            self._route(events, None)
 
     @property
     def has_data_to_send(self) -> bool:

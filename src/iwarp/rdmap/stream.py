@@ -635,6 +635,55 @@ class RdmapStream:
         self._inflight.append(work)
         return _Outgoing(message, work=work)
 
+    # -- the send lane (iwarp.rdma.lanes) ---------------------------------------
+
+    def take_message(self, min_octets: int) -> tuple[SegmentRun, object] | None:
+        """Hand out the rest of the next message as one run, for a send lane
+        that writes it whole: the message being segmented, or else the next
+        Read Response, Send or RDMA Write when it carries at least
+        ``min_octets`` octets (Read Requests and small messages keep
+        :meth:`runs_to_send`). None: nothing was taken.
+
+        The message counts as handed to MPA, as if :meth:`runs_to_send` had
+        returned its runs, but its completion waits for
+        :meth:`message_sent` with the returned token (the lane calls it once
+        the kernel took every octet: until then the payload is still read).
+        """
+        if self.state is not StreamState.OPERATIONAL:
+            return None
+        current = self._current
+        if current is None:
+            if self._irq:
+                head = self._irq[0]
+                if isinstance(head, _AtomicJob):
+                    return None  # an Atomic Response is 12 octets: the runs' way
+                size = len(head.source)
+            elif self._sq and self._sq[0].opcode is not WorkOpcode.RDMA_READ:
+                payload = self._sq[0].payload
+                size = -1 if payload is None else len(payload)
+            else:
+                return None
+            if size < min_octets:
+                return None
+            current = self._next_message()
+            if current is None:
+                return None
+        run = current.message.rest()
+        if run is None:
+            return None
+        self._current = None
+        return run, current
+
+    def message_sent(self, token: object) -> None:
+        """Every octet of a message :meth:`take_message` handed out is with
+        TCP: complete it as :meth:`runs_to_send` would have (nothing if the
+        work was flushed meanwhile)."""
+        assert isinstance(token, _Outgoing)
+        work = token.work
+        if work is not None and work.status is not None:
+            return
+        self._complete(token)
+
     def _next_msn(self, qn: int) -> int:
         msn = self._msn[qn]
         self._msn[qn] = (msn + 1) & 0xFFFFFFFF
@@ -642,6 +691,9 @@ class RdmapStream:
 
     def _finish(self, current: _Outgoing) -> None:
         self._current = None
+        self._complete(current)
+
+    def _complete(self, current: _Outgoing) -> None:
         if current.response:
             # The Read (or Atomic) Request's slot on queue 1 is free again (IRD).
             self._reads.post(memoryview(bytearray(self._slot_size)), None)
