@@ -321,6 +321,9 @@ class RdmapStream:
         self._orq: deque[_Work] = deque()  # Read Requests awaiting a response
         self._irq: deque[_Response | _AtomicJob] = deque()  # responses to send, in order
         self._current: _Outgoing | None = None
+        #: Read Responses a send lane took and is still writing from memory
+        #: (an Atomic Operation after them waits: RFC 7306 §7).
+        self._lane_responses = 0
         self._terminate: SegmentRun | None = None
         self._rx_tagged_opcode = -1
         self._events: list[Event] = []
@@ -507,8 +510,11 @@ class RdmapStream:
             return True
         if self.state is not StreamState.OPERATIONAL:
             return False
-        if self._current is not None or self._irq:
+        if self._current is not None:
             return True
+        if self._irq:
+            # An Atomic Operation waits for a lane writing the Read Responses before it.
+            return not (self._lane_responses and self._atomic_next())
         if not self._sq:
             return False
         # ORD (or, for an Atomic Request, atomic_ord) may hold the head back.
@@ -557,9 +563,10 @@ class RdmapStream:
         while limit is None or size < limit:
             current = self._current
             if current is None:
-                if out and self._irq and type(self._irq[0]) is _AtomicJob:
+                if (out or self._lane_responses) and self._atomic_next():
                     # RFC 7306 §7: the responses before an Atomic Operation
-                    # are framed (their octets read) before it executes.
+                    # are framed, or written by a lane (their octets read),
+                    # before it executes.
                     break
                 current = self._current = self._next_message()
                 if current is None:
@@ -672,6 +679,8 @@ class RdmapStream:
         if run is None:
             return None
         self._current = None
+        if current.response:
+            self._lane_responses += 1
         return run, current
 
     def message_sent(self, token: object) -> None:
@@ -679,6 +688,8 @@ class RdmapStream:
         TCP: complete it as :meth:`runs_to_send` would have (nothing if the
         work was flushed meanwhile)."""
         assert isinstance(token, _Outgoing)
+        if token.response:
+            self._lane_responses -= 1
         work = token.work
         if work is not None and work.status is not None:
             return
@@ -1296,6 +1307,11 @@ class RdmapStream:
             mulpdu=self.mulpdu,
         )
         return _Outgoing(message, response=True, atomic=True)
+
+    def _atomic_next(self) -> bool:
+        """An Atomic Operation is the next response (it executes only after
+        the Read Responses before it were framed or written, RFC 7306 §7)."""
+        return bool(self._irq) and type(self._irq[0]) is _AtomicJob
 
     def _oldest_answered(self) -> _Work | None:
         """The oldest Read or Atomic Request awaiting its answer: the one a
