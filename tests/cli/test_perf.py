@@ -87,6 +87,28 @@ def test_every_op_and_mode(server: int, capsys: pytest.CaptureFixture[str]) -> N
         assert 0 < data["min_us"] <= data["median_us"] <= data["p99_us"] <= data["max_us"]
 
 
+def test_atomic_bandwidth_and_latency(capsys: pytest.CaptureFixture[str]) -> None:
+    """--op atomic: FetchAdds of 8 octets on the server's word (--size is ignored)."""
+    proc, port = start_server(count=2)
+    try:
+        status, out, _ = run_client(
+            capsys, port, "--op", "atomic", "--size", "64K", "--iters", "300", "--json"
+        )
+        assert status == 0
+        data = json.loads(out)
+        assert (data["op"], data["bytes"], data["iterations"]) == ("atomic", 8, 300)
+        assert data["messages_per_s"] > 0
+        status, out, _ = run_client(capsys, port, "--op", "atomic", "--latency", "--iters", "50")
+        assert status == 0
+        assert "RDMA Atomic latency" in out
+        lines = out.splitlines()
+        header = next(i for i, line in enumerate(lines) if "#bytes" in line)
+        assert lines[header + 1].split()[:2] == ["8", "50"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 def test_table_and_compare_raw(server: int, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run_client(capsys, server, "--size", "64K", "--iters", "40", "--compare-raw")
     assert status == 0

@@ -13,6 +13,9 @@ over the public asyncio verbs API (the same path an application takes):
   answers (RDMA gives a Write's target no completion to answer from).
 * ``--compare-raw``: the same octets (or the same ping-pong) over plain TCP
   between the same two ends, in the same run, and the ratio.
+* ``--op atomic``: RFC 7306 FetchAdds of 1 on one 64-bit word of the
+  server's (as perftest's ib_atomic_bw / ib_atomic_lat): 8 octets each,
+  the rate in messages per second, or each one's round trip.
 
 The client tells the server the test in its first Send (JSON); the server
 needs no per-test flags, but asks for markers and CRC as its own
@@ -43,7 +46,16 @@ from iwarp.cli._capture import add_pcap_option, captured
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.rdmap.memory import MemoryRegion
-from iwarp.rdmap.work import Completion, CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.work import (
+    Completion,
+    CompletionStatus,
+    FetchAddWR,
+    ReadWR,
+    RecvWR,
+    SendWR,
+    Sge,
+    WriteWR,
+)
 
 DEFAULT_PORT = 18515  # perftest's default port, so firewalls set up for it fit
 #: Messages kept in flight in bandwidth mode (perftest's default tx depth is 128).
@@ -58,6 +70,8 @@ CONTROL_SIZE = 4096
 MIB = float(1 << 20)
 #: Largest message size accepted (a test buffer is allocated on both ends).
 MAX_SIZE = 1 << 30
+#: What one RFC 7306 Atomic Operation moves: a 64-bit word.
+ATOMIC_SIZE = 8
 
 
 def parse_size(text: str) -> int:
@@ -101,9 +115,10 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--op",
-        choices=("write", "read", "send"),
+        choices=("write", "read", "send", "atomic"),
         default="write",
-        help="what to measure: RDMA Write (default), RDMA Read or Send",
+        help="what to measure: RDMA Write (default), RDMA Read, Send or FetchAdd (atomic: "
+        "8 octets, --size is ignored)",
     )
     parser.add_argument(
         "--size", type=parse_size, default=1 << 16, help="message size, K/M/G suffixes (64K)"
@@ -214,7 +229,7 @@ async def _serve_one(qp: QueuePair) -> None:
     region = _CONTROL_BUFFERS[qp]
     test = json.loads(bytes(region.view[: first.byte_len]))
     op, size, latency = test["op"], int(test["size"]), bool(test["latency"])
-    if not 0 < size <= MAX_SIZE or op not in ("write", "read", "send"):
+    if not 0 < size <= MAX_SIZE or op not in ("write", "read", "send", "atomic"):
         raise PerfError(f"bad test {test!r}")
     receives = 2 if latency else max(2, min(SEND_RECEIVES, SEND_MEMORY // size))
     sinks = []
@@ -226,6 +241,8 @@ async def _serve_one(qp: QueuePair) -> None:
                 qp.post_recv(RecvWR(Sge(sinks[i]), wr_id=i))
         else:
             access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+            if op == "atomic":
+                access |= Access.REMOTE_ATOMIC
             stag = qp.register(bytearray(size), access).stag
             # control messages (and Write-latency pings) land in the control buffer
             qp.post_recv(RecvWR(Sge(region), wr_id=CONTROL_ID))
@@ -409,7 +426,7 @@ class _Progress:
 
 
 async def _client(args: argparse.Namespace, config: MpaConfig) -> Result:
-    size: int = args.size
+    size: int = ATOMIC_SIZE if args.op == "atomic" else args.size
     iters: int = args.iters or (0 if args.duration else 1000)
     echo = args.op == "send" and args.latency
     qp = await connect(
@@ -517,6 +534,8 @@ async def _bandwidth(
                     qp.post_send(WriteWR(sge, stag, 0, wr_id=posted))
                 elif op == "read":
                     qp.post_send(ReadWR(sge, stag, 0, wr_id=posted))
+                elif op == "atomic":
+                    qp.post_send(FetchAddWR(stag, 0, 1, wr_id=posted))
                 else:
                     qp.post_send(SendWR(sge, wr_id=posted))
                     credits -= 1
@@ -568,6 +587,8 @@ async def _latency(
         start = clock()
         if op == "read":
             await qp.rdma_read(sge, stag, 0)
+        elif op == "atomic":
+            await qp.fetch_add(stag, 0, 1)
         elif op == "send":
             await qp.send(sge)
             await qp.receive()
