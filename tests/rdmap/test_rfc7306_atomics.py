@@ -549,3 +549,21 @@ def test_an_atomic_waits_for_a_lane_still_writing_the_read_response_before_it() 
         (2, True, 10),
     ]
     assert WORD.unpack_from(sink.view)[0] == 10  # the Read saw the word before the atomic
+
+
+def test_the_terminate_fails_the_atomic_it_reports_not_a_read_around_it() -> None:
+    a, b = pair()
+    _, region = counter(b, 3)
+    sinks = [a.pd.register(bytearray(8)) for _ in range(2)]
+    a.stream.post_send(ReadWR(Sge(sinks[0]), region.stag, BASE, wr_id=1))
+    a.stream.post_send(FetchAddWR(region.stag, BASE + 4, 1, wr_id=2))  # misaligned
+    a.stream.post_send(ReadWR(Sge(sinks[1]), region.stag, BASE, wr_id=3))
+    pump(a, b)
+    # The Responder terminates as soon as the Atomic Request is delivered,
+    # before the first Read was answered (RFC 5040 §7.1: at once); the
+    # Terminate's copied DDP header names the Atomic Request by its MSN.
+    assert [(c.wr_id, c.status) for c in a.completions()] == [
+        (1, CompletionStatus.FLUSHED),
+        (2, CompletionStatus.REMOTE_OPERATION_ERROR),
+        (3, CompletionStatus.FLUSHED),
+    ]

@@ -181,6 +181,8 @@ class _Work:
     #: RFC 7306: the Atomic Request, and the original value its response brought.
     atomic: AtomicRequest | None = None
     original: int | None = None
+    #: The queue-1 MSN of a Read or Atomic Request (0: not sent yet).
+    msn: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -608,10 +610,11 @@ class RdmapStream:
             if len(self._orq) >= self.ord:
                 return None  # ORD reached: the queue waits (RFC 5040 §6.1)
             assert work.request is not None
+            work.msn = self._next_msn(QueueNumber.READ_REQUEST)
             message = OutgoingMessage.untagged(
                 work.request.pack(),
                 qn=QueueNumber.READ_REQUEST,
-                msn=self._next_msn(QueueNumber.READ_REQUEST),
+                msn=work.msn,
                 rsvdulp=self._control[RdmapOpcode.RDMA_READ_REQUEST],
                 version=self.version,
                 mulpdu=self.mulpdu,
@@ -1216,7 +1219,8 @@ class RdmapStream:
         header = TerminateHeader.unpack_from(raw)
         self.state = transition(self.state, StreamInput.TERMINATE)
         self._events.append(TerminateReceived(header))
-        self._flush(remote_status(header) if about_read(header) else CompletionStatus.FLUSHED)
+        status = remote_status(header) if about_read(header) else CompletionStatus.FLUSHED
+        self._flush(status, culprit=self._reported(header))
 
     # -- RFC 7306: Atomic Operations and Immediate Data ------------------------
 
@@ -1281,10 +1285,11 @@ class RdmapStream:
         if len(self._oaq) >= self.atomic_ord:
             return None
         self._oaq.append(work)
+        work.msn = self._next_msn(QueueNumber.READ_REQUEST)
         return OutgoingMessage.untagged(
             work.atomic.pack(),
             qn=QueueNumber.READ_REQUEST,  # RFC 7306 §5.2.1 rule 5
-            msn=self._next_msn(QueueNumber.READ_REQUEST),
+            msn=work.msn,
             rsvdulp=self._control[RdmapOpcode.ATOMIC_REQUEST],
             mulpdu=self.mulpdu,
             version=self.version,
@@ -1312,6 +1317,21 @@ class RdmapStream:
         """An Atomic Operation is the next response (it executes only after
         the Read Responses before it were framed or written, RFC 7306 §7)."""
         return bool(self._irq) and type(self._irq[0]) is _AtomicJob
+
+    def _reported(self, header: TerminateHeader) -> _Work | None:
+        """The Atomic Request a received Terminate names by the queue-1 MSN
+        of the DDP header it copies back, if it copies one. (A Read the
+        Terminate names is left to the default, the oldest outstanding.)"""
+        ddp = header.ddp_header
+        if not self._oaq or ddp is None or len(ddp) != UNTAGGED_HEADER_SIZE:
+            return None
+        qn, msn = UNTAGGED_HEADER.unpack_from(ddp, 0)[3:5]
+        if qn != QueueNumber.READ_REQUEST:
+            return None
+        for work in self._oaq:
+            if work.msn == msn:
+                return work
+        return None
 
     def _oldest_answered(self) -> _Work | None:
         """The oldest Read or Atomic Request awaiting its answer: the one a
@@ -1440,14 +1460,18 @@ class RdmapStream:
         self,
         send_status: CompletionStatus,
         recv_status: CompletionStatus = CompletionStatus.FLUSHED,
+        *,
+        culprit: _Work | None = None,
     ) -> None:
         """Complete all outstanding work.
 
-        ``send_status`` goes to the oldest outstanding RDMA Read (the only
-        send work a Terminate can be about once Sends and Writes went out),
+        ``send_status`` goes to ``culprit``, by default the oldest
+        outstanding RDMA Read or Atomic Request (the only send work a
+        Terminate can be about once Sends and Writes went out),
         ``recv_status`` to the oldest receive; the rest is ``FLUSHED``.
         """
-        culprit = self._oldest_answered()
+        if culprit is None:
+            culprit = self._oldest_answered()
         for work in list(self._inflight):
             if work.status is None:
                 status = send_status if work is culprit else CompletionStatus.FLUSHED
