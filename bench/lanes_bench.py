@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -38,6 +39,17 @@ WRITE_ACCESS = sync_rdma.Access.LOCAL_WRITE | sync_rdma.Access.REMOTE_WRITE
 POSTED = 16
 CREDIT = 8
 TIMEOUT = 120.0
+#: Carries ``--busy-poll`` to the receiving process.
+BUSY_POLL_ENV = "LANES_BENCH_BUSY_POLL"
+
+
+def set_busy_poll(qp: sync_rdma.QueuePair) -> None:
+    """``busy_poll`` of a blocking queue pair as ``--busy-poll`` says (else
+    the library's default)."""
+    value = os.environ.get(BUSY_POLL_ENV)
+    if value is not None:
+        qp.busy_poll = float(value)
+
 
 # --- the receiving process ------------------------------------------------------
 
@@ -84,6 +96,7 @@ def serve_sync(op: str, markers: bool, size: int, count: int) -> None:
     )
     print(listener.port, flush=True)
     with listener.accept(timeout=TIMEOUT) as qp:
+        set_busy_poll(qp)
         cpu = time.process_time()
         if op == "write":
             qp.receive(timeout=TIMEOUT)  # the initiator speaks first
@@ -188,6 +201,7 @@ def run_sync(op: str, markers: bool, size: int, count: int) -> Result:
     with sync_rdma.connect(
         "127.0.0.1", port, config=config, receive_buffers=4, timeout=TIMEOUT
     ) as qp:
+        set_busy_poll(qp)
         if op == "write":
             qp.send(b"hello", timeout=TIMEOUT)
             stag = int.from_bytes(qp.receive(timeout=TIMEOUT), "big")
@@ -254,6 +268,11 @@ def main() -> None:
     parser.add_argument("--adapter", choices=("sync", "asyncio", "both"), default="both")
     parser.add_argument("--markers", choices=("off", "on", "both"), default="both")
     parser.add_argument("--op", choices=("write", "send", "both"), default="both")
+    parser.add_argument(
+        "--busy-poll",
+        type=float,
+        help="busy_poll seconds of the blocking queue pairs (default: the library's, 200 us)",
+    )
     parser.add_argument("--serve", nargs=5, metavar=("ADAPTER", "OP", "MARKERS", "SIZE", "COUNT"))
     args = parser.parse_args()
     if args.serve:
@@ -267,6 +286,8 @@ def main() -> None:
             asyncio.run(serve_asyncio(op, markers, size, count))
         return
 
+    if args.busy_poll is not None:
+        os.environ[BUSY_POLL_ENV] = str(args.busy_poll)
     size, count = args.size, args.count
     mib = size * count / (1 << 20)
     adapters = ("sync", "asyncio") if args.adapter == "both" else (args.adapter,)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from iwarp.analyze.analyzer import Options, analyze_packets
 from iwarp.analyze.capture import CaptureError, read_tcp_packets
@@ -238,7 +239,7 @@ _EDGES = (
     *(2**63 - 8, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -1, -2, -(2**31), -(2**63)),
 )
 #: What a kernel may raise for arguments it refuses.
-_ARGUMENT_ERRORS = (ValueError, OverflowError)
+_ARGUMENT_ERRORS = (ValueError, OverflowError, TypeError, BufferError)
 
 
 class _Draw:
@@ -286,53 +287,78 @@ class _Draw:
         return bytearray(max(0, min(size, 1 << 16)))
 
 
-def kernels(data: bytes) -> None:
-    """Each C kernel with hostile arguments: offsets, lengths and indexes
-    near 2**32 and 2**64, misaligned and torn records, outputs overlapping
-    inputs, tiny buffers. A kernel may refuse them (ValueError,
-    OverflowError); reading or writing outside a buffer is what the
-    sanitizer build (.ci/sanitize) reports."""
-    try:
-        from iwarp import _speedups as kernel
-    except ImportError:
-        return
+def _kernel_call(module: Any, data: bytes) -> tuple[object, ...]:
+    """One kernel of ``module`` on the arguments ``data`` gives (the same
+    arguments, fresh buffers, on every call); its outcome and what it left in
+    the buffers it may write."""
     draw = _Draw(data)
     which = draw.octet() % 5
     buffer = draw.octets(draw.number(300) % 4096)
+    written: list[object] = [buffer]
     try:
         if which == 0:
-            kernel.crc32c(buffer[draw.number(16) % (len(buffer) + 1) :], draw.number(2**32))
+            result: object = module.crc32c(
+                buffer[draw.number(16) % (len(buffer) + 1) :], draw.number(2**32 - 1)
+            )
         elif which == 1:
             payload = draw.octets(draw.number(200) % 4096)
             header = draw.octets(draw.number(32) % 40)
             size = 1 + draw.number(7)
             start = draw.number(len(payload))
             out = None if draw.octet() & 1 else draw.target(payload)
-            kernel.frame_run(
+            written += [payload, out]
+            result = module.frame_run(
                 out, header, payload, start, start + draw.number(len(payload) - start),
                 1 + draw.number(1999), draw.number(len(header) - size), size,
                 draw.number(2**64), draw.number(255), bool(draw.octet() & 1),
                 bool(draw.octet() & 1), 4 * draw.number(127),
             )  # fmt: skip
         elif which == 2:
-            kernel.scan(
+            result = module.scan(
                 buffer, draw.number(64), draw.number(len(buffer)), bool(draw.octet() & 1),
                 bool(draw.octet() & 1), 4 * draw.number(127), draw.number(0xFFFF),
+                bool(draw.octet() & 1),
             )  # fmt: skip
         elif which == 3:
-            kernel.segment_run(
+            result = module.segment_run(
                 buffer, draw.records(len(buffer)), draw.number(8), bool(draw.octet() & 1),
                 draw.number(255), draw.number(255), draw.number(255), draw.number(2**32),
                 draw.number(2**32), draw.number(2**64),
             )  # fmt: skip
         else:
             records = draw.records(len(buffer))
-            kernel.place_run(
-                buffer, records, draw.number(3), draw.number(3), draw.number(20),
-                draw.target(buffer),
-            )  # fmt: skip
-    except _ARGUMENT_ERRORS:
-        pass
+            target = draw.target(buffer)
+            written.append(target)
+            result = module.place_run(
+                buffer, records, draw.number(3), draw.number(3), draw.number(20), target
+            )
+    except ValueError as exc:
+        outcome: tuple[object, ...] = ("ValueError", str(exc))
+    except _ARGUMENT_ERRORS as exc:
+        outcome = (type(exc).__name__,)
+    else:
+        outcome = ("ok", result)
+    return (*outcome, [None if w is None else bytes(w) for w in written])
+
+
+def kernels(data: bytes) -> None:
+    """Each kernel with hostile arguments: offsets, lengths and indexes near
+    2**32 and 2**64, misaligned and torn records, outputs overlapping
+    inputs, tiny buffers; the C module (iwarp._speedups) and its pure twin
+    (iwarp._kernels) must agree on the outcome (result or refusal) and on
+    every octet of the buffers. A kernel may refuse arguments (ValueError,
+    OverflowError, TypeError, BufferError); reading or writing outside a
+    buffer is what the sanitizer build (.ci/sanitize) reports."""
+    from iwarp import _kernels
+
+    pure = _kernel_call(_kernels, data)
+    try:
+        from iwarp import _speedups
+    except ImportError:
+        return
+    accelerated = _kernel_call(_speedups, data)
+    if accelerated != pure:
+        raise AssertionError(f"C {accelerated!r:.300} != pure Python {pure!r:.300}")
 
 
 TARGETS: dict[str, Target] = {

@@ -137,7 +137,8 @@ def test_meaning(expression: str, expected: set[str]) -> None:
         ("stag = 3", 6, "'=' is not an operator"),
         ("stag == ", 9, "expected a value"),
         ("stag == foo", 9, "stag takes a number"),
-        ("opcode == sned", 11, "a number or an opcode name"),
+        ("opcode == sned", 11, "a number or a name (rdma_write, write, "),
+        ("aopcode == add", 12, "a number or a name (fetch_add, cmp_swap)"),
         ("crc_ok == maybe", 11, "true or false"),
         ("addr == 10.0.0.300", 9, "not an IP address"),
         ("opcode_name < SEND", 13, "only ==, != and contains"),
@@ -332,3 +333,14 @@ def test_fields_lists_every_field() -> None:
     names = [line.split()[0] for line in done.stdout.splitlines()]
     assert names == list(FIELDS)
     assert "(also ip.addr, ipv6.addr)" in done.stdout
+
+
+def test_the_filter_selects_verbose_trees(tmp_path: Path) -> None:
+    path = tmp_path / "c.pcap"
+    cap, _ = standard(False, False).capture()
+    cap.write(str(path))
+    done = decode(str(path), "-V", "-Y", "stag")
+    heads = [line for line in done.stdout.splitlines() if line.startswith("frame ")]
+    assert len(heads) == 3 and all(": FPDU, " in h for h in heads)
+    assert done.stdout.count("    DDP: version 1, flags TL, STag ") == 3
+    assert "stream 0:" in done.stdout  # the summary stays

@@ -9,6 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from analyze_traffic import Conversation, Cutter, aligned, coalesced, resegmented, standard
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -238,3 +239,82 @@ def test_hex_dump_format() -> None:
         "0010  50 51 52 53" + " " * 39 + "PQRS",
     ]
     assert hex_dump(b"\x00\x7f a") == ["0000  00 7f 20 61" + " " * 39 + ".. a"]
+
+
+def test_sequence_numbers_that_wrap(tmp_path: Path) -> None:
+    # Both directions cross 2**32 in the middle of the traffic.
+    conv = standard(True, True)
+    path = tmp_path / "wrap.pcap"
+    cap, seqs = conv.capture(resegmented([333, 1000]), client_isn=0xFFFFF800, server_isn=0xFFFFFC00)
+    cap.write(str(path))
+    assert any(s < 0x1000 for s in seqs["initiator"])  # wrapped
+    done = decode(str(path), "-x")
+    assert done.returncode == 0
+    assert sorted(dumps(done.stdout)[2:]) == sorted(expected_fpdus(conv, seqs).values())
+
+
+def test_frame_index_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from iwarp.analyze import listing
+    from iwarp.analyze.capture import TcpPacket
+    from iwarp.analyze.records import FpduRecord, NoteRecord
+
+    monkeypatch.setattr(listing, "RING", 8)
+    monkeypatch.setattr(listing, "OCTETS_PER_FLOW", 300)
+    index = listing.FrameIndex(keep_octets=True)
+
+    def packet(frame: int, seq: int, payload: bytes) -> TcpPacket:
+        return TcpPacket(
+            frame, 100.0 + frame, "10.0.0.1", 1, "10.0.0.2", 2, seq, 0, 0x18, payload, len(payload)
+        )
+
+    data = bytes(range(256)) * 4
+    for frame in range(1, 11):  # 100 octets each, from seq 0xFFFFFF80 (wrapping)
+        start = (frame - 1) * 100
+        index.add(packet(frame, (0xFFFFFF80 + start) & 0xFFFFFFFF, data[start : start + 100]))
+
+    def fpdu(frame: int, offset: int, size: int) -> FpduRecord:
+        seq = (0xFFFFFF80 + offset) & 0xFFFFFFFF
+        return FpduRecord(0, "initiator", seq, frame, size, size - 6, (), b"", 0, 0, False)
+
+    recent = fpdu(8, 750, 200)  # frames 8-10: still held
+    assert index.octets(recent) == data[750:950]
+    where = index.where(recent)
+    assert where is not None and (where.time, where.epoch) == (7.0, 108.0)
+    assert (where.src, where.sport, where.dst, where.dport) == ("10.0.0.1", 1, "10.0.0.2", 2)
+    old = fpdu(2, 150, 100)  # frame 2 left the ring (8 frames) and its octets (300)
+    assert index.octets(old) is None
+    assert index.where(old) == where  # the last place known for the direction
+    assert index.octets(fpdu(9, 850, 200)) is None  # past what was captured
+    note = NoteRecord(0, "initiator", 0, None, "no frame")
+    assert index.where(note) == where and index.octets(note) is None
+    index.forget(0)
+    assert index.where(note) is None
+
+
+def test_rfc7306_messages_in_the_listing_fields_and_filter(tmp_path: Path) -> None:
+    from test_rfc7306_decode import conversation, traffic
+
+    i2r, r2i = traffic()
+    path = tmp_path / "atomics.pcap"
+    cap, _ = conversation(i2r, r2i).capture()
+    cap.write(str(path))
+    rdmap = [r["rdmap"] for r in records(path) if r["type"] == "fpdu"]
+    assert all(isinstance(r, dict) for r in rdmap)
+    requests = [r["atomic_request"] for r in rdmap if isinstance(r, dict) and "atomic_request" in r]
+    responses = [
+        r["atomic_response"] for r in rdmap if isinstance(r, dict) and "atomic_response" in r
+    ]
+    assert len(requests) == len(responses) == 3
+    lines = listed(decode(str(path), "-Y", "opcode == atomic_request").stdout)
+    assert len(lines) == 3
+    for line, request in zip(lines, requests, strict=True):
+        assert f"AOpCode {request['aopcode']} ReqID {request['request_id']:#x}" in line["info"]
+        assert f"STag {request['stag']:#x} TO {request['to']:#x}" in line["info"]
+    fields = decode(
+        str(path), "-e", "request_id", "-e", "original", "-Y", "opcode == atomic_response"
+    ).stdout.splitlines()
+    assert fields == [f"{r['request_id']:#x}\t{r['original']:#x}" for r in responses]
+    imm = decode(str(path), "-e", "immediate_data", "-Y", "immediate_data contains 494d")
+    assert imm.stdout.splitlines() == [b"IMMEDIAT".hex()]
+    fetch_adds = decode(str(path), "-e", "atomic_data", "-Y", "aopcode == fetch_add")
+    assert fetch_adds.stdout.splitlines() == ["0x3", "0x1"]

@@ -59,7 +59,7 @@ def test_write_reports_the_written_datas_hash_on_both_sides(count: int, size: in
         )
         out, _ = listener.communicate(timeout=30)
     assert rc == 0 and listener.returncode == 0, err
-    assert summary["sent_sha256"] == expected
+    assert summary["sha256"] == expected and summary["sha256_of"] == "written"
     peer = summary["peer"]
     assert isinstance(peer, dict) and peer["sha256"] == expected and peer["writes"] == count
     (listener_summary,) = [json.loads(line) for line in out.splitlines()]
@@ -81,7 +81,7 @@ def test_an_interrupted_vitcp_listener_prints_the_summary_so_far(
     last = json.loads(out.splitlines()[-1])
     assert last["interrupted"] == signum.name and last["status"] == "interrupted"
     assert last["messages"] == 3 and last["octets"] == 1500
-    assert last["sha256"] == summary["sent_sha256"]
+    assert last["sha256"] == summary["sha256"]
 
 
 @pytest.mark.slow
@@ -136,7 +136,7 @@ def test_a_long_run_of_sends_with_the_defaults_loses_nothing() -> None:
     assert summary["flow_control"] is True
     final = json.loads(out.splitlines()[-1])
     assert final["status"] == "ok", lerr
-    assert final["messages"] == 20000 and final["sha256"] == summary["sent_sha256"]
+    assert final["messages"] == 20000 and final["sha256"] == summary["sha256"]
 
 
 @pytest.mark.slow

@@ -53,3 +53,26 @@ def connecting(port: int, options: Sequence[str]) -> Iterator[subprocess.Popen[b
     finally:
         proc.kill()
         proc.wait()
+
+
+@contextmanager
+def switched(switch: str, options: Sequence[str]) -> Iterator[int]:
+    """``iwarp listen OPTIONS`` with one switch of broken_target.py on (a mutant or a
+    check-order variant); yields the port."""
+    script = [sys.executable, str(HERE / "broken_target.py"), switch]
+    proc = subprocess.Popen(
+        [*script, "listen", "--port", "0", "--json", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert first["type"] == "listening", first
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        yield int(first["port"])
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]

@@ -75,7 +75,7 @@ def test_listen_passes_in_each_profile(profile: str) -> None:
     failed = _failed(results)
     assert set(failed) == _expected(profile, TargetRole.RESPONDER), "\n".join(failed.values())
     passed = sum(r.status is Status.PASSED for r in results)
-    assert passed > 140  # the data phase ran: iwarp listen advertised its buffers
+    assert passed > 130  # the data phase ran: iwarp listen advertised its buffers
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))

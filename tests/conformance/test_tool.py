@@ -7,6 +7,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,34 @@ def test_text_output_is_grouped_with_a_recap_of_failures(
     recap = lines.index("1 failed:")
     assert lines[recap + 1].split()[0] == "rfc5044/7.1.1/32"
     assert lines[-1].startswith("1 passed, 1 failed")
+
+
+def test_jobs_keep_the_verdicts_and_the_order(capsys: pytest.CaptureFixture[str]) -> None:
+    """-j 4 runs cases at once: the same statuses as one at a time, reported in case order."""
+    reports = []
+    with listening(["--op", "write", "--timeout", TARGET_TIMEOUT]) as port:
+        for jobs in ("1", "4"):
+            args = ["conformance", "127.0.0.1", str(port), "rfc5041/7.2", "rfc5040/7.2"]
+            assert main([*args, "--json", "-j", jobs]) == 0
+            reports.append(json.loads(capsys.readouterr().out)["results"])
+    one, four = ([(r["id"], r["status"]) for r in report] for report in reports)
+    assert one == four
+    assert sum(status == "passed" for _, status in four) > 20
+
+
+def test_html_report_has_an_index_and_a_page_per_case(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report"
+    with listening(["--timeout", TARGET_TIMEOUT, "--pd-limit", "256"]) as port:
+        args = ["conformance", "127.0.0.1", str(port), "rfc5044/7.1.1/1", "rfc5044/7.1.1/32"]
+        assert main([*args, "--strict", "--html", str(out)]) == 1
+    capsys.readouterr()
+    index = (out / "index.html").read_text()
+    assert 'href="rfc5044_7.1.1_1.html"' in index and 'href="rfc5044_7.1.1_32.html"' in index
+    assert "1 passed, 1 failed, 0 skipped" in index
+    failed = (out / "rfc5044_7.1.1_32.html").read_text()
+    assert "FAIL" in failed and "between 0 and 512 octets" in failed  # verdict and quote
+    assert "got MPA Reply" in failed or "Request" in failed  # the wire log, decoded
+    passed = (out / "rfc5044_7.1.1_1.html").read_text()
+    assert "PASS" in passed and "got MPA Reply flags" in passed

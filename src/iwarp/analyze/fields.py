@@ -141,6 +141,14 @@ FIELDS: Final[dict[str, Field]] = _fields(
     ("term_layer", _I, "Terminate: layer"),
     ("term_etype", _I, "Terminate: error type"),
     ("term_code", _I, "Terminate: error code", True),
+    ("aopcode", _I, "Atomic Request: AOpCode (RFC 7306 §5.2.1; 0 FetchAdd, 2 CmpSwap)"),
+    ("request_id", _I, "Atomic Request or Response: Request Identifier", True),
+    ("atomic_stag", _I, "Atomic Request: remote STag", True),
+    ("atomic_to", _I, "Atomic Request: remote tagged offset", True),
+    ("atomic_data", _I, "Atomic Request: add or swap data", True),
+    ("atomic_compare", _I, "Atomic Request: compare data", True),
+    ("original", _I, "Atomic Response: original remote data", True),
+    ("immediate_data", _T, "Immediate Data message: the 8 octets, hex (RFC 7306 §5.1)"),
     # VI/TCP (draft-dicecco-vitcp-01 §3)
     ("segment_type", _T, "VI/TCP: segment type"),
     ("eom", _B, "VI/TCP: end of message"),
@@ -295,6 +303,22 @@ def _fpdu(record: FpduRecord, row: Row) -> None:
     term = ulp.get("terminate")
     if isinstance(term, dict):
         row.update(term_layer=term["layer"], term_etype=term["etype"], term_code=term["code"])
+    atomic = ulp.get("atomic_request")
+    if isinstance(atomic, dict):
+        row.update(
+            aopcode=atomic["aopcode"],
+            request_id=atomic["request_id"],
+            atomic_stag=atomic["stag"],
+            atomic_to=atomic["to"],
+            atomic_data=atomic["data"],
+            atomic_compare=atomic["compare"],
+        )
+    response = ulp.get("atomic_response")
+    if isinstance(response, dict):
+        row.update(request_id=response["request_id"], original=response["original"])
+    immediate = ulp.get("immediate_data")
+    if isinstance(immediate, str):
+        row["immediate_data"] = immediate
 
 
 def format_value(field: Field, value: object) -> str:

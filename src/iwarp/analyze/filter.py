@@ -16,7 +16,8 @@ same names as the listing and ``-T fields``, and tshark's ``ip.addr``,
 
 Numbers are decimal or ``0x`` hex (``0o``, ``0b`` too); ``opcode`` also
 takes the RDMAP opcode names (``send``, ``rdma_write`` or ``write``,
-``read_request``, ``terminate``, ...), flags take ``true``/``false``
+``read_request``, ``terminate``, ...) and ``aopcode`` ``fetch_add`` and
+``cmp_swap``, flags take ``true``/``false``
 (``1``/``0``, ``yes``/``no``), addresses an IPv4 or IPv6 address or a
 network (``10.0.0.0/8``: any address in it). Text fields compare exactly
 (``opcode_name`` in capitals whatever was typed) and ``contains`` finds a
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from iwarp.analyze.fields import Field, Kind, Row, field_named
-from iwarp.rdmap.wire import RdmapOpcode
+from iwarp.rdmap.wire import AtomicOpcode, RdmapOpcode
 
 __all__ = ["DisplayFilter", "FilterError", "compile_filter"]
 
@@ -176,7 +177,11 @@ def _opcode_names() -> dict[str, int]:
     return names
 
 
-_OPCODES: Final = _opcode_names()
+#: Fields whose numbers have names: field -> lower-case name -> number.
+_NAMED: Final[dict[str, dict[str, int]]] = {
+    "opcode": _opcode_names(),
+    "aopcode": {code.name.lower(): int(code) for code in AtomicOpcode},
+}
 
 
 @dataclass(frozen=True)
@@ -339,10 +344,11 @@ class _Parser:
             return text
         if kind == Kind.INT:
             number = _integer(text)
-            if number is None and found.name == "opcode":
-                number = _OPCODES.get(text.lower())
+            names = _NAMED.get(found.name)
+            if number is None and names is not None:
+                number = names.get(text.lower())
             if number is None:
-                what = "a number or an opcode name" if found.name == "opcode" else "a number"
+                what = f"a number or a name ({', '.join(names)})" if names else "a number"
                 raise self.error(f"{found.name} takes {what}, not {text!r}", token)
             return number
         if kind == Kind.FLOAT:

@@ -243,6 +243,15 @@ def _fpdu_info(row: Row) -> tuple[str, str]:
                 f"sink {_hex(row['sink_stag'])}/{_hex(row['sink_to'])} "
                 f"size {row['read_size']} src {_hex(row['src_stag'])}/{_hex(row['src_to'])}"
             )
+        if "aopcode" in row:
+            parts.append(
+                f"AOpCode {row['aopcode']} ReqID {_hex(row['request_id'])} "
+                f"STag {_hex(row['atomic_stag'])} TO {_hex(row['atomic_to'])}"
+            )
+        elif "original" in row:
+            parts.append(f"ReqID {_hex(row['request_id'])} original {_hex(row['original'])}")
+        if "immediate_data" in row:
+            parts.append(f"data {row['immediate_data']}")
         if "term_layer" in row:
             parts.append(
                 f"layer {row['term_layer']} type {row['term_etype']} code {_hex(row['term_code'])}"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from iwarp.analyze.analyzer import ConnectionReport, DirectionSummary
-from iwarp.analyze.capture import CaptureStats
+from iwarp.analyze.capture import FRAME_CAP, CaptureStats
 from iwarp.analyze.records import (
     ErrorRecord,
     FpduRecord,
@@ -84,6 +84,9 @@ def capture_json(
         "frames": stats.frames,
         "tcp_segments": stats.tcp,
         "truncated": stats.truncated_file,
+        "truncated_at": stats.truncated_at,
+        "oversized_records": stats.oversized,
+        "first_oversized_frame": stats.first_oversized,
         **totals.to_json(),
         **extra,
     }
@@ -140,7 +143,15 @@ def write_capture_text(
         f"VI/TCP, {totals.fpdus} FPDUs{extra}\n"
     )
     if stats.truncated_file:
-        out.write("  (the file ends in the middle of a record: the capture is truncated)\n")
+        out.write(
+            f"  capture cut off: the file ends in the middle of the record at octet "
+            f"{stats.truncated_at} (after frame {stats.frames}); the capture is truncated\n"
+        )
+    if stats.oversized:
+        out.write(
+            f"  {stats.oversized} records longer than {FRAME_CAP} octets were cut to "
+            f"{FRAME_CAP} (the first is frame {stats.first_oversized})\n"
+        )
     for remark in remarks:
         out.write(f"  ({remark})\n")
     out.write(f"{totals.errors} protocol errors\n")

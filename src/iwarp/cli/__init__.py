@@ -13,11 +13,14 @@ run with status 130 and no traceback.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+
+# Not imported from typing: start-up imports as little as it can (a Ctrl-C
+# before main() runs is Python's to report). Type checkers read it as true.
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Sequence
 
 #: Subcommand modules, in the order ``iwarp --help`` lists them, with the
 #: line it shows for each (the same text as each module's ``help=``; a test

@@ -17,6 +17,7 @@ from iwarp.conformance.report import (
     list_json,
     summary_line,
     to_json,
+    write_html,
     write_text,
 )
 from iwarp.conformance.runner import (
@@ -112,6 +113,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
     parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="DIR",
+        help="write an HTML report to DIR: index.html (every case, its verdict and time, by "
+        "section) and one page per case (its quote, verdict, timings and wire log decoded)",
+    )
+    parser.add_argument(
         "--record",
         type=Path,
         metavar="FILE",
@@ -124,6 +132,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         help="compare with a record written by --record: exit 1 when any "
         "case's status differs (instead of when any case fails)",
+    )
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N cases at once against a Responder target, each on its own connection "
+        "(default 1: a target that serves one connection at a time, such as a loop of "
+        "single-shot servers, needs it); an Initiator target always runs one at a time",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="show what was seen for passing cases too"
@@ -156,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--peer-cmd needs --listen")
     if args.timeout <= 0:
         return _fail("--timeout must be positive")
+    if not 1 <= args.jobs <= 64:
+        return _fail("--jobs must be between 1 and 64")
     catalogue = all_cases()
     unknown = [w for w in [*words, *args.exclude] if not any(matches(c.id, w) for c in catalogue)]
     if unknown:
@@ -204,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"target: {target.describe()}; {len(cases)} cases", flush=True)
     runner = Runner(target, timeout=args.timeout, on_result=show)
     try:
-        runner.run(cases)
+        runner.run(cases, jobs=args.jobs)
     except TargetUnavailableError as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
@@ -221,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.junit is not None:
             args.junit.write_bytes(junit(results, target.describe()))
+        if args.html is not None:
+            write_html(results, target.describe(), args.html)
         if args.record is not None:
             args.record.write_text(expected.record(rows, target.describe()))
     except OSError as exc:

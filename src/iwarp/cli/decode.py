@@ -51,6 +51,9 @@ from iwarp.cli._args import format_octets, format_rate, rate_mib_per_s
 EXIT_PROTOCOL_ERRORS = 1
 #: Exit status when a file cannot be read (or has no such --stream).
 EXIT_BAD_FILE = 2
+#: Exit status when a capture is cut off (the file ends inside a record) and
+#: shows no protocol errors.
+EXIT_TRUNCATED = 3
 EXIT_INTERRUPTED = 130
 #: Exit status when the reader of standard output went away (``| head``):
 #: what the shell reports for tshark and coreutils, ended by SIGPIPE.
@@ -77,9 +80,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "gives messages and octets per opcode, FPDU sizes, throughput, TCP gaps and "
         "retransmissions, Read latency, Terminates with their reasons and the time from SYN "
         "to MPA full operation; -T text lists each record on a line, -Y filters them, "
-        "-T fields prints chosen fields for scripts. Exit status 1 when a capture shows "
-        "protocol errors, 2 when one cannot be read, --stream names no connection in it or "
-        "an option is wrong, 141 (quietly) when the reader of standard output goes away.",
+        "-T fields prints chosen fields for scripts. Records longer than 256 KiB are cut to "
+        "it (as libpcap does). Exit status 1 when a capture shows protocol errors, 2 when one "
+        "cannot be read, --stream names no connection in it or an option is wrong, 3 when one "
+        "is cut off (the file ends in the middle of a record; said in the summary) and none "
+        "shows errors, 141 (quietly) when the reader of standard output goes away.",
     )
     parser.add_argument("capture", nargs="+", help="pcap or pcapng files ('-' for standard input)")
     style = parser.add_mutually_exclusive_group()
@@ -472,9 +477,10 @@ def run(args: argparse.Namespace) -> int:
         title = files[0] if len(files) == 1 else f"{len(files)} captures"
         write_plot(total, args.plot, f"iwarp decode: {title}")
     statuses = {r.status for r in results}
-    if EXIT_BAD_FILE in statuses:
-        return EXIT_BAD_FILE
-    return EXIT_PROTOCOL_ERRORS if EXIT_PROTOCOL_ERRORS in statuses else 0
+    for status in (EXIT_BAD_FILE, EXIT_PROTOCOL_ERRORS, EXIT_TRUNCATED):
+        if status in statuses:
+            return status
+    return 0
 
 
 def _field_format(options: dict[str, str]) -> dict[str, str]:
@@ -568,7 +574,7 @@ def decode_capture(
                         continue
                     if settings.json:
                         out.write(json.dumps(summary_json(output)) + "\n")
-                    elif settings.view == SUMMARY:
+                    elif settings.view in (SUMMARY, VERBOSE):
                         write_connection_text(output, out)
                     if live:
                         out.flush()
@@ -647,7 +653,9 @@ def decode_capture(
         )
         result.status = EXIT_BAD_FILE
     elif result.status != EXIT_BAD_FILE:
-        result.status = EXIT_PROTOCOL_ERRORS if totals.errors else 0
+        result.status = (
+            EXIT_PROTOCOL_ERRORS if totals.errors else EXIT_TRUNCATED if stats.truncated_file else 0
+        )
     return result
 
 
@@ -843,6 +851,7 @@ def _write_total(
             f"unreadable: {result.message}"
             if result.status == EXIT_BAD_FILE and result.message
             else f"{result.totals.errors} protocol errors"
+            + (", cut off" if result.stats.truncated_file else "")
         )
         out.write(f"  {result.name}: {state}\n")
     out.write(f"{total.errors} protocol errors\n")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from iwarp.conformance import craft
 from iwarp.conformance.errorcase import Broken, error_cases, unknown_stag
 from iwarp.conformance.model import CaseSkipped, Level, Need, case
-from iwarp.conformance.session import Region, Session
+from iwarp.conformance.session import NO_BUFFER, NOT_WRITABLE, Region, Session
 from iwarp.ddp.errors import DdpErrorType, DdpTaggedCode, DdpUntaggedCode
 from iwarp.errors import TerminateLayer
 from iwarp.rdma.rping import ADVERT
@@ -32,15 +32,6 @@ TAGGED_QUOTE = (
 
 def _region(s: Session) -> Region:
     return s.region()
-
-
-#: RFC 5041 has no access-rights code: a buffer closed to remote Write answers "invalid STag".
-NOT_WRITABLE: dict[tuple[int, int, int], str] = {
-    (DDP, T, DdpTaggedCode.INVALID_STAG): (
-        "the advertised buffer is not open to remote Write (an invalid-STag Terminate for "
-        "its own STag); a writable buffer (iwarp listen --op write) enables the case"
-    )
-}
 
 
 def _payload() -> bytes:
@@ -70,6 +61,7 @@ error_cases(
     "rfc5041/7.1/1",
     "a Send on queue 3 brings TERM DDP/untagged/invalid QN",
     UNTAGGED_QUOTE + '1. The QN is valid for this stream"',
+    covers=("qn",),
     layer=DDP,
     etype=U,
     codes=DdpUntaggedCode.INVALID_QN,
@@ -80,6 +72,7 @@ error_cases(
     "rfc5041/7.1/2",
     "a Send on queue 0xFFFFFFFF brings TERM invalid QN",
     UNTAGGED_QUOTE + '1. The QN is valid for this stream"',
+    covers=("qn",),
     layer=DDP,
     etype=U,
     codes=DdpUntaggedCode.INVALID_QN,
@@ -91,6 +84,7 @@ error_cases(
     "a Send far beyond the posted receives brings TERM MSN error",
     UNTAGGED_QUOTE + "5. The Message Sequence Number falls in the range of legal Message Sequence "
     'Numbers"',
+    covers=("msn",),
     layer=DDP,
     etype=U,
     codes=(DdpUntaggedCode.NO_BUFFER, DdpUntaggedCode.MSN_RANGE),
@@ -104,6 +98,7 @@ error_cases(
     "a Send with MSN 0 (before the first) brings TERM MSN error",
     UNTAGGED_QUOTE + "5. The Message Sequence Number falls in the range of legal Message Sequence "
     'Numbers"',
+    covers=("msn",),
     layer=DDP,
     etype=U,
     codes=(DdpUntaggedCode.NO_BUFFER, DdpUntaggedCode.MSN_RANGE),
@@ -115,6 +110,7 @@ error_cases(
     "a Send with MO 1 MiB brings TERM invalid MO",
     UNTAGGED_QUOTE + "3. The MO falls in the range of legal offsets associated with the Untagged "
     'Buffer"',
+    skip=NO_BUFFER,
     layer=DDP,
     etype=U,
     codes=(DdpUntaggedCode.INVALID_MO, DdpUntaggedCode.MESSAGE_TOO_LONG),
@@ -129,6 +125,7 @@ error_cases(
     "a Send longer than the receive buffer brings TERM too long",
     UNTAGGED_QUOTE + "4. The sum of the DDP Segment payload length and the MO falls in the range "
     'of legal offsets associated with the Untagged Buffer"',
+    skip=NO_BUFFER,
     layer=DDP,
     etype=U,
     codes=(DdpUntaggedCode.MESSAGE_TOO_LONG, DdpUntaggedCode.INVALID_MO),
@@ -142,6 +139,8 @@ for _n, _dv in ((7, 0), (8, 2), (9, 3)):
         f"an untagged segment with DV={_dv} brings TERM DDP/untagged/invalid version",
         'RFC 5041 §4.1 DV: "This field MUST be set to one ... The value of DV MUST be the same for '
         'all the DDP Segments transmitted or received on a DDP Stream"',
+        covers=("ddp-version",),
+        skip=NO_BUFFER,
         layer=DDP,
         etype=U,
         codes=DdpUntaggedCode.INVALID_VERSION,
@@ -155,6 +154,7 @@ error_cases(
     "rfc5041/7.1/10",
     "an RDMA Write to an unknown STag brings TERM invalid STag",
     TAGGED_QUOTE + '1. The STag is valid for this stream"',
+    covers=("stag",),
     layer=DDP,
     etype=T,
     codes=DdpTaggedCode.INVALID_STAG,
@@ -168,6 +168,7 @@ error_cases(
     "rfc5041/7.1/11",
     "an RDMA Write to STag 0 brings TERM invalid STag",
     TAGGED_QUOTE + '1. The STag is valid for this stream"',
+    covers=("stag",),
     layer=DDP,
     etype=T,
     codes=DdpTaggedCode.INVALID_STAG,
@@ -202,6 +203,7 @@ def _bounds(number: int, title: str, where: str) -> None:
             if where == "straddle"
             else '3. The TO falls in the range of legal offsets registered for the STag"'
         ),
+        covers=("write-bounds",),
         layer=DDP,
         etype=T,
         codes=DdpTaggedCode.BASE_OR_BOUNDS,
@@ -221,6 +223,7 @@ error_cases(
     "an RDMA Write whose TO wraps brings TERM TO wrap (or bounds)",
     TAGGED_QUOTE + "5. A 64-bit unsigned sum of the DDP Segment payload length and the TO does "
     'not wrap"',
+    covers=("write-bounds",),
     layer=DDP,
     etype=T,
     codes=(DdpTaggedCode.TO_WRAP, DdpTaggedCode.BASE_OR_BOUNDS),
@@ -238,6 +241,7 @@ for _n, _dv in ((16, 0), (17, 2)):
         f"a tagged segment with DV={_dv} brings TERM DDP/tagged/invalid version",
         'RFC 5041 §4.1 DV: "This field MUST be set to one"; §7.2 tagged code 4 "Invalid DDP '
         'version"',
+        covers=("ddp-version",),
         layer=DDP,
         etype=T,
         codes=DdpTaggedCode.INVALID_VERSION,
@@ -259,7 +263,7 @@ def ddp_reserved(s: Session) -> None:
     seg = craft.write(region.stag, region.to, bytes(8))
     data = bytes([seg.octets[0] | 0x3C]) + seg.octets[1:]
     s.send_ulpdu(data, "RDMA Write with DDP Rsvd bits 1111")
-    s.expect_alive(0.3, "after a segment with reserved DDP bits set")
+    s.expect_alive(0.3, "after a segment with reserved DDP bits set", skip=NOT_WRITABLE)
 
 
 @case(
@@ -288,7 +292,7 @@ def write_ok(s: Session) -> None:
         craft.write(region.stag, region.to, bytes(size)).octets,
         f"RDMA Write of {size} octets at the buffer's start",
     )
-    s.expect_alive(0.3, "after a valid RDMA Write")
+    s.expect_alive(0.3, "after a valid RDMA Write", skip=NOT_WRITABLE)
 
 
 @case(
@@ -306,4 +310,4 @@ def write_two_segments(s: Session) -> None:
     second = craft.write(region.stag, region.to + 8, bytes(8))
     s.send_ulpdu(first.octets, "RDMA Write segment 1 (L=0)")
     s.send_ulpdu(second.octets, "RDMA Write segment 2 (L=1)")
-    s.expect_alive(0.3, "after a two-segment RDMA Write")
+    s.expect_alive(0.3, "after a two-segment RDMA Write", skip=NOT_WRITABLE)

@@ -73,6 +73,7 @@ def reply_res_zero(s: Session) -> None:
     "a Request with reserved bits set is accepted, and the Reply's are zero",
     '§7.1.1 Res: "MUST be set to zero when sending, and not checked on reception"',
     roles=R,
+    covers=("reply-reserved",),
 )
 def request_res_set(s: Session) -> None:
     req = s.default_request(flags=s.base_flags() | RESERVED_FLAGS)
@@ -151,6 +152,7 @@ def _bad_key_case(number: int, index: int) -> None:
         f"a Request whose key octet {index} is {key[index]:#04x} is closed without a Reply",
         KEY_QUOTE,
         roles=R,
+        covers=("key",),
     )
     def run(s: Session) -> None:
         s.send_raw(s.default_request(key=bytes(key)), f"Request with key {bytes(key)!r}")
@@ -166,6 +168,7 @@ for _i in range(16):
     "a Request with an all-zero key is closed without a Reply",
     KEY_QUOTE,
     roles=R,
+    covers=("key",),
 )
 def zero_key(s: Session) -> None:
     s.send_raw(s.default_request(key=bytes(16)), "Request with a zero key")
@@ -177,6 +180,7 @@ def zero_key(s: Session) -> None:
     "a Request with a lower-case key is closed without a Reply",
     KEY_QUOTE,
     roles=R,
+    covers=("key",),
 )
 def lower_key(s: Session) -> None:
     s.send_raw(s.default_request(key=REQUEST_KEY.lower()), "Request with a lower-case key")
@@ -188,6 +192,7 @@ def lower_key(s: Session) -> None:
     "a Request of Rev 3 is not accepted: the connection is closed",
     REV_QUOTE,
     roles=R,
+    covers=("rev",),
 )
 def rev3(s: Session) -> None:
     s.send_raw(craft.request(revision=3), "Rev 3 Request")
@@ -199,6 +204,7 @@ def rev3(s: Session) -> None:
     "a Request of Rev 255 is not accepted: the connection is closed",
     REV_QUOTE,
     roles=R,
+    covers=("rev",),
 )
 def rev255(s: Session) -> None:
     s.send_raw(craft.request(revision=255), "Rev 255 Request")
@@ -500,6 +506,7 @@ def garbage_request(s: Session) -> None:
     '§7.1.2 rule 2: "MUST wait until an MPA Request Frame is received and validated before '
     'entering Full MPA/DDP Operation"',
     roles=R,
+    covers=("key",),
 )
 def fpdu_first(s: Session) -> None:
     s.send_raw(craft.fpdu(craft.send(b"hello", msn=1).octets) * 4, "FPDUs, no Request")

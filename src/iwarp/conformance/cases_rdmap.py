@@ -15,7 +15,7 @@ from collections.abc import Callable
 from iwarp.conformance import craft
 from iwarp.conformance.errorcase import Broken, error_cases, unknown_stag
 from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, case
-from iwarp.conformance.session import Received, Region, Session, describe_terminate
+from iwarp.conformance.session import NO_BUFFER, Received, Region, Session, describe_terminate
 from iwarp.ddp.errors import DdpErrorType, DdpUntaggedCode
 from iwarp.errors import TerminateLayer
 from iwarp.rdma.rping import ADVERT
@@ -84,6 +84,8 @@ for _n, _rv in ((1, 2), (2, 3)):
         f"a Send with RDMAP version {_rv} brings TERM RDMAP/remote operation/invalid version",
         'RFC 5040 §7.2: "3. The RDMA Version MUST be valid"; §4.8 Figure 9 code 05X "Invalid '
         'RDMAP version"',
+        covers=("rdmap-version",),
+        skip=NO_BUFFER,
         layer=RDMAP,
         etype=OPER,
         codes=RemoteOperationCode.INVALID_VERSION,
@@ -96,6 +98,8 @@ for _n, _op in ((3, 0xC), (4, 0xF)):
         f"an untagged message with reserved opcode {_op:#x} brings TERM unexpected opcode",
         'RFC 5040 §7.2: "2. The RDMA OpCode MUST be valid"; §4.8 Figure 9 code 06X "Unexpected '
         'OpCode"',
+        covers=("opcode",),
+        skip=NO_BUFFER,
         layer=RDMAP,
         etype=OPER,
         codes=RemoteOperationCode.UNEXPECTED_OPCODE,
@@ -106,6 +110,8 @@ error_cases(
     "rfc5040/4.8/5",
     "an RDMA Write opcode in an untagged segment brings TERM unexpected opcode",
     'RFC 5040 §4.1 Figure 4: RDMA Write is Tagged; §7.2: "2. The RDMA OpCode MUST be valid"',
+    covers=("opcode",),
+    skip=NO_BUFFER,
     layer=RDMAP,
     etype=OPER,
     codes=RemoteOperationCode.UNEXPECTED_OPCODE,
@@ -141,6 +147,7 @@ error_cases(
     codes=RemoteOperationCode.UNEXPECTED_OPCODE,
     build=_tagged_send,
     also=((TerminateLayer.DDP, DdpErrorType.TAGGED_BUFFER, 0),),
+    wait=(Need.REGION,),
 )
 error_cases(
     "rfc5040/7.2/7",
@@ -195,6 +202,7 @@ def _read_bounds(number: int, title: str, where: str, item: str) -> None:
         f"rfc5040/4.8/{number}",
         title,
         READ_QUOTE + READ_ITEM[item],
+        covers=("read-bounds",),
         layer=RDMAP,
         etype=PROT,
         codes=RemoteProtectionCode.BASE_OR_BOUNDS,
@@ -216,6 +224,7 @@ error_cases(
     "rfc5040/4.8/14",
     "a Read Request whose TO wraps brings TERM TO wrap (or bounds)",
     READ_QUOTE + READ_ITEM["e"],
+    covers=("read-bounds",),
     layer=RDMAP,
     etype=PROT,
     codes=(RemoteProtectionCode.TO_WRAP, RemoteProtectionCode.BASE_OR_BOUNDS),
@@ -231,6 +240,8 @@ error_cases(
     "a Send with Invalidate of an unknown STag brings TERM RDMAP/remote protection or operation",
     'RFC 5040 §7.2: "on incoming Send with Invalidate ... 4. The Invalidate STag MUST be valid"; '
     '§4.8 Figure 9: 09X "STag cannot be Invalidated" under Remote Protection and Remote Operation',
+    covers=("invalidate",),
+    skip=NO_BUFFER,
     layer=RDMAP,
     etype=PROT,
     codes=(RemoteProtectionCode.INVALID_STAG, RemoteProtectionCode.CANNOT_INVALIDATE),
@@ -254,6 +265,8 @@ error_cases(
     'RFC 5040 §7.2: "on incoming ... Send with Solicited Event and Invalidate Messages ... 4. The '
     'Invalidate STag MUST be valid"; §4.8 Figure 9: 09X "STag cannot be Invalidated" under '
     "Remote Protection and Remote Operation",
+    covers=("invalidate",),
+    skip=NO_BUFFER,
     layer=RDMAP,
     etype=PROT,
     codes=(RemoteProtectionCode.INVALID_STAG, RemoteProtectionCode.CANNOT_INVALIDATE),
@@ -471,7 +484,7 @@ def _provoke(s: Session) -> Received:
     "the target's Terminate is untagged, on queue 2, MSN 1, one segment",
     'RFC 5040 §5.4: "A Terminate Message MUST reference an Untagged Buffer ... MUST request that '
     'the DDP layer set the Queue Number field to two"',
-    covers=("terminate",),
+    covers=("terminate", "stag", "terminate-queue"),
 )
 def terminate_queue(s: Session) -> None:
     info = _provoke(s).info
@@ -487,7 +500,7 @@ def terminate_queue(s: Session) -> None:
     "after its Terminate the target sends nothing more",
     'RFC 5040 §5.4: "After sending a Terminate Message on an RDMAP Stream, the Local Peer MUST '
     'NOT send any more Messages on that specific RDMAP Stream"',
-    covers=("terminate",),
+    covers=("terminate", "stag"),
 )
 def nothing_after(s: Session) -> None:
     _provoke(s)
@@ -501,7 +514,7 @@ def nothing_after(s: Session) -> None:
     "rfc5040/4.8/20",
     "the Terminate's reserved bits are zero",
     'RFC 5040 §4.8: "Reserved: 13 bits. This field MUST be set to zero on transmit"',
-    covers=("terminate",),
+    covers=("terminate", "stag"),
 )
 def terminate_reserved(s: Session) -> None:
     term = _provoke(s).terminate()
@@ -515,7 +528,7 @@ def terminate_reserved(s: Session) -> None:
     'RFC 5040 §4.8 Figure 10: DDP errors: "Terminate Includes DDP Header and DDP Segment Length" '
     "Yes",
     level=Level.SHOULD,
-    covers=("terminate",),
+    covers=("terminate", "stag"),
 )
 def terminate_hdrct(s: Session) -> None:
     term = _provoke(s).terminate()

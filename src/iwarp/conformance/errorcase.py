@@ -50,17 +50,24 @@ def error_cases(
     copy_ddp: bool = True,
     also: Sequence[Answer] = (),
     skip: Mapping[tuple[int, int, int], str] | None = None,
+    covers: Iterable[str] = (),
+    wait: Iterable[Need] | None = None,
 ) -> None:
     """Register the MUST case (Terminate fields) and the SHOULD case (header copies).
 
     ``also``: other answers the RFC allows for the same fault; ``skip``:
     Terminates that show the target cannot be judged by this case (see
-    :meth:`Session.expect_terminate`).
+    :meth:`Session.expect_terminate`); ``covers``: the rule the broken field
+    breaks (both cases fail against a target that does not check it);
+    ``wait``: cooperation to wait for in the data phase beyond ``needs`` (used
+    when the target offers it, not needed).
     """
     needs = tuple(needs)
+    rules = ("terminate", *covers)
+    waits = None if wait is None else (*needs, *wait)
 
     def provoke(s: Session) -> tuple[Broken, object]:
-        s.data_phase()
+        s.data_phase(waits)
         for need in needs:
             s.need(need)
         broken = build(s)
@@ -80,7 +87,7 @@ def error_cases(
             rdma_header=broken.rdma_header,
         )
 
-    case(must_id, title, quote, needs=needs, covers=("terminate",))(fields)
+    case(must_id, title, quote, needs=needs, covers=rules)(fields)
     copy_quote = (
         'RFC 5040 §4.8 Figure 10: the Terminate "Includes DDP Header and DDP Segment Length"'
         + '; RFC 5041 §7.1: "The DDP layer SHOULD include in the error report the DDP Header"'
@@ -91,5 +98,5 @@ def error_cases(
         copy_quote,
         level=Level.SHOULD,
         needs=needs,
-        covers=("terminate",),
+        covers=rules,
     )(copies)

@@ -1,11 +1,13 @@
-"""Reports: coloured text (colour only on a terminal), JSON, JUnit XML."""
+"""Reports: coloured text (colour only on a terminal), JSON, JUnit XML, HTML pages."""
 
 from __future__ import annotations
 
+import html
 import json
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Final, TextIO
 
 from iwarp.conformance.model import Case, Result, Status
@@ -21,6 +23,7 @@ __all__ = [
     "recap",
     "summary_line",
     "to_json",
+    "write_html",
     "write_text",
 ]
 
@@ -141,3 +144,61 @@ def junit(results: Sequence[Result], target: str) -> bytes:
         out.text = f"{r.case.title}\n{r.case.quote}"
     data: bytes = ET.tostring(suite, encoding="utf-8", xml_declaration=True)
     return data
+
+
+_STYLE: Final = """body{font-family:sans-serif;margin:1.5em;max-width:75em}
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}
+.passed{background:#d9f2d9}.failed{background:#f8d0d0}.skipped{background:#f5ecc8}
+pre{background:#f4f4f4;padding:.5em;white-space:pre-wrap}h2{margin-top:1.2em}"""
+
+
+def case_page_name(item: Case) -> str:
+    """The file name of a case's page: its id with ``/`` as ``_`` (``rfc5044_7.1.1_3.html``)."""
+    return item.id.replace("/", "_") + ".html"
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}'
+        f"</title><style>{_STYLE}</style></head><body>\n{body}\n</body></html>\n"
+    )
+
+
+def write_html(results: Sequence[Result], target: str, directory: Path) -> None:
+    """An Autobahn-style report: ``index.html`` (a matrix of every case by section, its
+    verdict and time) and one page per case (its quote, verdict, reason, timings and the
+    conversation as the tool saw it, every frame and FPDU decoded)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    e = html.escape
+    rows: list[str] = []
+    previous: Case | None = None
+    for r in results:
+        if group_header(r.case, previous) is not None:
+            rows.append(f'<tr><th colspan="5">{e(group_of(r.case))}</th></tr>')
+        previous = r.case
+        mark = _MARKS[r.status]
+        rows.append(
+            f'<tr class="{r.status}"><td><a href="{case_page_name(r.case)}">{e(r.case.id)}</a>'
+            f"</td><td>{e(r.case.title)}</td><td>{e(str(r.case.level))}</td>"
+            f"<td>{mark}</td><td>{r.seconds:.3f}s</td></tr>"
+        )
+        log = "\n".join(r.observed) or "(nothing was sent or received)"
+        roles = ", ".join(sorted(str(x) for x in r.case.roles))
+        needs = ", ".join(sorted(str(x) for x in r.case.needs)) or "nothing"
+        reason = f"<p><b>{e(str(r.status))}:</b> {e(r.reason)}</p>" if r.reason else ""
+        body = (
+            f'<p><a href="index.html">all cases</a></p><h1>{e(r.case.id)}: {mark}</h1>'
+            f"<p>{e(r.case.title)}</p><h2>The rule</h2><blockquote>{e(r.case.quote)}"
+            f"</blockquote><p>Level {e(str(r.case.level))}; target roles {e(roles)}; needs "
+            f"{e(needs)}</p>"
+            f'<h2>Verdict</h2><p class="{r.status}">{mark} in {r.seconds:.3f}s</p>{reason}'
+            f"<h2>Wire log</h2><p>Seconds from the start of the case; every frame and FPDU "
+            f"decoded.</p><pre>{e(log)}</pre>"
+        )
+        (directory / case_page_name(r.case)).write_text(_page(r.case.id, body))
+    index = (
+        f"<h1>iwarp conformance</h1><p>Target: {e(target)}</p><p>{e(summary_line(results))}"
+        f"</p><table><tr><th>case</th><th>the target must</th><th>level</th><th>verdict</th>"
+        f"<th>time</th></tr>{''.join(rows)}</table>"
+    )
+    (directory / "index.html").write_text(_page("iwarp conformance", index))

@@ -23,9 +23,11 @@ import shlex
 import signal
 import socket
 import subprocess
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
@@ -159,7 +161,7 @@ Target = ResponderTarget | InitiatorTarget
 
 
 class Runner:
-    """Runs cases one after another against one target."""
+    """Runs cases against one target, one connection each (several at once with ``jobs``)."""
 
     def __init__(
         self,
@@ -180,8 +182,12 @@ class Runner:
         self.probe_note = ""
         self._listener: socket.socket | None = None
         self._accepted = 0
-        #: Whether the target ended the last case's connection.
-        self._ended = False
+        self._lock = threading.Lock()
+        #: Why the remaining cases are skipped (the target died), else "".
+        self._dead = ""
+        #: Cases in a row the Initiator target did not connect for, and the last it did.
+        self._silent = 0
+        self._last = "the start"
 
     # --- connections ------------------------------------------------------
 
@@ -316,43 +322,73 @@ class Runner:
             link.close()
         return True
 
-    def run(self, cases: Iterable[Case]) -> list[Result]:
+    def run(self, cases: Iterable[Case], *, jobs: int = 1) -> list[Result]:
+        """Run ``cases``; results come (and ``on_result`` is called) in case order.
+
+        ``jobs`` > 1 runs that many cases at once against a Responder target
+        (each case has its own connection, so cases are independent); an
+        Initiator target connects once per case and runs one case at a time.
+        """
+        items = list(cases)
         results: list[Result] = []
-        dead = ""
-        silent, last = 0, "the start"
         try:
             self.probe()
-            for item in cases:
-                if dead:
-                    result = Result(item, Status.SKIPPED, dead)
-                else:
-                    self._ended = False
-                    result = self.run_case(item)
-                    if "did not connect" in result.reason:
-                        silent += 1
-                        if silent == 2:  # an Initiator that no longer connects at all
-                            dead = f"the target stopped connecting (after {last})"
-                    else:
-                        silent, last = 0, item.id
-                    if self._ended and not self.alive():
-                        dead = f"the target stopped answering valid MPA Requests after {item.id}"
-                        if result.status is Status.PASSED:
-                            result.status = Status.FAILED
-                            result.reason = dead + " (crashed, or stopped listening)"
-                results.append(result)
-                if self.on_result is not None:
-                    self.on_result(result)
+            if jobs > 1 and isinstance(self.target, ResponderTarget):
+                with ThreadPoolExecutor(max_workers=jobs) as pool:
+                    futures = [pool.submit(self._run_one, item) for item in items]
+                    for future in futures:
+                        self._emit(results, future.result())
+            else:
+                for item in items:
+                    self._emit(results, self._run_one(item))
         finally:
             self.close()
         return results
 
+    def _emit(self, results: list[Result], result: Result) -> None:
+        results.append(result)
+        if self.on_result is not None:
+            self.on_result(result)
+
+    def _run_one(self, item: Case) -> Result:
+        """One case, then (if the target ended its connection) the proof that it still lives."""
+        with self._lock:
+            dead = self._dead
+        if dead:
+            return Result(item, Status.SKIPPED, dead)
+        result, ended = self.run_case_ended(item)
+        with self._lock:
+            if "did not connect" in result.reason:
+                self._silent += 1
+                if self._silent == 2 and not self._dead:
+                    # an Initiator that no longer connects at all
+                    self._dead = f"the target stopped connecting (after {self._last})"
+            else:
+                self._silent, self._last = 0, item.id
+        if ended and not self.alive():
+            dead = f"the target stopped answering valid MPA Requests after {item.id}"
+            with self._lock:
+                self._dead = self._dead or dead
+            if result.status is Status.PASSED:
+                result.status = Status.FAILED
+                result.reason = dead + " (crashed, or stopped listening)"
+        return result
+
     def run_case(self, item: Case) -> Result:
+        """Run one case on a fresh connection."""
+        return self.run_case_ended(item)[0]
+
+    def run_case_ended(self, item: Case) -> tuple[Result, bool]:
+        """Run one case; also whether the target ended the connection (or could not be
+        reached)."""
         started = time.monotonic()
+        ended = False
         if self.target.role not in item.roles:
             other = "Initiator" if self.target.role is TargetRole.RESPONDER else "Responder"
-            return Result(item, Status.SKIPPED, f"the case needs the target as MPA {other}")
+            reason = f"the case needs the target as MPA {other}"
+            return Result(item, Status.SKIPPED, reason), False
         if Need.ENHANCED in item.needs and self.style.revision < Revision.REV2:
-            return Result(item, Status.SKIPPED, NEED_HINTS[Need.ENHANCED])
+            return Result(item, Status.SKIPPED, NEED_HINTS[Need.ENHANCED]), False
         deadline = started + (item.timeout or self.timeout)
         launched = Launched(None, "")
         session: Session | None = None
@@ -376,6 +412,7 @@ class Runner:
                 style=self.style,
                 cooperation_wait=self.cooperation_wait,
             )
+            session.wants = item.needs
             item.run(session)
         except CaseFailed as exc:
             status, reason = Status.FAILED, str(exc)
@@ -383,13 +420,13 @@ class Runner:
             status, reason = Status.SKIPPED, str(exc)
         except TargetUnavailableError as exc:
             status, reason = Status.FAILED, str(exc)
-            self._ended = True
+            ended = True
         except Exception as exc:  # a bug in the case: report it, keep going
             where = traceback.extract_tb(exc.__traceback__)[-1]
             status = Status.FAILED
             reason = f"internal error in the case: {exc!r} at {where.filename}:{where.lineno}"
         observed: list[str] = []
-        self._ended |= session is not None and session.link.ended is not None
+        ended |= session is not None and session.link.ended is not None
         if session is not None:
             observed = list(session.observed)
             if status is Status.FAILED:
@@ -399,7 +436,7 @@ class Runner:
             tail = launched.stop()
             if status is Status.FAILED:
                 observed.append(f"peer command `{launched.command}`: {tail}")
-        return Result(item, status, reason, observed, time.monotonic() - started)
+        return Result(item, status, reason, observed, time.monotonic() - started), ended
 
     def close(self) -> None:
         if self._listener is not None:

@@ -21,7 +21,7 @@ non-zero PAD, a bad CRC, a marker out of place.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -64,6 +64,8 @@ __all__ = [
     "Answer",
     "Cooperation",
     "NEED_HINTS",
+    "NO_BUFFER",
+    "NOT_WRITABLE",
     "Received",
     "Region",
     "Session",
@@ -103,6 +105,26 @@ NEED_HINTS: Final[dict[Need, str]] = {
         "tool's first Send (iwarp listen) or sends first (iwarp connect, rping -c) enables "
         "the case"
     ),
+}
+
+
+#: RFC 5041 has no access-rights code: a buffer closed to remote Write answers a Write
+#: with "invalid STag" (DDP, tagged buffer, code 0). Such an answer to a Write of the
+#: advertised buffer says nothing of the rule a Write case checks: the case is skipped.
+#: A target with no receive posted for a message answers "no buffer available" (RFC 5041
+#: §7.1 check 2, which a target may make first): the case cannot judge the field it broke.
+NO_BUFFER: Final[dict[tuple[int, int, int], str]] = {
+    (1, 2, 2): (
+        "the target had no receive posted for the tool's second Send (DDP 'no buffer "
+        "available'), so the field this case breaks was not judged; a target that keeps "
+        "receives posted (iwarp listen) enables the case"
+    )
+}
+NOT_WRITABLE: Final[dict[tuple[int, int, int], str]] = {
+    (1, 1, 0): (
+        "the advertised buffer is not open to remote Write (an invalid-STag Terminate for "
+        "its own STag); a writable buffer (iwarp listen --op write, rping -c) enables the case"
+    )
 }
 
 
@@ -255,6 +277,8 @@ class Session:
         self._rx_offset = 0
         self._tx_offset = 0
         self._msn = {0: 1, 1: 1, 2: 1}
+        #: The cooperation the case needs (set by the runner): what data_phase waits for.
+        self.wants: frozenset[Need] = frozenset()
 
     # --- bookkeeping -----------------------------------------------------
 
@@ -450,7 +474,7 @@ class Session:
         elif self.rtr is RtrFlags.SEND:
             self.send_ulpdu(craft.send(msn=self.next_msn(0)).octets, "RTR (zero-length Send)")
 
-    def data_phase(self) -> Cooperation:
+    def data_phase(self, wait: Iterable[Need] | None = None) -> Cooperation:
         """Startup, then learn what the target offers: a receive, an advertised buffer.
 
         Target Responder: our first FPDU is a 16-octet Send shaped like rping's
@@ -458,20 +482,31 @@ class Session:
         answers with its own advertisements, rping -s takes it as ours.
         Target Initiator: its first FPDU (after any RTR) is read: rping -c
         advertises its buffer there, iwarp connect says hello.
+
+        ``wait``: the cooperation to wait for (default: what the case needs,
+        :attr:`wants`), and for a Responder target its first FPDU (its answer
+        to the hello: it has read the hello and posted what it posts). The
+        wait ends as soon as all of it arrived, or after ``cooperation_wait``
+        seconds; what the target sends later is read by the case's own
+        expectations, which pass over the FPDUs they do not look for.
         """
         self.startup()
         coop = self.cooperation
         if self.target is TargetRole.RESPONDER:
             hello = craft.send(ADVERT.pack(64, 0, 4096), msn=self.next_msn(0))
             self.send_ulpdu(hello.octets, "hello Send (count 64, STag 0, size 4096)")
+        wanted = {
+            Need.REGION if need is Need.WRITE_ONLY_REGION else need
+            for need in (self.wants if wait is None else wait)
+        }
+        if self.target is TargetRole.RESPONDER:
+            wanted.add(Need.TALKS)
         limit = self.within(self.cooperation_wait)
-        while coop.region is None:
+        while not all(coop.has(need) for need in wanted):
             got = self.next_ulpdu(limit)
             if got is None:
                 break
             self._learn(got)
-            if self.target is TargetRole.INITIATOR and coop.receive:
-                break
         return coop
 
     def _learn(self, got: Received) -> None:
@@ -743,8 +778,13 @@ class Session:
                     f"the Read Request's, {rdma_header.hex()}"
                 )
 
-    def expect_alive(self, seconds: float, what: str) -> None:
-        """No Terminate and no close for ``seconds`` (other FPDUs are fine)."""
+    def expect_alive(
+        self, seconds: float, what: str, *, skip: Mapping[tuple[int, int, int], str] | None = None
+    ) -> None:
+        """No Terminate and no close for ``seconds`` (other FPDUs are fine).
+
+        ``skip``: Terminates that show the case cannot judge this target (see
+        :meth:`expect_terminate`)."""
         deadline = self.within(seconds)
         while True:
             got = self.next_fpdu(deadline)
@@ -755,6 +795,10 @@ class Session:
                     )
                 return
             if got.is_terminate:
+                term = got.terminate()
+                if skip and (reason := skip.get((term.layer, term.etype, term.code))):
+                    self.note(f"skipped on {describe_terminate(term)}")
+                    raise CaseSkipped(reason)
                 raise CaseFailed(f"{what}: the target sent {got.describe()}")
 
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from iwarp._accel import speedups
+from iwarp._accel import kernels
 from iwarp._typing import Buffer
 from iwarp.ddp.errors import (
     DdpError,
@@ -757,13 +757,13 @@ class RdmapStream:
     def handle_batch(self, batch: UlpduBatch) -> list[Event]:
         """Process the ULPDUs of one receive, in order; return the events.
 
-        The same as :meth:`handle_ulpdu` for each ULPDU of ``batch``. With
-        the C accelerator, runs of segments that continue one RDMA Write
-        (or one Send) are validated once for the whole run (STag, rights,
-        bounds: the union of in-bounds ranges is in bounds) and copied in
-        one call; anything else, and any run whose check fails, goes
-        segment by segment, so errors are found and reported exactly as
-        there.
+        The same as :meth:`handle_ulpdu` for each ULPDU of ``batch``. Runs
+        of segments that continue one RDMA Write (or one Send) are
+        validated once for the whole run (STag, rights, bounds: the union
+        of in-bounds ranges is in bounds) and copied in one kernel call
+        (``segment_run``, ``place_run``); anything else, and any run whose
+        check fails, goes segment by segment, so errors are found and
+        reported exactly as there.
         """
         for view in batch.views:
             self._handle(view)
@@ -811,10 +811,9 @@ class RdmapStream:
         """Place the run of RDMA Write or Send segments starting at record
         ``index`` with one decision; returns the segments placed (0: none,
         the caller goes segment by segment)."""
-        kernels = speedups
         at = records[2 * index]
         n = records[2 * index + 1]
-        if kernels is None or n <= TAGGED_HEADER_SIZE:
+        if n <= TAGGED_HEADER_SIZE:
             return 0
         control = buffer[at]
         ddp = self._ddp
