@@ -447,8 +447,10 @@ class AsyncioAdapter(LoopThread):
 
     kind = "asyncio"
 
-    def __init__(self) -> None:
-        super().__init__(CALL_TIMEOUT)
+    def __init__(
+        self, loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+    ) -> None:
+        super().__init__(CALL_TIMEOUT, loop_factory)
 
     def serve(
         self,
@@ -527,5 +529,30 @@ class AsyncioAdapter(LoopThread):
         return errors
 
 
+def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+#: uvloop's event loop, when it is installed (the ``test`` extra has it).
+UVLOOP = _uvloop_factory()
+#: Every adapter kind: the blocking one, asyncio's loop, and uvloop's when installed.
+KINDS: tuple[str, ...] = ("sync", "asyncio", *(("uvloop",) if UVLOOP is not None else ()))
+#: (client, server) kinds of the scenarios: every pair of sync and asyncio,
+#: and uvloop against itself and against the blocking adapter.
+PAIRS: list[tuple[str, str]] = [
+    (c, s) for c in KINDS for s in KINDS if not ("uvloop" in (c, s) and "asyncio" in (c, s))
+]
+
+
 def make_adapter(kind: str) -> SyncAdapter | AsyncioAdapter:
-    return SyncAdapter() if kind == "sync" else AsyncioAdapter()
+    if kind == "sync":
+        return SyncAdapter()
+    if kind == "uvloop":
+        assert UVLOOP is not None
+        return AsyncioAdapter(UVLOOP)
+    return AsyncioAdapter()

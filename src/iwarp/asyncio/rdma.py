@@ -454,6 +454,7 @@ async def connect(
     first_send_delay: float = 0.0,
     shared_cq: bool = False,
     fallback_to_rev1: bool = False,
+    local_address: tuple[str, int] | None = None,
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
@@ -476,20 +477,26 @@ async def connect(
     build_request(options.config, private_data)  # LocalProtocolError before any connection
     qp_domain = domain(pd)
     try:
-        return await _connect_once(host, port, qp_domain, options, setup)
+        return await _connect_once(host, port, qp_domain, options, setup, local_address)
     except MpaError as exc:
         retry = rev1_fallback(options.config, exc, requested=fallback_to_rev1)
         if retry is None:
             raise
-    return await _connect_once(host, port, qp_domain, replace(options, config=retry), setup)
+    retried = replace(options, config=retry)
+    return await _connect_once(host, port, qp_domain, retried, setup, local_address)
 
 
 async def _connect_once(
-    host: str, port: int, pd: ProtectionDomain, options: QueuePairOptions, setup: Setup | None
+    host: str,
+    port: int,
+    pd: ProtectionDomain,
+    options: QueuePairOptions,
+    setup: Setup | None,
+    local_address: tuple[str, int] | None = None,
 ) -> QueuePair:
     loop = asyncio.get_running_loop()
     qp, driver = _queue_pair(Role.INITIATOR, pd, options, setup)
-    await loop.create_connection(lambda: driver, host, port)
+    await loop.create_connection(lambda: driver, host, port, local_addr=local_address)
     try:
         await qp.established
     except BaseException:

@@ -53,7 +53,6 @@ from iwarp.rdmap.work import (
     Completion,
     RecvWR,
     SendQueueWR,
-    Sge,
     StreamReady,
     TerminateReceived,
     TerminateSent,
@@ -168,50 +167,15 @@ class RdmaConnection:
         """Queue a Send, RDMA Write, RDMA Read or RFC 7306 work (see :class:`RdmapStream`)."""
         self._require_stream().post_send(wr)
 
-    def send_at_once(
-        self, data: Sge | Buffer, *, solicited: bool = False, wr_id: int | None = None
-    ) -> bool:
-        """Post a small Send (without Invalidate) and frame it now when the
-        stream and MPA are idle (:meth:`RdmapStream.send_at_once`; MPA in
-        full operation with nothing queued, so framing ahead never piles up
-        output); its octets are in :meth:`data_to_send`, its completion
-        (with a ``wr_id``) in :meth:`take_events`. False: nothing was done
-        (:meth:`post_send` it).
-
-        :raises LocalProtocolError: as :meth:`post_send`.
-        """
-        stream = self._idle()
-        ulpdu = (
-            None if stream is None else stream.send_at_once(data, solicited=solicited, wr_id=wr_id)
-        )
-        if ulpdu is None:
-            return False
-        self.mpa.send_parts(*ulpdu)
-        return True
-
-    def frame_send(
-        self, data: Sge | Buffer, *, solicited: bool = False, wr_id: int | None = None
-    ) -> bytes | None:
-        """:meth:`send_at_once`, but the FPDU is returned, not queued: the
-        caller writes it before anything :meth:`data_to_send` gives later.
-        None: nothing was done."""
-        stream = self._idle()
-        ulpdu = (
-            None if stream is None else stream.send_at_once(data, solicited=solicited, wr_id=wr_id)
-        )
-        return None if ulpdu is None else self.mpa.frame_parts(*ulpdu)
-
-    def _idle(self) -> RdmapStream | None:
-        """The stream, when MPA is in full operation with nothing queued (so
-        framing ahead never piles up output)."""
-        mpa = self.mpa
-        if mpa.state is not MpaState.FULL_OPERATION or mpa.has_data_to_send:
-            return None
-        return self.stream
-
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer for one incoming Send."""
         self._require_stream().post_recv(wr)
+
+    @property
+    def events_waiting(self) -> bool:
+        """Events wait for :meth:`take_events` (they come before anything a
+        lane beside the cores does, :mod:`iwarp.rdma.small`)."""
+        return bool(self._events)
 
     def take_events(self) -> list[Event]:
         """Events produced outside :meth:`receive_data` (send completions)."""
@@ -224,24 +188,6 @@ class RdmaConnection:
     def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
         """Process octets from TCP (``b""`` means FIN); return the events."""
         self._process(self.mpa.receive_data(data, now))
-        return self._take()
-
-    def receive_whole(self, data: memoryview) -> memoryview | None:
-        """The ULPDU of ``data`` when it is exactly one whole, valid FPDU and
-        no event waits (:meth:`MpaConnection.receive_whole
-        <iwarp.mpa.connection.MpaConnection.receive_whole>`); hand it to
-        :meth:`receive_ulpdu` (or complete it with
-        :meth:`RdmapStream.receive_send`). None: nothing was done;
-        :meth:`receive_data` takes ``data``."""
-        return None if self._events else self.mpa.receive_whole(data)
-
-    def receive_ulpdu(self, ulpdu: memoryview) -> list[Event]:
-        """The ULPDU of a receive that was one whole FPDU, which MPA took
-        (:meth:`MpaConnection.receive_whole
-        <iwarp.mpa.connection.MpaConnection.receive_whole>`): to the stream,
-        as :meth:`receive_data` hands it a batch; return the events."""
-        if self.stream is not None:
-            self._events.extend(self.stream.handle_ulpdu(ulpdu))
         return self._take()
 
     def connection_lost(

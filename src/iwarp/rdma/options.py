@@ -41,6 +41,9 @@ are chosen here, once.
     ``serve``/``listen``: sees each valid Request and returns
     :class:`~iwarp.mpa.policy.Accept` or :class:`~iwarp.mpa.policy.Reject`
     (by default every Request is accepted).
+``local_address``
+    ``connect``: the (host, port) to connect from (port 0: any), as
+    rping's ``-I`` takes a source address; None lets the system choose.
 ``fallback_to_rev1``
     ``connect``: retry once with a Rev 1 Request when an unenhanced
     Responder closes on our Rev 2 one (RFC 6581 §10; also the config's

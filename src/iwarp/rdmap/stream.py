@@ -155,6 +155,9 @@ def _check_word(name: str, value: int) -> None:
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
 _REMOTE_WRITE = int(Access.REMOTE_WRITE)
 _REMOTE_READ = int(Access.REMOTE_READ)
+#: The small-message lane's Send header (RFC 5041 §4.3): queue 0, as an int.
+_SEND_QUEUE: Final = int(QueueNumber.SEND)
+_pack_untagged = UNTAGGED_HEADER.pack
 
 
 @dataclass(eq=False, slots=True)
@@ -329,6 +332,10 @@ class RdmapStream:
         self._terminate: SegmentRun | None = None
         self._rx_tagged_opcode = -1
         self._events: list[Event] = []
+        #: Called with each successful receive completion as it happens;
+        #: True: it was taken (no event). A receive pool's owner copies the
+        #: message out and reposts the buffer here, inside the batch.
+        self.on_receive: Callable[[Completion], bool] | None = None
         if initiator:
             self._events.append(StreamReady())
             if rtr:
@@ -373,20 +380,20 @@ class RdmapStream:
             self.state = transition(self.state, StreamInput.POST)
         self._recv.post(view, wr)
 
-    def send_at_once(
-        self, data: Sge | Buffer, *, solicited: bool = False, wr_id: int | None = None
-    ) -> tuple[bytes, memoryview] | None:
-        """Post a Send (without Invalidate) and hand out its one segment now,
-        as its DDP/RDMAP header and its payload, when nothing else is
-        queued, being sent or awaiting completion before it (an idle queue
-        pair's small message, most of a ping-pong). None: nothing was done
+    def claim_send(
+        self, data: Sge | Buffer, solicited: bool = False, invalidate_stag: int | None = None
+    ) -> tuple[bytes, Buffer] | None:
+        """A Send (with Solicited Event and Invalidate as asked) taken as
+        sent at once, as its one segment's DDP/RDMAP header and payload, when
+        nothing else is queued, being sent or awaiting completion before it
+        and the payload fits one segment (the small-message lane,
+        :mod:`iwarp.rdma.small`, frames it). Its MSN is used; no completion
+        is made: the caller takes the Send as complete once the segment is
+        framed (nothing after that can fail it). None: nothing was done
         (post it with :meth:`post_send`).
 
-        The segment (``header + payload``), and with a ``wr_id`` the
-        completion queued at once, are those of :meth:`post_send` followed
-        by :meth:`runs_to_send`, with fewer steps. Without a ``wr_id`` no
-        completion is made: the caller takes the Send as complete when the
-        segment is returned (nothing after that can fail it).
+        The segment is the one :meth:`post_send` and :meth:`runs_to_send`
+        would make.
 
         :raises LocalProtocolError: as :meth:`post_send`.
         """
@@ -398,17 +405,26 @@ class RdmapStream:
             or self._current is not None
         ):
             return None
-        payload = self._source(data)
-        size = len(payload)
-        room = self.mulpdu - UNTAGGED_HEADER_SIZE
-        if size > room:
+        payload = data if type(data) is bytes else self._source(data)
+        if len(payload) > self.mulpdu - UNTAGGED_HEADER_SIZE:
             return None
-        msn = self._next_msn(QueueNumber.SEND)
-        rdmap = self._send_se_rdmap if solicited else self._send_rdmap
+        if invalidate_stag is None:
+            rdmap = self._send_se_rdmap if solicited else self._send_rdmap
+            stag = 0
+        else:
+            if not 0 <= invalidate_stag <= 0xFFFFFFFF:
+                raise LocalProtocolError(f"invalidate STag {invalidate_stag} is not 32-bit")
+            opcode = (
+                RdmapOpcode.SEND_WITH_SE_AND_INVALIDATE
+                if solicited
+                else RdmapOpcode.SEND_WITH_INVALIDATE
+            )
+            rdmap, stag = self._control[opcode], invalidate_stag
+        msns = self._msn
+        msn = msns[_SEND_QUEUE]
+        msns[_SEND_QUEUE] = (msn + 1) & 0xFFFFFFFF
         # The one segment is the last (L set), at MO 0.
-        header = UNTAGGED_HEADER.pack(self.version | LAST_FLAG, rdmap, 0, QueueNumber.SEND, msn, 0)
-        if wr_id is not None:
-            self._events.append(Completion(wr_id, WorkOpcode.SEND, CompletionStatus.SUCCESS, size))
+        header = _pack_untagged(self.version | LAST_FLAG, rdmap, stag, _SEND_QUEUE, msn, 0)
         return header, payload
 
     def _write_work(self, wr: WriteWR) -> _Work:
@@ -547,7 +563,9 @@ class RdmapStream:
 
     def runs_to_send(self, limit: int | None = None) -> list[SegmentRun]:
         """The next segments as runs (:class:`~iwarp.mpa.framing.SegmentRun`),
-        about ``limit`` octets of ULPDUs at most (at least one segment).
+        about ``limit`` octets of ULPDUs at most (at least one segment; a
+        segment that would not fit what is left of ``limit`` waits for the
+        next call).
 
         Send and Write work completes when the run holding its last segment
         is returned.
@@ -574,6 +592,12 @@ class RdmapStream:
                 if current is None:
                     break
             message = current.message
+            if out and limit is not None and limit - size < message.next_segment:
+                # What is left of the budget does not hold the next segment:
+                # the next call frames it in a full run, rather than one
+                # segment now (measured: half the runs at MTU 1500 held one
+                # FPDU, each paying a whole run's Python).
+                break
             run = message.next_run(None if limit is None else limit - size)
             if run is not None:
                 out.append(run)
@@ -969,33 +993,48 @@ class RdmapStream:
         if placed is True or placed is False:
             return placed
         wr, end, solicited = placed
-        self._events.append(
+        self._received(
             Completion(
                 wr.wr_id, WorkOpcode.RECV, CompletionStatus.SUCCESS, end, solicited=solicited
             )
         )
         return True
 
-    def receive_send(self, view: memoryview) -> tuple[RecvWR, int, bool] | None:
-        """One received segment that is a whole plain Send (or Send with
-        Solicited Event), in order and fitting the head receive buffer:
-        placed there and its receive completed, as :meth:`handle_ulpdu`
-        would, but the completion is returned, as (work request, length,
-        solicited), instead of queued as an event: for the owner of the
-        buffer (a receive pool), which takes the message out at once.
-
-        None: nothing was done (also while events wait: they come first);
-        :meth:`handle_ulpdu` takes the segment.
-        """
+    def send_target(self) -> tuple[int, int, int, int, memoryview] | None:
+        """Where the next whole plain Send (or Send with Solicited Event)
+        would be placed, for the small-message lane (:mod:`iwarp.rdma.small`):
+        (DDP version, its MSN, the RDMAP control octets of Send and Send with
+        Solicited Event, the head receive buffer). None while the lane must
+        not take one: not in full operation, events waiting (they come
+        first), no buffer posted, or a message in progress or out of order."""
+        queue = self._recv
         if (
             self.state is not StreamState.OPERATIONAL
             or self._events
-            or not view
-            or not view[0] & LAST_FLAG  # so a placed segment always completes
+            or not queue.buffers
+            or queue.received
+            or queue.out_of_order
         ):
             return None
-        placed = self._take_send(view)
-        return None if placed is False or placed is True else placed
+        return (
+            self.version,
+            queue.next_msn,
+            self._send_rdmap,
+            self._send_se_rdmap,
+            queue.buffers[0].view,
+        )
+
+    def send_taken(self) -> RecvWR:
+        """The lane placed a whole Send into the buffer :meth:`send_target`
+        gave: its receive is complete (what DDP's delivery and
+        :meth:`handle_ulpdu` do for it). Returns the buffer's work request;
+        the caller completes it (no event is made here)."""
+        queue = self._recv
+        head = queue.buffers.popleft()
+        queue.next_msn = (queue.next_msn + 1) & MAX_MSN
+        wr = head.context
+        assert wr is not None
+        return wr
 
     def _take_send(self, view: memoryview) -> tuple[RecvWR, int, bool] | bool:
         """:meth:`_place_send`'s checks and placement. Returns False (not
@@ -1199,7 +1238,7 @@ class RdmapStream:
                 )
             region.invalidate()
             invalidated = stag
-        self._events.append(
+        self._received(
             Completion(
                 wr.wr_id,
                 WorkOpcode.RECV,
@@ -1209,6 +1248,14 @@ class RdmapStream:
                 solicited=opcode in SOLICITED_OPCODES,
             )
         )
+
+    def _received(self, completion: Completion) -> None:
+        """A receive completed successfully: to :attr:`on_receive` at once
+        (a receive pool reposts its buffer before the next message of the
+        same batch needs it), else as an event."""
+        hook = self.on_receive
+        if hook is None or not hook(completion):
+            self._events.append(completion)
 
     def _terminate_received(self, segment: UntaggedSegment[RecvWR | None]) -> None:
         assert segment.message_length is not None
@@ -1412,7 +1459,7 @@ class RdmapStream:
                 RemoteOperationCode.CATASTROPHIC_STREAM,
                 f"Immediate Data of {length} octets, not {IMMEDIATE_DATA_SIZE} (RFC 7306 §6.3)",
             )
-        self._events.append(
+        self._received(
             Completion(
                 wr.wr_id,
                 WorkOpcode.RECV,
