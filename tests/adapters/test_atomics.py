@@ -20,6 +20,7 @@ from iwarp.rdmap.work import (
     CompletionStatus,
     FetchAddWR,
     ImmediateData,
+    ReadWR,
     RecvWR,
     Sge,
     WorkOpcode,
@@ -278,3 +279,33 @@ def test_immediate_data_completes_a_posted_receive(pair: tuple[Adapter, Adapter]
         (1, b"no event", False, 8),
         (2, None, False, 4),
     ]
+
+
+def test_a_large_read_before_an_atomic_sees_the_word_before_it(
+    pair: tuple[Adapter, Adapter],
+) -> None:
+    """RFC 7306 §7: an Atomic Operation after an RDMA Read executes after the
+    Read Response was generated, also when that response is large enough
+    for a send lane, which writes it from memory."""
+    client, server = pair
+    pd = ProtectionDomain()
+    size = 1 << 20
+    memory = bytearray(WORD.pack(41) + bytes(size - 8))
+    region = pd.register(memory, SHARED)
+    (port,) = serve_all(server, pd, 1)
+    qp = client.connect(port)
+    sink = qp.register(bytearray(size), Access.LOCAL_WRITE)
+    for round_ in range(3):
+        qp.post_send(ReadWR(Sge(sink), region.stag, 0, wr_id=round_))
+        assert qp.fetch_add(region.stag, 0, 1) == 41 + round_
+        done = qp.wait_send()
+        assert (done.wr_id, done.status, done.byte_len) == (
+            round_,
+            CompletionStatus.SUCCESS,
+            size,
+        )
+        assert WORD.unpack_from(sink.view)[0] == 41 + round_  # before the atomic
+    assert WORD.unpack_from(memory)[0] == 44
+    qp.send(b"done")
+    qp.close()
+    assert server.take_failures() == []
