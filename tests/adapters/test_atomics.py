@@ -4,6 +4,7 @@ Data, the support probe. Every client kind against every server kind."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -11,9 +12,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import iwarp.rdma.connection
-from adapters.sides import Adapter, Side
+from adapters.sides import Adapter, AsyncioSide, Side, SyncSide
 from iwarp.asyncio.rdma import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
 from iwarp.errors import LocalProtocolError
+from iwarp.rdmap.atomics import ATOMIC_DEPTH, MAX_ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import (
@@ -309,3 +311,67 @@ def test_a_large_read_before_an_atomic_sees_the_word_before_it(
     qp.send(b"done")
     qp.close()
     assert server.take_failures() == []
+
+
+def test_atomic_depths_are_options_of_connect_and_serve(pair: tuple[Adapter, Adapter]) -> None:
+    """``atomic_ord``/``atomic_ird`` reach each queue pair's stream: a client
+    with 8 outstanding against a server with room for 8 gets every answer;
+    ``atomic_ord=0`` refuses locally; a server with ``atomic_ird=0``
+    answers as a stack without RFC 7306 does."""
+    client, server = pair
+    pd = ProtectionDomain()
+    memory = bytearray(8)
+    word = pd.register(memory, SHARED)
+    deep = server.serve(until_done, pd=pd, receive_buffers=1, atomic_ird=8)
+    qp = client.connect(deep, atomic_ord=8)
+    assert isinstance(qp, SyncSide | AsyncioSide)
+    assert (qp.qp.stream.atomic_ord, qp.qp.stream.atomic_ird) == (8, ATOMIC_DEPTH)
+    for i in range(8):
+        qp.post_send(FetchAddWR(word.stag, 0, 1, wr_id=i))
+    done = [qp.wait_send() for _ in range(8)]
+    assert sorted(c.wr_id for c in done) == list(range(8))
+    assert all(c.ok for c in done)
+    assert sorted(c.original or 0 for c in done) == list(range(8))
+    assert WORD.unpack(memory)[0] == 8
+    qp.send(b"done")
+    qp.close()
+
+    port = server.serve(until_done, pd=pd, receive_buffers=1)
+    qp = client.connect(port, atomic_ord=0)
+    with pytest.raises(LocalProtocolError, match="atomic_ord is 0"):
+        qp.fetch_add(word.stag, 0, 1)
+    qp.send(b"done")
+    qp.close()
+    assert server.take_failures() == []
+
+    def refused(qp: Side) -> None:
+        with pytest.raises(ConnectionTerminatedError):
+            qp.receive()
+
+    port = server.serve(refused, pd=pd, receive_buffers=1, atomic_ird=0)
+    qp = client.connect(port)
+    with pytest.raises(AtomicsNotSupportedError, match="RFC 7306"):
+        qp.fetch_add(word.stag, 0, 1)
+    qp.wait_closed()
+    qp.close()
+    assert server.take_failures() == []
+    assert WORD.unpack(memory)[0] == 8
+
+
+@pytest.mark.parametrize("depth", [-1, MAX_ATOMIC_DEPTH + 1, True])
+def test_atomic_depths_out_of_range_are_refused_before_connecting(depth: int) -> None:
+    from iwarp import sync
+    from iwarp.asyncio import rdma as aio
+
+    async def nothing(qp: aio.QueuePair) -> None:
+        pass
+
+    for name in ("atomic_ord", "atomic_ird"):
+        with pytest.raises(LocalProtocolError, match=name):
+            sync.connect("127.0.0.1", 9, **{name: depth})  # type: ignore[arg-type]
+        with pytest.raises(LocalProtocolError, match=name):
+            sync.listen("127.0.0.1", 0, **{name: depth})  # type: ignore[arg-type]
+        with pytest.raises(LocalProtocolError, match=name):
+            asyncio.run(aio.connect("127.0.0.1", 9, **{name: depth}))  # type: ignore[arg-type]
+        with pytest.raises(LocalProtocolError, match=name):
+            asyncio.run(aio.serve(nothing, "127.0.0.1", 0, **{name: depth}))  # type: ignore[arg-type]

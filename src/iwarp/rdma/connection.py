@@ -46,6 +46,7 @@ from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LANE_MIN, SendLane
+from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.stream import RdmapStream
@@ -83,6 +84,9 @@ class RdmaConnection:
     :param on_stream: called with the new :class:`RdmapStream` as soon as MPA
         reaches full operation, before any ULPDU is processed: the place to
         post receive buffers, as verbs users do before ``rdma_accept``.
+    :param atomic_ord: RFC 7306 Atomic Requests we may have outstanding.
+    :param atomic_ird: Atomic Requests of the peer we keep room to answer
+        (0: we answer them as a stack without RFC 7306 does).
     """
 
     #: ``receive_data`` consumes its buffer before it returns (every ULPDU is
@@ -100,9 +104,13 @@ class RdmaConnection:
         now: float = 0.0,
         emss: int = DEFAULT_EMSS,
         on_stream: Callable[[RdmapStream], None] | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> None:
         self.pd = pd
         self.role = role
+        self.atomic_ord = atomic_ord
+        self.atomic_ird = atomic_ird
         self.mpa = MpaConnection(
             role, config, private_data=private_data, now=now, emss=emss, batch_ulpdus=True
         )
@@ -284,6 +292,8 @@ class RdmaConnection:
             ord=params.ord,
             rtr=rtr,
             version=params.ddp_version,  # 0 with an RDMAC peer (RFC 5044 Appendix C)
+            atomic_ord=self.atomic_ord,
+            atomic_ird=self.atomic_ird,
         )
         on_stream, self.on_stream = self.on_stream, None  # called once (no cycle kept)
         if on_stream is not None:

@@ -70,6 +70,7 @@ from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.errors import ConnectionTerminatedError, describe_terminate
 from iwarp.rdma.lanes import SendLane
 from iwarp.rdma.small import receive_small, send_small
+from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.errors import LocalCatastrophicError
 from iwarp.rdmap.memory import MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamState
@@ -167,6 +168,8 @@ class QueuePairOptions:
     first_send_delay: float = 0.0
     shared_cq: bool = False
     decide: Decider | None = None
+    atomic_ord: int = ATOMIC_DEPTH
+    atomic_ird: int = ATOMIC_DEPTH
 
     def endpoint(
         self, role: Role, pd: ProtectionDomain, now: float, emss: int, setup: Setup | None
@@ -188,6 +191,8 @@ class QueuePairOptions:
             first_send_delay=self.first_send_delay,
             decide=self.decide,
             setup=setup,
+            atomic_ord=self.atomic_ord,
+            atomic_ird=self.atomic_ird,
         )
 
 
@@ -254,6 +259,8 @@ class QueuePairEndpoint:
     :param decide: Responder: accept or reject each valid Request.
     :param setup: called once in full operation, before any message is
         processed: the place to post receives (:meth:`post_recv`).
+    :param atomic_ord: RFC 7306 Atomic Requests we may have outstanding.
+    :param atomic_ird: the peer's Atomic Requests we keep room to answer.
     """
 
     def __init__(
@@ -271,6 +278,8 @@ class QueuePairEndpoint:
         first_send_delay: float = 0.0,
         decide: Decider | None = None,
         setup: Setup | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> None:
         if receive_buffers < 0 or receive_size < 1:
             raise LocalProtocolError("receive_buffers must be >= 0 and receive_size >= 1")
@@ -314,6 +323,8 @@ class QueuePairEndpoint:
             now=now,
             emss=emss,
             on_stream=self._on_stream,
+            atomic_ord=atomic_ord,
+            atomic_ird=atomic_ird,
         )
         self._route(self.conn.take_events(), now)
 
