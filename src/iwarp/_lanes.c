@@ -389,6 +389,14 @@ static PyObject *py_send_lane(PyObject *self, PyObject *args)
             goto done;
         if (limit < 0 || limit > out.len)
             limit = out.len;
+        /* The copy must not overlap what it reads (memcpy). */
+        const uint8_t *o = out.buf, *oe = (const uint8_t *)out.buf + out.len;
+        const uint8_t *p = payload.buf, *pe = (const uint8_t *)payload.buf + payload.len;
+        const uint8_t *h = header.buf, *he = (const uint8_t *)header.buf + header.len;
+        if ((o < pe && p < oe) || (o < he && h < oe)) {
+            PyErr_SetString(PyExc_ValueError, "send_lane: the output overlaps the message");
+            goto done;
+        }
     }
     /* Each comparison without an addition that could wrap. */
     if (hlen > 32 || field_at < 0 || field_size < 1 || field_size > 8 || field_at > hlen ||

@@ -260,3 +260,13 @@ def test_copied_pieces_are_the_wire_octets(
             out = bytearray(4096)
             got += out[: lane.copy(out)]
     assert bytes(got) == wire
+
+
+def test_a_copy_into_the_message_itself_is_refused() -> None:
+    buffer = bytearray(50_000)
+    run = SegmentRun(bytes(18), memoryview(buffer)[:40_000], 0, 40_000, 1000, 14, 4, 0, LAST_FLAG)
+    lane = SendLane(run, markers=False, crc=True, phase=0)
+    with pytest.raises(ValueError, match="overlaps"):
+        lane.copy(memoryview(buffer)[39_000:])
+    assert lane.sent == 0
+    assert lane.copy(bytearray(100)) == 100

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from iwarp.asyncio.rdma import Access, ProtectionDomain, QueuePair, connect, serve
+from iwarp.rdma import lanes
 from iwarp.rdmap.work import SendWR, WriteWR
 
 REMOTE = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
@@ -138,3 +139,103 @@ def test_each_connection_holds_one_descriptor(loop_factory: LoopFactory) -> None
         await server.wait_closed()
 
     run(loop_factory, main)
+
+
+class _OneLaneCore:
+    """A core with one large message for the driver to write by lane."""
+
+    borrows_input = False
+    must_close = False
+    has_data_to_send = False
+
+    def __init__(self, lane: Any) -> None:
+        self.lane: Any = lane
+        self.sent: list[Any] = []
+
+    def take_lane(self) -> Any:
+        lane, self.lane = self.lane, None
+        return lane
+
+    def lane_sent(self, lane: Any) -> None:
+        self.sent.append(lane)
+
+    def data_to_send(self) -> list[bytes]:
+        return []
+
+    def take_events(self) -> list[Any]:
+        return []
+
+    def get_timer(self) -> None:
+        return None
+
+
+class _EagerTransport:
+    """A transport that takes every write at once (never pauses the
+    protocol); ``stream`` is what the peer got in order: what the socket
+    delivered before each piece, then the piece."""
+
+    def __init__(self, peer: Any) -> None:
+        self.peer = peer
+        self.stream = bytearray()
+        self.pieces = 0
+
+    def take_socket(self) -> None:
+        while True:
+            try:
+                chunk = self.peer.recv(1 << 20)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            self.stream += chunk
+
+    def write(self, data: Any) -> None:
+        self.take_socket()
+        self.stream += bytes(data)
+        self.pieces += 1
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+@pytest.mark.skipif(not lanes.ACTIVE, reason="no send lanes without the C accelerator")
+def test_a_piece_the_transport_sends_at_once_does_not_stall_the_lane() -> None:
+    """When the socket is full, the lane hands the transport a piece; if the
+    transport sends it at once (no pause_writing follows), the driver must go
+    on by itself, or the message would wait for an unrelated event."""
+    import socket
+
+    from iwarp.asyncio.driver import CoreDriver
+    from iwarp.ddp.wire import LAST_FLAG
+    from iwarp.mpa.framing import FpduEncoder, SegmentRun
+    from iwarp.rdma.lanes import SendLane
+
+    size = 1 << 20
+    run_ = SegmentRun(bytes(14), memoryview(os.urandom(size)), 0, size, 1440, 6, 8, 0, LAST_FLAG)
+    lane = SendLane(run_, markers=False, crc=True, phase=0)
+    left, right = socket.socketpair()
+    left.setblocking(False)
+    right.setblocking(False)
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+
+    async def main() -> tuple[_OneLaneCore, _EagerTransport]:
+        driver = CoreDriver()
+        core = _OneLaneCore(lane)
+        transport = _EagerTransport(right)
+        driver.core = core  # type: ignore[assignment]
+        driver.transport = transport  # type: ignore[assignment]
+        driver._fd = left.fileno()
+        driver.flush()  # one call: the socket fills, pieces go to the transport
+        return core, transport
+
+    with left, right:
+        core, transport = asyncio.run(main())
+        assert core.sent == [lane] and lane.done
+        transport.take_socket()
+    assert transport.pieces > 1
+    encoder = FpduEncoder(markers=False, crc=True)
+    wire = b"".join(bytes(b) for u in run_.ulpdus() for b in encoder.encode(u))
+    assert bytes(transport.stream) == wire

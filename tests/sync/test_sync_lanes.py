@@ -148,3 +148,23 @@ def test_lanes_run_when_the_accelerator_does() -> None:
 
     off = os.environ.get("IWARP_NO_LANES", "") not in ("", "0")
     assert (_accel.ACTIVE and not off) == lanes.ACTIVE
+
+
+def test_messages_read_at_once_beyond_the_pool_all_arrive(serve: Callable[..., int]) -> None:
+    """Ten small Sends wait in the kernel while the receiver is busy; its
+    pool of 4 buffers takes them from one read."""
+    sent = threading.Event()
+    got: list[bytes] = []
+
+    def handler(qp: rdma.QueuePair) -> None:
+        sent.wait(T)  # busy elsewhere: the messages wait in the kernel
+        got.extend(qp.receive(timeout=T) for _ in range(10))
+        qp.send(b"done", timeout=T)
+
+    port = serve(handler, receive_buffers=4)
+    with rdma.connect("127.0.0.1", port, receive_buffers=1, timeout=T) as qp:
+        for i in range(10):
+            qp.send(b"m%d" % i, timeout=T)
+        sent.set()
+        assert qp.receive(timeout=T) == b"done"
+    assert got == [b"m%d" % i for i in range(10)]
