@@ -226,6 +226,7 @@ def segment_args(draw: st.DrawFn) -> Callable[[], tuple[Any, ...]]:
     return lambda: (bytes(buffer), misaligned(raw, shift), *args)
 
 
+@pytest.mark.slow
 @given(make=segment_args())
 @settings(max_examples=400)
 def test_segment_run(make: Callable[[], tuple[Any, ...]]) -> None:

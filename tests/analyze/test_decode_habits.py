@@ -38,6 +38,7 @@ def many_sends(tmp_path: Path, count: int = 400) -> Path:
 # -- rates ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rates_are_mib_per_second(tmp_path: Path) -> None:
     path = many_sends(tmp_path, 20)
     text = decode(str(path))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +67,7 @@ fpdus = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(fpdus)
 def test_fpdu_line_is_json_dumps_of_to_json(record: FpduRecord) -> None:

@@ -182,16 +182,23 @@ def test_ctrl_c_while_a_command_is_imported_prints_no_traceback(
     assert proc.stderr == ""
 
 
-#: The ``iwarp`` script as pip writes it, saying when main() is about to run:
-#: Ctrl-C before that is Python's start-up (the interpreter and the import of
-#: iwarp.cli: a few milliseconds), after it iwarp's to handle.
+#: The ``iwarp`` script as pip writes it, saying when main() has started
+#: (from inside it, where iwarp handles Ctrl-C): before that is Python's
+#: start-up (the interpreter and the import of iwarp.cli, a few milliseconds).
 _SCRIPT = textwrap.dedent(
     """
     import sys
-    from iwarp.cli import main
-    sys.stderr.write("ready\\n")
-    sys.stderr.flush()
-    sys.exit(main(sys.argv[1:]))
+    import iwarp.cli
+
+    command_in = iwarp.cli._command_in
+
+    def ready(argv):
+        sys.stderr.write("ready\\n")
+        sys.stderr.flush()
+        return command_in(argv)
+
+    iwarp.cli._command_in = ready
+    sys.exit(iwarp.cli.main(sys.argv[1:]))
     """
 )
 

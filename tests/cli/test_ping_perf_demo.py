@@ -218,6 +218,7 @@ def _ping_client(port: int, *flags: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter", [[], ["--sync"]])
 def test_a_persistent_server_serves_clients_one_after_another(adapter: list[str]) -> None:
     port = _free_port()
