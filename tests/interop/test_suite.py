@@ -7,8 +7,9 @@ from collections.abc import Mapping
 
 import pytest
 
+from iwarp.conformance.expected import load as load_expected
 from iwarp.interop.capture import Verdict
-from iwarp.interop.cases import all_cases
+from iwarp.interop.cases import ATOMIC_PROBE, all_cases, conformance_matches
 from iwarp.interop.guest import VARIANTS
 from iwarp.interop.host import Need, ProcResult, missing
 from iwarp.interop.report import Report
@@ -166,3 +167,57 @@ def test_report_json() -> None:
 def test_only_failures_fail_the_report(status: Status) -> None:
     case = all_cases()[0]
     assert Report([Outcome(case, status, "x")]).failed == (status is Status.FAIL)
+
+
+def _conformance_report(record: str, **changes: tuple[str, str]) -> dict[str, object]:
+    """``iwarp conformance --json``'s report with every verdict of ``record``
+    (a status and reason per case id changed by ``changes``)."""
+    results = []
+    for case_id, want in load_expected(record).items():
+        status, reason = changes.pop(case_id, (want["status"], want.get("reason", "")))
+        results.append({"id": case_id, "status": status, "reason": reason})
+    results += [{"id": i, "status": st, "reason": why} for i, (st, why) in changes.items()]
+    counts = {key: sum(r["status"] == key for r in results) for key in ("passed", "failed")}
+    return {"results": results, "skipped": len(results) - sum(counts.values()), **counts}
+
+
+@pytest.mark.parametrize("record", ["siw-responder", "siw-initiator"])
+def test_the_conformance_cases_record_the_atomic_probe(record: str) -> None:
+    """The interop conformance cases say what the target answered to RFC 7306's
+    FetchAdd probe, whether the verdicts match the record or not."""
+    answer = (
+        "the target answered Unexpected OpCode: it has no RFC 7306 Atomic Operations "
+        "(RDMAP remote operation error, unexpected opcode)"
+    )
+    judge = conformance_matches(record)
+    probe = {ATOMIC_PROBE: ("skipped", answer)}
+    ok, why = judge(Run(iwarp=_iwarp(0, _conformance_report(record, **probe))))
+    assert ok, why
+    assert why.endswith(f"RFC 7306 FetchAdd probe ({ATOMIC_PROBE}): skipped, {answer}")
+    first = next(iter(load_expected(record).items()))
+    flipped = "failed" if first[1]["status"] == "passed" else "passed"
+    report = _conformance_report(record, **{first[0]: (flipped, "x")}, **probe)
+    ok, why = judge(Run(iwarp=_iwarp(1, report)))
+    assert not ok and f"{first[0]}: expected" in why and answer in why
+    report = _conformance_report(record)
+    report["results"] = [r for r in report["results"] if r["id"] != ATOMIC_PROBE]  # type: ignore[attr-defined]
+    ok, why = judge(Run(iwarp=_iwarp(1, report)))
+    assert not ok and f"{ATOMIC_PROBE}: expected" in why  # not run where recorded
+    assert "FetchAdd probe" not in why
+
+
+def test_the_siw_records_hold_its_answer_to_the_probe() -> None:
+    """siw 6.1 as Responder answered the FetchAdd probe as a stack without
+    RFC 7306 (Unexpected OpCode, its Layer and EType nibbles swapped)."""
+    answer = load_expected("siw-responder")[ATOMIC_PROBE]
+    assert answer["status"] == "skipped"
+    assert "Unexpected OpCode" in answer["reason"] and "code 0x06" in answer["reason"]
+    initiator = load_expected("siw-initiator")
+    assert {case_id for case_id in initiator if case_id.startswith("rfc7306/")} == {
+        "rfc7306/5.2.2/1",
+        "rfc7306/5.2.2/2",
+        "rfc7306/8.2/1",
+        "rfc7306/5.2.1/1",
+        ATOMIC_PROBE,
+        "rfc7306/6.3/1",
+    }

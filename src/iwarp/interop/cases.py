@@ -10,7 +10,8 @@ guest's rping states them.
 from __future__ import annotations
 
 import math
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from iwarp.conformance import all_cases as all_conformance_cases
 from iwarp.conformance.expected import compare, unjudged
@@ -640,14 +641,33 @@ def conformance_matches(record: str) -> Judge:
         except FileNotFoundError:
             return False, f"{summary}; no record {record}.json to compare with"
         diff = compare(expected, report["results"])
+        probe = atomic_probe(report["results"])
         if diff:
             more = f" (+{len(diff) - 6} more)" if len(diff) > 6 else ""
-            return False, f"{summary}; differs from {record}.json: {'; '.join(diff[:6])}{more}"
+            return (
+                False,
+                f"{summary}; differs from {record}.json: {'; '.join(diff[:6])}{more}{probe}",
+            )
         skipped = unjudged(expected, report["results"])
         note = f"; not judged this run: {', '.join(skipped)}" if skipped else ""
-        return True, f"{summary}, verdicts as recorded in {record}.json{note}"
+        return True, f"{summary}, verdicts as recorded in {record}.json{note}{probe}"
 
     return judge
+
+
+#: The conformance case whose FetchAdd (of 0, at an STag never advertised) is the
+#: RFC 7306 §1.1 probe: a target without RFC 7306 answers "Unexpected OpCode".
+ATOMIC_PROBE: Final = "rfc7306/5.2.1/2"
+
+
+def atomic_probe(results: Sequence[Mapping[str, Any]]) -> str:
+    """What the target answered to the RFC 7306 FetchAdd probe, as the report
+    says it (``""`` when the probe case did not run)."""
+    for result in results:
+        if result.get("id") == ATOMIC_PROBE:
+            reason = result.get("reason") or "the target answered as RFC 7306 requires"
+            return f"; RFC 7306 FetchAdd probe ({ATOMIC_PROBE}): {result.get('status')}, {reason}"
+    return ""
 
 
 #: Initiator cases (MUST level): the guest's rping -c loop runs this many times and a few more
