@@ -25,6 +25,7 @@ from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.policy import Decider
 from iwarp.rdma.simple import ReadInto, WriteData
+from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.wire import NO_MASK, TerminateHeader
 from iwarp.rdmap.work import Completion, RecvWR, SendQueueWR, Sge
@@ -332,6 +333,8 @@ class Adapter(Protocol):
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
         decide: Decider | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> int: ...
 
     def connect(
@@ -343,6 +346,8 @@ class Adapter(Protocol):
         receive_buffers: int = 0,
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> Side: ...
 
     def take_failures(self) -> list[BaseException]: ...
@@ -371,6 +376,8 @@ class SyncAdapter:
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
         decide: Decider | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> int:
         listener = sync.listen(
             "127.0.0.1",
@@ -381,6 +388,8 @@ class SyncAdapter:
             receive_size=receive_size,
             setup=None if setup is None else lambda qp: setup(SyncSide(qp)),
             decide=decide,
+            atomic_ord=atomic_ord,
+            atomic_ird=atomic_ird,
         )
         self._listeners.append(listener)
 
@@ -412,6 +421,8 @@ class SyncAdapter:
         receive_buffers: int = 0,
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> Side:
         qp = sync.connect(
             "127.0.0.1",
@@ -422,6 +433,8 @@ class SyncAdapter:
             receive_size=receive_size,
             setup=None if setup is None else lambda qp: setup(SyncSide(qp)),
             timeout=CALL_TIMEOUT,
+            atomic_ord=atomic_ord,
+            atomic_ird=atomic_ird,
         )
         return SyncSide(qp)
 
@@ -462,6 +475,8 @@ class AsyncioAdapter(LoopThread):
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
         decide: Decider | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> int:
         loop = self.loop
         done: Future[None] = Future()
@@ -492,6 +507,8 @@ class AsyncioAdapter(LoopThread):
                 setup=None if setup is None else lambda qp: setup(AsyncioSide(qp, loop)),
                 decide=decide,
                 on_failure=failed,
+                atomic_ord=atomic_ord,
+                atomic_ird=atomic_ird,
             )
 
         server = self._call(start())
@@ -507,6 +524,8 @@ class AsyncioAdapter(LoopThread):
         receive_buffers: int = 0,
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> Side:
         loop = self.loop
         qp = self._call(
@@ -518,6 +537,8 @@ class AsyncioAdapter(LoopThread):
                 receive_buffers=receive_buffers,
                 receive_size=receive_size,
                 setup=None if setup is None else lambda qp: setup(AsyncioSide(qp, loop)),
+                atomic_ord=atomic_ord,
+                atomic_ird=atomic_ird,
             )
         )
         return AsyncioSide(qp, loop)

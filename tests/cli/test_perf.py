@@ -18,17 +18,25 @@ from hypothesis import strategies as st
 
 from iwarp.cli import main
 from iwarp.cli._perf import (
+    ATOMIC_SIZE,
     MAX_SIZE,
     OPS,
     SWEEP_SIZES,
     PerfError,
     PerfTest,
+    Result,
     Served,
+    check_word,
     decode,
     latency_stats,
+    op_failed,
     peak_rate,
 )
 from iwarp.cli.perf import parse_size
+from iwarp.errors import TerminateLayer
+from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode
+from iwarp.rdmap.wire import TerminateHeader
+from iwarp.rdmap.work import Completion, CompletionStatus, WorkOpcode
 
 IWARP = [sys.executable, "-m", "iwarp"]
 
@@ -74,8 +82,14 @@ def test_latency_columns_are_perftests() -> None:
 
 @given(st.sampled_from(OPS), st.integers(1, MAX_SIZE), st.booleans(), st.booleans())
 def test_test_descriptions_round_trip(op: str, size: int, latency: bool, raw: bool) -> None:
-    test = PerfTest(op, size, latency, raw)
+    test = PerfTest(op, ATOMIC_SIZE if op == "atomic" else size, latency, raw)
     assert PerfTest.decode(test.encode()) == test
+
+
+@given(st.integers(1, MAX_SIZE).filter(lambda size: size != ATOMIC_SIZE))
+def test_an_atomic_test_of_another_size_is_refused(size: int) -> None:
+    with pytest.raises(PerfError, match="8 octets"):
+        PerfTest.decode(PerfTest("atomic", size, False, False).encode())
 
 
 _JSON = st.recursive(
@@ -515,3 +529,72 @@ def test_a_server_refuses_messages_over_its_max_size(
         proc.communicate()
     assert proc.returncode == 0
     assert "test failed: refused: 8192-octet messages" in server_err
+
+
+# --- RFC 7306 atomics (--op atomic) -------------------------------------------------------
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_atomic_rate_and_latency_as_typed(
+    adapter: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``iwarp perf HOST --op atomic`` (rate) and ``--latency``, each with
+    --compare-raw, against a server of the same adapter; the client checks
+    that the server's word counted every FetchAdd of 1."""
+    proc, port = start_server(*adapter, count=3)
+    try:
+        status, out, err = run_client(
+            capsys, port, *adapter, "--op", "atomic", "-n", "300", "--compare-raw", "--json"
+        )
+        assert status == 0, err
+        data = json.loads(out)
+        assert (data["op"], data["bytes"], data["iterations"]) == ("atomic", 8, 300)
+        assert data["adapter"] == data["peer_adapter"] == ("sync" if adapter else "asyncio")
+        assert data["messages_per_s"] > 0 and data["raw_tcp"]["iterations"] == 300
+        assert data["raw_tcp"]["messages_per_s"] > 0
+        status, out, err = run_client(
+            capsys, port, *adapter, "--op", "atomic", "-s", "4K", "--latency", "-n", "40"
+        )
+        assert status == 0
+        assert "moves 8 octets (a 64-bit word), not the 4096 of -s" in err
+        lines = out.splitlines()
+        assert lines[0].startswith("RDMA Atomic (FetchAdd) latency")
+        header = next(i for i, line in enumerate(lines) if "#bytes" in line)
+        assert lines[header + 1].split()[:2] == ["8", "40"]
+        status, out, _ = run_client(capsys, port, *adapter, "--op", "atomic", "-n", "50")
+        assert status == 0
+        assert "RDMA Atomic (FetchAdd) bandwidth" in out
+        assert "raw TCP" not in out
+    finally:
+        try:  # it exits after its three tests (--count 3)
+            server_out, _ = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert server_out.count("RDMA Atomic (FetchAdd)") == 3  # the server printed each test
+
+
+def test_atomic_has_no_sweep(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["perf", "127.0.0.1", "--op", "atomic", "-a"]) == 2
+    assert "--op atomic has one size" in capsys.readouterr().err
+
+
+def test_a_lost_increment_is_an_error() -> None:
+    result = Result(PerfTest("atomic", ATOMIC_SIZE, False, False), "asyncio", False, True)
+    result.iterations = 5
+    check_word({"cpu": 0.0, "word": 5}, result)
+    for report in ({"cpu": 0.0, "word": 4}, {"cpu": 0.0}, {"word": -1}):
+        with pytest.raises(PerfError):
+            check_word(report, result)
+    result.test = PerfTest("write", 64, False, False)
+    check_word({"cpu": 0.0}, result)  # only atomics report a word
+
+
+def test_a_refused_fetch_add_names_rfc_7306() -> None:
+    refusal = TerminateHeader(
+        TerminateLayer.RDMAP, RdmapErrorType.REMOTE_OPERATION, RemoteOperationCode.UNEXPECTED_OPCODE
+    )
+    completion = Completion(1, WorkOpcode.ATOMIC_FETCH_ADD, CompletionStatus.REMOTE_INVALID_REQUEST)
+    message = str(op_failed("atomic", completion, refusal))
+    assert "does not support RFC 7306" in message and "needs a server with them" in message
+    assert "RFC 7306" not in str(op_failed("read", completion, refusal))

@@ -514,7 +514,12 @@ class ListenSession:
                 qp.post_recv(RecvWR(Sge(region, 0, size), wr_id=wr_id))
                 self._advertise(qp, 0, 0, size)
             else:
-                access = Access.REMOTE_WRITE if self.op == "write" else Access.REMOTE_READ
+                # Write buffers also take RFC 7306 Atomic Operations (8-octet words).
+                access = (
+                    Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
+                    if self.op == "write"
+                    else Access.REMOTE_READ
+                )
                 region = qp.register(
                     bytearray(length), Access.LOCAL_WRITE | access, address=_BASE_TO + k * length
                 )

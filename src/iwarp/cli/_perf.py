@@ -22,8 +22,13 @@ from typing import Any, Final
 
 from iwarp import _accel
 from iwarp.cli._progress import DELAY, ProgressMeter
+from iwarp.rdma.errors import AtomicsNotSupportedError, describe_terminate, refuses_extensions
+from iwarp.rdmap.memory import MemoryRegion
+from iwarp.rdmap.wire import TerminateHeader
+from iwarp.rdmap.work import Completion
 
 __all__ = [
+    "ATOMIC_SIZE",
     "CONTROL_ID",
     "CONTROL_SIZE",
     "MAX_SAMPLES",
@@ -34,6 +39,10 @@ __all__ = [
     "SWEEP_SIZES",
     "WINDOW",
     "PerfError",
+    "atomic_window",
+    "check_word",
+    "no_atomics",
+    "op_failed",
     "Printer",
     "Served",
     "RawResult",
@@ -47,7 +56,10 @@ __all__ = [
     "table",
 ]
 
-OPS: Final = ("write", "read", "send")
+OPS: Final = ("write", "read", "send", "atomic")
+#: What one ``atomic`` message moves: an RFC 7306 FetchAdd acts on one
+#: 64-bit word (as perftest's ib_atomic_bw / ib_atomic_lat, whatever -s says).
+ATOMIC_SIZE: Final = 8
 #: Messages kept in flight in bandwidth mode (perftest's default tx depth).
 WINDOW: Final = 128
 #: Receive buffers the server keeps posted for Send bandwidth, at most
@@ -74,6 +86,42 @@ PEAK_INTERVALS: Final = 10
 
 class PerfError(Exception):
     """The test could not run (mismatched options, a failed operation, a bad test)."""
+
+
+def no_atomics(exc: AtomicsNotSupportedError) -> PerfError:
+    """The error of an atomic test whose server has no RFC 7306 atomics."""
+    return PerfError(f"{exc} (iwarp perf --op atomic needs a server with them)")
+
+
+def op_failed(op: str, completion: Completion, terminate: TerminateHeader | None) -> PerfError:
+    """The error of a failed data operation (a work request's completion);
+    an ``atomic`` one refused as a peer without RFC 7306 refuses it (§1.1)
+    says so."""
+    if op == "atomic" and refuses_extensions(terminate):
+        return no_atomics(AtomicsNotSupportedError(completion, terminate))
+    what = "" if terminate is None else f" ({describe_terminate(terminate)})"
+    return PerfError(f"{op} failed: {completion.status.value}{what}")
+
+
+def atomic_window(atomic_ord: int) -> int:
+    """FetchAdds kept in flight in atomic bandwidth mode: the queue pair's
+    limit on outstanding Atomic Requests (RFC 7306 §5.2.1), within WINDOW."""
+    return min(WINDOW, max(1, atomic_ord))
+
+
+def check_word(report: dict[str, Any], result: Result) -> None:
+    """After an atomic test: the server's word (RFC 7306 words are
+    big-endian) must have counted every FetchAdd of 1 that completed.
+
+    :raises PerfError: it did not, or the report has no word.
+    """
+    if result.test.op != "atomic":
+        return
+    word = integer(report, "word", 0, (1 << 64) - 1)
+    if word != result.iterations:
+        raise PerfError(
+            f"the server's word is {word} after {result.iterations} FetchAdds of 1 completed"
+        )
 
 
 def send_receives(size: int, latency: bool) -> int:
@@ -105,7 +153,17 @@ class PerfTest:
         latency, raw = message.get("latency"), message.get("raw", False)
         if not isinstance(latency, bool) or not isinstance(raw, bool):
             raise PerfError("not a test description: latency and raw must be true or false")
-        return cls(str(op), integer(message, "size", 1, MAX_SIZE), latency, raw)
+        size = integer(message, "size", 1, MAX_SIZE)
+        if op == "atomic" and size != ATOMIC_SIZE:
+            raise PerfError(f"not a test description: an atomic test moves {ATOMIC_SIZE} octets")
+        return cls(str(op), size, latency, raw)
+
+    @property
+    def echo(self) -> bool:
+        """Whether ``--compare-raw``'s plain TCP answers each message with
+        as many octets (a ping-pong, or atomics' requests and responses)
+        instead of one octet at the end."""
+        return self.latency or self.op == "atomic"
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -325,7 +383,12 @@ def title(data: dict[str, Any]) -> str:
     """The line above a table: operation, mode, adapter and MPA settings."""
     mode = "latency" if data["latency"] else "bandwidth"
     flags = f"markers {'on' if data['markers'] else 'off'}, CRC {'on' if data['crc'] else 'off'}"
-    op = {"write": "RDMA Write", "read": "RDMA Read", "send": "Send"}[data["op"]]
+    op = {
+        "write": "RDMA Write",
+        "read": "RDMA Read",
+        "send": "Send",
+        "atomic": "RDMA Atomic (FetchAdd)",
+    }[data["op"]]
     adapters = f"client {data['adapter']}, server {data.get('peer_adapter', '?')} adapter"
     return f"{op} {mode} ({adapters}; {flags})"
 
@@ -365,8 +428,13 @@ def table(
             f"({data['ratio']:.2f}x)"
         )
         return
+    shape = (
+        "8-octet requests each answered by 8 octets, as many in flight as FetchAdds"
+        if data["op"] == "atomic"
+        else "one send per message"
+    )
     write(
-        f"raw TCP ({raw['style']}, one send per message): {raw['average_mib_s']:.2f} MiB/s, "
+        f"raw TCP ({raw['style']}, {shape}): {raw['average_mib_s']:.2f} MiB/s, "
         f"{raw['messages_per_s'] / 1e6:.6f} Mpps; RDMA/raw: bandwidth {data['ratio']:.2f}x, "
         f"message rate {data['msg_rate_ratio']:.2f}x"
     )
@@ -489,6 +557,16 @@ class Served:
             "accel": _accel.describe(),
             "adapter": self.adapter,
         }
+
+    def report(self, cpu: float, target: MemoryRegion | None) -> dict[str, Any]:
+        """What the server tells the client when a test ended: its CPU time
+        and, after atomics, the word the FetchAdds of 1 counted up (the
+        client checks that none was lost, :func:`check_word`)."""
+        message: dict[str, Any] = {"cpu": cpu}
+        test = self.current
+        if test is not None and test.op == "atomic" and target is not None:
+            message["word"] = int.from_bytes(target.view[:ATOMIC_SIZE], "big")
+        return message
 
     def failed(self, why: str) -> None:
         self.tests += 1

@@ -23,9 +23,13 @@ from iwarp.cli._perf import (
     Result,
     Served,
     Ticker,
+    atomic_window,
+    check_word,
     decode,
     encode,
     integer,
+    no_atomics,
+    op_failed,
     refused,
     seconds,
     send_receives,
@@ -33,8 +37,18 @@ from iwarp.cli._perf import (
 )
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
+from iwarp.rdma.errors import AtomicsNotSupportedError
 from iwarp.rdmap.memory import MemoryRegion
-from iwarp.rdmap.work import Completion, CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.work import (
+    Completion,
+    CompletionStatus,
+    FetchAddWR,
+    ReadWR,
+    RecvWR,
+    SendWR,
+    Sge,
+    WriteWR,
+)
 
 __all__ = ["RAW_STYLE", "run_client", "run_server"]
 
@@ -115,6 +129,7 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
         return
     sinks: list[MemoryRegion] = []
     stag = 0
+    target: MemoryRegion | None = None
     receives = send_receives(test.size, test.latency)
     try:
         if test.op == "send":  # data and control Sends land in these
@@ -125,7 +140,10 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
                 qp.post_recv(RecvWR(Sge(sinks[i]), wr_id=i))
         else:
             access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
-            stag = qp.register(bytearray(test.size), access).stag
+            if test.op == "atomic":  # FetchAdds on its word (RFC 7306 §5.3)
+                access |= Access.REMOTE_ATOMIC
+            target = qp.register(bytearray(test.size), access)
+            stag = target.stag
             # control messages (and Write-latency pings) land in the control buffer
             qp.post_recv(RecvWR(Sge(region), wr_id=CONTROL_ID))
     except MemoryError:
@@ -159,12 +177,16 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
             await qp.send(b"")  # a zero-length Send after a Write: answer it
     cpu = time.process_time() - cpu
     if not test.raw:
-        await qp.send(encode({"cpu": cpu}))
+        await qp.send(encode(served.report(cpu, target)))
     else:
         host = qp.get_extra_info("sockname", ("0.0.0.0", 0))[0]
         listener, raw = await _raw_server(host, test)
         try:
-            await qp.send(encode({"cpu": cpu, "raw_port": listener.sockets[0].getsockname()[1]}))
+            await qp.send(
+                encode(
+                    {**served.report(cpu, target), "raw_port": listener.sockets[0].getsockname()[1]}
+                )
+            )
             await qp.send(encode(await asyncio.wait_for(raw, RAW_TIMEOUT)))
         finally:
             listener.close()
@@ -179,8 +201,8 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
 
 class _RawServer(asyncio.Protocol):
     """Plain TCP, server side: the first 8 octets say how many octets follow
-    (bandwidth: counted, then one octet answers) or how many pings (latency:
-    each octet is echoed as it arrives)."""
+    (bandwidth: counted, then one octet answers) or how many messages to
+    echo (latency and atomics: each octet is echoed as it arrives)."""
 
     def __init__(self, test: PerfTest, result: asyncio.Future[dict[str, Any]]) -> None:
         self._test = test
@@ -202,14 +224,14 @@ class _RawServer(asyncio.Protocol):
             if len(self._head) < 8:
                 return
             total = int.from_bytes(self._head[:8], "big")
-            self._left = total * self._test.size if self._test.latency else total
+            self._left = total * self._test.size if self._test.echo else total
             self._cpu = time.process_time()
             data = self._head[8:]
-        if self._test.latency and data:
+        if self._test.echo and data:
             transport.write(data)
         self._left -= len(data)
         if self._left <= 0 and not self._result.done():
-            if not self._test.latency:
+            if not self._test.echo:
                 transport.write(b"k")
             cpu = time.process_time() - self._cpu
             self._result.set_result({"cpu": cpu, "style": RAW_STYLE})
@@ -256,10 +278,14 @@ class _RawClient(asyncio.Protocol):
             await self.arrived
 
 
-async def _raw_client(host: str, port: int, test: PerfTest, iterations: int) -> RawResult:
+async def _raw_client(
+    host: str, port: int, test: PerfTest, iterations: int, window: int
+) -> RawResult:
     raw = RawResult(RAW_STYLE, iterations=iterations)
     if test.latency:
         await _raw_ping_pong(host, port, test, raw)
+    elif test.echo:
+        await _raw_requests(host, port, test, raw, window)
     else:
         await _raw_stream(host, port, test, raw)
     return raw
@@ -282,6 +308,31 @@ async def _raw_ping_pong(host: str, port: int, test: PerfTest, raw: RawResult) -
             transport.write(data)
             await protocol.until(i * test.size)
             times.append(clock() - start)
+    finally:
+        transport.close()
+    raw.cpu_client = time.process_time() - cpu
+
+
+async def _raw_requests(host: str, port: int, test: PerfTest, raw: RawResult, window: int) -> None:
+    """Requests and responses of ``test.size`` octets, ``window`` in flight
+    (as the atomics' rate loop keeps its FetchAdds), between asyncio
+    Protocols on this loop; timed until the last response is in."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await asyncio.wait_for(
+        loop.create_connection(_RawClient, host, port), RAW_TIMEOUT
+    )
+    data = bytes(test.size)
+    clock = time.perf_counter
+    cpu = time.process_time()
+    try:
+        transport.write(raw.iterations.to_bytes(8, "big"))
+        start = clock()
+        for sent in range(1, raw.iterations + 1):
+            if sent > window:  # the oldest request in flight must be answered first
+                await protocol.until((sent - window) * test.size)
+            transport.write(data)
+        await protocol.until(raw.iterations * test.size)
+        raw.elapsed = clock() - start
     finally:
         transport.close()
     raw.cpu_client = time.process_time() - cpu
@@ -353,9 +404,14 @@ async def run_client(
             )
         result.cpu_client = time.process_time() - cpu
         result.cpu_server = seconds(report, "cpu")
+        check_word(report, result)
         if test.raw:
             raw = await _raw_client(
-                host, integer(report, "raw_port", 1, 0xFFFF), test, result.iterations
+                host,
+                integer(report, "raw_port", 1, 0xFFFF),
+                test,
+                result.iterations,
+                atomic_window(qp.stream.atomic_ord),
             )
             server_side = decode(await qp.receive())
             if "error" in server_side:
@@ -385,7 +441,11 @@ async def _bandwidth(
     deadline = result.duration
     posted = completed = 0
     credits = receives if op == "send" else 1 << 62
-    window = min(WINDOW, max(1, qp.params.ord)) if op == "read" else WINDOW
+    window = WINDOW
+    if op == "read":
+        window = min(WINDOW, max(1, qp.params.ord))
+    elif op == "atomic":
+        window = atomic_window(qp.stream.atomic_ord)
     more_credits = asyncio.Event()
     messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
@@ -426,6 +486,8 @@ async def _bandwidth(
                     qp.post_send(WriteWR(sge, stag, 0, wr_id=posted))
                 elif op == "read":
                     qp.post_send(ReadWR(sge, stag, 0, wr_id=posted))
+                elif op == "atomic":
+                    qp.post_send(FetchAddWR(stag, 0, 1, wr_id=posted))
                 else:
                     qp.post_send(SendWR(sge, wr_id=posted))
                     credits -= 1
@@ -437,7 +499,7 @@ async def _bandwidth(
                 continue
             done = await qp.send_cq.wait()
             if done.status is not CompletionStatus.SUCCESS:
-                raise PerfError(f"{op} failed: {done.status.value}")
+                raise op_failed(op, done, qp.terminate)
             completed += 1
             stamps.append(clock() - start)
             result.iterations = completed
@@ -456,8 +518,8 @@ async def _bandwidth(
         report = await messages.get()
         if "error" in report:
             raise PerfError(f"the server ended the test: {report['error']}")
-        if op != "read":
-            end = clock()  # the server saw every octet placed
+        if op not in ("read", "atomic"):
+            end = clock()  # the server saw every octet placed (a response says so itself)
     finally:
         reader.cancel()
         ticker.finish()
@@ -480,6 +542,11 @@ async def _latency(
             start = clock()
             if op == "read":
                 await qp.rdma_read(sge, stag, 0)
+            elif op == "atomic":
+                try:
+                    await qp.fetch_add(stag, 0, 1)
+                except AtomicsNotSupportedError as exc:
+                    raise no_atomics(exc) from None
             elif op == "send":
                 await qp.send(sge)
                 await qp.receive()

@@ -22,9 +22,13 @@ from iwarp.cli._perf import (
     Result,
     Served,
     Ticker,
+    atomic_window,
+    check_word,
     decode,
     encode,
     integer,
+    no_atomics,
+    op_failed,
     refused,
     seconds,
     send_receives,
@@ -32,8 +36,18 @@ from iwarp.cli._perf import (
 )
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
+from iwarp.rdma.errors import AtomicsNotSupportedError
 from iwarp.rdmap.memory import Access, MemoryRegion
-from iwarp.rdmap.work import Completion, CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.work import (
+    Completion,
+    CompletionStatus,
+    FetchAddWR,
+    ReadWR,
+    RecvWR,
+    SendWR,
+    Sge,
+    WriteWR,
+)
 from iwarp.sync import WaitTimeoutError
 from iwarp.sync.rdma import QueuePair, connect, listen
 
@@ -179,6 +193,7 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
         qp.send(served.refuse(why))
         return
     stag = 0
+    target: MemoryRegion | None = None
     receives = send_receives(test.size, test.latency)
     try:
         if test.op == "send":
@@ -188,7 +203,10 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
                 qp.post_recv(RecvWR(Sge(sink), wr_id=i))
         else:
             access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
-            stag = qp.register(bytearray(test.size), access).stag
+            if test.op == "atomic":  # FetchAdds on its word (RFC 7306 §5.3)
+                access |= Access.REMOTE_ATOMIC
+            target = qp.register(bytearray(test.size), access)
+            stag = target.stag
             qp.post_recv(RecvWR(Sge(control), wr_id=CONTROL_ID))
     except MemoryError:
         qp.send(served.refuse(f"cannot allocate buffers for {test.size}-octet messages"))
@@ -220,10 +238,10 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
             qp.send(b"")
     cpu = time.process_time() - cpu
     if not test.raw:
-        qp.send(encode({"cpu": cpu}))
+        qp.send(encode(served.report(cpu, target)))
     else:
         with socket.create_server((bind, 0)) as listener:
-            qp.send(encode({"cpu": cpu, "raw_port": listener.getsockname()[1]}))
+            qp.send(encode({**served.report(cpu, target), "raw_port": listener.getsockname()[1]}))
             qp.send(encode(_raw_serve(listener, test, qp.busy_poll)))
     message = decode(take(_receive(qp)))
     if "result" in message:
@@ -243,7 +261,7 @@ def _raw_serve(listener: socket.socket, test: PerfTest, busy_poll: float) -> dic
         raw.recv_exactly(view[:8])
         total = int.from_bytes(view[:8], "big")
         cpu = time.process_time()
-        if test.latency:
+        if test.echo:  # latency, or atomics' requests and responses
             message = view[: test.size]
             for _ in range(total):
                 raw.recv_exactly(message)
@@ -309,9 +327,15 @@ def run_client(
             )
         result.cpu_client = time.process_time() - cpu
         result.cpu_server = seconds(report, "cpu")
+        check_word(report, result)
         if test.raw:
             raw = _raw_client(
-                host, integer(report, "raw_port", 1, 0xFFFF), test, result.iterations, busy_poll
+                host,
+                integer(report, "raw_port", 1, 0xFFFF),
+                test,
+                result.iterations,
+                busy_poll,
+                atomic_window(qp.stream.atomic_ord),
             )
             server_side = decode(qp.receive())
             if "error" in server_side:
@@ -329,7 +353,7 @@ def run_client(
 
 
 def _raw_client(
-    host: str, port: int, test: PerfTest, iterations: int, busy_poll: float
+    host: str, port: int, test: PerfTest, iterations: int, busy_poll: float, window: int
 ) -> RawResult:
     raw = RawResult(raw_style(busy_poll), iterations=iterations)
     sock = RawSocket(socket.create_connection((host, port), timeout=OPEN_TIMEOUT), busy_poll)
@@ -346,6 +370,17 @@ def _raw_client(
                 sock.sendall(data)
                 sock.recv_exactly(back)
                 times.append(clock() - start)
+        elif test.echo:  # atomics: requests and responses, ``window`` in flight
+            sock.sendall(iterations.to_bytes(8, "big"))
+            back = memoryview(bytearray(test.size))
+            start = clock()
+            for sent in range(1, iterations + 1):
+                if sent > window:  # the oldest request in flight must be answered first
+                    sock.recv_exactly(back)
+                sock.sendall(data)
+            for _ in range(min(window, iterations)):
+                sock.recv_exactly(back)
+            raw.elapsed = clock() - start
         else:
             sock.sendall((test.size * iterations).to_bytes(8, "big"))
             start = clock()
@@ -377,7 +412,11 @@ def _bandwidth(
     duration = result.duration
     posted = completed = 0
     credits = receives if op == "send" else 1 << 62
-    window = min(WINDOW, max(1, qp.params.ord)) if op == "read" else WINDOW
+    window = WINDOW
+    if op == "read":
+        window = min(WINDOW, max(1, qp.params.ord))
+    elif op == "atomic":
+        window = atomic_window(qp.stream.atomic_ord)
     reports: list[dict[str, Any]] = []
 
     def control(wait: bool) -> None:
@@ -403,6 +442,8 @@ def _bandwidth(
                     qp.post_send(WriteWR(sge, stag, 0, wr_id=posted))
                 elif op == "read":
                     qp.post_send(ReadWR(sge, stag, 0, wr_id=posted))
+                elif op == "atomic":
+                    qp.post_send(FetchAddWR(stag, 0, 1, wr_id=posted))
                 else:
                     qp.post_send(SendWR(sge, wr_id=posted))
                     credits -= 1
@@ -414,7 +455,7 @@ def _bandwidth(
                 continue
             done = send_cq.wait()
             if done.status is not CompletionStatus.SUCCESS:
-                raise PerfError(f"{op} failed: {done.status.value}")
+                raise op_failed(op, done, qp.terminate)
             completed += 1
             stamps.append(clock() - start)
             result.iterations = completed
@@ -430,8 +471,8 @@ def _bandwidth(
             qp.send(encode({"done": True}))
         while not reports:
             control(wait=True)
-        if op != "read":
-            end = clock()
+        if op not in ("read", "atomic"):
+            end = clock()  # the server saw every octet placed (a response says so itself)
     finally:
         ticker.finish()
     result.elapsed = end - start
@@ -453,6 +494,11 @@ def _latency(
             start = clock()
             if op == "read":
                 qp.rdma_read(sge, stag, 0)
+            elif op == "atomic":
+                try:
+                    qp.fetch_add(stag, 0, 1)
+                except AtomicsNotSupportedError as exc:
+                    raise no_atomics(exc) from None
             elif op == "send":
                 qp.send(sge)
                 qp.receive()

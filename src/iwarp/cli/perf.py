@@ -1,4 +1,5 @@
-"""``iwarp perf``: bandwidth and latency of RDMA Write, Read and Send, as perftest measures.
+"""``iwarp perf``: bandwidth and latency of RDMA Write, Read, Send and
+RFC 7306 FetchAdd, as perftest measures.
 
 ``iwarp perf --server`` serves; ``iwarp perf HOST`` connects and runs a test
 over the public verbs API (the same path an application takes). The flags
@@ -22,6 +23,13 @@ iterations, ``-D`` seconds instead, ``-p`` the port, ``-a`` every size from
   way (on the same event loop; with ``--sync``, busy polling or sleeping as
   the queue pairs do), one send per message; prints the ratios of
   bandwidth, message rate or latency.
+* ``--op atomic``: RFC 7306 FetchAdds of 1 on one 64-bit word of the
+  server's (registered with Atomic access), 8 octets each whatever ``-s``
+  says, as ib_atomic_bw / ib_atomic_lat: the rate keeps as many in flight
+  as the queue pair's limit on outstanding Atomic Requests; ``--latency``
+  times ``fetch_add`` one at a time. ``--compare-raw`` compares with plain
+  TCP requests answered by as many octets, as many in flight. A server
+  without RFC 7306 atomics ends the test with a message saying so.
 * ``--sync``: the blocking adapter (iwarp.sync) instead of asyncio, on
   either end or both.
 
@@ -44,8 +52,10 @@ from typing import Any, Final
 from iwarp.cli._args import port, size
 from iwarp.cli._capture import add_pcap_option, captured, sync_pcap_capture
 from iwarp.cli._perf import (
+    ATOMIC_SIZE,
     MAX_SAMPLES,
     MAX_SIZE,
+    OPS,
     SWEEP_SIZES,
     PerfError,
     PerfTest,
@@ -126,7 +136,7 @@ def _microseconds(text: str) -> float:
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "perf",
-        help="bandwidth and latency of RDMA Write/Read/Send (like perftest)",
+        help="bandwidth and latency of RDMA Write/Read/Send/atomics (like perftest)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -153,9 +163,10 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--op",
-        choices=("write", "read", "send"),
+        choices=OPS,
         default="write",
-        help="what to measure: RDMA Write (default), RDMA Read or Send",
+        help="what to measure: RDMA Write (default), RDMA Read, Send, or RFC 7306 FetchAdd "
+        f"(atomic: {ATOMIC_SIZE} octets each, like ib_atomic_bw / ib_atomic_lat)",
     )
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument(
@@ -215,6 +226,21 @@ def run(args: argparse.Namespace) -> int:
     if args.busy_poll is not None and not args.sync:
         print("iwarp perf: --busy-poll is a setting of --sync (iwarp.sync)", file=sys.stderr)
         return 2
+    if args.op == "atomic" and not args.server:
+        if args.all:
+            print(
+                f"iwarp perf: --op atomic has one size ({ATOMIC_SIZE} octets, a 64-bit word); "
+                "-a sweeps message sizes",
+                file=sys.stderr,
+            )
+            return 2
+        if args.size not in (DEFAULT_SIZE, ATOMIC_SIZE):
+            print(
+                f"iwarp perf: --op atomic moves {ATOMIC_SIZE} octets (a 64-bit word), "
+                f"not the {args.size} of -s",
+                file=sys.stderr,
+            )
+        args.size = ATOMIC_SIZE
     config = MpaConfig(markers=args.markers, crc=not args.no_crc)
     try:
         if args.server:
