@@ -21,6 +21,7 @@ from iwarp.mpa.connection import DEFAULT_EMSS
 
 __all__ = [
     "MAX_IOV",
+    "RECEIVE_BULK",
     "RECEIVE_CHUNK",
     "SheddingSocket",
     "listening_socket",
@@ -37,6 +38,12 @@ log = logging.getLogger("iwarp")
 
 #: Octets read per ``recv_into`` into a driver's receive buffer.
 RECEIVE_CHUNK: Final = 256 << 10
+#: The receive buffer of a bulk transfer: a blocking connection whose read
+#: filled its buffer reads this much at once from then on, and the asyncio
+#: drivers' buffer (one per thread) is this size. Four times fewer reads
+#: per MiB, each costing a wake-up and the stack's Python per read
+#: (docs/performance.md, "The whole-message lanes").
+RECEIVE_BULK: Final = 1 << 20
 #: Most buffers per ``sendmsg`` (Linux IOV_MAX is 1024).
 MAX_IOV: Final = 512
 

@@ -91,7 +91,7 @@ def by_lanes(a: End, draw: Callable[[st.SearchStrategy[Any]], Any]) -> tuple[byt
     with left, right:
         while True:
             if draw(st.booleans()):
-                lane = a.conn.take_lane(draw(st.sampled_from([0, 1, 5000, 20_000])))
+                lane = a.conn.take_lane(draw(st.sampled_from([0, 1, 5000, 20_000])), 0)
                 if lane is not None:
                     before = len([e for e in a.conn.take_events() if isinstance(e, Completion)])
                     assert before == 0  # nothing completes when a lane is taken
@@ -157,9 +157,9 @@ def test_a_one_mib_write_takes_one_lane_and_arrives() -> None:
     region = bytearray(len(data))
     mr = b.pd.register(region, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
     a.conn.post_send(WriteWR(data, mr.stag, 0, wr_id=5))
-    lane = a.conn.take_lane()
+    lane = a.conn.take_lane(min_segment=0)
     assert lane is not None
-    assert a.conn.take_lane() is None  # one message, all of it in the lane
+    assert a.conn.take_lane(min_segment=0) is None  # one message, all of it in the lane
     assert a.conn.data_to_send() == []  # and nothing queued behind it
     left, right = socket.socketpair()
     wire = bytearray()
@@ -186,3 +186,17 @@ def test_small_messages_and_reads_keep_the_queue() -> None:
     a.conn.data_to_send()
     a.conn.post_send(ReadWR(Sge(sink), mr.stag, 0, wr_id=2))
     assert a.conn.take_lane(0) is None  # a Read Request is never a lane
+
+
+@pytest.mark.parametrize(
+    ("markers", "emss", "taken"), [(False, 65483, True), (False, 1460, False), (True, 65483, False)]
+)
+def test_lanes_run_where_their_iovecs_are_few(markers: bool, emss: int, taken: bool) -> None:
+    """By default a lane is taken without markers and with large segments
+    only (LANE_MIN_SEGMENT); elsewhere the framing path costs less."""
+    config = MpaConfig(crc=True, markers=markers)
+    a, b = make_ends(config, config, emss=emss)
+    pump(a, b)
+    mr = b.pd.register(bytearray(1 << 20), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    a.conn.post_send(WriteWR(bytes(1 << 20), mr.stag, 0, wr_id=1))
+    assert (a.conn.take_lane() is not None) is taken

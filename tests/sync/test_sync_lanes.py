@@ -10,14 +10,18 @@ deadlock) and keep the order of what it writes.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 import iwarp.sync as rdma
 from iwarp.mpa.config import MpaConfig
 from iwarp.rdma import lanes
+from iwarp.sockets import RECEIVE_BULK, RECEIVE_CHUNK
+from iwarp.sync._driver import Driver
 
 REMOTE = rdma.Access.LOCAL_WRITE | rdma.Access.REMOTE_WRITE | rdma.Access.REMOTE_READ
 T = 30.0
@@ -168,3 +172,53 @@ def test_messages_read_at_once_beyond_the_pool_all_arrive(serve: Callable[..., i
         sent.set()
         assert qp.receive(timeout=T) == b"done"
     assert got == [b"m%d" % i for i in range(10)]
+
+
+class _Reads(socket.socket):
+    """A socket whose reads return ``sizes`` (each clipped to the buffer),
+    then would block: the driver's reading without a peer's timing."""
+
+    sizes: list[int]
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        if not self.sizes:
+            raise BlockingIOError
+        view = memoryview(buffer)
+        n = min(self.sizes.pop(0), len(view))
+        view[:n] = bytes(n)
+        return n
+
+
+class _Sink:
+    """A core that records the size of each receive."""
+
+    borrows_input = True
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+
+    def receive_data(self, data: Any, now: float) -> list[Any]:
+        self.got.append(len(data))
+        return []
+
+
+@pytest.mark.parametrize(
+    ("sizes", "expected"),
+    [
+        # a read that fills the buffer: a bulk transfer, the next ones may be a MiB
+        ([SIZE, SIZE, SIZE], [RECEIVE_CHUNK, RECEIVE_BULK, RECEIVE_BULK]),
+        # reads that do not fill it never grow it
+        ([100, 5000, RECEIVE_CHUNK - 1], [100, 5000, RECEIVE_CHUNK - 1]),
+    ],
+)
+def test_a_bulk_receiver_reads_a_mebibyte_at_once(sizes: list[int], expected: list[int]) -> None:
+    left, right = socket.socketpair()
+    with right:
+        sock = _Reads(fileno=left.detach())
+        sock.sizes = list(sizes)
+        core = _Sink()
+        driver = Driver(sock, core, lambda events: None)  # type: ignore[arg-type]
+        for _ in sizes:
+            driver._read()
+        driver.close()
+    assert core.got == expected

@@ -32,7 +32,14 @@ from iwarp.mpa.connection import DEFAULT_EMSS
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LaneState, SendLane
 from iwarp.serving import BurstRelease, FailureHook, handler_failed, report
-from iwarp.sockets import MAX_IOV, RECEIVE_CHUNK, listening_socket_for, tcp_setup, unsent_part
+from iwarp.sockets import (
+    MAX_IOV,
+    RECEIVE_BULK,
+    RECEIVE_CHUNK,
+    listening_socket_for,
+    tcp_setup,
+    unsent_part,
+)
 
 __all__ = [
     "RECEIVE_CHUNK",
@@ -61,7 +68,7 @@ def _receive_buffer() -> memoryview:
     is copied out (sized to what arrived) or consumed before the next one."""
     buffer: memoryview | None = getattr(_local, "buffer", None)
     if buffer is None:
-        buffer = _local.buffer = memoryview(bytearray(RECEIVE_CHUNK))
+        buffer = _local.buffer = memoryview(bytearray(RECEIVE_BULK))
     return buffer
 
 

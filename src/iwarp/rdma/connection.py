@@ -45,7 +45,7 @@ from iwarp.mpa.events import Event as MpaEvent
 from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma import lanes
-from iwarp.rdma.lanes import LANE_MIN, SendLane
+from iwarp.rdma.lanes import LANE_MIN, LANE_MIN_SEGMENT, SendLane
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.state import StreamState
@@ -342,12 +342,15 @@ class RdmaConnection:
             self._events.extend(stream.take_events())
         return mpa.data_to_send()
 
-    def take_lane(self, min_octets: int = LANE_MIN) -> SendLane | None:
+    def take_lane(
+        self, min_octets: int = LANE_MIN, min_segment: int = LANE_MIN_SEGMENT
+    ) -> SendLane | None:
         """The next message as a send lane (:mod:`iwarp.rdma.lanes`), when
         MPA is in full operation with nothing queued and the stream's next
         message is a Send, RDMA Write or Read Response of at least
-        ``min_octets`` octets (or the rest of one begun). None: use
-        :meth:`data_to_send`.
+        ``min_octets`` octets (or the rest of one begun), and the lane pays
+        off: no markers and a MULPDU of at least ``min_segment`` octets
+        (0: any framing). None: use :meth:`data_to_send`.
 
         MPA's stream position moves past the whole message at once: whatever
         is framed next goes after it, and the caller writes the lane's
@@ -359,6 +362,8 @@ class RdmaConnection:
             return None
         encoder = self.mpa.lane_encoder()
         if encoder is None or stream.mulpdu > encoder.max_ulpdu:
+            return None
+        if min_segment and (encoder.markers or stream.mulpdu < min_segment):
             return None
         taken = stream.take_message(min_octets)
         if taken is None:

@@ -36,12 +36,18 @@ from iwarp import _accel
 from iwarp._typing import Buffer
 from iwarp.mpa.framing import SegmentRun
 
-__all__ = ["ACTIVE", "LANE_MIN", "LaneState", "SendLane", "lane_kernels"]
+__all__ = ["ACTIVE", "LANE_MIN", "LANE_MIN_SEGMENT", "LaneState", "SendLane", "lane_kernels"]
 
 #: Messages of at least this many payload octets take the send lane; smaller
 #: ones are framed by MPA as before (one buffer, one ``send``), which costs
 #: less than a lane's setup for them.
 LANE_MIN: Final = 64 * 1024
+#: The send lane runs only where its iovecs are few: without markers, and
+#: with segments of at least this many octets (MULPDU). With MTU-sized
+#: FPDUs (two iovecs per 1.4 KB) or markers (two more per 508 octets) the
+#: kernel's cost per iovec ate the copy the lane saves: measured, the
+#: framing path's sender took less CPU per MiB there (docs/performance.md).
+LANE_MIN_SEGMENT: Final = 8 * 1024
 
 
 class _LaneKernels(Protocol):

@@ -34,7 +34,13 @@ from iwarp.contract import Connection
 from iwarp.errors import IwarpError, LocalProtocolError
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LaneState, SendLane
-from iwarp.sockets import RECEIVE_CHUNK, listening_socket, send_chunks, tcp_setup
+from iwarp.sockets import (
+    RECEIVE_BULK,
+    RECEIVE_CHUNK,
+    listening_socket,
+    send_chunks,
+    tcp_setup,
+)
 
 __all__ = [
     "BUSY_POLL",
@@ -365,8 +371,12 @@ class Driver:
                 events = core.receive_data(bytes(view[:n]), now)
             if events:
                 self._dispatch(events)
-            if n < RECEIVE_CHUNK or not self.reading:
+            if n < len(self._rbuf) or not self.reading:
                 return True
+            if n < RECEIVE_BULK:
+                # A read filled the buffer: a bulk transfer, read more at once.
+                self._rbuf = bytearray(RECEIVE_BULK)
+                view = self._rview = memoryview(self._rbuf)
             sock = self.sock
         return got
 
