@@ -81,6 +81,15 @@ def test_a_check_order_variant_passes_the_error_cases(variant: str) -> None:
     assert {"rfc5041/7.2/4", "rfc5040/7.2/4", "rfc5040/7.2/15"} <= passed
 
 
+def test_stags_of_another_connection_are_refused() -> None:
+    """With STags numbered apart per connection, another connection's STag is judged."""
+    cases = select(all_cases(), ["rfc5041/7.2/18", "rfc5040/7.2/17"])
+    for op in ("write", "read"):
+        results = _run("distinct-stags", cases, op)
+        passed = {r.case.id for r in results if r.status is Status.PASSED}
+        assert passed == {c.id for c in cases}, _show(results)
+
+
 def test_the_operation_variant_answers_remote_operation() -> None:
     """The variant is no no-op: its Terminate for an Invalidate is type 2, and it passes."""
     (result,) = _run("invalidate-operation", select(all_cases(), ["rfc5040/7.2/15"]))

@@ -10,8 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from iwarp.conformance import craft
-from iwarp.conformance.errorcase import Broken, error_cases, unknown_stag
-from iwarp.conformance.model import CaseSkipped, Level, Need, case
+from iwarp.conformance.errorcase import (
+    Broken,
+    error_cases,
+    foreign_region,
+    judge_foreign,
+    unknown_stag,
+)
+from iwarp.conformance.model import CaseSkipped, Level, Need, TargetRole, case
 from iwarp.conformance.session import NO_BUFFER, NOT_WRITABLE, Region, Session
 from iwarp.ddp.errors import DdpErrorType, DdpTaggedCode, DdpUntaggedCode
 from iwarp.errors import TerminateLayer
@@ -311,3 +317,23 @@ def write_two_segments(s: Session) -> None:
     s.send_ulpdu(first.octets, "RDMA Write segment 1 (L=0)")
     s.send_ulpdu(second.octets, "RDMA Write segment 2 (L=1)")
     s.expect_alive(0.3, "after a two-segment RDMA Write", skip=NOT_WRITABLE)
+
+
+@case(
+    "rfc5041/7.2/18",
+    "an RDMA Write to a buffer advertised on another connection brings TERM invalid STag or "
+    "STag not associated",
+    TAGGED_QUOTE + '1. The STag is valid for this stream"; §7.2 tagged code 0x02 "STag not '
+    'associated with DDP Stream"',
+    roles=(TargetRole.RESPONDER,),
+    needs=(Need.REGION,),
+)
+def write_foreign_stag(s: Session) -> None:
+    other, region = foreign_region(s)
+    seg = craft.write(region.stag, region.to, bytes(8))
+    other.send_ulpdu(seg.octets, "RDMA Write of 8 octets to the first connection's STag")
+    judge_foreign(
+        other,
+        [(DDP, T, (DdpTaggedCode.INVALID_STAG, DdpTaggedCode.STAG_NOT_ASSOCIATED))],
+        {},
+    )

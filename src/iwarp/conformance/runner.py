@@ -413,6 +413,8 @@ class Runner:
                 cooperation_wait=self.cooperation_wait,
             )
             session.wants = item.needs
+            if isinstance(self.target, ResponderTarget):
+                session.opener = lambda: self._connect(deadline)
             item.run(session)
         except CaseFailed as exc:
             status, reason = Status.FAILED, str(exc)
@@ -432,6 +434,8 @@ class Runner:
             if status is Status.FAILED:
                 observed += session.summary()
             session.link.close()
+            for extra in session.others:
+                extra.link.close()
         if launched.proc is not None:
             tail = launched.stop()
             if status is Status.FAILED:

@@ -21,7 +21,7 @@ non-zero PAD, a bad CRC, a marker out of place.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -279,11 +279,35 @@ class Session:
         self._msn = {0: 1, 1: 1, 2: 1}
         #: The cooperation the case needs (set by the runner): what data_phase waits for.
         self.wants: frozenset[Need] = frozenset()
+        #: Opens one more connection to a Responder target (set by the runner), else None.
+        self.opener: Callable[[], Link] | None = None
+        #: Sessions of the other connections this case opened (the runner closes them).
+        self.others: list[Session] = []
+        #: Prefix of this session's lines in the shared log.
+        self.label = ""
 
     # --- bookkeeping -----------------------------------------------------
 
     def note(self, line: str) -> None:
-        self.observed.append(f"{self.link.elapsed():6.3f}s {line}")
+        self.observed.append(f"{self.link.elapsed():6.3f}s {self.label}{line}")
+
+    def another(self) -> Session:
+        """A second connection to the same Responder target, logged with this one's lines."""
+        if self.opener is None:
+            raise CaseSkipped("the case needs a second connection, to a target that listens")
+        other = Session(
+            self.opener(),
+            self.target,
+            deadline=self.deadline,
+            style=self.style,
+            cooperation_wait=self.cooperation_wait,
+        )
+        other.link.started = self.link.started
+        other.wants = self.wants
+        other.observed = self.observed
+        other.label = f"[connection {len(self.others) + 2}] "
+        self.others.append(other)
+        return other
 
     def fail(self, reason: str) -> CaseFailed:
         return CaseFailed(reason)
