@@ -1,116 +1,236 @@
-"""``iwarp decode`` on a large generated capture: time, MB/s and peak RSS.
+"""``iwarp decode`` on large generated captures: MB/s, peak RSS and tshark's ratio.
 
-    python bench/decode_bench.py --size 200M [--keep DIR] [-- DECODE ARGS...]
+    python bench/decode_bench.py [--size 200M] [--repeat 3] [--keep DIR]
+                                 [--kinds default,marked] [--no-tshark]
+                                 [-- DECODE ARGS...]
 
-Makes the capture with ``bench/make_capture.py`` in a temporary directory
-(deleted afterwards unless ``--keep``), then runs ``iwarp decode`` on it in
-a fresh process, once per variant (default: the readable summary with the
-receiver replay, the summary with ``--no-receiver``, and ``--json
---no-receiver``, every record as JSON). Reports wall and CPU seconds, MB/s of
-capture on both clocks (CPU time is what the machine's other load does not
-change), and the process's peak RSS. Checks that the decode found what the
-generator sent (FPDU count and no errors).
+Makes two captures with ``bench/make_capture.py`` in a temporary directory
+(deleted afterwards unless ``--keep``): ``default`` (its usual mix, 16
+connections at once) and ``marked`` (40 at once, every other connection
+with markers both ways, every stream cut anywhere by the MSS). Then runs,
+interleaved and ``--repeat`` times, each in a fresh process: ``iwarp
+decode`` once per variant (default: the summary with the receiver replay,
+the summary with ``--no-receiver``, and ``--json``, every record as JSON),
+and tshark with the iWARP dissectors (``-O iwarp_mpa``; when it is
+installed and not ``--no-tshark``). For each it reports wall and CPU
+seconds, MB/s of capture on both clocks (CPU time is what the machine's
+other load changes least), the process's own peak RSS (``wait4``), FPDUs
+found against those the generator sent, and for tshark its FPDUs and "Bad
+CRC32" verdicts; then tshark's CPU time over iwarp's (how many times
+faster iwarp is). With ``--repeat`` above 1 each figure is a range.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
-import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from typing import Any, TextIO
 
 HERE = Path(__file__).resolve().parent
+#: tshark as the project's agreement tests run it (tests/analyze/tshark_fields.py).
+TSHARK_ARGS = (
+    "-n",
+    *("-o", "tcp.try_heuristic_first:TRUE", "-o", "tcp.desegment_tcp_streams:TRUE"),
+    *("--disable-heuristic", "rpcrdma_iwarp", "--disable-heuristic", "smb_direct_iwarp"),
+    *("-O", "iwarp_mpa"),
+)
+DECODE = (sys.executable, "-m", "iwarp", "decode", "--progress", "no")
+KINDS = {
+    "default": {"concurrent": 16, "mix": "default"},
+    "marked": {"concurrent": 40, "mix": "marked"},
+}
 
 
-def _make_capture_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_capture", HERE / "make_capture.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("make_capture", module)
-    spec.loader.exec_module(module)
-    return module
+@dataclass
+class Run:
+    """One child process: its clocks, its own peak RSS and two counts from its output."""
+
+    status: int
+    wall: float
+    cpu: float
+    rss_mib: float
+    counts: tuple[int, int]
 
 
-def decode(path: Path, extra: list[str]) -> dict[str, float]:
-    """Run ``iwarp decode`` in a child, its output to a file; FPDUs and errors counted."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
+def measure(argv: list[str], count: Callable[[TextIO], tuple[int, int]]) -> Run:
+    """Run ``argv`` to completion, its output in a file read back line by line
+    (this process stays small: a child's peak RSS counts its parent's at the fork)."""
     with tempfile.TemporaryFile("w+") as out:
-        status = subprocess.call(
-            [sys.executable, "-m", "iwarp", "decode", "--progress", "no", str(path), *extra],
-            stdout=out,
-        )
+        started = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
-        fpdus = errors = -1
-        for line in out:
-            if line.startswith('{"type": "capture_summary"'):
-                summary = json.loads(line)
-                fpdus, errors = summary["fpdus"], summary["errors"]
-            elif (found := re.search(r", (\d+) FPDUs \(", line)) and line.startswith(str(path)):
-                fpdus = int(found.group(1))
-            elif line.endswith(" protocol errors\n"):
-                errors = int(line.split()[0])
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {
-        "status": status,
-        "wall": wall,
-        "cpu": cpu,
-        "rss_mib": after.ru_maxrss / 1024,
-        "fpdus": fpdus,
-        "errors": errors,
+        counts = count(out)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Run(child.returncode, wall, cpu, usage.ru_maxrss / 1024, counts)
+
+
+def iwarp_counts(lines: TextIO) -> tuple[int, int]:
+    """FPDUs and errors from iwarp decode's summary (text or JSON)."""
+    fpdus = errors = -1
+    for line in lines:
+        if line.startswith('{"type": "capture_summary"'):
+            summary = json.loads(line)
+            fpdus, errors = summary["fpdus"], summary["errors"]
+        elif line.startswith("{"):
+            continue
+        elif found := re.search(r", (\d+) FPDUs \(", line):
+            fpdus = int(found.group(1))
+        elif line.endswith(" protocol errors\n"):
+            errors = int(line.split()[0])
+    return fpdus, errors
+
+
+def tshark_counts(lines: TextIO) -> tuple[int, int]:
+    """FPDUs tshark decoded and its "Bad CRC32" verdicts."""
+    fpdus = bad = 0
+    for line in lines:
+        fpdus += "iWARP Marker Protocol data unit Aligned framing" in line
+        bad += "Bad CRC32" in line
+    return fpdus, bad
+
+
+def make_captures(kinds: list[str], directory: Path, size: str, seed: int) -> dict[str, Any]:
+    """The captures, made in a child process (whose memory is not ours); their manifests."""
+    script = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(HERE)!r})\n"
+        "import make_capture as m\n"
+        "kinds = json.loads(sys.argv[1])\n"
+        "out = {k: m.make_capture(p, m.parse_size(sys.argv[2]), seed=int(sys.argv[3]), **a)\n"
+        "       for k, (p, a) in kinds.items()}\n"
+        "print(json.dumps(out))\n"
+    )
+    plan = {
+        kind: (str(directory / f"bench-{kind}-{size}-{seed}.pcap"), KINDS[kind]) for kind in kinds
     }
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(plan), size, str(seed)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    manifests: dict[str, Any] = json.loads(done.stdout)
+    for kind, manifest in manifests.items():
+        manifest["path"] = plan[kind][0]
+    return manifests
+
+
+@dataclass
+class Figures:
+    """Every run of one command on one capture."""
+
+    runs: list[Run] = field(default_factory=list)
+
+    def span(self, values: list[float], fmt: str) -> str:
+        low, high = min(values), max(values)
+        return format(low, fmt) if len(values) == 1 else f"{low:{fmt}}-{high:{fmt}}"
+
+    def line(self, size: int) -> str:
+        walls = [r.wall for r in self.runs]
+        cpus = [r.cpu for r in self.runs]
+        return (
+            f"{self.span(cpus, '.2f')} s CPU ({self.span([size / 1e6 / c for c in cpus], '.0f')}"
+            f" MB/s), {self.span(walls, '.2f')} s wall "
+            f"({self.span([size / 1e6 / w for w in walls], '.0f')} MB/s), peak RSS "
+            f"{self.span([r.rss_mib for r in self.runs], '.0f')} MiB"
+        )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="200M", help="capture size (K, M, G; default 200M)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--keep", metavar="DIR", help="make the capture here and keep it")
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds (default 1)")
+    parser.add_argument("--kinds", default="default,marked", help="captures: default,marked")
+    parser.add_argument("--no-tshark", action="store_true", help="do not run tshark")
+    parser.add_argument("--keep", metavar="DIR", help="make the captures here and keep them")
     parser.add_argument("decode_args", nargs="*", help="one variant of extra decode arguments")
     args = parser.parse_args()
-    maker = _make_capture_module()
-    directory = args.keep or tempfile.mkdtemp(prefix="iwarp-bench-")
-    path = Path(directory) / f"bench-{args.size}-{args.seed}.pcap"
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds or args.repeat < 1:
+        parser.error(f"--kinds takes {', '.join(KINDS)}; --repeat at least 1")
+    tshark = None if args.no_tshark else shutil.which("tshark")
+    directory = Path(args.keep or tempfile.mkdtemp(prefix="iwarp-bench-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    variants = [args.decode_args] if args.decode_args else [[], ["--no-receiver"], ["--json"]]
+    captures: dict[str, tuple[Path, int, int]] = {}
     try:
         started = time.perf_counter()
-        manifest = maker.make_capture(str(path), maker.parse_size(args.size), seed=args.seed)
+        manifests = make_captures(kinds, directory, args.size, args.seed)
         made = time.perf_counter() - started
-        size = path.stat().st_size
-        sent = sum(manifest["total"]["fpdus"].values())
-        print(
-            f"capture: {size / 1e6:.1f} MB, {manifest['frames']} frames, "
-            f"{manifest['connections']} connections, {sent} FPDUs (made in {made:.1f} s)"
-        )
-        variants = (
-            [args.decode_args]
-            if args.decode_args
-            else [[], ["--no-receiver"], ["--json", "--no-receiver"]]
-        )
-        for extra in variants:
-            result = decode(path, extra)
+        for kind, manifest in manifests.items():
+            path = Path(manifest["path"])
+            size = path.stat().st_size
+            sent = sum(manifest["total"]["fpdus"].values())
+            captures[kind] = (path, size, sent)
             print(
-                f"iwarp decode {' '.join(extra) or '(summary, receiver replay on)'}: "
-                f"{result['wall']:.1f} s wall ({size / 1e6 / result['wall']:.1f} MB/s), "
-                f"{result['cpu']:.1f} s CPU ({size / 1e6 / result['cpu']:.1f} MB/s), "
-                f"peak RSS {result['rss_mib']:.0f} MiB; {result['fpdus']} FPDUs "
-                f"({'as sent' if result['fpdus'] == sent else f'SENT {sent}'}), "
-                f"{result['errors']} errors, exit {result['status']}"
+                f"capture {kind}: {size / 1e6:.1f} MB, {manifest['frames']} frames, "
+                f"{manifest['connections']} connections, {sent} FPDUs"
             )
-        print(json.dumps({"size": size, "os_load": os.getloadavg()}))
+        print(f"(made in {made:.1f} s)")
+        from iwarp._accel import describe
+
+        print(f"iwarp: {describe()}; tshark: {tshark or 'not installed (no ratio)'}")
+        results: dict[tuple[str, str], Figures] = {}
+        counts: dict[tuple[str, str], tuple[int, int, int]] = {}
+        for _ in range(args.repeat):
+            for kind, (path, _size, _sent) in captures.items():
+                commands: list[tuple[str, list[str]]] = [
+                    (
+                        "iwarp decode " + (" ".join(extra) or "(summary, receiver replay on)"),
+                        [*DECODE, str(path), *extra],
+                    )
+                    for extra in variants
+                ]
+                if tshark is not None:
+                    commands.append(
+                        ("tshark -O iwarp_mpa", [tshark, *TSHARK_ARGS, "-r", str(path)])
+                    )
+                for name, argv in commands:
+                    counter = tshark_counts if name.startswith("tshark") else iwarp_counts
+                    run = measure(argv, counter)
+                    results.setdefault((kind, name), Figures()).runs.append(run)
+                    counts[(kind, name)] = (*run.counts, run.status)
+        for kind, (_path, size, sent) in captures.items():
+            print(f"\n{kind} capture ({size / 1e6:.1f} MB, {sent} FPDUs sent):")
+            tshark_cpu = None
+            if tshark is not None:
+                tshark_cpu = [r.cpu for r in results[(kind, "tshark -O iwarp_mpa")].runs]
+            for (k, name), figures in results.items():
+                if k != kind:
+                    continue
+                found, bad, status = counts[(k, name)]
+                if name.startswith("tshark"):
+                    tail = f"; {found} FPDUs, {bad} 'Bad CRC32'"
+                else:
+                    tail = (
+                        f"; {found} FPDUs ({'as sent' if found == sent else f'SENT {sent}'}), "
+                        f"{bad} errors, exit {status}"
+                    )
+                    if tshark_cpu is not None:
+                        ratios = [t / r.cpu for t, r in zip(tshark_cpu, figures.runs, strict=True)]
+                        tail += f"; {figures.span(ratios, '.2f')}x tshark's speed (CPU)"
+                print(f"  {name}: {figures.line(size)}{tail}")
+        print(json.dumps({"os_load": os.getloadavg(), "cpus": os.cpu_count()}))
     finally:
         if not args.keep:
-            path.unlink(missing_ok=True)
-            os.rmdir(directory)
+            for path, _, _ in captures.values():
+                path.unlink(missing_ok=True)
+            shutil.rmtree(directory, ignore_errors=True)
     return 0
 
 

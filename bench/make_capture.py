@@ -184,8 +184,16 @@ class Writer:
         self.frames += 1
 
 
+#: Connection mixes: ``default`` as above; ``marked``: every other connection
+#: with markers both ways and every one with FPDUs cut anywhere by the MSS.
+MIXES: Final = ("default", "marked")
+
+
 class Generator:
-    def __init__(self, seed: int, size: int, concurrent: int) -> None:
+    def __init__(self, seed: int, size: int, concurrent: int, mix: str = "default") -> None:
+        if mix not in MIXES:
+            raise ValueError(f"unknown mix {mix!r} (one of {', '.join(MIXES)})")
+        self.mix = mix
         self.rng = random.Random(seed)
         self.size = size
         self.concurrent = concurrent
@@ -199,6 +207,10 @@ class Generator:
         index = len(self.conns)
         small = rng.random() < 0.15
         markers = rng.choice([(False, False)] * 4 + [(True, True), (True, False), (False, True)])
+        aligned = rng.random() < 0.65
+        if self.mix == "marked":
+            markers = (True, True) if index % 2 == 0 else (False, False)
+            aligned = False
         conn = Conn(
             index=index,
             client=bytes([10, 0, (index >> 8) & 0xFF, index & 0xFF]),
@@ -208,7 +220,7 @@ class Generator:
             mss=rng.choice([1460, 1460, 1460, 8960]),
             crc=rng.random() < 0.9,
             markers=markers,
-            aligned=rng.random() < 0.65,
+            aligned=aligned,
             rev=rng.choice([Revision.REV1, Revision.REV2]),
             budget=rng.randint(2_000, 40_000) if small else rng.randint(8 << 20, 64 << 20),
             small=small,
@@ -482,9 +494,11 @@ class Generator:
         }
 
 
-def make_capture(path: str, size: int, *, seed: int = 1, concurrent: int = 16) -> dict[str, Any]:
+def make_capture(
+    path: str, size: int, *, seed: int = 1, concurrent: int = 16, mix: str = "default"
+) -> dict[str, Any]:
     """Write the capture to ``path``; returns its manifest."""
-    generator = Generator(seed, size, concurrent)
+    generator = Generator(seed, size, concurrent, mix)
     with open(path, "wb", buffering=1 << 20) as out:
         writer = Writer(out)
         generator.run(writer)
@@ -504,10 +518,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--concurrent", type=int, default=16, help="connections open at once (default 16)"
     )
+    parser.add_argument(
+        "--mix",
+        choices=MIXES,
+        default="default",
+        help="connection mix: default (above), or marked (every other connection with "
+        "markers both ways, every FPDU stream cut anywhere by the MSS)",
+    )
     parser.add_argument("--manifest", help="write what was sent as JSON here")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    manifest = make_capture(args.out, args.size, seed=args.seed, concurrent=args.concurrent)
+    manifest = make_capture(
+        args.out, args.size, seed=args.seed, concurrent=args.concurrent, mix=args.mix
+    )
     elapsed = time.perf_counter() - started
     if args.manifest:
         with open(args.manifest, "w", encoding="utf-8") as f:

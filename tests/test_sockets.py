@@ -61,6 +61,7 @@ except WaitTimeoutError:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_NOFILE, Linux accept")
 def test_a_blocking_listener_out_of_descriptors_closes_the_waiting_connection() -> None:
     child = subprocess.Popen(

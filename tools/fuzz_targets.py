@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from iwarp.analyze.analyzer import Options, analyze_packets
 from iwarp.analyze.capture import CaptureError, read_tcp_packets
@@ -228,6 +229,138 @@ def capture(data: bytes) -> None:
             record.to_json()
 
 
+# -- the accelerator's kernels, called directly ---------------------------------------
+
+#: Integers at the edges of the kernels' C types (Py_ssize_t, uint32, uint64)
+#: and of the protocol's fields.
+_EDGES = (
+    *(0, 1, 2, 3, 4, 6, 7, 8, 13, 14, 15, 17, 18, 19, 31, 32, 33, 508, 511, 512),
+    *(0xFFFF, 0x10000, 2**31 - 1, 2**31, 2**32 - 4, 2**32 - 1, 2**32, 2**32 + 1),
+    *(2**63 - 8, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -1, -2, -(2**31), -(2**63)),
+)
+#: What a kernel may raise for arguments it refuses.
+_ARGUMENT_ERRORS = (ValueError, OverflowError, TypeError, BufferError)
+
+
+class _Draw:
+    """Arguments taken from the fuzzer's octets (zeros once they run out)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.at = 0
+
+    def octet(self) -> int:
+        if self.at >= len(self.data):
+            return 0
+        self.at += 1
+        return self.data[self.at - 1]
+
+    def number(self, small: int) -> int:
+        """Mostly ``0 .. small``, else an edge value or an edge plus a little."""
+        kind = self.octet()
+        if kind < 192:
+            return (kind << 8 | self.octet()) % (max(small, 0) + 1)
+        edge = _EDGES[self.octet() % len(_EDGES)]
+        return edge + (kind & 7) - 4 if kind >= 240 else edge
+
+    def octets(self, size: int) -> bytearray:
+        chunk = self.data[self.at : self.at + size]
+        self.at += len(chunk)
+        return bytearray(chunk) + bytearray(size - len(chunk))
+
+    def records(self, size: int) -> memoryview:
+        """``size`` (offset, length) records of native uint32, at any alignment."""
+        shift = self.octet() % 8
+        holder = bytearray(shift)
+        for _ in range(self.octet() % 6):
+            at, n = self.number(size), self.number(size)
+            holder += struct.pack("=II", at & 0xFFFFFFFF, n & 0xFFFFFFFF)
+        holder += self.octets(self.octet() % 4)  # a torn last record
+        return memoryview(holder)[shift:]
+
+    def target(self, source: bytearray) -> memoryview | bytearray:
+        """A fresh writable buffer, or a view overlapping ``source``."""
+        size = self.number(64)
+        if self.octet() & 1 and source:
+            start = self.octet() % len(source)
+            return memoryview(source)[start : start + max(size, 0)]
+        return bytearray(max(0, min(size, 1 << 16)))
+
+
+def _kernel_call(module: Any, data: bytes) -> tuple[object, ...]:
+    """One kernel of ``module`` on the arguments ``data`` gives (the same
+    arguments, fresh buffers, on every call); its outcome and what it left in
+    the buffers it may write."""
+    draw = _Draw(data)
+    which = draw.octet() % 5
+    buffer = draw.octets(draw.number(300) % 4096)
+    written: list[object] = [buffer]
+    try:
+        if which == 0:
+            result: object = module.crc32c(
+                buffer[draw.number(16) % (len(buffer) + 1) :], draw.number(2**32 - 1)
+            )
+        elif which == 1:
+            payload = draw.octets(draw.number(200) % 4096)
+            header = draw.octets(draw.number(32) % 40)
+            size = 1 + draw.number(7)
+            start = draw.number(len(payload))
+            out = None if draw.octet() & 1 else draw.target(payload)
+            written += [payload, out]
+            result = module.frame_run(
+                out, header, payload, start, start + draw.number(len(payload) - start),
+                1 + draw.number(1999), draw.number(len(header) - size), size,
+                draw.number(2**64), draw.number(255), bool(draw.octet() & 1),
+                bool(draw.octet() & 1), 4 * draw.number(127),
+            )  # fmt: skip
+        elif which == 2:
+            result = module.scan(
+                buffer, draw.number(64), draw.number(len(buffer)), bool(draw.octet() & 1),
+                bool(draw.octet() & 1), 4 * draw.number(127), draw.number(0xFFFF),
+                bool(draw.octet() & 1),
+            )  # fmt: skip
+        elif which == 3:
+            result = module.segment_run(
+                buffer, draw.records(len(buffer)), draw.number(8), bool(draw.octet() & 1),
+                draw.number(255), draw.number(255), draw.number(255), draw.number(2**32),
+                draw.number(2**32), draw.number(2**64),
+            )  # fmt: skip
+        else:
+            records = draw.records(len(buffer))
+            target = draw.target(buffer)
+            written.append(target)
+            result = module.place_run(
+                buffer, records, draw.number(3), draw.number(3), draw.number(20), target
+            )
+    except ValueError as exc:
+        outcome: tuple[object, ...] = ("ValueError", str(exc))
+    except _ARGUMENT_ERRORS as exc:
+        outcome = (type(exc).__name__,)
+    else:
+        outcome = ("ok", result)
+    return (*outcome, [None if w is None else bytes(w) for w in written])
+
+
+def kernels(data: bytes) -> None:
+    """Each kernel with hostile arguments: offsets, lengths and indexes near
+    2**32 and 2**64, misaligned and torn records, outputs overlapping
+    inputs, tiny buffers; the C module (iwarp._speedups) and its pure twin
+    (iwarp._kernels) must agree on the outcome (result or refusal) and on
+    every octet of the buffers. A kernel may refuse arguments (ValueError,
+    OverflowError, TypeError, BufferError); reading or writing outside a
+    buffer is what the sanitizer build (.ci/sanitize) reports."""
+    from iwarp import _kernels
+
+    pure = _kernel_call(_kernels, data)
+    try:
+        from iwarp import _speedups
+    except ImportError:
+        return
+    accelerated = _kernel_call(_speedups, data)
+    if accelerated != pure:
+        raise AssertionError(f"C {accelerated!r:.300} != pure Python {pure!r:.300}")
+
+
 TARGETS: dict[str, Target] = {
     "mpa_responder": mpa_responder,
     "mpa_initiator": mpa_initiator,
@@ -238,6 +371,7 @@ TARGETS: dict[str, Target] = {
     "vitcp_segment": vitcp_segment,
     "vitcp_connection": vitcp_connection,
     "capture": capture,
+    "kernels": kernels,
 }
 
 
@@ -316,4 +450,5 @@ def seeds() -> dict[str, list[bytes]]:
         "vitcp_segment": [b"\x00" + vi_request],
         "vitcp_connection": [b"\x01\xc0" + vi_request],
         "capture": [_capture_seed()],
+        "kernels": [bytes([k, 0, 200, 0]) + stream[:600] for k in range(5)],
     }

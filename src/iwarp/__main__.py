@@ -2,6 +2,9 @@
 
 import sys
 
-from iwarp.cli import main
+try:
+    from iwarp.cli import main
+except KeyboardInterrupt:  # Ctrl-C during start-up: quietly, as main() would
+    sys.exit(130)
 
 sys.exit(main())

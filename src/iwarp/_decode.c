@@ -1,9 +1,708 @@
 /*
- * iwarp._speedups, the capture analyzer's loops: capture records, TCP
- * reassembly of one direction and the FPDU walk over a batch of packets.
+ * iwarp._speedups, the capture analyzer's loops: capture records down to
+ * TCP segments, and one FPDU taken apart.
+ *
+ * Optional, as the rest of the module: each function has a pure-Python
+ * twin in iwarp/analyze/ that defines the behaviour, and tests assert both
+ * give the same segments and FPDUs. These functions only walk buffers; every
+ * decision (connections, reassembly, framing, errors) stays in Python.
+ *
+ *   pcap_batch(...)    the complete records of a pcap buffer, each decoded
+ *                      down to a TcpPacket when it is the common case
+ *                      (Ethernet/VLAN, cooked, raw or loopback link, IPv4
+ *                      without fragments, TCP); any other frame comes back
+ *                      as (linktype, time, data) for Python to decode
+ *                      (capture.py _decode).
+ *   pcapng_batch(...)  the same for a pcapng buffer's Enhanced Packet Blocks.
+ *   tcp_packet(...)    one frame the same way (pcapng's other packet blocks).
+ *   fpdu_view(...)     the FPDU at an offset of a buffer: ULPDU, PAD, CRC
+ *                      field and computed CRC, markers (mpa.py inspect_fpdu),
+ *                      and the DDP/RDMAP fields of its ULPDU when they are
+ *                      plain (rdmap/wire.py describe_ulpdu: Writes, Sends,
+ *                      Read Responses without problems; describe_table
+ *                      says which opcodes).
+ *
+ * Bounds are compared as "size > len - at", never "at + size > len"; every
+ * multi-octet field is read octet by octet (no unaligned word reads).
  */
 #include "_speedups.h"
 
+#include <limits.h>
+#include <string.h>
+
+#define LINKTYPE_NULL 0
+#define LINKTYPE_ETHERNET 1
+#define LINKTYPE_RAW 101
+#define LINKTYPE_LINUX_SLL 113
+#define LINKTYPE_IPV4 228
+#define LINKTYPE_IPV6 229
+#define LINKTYPE_LINUX_SLL2 276
+
+#define ETHERTYPE_IPV4 0x0800
+#define IPPROTO_TCP_ 6
+#define TCP_FIELDS 11
+/* Dotted addresses remembered (a dict the caller owns); cleared past it. */
+#define ADDRESS_CACHE 4096
+/* Most records decoded per call (bounds the list handed back). */
+#define BATCH_MAX 65536
+
+#define MARKER_INTERVAL 512
+#define MARKER_SIZE 4
+#define HEADER_SIZE 2
+#define CRC_SIZE 4
+#define FPDUPTR_MASK 0xFFFC
+
+static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
+static inline uint32_t be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline uint32_t le32(const uint8_t *p)
+{
+    return ((uint32_t)p[3] << 24) | ((uint32_t)p[2] << 16) | ((uint32_t)p[1] << 8) | p[0];
+}
+
+/* What one frame holds, when it is a plain IPv4 TCP segment. */
+typedef struct {
+    uint32_t src, dst, seq, ack;
+    uint32_t sport, dport, flags;
+    Py_ssize_t payload_at, payload_len, wire_length;
+} segment;
+
+/* The network header of a frame (capture.py _link): 1 with its ethertype
+ * and offset, 0 when Python is to decide. */
+static int link_layer(const uint8_t *d, Py_ssize_t n, long linktype, uint32_t *ethertype,
+                      Py_ssize_t *offset)
+{
+    switch (linktype) {
+    case LINKTYPE_ETHERNET: {
+        Py_ssize_t at = 12;
+        while (n >= 2 && at <= n - 2) {
+            uint32_t type = be16(d + at);
+            if (type != 0x8100 && type != 0x88A8 && type != 0x9100) {
+                *ethertype = type;
+                *offset = at + 2;
+                return 1;
+            }
+            at += 4;
+        }
+        return 0;
+    }
+    case LINKTYPE_LINUX_SLL:
+        if (n < 16)
+            return 0;
+        *ethertype = be16(d + 14);
+        *offset = 16;
+        return 1;
+    case LINKTYPE_LINUX_SLL2:
+        if (n < 20)
+            return 0;
+        *ethertype = be16(d);
+        *offset = 20;
+        return 1;
+    case 12:
+    case 14:
+    case LINKTYPE_RAW:
+        if (n < 1 || d[0] >> 4 != 4)
+            return 0;
+        *ethertype = ETHERTYPE_IPV4;
+        *offset = 0;
+        return 1;
+    case LINKTYPE_IPV4:
+        *ethertype = ETHERTYPE_IPV4;
+        *offset = 0;
+        return 1;
+    case LINKTYPE_NULL: {
+        if (n < 4)
+            return 0;
+        uint32_t family = le32(d);
+        if (family > 0xFFFF)
+            family = be32(d);
+        if (family != 2)
+            return 0;
+        *ethertype = ETHERTYPE_IPV4;
+        *offset = 4;
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* capture.py _decode for the common case: 1 and *s filled for an IPv4 TCP
+ * segment without fragmentation; 0 for everything else (Python decides,
+ * and counts fragments and skipped frames). */
+static int decode_frame(const uint8_t *d, Py_ssize_t n, long linktype, segment *s)
+{
+    uint32_t ethertype;
+    Py_ssize_t at;
+    if (!link_layer(d, n, linktype, &ethertype, &at) || ethertype != ETHERTYPE_IPV4)
+        return 0;
+    if (20 > n - at)
+        return 0;
+    const uint8_t *ip = d + at;
+    uint32_t version_ihl = ip[0];
+    if (version_ihl >> 4 != 4 || ip[9] != IPPROTO_TCP_)
+        return 0;
+    if (be16(ip + 6) & 0x3FFF) /* a fragment: counted by Python */
+        return 0;
+    if ((version_ihl & 0x0F) < 5)
+        return 0;
+    Py_ssize_t start = at + (Py_ssize_t)(version_ihl & 0x0F) * 4;
+    uint32_t total = be16(ip + 2);
+    /* The IP length, not the frame length: Ethernet pads short frames. */
+    Py_ssize_t end = total ? at + (Py_ssize_t)total : n;
+    if (end - start < 20 || start > n - 20)
+        return 0;
+    const uint8_t *tcp = d + start;
+    Py_ssize_t header = (Py_ssize_t)(tcp[12] >> 4) * 4;
+    if (header < 20)
+        return 0;
+    Py_ssize_t payload_start = start + header;
+    s->src = be32(ip + 12);
+    s->dst = be32(ip + 16);
+    s->sport = be16(tcp);
+    s->dport = be16(tcp + 2);
+    s->seq = be32(tcp + 4);
+    s->ack = be32(tcp + 8);
+    s->flags = tcp[13];
+    s->wire_length = end > payload_start ? end - payload_start : 0;
+    /* A capture cut short (snaplen) holds less than the IP length says. */
+    Py_ssize_t stop = end < n ? end : n;
+    s->payload_at = payload_start;
+    s->payload_len = payload_start < n && stop > payload_start ? stop - payload_start : 0;
+    return 1;
+}
+
+/* The dotted form of an address, as str(IPv4Address) gives it, remembered. */
+static PyObject *dotted(PyObject *cache, uint32_t address)
+{
+    PyObject *key = PyLong_FromUnsignedLong(address);
+    if (key == NULL)
+        return NULL;
+    PyObject *found = PyDict_GetItemWithError(cache, key);
+    if (found != NULL) {
+        Py_DECREF(key);
+        Py_INCREF(found);
+        return found;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *text = PyUnicode_FromFormat("%u.%u.%u.%u", (unsigned)(address >> 24),
+                                          (unsigned)((address >> 16) & 0xFF),
+                                          (unsigned)((address >> 8) & 0xFF),
+                                          (unsigned)(address & 0xFF));
+    if (text == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(cache) >= ADDRESS_CACHE)
+        PyDict_Clear(cache);
+    int failed = PyDict_SetItem(cache, key, text);
+    Py_DECREF(key);
+    if (failed < 0) {
+        Py_DECREF(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* A TcpPacket (a tuple subclass of 11 fields) for the segment. */
+static PyObject *make_packet(PyTypeObject *cls, PyObject *cache, long long frame, double time,
+                             const uint8_t *d, const segment *s)
+{
+    PyObject *fields[TCP_FIELDS];
+    fields[0] = PyLong_FromLongLong(frame);
+    fields[1] = PyFloat_FromDouble(time);
+    fields[2] = dotted(cache, s->src);
+    fields[3] = PyLong_FromUnsignedLong(s->sport);
+    fields[4] = dotted(cache, s->dst);
+    fields[5] = PyLong_FromUnsignedLong(s->dport);
+    fields[6] = PyLong_FromUnsignedLong(s->seq);
+    fields[7] = PyLong_FromUnsignedLong(s->ack);
+    fields[8] = PyLong_FromUnsignedLong(s->flags);
+    fields[9] = PyBytes_FromStringAndSize((const char *)d + s->payload_at, s->payload_len);
+    fields[10] = PyLong_FromSsize_t(s->wire_length);
+    PyObject *packet = NULL;
+    int complete = 1;
+    for (int i = 0; i < TCP_FIELDS; i++)
+        complete &= fields[i] != NULL;
+    if (complete)
+        packet = cls->tp_alloc(cls, TCP_FIELDS);
+    if (packet == NULL) {
+        for (int i = 0; i < TCP_FIELDS; i++)
+            Py_XDECREF(fields[i]);
+        return NULL;
+    }
+    for (int i = 0; i < TCP_FIELDS; i++)
+        PyTuple_SET_ITEM(packet, i, fields[i]);
+    return packet;
+}
+
+static int check_packet_type(PyObject *cls)
+{
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) ||
+        ((PyTypeObject *)cls)->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a plain tuple subclass (TcpPacket)");
+        return 0;
+    }
+    return 1;
+}
+
+/* One frame: a TcpPacket, or the (linktype, time, data) triple for Python. */
+static PyObject *frame_item(PyTypeObject *cls, PyObject *cache, long linktype, long long frame,
+                            double time, const uint8_t *d, Py_ssize_t n)
+{
+    segment s;
+    if (decode_frame(d, n, linktype, &s))
+        return make_packet(cls, cache, frame, time, d, &s);
+    return Py_BuildValue("(ldy#)", linktype, time, (const char *)d, n);
+}
+
+/* pcap_batch(buffer, pos, big_endian, resolution, linktype, frame_cap,
+ *            frames_before, cls, cache) -> (items, pos)
+ *
+ * Every complete record of the buffer from pos on whose caplen is at most
+ * frame_cap, as items (a TcpPacket numbered from frames_before + 1, or a
+ * (linktype, time, data) triple), and the position of the first record
+ * not taken: incomplete, longer than frame_cap, or past BATCH_MAX records.
+ */
+static PyObject *py_pcap_batch(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, frame_cap;
+    int big;
+    double resolution;
+    long linktype;
+    long long frames;
+    PyObject *cls, *cache;
+    if (!PyArg_ParseTuple(args, "y*npdlnLOO!:pcap_batch", &view, &pos, &big, &resolution,
+                          &linktype, &frame_cap, &frames, &cls, &PyDict_Type, &cache))
+        return NULL;
+    PyObject *items = NULL;
+    if (!check_packet_type(cls))
+        goto done;
+    if (pos < 0 || pos > view.len || frame_cap < 0 || frames < 0 ||
+        frames > LLONG_MAX - BATCH_MAX) {
+        PyErr_SetString(PyExc_ValueError, "pos, frame_cap or frames_before out of range");
+        goto done;
+    }
+    items = PyList_New(0);
+    if (items == NULL)
+        goto done;
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    Py_ssize_t len = view.len;
+    for (int count = 0; count < BATCH_MAX && 16 <= len - pos; count++) {
+        const uint8_t *h = buf + pos;
+        uint32_t seconds = big ? be32(h) : le32(h);
+        uint32_t fraction = big ? be32(h + 4) : le32(h + 4);
+        uint32_t caplen = big ? be32(h + 8) : le32(h + 8);
+        if ((Py_ssize_t)caplen > frame_cap || (Py_ssize_t)caplen > len - pos - 16)
+            break;
+        double time = (double)seconds + (double)fraction * resolution;
+        PyObject *item = frame_item((PyTypeObject *)cls, cache, linktype, ++frames, time, h + 16,
+                                    (Py_ssize_t)caplen);
+        if (item == NULL || PyList_Append(items, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(items);
+            goto done;
+        }
+        Py_DECREF(item);
+        pos += 16 + (Py_ssize_t)caplen;
+    }
+done:
+    PyBuffer_Release(&view);
+    if (items == NULL)
+        return NULL;
+    return Py_BuildValue("(Nn)", items, pos);
+}
+
+/* Interfaces a pcapng batch knows at most (more: Python takes the rest). */
+#define MAX_INTERFACES 64
+
+/* pcapng_batch(buffer, pos, big_endian, interfaces, frame_cap, block_cap,
+ *              frames_before, cls, cache) -> (items, pos)
+ *
+ * The Enhanced Packet Blocks of a pcapng buffer from pos on, as
+ * pcap_batch does for records: interfaces is the section's list of
+ * (linktype, time resolution). Stops at the first block that is not a
+ * complete, well-formed EPB of a known interface whose frame fits
+ * frame_cap (any other block, a bad length, a block longer than
+ * block_cap, the end of the buffer): Python takes that one.
+ */
+static PyObject *py_pcapng_batch(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, frame_cap, block_cap;
+    int big;
+    long long frames;
+    PyObject *interfaces, *cls, *cache;
+    if (!PyArg_ParseTuple(args, "y*npO!nnLOO!:pcapng_batch", &view, &pos, &big, &PyList_Type,
+                          &interfaces, &frame_cap, &block_cap, &frames, &cls, &PyDict_Type,
+                          &cache))
+        return NULL;
+    PyObject *items = NULL;
+    long linktypes[MAX_INTERFACES];
+    double resolutions[MAX_INTERFACES];
+    Py_ssize_t known = PyList_GET_SIZE(interfaces);
+    if (known > MAX_INTERFACES)
+        known = MAX_INTERFACES;
+    if (!check_packet_type(cls))
+        goto done;
+    if (pos < 0 || pos > view.len || frame_cap < 0 || block_cap < 0 || frames < 0 ||
+        frames > LLONG_MAX - BATCH_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pos, frame_cap, block_cap or frames_before out of range");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < known; i++) {
+        PyObject *entry = PyList_GET_ITEM(interfaces, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+            PyErr_SetString(PyExc_TypeError, "interfaces are (linktype, resolution) tuples");
+            goto done;
+        }
+        linktypes[i] = PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
+        resolutions[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(entry, 1));
+        if (PyErr_Occurred())
+            goto done;
+    }
+    items = PyList_New(0);
+    if (items == NULL)
+        goto done;
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    Py_ssize_t len = view.len;
+    for (int count = 0; count < BATCH_MAX && 8 <= len - pos; count++) {
+        const uint8_t *h = buf + pos;
+        uint32_t type = big ? be32(h) : le32(h);
+        uint32_t length = big ? be32(h + 4) : le32(h + 4);
+        if (type != 6 || length < 32 || length % 4 || (Py_ssize_t)(length - 12) > block_cap ||
+            (Py_ssize_t)length > len - pos)
+            break;
+        const uint8_t *body = h + 8;
+        Py_ssize_t body_len = (Py_ssize_t)length - 12;
+        uint32_t iface = big ? be32(body) : le32(body);
+        uint32_t high = big ? be32(body + 4) : le32(body + 4);
+        uint32_t low = big ? be32(body + 8) : le32(body + 8);
+        uint32_t caplen = big ? be32(body + 12) : le32(body + 12);
+        if ((Py_ssize_t)iface >= known || (Py_ssize_t)caplen > frame_cap)
+            break;
+        Py_ssize_t n = (Py_ssize_t)caplen < body_len - 20 ? (Py_ssize_t)caplen : body_len - 20;
+        double time = (double)(((uint64_t)high << 32) | low) * resolutions[iface];
+        PyObject *item = frame_item((PyTypeObject *)cls, cache, linktypes[iface], ++frames, time,
+                                    body + 20, n);
+        if (item == NULL || PyList_Append(items, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(items);
+            goto done;
+        }
+        Py_DECREF(item);
+        pos += (Py_ssize_t)length;
+    }
+done:
+    PyBuffer_Release(&view);
+    if (items == NULL)
+        return NULL;
+    return Py_BuildValue("(Nn)", items, pos);
+}
+
+/* tcp_packet(frame, linktype, time, data, cls, cache) -> TcpPacket | None */
+static PyObject *py_tcp_packet(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long frame;
+    long linktype;
+    double time;
+    PyObject *cls, *cache;
+    if (!PyArg_ParseTuple(args, "Lldy*OO!:tcp_packet", &frame, &linktype, &time, &view, &cls,
+                          &PyDict_Type, &cache))
+        return NULL;
+    PyObject *out = NULL;
+    segment s;
+    if (check_packet_type(cls)) {
+        if (decode_frame((const uint8_t *)view.buf, view.len, linktype, &s))
+            out = make_packet((PyTypeObject *)cls, cache, frame, time,
+                              (const uint8_t *)view.buf, &s);
+        else
+            out = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* --- DDP/RDMAP headers of a ULPDU (rdmap/wire.py describe_ulpdu) -------- */
+
+enum { K_LENGTH, K_PROBLEMS, K_TAGGED, K_LAST, K_DDP_VERSION, K_DDP_RESERVED, K_RDMAP_VERSION,
+       K_RDMAP_RESERVED, K_OPCODE, K_OPCODE_NAME, K_STAG, K_TO, K_INV_STAG, K_QN, K_MSN, K_MO,
+       K_PAYLOAD_OFFSET, K_PAYLOAD_LENGTH, K_COUNT };
+static const char *const key_names[K_COUNT] = {
+    "length", "problems", "tagged", "last", "ddp_version", "ddp_reserved", "rdmap_version",
+    "rdmap_reserved", "opcode", "opcode_name", "stag", "to", "inv_stag", "qn", "msn", "mo",
+    "payload_offset", "payload_length"};
+static PyObject *keys[K_COUNT];
+/* Per opcode (0-15): its name (NULL: Python describes it), the T bit it
+ * must come with and the queue it must use (-1: any). */
+static PyObject *opcode_names[16];
+static int opcode_tagged[16], opcode_queue[16];
+static int table_ready = 0;
+
+/* describe_table(names, tagged, queue): the opcodes this file describes
+ * (name, or None for Python), with their T bit and queue (-1: any). */
+static PyObject *py_describe_table(PyObject *self, PyObject *args)
+{
+    PyObject *names, *tagged, *queue;
+    if (!PyArg_ParseTuple(args, "O!O!O!:describe_table", &PyTuple_Type, &names, &PyTuple_Type,
+                          &tagged, &PyTuple_Type, &queue))
+        return NULL;
+    if (PyTuple_GET_SIZE(names) != 16 || PyTuple_GET_SIZE(tagged) != 16 ||
+        PyTuple_GET_SIZE(queue) != 16) {
+        PyErr_SetString(PyExc_ValueError, "one entry per opcode (16) in each table");
+        return NULL;
+    }
+    int t[16], q[16];
+    for (int i = 0; i < 16; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (name != Py_None && !PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "opcode names are str or None");
+            return NULL;
+        }
+        long tv = PyLong_AsLong(PyTuple_GET_ITEM(tagged, i));
+        long qv = PyLong_AsLong(PyTuple_GET_ITEM(queue, i));
+        if (PyErr_Occurred())
+            return NULL;
+        t[i] = (int)tv;
+        q[i] = (int)qv;
+    }
+    for (int k = 0; k < K_COUNT; k++) {
+        if (keys[k] == NULL && (keys[k] = PyUnicode_InternFromString(key_names[k])) == NULL)
+            return NULL;
+    }
+    for (int i = 0; i < 16; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        Py_XSETREF(opcode_names[i], name == Py_None ? NULL : Py_NewRef(name));
+        opcode_tagged[i] = t[i];
+        opcode_queue[i] = q[i];
+    }
+    table_ready = 1;
+    Py_RETURN_NONE;
+}
+
+static int put(PyObject *d, int key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int r = PyDict_SetItem(d, keys[key], value);
+    Py_DECREF(value);
+    return r;
+}
+
+/* The describe_ulpdu dict of a ULPDU without problems whose opcode the
+ * table names; NULL with no exception set when Python is to describe it. */
+static PyObject *describe(const uint8_t *u, Py_ssize_t n)
+{
+    if (!table_ready || n < 2)
+        return NULL;
+    uint32_t control = u[0], rdmap = u[1];
+    int tagged = (control & 0x80) != 0;
+    uint32_t version = rdmap >> 6, opcode = rdmap & 0x0F;
+    PyObject *name = opcode_names[opcode];
+    if (name == NULL || (control & 0x03) != 1 || version > 1)
+        return NULL;
+    if (opcode_tagged[opcode] >= 0 && opcode_tagged[opcode] != tagged)
+        return NULL;
+    Py_ssize_t header = tagged ? 14 : 18;
+    if (n < header)
+        return NULL;
+    if (!tagged && opcode_queue[opcode] >= 0 && (uint32_t)opcode_queue[opcode] != be32(u + 6))
+        return NULL;
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    int bad = put(d, K_LENGTH, PyLong_FromSsize_t(n)) < 0 || put(d, K_PROBLEMS, PyList_New(0)) < 0 ||
+              put(d, K_TAGGED, PyBool_FromLong(tagged)) < 0 ||
+              put(d, K_LAST, PyBool_FromLong((control & 0x40) != 0)) < 0 ||
+              put(d, K_DDP_VERSION, PyLong_FromLong(control & 0x03)) < 0 ||
+              put(d, K_DDP_RESERVED, PyLong_FromLong((control & 0x3C) >> 2)) < 0 ||
+              put(d, K_RDMAP_VERSION, PyLong_FromLong(version)) < 0 ||
+              put(d, K_RDMAP_RESERVED, PyLong_FromLong((rdmap & 0x30) >> 4)) < 0 ||
+              put(d, K_OPCODE, PyLong_FromLong(opcode)) < 0 ||
+              put(d, K_OPCODE_NAME, Py_NewRef(name)) < 0;
+    if (!bad && tagged) {
+        uint64_t to = ((uint64_t)be32(u + 6) << 32) | be32(u + 10);
+        bad = put(d, K_STAG, PyLong_FromUnsignedLong(be32(u + 2))) < 0 ||
+              put(d, K_TO, PyLong_FromUnsignedLongLong(to)) < 0;
+    } else if (!bad) {
+        bad = put(d, K_INV_STAG, PyLong_FromUnsignedLong(be32(u + 2))) < 0 ||
+              put(d, K_QN, PyLong_FromUnsignedLong(be32(u + 6))) < 0 ||
+              put(d, K_MSN, PyLong_FromUnsignedLong(be32(u + 10))) < 0 ||
+              put(d, K_MO, PyLong_FromUnsignedLong(be32(u + 14))) < 0;
+    }
+    if (!bad)
+        bad = put(d, K_PAYLOAD_OFFSET, PyLong_FromSsize_t(header)) < 0 ||
+              put(d, K_PAYLOAD_LENGTH, PyLong_FromSsize_t(n - header)) < 0;
+    if (bad) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* describe(ulpdu) -> dict | None, for the tests. */
+static PyObject *py_describe_ulpdu(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*:describe_ulpdu", &view))
+        return NULL;
+    PyObject *out = describe((const uint8_t *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (out == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return out;
+}
+
+/* fpdu_view(chunk, at, phase, markers, either_fpduptr, ddp)
+ *     -> (wire_length, ulpdu, pad, crc, crc_expected, markers, ulp) | None
+ *
+ * The FPDU whose first octet is chunk[at], at marker phase ``phase``
+ * (offset from the last marker position, 0..511), taken apart as mpa.py's
+ * inspect_fpdu does: markers (offset in the FPDU, reserved, fpduptr,
+ * expected) listed and cut out, CRC-32C computed over everything before
+ * the CRC field; with ddp, ulp is the describe_ulpdu dict of the ULPDU
+ * when this file can make it (else None: Python describes it). None when
+ * the chunk ends before the FPDU does (the caller looks at where).
+ */
+static PyObject *py_fpdu_view(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t at;
+    unsigned int phase;
+    int markers, either, ddp;
+    if (!PyArg_ParseTuple(args, "y*nIppp:fpdu_view", &view, &at, &phase, &markers, &either, &ddp))
+        return NULL;
+    PyObject *out = NULL;
+    const uint8_t *d = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len;
+    if (at < 0 || at > n || phase >= MARKER_INTERVAL) {
+        PyErr_SetString(PyExc_ValueError, "at or phase out of range");
+        goto done;
+    }
+    Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
+    if (lead + HEADER_SIZE > n - at) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_ssize_t length = (Py_ssize_t)be16(d + at + lead);
+    /* mpa/framing.py fpdu_wire_size: header, ULPDU, PAD to 4 and CRC, plus
+     * the markers that fall inside from the phase on. */
+    Py_ssize_t content = 6 + length + ((-(2 + length)) & 3);
+    Py_ssize_t wire = content;
+    if (markers) {
+        Py_ssize_t first = MARKER_INTERVAL - (((Py_ssize_t)phase + lead) & (MARKER_INTERVAL - 1));
+        wire = lead + content;
+        if (first < content)
+            wire += 4 * ((content - first + MARKER_INTERVAL - MARKER_SIZE - 1) /
+                         (MARKER_INTERVAL - MARKER_SIZE));
+    }
+    if (wire > n - at) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    const uint8_t *f = d + at;
+    Py_ssize_t body = wire - CRC_SIZE;
+    uint32_t crc_expected = ~iw_crc32c(0xFFFFFFFFu, f, (size_t)body);
+    uint32_t crc = le32(f + body);
+    PyObject *list = NULL, *ulpdu = NULL, *pad = NULL;
+    if (!markers) {
+        ulpdu = PyBytes_FromStringAndSize((const char *)f + HEADER_SIZE, length);
+        pad = PyBytes_FromStringAndSize((const char *)f + HEADER_SIZE + length,
+                                        body - HEADER_SIZE - length);
+        list = PyTuple_New(0);
+    } else {
+        /* Cut the markers out: the content is at most 64 KiB + 2. */
+        PyObject *kept = PyBytes_FromStringAndSize(NULL, body);
+        list = PyList_New(0);
+        if (kept == NULL || list == NULL) {
+            Py_XDECREF(kept);
+            Py_XDECREF(list);
+            goto done;
+        }
+        char *k = PyBytes_AS_STRING(kept);
+        Py_ssize_t cursor = 0, filled = 0;
+        Py_ssize_t m = phase == 0 ? 0 : MARKER_INTERVAL - (Py_ssize_t)phase;
+        for (; m < body; m += MARKER_INTERVAL) {
+            if (MARKER_SIZE > body - m) { /* never with a consistent size */
+                Py_DECREF(kept);
+                Py_DECREF(list);
+                PyErr_SetString(PyExc_RuntimeError, "a marker splits the CRC");
+                goto done;
+            }
+            uint32_t reserved = be16(f + m);
+            uint32_t pointer = be16(f + m + 2);
+            Py_ssize_t expected = m == 0 ? 0 : m - lead;
+            if (lead && m && either && (Py_ssize_t)(pointer & FPDUPTR_MASK) == m)
+                expected = m; /* seeds 000/002: from the FPDU's first octet */
+            PyObject *entry = Py_BuildValue("(nIIn)", m, reserved, pointer, expected);
+            if (entry == NULL || PyList_Append(list, entry) < 0) {
+                Py_XDECREF(entry);
+                Py_DECREF(kept);
+                Py_DECREF(list);
+                goto done;
+            }
+            Py_DECREF(entry);
+            memcpy(k + filled, f + cursor, (size_t)(m - cursor));
+            filled += m - cursor;
+            cursor = m + MARKER_SIZE;
+        }
+        memcpy(k + filled, f + cursor, (size_t)(body - cursor));
+        filled += body - cursor;
+        Py_ssize_t pad_len = filled - HEADER_SIZE - length;
+        if (pad_len < 0) { /* cannot happen with a consistent size; be safe */
+            Py_DECREF(kept);
+            Py_DECREF(list);
+            PyErr_SetString(PyExc_RuntimeError, "inconsistent FPDU size");
+            goto done;
+        }
+        ulpdu = PyBytes_FromStringAndSize(k + HEADER_SIZE, length);
+        pad = PyBytes_FromStringAndSize(k + HEADER_SIZE + length, pad_len);
+        Py_DECREF(kept);
+        PyObject *tuple = list == NULL ? NULL : PyList_AsTuple(list);
+        Py_XDECREF(list);
+        list = tuple;
+    }
+    if (ulpdu == NULL || pad == NULL || list == NULL) {
+        Py_XDECREF(ulpdu);
+        Py_XDECREF(pad);
+        Py_XDECREF(list);
+        goto done;
+    }
+    PyObject *ulp = ddp ? describe((const uint8_t *)PyBytes_AS_STRING(ulpdu), length) : NULL;
+    if (ulp == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(ulpdu);
+            Py_DECREF(pad);
+            Py_DECREF(list);
+            goto done;
+        }
+        ulp = Py_NewRef(Py_None);
+    }
+    out = Py_BuildValue("(nNNkkNN)", wire, ulpdu, pad, (unsigned long)crc,
+                        (unsigned long)crc_expected, list, ulp);
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
 PyMethodDef iw_decode_methods[] = {
+    {"pcap_batch", py_pcap_batch, METH_VARARGS,
+     "Decode the complete records of a pcap buffer down to TCP segments."},
+    {"pcapng_batch", py_pcapng_batch, METH_VARARGS,
+     "Decode the Enhanced Packet Blocks of a pcapng buffer down to TCP segments."},
+    {"tcp_packet", py_tcp_packet, METH_VARARGS, "Decode one frame down to a TCP segment."},
+    {"fpdu_view", py_fpdu_view, METH_VARARGS, "Take apart the FPDU at an offset of a buffer."},
+    {"describe_table", py_describe_table, METH_VARARGS,
+     "Set the opcodes describe_ulpdu's twin names, with their T bit and queue."},
+    {"describe_ulpdu", py_describe_ulpdu, METH_VARARGS,
+     "The DDP/RDMAP fields of a ULPDU without problems, or None."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,41 +1,12 @@
-"""Types of the optional C accelerator (src/iwarp/_speedups.c)."""
+"""Types of the optional C accelerator (src/iwarp/_speedups.c).
 
-from iwarp._typing import Buffer
+Its kernels have exactly the signatures of their pure-Python twins in
+``iwarp._kernels`` (the contract of both is written there, once).
+"""
 
-def crc32c(data: Buffer, value: int = 0, /) -> int: ...
-def frame_run(
-    out: Buffer | None,
-    header: Buffer,
-    payload: Buffer,
-    start: int,
-    stop: int,
-    room: int,
-    field_at: int,
-    field_size: int,
-    base: int,
-    last_mask: int,
-    markers: bool,
-    crc: bool,
-    phase: int,
-    /,
-) -> tuple[bytes | int, int]: ...
-def scan(
-    buffer: Buffer, start: int, end: int, markers: bool, crc: bool, phase: int, limit: int, /
-) -> tuple[bytes, int, int, int, int, int, int]: ...
-def segment_run(
-    buffer: Buffer,
-    records: Buffer,
-    index: int,
-    tagged: bool,
-    control_mask: int,
-    control: int,
-    rdmap: int,
-    key: int,
-    msn: int,
-    offset: int,
-    /,
-) -> tuple[int, int, bool]: ...
-def place_run(
-    buffer: Buffer, records: Buffer, index: int, count: int, header_size: int, target: Buffer, /
-) -> None: ...
-def describe() -> str: ...
+from iwarp._kernels import crc32c as crc32c
+from iwarp._kernels import describe as describe
+from iwarp._kernels import frame_run as frame_run
+from iwarp._kernels import place_run as place_run
+from iwarp._kernels import scan as scan
+from iwarp._kernels import segment_run as segment_run

@@ -1,7 +1,7 @@
 """The C framing kernels against the pure-Python codec: same octets, same errors.
 
 Each test runs one input through both paths in the same process (the pure
-path by switching the module's ``speedups`` off) and compares everything
+path by switching the module's ``kernels`` to the pure twins) and compares everything
 observable: FPDU octets, stream position and marker phase afterwards,
 ULPDUs delivered, the error's code, message and stream offset.
 """
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp import _accel
+from iwarp import _accel, _kernels
 from iwarp.errors import LocalProtocolError
 from iwarp.mpa import framing
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder, SegmentRun
@@ -31,44 +31,12 @@ SEQ = 0xFFFFFFFF
 @contextmanager
 def pure() -> Iterator[None]:
     """Run the enclosed code on the pure-Python path."""
-    saved = getattr(framing, "speedups")  # noqa: B009 (not part of the module's API)
-    setattr(framing, "speedups", None)  # noqa: B010
+    saved = getattr(framing, "kernels")  # noqa: B009 (not part of the module's API)
+    setattr(framing, "kernels", _kernels)  # noqa: B010
     try:
         yield
     finally:
-        setattr(framing, "speedups", saved)  # noqa: B010
-
-
-def test_crc32c_matches_the_package() -> None:
-    import crc32c as package
-
-    assert _accel.speedups is not None
-    for n in (0, 1, 7, 8, 9, 4095, 12288, 12289, 3 * 4096 * 2 + 5, 200_000):
-        data = os.urandom(n)
-        for value in (0, 1, 0xFFFFFFFF, 0x1234ABCD):
-            assert _accel.speedups.crc32c(data, value) == package.crc32c(data, value)
-
-
-def test_crc32c_table_fallback() -> None:
-    """Without SSE4.2 (forced off) the table code gives the same values."""
-    code = (
-        "import os, crc32c; from iwarp import _speedups as s\n"
-        "assert s.describe() == 'CRC32C with tables'\n"
-        "for n in (0, 1, 9, 100, 5000, 40000):\n"
-        "    d = os.urandom(n)\n"
-        "    assert s.crc32c(d, 7) == crc32c.crc32c(d, 7), n\n"
-    )
-    env = dict(os.environ, IWARP_ACCEL_NO_SSE42="1")
-    subprocess.run([sys.executable, "-c", code], check=True, env=env)
-
-
-@given(data=st.binary(max_size=3000), value=st.integers(0, SEQ))
-@settings(max_examples=200)
-def test_crc32c_arbitrary(data: bytes, value: int) -> None:
-    from iwarp._crc32c import crc32c
-
-    assert _accel.speedups is not None
-    assert _accel.speedups.crc32c(data, value) == crc32c(data, value)
+        setattr(framing, "kernels", saved)  # noqa: B010
 
 
 def runs() -> st.SearchStrategy[tuple[SegmentRun, bool]]:

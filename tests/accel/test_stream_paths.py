@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp import _accel
+from iwarp import _accel, _kernels
 from iwarp.mpa import framing
 from iwarp.mpa.config import MpaConfig
 from iwarp.rdmap import stream as stream_module
@@ -35,14 +35,14 @@ RECV_SIZE = 4000
 @contextmanager
 def pure() -> Iterator[None]:
     modules = (framing, stream_module)
-    saved = [getattr(m, "speedups") for m in modules]  # noqa: B009
+    saved = [getattr(m, "kernels") for m in modules]  # noqa: B009
     for module in modules:
-        setattr(module, "speedups", None)  # noqa: B010
+        setattr(module, "kernels", _kernels)  # noqa: B010
     try:
         yield
     finally:
         for module, value in zip(modules, saved, strict=True):
-            setattr(module, "speedups", value)  # noqa: B010
+            setattr(module, "kernels", value)  # noqa: B010
 
 
 Op = tuple[str, int, int]

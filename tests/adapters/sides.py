@@ -26,8 +26,8 @@ from iwarp.mpa.events import MpaParams
 from iwarp.mpa.policy import Decider
 from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
-from iwarp.rdmap.wire import TerminateHeader
-from iwarp.rdmap.work import Completion, ReadWR, RecvWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.wire import NO_MASK, TerminateHeader
+from iwarp.rdmap.work import Completion, RecvWR, SendQueueWR, Sge
 
 T = TypeVar("T")
 
@@ -65,7 +65,24 @@ class Side(Protocol):
         self, local: ReadInto, stag: int, to: int, *, offset: int = 0, length: int | None = None
     ) -> int | bytes: ...
 
-    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None: ...
+    def post_send(self, wr: SendQueueWR) -> None: ...
+
+    def fetch_add(self, stag: int, to: int, add: int, *, mask: int = 0) -> int: ...
+
+    def compare_swap(
+        self,
+        stag: int,
+        to: int,
+        compare: int,
+        swap: int,
+        *,
+        compare_mask: int = NO_MASK,
+        swap_mask: int = NO_MASK,
+    ) -> int: ...
+
+    def send_immediate(self, data: bytes, *, solicited: bool = False) -> None: ...
+
+    def supports_atomics(self, stag: int, to: int) -> bool: ...
 
     def post_recv(self, wr: RecvWR) -> None: ...
 
@@ -129,8 +146,37 @@ class SyncSide:
             local, stag, to, offset=offset, length=length, timeout=CALL_TIMEOUT
         )
 
-    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
+    def post_send(self, wr: SendQueueWR) -> None:
         self.qp.post_send(wr)
+
+    def fetch_add(self, stag: int, to: int, add: int, *, mask: int = 0) -> int:
+        return self.qp.fetch_add(stag, to, add, mask=mask, timeout=CALL_TIMEOUT)
+
+    def compare_swap(
+        self,
+        stag: int,
+        to: int,
+        compare: int,
+        swap: int,
+        *,
+        compare_mask: int = NO_MASK,
+        swap_mask: int = NO_MASK,
+    ) -> int:
+        return self.qp.compare_swap(
+            stag,
+            to,
+            compare,
+            swap,
+            compare_mask=compare_mask,
+            swap_mask=swap_mask,
+            timeout=CALL_TIMEOUT,
+        )
+
+    def send_immediate(self, data: bytes, *, solicited: bool = False) -> None:
+        self.qp.send_immediate(data, solicited=solicited, timeout=CALL_TIMEOUT)
+
+    def supports_atomics(self, stag: int, to: int) -> bool:
+        return self.qp.supports_atomics(stag, to, timeout=CALL_TIMEOUT)
 
     def post_recv(self, wr: RecvWR) -> None:
         self.qp.post_recv(wr)
@@ -211,8 +257,33 @@ class AsyncioSide:
         read = self.qp.rdma_read(local, stag, to, offset=offset, length=length)
         return cast("int | bytes", self._call(read))
 
-    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
+    def post_send(self, wr: SendQueueWR) -> None:
         self._sync(lambda: self.qp.post_send(wr))
+
+    def fetch_add(self, stag: int, to: int, add: int, *, mask: int = 0) -> int:
+        return self._call(self.qp.fetch_add(stag, to, add, mask=mask))
+
+    def compare_swap(
+        self,
+        stag: int,
+        to: int,
+        compare: int,
+        swap: int,
+        *,
+        compare_mask: int = NO_MASK,
+        swap_mask: int = NO_MASK,
+    ) -> int:
+        return self._call(
+            self.qp.compare_swap(
+                stag, to, compare, swap, compare_mask=compare_mask, swap_mask=swap_mask
+            )
+        )
+
+    def send_immediate(self, data: bytes, *, solicited: bool = False) -> None:
+        self._call(self.qp.send_immediate(data, solicited=solicited))
+
+    def supports_atomics(self, stag: int, to: int) -> bool:
+        return self._call(self.qp.supports_atomics(stag, to))
 
     def post_recv(self, wr: RecvWR) -> None:
         self._sync(lambda: self.qp.post_recv(wr))

@@ -9,11 +9,11 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from adapters.sides import CALL_TIMEOUT, Adapter, Side, make_adapter
+from adapters.sides import CALL_TIMEOUT, Adapter, Side
 from iwarp.asyncio.mpa import Reject
 from iwarp.asyncio.rdma import ConnectionRejectedError, ConnectionTerminatedError, RdmaError
 from iwarp.errors import LocalProtocolError, MpaError
@@ -24,24 +24,6 @@ from iwarp.rdmap.memory import Access, ProtectionDomain
 from iwarp.rdmap.work import CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WorkOpcode
 
 REMOTE = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
-KINDS = ("sync", "asyncio")
-
-
-@pytest.fixture(
-    params=[(c, s) for c in KINDS for s in KINDS],
-    ids=[f"{c}-to-{s}" for c in KINDS for s in KINDS],
-)
-def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Adapter, Adapter]]:
-    """(client adapter, server adapter); the same object when the kinds agree."""
-    client_kind, server_kind = request.param
-    server = make_adapter(server_kind)
-    client = server if client_kind == server_kind else make_adapter(client_kind)
-    try:
-        yield client, server
-    finally:
-        server.finish()
-        if client is not server:
-            client.finish()
 
 
 def sha(data: bytes | bytearray | memoryview) -> str:

@@ -107,6 +107,7 @@ def peak_rss_decoding(path: Path) -> int:
     return int(line.split()[1]) * 1024
 
 
+@pytest.mark.slow
 def test_memory_does_not_follow_the_file(
     capture: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:

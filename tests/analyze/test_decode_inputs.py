@@ -279,4 +279,4 @@ def test_progress_line(capsys: pytest.CaptureFixture[str]) -> None:
     meter.update()
     meter.clear()
     err = capsys.readouterr().err
-    assert " 25.0%" in err and "12.5 MB/s" in err and "ETA 0:06" in err
+    assert " 25.0%" in err and "11.9 MiB/s" in err and "ETA 0:06" in err

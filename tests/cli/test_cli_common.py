@@ -83,6 +83,7 @@ def test_ports_are_the_tcp_range(value: int) -> None:
             port(str(value))
 
 
+@pytest.mark.slow
 def test_every_size_option_takes_units() -> None:
     with listen("--count", "2", "--max-size", "2KiB", "--memory-budget", "1M") as listener:
         rc, out = connect(listener.port, "--count", "2", "--size", "1K")
@@ -111,6 +112,7 @@ def test_summaries_give_elapsed_time_and_rate() -> None:
         assert len(str(summary["sha256"])) == 64
 
 
+@pytest.mark.slow
 def test_the_human_summary_names_time_and_rate() -> None:
     with listen("--count", "1") as listener:
         proc = subprocess.run(
@@ -126,6 +128,7 @@ def test_the_human_summary_names_time_and_rate() -> None:
     assert summary.startswith("summary:") and "seconds=" in summary and "mib_per_s=" in summary
 
 
+@pytest.mark.slow
 def test_progress_lines_on_stderr_when_asked() -> None:
     with listen("--count", "3") as listener:
         proc = subprocess.run(
@@ -177,15 +180,35 @@ def test_progress_meter_text() -> None:
     meter = ProgressMeter(start=100.0, terminal=False)
     first = meter.report(101.0, 10, 2 << 20)
     assert first == "[    0.0-    1.0 s] 10 messages, 2.00 MiB, 2.0 MiB/s\n"
+    # iperf style: each line is what moved in its interval, and its rate.
     second = meter.report(103.0, 20, 6 << 20)
-    assert second == "[    1.0-    3.0 s] 20 messages, 6.00 MiB, 2.0 MiB/s\n"
+    assert second == "[    1.0-    3.0 s] 10 messages, 4.00 MiB, 2.0 MiB/s\n"
     tty = ProgressMeter(start=0.0, terminal=True)
     line = tty.report(2.0, 1, 1000)
-    assert line.startswith("\r") and "\n" not in line
+    # One rewriting line: the totals are labelled, the rate is the interval's.
+    assert line == "\r    2.0 s  total 1 messages, 1000 B  last 2.0 s: 0.0 MiB/s\x1b[K"
     assert tty.finish() == "\r\x1b[K"
     assert format_rate(5, 0.0) == "- MiB/s"
 
 
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1 << 20)), min_size=1, max_size=20))
+def test_an_idle_quiet_meter_prints_only_intervals_that_moved(
+    steps: list[tuple[int, int]],
+) -> None:
+    meter = ProgressMeter(start=0.0, terminal=False, idle_quiet=True)
+    messages = octets = 0
+    for second, (more_messages, more_octets) in enumerate(steps, 1):
+        messages += more_messages
+        octets += more_octets if more_messages else 0
+        line = meter.report(float(second), messages, octets)
+        assert (line == "") == (more_messages == 0)
+        if line:
+            # The interval is the last second, whatever was skipped before it.
+            assert line.startswith(f"[{second - 1:7.1f}-{second:7.1f} s] {more_messages} messages")
+    assert meter.finish() == ""
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_listener_prints_its_partial_summary(
     signum: signal.Signals, status: int
@@ -206,6 +229,7 @@ def test_an_interrupted_listener_prints_its_partial_summary(
         assert summary[key] == sent[key]
 
 
+@pytest.mark.slow
 def test_an_interrupted_connector_prints_what_it_moved() -> None:
     # A listener that accepts but never advertises: the connector waits.
     with listen("--op", "mpa") as listener:

@@ -22,6 +22,9 @@ from cli.hostile import Flip, HostileRelay
 from cli.test_listen_connect import expected_sha
 from clitools import by_type, connect, listen
 
+# A soak: many connections through a hostile relay.
+pytestmark = pytest.mark.slow
+
 COUNT, SIZE = 100, 1000
 #: Connection 0 is clean; the others get one flip each: (direction, offset range).
 PLANS: dict[str, list[tuple[str, tuple[int, int]]]] = {

@@ -93,6 +93,7 @@ def refused(sock: socket.socket) -> bool:
     return all(stag == REFUSAL_STAG for _, stag, _ in adverts)
 
 
+@pytest.mark.slow
 def test_credits_shrink_to_the_budget_and_then_peers_are_refused() -> None:
     mib = 1 << 20
     listener = start("--memory-budget", "20M", "--connections", "4")

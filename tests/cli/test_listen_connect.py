@@ -86,6 +86,7 @@ def test_reject() -> None:
     assert lines[-1]["type"] == "summary" and lines[-1]["messages"] == 0
 
 
+@pytest.mark.slow
 def test_errors_have_codes_and_nonzero_status() -> None:
     with listen("--connections", "2", "--timeout", "0.5") as listener:
         # An enhanced Request to a Rev 1 peer is closed (RFC 6581 §10) ...
@@ -108,6 +109,7 @@ def test_errors_have_codes_and_nonzero_status() -> None:
     assert lines[-1]["type"] == "summary" and lines[-1]["errors"] == 2
 
 
+@pytest.mark.slow
 def test_connection_refused_and_bad_options() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -257,6 +259,7 @@ def test_each_op_moves_the_messages(op: str, options: list[str]) -> None:
     assert closed["messages"] == count and closed["octets"] == count * size
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["send", "write", "read"])
 def test_many_connections_at_once(op: str) -> None:
     per, clients, size = 6, 4, 100
@@ -283,6 +286,7 @@ def test_many_connections_at_once(op: str) -> None:
     assert sorted(int(str(c["messages"])) for c in by_type(lines, "closed")) == [per] * clients
 
 
+@pytest.mark.slow
 def test_zero_octet_messages_and_peer_to_peer_rtr() -> None:
     for op, rtr in (("write", "write"), ("read", "read"), ("send", "send")):
         with listen("--count", "3", "--op", op, "--rtr", rtr) as listener:

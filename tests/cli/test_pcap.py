@@ -78,6 +78,7 @@ def test_iwarp_decode_reads_the_capture(tmp_path: Path) -> None:
     assert "RDMA_WRITE" in proc.stdout and "0 protocol errors" in proc.stdout
 
 
+@pytest.mark.slow
 @needs_tshark
 @pytest.mark.tshark
 @pytest.mark.parametrize("op", ["send", "write"])
@@ -92,6 +93,7 @@ def test_tshark_reads_the_capture(tmp_path: Path, op: str) -> None:
     assert len({pdu.src_port for pdu in fpdus}) == 2
 
 
+@pytest.mark.slow
 def test_ping_and_demo_take_pcap(tmp_path: Path) -> None:
     path = tmp_path / "demo.pcapng"
     proc = subprocess.run(
@@ -172,6 +174,7 @@ def test_a_flow_without_data_is_a_handshake_and_fins() -> None:
     assert [p.sport for p in packets] == [5000, 4000, 5000, 4000, 5000]
 
 
+@pytest.mark.slow
 @needs_tshark
 def test_ping_sync_takes_pcap_at_both_ends(tmp_path: Path) -> None:
     """``iwarp ping --sync --pcap``: the blocking adapter's connections are

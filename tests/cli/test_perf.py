@@ -115,6 +115,7 @@ def test_table_and_compare_raw(server: int, capsys: pytest.CaptureFixture[str]) 
     )
 
 
+@pytest.mark.slow
 def test_duration_prints_progress(server: int, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run_client(capsys, server, "--size", "4K", "--duration", "2.2", "--json")
     assert status == 0

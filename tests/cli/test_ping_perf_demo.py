@@ -40,6 +40,7 @@ def _ping_server(port: int) -> subprocess.Popen[str]:
     return server
 
 
+@pytest.mark.slow
 def test_ping_debug_ends_with_a_summary() -> None:
     port = _free_port()
     server = _ping_server(port)
@@ -172,6 +173,7 @@ def test_demo_memory_stays_a_few_buffers() -> None:
     assert peak < (192 << 20) < 2 * count * size
 
 
+@pytest.mark.slow
 def test_ping_reports_progress_on_stderr() -> None:
     """``--progress`` (or any run past two seconds): interval lines on a
     non-terminal stderr with the pings so far, rping's stdout untouched."""

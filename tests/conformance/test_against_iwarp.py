@@ -28,6 +28,9 @@ from iwarp.interop.profiles import PROFILES, cli_options
 
 from .conftest import HERE, TARGET_TIMEOUT, connecting, listening
 
+# Every case of the catalogue against iwarp's own targets: minutes, not seconds.
+pytestmark = pytest.mark.slow
+
 #: Cases each profile fails on purpose, and why (docs/conformance.md repeats them).
 EXPECTED_FAILURES: dict[str, dict[str, str]] = {
     "rfc": {},

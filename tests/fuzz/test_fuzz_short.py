@@ -12,6 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Seconds of fuzzing per parser.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,6 +52,7 @@ def test_every_parser_survives_the_short_fuzz(tmp_path: Path) -> None:
         "vitcp_segment",
         "vitcp_connection",
         "capture",
+        "kernels",
     }, proc.stderr
     for result in results:
         assert result["inputs"] > 100, result  # it really ran

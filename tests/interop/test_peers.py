@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import pytest
+
 from iwarp.asyncio.rdma import connect
 from iwarp.interop.peers import PeerResult, echo_server, ucmatose_client, ucmatose_server
 from iwarp.mpa.config import MpaConfig
@@ -39,6 +41,7 @@ def test_ucmatose_exchange_with_peer_to_peer() -> None:
     assert (server.connections, server.sent, server.received) == (4, 12, 12)
 
 
+@pytest.mark.slow
 def test_ucmatose_server_cannot_send_first_without_rtr() -> None:
     # RFC 5044 §7.1.2: the Responder waits for the Initiator's first FPDU;
     # ucmatose's server speaks first, so without an RTR nothing moves.

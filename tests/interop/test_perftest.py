@@ -270,6 +270,7 @@ async def _client_against_server(
     return client, await server, bandwidth
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("test", ["write_bw", "read_bw"])
 def test_bw_client_against_the_server(test: str) -> None:
     """iwarp's perftest client keeps perftest's order: the (echoing) server sees all of it."""

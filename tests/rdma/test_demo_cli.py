@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
 
 import pytest
 
+from clitools import IWARP
 from iwarp.cli import main
 
 
@@ -29,6 +33,53 @@ def test_demo_json_lines(flags: list[str], capsys: pytest.CaptureFixture[str]) -
 
 def test_demo_text_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--size", "4096", "--count", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "negotiated: MPA Rev 2, CRC32C on" in out
-    assert out.count("verified: yes") == 4
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("connection: responder=127.0.0.1:")
+    assert " revision=2 crc=yes " in lines[0]
+    assert [line.split()[1] for line in lines[1:4]] == ["op=send", "op=rdma_write", "op=rdma_read"]
+    for line in lines[1:4]:
+        assert " verified=yes " in line and line.endswith(" sha256_of=arrived")
+        assert re.search(r" sha256=[0-9a-f]{64} ", line)  # in full
+    assert lines[4].startswith("summary: octets=24576 ") and lines[4].endswith(" verified=yes")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_interrupted_demo_keeps_its_header_and_says_not_checked(as_json: bool) -> None:
+    proc = subprocess.Popen(
+        [
+            *IWARP,
+            "demo",
+            "--size",
+            "64K",
+            "--count",
+            "1000000",
+            "--progress",
+            "--interval",
+            "0.05",
+            *(["--json"] if as_json else []),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    header = proc.stdout.readline()  # printed once connected, before any data
+    assert "messages" in proc.stderr.readline()  # progress: the Sends are under way
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    *ops, summary = rest.splitlines()
+    if as_json:
+        assert json.loads(header)["type"] == "connection"
+        assert json.loads(ops[-1])["verified"] is None
+        assert json.loads(summary)["verified"] is None
+        assert json.loads(summary)["interrupted"] == "SIGINT"
+    else:
+        assert header.startswith("connection: responder=127.0.0.1:")
+        assert ops[-1].startswith("operation: op=send ")
+        assert 'verified="not checked (interrupted)"' in ops[-1]
+        assert summary.startswith("summary: ")
+        assert summary.endswith('verified="not checked (interrupted)" interrupted=SIGINT')
+    assert "NO" not in rest

@@ -262,6 +262,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_NOFILE, Linux accept")
 def test_a_listener_out_of_descriptors_closes_every_connection_and_logs_once() -> None:
     """With fewer descriptors than connections, each connection is either

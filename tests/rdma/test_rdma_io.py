@@ -47,6 +47,7 @@ def test_unsent_part_keeps_untouched_buffers() -> None:
     assert unsent_part([a, b], 8) == []
 
 
+@pytest.mark.slow
 def test_close_sends_everything_queued_behind_a_full_socket() -> None:
     """Writes and a Send posted, then close() at once, with a small socket
     buffer: FPDUs wait for the kernel, none is lost, FIN comes last."""

@@ -33,3 +33,20 @@ def test_the_complete_program_runs_and_prints_what_the_page_says() -> None:
     assert promised is not None
     expected = [line[4:] for line in promised.group(1).splitlines()]
     assert result.stdout.splitlines() == expected
+
+
+def test_the_atomics_program_runs_and_prints_what_the_page_says() -> None:
+    part = section(DOC.read_text(), "Atomics and Immediate Data with the queue pairs")
+    match = re.search(r"```python\n(.*?)```", part, re.DOTALL)
+    assert match is not None, "the section has no python block"
+    code = match.group(1)
+    for call in ("serve(", "connect(", ".fetch_add(", ".compare_swap(", ".supports_atomics("):
+        assert call in code, call
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    promised = re.search(r"It prints:\n\n((?:    .*\n)+)", part)
+    assert promised is not None
+    expected = [line[4:] for line in promised.group(1).splitlines()]
+    assert result.stdout.splitlines() == expected

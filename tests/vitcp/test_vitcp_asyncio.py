@@ -363,13 +363,14 @@ def test_cli_listen_and_connect(capsys: pytest.CaptureFixture[str]) -> None:
             peer = summary["peer"]
             assert peer["messages"] == 5 and peer["octets"] == 50000
             expected = hashlib.sha256(b"".join(payload(i + 1, 10000) for i in range(5)))
-            if op in ("send", "write"):  # the data sent, or written, on both ends
-                assert summary["sent_sha256"] == peer["sha256"] == expected.hexdigest()
-            else:
-                assert peer["sha256"] == hashlib.sha256().hexdigest()
-            if op == "read":
+            # Both ends hash the same data and say what it is.
+            if op in ("send", "write"):  # the data sent, or written
+                assert summary["sha256"] == peer["sha256"] == expected.hexdigest()
+            else:  # what the connector read is what the listener served
                 reads = hashlib.sha256(payload(0, 10000) * 5).hexdigest()
-                assert summary["read_sha256"] == reads
+                assert summary["sha256"] == peer["sha256"] == reads
+            covers = {"send": ("sent", "received"), "write": ("written", "written")}
+            assert (summary["sha256_of"], peer["sha256_of"]) == covers.get(op, ("read", "served"))
         out, _ = listener.communicate(timeout=10)
         summaries = [json.loads(line) for line in out.splitlines()]
         assert [s["status"] for s in summaries] == ["ok"] * 3

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Final, TypeAlias
 
+from iwarp.analyze.atomics import AtomicMatcher, Mismatch
 from iwarp.analyze.capture import TCP_FIN, TCP_RST, TCP_SYN, CaptureStats, TcpPacket
 from iwarp.analyze.mpa import (
     FRAME_SEARCH,
@@ -417,6 +418,8 @@ class _Connection:
         self.error_count = self.note_count = 0
         self.kept_errors: list[ErrorRecord] = []
         self.kept_notes: list[NoteRecord] = []
+        #: RFC 7306 Atomic Responses paired with their Requests.
+        self.atomics: AtomicMatcher[_Direction] = AtomicMatcher()
 
     def __hash__(self) -> int:
         return self.index
@@ -836,6 +839,10 @@ class _Connection:
             self.owner.emit(record)
         else:
             d.records.append(record)  # until the roles are known
+        if kind is FpduRecord:
+            assert isinstance(record, FpduRecord)
+            if record.ulp.get("opcode") in _ATOMIC_OPCODES:
+                self._atomic(d, record)
         if kind is FpduRecord and self.rtr_reply is not None and d.role == INITIATOR:
             assert isinstance(record, FpduRecord)
             reply, self.rtr_reply = self.rtr_reply, None
@@ -881,6 +888,36 @@ class _Connection:
                     )
                 )
 
+    def _atomic(self, d: _Direction, record: FpduRecord) -> None:
+        """Pair an Atomic Request or Response with its other half (RFC 7306 §5.2.2)."""
+        if record.crc_ok is False:
+            return  # not trusted
+        ulp = record.ulp
+        if ulp.get("opcode") == RdmapOpcode.ATOMIC_REQUEST:
+            fields = ulp.get("atomic_request")
+            if not isinstance(fields, dict):
+                return
+            found = self.atomics.request(d, int(fields["request_id"]), record.seq, record.frame)
+        else:
+            fields = ulp.get("atomic_response")
+            if not isinstance(fields, dict):
+                return
+            requester = self.dirs[1] if d is self.dirs[0] else self.dirs[0]
+            found = self.atomics.response(
+                d, requester, int(fields["request_id"]), record.seq, record.frame
+            )
+        if found is not None:
+            self._mismatch(found)
+
+    def _mismatch(self, found: Mismatch[_Direction]) -> None:
+        sender = found.sender
+        self.emit(
+            sender,
+            ErrorRecord(
+                self.index, sender.role, found.seq, found.frame, None, "ddp/rdmap", found.message
+            ),
+        )
+
     # -- the end ---------------------------------------------------------------------
 
     def close(self) -> None:
@@ -892,6 +929,8 @@ class _Connection:
         self._advance(force=True)
         if self.phase == _PROBE:  # nothing at all was captured
             self._decided()
+        for found in self.atomics.unanswered():
+            self._mismatch(found)
         report = self._report()
         owner = self.owner
         if not owner.collect:
@@ -943,6 +982,9 @@ class _Connection:
             mpa_time=self.mpa_time,
             last_time=self.last_time,
         )
+
+
+_ATOMIC_OPCODES: Final = (RdmapOpcode.ATOMIC_REQUEST, RdmapOpcode.ATOMIC_RESPONSE)
 
 
 def _frame_order(record: Record) -> int:

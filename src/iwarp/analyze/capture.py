@@ -17,9 +17,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address
-from typing import BinaryIO, Final, NamedTuple
+from typing import BinaryIO, Final, NamedTuple, Protocol, cast
 
-__all__ = ["CaptureError", "CaptureStats", "TcpPacket", "read_tcp_packets"]
+from iwarp._accel import speedups
+
+__all__ = [
+    "BLOCK_CAP",
+    "FRAME_CAP",
+    "CaptureError",
+    "CaptureStats",
+    "TcpPacket",
+    "read_tcp_packets",
+]
 
 # Link types (https://www.tcpdump.org/linktypes.html).
 LINKTYPE_NULL: Final = 0
@@ -107,12 +116,73 @@ class CaptureStats:
     tcp: int = 0
     skipped: int = 0
     fragments: int = 0
+    #: The file ends in the middle of a record or block (the capture was cut off).
     truncated_file: bool = False
+    #: Offset in the (decompressed) file of the record or block it ends in.
+    truncated_at: int | None = None
+    #: Records or blocks longer than :data:`FRAME_CAP` / :data:`BLOCK_CAP`,
+    #: cut to it (the frame decodes as one cut by a snaplen).
+    oversized: int = 0
+    #: Frame number of the first of them.
+    first_oversized: int | None = None
 
 
 TCP_SYN: Final = 0x02
 TCP_FIN: Final = 0x01
 TCP_RST: Final = 0x04
+
+
+class _Kernels(Protocol):
+    """The C accelerator's capture loops (src/iwarp/_decode.c), twins of
+    :func:`_pcap_frames` + :func:`_decode`."""
+
+    def pcap_batch(
+        self,
+        buffer: bytes,
+        pos: int,
+        big_endian: bool,
+        resolution: float,
+        linktype: int,
+        frame_cap: int,
+        frames_before: int,
+        cls: type[TcpPacket],
+        cache: dict[int, str],
+        /,
+    ) -> tuple[list[TcpPacket | _Frame], int]: ...
+
+    def pcapng_batch(
+        self,
+        buffer: bytes,
+        pos: int,
+        big_endian: bool,
+        interfaces: list[tuple[int, float]],
+        frame_cap: int,
+        block_cap: int,
+        frames_before: int,
+        cls: type[TcpPacket],
+        cache: dict[int, str],
+        /,
+    ) -> tuple[list[TcpPacket | _Frame], int]: ...
+
+    def tcp_packet(
+        self,
+        frame: int,
+        linktype: int,
+        time: float,
+        data: bytes,
+        cls: type[TcpPacket],
+        cache: dict[int, str],
+        /,
+    ) -> TcpPacket | None: ...
+
+
+#: The C loops, or None for the pure-Python path (``IWARP_NO_ACCEL=1``);
+#: both give the same segments (tests/analyze/test_decode_kernels.py).
+kernels = cast("_Kernels | None", speedups)
+#: Dotted IPv4 addresses the C loops made, by address (bounded there).
+_ADDRESSES: Final[dict[int, str]] = {}
+#: A frame for :func:`_decode`: ``(linktype, time, data)``.
+_Frame = tuple[int, float, bytes]
 
 
 def read_tcp_packets(f: BinaryIO, stats: CaptureStats | None = None) -> Iterator[TcpPacket]:
@@ -125,9 +195,19 @@ def read_tcp_packets(f: BinaryIO, stats: CaptureStats | None = None) -> Iterator
         frames = _pcapng_frames(f, head, stats)
     else:
         raise CaptureError("not a pcap or pcapng file")
-    for linktype, time, data in frames:
+    kernel = kernels
+    for item in frames:
         stats.frames += 1
-        packet = _decode(stats.frames, linktype, time, data, stats)
+        if isinstance(item, TcpPacket):  # decoded by the C loop already
+            stats.tcp += 1
+            yield item
+            continue
+        linktype, time, data = item
+        packet = None
+        if kernel is not None:
+            packet = kernel.tcp_packet(stats.frames, linktype, time, data, TcpPacket, _ADDRESSES)
+        if packet is None:
+            packet = _decode(stats.frames, linktype, time, data, stats)
         if packet is None:
             stats.skipped += 1
         else:
@@ -137,31 +217,110 @@ def read_tcp_packets(f: BinaryIO, stats: CaptureStats | None = None) -> Iterator
 
 # -- file formats ---------------------------------------------------------------
 
-#: Largest single read: a length field may claim up to 4 GiB, and a read of
-#: that size would allocate it before finding out what the file holds.
+#: Octets asked of the file at a time.
 _READ_CHUNK: Final = 1 << 20
+#: Most octets of one frame kept (libpcap's largest snaplen, MAXIMUM_SNAPLEN):
+#: a record or block announcing more is cut to it, the rest read past.
+FRAME_CAP: Final = 256 << 10
+#: Most octets of one pcapng block held (its body past the cut is read past).
+BLOCK_CAP: Final = 4 << 20
 
 
-def _read(f: BinaryIO, size: int) -> bytes:
-    """Up to ``size`` octets of ``f`` (fewer at its end), memory following
-    what is actually read."""
-    if size <= 0:
-        return b""  # f.read() of a negative size would read everything
-    if size <= _READ_CHUNK:
-        return f.read(size)
-    parts = []
-    while size > 0:
-        part = f.read(min(size, _READ_CHUNK))
-        if not part:
-            break
-        parts.append(part)
-        size -= len(part)
-    return b"".join(parts)
+class _Input:
+    """The capture's octets as one buffer refilled from the file, each octet
+    counted from the file's start; memory is what one record or block holds
+    (at most :data:`BLOCK_CAP` plus a read), whatever a length field claims."""
+
+    __slots__ = ("base", "buf", "cut", "pos", "source")
+
+    def __init__(self, f: BinaryIO, consumed: int) -> None:
+        # read1 returns what is there, so a live pipe is decoded as it comes
+        # rather than a buffer at a time.
+        self.source = getattr(f, "read1", f.read)
+        self.buf = b""
+        self.pos = 0
+        #: File offset of ``buf[0]``.
+        self.base = consumed
+        #: A compressed file ended before its end-of-stream marker.
+        self.cut = False
+
+    def read(self, size: int) -> bytes:
+        try:
+            data: bytes = self.source(size)
+        except EOFError:  # gzip/xz: "ended before the end-of-stream marker"
+            self.cut = True
+            return b""
+        return data
+
+    @property
+    def offset(self) -> int:
+        """File offset of the next octet."""
+        return self.base + self.pos
+
+    def need(self, size: int) -> bool:
+        """At least ``size`` octets from :attr:`pos` in :attr:`buf`; False if
+        the file ends first (``size`` is at most a cap, never a claimed length)."""
+        buf, pos = self.buf, self.pos
+        if len(buf) - pos >= size:
+            return True
+        parts = [buf[pos:]]
+        have = len(parts[0])
+        self.base += pos
+        while have < size:
+            more = self.read(_READ_CHUNK)
+            if not more:
+                break
+            parts.append(more)
+            have += len(more)
+        self.buf = b"".join(parts)
+        self.pos = 0
+        return have >= size
+
+    def skip(self, size: int) -> bool:
+        """Read past ``size`` octets, holding none of them; False at the end."""
+        held = len(self.buf) - self.pos
+        if size <= held:
+            self.pos += size
+            return True
+        size -= held
+        self.base += len(self.buf)
+        self.buf, self.pos = b"", 0
+        while size > 0:
+            more = self.read(min(size, _READ_CHUNK))
+            if not more:
+                return False
+            self.base += len(more)
+            size -= len(more)
+        return True
+
+    def at_end(self, stats: CaptureStats) -> bool:
+        """Nothing more in the file (a compressed file that stops short of its
+        end marker is cut off, even between records)."""
+        if self.need(1):
+            return False
+        if self.cut:
+            _cut_off(stats, self.offset)
+        return True
 
 
-def _pcap_frames(
-    f: BinaryIO, magic: bytes, stats: CaptureStats
-) -> Iterator[tuple[int, float, bytes]]:
+def _cut_off(stats: CaptureStats, offset: int) -> None:
+    stats.truncated_file = True
+    stats.truncated_at = offset
+
+
+def _oversized(stats: CaptureStats) -> None:
+    stats.oversized += 1
+    if stats.first_oversized is None:
+        stats.first_oversized = stats.frames + 1
+
+
+def _pcap_frames(f: BinaryIO, magic: bytes, stats: CaptureStats) -> Iterator[TcpPacket | _Frame]:
+    """The file's frames; with the C loop, most come decoded already.
+
+    The C loop takes every complete record of the buffer; the record at its
+    edge (incomplete, longer than :data:`FRAME_CAP`, or the end of the file)
+    is taken here, one at a time.
+    """
     order, resolution = _PCAP_MAGIC[magic]
     rest = f.read(20)
     if len(rest) < 20:
@@ -169,75 +328,111 @@ def _pcap_frames(
     linktype = struct.unpack(order + "16xI", rest)[0] & 0x0FFFFFFF
     _check_linktype(linktype)
     record = struct.Struct(order + "IIII")
-    # Records are cut out of large reads; read1 returns what is there, so a
-    # live pipe is decoded as it comes rather than a buffer at a time.
-    read = getattr(f, "read1", f.read)
-    buf = b""
-    pos = 0
+    source = _Input(f, 24)
+    kernel = kernels
+    big = order == ">"
     while True:
+        if kernel is not None and len(source.buf) - source.pos >= 16:
+            # stats.frames counts every frame handed out so far: the
+            # consumer counts each before it asks for the next.
+            batch, source.pos = kernel.pcap_batch(
+                source.buf,
+                source.pos,
+                big,
+                resolution,
+                linktype,
+                FRAME_CAP,
+                stats.frames,
+                TcpPacket,
+                _ADDRESSES,
+            )
+            yield from batch
+        buf, pos = source.buf, source.pos
+        start = source.base + pos
         if len(buf) - pos < 16:
-            buf = buf[pos:] + read(_READ_CHUNK)
-            pos = 0
-            while 0 < len(buf) < 16:
-                more = read(_READ_CHUNK)
-                if not more:
-                    break
-                buf += more
-            if not buf:
+            if source.at_end(stats):
                 return
-            if len(buf) < 16:
-                stats.truncated_file = True
+            if not source.need(16):
+                _cut_off(stats, start)
                 return
+            buf, pos = source.buf, source.pos
         seconds, fraction, caplen, _ = record.unpack_from(buf, pos)
-        end = pos + 16 + caplen
+        keep = min(caplen, FRAME_CAP)
+        end = pos + 16 + keep
         if end > len(buf):
-            buf = buf[pos:]
-            end -= pos
-            pos = 0
-            buf += _read(f, end - len(buf))
-            if end > len(buf):
-                stats.truncated_file = True
+            if not source.need(16 + keep):
+                _cut_off(stats, start)
                 return
-        yield linktype, seconds + fraction * resolution, buf[pos + 16 : end]
-        pos = end
+            buf, pos = source.buf, source.pos
+            end = pos + 16 + keep
+        data = buf[pos + 16 : end]
+        source.pos = end
+        if caplen > keep:
+            if not source.skip(caplen - keep):
+                _cut_off(stats, start)
+                return
+            _oversized(stats)
+        yield linktype, seconds + fraction * resolution, data
 
 
-def _pcapng_frames(
-    f: BinaryIO, first: bytes, stats: CaptureStats
-) -> Iterator[tuple[int, float, bytes]]:
+def _pcapng_frames(f: BinaryIO, first: bytes, stats: CaptureStats) -> Iterator[TcpPacket | _Frame]:
+    """The file's frames; with the C loop, the Enhanced Packet Blocks come
+    decoded already (every other block is taken here)."""
     order = "<"
     interfaces: list[tuple[int, float]] = []
-    pending = first
+    source = _Input(f, 0)
+    source.buf = first
+    kernel = kernels
     while True:
-        head = pending + f.read(8 - len(pending))
-        pending = b""
-        if not head:
+        if kernel is not None and interfaces and len(source.buf) - source.pos >= 32:
+            batch, source.pos = kernel.pcapng_batch(
+                source.buf,
+                source.pos,
+                order == ">",
+                interfaces,
+                FRAME_CAP,
+                BLOCK_CAP,
+                stats.frames,
+                TcpPacket,
+                _ADDRESSES,
+            )
+            yield from batch
+        start = source.offset
+        if source.at_end(stats):
             return
-        if len(head) < 8:
-            stats.truncated_file = True
+        if not source.need(8):
+            _cut_off(stats, start)
             return
+        head = source.buf[source.pos : source.pos + 8]
         if head[:4] == b"\x0a\x0d\x0d\x0a":  # Section Header: a palindrome type
             # Its byte-order magic decides how everything in the section reads.
-            bom = f.read(4)
-            if len(bom) < 4:
-                stats.truncated_file = True
+            if not source.need(12):
+                _cut_off(stats, start)
                 return
+            bom = source.buf[source.pos + 8 : source.pos + 12]
             order = "<" if int.from_bytes(bom, "little") == _PCAPNG_BOM else ">"
             if struct.unpack(order + "I", bom)[0] != _PCAPNG_BOM:
                 raise CaptureError("bad pcapng byte-order magic")
             block_type = _PCAPNG_SHB
-            length = struct.unpack(order + "I", head[4:8])[0]
-            body = bom + _read(f, length - 16)
             interfaces = []
         else:
-            block_type, length = struct.unpack(order + "II", head)
-            body = _read(f, length - 12)
+            block_type = struct.unpack(order + "I", head[:4])[0]
+        length = struct.unpack(order + "I", head[4:8])[0]
         if length < 12 or length % 4:
             raise CaptureError(f"bad pcapng block length {length}")
-        trailer = f.read(4)
-        if len(body) < length - 12 or len(trailer) < 4:
-            stats.truncated_file = True
+        # The body is held up to BLOCK_CAP; past it, read past (never held).
+        keep = min(length - 12, BLOCK_CAP)
+        if not source.need(8 + keep):
+            _cut_off(stats, start)
             return
+        body = source.buf[source.pos + 8 : source.pos + 8 + keep]
+        source.pos += 8 + keep
+        if not source.skip(length - 12 - keep) or not source.need(4):
+            _cut_off(stats, start)
+            return
+        source.pos += 4  # the trailing length
+        cut = keep < length - 12
+        packet: tuple[int, float, int, int] | None = None
         if block_type == 1 and len(body) >= 8:  # Interface Description Block
             linktype = struct.unpack_from(order + "H", body, 0)[0]
             _check_linktype(linktype)
@@ -246,15 +441,20 @@ def _pcapng_frames(
             iface, high, low, caplen = struct.unpack_from(order + "IIII", body, 0)
             if iface < len(interfaces):
                 linktype, resolution = interfaces[iface]
-                yield linktype, ((high << 32) | low) * resolution, body[20 : 20 + caplen]
+                packet = linktype, ((high << 32) | low) * resolution, 20, caplen
         elif block_type == 3 and interfaces and len(body) >= 4:  # Simple Packet Block
             original = struct.unpack_from(order + "I", body, 0)[0]
-            yield interfaces[0][0], 0.0, body[4 : 4 + min(original, len(body) - 4)]
+            packet = interfaces[0][0], 0.0, 4, min(original, length - 16)
         elif block_type == 2 and len(body) >= 20:  # obsolete Packet Block
             iface, _, high, low, caplen = struct.unpack_from(order + "HHIII", body, 0)
             if iface < len(interfaces):
                 linktype, resolution = interfaces[iface]
-                yield linktype, ((high << 32) | low) * resolution, body[20 : 20 + caplen]
+                packet = linktype, ((high << 32) | low) * resolution, 20, caplen
+        if packet is not None:
+            linktype, time, at, caplen = packet
+            if cut or caplen > FRAME_CAP:
+                _oversized(stats)
+            yield linktype, time, body[at : at + min(caplen, FRAME_CAP)]
 
 
 def _tsresol(options: bytes, order: str) -> float:

@@ -11,9 +11,10 @@ CRCs and no markers, by two consecutive FPDUs with valid CRCs.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Final, Protocol, cast
 
+from iwarp._accel import speedups
 from iwarp._crc32c import crc32c
 from iwarp.analyze.records import (
     ErrorRecord,
@@ -45,7 +46,7 @@ from iwarp.mpa.wire import (
     Revision,
     parse_frame_header,
 )
-from iwarp.rdmap.wire import describe_ulpdu
+from iwarp.rdmap.wire import OPCODE_QUEUE, OPCODE_TAGGED, RdmapOpcode, describe_ulpdu
 
 __all__ = [
     "LOOKAHEAD",
@@ -105,11 +106,71 @@ class FpduView:
     crc_expected: int
     #: ``(offset in the FPDU, reserved, fpduptr, expected fpduptr)``.
     markers: tuple[tuple[int, int, int, int], ...]
+    #: The ULPDU's :func:`describe_ulpdu` dict when the C loop made it
+    #: (plain headers only), else None; not part of the comparison.
+    ulp: dict[str, object] | None = field(default=None, compare=False)
 
     def valid(self, framing: Framing) -> bool:
         """CRC right (when used) and every marker right."""
         crc_ok = not framing.crc or self.crc == self.crc_expected
         return crc_ok and all(r == 0 and p & FPDUPTR_MASK == e for _, r, p, e in self.markers)
+
+
+class _Kernels(Protocol):
+    """The C accelerator's FPDU view (src/iwarp/_decode.c), twin of the
+    pure-Python part of :func:`inspect_fpdu`."""
+
+    def fpdu_view(
+        self,
+        chunk: bytearray,
+        at: int,
+        phase: int,
+        markers: bool,
+        either_fpduptr: bool,
+        ddp: bool,
+        /,
+    ) -> (
+        tuple[
+            int,
+            bytes,
+            bytes,
+            int,
+            int,
+            tuple[tuple[int, int, int, int], ...],
+            dict[str, object] | None,
+        ]
+        | None
+    ): ...
+
+    def describe_table(
+        self, names: tuple[str | None, ...], tagged: tuple[int, ...], queue: tuple[int, ...], /
+    ) -> None: ...
+
+    def describe_ulpdu(self, ulpdu: bytes, /) -> dict[str, object] | None: ...
+
+
+#: The C loop, or None for the pure-Python path (``IWARP_NO_ACCEL=1``); both
+#: give the same views (tests/analyze/test_decode_kernels.py).
+kernels = cast("_Kernels | None", speedups)
+#: Opcodes whose ULPDUs the C loop describes: those describe_ulpdu gives
+#: only DDP header fields for (the others, and any ULPDU with a problem,
+#: go to describe_ulpdu).
+PLAIN_OPCODES: Final = frozenset(
+    {
+        RdmapOpcode.RDMA_WRITE,
+        RdmapOpcode.RDMA_READ_RESPONSE,
+        RdmapOpcode.SEND,
+        RdmapOpcode.SEND_WITH_INVALIDATE,
+        RdmapOpcode.SEND_WITH_SE,
+        RdmapOpcode.SEND_WITH_SE_AND_INVALIDATE,
+    }
+)
+if kernels is not None:
+    kernels.describe_table(
+        tuple(RdmapOpcode(op).name if op in PLAIN_OPCODES else None for op in range(16)),
+        tuple(int(OPCODE_TAGGED.get(op, -1)) for op in range(16)),
+        tuple(OPCODE_QUEUE.get(op, -1) for op in range(16)),
+    )
 
 
 def inspect_fpdu(stream: StreamWindow, start: int, framing: Framing) -> FpduView | int | None:
@@ -120,6 +181,20 @@ def inspect_fpdu(stream: StreamWindow, start: int, framing: Framing) -> FpduView
     was not captured.
     """
     phase = (start - framing.origin) % MARKER_INTERVAL
+    kernel = kernels
+    if kernel is not None:
+        # Runs of captured octets never touch (a gap lies between two), so
+        # an FPDU is complete only inside the run holding its first octet.
+        found = stream.locate(start)
+        if found is None:
+            return None
+        chunk, at, run_end = found
+        taken = kernel.fpdu_view(
+            chunk, at, phase, framing.markers, framing.either_fpduptr, framing.ddp
+        )
+        if taken is None:
+            return run_end
+        return FpduView(*taken)
     lead = MARKER_SIZE if framing.markers and phase == 0 else 0
     head = stream.read(start + lead, HEADER_SIZE)
     if head is None:
@@ -474,7 +549,9 @@ def _fpdu_record(
         crc=view.crc,
         crc_expected=view.crc_expected,
         crc_checked=framing.crc,
-        ulp=describe_ulpdu(view.ulpdu) if framing.ddp else {},
+        ulp=(view.ulp if view.ulp is not None else describe_ulpdu(view.ulpdu))
+        if framing.ddp
+        else {},
     )
 
 

@@ -67,7 +67,7 @@ def _throughput(ax: Any, totals: CaptureTotals) -> None:
             continue
         start = timeline.origin - origin
         times = [start + (k + 0.5) * timeline.width for k in range(len(timeline.buckets))]
-        rates = [octets / timeline.width / 1e6 for octets in timeline.buckets]
+        rates = [octets / timeline.width / (1 << 20) for octets in timeline.buckets]
         ax.step(times, rates, where="mid", label=f"{role} → peer", color=_COLOURS.get(role))
         drawn = True
     for marks, colour, label in (
@@ -84,7 +84,7 @@ def _throughput(ax: Any, totals: CaptureTotals) -> None:
             )
     ax.set_title("Throughput over time (TCP payload octets, all connections)")
     ax.set_xlabel("seconds since the first segment")
-    ax.set_ylabel("MB/s")
+    ax.set_ylabel("MiB/s")
     ax.set_ylim(bottom=0)
     if drawn or totals.terminate_marks or totals.error_marks:
         ax.legend(loc="upper right")

@@ -139,6 +139,9 @@ class FpduRecord(_Where):
                 "opcode_name",
                 "inv_stag",
                 "read_request",
+                "atomic_request",
+                "atomic_response",
+                "immediate_data",
                 "terminate",
             )
             if k in ulp

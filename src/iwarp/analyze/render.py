@@ -3,10 +3,11 @@ readable per-connection summary, and the verbose per-FPDU listing (``-V``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from iwarp.analyze.analyzer import ConnectionReport, DirectionSummary
-from iwarp.analyze.capture import CaptureStats
+from iwarp.analyze.capture import FRAME_CAP, CaptureStats
 from iwarp.analyze.records import (
     ErrorRecord,
     FpduRecord,
@@ -19,6 +20,7 @@ from iwarp.analyze.stats import CaptureTotals, DirectionStats
 from iwarp.errors import MpaErrorCode
 from iwarp.mpa.wire import MpaFrame
 from iwarp.rdmap.terminate import terminate_name
+from iwarp.rdmap.wire import AtomicOpcode
 
 __all__ = [
     "capture_json",
@@ -82,6 +84,9 @@ def capture_json(
         "frames": stats.frames,
         "tcp_segments": stats.tcp,
         "truncated": stats.truncated_file,
+        "truncated_at": stats.truncated_at,
+        "oversized_records": stats.oversized,
+        "first_oversized_frame": stats.first_oversized,
         **totals.to_json(),
         **extra,
     }
@@ -123,16 +128,32 @@ def write_connection_text(connection: ConnectionReport, out: TextIO) -> None:
 
 
 def write_capture_text(
-    name: str, stats: CaptureStats, totals: CaptureTotals, out: TextIO, extra: str = ""
+    name: str,
+    stats: CaptureStats,
+    totals: CaptureTotals,
+    out: TextIO,
+    extra: str = "",
+    remarks: Sequence[str] = (),
 ) -> None:
-    """The capture's closing lines: what the file held, and the error count."""
+    """The capture's closing lines: what the file held, remarks on how it
+    was read, and the error count."""
     out.write(
         f"\n{name}: {stats.frames} frames, {stats.tcp} TCP segments, "
         f"{totals.connections} TCP connections, {totals.iwarp_connections} with iWARP or "
         f"VI/TCP, {totals.fpdus} FPDUs{extra}\n"
     )
     if stats.truncated_file:
-        out.write("  (the file ends in the middle of a record: the capture is truncated)\n")
+        out.write(
+            f"  capture cut off: the file ends in the middle of the record at octet "
+            f"{stats.truncated_at} (after frame {stats.frames}); the capture is truncated\n"
+        )
+    if stats.oversized:
+        out.write(
+            f"  {stats.oversized} records longer than {FRAME_CAP} octets were cut to "
+            f"{FRAME_CAP} (the first is frame {stats.first_oversized})\n"
+        )
+    for remark in remarks:
+        out.write(f"  ({remark})\n")
     out.write(f"{totals.errors} protocol errors\n")
 
 
@@ -145,7 +166,7 @@ def _seconds(value: float) -> str:
 
 
 def _rate(octets_per_second: float) -> str:
-    return f"{octets_per_second / 1e6:.2f} MB/s"
+    return f"{octets_per_second / (1 << 20):.2f} MiB/s"
 
 
 def _stats_lines(stats: DirectionStats) -> list[str]:
@@ -317,6 +338,18 @@ def _fpdu_tree(record: FpduRecord) -> list[str]:
             f"{read['size']} octets from source STag {_hex(read['src_stag'])} "
             f"TO {_hex(read['src_to'])}"
         )
+    atomic = ulp.get("atomic_request")
+    if isinstance(atomic, dict):
+        lines.append(_atomic_request_line(atomic))
+    answer = ulp.get("atomic_response")
+    if isinstance(answer, dict):
+        lines.append(
+            f"        Atomic Response: request {_hex(answer['request_id'])}, "
+            f"original value {_hex(answer['original'])}"
+        )
+    immediate = ulp.get("immediate_data")
+    if isinstance(immediate, str):
+        lines.append(f"        Immediate Data: {immediate}")
     term = ulp.get("terminate")
     if isinstance(term, dict):
         lines.append(
@@ -327,6 +360,22 @@ def _fpdu_tree(record: FpduRecord) -> list[str]:
     if isinstance(problems, list) and problems:
         lines.append(f"    problems: {'; '.join(map(str, problems))}")
     return lines
+
+
+def _atomic_request_line(fields: dict[str, object]) -> str:
+    """An RFC 7306 Atomic Request header, by its operation."""
+    code = fields["aopcode"]
+    target = f"STag {_hex(fields['stag'])} TO {_hex(fields['to'])}"
+    head = f"        Atomic Request {_hex(fields['request_id'])}: "
+    if code == AtomicOpcode.FETCH_ADD:
+        return f"{head}FetchAdd {_hex(fields['data'])} (mask {_hex(fields['mask'])}) at {target}"
+    if code == AtomicOpcode.CMP_SWAP:
+        return (
+            f"{head}CmpSwap at {target}: compare {_hex(fields['compare'])} "
+            f"(mask {_hex(fields['compare_mask'])}), swap {_hex(fields['data'])} "
+            f"(mask {_hex(fields['mask'])})"
+        )
+    return f"{head}operation code {_hex(code)} at {target}"
 
 
 def _hex(value: object) -> str:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TextIO
+from typing import Any, Final, Protocol, TextIO
 
 from iwarp.analyze.analyzer import ConnectionReport
 from iwarp.analyze.records import ErrorRecord, FpduRecord, NoteRecord, Record
 
-__all__ = ["TABLES", "CsvTables", "concatenate"]
+__all__ = ["TABLES", "CsvTables", "RowWriter", "concatenate"]
 
 FPDU_COLUMNS: Final = (
     *("capture", "stream", "direction", "seq", "frame", "wire_length", "ulpdu_length"),
@@ -45,6 +46,12 @@ TABLES: Final = {
 }
 
 
+class RowWriter(Protocol):
+    """Where a table's rows go (a :func:`csv.writer`, or another format's)."""
+
+    def writerow(self, row: Sequence[Any], /) -> object: ...
+
+
 @dataclass
 class _Message:
     first: FpduRecord
@@ -60,15 +67,17 @@ class CsvTables:
         os.makedirs(directory, exist_ok=True)
         self.capture = capture
         self._files: list[TextIO] = []
-        writers = []
-        for name, columns in TABLES.items():
-            f = open(os.path.join(directory, name), "w", newline="", encoding="utf-8")  # noqa: SIM115
-            self._files.append(f)
-            writer = csv.writer(f)
-            writer.writerow(columns)
-            writers.append(writer)
+        writers = [self._table(directory, name, columns) for name, columns in TABLES.items()]
         self._fpdus, self._messages, self._connections, self._errors = writers
         self._open: dict[tuple[int, str], _Message] = {}
+
+    def _table(self, directory: str, name: str, columns: tuple[str, ...]) -> RowWriter:
+        """The writer of one table (``name`` as in :data:`TABLES`)."""
+        f = open(os.path.join(directory, name), "w", newline="", encoding="utf-8")  # noqa: SIM115
+        self._files.append(f)
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        return writer
 
     def record(self, record: Record) -> None:
         if isinstance(record, FpduRecord):
@@ -188,6 +197,10 @@ class CsvTables:
         for (_, _), message in list(self._open.items()):
             self._message(message, complete=False)
         self._open.clear()
+        self._finish()
+
+    def _finish(self) -> None:
+        """All rows are written: close the tables."""
         for f in self._files:
             f.close()
 

@@ -163,6 +163,16 @@ class StreamWindow:
             return None
         return bytes(self.chunks[i][offset - lo : offset - lo + size])
 
+    def locate(self, offset: int) -> tuple[bytearray, int, int] | None:
+        """The run holding ``offset``: its octets, where ``offset`` is in them,
+        and the run's end offset (None if ``offset`` was not captured). The
+        octets are valid until the window changes."""
+        i = self._run(offset)
+        if i < 0:
+            return None
+        lo, hi = self.runs[i]
+        return self.chunks[i], offset - lo, hi
+
     def view(self, offset: int, size: int) -> memoryview | None:
         """Like :meth:`read` without a copy; valid until the window changes."""
         i = self._run(offset)

@@ -28,6 +28,8 @@ from iwarp._typing import Buffer
 from iwarp.contract import Connection
 from iwarp.errors import IwarpError
 from iwarp.mpa.connection import DEFAULT_EMSS
+from iwarp.rdma import lanes
+from iwarp.rdma.lanes import LaneState, SendLane
 from iwarp.serving import BurstRelease, FailureHook, handler_failed, report
 from iwarp.sockets import RECEIVE_CHUNK, listening_socket_for, send_chunks, tcp_setup
 
@@ -134,6 +136,9 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._writer = False
         self._close_when_sent = False
         self._write_error: OSError | None = None
+        #: The message being written by its send lane (:mod:`iwarp.rdma.lanes`),
+        #: ahead of ``_out``; lanes run once we write on our own socket.
+        self._lane: SendLane | None = None
 
     # -- for subclasses -----------------------------------------------------------
 
@@ -264,7 +269,18 @@ class CoreDriver(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is None:
             return
+        take_lane: Callable[[], SendLane | None] | None = (
+            getattr(core, "take_lane", None) if lanes.ACTIVE and self._sock is not None else None
+        )
         while True:
+            if take_lane is not None and not self._writer and not transport.is_closing():
+                lane = take_lane()
+                if lane is not None:
+                    self._lane = lane
+                    self._pump_lane()
+                    if self._write_paused:
+                        break
+                    continue
             chunks = core.data_to_send()
             if chunks and not transport.is_closing():
                 self.write(chunks)
@@ -324,7 +340,38 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._out.extend(left)
         return not left
 
+    def _pump_lane(self) -> bool:
+        """Write on the lane's message without waiting; True once it is all
+        out (its completion handled). When the kernel is full the writer
+        callback resumes it (as much as the kernel frees per wake-up)."""
+        lane = self._lane
+        sock = self._sock
+        assert lane is not None
+        if sock is None:
+            self._lane = None
+            return True
+        try:
+            state = lane.pump(sock.fileno())
+        except OSError as exc:
+            self._write_error = exc  # the reader sees it too; report ours
+            self._drop_output()
+            if self.transport is not None:
+                self.transport.abort()
+            return True
+        if state is not LaneState.DONE:
+            if not self._writer:
+                self._writer = self._write_paused = True
+                self._loop.add_writer(sock.fileno(), self._on_writable)
+            return False
+        self._lane = None
+        lane_sent: Callable[[SendLane], None] = getattr(self.core, "lane_sent")  # noqa: B009
+        lane_sent(lane)
+        self.handle_events(self.core.take_events())
+        return True
+
     def _on_writable(self) -> None:
+        if self._lane is not None and not self._pump_lane():
+            return  # still full: the writer stays registered
         chunks, self._out = self._out, []
         if self._sock is None or not self._sendmsg(chunks):
             return  # still full: the writer stays registered
@@ -361,6 +408,7 @@ class CoreDriver(asyncio.BufferedProtocol):
             self._loop.remove_writer(self._sock.fileno())
         self._writer = False
         self._out.clear()
+        self._lane = None
 
     def _wake_drain(self) -> None:
         wake(self._drain_waiter)

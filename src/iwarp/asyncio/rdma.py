@@ -45,15 +45,16 @@ from iwarp.rdma.endpoint import (
     WorkFinished,
 )
 from iwarp.rdma.endpoint import CompletionQueue as _Queue
-from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
-from iwarp.rdma.front import QueuePairFront
+from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
+from iwarp.rdma.front import ALL_BITS, QueuePairFront
 from iwarp.rdma.options import domain, initiator_options, responder_options
 from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
-from iwarp.rdmap.work import Completion, ReadWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.work import Completion, SendQueueWR, Sge
 
 __all__ = [
     "Accept",
+    "AtomicsNotSupportedError",
     "Access",
     "CompletionQueue",
     "ConnectionRejectedError",
@@ -202,7 +203,7 @@ class QueuePair(QueuePairFront):
 
     # -- simple API -----------------------------------------------------------------
 
-    async def _run(self, wr: SendWR | WriteWR | ReadWR) -> Completion:
+    async def _run(self, wr: SendQueueWR) -> Completion:
         # A Send or Write that TCP took at once completed while it was
         # posted: no future, no trip through the event loop.
         completion = self._post_tracked(wr)
@@ -275,6 +276,59 @@ class QueuePair(QueuePairFront):
             target.finish(0)  # the Read is over: its temporary region can go
             raise
         return target.finish(completion.byte_len)
+
+    async def fetch_add(self, stag: int, to: int, add: int, *, mask: int = 0) -> int:
+        """RFC 7306 FetchAdd: add ``add`` to the peer's 64-bit word at
+        (``stag``, ``to``), a 64-bit aligned TO in a region registered with
+        ``Access.REMOTE_ATOMIC``; returns the word's original value. Each
+        bit set in ``mask`` ends a field whose carry is dropped (0: one
+        64-bit addition). Like verbs' ``ibv_wr_atomic_fetch_add``.
+
+        :raises AtomicsNotSupportedError: the peer has no RFC 7306 atomics.
+        :raises RdmaError: the peer refused it (STag, rights, bounds, alignment).
+        """
+        return self._original(await self._run(self._fetch_add_wr(stag, to, add, mask)))
+
+    async def compare_swap(
+        self,
+        stag: int,
+        to: int,
+        compare: int,
+        swap: int,
+        *,
+        compare_mask: int = ALL_BITS,
+        swap_mask: int = ALL_BITS,
+    ) -> int:
+        """RFC 7306 CmpSwap: where the ``compare_mask`` bits of the peer's
+        word at (``stag``, ``to``) equal those of ``compare``, its
+        ``swap_mask`` bits take those of ``swap``; returns the original word
+        (the swap happened when it matches ``compare`` under the mask). Like
+        verbs' ``ibv_wr_atomic_cmp_swp``. Raises as :meth:`fetch_add`.
+        """
+        wr = self._compare_swap_wr(stag, to, compare, swap, compare_mask, swap_mask)
+        return self._original(await self._run(wr))
+
+    async def send_immediate(self, data: bytes, *, solicited: bool = False) -> None:
+        """Send RFC 7306 Immediate Data: exactly 8 octets into the peer's
+        next receive buffer (``solicited``: with Solicited Event); wait for
+        completion. The peer's ``receive()`` gives them as
+        :class:`~iwarp.rdmap.work.ImmediateData`, a receive completion has
+        them in ``immediate``."""
+        await self._run(self._immediate_wr(data, solicited))
+
+    async def supports_atomics(self, stag: int, to: int) -> bool:
+        """Probe the peer for RFC 7306 Atomic Operations with a FetchAdd of 0
+        on its word at (``stag``, ``to``), which changes nothing (§1.1).
+        True: it answered. False: it refused the opcode as a peer without
+        them does, which terminated the connection.
+
+        :raises RdmaError: it refused the target (STag, rights, bounds, alignment).
+        """
+        try:
+            await self.fetch_add(stag, to, 0)
+        except AtomicsNotSupportedError:
+            return False
+        return True
 
     async def receive(self) -> bytes:
         """The next message received into the queue pair's receive pool.

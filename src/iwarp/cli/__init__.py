@@ -3,36 +3,52 @@
 Each subcommand lives in its own module, which defines ``register(sub)``:
 it adds its parser to the ``argparse`` subparsers and sets ``func`` (a
 callable taking the parsed namespace and returning the exit status).
+
+Only the module of the command being run is imported (``iwarp --help``
+and ``iwarp`` alone import none: they list :data:`COMMANDS`), so start-up
+stays fast and a Ctrl-C at any moment, during those imports too, ends the
+run with status 130 and no traceback.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import importlib.metadata
-import platform
 import sys
-from collections.abc import Sequence
 
-from iwarp import __version__, _accel
+# Not imported from typing: start-up imports as little as it can (a Ctrl-C
+# before main() runs is Python's to report). Type checkers read it as true.
+TYPE_CHECKING = False
 
-#: Subcommand modules, in the order ``iwarp --help`` lists them.
-COMMANDS: tuple[str, ...] = (
-    "demo",
-    "listen",
-    "connect",
-    "ping",
-    "decode",
-    "vitcp",
-    "interop",
-    "conformance",
-    "perf",
-)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
+#: Subcommand modules, in the order ``iwarp --help`` lists them, with the
+#: line it shows for each (the same text as each module's ``help=``; a test
+#: keeps the two equal).
+COMMANDS: dict[str, str] = {
+    "demo": "RDMA over TCP on loopback: Send, RDMA Write, RDMA Read, every byte verified",
+    "listen": "accept iWARP connections as MPA Responder and count the messages received",
+    "connect": "open an iWARP connection as MPA Initiator and move messages",
+    "ping": "rping-compatible RDMA ping-pong (Send, RDMA Read, RDMA Write)",
+    "decode": "decode and check MPA/DDP/RDMAP or VI/TCP in capture files",
+    "vitcp": "VI/TCP (Internet VI): listen for or open VI connections and move data",
+    "interop": "run iwarp against Linux siw and rdma-core tools in a qemu guest",
+    "conformance": "test an iWARP implementation against RFC 5044/6581/5041/5040, case by case",
+    "perf": "bandwidth and latency of RDMA Write/Read/Send (like perftest)",
+}
+
+#: Exit status of a run ended by SIGINT (128 + 2), as shells expect.
+INTERRUPTED = 130
 
 
 def version_text() -> str:
     """``iwarp --version``: the package, the path that runs the per-FPDU
     loops (C accelerator or pure Python), Python and crc32c versions."""
+    import importlib.metadata
+    import platform
+
+    from iwarp import __version__, _accel
+
     try:
         crc = importlib.metadata.version("crc32c")
     except importlib.metadata.PackageNotFoundError:
@@ -46,34 +62,43 @@ def version_text() -> str:
     )
 
 
-class _Version(argparse.Action):
-    """Prints :func:`version_text` as it is (argparse's own action rewraps it)."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``iwarp`` parser with every subcommand (``only=None``), or with
+    the full parser of the command ``only`` and a one-line entry for each
+    other (nothing else imported: what :func:`main` uses)."""
+    import argparse
+    import importlib
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: object,
-        option_string: str | None = None,
-    ) -> None:
-        print(version_text())
-        parser.exit()
+    class Version(argparse.Action):
+        """Prints :func:`version_text` as it is (argparse's own action rewraps it)."""
 
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: object,
+            option_string: str | None = None,
+        ) -> None:
+            print(version_text())
+            parser.exit()
 
-def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="iwarp",
         description="iWARP (MPA, DDP, RDMAP) and VI/TCP: talk to peers, test them, read captures.",
+        epilog="iwarp COMMAND --help explains a command's options.",
     )
     parser.add_argument(
         "--version",
-        action=_Version,
+        action=Version,
         nargs=0,
         help="show the version, accelerator state, Python and crc32c versions, and exit",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
-        importlib.import_module(f"iwarp.cli.{name}").register(sub)
+    for name, summary in COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(f"iwarp.cli.{name}").register(sub)
+        else:
+            sub.add_parser(name, help=summary, add_help=False)
     _plain_help(parser)
     return parser
 
@@ -81,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _plain_help(parser: argparse.ArgumentParser) -> None:
     """Help shows text, not reStructuredText: descriptions taken from module
     docstrings lose their ``literal`` markup, in every subcommand."""
+    import argparse
+
     for text_owner in (parser, *parser._actions):
         for attribute in ("description", "epilog", "help"):
             text = getattr(text_owner, attribute, None)
@@ -95,16 +122,62 @@ def _plain_help(parser: argparse.ArgumentParser) -> None:
                 _plain_help(child)
 
 
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first word that is not an
+    option: ``iwarp`` itself takes only ``--help`` and ``--version``)."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def _innermost(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``args`` came from, e.g. ``iwarp vitcp
+    listen``'s: the one whose usage a user needs to see."""
+    import argparse
+
+    while True:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = getattr(args, action.dest, None)
+                if isinstance(chosen, str) and chosen in action.choices:
+                    parser = action.choices[chosen]
+                    break
+        else:
+            return parser
+
+
+def _dispatch(argv: Sequence[str]) -> int:
+    if not argv:
+        # The command list, not an error about a missing argument.
+        build_parser(only="").print_help()
+        return 2
+    parser = build_parser(only=_command_in(argv) or "")
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Said by the command's own parser, so its usage shows its options.
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
+    status: int = args.func(args)
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``iwarp`` script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``iwarp`` script; returns the exit status.
+
+    Ctrl-C anywhere (parsing, imports, a command without its own handling)
+    ends with :data:`INTERRUPTED` and no traceback; a closed standard
+    output (``iwarp decode ... | head``) ends quietly with 0.
+    """
     try:
-        status: int = args.func(args)
+        return _dispatch(sys.argv[1:] if argv is None else list(argv))
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:
         return 0
-    return status
 
 
 if __name__ == "__main__":

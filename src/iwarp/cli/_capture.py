@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from pathlib import Path
 from typing import Any, TypeVar
 
+from iwarp.analyze.origin import application_name
 from iwarp.analyze.pcapng import PcapngWriter, TcpFlow
 
 __all__ = ["add_pcap_option", "captured", "pcap_capture", "sync_pcap_capture"]
@@ -43,14 +44,20 @@ def add_pcap_option(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.asynccontextmanager
-async def pcap_capture(path: Path | str | None) -> AsyncIterator[PcapngWriter | None]:
-    """Tap every connection of the running loop into ``path`` until exit."""
+async def pcap_capture(
+    path: Path | str | None, *, raw_ulp: bool = False
+) -> AsyncIterator[PcapngWriter | None]:
+    """Tap every connection of the running loop into ``path`` until exit.
+
+    ``raw_ulp``: the MPA connections carry bare ULPDUs, not DDP segments
+    (``--op mpa``); the file says so (:mod:`iwarp.analyze.origin`), and
+    ``iwarp decode`` does not decode DDP/RDMAP headers in it."""
     if path is None:
         yield None
         return
     loop = asyncio.get_running_loop()
     with open(path, "wb") as out:
-        writer = PcapngWriter(out)
+        writer = PcapngWriter(out, application=application_name(raw_ulp=raw_ulp))
         tap = _LoopTap(loop, writer)
         tap.install()
         try:

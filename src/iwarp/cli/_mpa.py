@@ -1,15 +1,13 @@
-"""Options and output shared by ``iwarp listen`` and ``iwarp connect``."""
+"""Options and counters shared by ``iwarp listen`` and ``iwarp connect``
+(their records are printed by :class:`iwarp.cli._report.Output`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import hashlib
-import json
-import sys
 import time
 from dataclasses import replace
-from typing import TextIO
 
 from iwarp.asyncio.mpa import MpaStream
 from iwarp.cli._args import rate_mib_per_s
@@ -287,56 +285,24 @@ def error_record(error: BaseException) -> dict[str, object]:
     return {"type": "error", "code": code, "message": str(error)}
 
 
-class Output:
-    """Prints records as JSON lines or as short human-readable lines.
-
-    With ``--json`` every record is a line on standard output (errors too:
-    scripts read one stream); without it, error records go to standard
-    error.
-    """
-
-    def __init__(
-        self, json_lines: bool, stream: TextIO | None = None, errors: TextIO | None = None
-    ) -> None:
-        self.json = json_lines
-        self.stream = stream if stream is not None else sys.stdout
-        self.errors = errors if errors is not None else (self.stream if json_lines else sys.stderr)
-        #: Set before the summary: one more record (the summary) is printed,
-        #: nothing after it.
-        self.closed = False
-        self._finished = False
-
-    def emit(self, record: dict[str, object]) -> None:
-        if self._finished:
-            return
-        self._finished = self.closed
-        if self.json:
-            line = json.dumps(record, sort_keys=False)
-        else:
-            kind = record.get("type", "")
-            rest = " ".join(f"{k}={_show(v)}" for k, v in record.items() if k != "type")
-            line = f"{kind}: {rest}"
-        stream = self.errors if record.get("type") == "error" else self.stream
-        print(line, file=stream, flush=True)
-
-
-def _show(value: object) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if value is None:
-        return "-"
-    return str(value)
-
-
 class Digest:
     """Counts messages and octets, hashes their payloads in order, and
-    times the run from :meth:`start` (or the first message)."""
+    times the run from :meth:`start` (or the first message).
 
-    def __init__(self) -> None:
+    ``covers`` says what the hash is of (``sent``, ``received``, ``read``:
+    the summary's ``sha256_of``). With ``until_last`` the time ends at the
+    last message (a server: idle time after the transfer is not in its
+    rate); otherwise it runs until the summary.
+    """
+
+    def __init__(self, covers: str = "received", *, until_last: bool = False) -> None:
         self.messages = 0
         self.octets = 0
+        self.covers = covers
         self._sha = hashlib.sha256()
         self._started: float | None = None
+        self._last: float | None = None
+        self._until_last = until_last
 
     def start(self) -> None:
         """The run begins now (a later call changes nothing)."""
@@ -345,8 +311,13 @@ class Digest:
 
     @property
     def seconds(self) -> float:
-        """Seconds since :meth:`start` (0 before)."""
-        return 0.0 if self._started is None else time.monotonic() - self._started
+        """Seconds since :meth:`start` (0 before), or from it to the last
+        message with ``until_last``."""
+        if self._started is None:
+            return 0.0
+        if self._until_last:
+            return (self._last or self._started) - self._started
+        return time.monotonic() - self._started
 
     def counters(self) -> tuple[int, int]:
         """(messages, octets) so far, for progress reports."""
@@ -357,15 +328,19 @@ class Digest:
         self.messages += 1
         self.octets += len(payload)
         self._sha.update(payload)
+        if self._until_last:
+            self._last = time.monotonic()
 
     def summary(self, **extra: object) -> dict[str, object]:
-        """The ``summary`` record: counts, the full sha256, elapsed time and rate."""
+        """The ``summary`` record: counts, the full sha256 and what it covers,
+        elapsed time and rate."""
         seconds = self.seconds
         return {
             "type": "summary",
             "messages": self.messages,
             "octets": self.octets,
             "sha256": self._sha.hexdigest(),
+            "sha256_of": self.covers,
             "seconds": round(seconds, 6),
             "mib_per_s": rate_mib_per_s(self.octets, seconds),
             **extra,

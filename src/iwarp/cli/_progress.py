@@ -2,10 +2,12 @@
 
 A run that lasts longer than :data:`DELAY` seconds (or any run, with
 ``--progress``) reports its counters every ``--interval`` seconds: on a
-terminal as one line that rewrites itself, otherwise as one line per
-interval, as perftest and iperf print them, so logs keep the history.
-:class:`ProgressMeter` decides the text for a moment (no I/O, no clock);
-:class:`Progress` runs it on the event loop.
+terminal as one line that rewrites itself (labelled totals and the rate of
+the last interval), otherwise as one line per interval as iperf prints
+them (what moved in that interval and its rate), so logs keep the history.
+A server's meter (``idle_quiet``) prints nothing for an interval in which
+nothing moved. :class:`ProgressMeter` decides the text for a moment (no
+I/O, no clock); :class:`Progress` runs it on the event loop.
 """
 
 from __future__ import annotations
@@ -52,36 +54,49 @@ class ProgressMeter:
     #: Whether the text rewrites one terminal line.
     terminal: bool
     label: str = ""
+    #: Print nothing for an interval in which nothing moved (servers: an
+    #: idle listener stays silent).
+    idle_quiet: bool = False
     _last_time: float | None = None
+    _last_messages: int = 0
     _last_octets: int = 0
+    _shown: bool = False
 
     def report(self, now: float, messages: int, octets: int) -> str:
-        """The text to write at ``now`` (with ``\\r`` or ``\\n`` as fits)."""
+        """The text to write at ``now`` for the counters so far (totals), with
+        ``\\r`` or ``\\n`` as fits; empty for an idle interval of an
+        ``idle_quiet`` meter."""
         elapsed = now - self.start
         since = self.start if self._last_time is None else self._last_time
-        recent = format_rate(octets - self._last_octets, now - since)
-        self._last_time, self._last_octets = now, octets
+        moved_messages = messages - self._last_messages
+        moved = octets - self._last_octets
+        self._last_time, self._last_messages, self._last_octets = now, messages, octets
+        if self.idle_quiet and moved_messages == 0 and moved == 0:
+            return ""
+        self._shown = True
+        rate = format_rate(moved, now - since)
         prefix = f"{self.label}: " if self.label else ""
         if self.terminal:
             return (
-                f"\r{prefix}{elapsed:7.1f} s  {messages} messages  {format_octets(octets)}  "
-                f"{recent}\x1b[K"
+                f"\r{prefix}{elapsed:7.1f} s  total {messages} messages, {format_octets(octets)}"
+                f"  last {now - since:.1f} s: {rate}\x1b[K"
             )
         return (
-            f"{prefix}[{since - self.start:7.1f}-{elapsed:7.1f} s] {messages} messages, "
-            f"{format_octets(octets)}, {recent}\n"
+            f"{prefix}[{since - self.start:7.1f}-{elapsed:7.1f} s] {moved_messages} messages, "
+            f"{format_octets(moved)}, {rate}\n"
         )
 
     def finish(self) -> str:
         """What ends the progress output (clears a terminal line)."""
-        return "\r\x1b[K" if self.terminal and self._last_time is not None else ""
+        return "\r\x1b[K" if self.terminal and self._shown else ""
 
 
 class Progress:
     """Writes a :class:`ProgressMeter`'s reports while the run goes on.
 
     ``counters`` gives (messages, octets) so far. Nothing is printed with
-    ``quiet`` (``--json``) unless ``forced`` (``--progress``).
+    ``quiet`` (``--json``) unless ``forced`` (``--progress``); with
+    ``idle_quiet`` (servers) nothing is printed while nothing moves.
     """
 
     def __init__(
@@ -94,6 +109,7 @@ class Progress:
         label: str = "",
         stream: TextIO | None = None,
         delay: float = DELAY,
+        idle_quiet: bool = False,
     ) -> None:
         self._counters = counters
         self._stream = stream if stream is not None else sys.stderr
@@ -101,7 +117,7 @@ class Progress:
         self._delay = 0.0 if forced else delay
         self._interval = max(interval, 0.01)
         terminal = bool(getattr(self._stream, "isatty", lambda: False)())
-        self.meter = ProgressMeter(time.monotonic(), terminal, label)
+        self.meter = ProgressMeter(time.monotonic(), terminal, label, idle_quiet)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> Progress:

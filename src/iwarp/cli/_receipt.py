@@ -18,13 +18,25 @@ as the peer's error and exits non-zero.
 
 Peers that are not ``iwarp connect`` never send the request, so ``listen``
 sends them nothing but the Terminate of a failure.
+
+``listen --op mpa`` offers receipts: its Reply's private data ends with the
+16 octets :data:`RECEIPT_OFFER` (after any ``--private-data``; not when
+``--no-receipt`` says so, nor when they would not fit the private data
+limit). ``connect`` asks for a receipt only when the Reply offers one (or
+without frames, ``--mpa-mode culley``: both ends are iwarp there). Without
+a receipt (a foreign MPA peer, or ``connect --no-receipt``) it reports
+success once the peer's TCP acknowledged every octet it sent, and says so
+(``delivery``: ``tcp``, not ``receipt``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import struct
+import termios
+import time
 from dataclasses import dataclass
 from typing import Final
 
@@ -45,15 +57,19 @@ from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader, rdmap_control, split_
 
 __all__ = [
     "RECEIPT_KEY",
+    "RECEIPT_OFFER",
     "RECEIPT_REQUEST",
     "Receipt",
     "ReceiptError",
     "Watcher",
     "describe_terminate",
+    "offer_receipts",
     "peer_failure",
     "read_answer",
     "receipt",
+    "split_offer",
     "terminate_for",
+    "tcp_acknowledged",
 ]
 
 # Both start with 0x80 so that decoders that read every ULPDU as DDP (as
@@ -64,6 +80,8 @@ __all__ = [
 RECEIPT_REQUEST: Final = b"\x80iwarp receipt?\n"
 #: ``listen`` → ``connect``: the first 16 octets of the receipt.
 RECEIPT_KEY: Final = b"\x80iwarp receipt.\n"
+#: The end of ``listen --op mpa``'s Reply private data: "ask me for receipts".
+RECEIPT_OFFER: Final = b"\x80iwarp receipts\n"
 #: After the key: BE64 messages, BE64 octets, SHA-256 of the payloads in order.
 _COUNTS: Final = struct.Struct(">QQ32s")
 RECEIPT_SIZE: Final = len(RECEIPT_KEY) + _COUNTS.size
@@ -76,6 +94,21 @@ class Receipt:
     messages: int
     octets: int
     sha256: str
+
+
+def offer_receipts(private_data: bytes, room: int) -> bytes:
+    """``private_data`` with :data:`RECEIPT_OFFER` after it, if the two fit
+    in ``room`` octets; else ``private_data`` as it is (no offer)."""
+    if len(private_data) + len(RECEIPT_OFFER) > room:
+        return private_data
+    return private_data + RECEIPT_OFFER
+
+
+def split_offer(peer_private_data: bytes) -> tuple[bytes, bool]:
+    """The peer's own private data, and whether it offers receipts."""
+    if peer_private_data.endswith(RECEIPT_OFFER):
+        return peer_private_data[: -len(RECEIPT_OFFER)], True
+    return peer_private_data, False
 
 
 def receipt(messages: int, octets: int, sha256_hex: str) -> bytes:
@@ -147,8 +180,11 @@ class Watcher:
     """Reads what the listener sends while ``connect --op mpa`` sends: nothing
     but the receipt at the end, or a Terminate that ends it early."""
 
-    def __init__(self, sock: MpaSocket) -> None:
+    def __init__(self, sock: MpaSocket, *, receipt: bool = True) -> None:
         self.sock = sock
+        #: Whether a receipt is coming: without one, ULPDUs other than a
+        #: Terminate (a foreign peer's own data) and a close are no error.
+        self.receipt = receipt
         self._task: asyncio.Task[bytes | None] | None = None
 
     async def __aenter__(self) -> Watcher:
@@ -183,7 +219,14 @@ class Watcher:
         await asyncio.sleep(0)
         task = self._task
         if task is not None and task.done() and task.exception() is None:
-            self._answer(task.result())
+            ulpdu = task.result()
+            if self.receipt:
+                self._answer(ulpdu)
+            elif ulpdu is not None:
+                found = read_answer(ulpdu)
+                if isinstance(found, TerminateHeader):
+                    raise _terminated(found)
+                self._task = asyncio.ensure_future(self.sock.receive())  # not ours: read on
 
     def _answer(self, ulpdu: bytes | None) -> Receipt:
         if ulpdu is None:
@@ -225,9 +268,46 @@ class Watcher:
         ):
             raise ReceiptError(
                 f"the listener received {found.messages} messages ({found.octets} octets, "
-                f"sha256 {found.sha256[:16]}...), we sent {ours['messages']} "
-                f"({ours['octets']} octets, sha256 {str(ours['sha256'])[:16]}...)"
+                f"sha256 {found.sha256}), we sent {ours['messages']} "
+                f"({ours['octets']} octets, sha256 {ours['sha256']})"
             )
+
+
+def _unacknowledged(fd: int) -> int | None:
+    """Octets in socket ``fd``'s send queue: not sent, or not yet
+    acknowledged by the peer's TCP (Linux SIOCOUTQ); None where that cannot
+    be read."""
+    request = getattr(termios, "TIOCOUTQ", None)
+    if request is None or fd < 0:
+        return None
+    try:
+        buffer = fcntl.ioctl(fd, request, b"\0\0\0\0")
+    except OSError:
+        return None
+    return int(struct.unpack("i", buffer)[0])
+
+
+async def tcp_acknowledged(sock: MpaSocket, timeout: float) -> bool:
+    """Wait until the peer's TCP acknowledged every octet we sent.
+
+    :returns: True once acknowledged; False where the send queue cannot be
+        read (the octets were handed to TCP, which is all that is known).
+    :raises ReceiptError: octets still unacknowledged after ``timeout`` s.
+    """
+    await sock.drain()
+    raw = sock.get_extra_info("socket")
+    fileno = getattr(raw, "fileno", None)
+    fd = fileno() if callable(fileno) else -1
+    if not isinstance(fd, int) or _unacknowledged(fd) is None:
+        return False
+    deadline = time.monotonic() + timeout
+    while (left := _unacknowledged(fd)) is not None and left > 0:
+        if time.monotonic() >= deadline:
+            raise ReceiptError(
+                f"the peer's TCP has not acknowledged the last {left} octets within {timeout:g} s"
+            )
+        await asyncio.sleep(0.005)
+    return True
 
 
 async def peer_failure(sock: MpaSocket, wait: float = 1.0) -> ReceiptError | None:

@@ -23,7 +23,6 @@ from iwarp.cli._mpa import (
     DELAYED_HELLO,
     DELAYED_SWITCH,
     Digest,
-    Output,
     add_mpa_options,
     config_from,
     error_record,
@@ -41,7 +40,14 @@ from iwarp.cli._ops import (
     reset,
 )
 from iwarp.cli._progress import Progress, add_progress_options
-from iwarp.cli._receipt import ReceiptError, Watcher, peer_failure
+from iwarp.cli._receipt import (
+    ReceiptError,
+    Watcher,
+    peer_failure,
+    split_offer,
+    tcp_acknowledged,
+)
+from iwarp.cli._report import Output
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
@@ -75,6 +81,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="wait S seconds after the Reply before the first message (a Linux siw "
         "Responder may miss an FPDU that follows its Reply too closely)",
     )
+    parser.add_argument(
+        "--no-receipt",
+        action="store_true",
+        help="--op mpa: do not ask the listener for a receipt; success once the peer's TCP "
+        "acknowledged every octet (the default with a peer that offers no receipts: any MPA "
+        "peer but iwarp listen)",
+    )
     add_mpa_options(parser, initiator=True)
     add_progress_options(parser)
     add_pcap_option(parser)
@@ -88,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         out.emit({"type": "error", "code": None, "message": f"bad options: {exc}"})
         return 2
-    digest = Digest()
+    digest = Digest("read" if args.op == "read" else "sent")
 
     def interrupted(signum: signal.Signals) -> None:
         out.closed = True
@@ -102,7 +115,7 @@ async def _run(args: argparse.Namespace, config: MpaConfig, out: Output, digest:
     progress = Progress(
         digest.counters, forced=args.progress, quiet=args.json, interval=args.interval
     )
-    async with pcap_capture(args.pcap):
+    async with pcap_capture(args.pcap, raw_ulp=args.op == "mpa"):
         try:
             if args.op == "mpa":
                 return await _connect(args, config, out, digest, progress)
@@ -235,12 +248,18 @@ async def _connect(
     except (IwarpError, OSError) as exc:
         return _not_connected(exc, out)
     params = sock.params
+    peer_private_data, offered = split_offer(params.peer_private_data)
+    # Ask for a receipt only of a listener that offers one (culley-02 has
+    # no Reply to offer it in: there both ends are iwarp's).
+    ask = not args.no_receipt and (offered or args.mpa_mode == "culley")
     out.emit(
         {
             "type": "established",
             "peer": f"{args.host}:{args.port}",
             "emss": sock.emss,
             **params_record(params),
+            "peer_private_data": peer_private_data.hex(),
+            "receipts": offered,
         }
     )
     if args.reject:
@@ -262,7 +281,7 @@ async def _connect(
         # The listener sends nothing before the receipt but a Terminate: a
         # watcher reads it while we send, so it is not lost to the reset
         # that the listener's close answers our next octets with.
-        async with Watcher(sock) as watcher:
+        async with Watcher(sock, receipt=ask) as watcher:
             for i in range(args.count):
                 payload = message(i, args.size)
                 sock.send(payload)
@@ -271,9 +290,18 @@ async def _connect(
                 await watcher.check()
                 if sock.error is not None:
                     raise sock.error
-            if args.count:
+            if not args.count:
+                delivery: dict[str, object] = {}
+            elif ask:
                 # Sent is not received: only the listener's receipt says so.
                 await watcher.confirm(digest, args.timeout or RECEIPT_TIMEOUT)
+                delivery = {
+                    "delivery": "receipt",
+                    "delivery_note": "the listener's receipt confirms every message",
+                }
+            else:
+                delivery = await _without_receipt(sock, args)
+                await watcher.check()  # a Terminate that came meanwhile
         await sock.close()
     except ReceiptError as exc:
         out.emit(exc.record)
@@ -288,5 +316,18 @@ async def _connect(
     if sock.error is not None:
         out.emit(error_record(sock.error))
         return 1
-    out.emit(digest.summary())
+    out.emit(digest.summary(**delivery))
     return 0
+
+
+async def _without_receipt(sock: MpaSocket, args: argparse.Namespace) -> dict[str, object]:
+    """Wait for the peer's TCP to acknowledge every octet; the summary's
+    ``delivery`` fields, which say that this is all that is known."""
+    why = "--no-receipt" if args.no_receipt else "the peer offers no receipts"
+    if await tcp_acknowledged(sock, args.timeout or RECEIPT_TIMEOUT):
+        note = f"the peer's TCP acknowledged every octet; no receipt ({why})"
+        return {"delivery": "tcp", "delivery_note": note}
+    note = (
+        f"every octet handed to TCP (its acknowledgements cannot be read here); no receipt ({why})"
+    )
+    return {"delivery": "sent", "delivery_note": note}

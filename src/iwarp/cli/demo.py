@@ -3,9 +3,12 @@
 It negotiates MPA Rev 2 (RFC 6581) with CRC, markers on request, then moves
 data with Send, RDMA Write and RDMA Read, checks every byte (SHA-256 of
 what arrived against what was sent) and reports the negotiated parameters,
-the operations, the octets and the throughput. ``--json`` prints one JSON
-object per line: the connection, each operation (with ``verified``), a
-summary.
+the operations, the octets and the throughput. Each record is printed as
+soon as it is known, as ``type: key=value`` lines or, with ``--json``, one
+JSON object per line: the connection, each operation (with ``verified``
+and the ``sha256`` of what arrived), a summary. An interrupted run keeps
+what it printed; the operation it stopped in is ``not checked
+(interrupted)`` (``verified`` null in JSON), not a failure.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
-import json
 import os
 import signal
 import sys
@@ -29,9 +31,10 @@ from iwarp.asyncio.rdma import (
     connect,
     serve,
 )
-from iwarp.cli._args import SIZE_HELP, count, format_octets, format_rate, rate_mib_per_s, size
+from iwarp.cli._args import SIZE_HELP, count, rate_mib_per_s, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture
 from iwarp.cli._progress import Progress, add_progress_options
+from iwarp.cli._report import Output
 from iwarp.cli._run import run_interruptible
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import MpaParams
@@ -67,11 +70,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 @dataclass
 class OpResult:
+    """One operation's outcome; ``verified`` is None when it was not
+    checked (the run was interrupted before its data had all arrived)."""
+
     op: str
     messages: int
     octets: int
     seconds: float
-    verified: bool
+    verified: bool | None
     sha256: str
 
     def as_json(self) -> dict[str, object]:
@@ -84,7 +90,18 @@ class OpResult:
             "mib_per_s": rate_mib_per_s(self.octets, self.seconds),
             "verified": self.verified,
             "sha256": self.sha256,
+            "sha256_of": "arrived",
         }
+
+
+#: ``verified`` as the human layout says it.
+_VERDICT = {True: "yes", False: "NO", None: "not checked (interrupted)"}
+
+
+def _emit(out: Output, record: dict[str, object]) -> None:
+    if not out.json and "verified" in record:
+        record = {**record, "verified": _VERDICT[record["verified"]]}  # type: ignore[index]
+    out.emit(record)
 
 
 #: Octets of buffers each operation keeps at once (at least one message):
@@ -98,12 +115,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     results: list[OpResult] = []
     current: list[_Op] = []
+    out = Output(args.json)
 
     def interrupted(signum: signal.Signals) -> None:
-        done = results + [op.result() for op in current[-1:]]
-        _report(args, None, done, interrupted=signum.name)
+        # What finished was printed; the operation under way was not checked.
+        unchecked = [op.result(checked=False) for op in current[-1:] if not op.finished]
+        for result in unchecked:
+            _emit(out, result.as_json())
+        _summary(out, results + unchecked, interrupted=signum.name)
 
-    return run_interruptible(_demo(args, results, current), interrupted)
+    return run_interruptible(_demo(args, out, results, current), interrupted)
 
 
 class _Op:
@@ -118,6 +139,7 @@ class _Op:
         self._sizes_match = True
         self._start = time.perf_counter()
         self.seconds = 0.0
+        self.finished = False
 
     def sent(self, data: bytes | memoryview) -> None:
         self._sent.update(data)
@@ -128,14 +150,16 @@ class _Op:
         self.octets += len(data)
         self._sizes_match &= len(data) == expected
 
-    def result(self) -> OpResult:
+    def result(self, *, checked: bool = True) -> OpResult:
+        """The outcome so far; ``checked=False``: not verified (yet)."""
         seconds = self.seconds or time.perf_counter() - self._start
         got = self._got.hexdigest()
-        verified = got == self._sent.hexdigest() and self._sizes_match
+        verified = got == self._sent.hexdigest() and self._sizes_match if checked else None
         return OpResult(self.name, self.messages, self.octets, seconds, verified, got)
 
     def finish(self) -> OpResult:
         self.seconds = time.perf_counter() - self._start
+        self.finished = True
         return self.result()
 
 
@@ -151,12 +175,16 @@ class _Messages:
         return self._data[8 * index : 8 * index + self.size]
 
 
-async def _demo(args: argparse.Namespace, results: list[OpResult], current: list[_Op]) -> int:
+async def _demo(
+    args: argparse.Namespace, out: Output, results: list[OpResult], current: list[_Op]
+) -> int:
     async with pcap_capture(args.pcap):
-        return await _run_ops(args, results, current)
+        return await _run_ops(args, out, results, current)
 
 
-async def _run_ops(args: argparse.Namespace, results: list[OpResult], current: list[_Op]) -> int:
+async def _run_ops(
+    args: argparse.Namespace, out: Output, results: list[OpResult], current: list[_Op]
+) -> int:
     size, count = args.size, args.count
     window = max(1, min(count, WINDOW_OCTETS // max(size, 1)))
     p2p = args.p2p is not None
@@ -198,6 +226,7 @@ async def _run_ops(args: argparse.Namespace, results: list[OpResult], current: l
     )
     port = server.sockets[0].getsockname()[1]
     qp = await connect("127.0.0.1", port, config=initiator)
+    _emit(out, _connection(f"127.0.0.1:{port}", qp.params))
     messages = _Messages(size, count)
 
     def counters() -> tuple[int, int]:
@@ -216,7 +245,7 @@ async def _run_ops(args: argparse.Namespace, results: list[OpResult], current: l
                 await qp.send(messages[i])
             for _ in batch:
                 op.arrived(await inbox.get(), size)
-        results.append(op.finish())
+        _finished(out, results, op)
 
         # RDMA Write: a window of messages side by side into the responder's
         # slots; a Send after them (delivered once they are placed) lets the
@@ -235,7 +264,7 @@ async def _run_ops(args: argparse.Namespace, results: list[OpResult], current: l
             await inbox.get()
             for slot in range(len(batch)):
                 op.arrived(memoryview(target)[slot * size : (slot + 1) * size], size)
-        results.append(op.finish())
+        _finished(out, results, op)
 
         # RDMA Read: the responder's slots read back into the initiator's memory.
         sink = qp.register(bytearray(max(size, 1) * window), Access.LOCAL_WRITE)
@@ -249,16 +278,15 @@ async def _run_ops(args: argparse.Namespace, results: list[OpResult], current: l
                 local = Sge(sink, slot * size, size)
                 await qp.rdma_read(local, target_mr.stag, _to(target_mr, slot, size))
                 op.arrived(sink.view[slot * size : (slot + 1) * size], size)
-        results.append(op.finish())
+        _finished(out, results, op)
     finally:
         progress.stop()
 
-    params = qp.params
     release.set()
     await qp.close()
     server.close()
     await server.wait_closed()
-    _report(args, params, results)
+    _summary(out, results)
     return 0 if all(r.verified for r in results) else 1
 
 
@@ -268,19 +296,42 @@ def _begin(current: list[_Op], name: str) -> _Op:
     return op
 
 
+def _finished(out: Output, results: list[OpResult], op: _Op) -> None:
+    result = op.finish()
+    results.append(result)
+    _emit(out, result.as_json())
+
+
 def _to(region: MemoryRegion, slot: int, size: int) -> int:
     return int(region.address) + slot * size
 
 
-def _report(
-    args: argparse.Namespace,
-    params: MpaParams | None,
-    results: list[OpResult],
-    *,
-    interrupted: str | None = None,
-) -> None:
-    """The report; ``params`` is None when an interrupt came first."""
-    verified = all(r.verified for r in results)
+def _connection(responder: str, params: MpaParams) -> dict[str, object]:
+    """The first record: who talks to whom, and what MPA negotiated."""
+    rtr = (
+        params.rtr.name.lower() if params.peer_to_peer and params.rtr and params.rtr.name else None
+    )
+    return {
+        "type": "connection",
+        "responder": responder,
+        "initiator": "127.0.0.1",
+        "revision": params.revision,
+        "crc": params.crc,
+        "markers_send": params.markers_send,
+        "markers_receive": params.markers_receive,
+        "ird": params.ird,
+        "ord": params.ord,
+        "mulpdu": params.mulpdu,
+        "peer_to_peer": params.peer_to_peer,
+        "rtr": rtr,
+    }
+
+
+def _summary(out: Output, results: list[OpResult], *, interrupted: str | None = None) -> None:
+    """The last record: octets, time and rate over the operations, and
+    whether every byte was verified (None: not all of it was checked)."""
+    verdicts = {r.verified for r in results}
+    verified = False if False in verdicts else (None if None in verdicts else True)
     total = sum(r.octets for r in results)
     seconds = sum(r.seconds for r in results)
     summary: dict[str, object] = {
@@ -292,49 +343,5 @@ def _report(
     }
     if interrupted is not None:
         summary["interrupted"] = interrupted
-    if params is None:
-        for result in results:
-            print(json.dumps(result.as_json()) if args.json else _op_line(args, result))
-        print(json.dumps(summary) if args.json else f"  interrupted by {interrupted}")
-        return
-    rtr = (
-        params.rtr.name.lower() if params.peer_to_peer and params.rtr and params.rtr.name else None
-    )
-    connection = {
-        "type": "connection",
-        "revision": params.revision,
-        "crc": params.crc,
-        "markers_send": params.markers_send,
-        "markers_receive": params.markers_receive,
-        "ird": params.ird,
-        "ord": params.ord,
-        "mulpdu": params.mulpdu,
-        "peer_to_peer": params.peer_to_peer,
-        "rtr": rtr,
-    }
-    if args.json:
-        print(json.dumps(connection))
-        for result in results:
-            print(json.dumps(result.as_json()))
-        print(json.dumps(summary))
-        return
-    print("iWARP demo: responder and initiator on 127.0.0.1")
-    print(
-        f"  negotiated: MPA Rev {params.revision}, CRC32C {'on' if params.crc else 'off'}, "
-        f"markers {'on' if params.markers_send else 'off'}, IRD {params.ird} / ORD "
-        f"{params.ord}, MULPDU {params.mulpdu}" + (f", peer-to-peer with {rtr} RTR" if rtr else "")
-    )
-    for r in results:
-        print(_op_line(args, r))
-    print(
-        f"  every byte verified: {'yes' if verified else 'NO'}; {format_octets(total)} in "
-        f"{seconds:.3f} s, {format_rate(total, seconds)}"
-    )
-
-
-def _op_line(args: argparse.Namespace, r: OpResult) -> str:
-    return (
-        f"  {r.op:<10} {r.messages:4d} x {args.size} octets = {r.octets:>10} octets "
-        f"in {r.seconds * 1e3:8.1f} ms {format_rate(r.octets, r.seconds):>12}  "
-        f"verified: {'yes' if r.verified else 'NO'}"
-    )
+    out.closed = True
+    _emit(out, summary)

@@ -32,7 +32,6 @@ from iwarp.cli._mpa import (
     DELAYED_HELLO,
     DELAYED_SWITCH,
     Digest,
-    Output,
     add_mpa_options,
     config_from,
     error_record,
@@ -50,12 +49,15 @@ from iwarp.cli._ops import (
     reset,
 )
 from iwarp.cli._progress import Progress, add_progress_options
-from iwarp.cli._receipt import RECEIPT_REQUEST, receipt, terminate_for
+from iwarp.cli._receipt import RECEIPT_REQUEST, offer_receipts, receipt, terminate_for
+from iwarp.cli._report import Output
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import RequestReceived
+from iwarp.mpa.handshake import private_data_limit
 from iwarp.mpa.policy import Decider
+from iwarp.mpa.wire import ENHANCED_SIZE
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -98,6 +100,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(--op send/write/read; K/M/G suffixes; default 256M): each connection gets as "
         "many buffers (credits) as fit, at least one, else it is refused with an error record",
     )
+    parser.add_argument(
+        "--no-receipt",
+        action="store_true",
+        help="--op mpa: do not offer receipts (by default the Reply's private data ends with "
+        "16 octets that tell iwarp connect to ask for one)",
+    )
     add_mpa_options(parser, initiator=False)
     add_progress_options(parser)
     add_pcap_option(parser)
@@ -123,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         out.emit({"type": "error", "code": None, "message": f"bad options: {exc}"})
         return 2
-    digest = Digest()
+    # The rate is over the time data moved: from the first connection to
+    # the last message, not the idle time before or after.
+    digest = Digest("served" if args.op == "read" else "received", until_last=True)
     state = {"ended": 0, "errors": 0, "accepted": 0, "active": 0, "unconfirmed": 0}
 
     def interrupted(signum: signal.Signals) -> None:
@@ -156,7 +166,7 @@ async def _listen(
     digest: Digest,
     state: dict[str, int],
 ) -> int:
-    async with pcap_capture(args.pcap):
+    async with pcap_capture(args.pcap, raw_ulp=args.op == "mpa"):
         return await _serve(args, config, out, digest, state)
 
 
@@ -169,7 +179,11 @@ async def _serve(
 ) -> int:
     done = asyncio.Event()
     progress = Progress(
-        digest.counters, forced=args.progress, quiet=args.json, interval=args.interval
+        digest.counters,
+        forced=args.progress,
+        quiet=args.json,
+        interval=args.interval,
+        idle_quiet=True,  # a listener waiting for peers prints nothing
     )
 
     def ended() -> None:
@@ -192,7 +206,12 @@ async def _serve(
         out.emit({"type": "request", **frame_record(request.frame)})
         if args.reject:
             return Reject(args.private_data)
-        return Accept(args.private_data)
+        if args.op != "mpa" or args.no_receipt:
+            return Accept(args.private_data)
+        # Offer receipts, where they fit the private data (RFC 6581's IRD
+        # and ORD take 4 octets of it).
+        room = private_data_limit(config, request.frame.revision) - ENHANCED_SIZE
+        return Accept(offer_receipts(args.private_data, room))
 
     def on_failure(error: BaseException, peer: object) -> None:
         if isinstance(error, MpaRejectedError):
@@ -213,6 +232,7 @@ async def _serve(
 
     async def serve_one(sock: MpaSocket, peer: str) -> None:
         out.emit({"type": "established", "peer": peer, **params_record(sock.params)})
+        digest.start()
         received = Digest()
         state["unconfirmed"] += 1  # until its receipt is sent, or it ends
         confirmed = False
@@ -273,6 +293,7 @@ async def _serve(
         state["accepted"] += 1
         state["active"] += 1
         out.emit({"type": "established", "peer": peer, **params_record(qp.params)})
+        digest.start()
 
         def on_message(payload: bytes) -> None:
             digest.add(payload)

@@ -37,6 +37,7 @@ from iwarp.asyncio.vitcp import (
 from iwarp.cli._args import SIZE_HELP, count, port, rate_mib_per_s, size
 from iwarp.cli._capture import add_pcap_option, captured
 from iwarp.cli._progress import Progress, add_progress_options
+from iwarp.cli._report import Output
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.vitcp.config import VitcpConfig
@@ -187,20 +188,21 @@ def payload(index: int, size: int) -> bytes:
     return (block * (size // 32 + 1))[:size]
 
 
+#: What a listener's hash covers, by the connector's op.
+_LISTENER_COVERS = {"send": "received", "write": "written", "read": "served"}
+#: What a connector's hash covers, by its op.
+_CONNECTOR_COVERS = {"send": "sent", "write": "written", "read": "read"}
+
+
 def _print(summary: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(summary), flush=True)
+    """A summary as one JSON line, or as ``summary: key=value`` lines (the
+    listener's summary a connector got back on a line of its own)."""
+    out = Output(as_json)
+    if as_json or not isinstance(summary.get("peer"), dict):
+        out.emit(summary)
         return
-    print(
-        f"{summary['role']}: {summary['messages']} messages, {summary['octets']} octets, "
-        f"sha256 {summary['sha256'][:16]}..., status {summary['status']}",
-        flush=True,
-    )
-    for key in ("sent_sha256", "read_sha256"):
-        if summary.get(key):
-            print(f"  {key.replace('_', ' ')} {summary[key][:16]}...", flush=True)
-    if summary.get("mib_per_s") is not None:
-        print(f"  {summary['seconds']:.3f} s, {summary['mib_per_s']:.1f} MiB/s", flush=True)
+    out.emit({key: value for key, value in summary.items() if key != "peer"})
+    out.emit({"type": "peer", **summary["peer"]})
 
 
 async def _control(endpoint: VitcpEndpoint, body: dict[str, Any]) -> None:
@@ -301,6 +303,7 @@ class _Overall:
             "messages": messages,
             "octets": octets,
             "sha256": self.sha.hexdigest(),
+            "sha256_of": "every connection's data, in order",
             **extra,
         }
 
@@ -309,19 +312,27 @@ async def _serve_one(
     endpoint: VitcpEndpoint, max_size: int = MAX_SIZE, overall: _Overall | None = None
 ) -> dict[str, Any]:
     start = time.perf_counter()
+    moved_until = start  # when the last data moved (or the transfer ended)
     overall = overall or _Overall()
-    digest = hashlib.sha256()  # of the Sends' payloads and of the written data
+    # Of the Sends' payloads, the written data and the data read from us.
+    digest = hashlib.sha256()
     tally = overall.current = _Tally()
     summary: dict[str, Any] = {"role": "listener", "status": "ok"}
     memory = bytearray()
+    base = 0  # the region's address
     size = 1
     try:
         while True:
             message = await endpoint.receive()
+            moved_until = time.perf_counter()
             for notice in endpoint.pending_notices():
                 count_notice = _NOTICES.get(type(notice))
                 if count_notice is not None:
                     count_notice(tally, notice)
+                if isinstance(notice, RdmaReadServed) and notice.address >= base:
+                    served = memory[notice.address - base :][: notice.length]
+                    digest.update(served)
+                    overall.sha.update(served)
             if message.immediate_data != CONTROL_TAG:
                 tally.sends += 1
                 tally.octets += len(message.data)
@@ -340,6 +351,8 @@ async def _serve_one(
                 size = max(1, request["size"])
                 memory = bytearray(payload(0, size) * request["slots"])
                 region = endpoint.register(memory)  # lives as long as the connection
+                base = region.address
+                summary["sha256_of"] = _LISTENER_COVERS.get(str(request["op"]), "received")
                 reply = {"handle": region.handle, "address": region.address, "length": size}
                 await _control(endpoint, reply)
             elif "written" in request:
@@ -357,6 +370,7 @@ async def _serve_one(
                     writes=tally.writes,
                     reads_served=tally.reads,
                     sha256=digest.hexdigest(),
+                    sha256_of=summary.get("sha256_of", "received"),
                     errors=tally.errors,
                 )
                 await _control(endpoint, summary)
@@ -367,7 +381,9 @@ async def _serve_one(
     summary.setdefault("messages", tally.messages)
     summary.setdefault("octets", tally.octets)
     summary.setdefault("sha256", digest.hexdigest())
-    seconds = time.perf_counter() - start
+    summary.setdefault("sha256_of", "received")
+    # Over the time data moved: not the wait for the connector's close.
+    seconds = moved_until - start
     summary["seconds"] = round(seconds, 6)
     summary["mib_per_s"] = rate_mib_per_s(tally.octets, seconds)
     overall.current = None
@@ -383,11 +399,7 @@ async def _serve_one(
 async def _listen(args: argparse.Namespace, overall: _Overall) -> int:
     config = _config(args)
     listener = await VitcpListener.start(args.host, args.port, config=config)
-    if not args.json:
-        print(f"listening on {listener.host}:{listener.port}", flush=True)
-    else:
-        print(json.dumps({"type": "listening", "host": listener.host, "port": listener.port}))
-        sys.stdout.flush()
+    Output(args.json).emit({"type": "listening", "host": listener.host, "port": listener.port})
     received = 0  # messages (Sends, Writes, Reads served) over all connections
     status = 0
     try:
@@ -398,7 +410,8 @@ async def _listen(args: argparse.Namespace, overall: _Overall) -> int:
                 # §3.3: reliability level or peer-to-peer differ; ConnectReject sent.
                 status = 1
                 rejected = {"role": "listener", "messages": 0, "octets": 0}
-                rejected.update(sha256=hashlib.sha256().hexdigest(), status="rejected")
+                rejected.update(sha256=hashlib.sha256().hexdigest(), sha256_of="received")
+                rejected.update(status="rejected")
                 _print({"type": "summary", **rejected}, args.json)
                 continue
             summary = await _serve_one(endpoint, args.max_size, overall)
@@ -495,17 +508,14 @@ async def _transfer(
     await _control(endpoint, {"done": True})
     peer = await _next_control(endpoint, received)
     octets = args.count * args.size
-    digest = hashlib.sha256()
-    for message in received:
-        digest.update(message.data)
+    covered = read_digest if args.op == "read" else sent
     return {
         "role": "connector",
         "op": args.op,
         "messages": args.count,
         "octets": octets,
-        "sha256": digest.hexdigest(),
-        "sent_sha256": sent.hexdigest() if args.op in ("send", "write") else None,
-        "read_sha256": read_digest.hexdigest() if args.op == "read" else None,
+        "sha256": covered.hexdigest(),
+        "sha256_of": _CONNECTOR_COVERS[args.op],
         "seconds": round(elapsed, 6),
         "mib_per_s": rate_mib_per_s(octets, elapsed),
         "failures": failures,
@@ -572,6 +582,7 @@ def run_connect(args: argparse.Namespace) -> int:
             "messages": moved,
             "octets": moved * args.size,
             "sha256": digest.hexdigest(),
+            "sha256_of": _CONNECTOR_COVERS[args.op],
             "status": "interrupted",
             "interrupted": signum.name,
         }

@@ -162,6 +162,26 @@ class OutgoingMessage:
             LAST_FLAG,
         )
 
+    def rest(self) -> SegmentRun | None:
+        """Every segment not handed out yet, as one run of any size (a send
+        lane writes it whole); None when :attr:`done`."""
+        total = len(self.payload)
+        if self.offset >= total:
+            return None
+        start = max(self.offset, 0)
+        self.offset = total
+        return SegmentRun(
+            self._header,
+            self.payload,
+            start,
+            total,
+            self._room,
+            self.field_at,
+            self.field_size,
+            self.base,
+            LAST_FLAG,
+        )
+
 
 def tagged_segments(
     payload: Buffer, *, stag: int, to: int, rsvdulp: int, mulpdu: int, version: int = DDP_VERSION

@@ -83,7 +83,7 @@ def is_tagged(control: int) -> bool:
 
 
 class QueueNumber(IntEnum):
-    """Untagged queues RDMAP uses (RFC 5040 §4.1 Figure 4)."""
+    """Untagged queues RDMAP uses (RFC 5040 §4.1 Figure 4, RFC 7306 §10.2)."""
 
     #: Send, Send with Invalidate, Send with SE (and Invalidate).
     SEND = 0
@@ -91,6 +91,9 @@ class QueueNumber(IntEnum):
     READ_REQUEST = 1
     #: Terminate.
     TERMINATE = 2
+    #: Atomic Response (RFC 7306 §4.1 Figure 2, §10.2): tracks outstanding
+    #: Atomic Requests at the Requester.
+    ATOMIC_RESPONSE = 3
 
 
 # --- Tagged buffer model header (RFC 5041 §4.2, Figure 4) --------------------

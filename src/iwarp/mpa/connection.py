@@ -399,6 +399,16 @@ class MpaConnection:
             raise LocalProtocolError("MPA cannot frame ahead of its queue now")
         return encoder.encode_parts(header, payload)
 
+    def lane_encoder(self) -> FpduEncoder | None:
+        """The encoder, when FPDUs may be written outside the queue now (a
+        send lane, :mod:`iwarp.rdma.lanes`): full operation, nothing queued.
+        Whoever writes them tells it (:meth:`FpduEncoder.advance
+        <iwarp.mpa.framing.FpduEncoder.advance>`) before anything else is
+        framed."""
+        if self._state is not MpaState.FULL_OPERATION or self._out:
+            return None
+        return self._encoder
+
     def send_parts(self, header: bytes, payload: Buffer) -> None:
         """:meth:`frame_parts`, queued for :meth:`data_to_send`."""
         self._out.append(self.frame_parts(header, payload))

@@ -20,19 +20,18 @@ octet of the FPDU before the CRC field, markers included (RFC 5044 §6.1).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from functools import lru_cache
 from sys import getrefcount
 from typing import Final, NamedTuple
 
-from iwarp._accel import speedups
+from iwarp._accel import kernels
 from iwarp._crc32c import crc32c
+from iwarp._kernels import SCAN_CRC, SCAN_LENGTH, SCAN_MARKER
 from iwarp._typing import Buffer
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.wire import (
     CRC_FIELD,
-    FPDUPTR_MASK,
     MARKER,
     MARKER_INTERVAL,
     MAX_ULPDU,
@@ -47,20 +46,14 @@ _PHASE_MASK = MARKER_INTERVAL - 1
 #: Content octets between two markers (512 on the wire minus the marker).
 _MARKER_STRIDE = MARKER_INTERVAL - 4
 _PADS = (b"", b"\0", b"\0\0", b"\0\0\0")
-#: Up to this many markers in one ULPDU are cut out in place (see _demarker).
-_DELETE_MAX = 8
 _ZERO_CRC = bytes(4)
 _pack_length = ULPDU_LENGTH.pack
 _pack_crc = CRC_FIELD.pack
 _pack_marker = MARKER.pack
 #: Up to this many markers per FPDU the encoder places them in a plain loop.
 _LOOP_MAX = 4
-#: Clears the two low FPDUPTR bits, which receivers treat as zero.
-_CLEAR_LOW_BITS = bytes(b & 0xFC for b in range(256))
 _unpack_length = ULPDU_LENGTH.unpack_from
 _unpack_crc = CRC_FIELD.unpack_from
-_unpack_marker = MARKER.unpack_from
-_unpack_fpduptr = struct.Struct(">2xH").unpack_from
 
 
 def _check_position(origin: int, position: int | None) -> tuple[int, int]:
@@ -99,19 +92,15 @@ class _MarkerPlan(NamedTuple):
     inside: int
     #: Slices of the ULPDU between those markers.
     pieces: tuple[slice, ...]
-    #: The same pieces on the wire, counted from the first ULPDU octet.
-    wire_pieces: tuple[slice, ...]
     #: High and low octets of every marker's FPDUPTR, in order.
     ptr_high: bytes
     ptr_low: bytes
-    #: Some FPDUPTR would exceed 16 bits (a received ULPDU_Length near
-    #: 65535): that marker cannot be right, whatever it holds.
-    overflow: bool
 
 
 @lru_cache(maxsize=4096)
 def _marker_plan(at: int, n: int, count: int) -> _MarkerPlan:
-    """Plan ``count`` markers, the first ``at`` octets past the length field.
+    """Plan ``count`` markers, the first ``at`` octets past the length field
+    (the encoder's; the decoder's are checked by the ``scan`` kernel).
 
     Cached: a bulk transfer repeats a few (phase, length) pairs, so the work
     per FPDU is a handful of C-level slice operations, not a Python loop per
@@ -124,10 +113,8 @@ def _marker_plan(at: int, n: int, count: int) -> _MarkerPlan:
     return _MarkerPlan(
         inside=len(cuts),
         pieces=tuple(slice(a, b) for a, b in bounds),
-        wire_pieces=tuple(slice(a + 4 * i, b + 4 * i) for i, (a, b) in enumerate(bounds)),
         ptr_high=bytes((p >> 8) & 0xFF for p in ptrs),
         ptr_low=bytes(p & 0xFF for p in ptrs),
-        overflow=ptrs[-1] > 0xFFFF if ptrs else False,
     )
 
 
@@ -188,11 +175,11 @@ class SegmentRun(NamedTuple):
 class UlpduBatch:
     """The ULPDUs one receive completed, in order, without an object per ULPDU.
 
-    ``views`` come first (ULPDUs held as memoryviews: all of them on the
-    pure-Python path, or the one that completed a held-back FPDU); then, on
-    the accelerated path, the ULPDUs that lie in ``buffer``: ``records``
-    holds one (offset, length) pair of unsigned 32-bit integers per ULPDU.
-    Iterating yields every ULPDU as a read-only memoryview.
+    ``views`` come first (at most one: the ULPDU that completed a held-back
+    FPDU); then the ULPDUs that lie in ``buffer``: ``records`` holds one
+    (offset, length) pair of unsigned 32-bit integers per ULPDU, as the
+    ``scan`` kernel finds them. One shape, whichever kernels run. Iterating
+    yields every ULPDU as a read-only memoryview.
     """
 
     __slots__ = ("buffer", "records", "views")
@@ -301,6 +288,19 @@ class FpduEncoder(_Framer):
         """Stream position (mod 2**32) of the next octet to be sent."""
         return self._position
 
+    @property
+    def phase(self) -> int:
+        """Marker phase of the next octet: its offset from the marker origin,
+        modulo 512 (kept up to date when markers are on)."""
+        return self._phase
+
+    def advance(self, octets: int, phase: int) -> None:
+        """Count ``octets`` of FPDUs framed outside this encoder (a send lane,
+        :mod:`iwarp.rdma.lanes`), after which the marker phase is ``phase``."""
+        self._position = (self._position + octets) & _SEQ_MASK
+        if self.markers:
+            self._phase = phase & _PHASE_MASK
+
     def encode(self, ulpdu: Buffer) -> list[Buffer]:
         """Frame one ULPDU; returns the FPDU as a list of buffers, in order.
 
@@ -380,8 +380,8 @@ class FpduEncoder(_Framer):
     def encode_run(self, run: SegmentRun) -> list[Buffer]:
         """Frame every segment of ``run``; returns the FPDUs as buffers, in order.
 
-        With the accelerator the whole run is framed in one call into one
-        buffer; otherwise segment by segment with :meth:`encode`. Same octets.
+        The whole run is framed in one kernel call (``frame_run``) into one
+        buffer: the same octets as :meth:`encode` of each ULPDU.
 
         :raises LocalProtocolError: a segment is larger than ``max_ulpdu``
             (nothing is framed).
@@ -392,17 +392,12 @@ class FpduEncoder(_Framer):
                 f"ULPDU of {largest} octets exceeds the maximum of {self.max_ulpdu} (MULPDU); "
                 "DDP must segment it"
             )
-        if speedups is None:
-            out: list[Buffer] = []
-            for ulpdu in run.ulpdus():
-                out += self.encode(ulpdu)
-            return out
         segments = run.segments
-        content = 9 + largest  # as the accelerator bounds it: each ULPDU <= the first
+        content = 9 + largest  # as frame_run bounds it: each ULPDU <= the first
         bound = segments * (content + 4 * (content // _MARKER_STRIDE + 3))
         # A small message gets a bytes object of its own (no pooled buffer).
         buffer = None if bound <= _SMALL_RUN else _POOL.get(bound)
-        framed, phase = speedups.frame_run(
+        framed, phase = kernels.frame_run(
             buffer,
             run.header,
             run.payload,
@@ -551,8 +546,8 @@ class FpduDecoder(_Framer):
     def feed_batch(self, data: Buffer, *, borrow: bool = False) -> UlpduBatch:
         """:meth:`feed`, returning the ULPDUs as one :class:`UlpduBatch`.
 
-        With the accelerator, the ULPDUs found in ``data`` are not turned into
-        Python objects: the batch holds the buffer and their offsets.
+        The ULPDUs found in ``data`` are not turned into Python objects: the
+        batch holds the buffer and their offsets.
 
         ``borrow``: the caller consumes the batch before it reuses ``data``
         (e.g. places every ULPDU at once), so ``data`` is decoded where it
@@ -563,12 +558,10 @@ class FpduDecoder(_Framer):
         views: list[memoryview] = []
         if self.error is not None or not data:
             return UlpduBatch(views)
-        # The accelerator knows RFC 5044's FPDUPTR only.
-        kernels = None if self.either_fpduptr else speedups
         view: memoryview
-        if kernels is not None and borrow and (not self.markers or not _readonly(data)):
+        if borrow and (not self.markers or not _readonly(data)):
             view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
-        elif kernels is not None and self.markers:
+        elif self.markers:
             # Markers are cut out in place, in a copy.
             view = memoryview(bytearray(data))
         else:
@@ -577,10 +570,7 @@ class FpduDecoder(_Framer):
         try:
             start = self._complete_pending(view, views) if self._pending else 0
             if not self._pending:
-                if kernels is None:
-                    start = self._scan(view, start, views)
-                else:
-                    start = self._scan_fast(view, start, batch)
+                start = self._scan(view, start, batch)
                 if start < len(view):
                     self._pending += view[start:]
         except MpaError as exc:
@@ -642,79 +632,30 @@ class FpduDecoder(_Framer):
             # Hand the buffer over rather than copying it: ULPDUs may be views
             # into it, and nothing here writes to it again.
             self._pending = bytearray()
-            if speedups is None or self.either_fpduptr:
-                self._scan(memoryview(pending).toreadonly(), 0, out)
-            else:
-                batch = UlpduBatch(out)
-                self._scan_fast(memoryview(pending), 0, batch)
-                out.extend(batch)
+            batch = UlpduBatch(out)
+            self._scan(memoryview(pending), 0, batch)
+            out.extend(batch)
         return used
 
-    def _scan(self, view: memoryview, i: int, out: list[memoryview]) -> int:
-        """Decode every complete FPDU in ``view[i:]``; returns where it stopped."""
-        end = len(view)
-        markers = self.markers
-        crc = self.crc
-        limit = self.max_ulpdu
-        phase = self._phase
-        position = self._position
-        source = view.obj
-        assert isinstance(source, bytes | bytearray)
-        demarker = self._demarker
-        try:
-            while True:
-                lead = 4 if markers and phase == 0 else 0
-                if end - i < lead + 2:
-                    break
-                n: int = _unpack_length(view, i + lead)[0]
-                if n > limit:
-                    self._check_length(n, lead, position)
-                content = 6 + n + (-(2 + n) & 3)
-                count = 0
-                if markers:
-                    at = MARKER_INTERVAL - ((phase + lead) & _PHASE_MASK)
-                    if at < content:
-                        count = (content - at + _MARKER_STRIDE - 1) // _MARKER_STRIDE
-                    wire = lead + content + 4 * count
-                else:
-                    wire = content
-                stop = i + wire
-                if stop > end:
-                    break
-                if crc:
-                    received: int = _unpack_crc(view, stop - 4)[0]
-                    computed = crc32c(view[i : stop - 4])
-                    if received != computed:
-                        raise MpaError(
-                            MpaErrorCode.CRC_MISMATCH,
-                            f"CRC field {received:#010x}, computed {computed:#010x}",
-                            stream_offset=position,
-                        )
-                header = i + lead
-                if lead and _unpack_marker(view, i)[1] & FPDUPTR_MASK:
-                    self._marker_error(view, i, i, position - i)
-                if count:
-                    out.append(demarker(source, header, n, header + at, count, position - i, lead))
-                else:
-                    out.append(view[header + 2 : header + 2 + n])
-                i = stop
-                phase = (phase + wire) & _PHASE_MASK
-                position = (position + wire) & _SEQ_MASK
-        finally:
-            self._phase = phase
-            self._position = position
-        return i
-
-    def _scan_fast(self, view: memoryview, i: int, batch: UlpduBatch) -> int:
-        """:meth:`_scan` by the accelerator: every complete FPDU in one call.
+    def _scan(self, view: memoryview, i: int, batch: UlpduBatch) -> int:
+        """Decode every complete FPDU in ``view[i:]`` (the ``scan`` kernel);
+        returns where it stopped.
 
         The ULPDUs stay in ``view`` (markers cut out in place); ``batch``
-        gets the buffer and their offsets. Errors are raised with the same
-        codes, messages and stream offsets as :meth:`_scan`.
+        gets the buffer and their offsets. The first error is raised as the
+        MPA error it is (RFC 5044 §8: code 2 for the CRC, code 3 for a
+        marker or a length field that cannot delimit an FPDU), with the
+        stream offset of the FPDU or the marker.
         """
-        assert speedups is not None
-        records, stop, phase, error, a, b, where = speedups.scan(
-            view, i, len(view), self.markers, self.crc, self._phase, self.max_ulpdu
+        records, stop, phase, error, a, b, where = kernels.scan(
+            view,
+            i,
+            len(view),
+            self.markers,
+            self.crc,
+            self._phase,
+            self.max_ulpdu,
+            self.either_fpduptr,
         )
         base = self._position - i  # wire index -> stream position
         self._position = (base + stop) & _SEQ_MASK
@@ -722,82 +663,18 @@ class FpduDecoder(_Framer):
         if records:
             batch.buffer = view.toreadonly()
             batch.records = memoryview(records).cast("I")
-        if error == 2:
+        if error == SCAN_CRC:
             raise MpaError(
                 MpaErrorCode.CRC_MISMATCH,
                 f"CRC field {a:#010x}, computed {b:#010x}",
                 stream_offset=(base + where) & _SEQ_MASK,
             )
-        if error == 3:
+        if error == SCAN_MARKER:
             raise MpaError(
                 MpaErrorCode.MARKER_MISMATCH,
                 f"marker FPDUPTR {a:#06x} disagrees with ULPDU_Length framing (expected {b:#06x})",
                 stream_offset=(base + where) & _SEQ_MASK,
             )
-        if error == 4:
+        if error == SCAN_LENGTH:
             self._check_length(a, 0, base + where)
         return stop
-
-    def _demarker(
-        self,
-        source: bytes | bytearray,
-        header: int,
-        n: int,
-        first: int,
-        count: int,
-        base: int,
-        lead: int = 0,
-    ) -> memoryview:
-        """Check ``count`` markers from wire index ``first``; return the ULPDU.
-
-        ``lead`` is 4 when the FPDU starts with a marker (``header - 4``).
-        """
-        plan = _marker_plan(first - header, n, count)
-        stop = first + MARKER_INTERVAL * count
-        # Every FPDUPTR at once: high octets, and low octets with the two
-        # reserved low bits cleared (RFC 5044 §4.2), against the expected ones.
-        if (
-            plan.overflow
-            or source[first + 2 : stop : MARKER_INTERVAL] != plan.ptr_high
-            or source[first + 3 : stop : MARKER_INTERVAL].translate(_CLEAR_LOW_BITS) != plan.ptr_low
-        ):
-            # Seeds 000/002: back to the FPDU's first octet, the leading marker.
-            other = header - lead if lead and self.either_fpduptr else header
-            marker = first
-            while marker < stop and _unpack_fpduptr(source, marker)[0] & FPDUPTR_MASK in (
-                marker - header,
-                marker - other,
-            ):
-                marker += MARKER_INTERVAL
-            if plan.overflow or marker < stop:
-                self._marker_error(
-                    memoryview(source), min(marker, stop - MARKER_INTERVAL), header, base
-                )
-        inside = plan.inside
-        if not inside:
-            return memoryview(source)[header + 2 : header + 2 + n]
-        if inside <= _DELETE_MAX:
-            # One copy, then the markers are cut out from the last to the
-            # first: measured faster than joining slices when they are few.
-            ulpdu = bytearray(source[header + 2 : header + 2 + n + 4 * inside])
-            cut = first - header - 2 + MARKER_INTERVAL * (inside - 1)
-            while cut >= 0:
-                del ulpdu[cut : cut + 4]
-                cut -= MARKER_INTERVAL
-            return memoryview(ulpdu)
-        view = memoryview(source)[header + 2 :]
-        return memoryview(b"".join([view[piece] for piece in plan.wire_pieces]))
-
-    def _marker_error(self, view: memoryview, marker: int, header: int, base: int) -> None:
-        """Raise code 3 for the marker at wire index ``marker``.
-
-        ``base`` maps wire indexes of ``view`` to stream positions.
-        """
-        found = _unpack_marker(view, marker)[1]
-        expected = marker - header
-        raise MpaError(
-            MpaErrorCode.MARKER_MISMATCH,
-            f"marker FPDUPTR {found:#06x} disagrees with ULPDU_Length framing "
-            f"(expected {expected:#06x})",
-            stream_offset=(base + marker) & _SEQ_MASK,
-        )

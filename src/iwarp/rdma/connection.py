@@ -44,19 +44,19 @@ from iwarp.mpa.events import (
 from iwarp.mpa.events import Event as MpaEvent
 from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.wire import RtrFlags
+from iwarp.rdma import lanes
+from iwarp.rdma.lanes import LANE_MIN, SendLane
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import (
     Completion,
-    ReadWR,
     RecvWR,
-    SendWR,
+    SendQueueWR,
     Sge,
     StreamReady,
     TerminateReceived,
     TerminateSent,
-    WriteWR,
 )
 
 __all__ = ["Event", "RdmaConnection"]
@@ -164,8 +164,8 @@ class RdmaConnection:
             raise LocalProtocolError("the connection is not in full operation yet")
         return self.stream
 
-    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
-        """Queue a Send, RDMA Write or RDMA Read (see :class:`RdmapStream`)."""
+    def post_send(self, wr: SendQueueWR) -> None:
+        """Queue a Send, RDMA Write, RDMA Read or RFC 7306 work (see :class:`RdmapStream`)."""
         self._require_stream().post_send(wr)
 
     def send_at_once(
@@ -385,6 +385,42 @@ class RdmaConnection:
                 mpa.send_run(run)
             self._events.extend(stream.take_events())
         return mpa.data_to_send()
+
+    def take_lane(self, min_octets: int = LANE_MIN) -> SendLane | None:
+        """The next message as a send lane (:mod:`iwarp.rdma.lanes`), when
+        MPA is in full operation with nothing queued and the stream's next
+        message is a Send, RDMA Write or Read Response of at least
+        ``min_octets`` octets (or the rest of one begun). None: use
+        :meth:`data_to_send`.
+
+        MPA's stream position moves past the whole message at once: whatever
+        is framed next goes after it, and the caller writes the lane's
+        octets before anything :meth:`data_to_send` gives later. Its
+        completion waits for :meth:`lane_sent`.
+        """
+        stream = self.stream
+        if stream is None or not lanes.ACTIVE or not stream.has_data_to_send:
+            return None
+        encoder = self.mpa.lane_encoder()
+        if encoder is None or stream.mulpdu > encoder.max_ulpdu:
+            return None
+        taken = stream.take_message(min_octets)
+        if taken is None:
+            return None
+        run, token = taken
+        lane = SendLane(
+            run, markers=encoder.markers, crc=encoder.crc, phase=encoder.phase, token=token
+        )
+        encoder.advance(lane.total, lane.end_phase)
+        return lane
+
+    def lane_sent(self, lane: SendLane) -> None:
+        """Every octet of ``lane`` is with TCP: its work request completes
+        (:meth:`take_events`)."""
+        stream = self.stream
+        if stream is not None:
+            stream.message_sent(lane.token)
+            self._events.extend(stream.take_events())
 
     @property
     def has_data_to_send(self) -> bool:

@@ -67,6 +67,7 @@ from iwarp.mpa.policy import ConnectionRejectedError, Decider, answer_request
 from iwarp.rdma.connection import Event as StackEvent
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.errors import ConnectionTerminatedError, describe_terminate
+from iwarp.rdma.lanes import SendLane
 from iwarp.rdmap.errors import LocalCatastrophicError
 from iwarp.rdmap.memory import MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamState
@@ -75,14 +76,14 @@ from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import (
     Completion,
     CompletionStatus,
-    ReadWR,
+    ImmediateData,
     RecvWR,
+    SendQueueWR,
     SendWR,
     Sge,
     TerminateReceived,
     TerminateSent,
     WorkOpcode,
-    WriteWR,
 )
 
 __all__ = [
@@ -365,8 +366,9 @@ class QueuePairEndpoint:
             raise ConnectionTerminatedError(self.end_reason)
         return stream
 
-    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
-        """Post a Send, RDMA Write or RDMA Read; it completes in ``send_cq``
+    def post_send(self, wr: SendQueueWR) -> None:
+        """Post a Send, RDMA Write, RDMA Read or RFC 7306 work request
+        (FetchAdd, CmpSwap, Immediate Data); it completes in ``send_cq``
         (or :meth:`result` when tracked).
 
         :raises ConnectionTerminatedError: the connection has ended.
@@ -492,6 +494,21 @@ class QueuePairEndpoint:
             self._route(events, None)
         return chunks
 
+    def take_lane(self) -> SendLane | None:
+        """The next large message as a send lane, unless output is held
+        (:meth:`RdmaConnection.take_lane
+        <iwarp.rdma.connection.RdmaConnection.take_lane>`)."""
+        if self._hold_until is not None:
+            return None
+        return self.conn.take_lane()
+
+    def lane_sent(self, lane: SendLane) -> None:
+        """Every octet of ``lane`` is with TCP: its completion is routed."""
+        self.conn.lane_sent(lane)
+        events = self.conn.take_events()
+        if events:
+            self._route(events, None)
+
     @property
     def has_data_to_send(self) -> bool:
         conn = self.conn
@@ -612,7 +629,7 @@ class QueuePairEndpoint:
             self._events.append(CompletionQueued(cq))
             return
         if completion.status is CompletionStatus.SUCCESS:  # else flushed with the connection
-            self._pool_message(entry, completion.byte_len)
+            self._pool_message(entry, completion.byte_len, completion.immediate is not None)
 
     def _received(self, wr: RecvWR, length: int, solicited: bool) -> None:
         """A receive the stream completed without an event
@@ -628,10 +645,14 @@ class QueuePairEndpoint:
         else:
             self._pool_message(entry, length)
 
-    def _pool_message(self, entry: tuple[MemoryRegion, RecvWR], length: int) -> None:
-        """A receive pool buffer holds a message: copy it out, post the buffer again."""
+    def _pool_message(
+        self, entry: tuple[MemoryRegion, RecvWR], length: int, immediate: bool = False
+    ) -> None:
+        """A receive pool buffer holds a message: copy it out (RFC 7306
+        Immediate Data as :class:`~iwarp.rdmap.work.ImmediateData`), post the
+        buffer again."""
         region, wr = entry
-        data = bytes(region.view[:length])
+        data = ImmediateData(region.view[:length]) if immediate else bytes(region.view[:length])
         if self._messages is None:
             self._messages = deque()
         self._messages.append(data)

@@ -24,14 +24,36 @@ from iwarp.rdma.endpoint import (
     QueuePairEndpoint,
     WorkFinished,
 )
-from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
+from iwarp.rdma.errors import (
+    AtomicsNotSupportedError,
+    ConnectionTerminatedError,
+    RdmaError,
+    refuses_extensions,
+)
 from iwarp.rdma.simple import ReadInto, ReadTarget, WriteData, read_target, write_source
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
-from iwarp.rdmap.wire import TerminateHeader
-from iwarp.rdmap.work import Completion, ReadWR, RecvWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.wire import NO_MASK, TerminateHeader
+from iwarp.rdmap.work import (
+    CompareSwapWR,
+    Completion,
+    FetchAddWR,
+    ImmediateWR,
+    ReadWR,
+    RecvWR,
+    SendQueueWR,
+    SendWR,
+    Sge,
+    WorkOpcode,
+    WriteWR,
+)
 
 __all__ = ["QueuePairFront"]
+
+#: Completions of RFC 7306 Atomic Operations.
+_ATOMIC_OPCODES: Final = frozenset({WorkOpcode.ATOMIC_FETCH_ADD, WorkOpcode.ATOMIC_CMP_SWAP})
+#: Compare and swap every bit (RFC 7306 §5.1.2 without masks).
+ALL_BITS: Final = NO_MASK
 
 #: Which method of a queue pair takes each of its endpoint's events.
 _HANDLERS: Final = {
@@ -116,9 +138,10 @@ class QueuePairFront:
         """Post a receive buffer; its completion goes to ``recv_cq``."""
         self.endpoint.post_recv(wr)
 
-    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
-        """Post a Send, RDMA Write or RDMA Read; its completion goes to
-        ``send_cq``. What TCP takes now is written before this returns.
+    def post_send(self, wr: SendQueueWR) -> None:
+        """Post a Send, RDMA Write, RDMA Read, or an RFC 7306 FetchAdd,
+        CmpSwap or Immediate Data; its completion goes to ``send_cq``. What
+        TCP takes now is written before this returns.
 
         :raises ConnectionTerminatedError: the connection has ended.
         """
@@ -208,7 +231,7 @@ class QueuePairFront:
                 return True
         return False
 
-    def _post_tracked(self, wr: SendWR | WriteWR | ReadWR) -> Completion | None:
+    def _post_tracked(self, wr: SendQueueWR) -> Completion | None:
         """Post a simple call's work request, tracked (its completion does
         not go to ``send_cq``). Returns the completion when it finished while
         posted (a Send or Write that TCP took at once), else None: the
@@ -223,9 +246,17 @@ class QueuePairFront:
         return endpoint.result(wr.wr_id)
 
     def _checked(self, completion: Completion) -> Completion:
-        """A simple call's completion; :raises RdmaError: it failed."""
+        """A simple call's completion.
+
+        :raises AtomicsNotSupportedError: an Atomic Operation failed because
+            the peer answered as one without RFC 7306 does.
+        :raises RdmaError: it failed otherwise.
+        """
         if not completion.ok:
-            raise RdmaError(completion, self.terminate)
+            terminate = self.terminate
+            if completion.opcode in _ATOMIC_OPCODES and refuses_extensions(terminate):
+                raise AtomicsNotSupportedError(completion, terminate)
+            raise RdmaError(completion, terminate)
         return completion
 
     def _send_wr(self, data: Buffer | Sge, solicited: bool, invalidate_stag: int | None) -> SendWR:
@@ -237,6 +268,24 @@ class QueuePairFront:
     ) -> WriteWR:
         source = write_source(data, offset, length)
         return WriteWR(source, remote_stag, remote_to, self.endpoint.next_wr_id())
+
+    def _fetch_add_wr(self, stag: int, to: int, add: int, mask: int) -> FetchAddWR:
+        return FetchAddWR(stag, to, add, mask, self.endpoint.next_wr_id())
+
+    def _compare_swap_wr(
+        self, stag: int, to: int, compare: int, swap: int, compare_mask: int, swap_mask: int
+    ) -> CompareSwapWR:
+        wr_id = self.endpoint.next_wr_id()
+        return CompareSwapWR(stag, to, compare, swap, compare_mask, swap_mask, wr_id)
+
+    def _immediate_wr(self, data: bytes, solicited: bool) -> ImmediateWR:
+        return ImmediateWR(bytes(data), self.endpoint.next_wr_id(), solicited=solicited)
+
+    @staticmethod
+    def _original(completion: Completion) -> int:
+        """The original remote word an Atomic Operation's completion carries."""
+        assert completion.original is not None
+        return completion.original
 
     def _read_wr(
         self, local: ReadInto, remote_stag: int, remote_to: int, offset: int, length: int | None

@@ -21,6 +21,7 @@ registered at ``address`` covers TOs ``address .. address + length - 1``
 from __future__ import annotations
 
 import mmap
+import threading
 import weakref
 from enum import IntEnum, IntFlag
 
@@ -40,6 +41,9 @@ class Access(IntFlag):
     LOCAL_WRITE = 0x1
     REMOTE_WRITE = 0x2
     REMOTE_READ = 0x4
+    #: RFC 7306 Atomic Operations (FetchAdd, CmpSwap) on the region's
+    #: 64-bit words; needs a writable buffer.
+    REMOTE_ATOMIC = 0x8
 
 
 class AccessFault(IntEnum):
@@ -160,7 +164,7 @@ class ProtectionDomain:
         """
         base = memoryview(buffer)
         view = base if base.format == "B" and base.ndim == 1 else base.cast("B")
-        writes = Access.LOCAL_WRITE | Access.REMOTE_WRITE
+        writes = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
         if view.readonly and access & writes:
             raise LocalProtocolError("write access needs a writable buffer")
         if not fits_to_space(address, len(view)) or address > MAX_TO:
@@ -176,9 +180,12 @@ class MemoryRegistry:
     so STags 0 and 1 (the RFC 6581 RTR STags) never name a region.
     """
 
-    __slots__ = ("_key", "_next_index", "_regions")
+    __slots__ = ("_key", "_next_index", "_regions", "atomic_lock")
 
     def __init__(self) -> None:
+        #: Held by every RFC 7306 Atomic Operation's read-modify-write on a
+        #: region of this STag space (:func:`iwarp.rdmap.atomics.execute`).
+        self.atomic_lock = threading.Lock()
         self._regions: dict[int, MemoryRegion] = {}
         self._next_index = 1
         self._key = 0

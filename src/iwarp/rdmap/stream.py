@@ -19,6 +19,11 @@ What it enforces:
 * The first error in received data is answered by one Terminate carrying
   the RFC's layer, type, code and header copies (RFC 5040 §4.8, §7.1);
   later segments are dropped, work is flushed (RFC 5041 §7.1).
+* RFC 7306: FetchAdd and CmpSwap (at most ``atomic_ord`` outstanding, on
+  queue 1 with the Read Requests; the answers on queue 3), answered in
+  order with the Read Responses, each executed when its turn to be answered
+  comes (so after every earlier Read Response was generated, §5.4, §7);
+  Immediate Data (exactly 8 octets into a posted receive buffer).
 * RFC 6581: an initiator sends the negotiated RTR first (zero-length Send,
   or RDMA Write / Read with STag 1); a responder sends nothing until the
   initiator's first message, swallows an RTR, and answers a first message
@@ -32,9 +37,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from iwarp._accel import speedups
+from iwarp._accel import kernels
 from iwarp._typing import Buffer
-from iwarp.ddp.errors import DdpError, DdpTaggedCode, DdpTaggedError, DdpUntaggedCode
+from iwarp.ddp.errors import (
+    DdpError,
+    DdpTaggedCode,
+    DdpTaggedError,
+    DdpUntaggedCode,
+    DdpUntaggedError,
+)
 from iwarp.ddp.placement import (
     DdpReceiver,
     PlacedRuns,
@@ -64,6 +75,7 @@ from iwarp.errors import (
 )
 from iwarp.mpa.framing import SegmentRun, UlpduBatch
 from iwarp.mpa.wire import RtrFlags
+from iwarp.rdmap.atomics import ATOMIC_DEPTH, check_target, execute
 from iwarp.rdmap.errors import (
     LocalCatastrophicError,
     RemoteOperationCode,
@@ -81,6 +93,9 @@ from iwarp.rdmap.terminate import (
     terminate_header,
 )
 from iwarp.rdmap.wire import (
+    ATOMIC_REQUEST_SIZE,
+    ATOMIC_RESPONSE_SIZE,
+    IMMEDIATE_DATA_SIZE,
     INVALIDATE_OPCODES,
     OPCODE_QUEUE,
     OPCODE_TAGGED,
@@ -88,6 +103,8 @@ from iwarp.rdmap.wire import (
     READ_REQUEST_SIZE,
     SOLICITED_OPCODES,
     TERMINATE_CONTROL_SIZE,
+    AtomicRequest,
+    AtomicResponse,
     RdmapOpcode,
     ReadRequest,
     TerminateHeader,
@@ -95,9 +112,12 @@ from iwarp.rdmap.wire import (
     split_control,
 )
 from iwarp.rdmap.work import (
+    CompareSwapWR,
     Completion,
     CompletionStatus,
     Event,
+    FetchAddWR,
+    ImmediateWR,
     ReadWR,
     RecvWR,
     SendWR,
@@ -127,6 +147,11 @@ def _check_remote(stag: int, to: int) -> None:
         raise LocalProtocolError(f"remote STag {stag} / TO {to} out of range (32 / 64 bits)")
 
 
+def _check_word(name: str, value: int) -> None:
+    if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+        raise LocalProtocolError(f"{name} {value} is not a 64-bit unsigned value")
+
+
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
 _REMOTE_WRITE = int(Access.REMOTE_WRITE)
 _REMOTE_READ = int(Access.REMOTE_READ)
@@ -153,6 +178,9 @@ class _Work:
     #: The Read Response's L segment arrived.
     last_seen: bool = False
     status: CompletionStatus | None = None  # set when done
+    #: RFC 7306: the Atomic Request, and the original value its response brought.
+    atomic: AtomicRequest | None = None
+    original: int | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -164,12 +192,33 @@ class _Response:
 
 
 @dataclass(eq=False, slots=True)
+class _AtomicJob:
+    """An Atomic Request that passed the Responder's checks, waiting for its
+    turn among the responses to execute and be answered (RFC 7306 §5.4)."""
+
+    region: MemoryRegion
+    request: AtomicRequest
+
+
+@dataclass(eq=False, slots=True)
 class _Outgoing:
     """The message being segmented, and what finishing it means."""
 
     message: OutgoingMessage
     work: _Work | None = None
     response: bool = False
+    #: An Atomic Response (else a Read Response, when ``response``).
+    atomic: bool = False
+
+
+#: Send-queue work answered by the peer: complete when the answer arrives.
+_ANSWERED: Final = frozenset(
+    {WorkOpcode.RDMA_READ, WorkOpcode.ATOMIC_FETCH_ADD, WorkOpcode.ATOMIC_CMP_SWAP}
+)
+#: Send-queue work of RFC 7306 (segmented by RdmapStream._extension_message).
+_EXTENSION_WORK: Final = frozenset(
+    {WorkOpcode.ATOMIC_FETCH_ADD, WorkOpcode.ATOMIC_CMP_SWAP, WorkOpcode.IMMEDIATE_DATA}
+)
 
 
 def _released(stag: int, to: int, length: int, rsvdulp: int, first: bool) -> memoryview:
@@ -190,6 +239,10 @@ class RdmapStream:
         responder, the types it accepts. Empty for client-server mode.
     :param version: DDP/RDMAP version (MPA's ``params.ddp_version``): 1, or 0
         for RDMA Consortium peers.
+    :param atomic_ird: RFC 7306 Atomic Requests the peer may have
+        outstanding (queue-1 slots kept besides IRD's); 0 refuses them with
+        "Unexpected OpCode", as a stack without Atomic Operations does.
+    :param atomic_ord: Atomic Requests we may have outstanding (0: none).
     """
 
     def __init__(
@@ -202,7 +255,11 @@ class RdmapStream:
         ord: int = 1,
         rtr: RtrFlags = _NO_RTR,
         version: int = RDMAP_VERSION,
+        atomic_ird: int = ATOMIC_DEPTH,
+        atomic_ord: int = ATOMIC_DEPTH,
     ) -> None:
+        if atomic_ird < 0 or atomic_ord < 0:
+            raise LocalProtocolError("atomic_ird and atomic_ord must not be negative")
         rtr &= RtrFlags.SEND | RtrFlags.WRITE | RtrFlags.READ
         if version not in (0, 1):
             raise LocalProtocolError(f"DDP/RDMAP version {version} is not 0 or 1")
@@ -234,19 +291,45 @@ class RdmapStream:
         self._recv: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.SEND)
         self._reads: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.READ_REQUEST)
         self._terms: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.TERMINATE)
-        # One slot per Read Request that may be outstanding (IRD): Read
-        # Requests may arrive out of order, so each MSN has its own.
-        for _ in range(ird):
-            self._reads.post(memoryview(bytearray(READ_REQUEST_SIZE)), None)
+        self.atomic_ird = atomic_ird
+        self.atomic_ord = atomic_ord
+        #: Queue-1 slots hold an Atomic Request header when atomics are on.
+        self._slot_size = ATOMIC_REQUEST_SIZE if atomic_ird else READ_REQUEST_SIZE
+        # One slot per Read Request that may be outstanding (IRD), and per
+        # Atomic Request (RFC 7306 §5.2.2 rule 4): they may arrive out of
+        # order, so each MSN has its own.
+        for _ in range(ird + atomic_ird):
+            self._reads.post(memoryview(bytearray(self._slot_size)), None)
         self._terms.post(memoryview(bytearray(_TERMINATE_BUFFER)), None)
+        queues = {0: self._recv, 1: self._reads, 2: self._terms}
+        # RFC 7306 §5.2.2 rule 5: one queue-3 buffer per Atomic Request we
+        # may have outstanding.
+        self._answers: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.ATOMIC_RESPONSE)
+        if atomic_ord:
+            for _ in range(atomic_ord):
+                self._answers.post(memoryview(bytearray(ATOMIC_RESPONSE_SIZE)), None)
+            queues[QueueNumber.ATOMIC_RESPONSE] = self._answers
         self._ddp: DdpReceiver[RecvWR | None] = DdpReceiver(
-            {0: self._recv, 1: self._reads, 2: self._terms}, self._resolve_tagged, version=version
+            queues, self._resolve_tagged, version=version
         )
-        self._msn = [1, 1, 1]  # next MSN we send, per queue
+        #: Opcodes accepted, with the Tagged flag each must have (RFC 7306:
+        #: Atomic Requests only when we answer them, Responses when we ask).
+        self._opcode_tagged = {
+            op: tagged
+            for op, tagged in OPCODE_TAGGED.items()
+            if (op != RdmapOpcode.ATOMIC_REQUEST or atomic_ird)
+            and (op != RdmapOpcode.ATOMIC_RESPONSE or atomic_ord)
+        }
+        self._msn = [1, 1, 1, 1]  # next MSN we send, per queue
+        self._oaq: deque[_Work] = deque()  # Atomic Requests awaiting a response
+        self._request_id = 0  # the last Atomic Request Identifier used
+        # Read and Atomic Requests delivered, their responses not yet
+        # generated: each kind within its own limit (IRD, atomic_ird).
+        self._inbound = [0, 0]
         self._sq: deque[_Work] = deque()  # posted, not started
         self._inflight: deque[_Work] = deque()  # started, not completed
         self._orq: deque[_Work] = deque()  # Read Requests awaiting a response
-        self._irq: deque[_Response] = deque()  # Read Responses to send
+        self._irq: deque[_Response | _AtomicJob] = deque()  # responses to send, in order
         self._current: _Outgoing | None = None
         self._terminate: SegmentRun | None = None
         self._rx_tagged_opcode = -1
@@ -258,8 +341,11 @@ class RdmapStream:
 
     # -- posting (local input) ----------------------------------------------
 
-    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None:
-        """Queue a Send, RDMA Write or RDMA Read.
+    def post_send(
+        self, wr: SendWR | WriteWR | ReadWR | FetchAddWR | CompareSwapWR | ImmediateWR
+    ) -> None:
+        """Queue a Send, RDMA Write, RDMA Read, or an RFC 7306 FetchAdd,
+        CmpSwap or Immediate Data.
 
         :raises LocalProtocolError: the stream is terminated or closed, the
             local memory is not usable, or (Read) ORD is 0.
@@ -433,9 +519,16 @@ class RdmapStream:
             return False
         if self._current is not None or self._irq:
             return True
-        return bool(self._sq) and (
-            self._sq[0].opcode is not WorkOpcode.RDMA_READ or len(self._orq) < self.ord
-        )
+        return bool(self._sq) and self._may_start(self._sq[0])
+
+    def _may_start(self, work: _Work) -> bool:
+        """Whether ORD (or, for an Atomic Request, ``atomic_ord``) lets the
+        head of the send queue go now."""
+        if work.opcode is WorkOpcode.RDMA_READ:
+            return len(self._orq) < self.ord
+        if work.atomic is not None:
+            return len(self._oaq) < self.atomic_ord
+        return True
 
     @property
     def unsent(self) -> bool:
@@ -477,6 +570,10 @@ class RdmapStream:
         while limit is None or size < limit:
             current = self._current
             if current is None:
+                if out and self._irq and type(self._irq[0]) is _AtomicJob:
+                    # RFC 7306 §7: the responses before an Atomic Operation
+                    # are framed (their octets read) before it executes.
+                    break
                 current = self._current = self._next_message()
                 if current is None:
                     break
@@ -493,6 +590,8 @@ class RdmapStream:
         # Read Responses first: the peer's reads wait on them (RFC 5040 §5.5).
         if self._irq:
             response = self._irq.popleft()
+            if isinstance(response, _AtomicJob):
+                return self._atomic_answer(response)
             req = response.request
             message = OutgoingMessage.tagged(
                 response.source,
@@ -506,7 +605,12 @@ class RdmapStream:
         if not self._sq:
             return None
         work = self._sq[0]
-        if work.opcode is WorkOpcode.RDMA_READ:
+        if work.opcode in _EXTENSION_WORK:
+            extension = self._extension_message(work)
+            if extension is None:
+                return None
+            message = extension
+        elif work.opcode is WorkOpcode.RDMA_READ:
             if len(self._orq) >= self.ord:
                 return None  # ORD reached: the queue waits (RFC 5040 §6.1)
             assert work.request is not None
@@ -544,6 +648,55 @@ class RdmapStream:
         self._inflight.append(work)
         return _Outgoing(message, work=work)
 
+    # -- the send lane (iwarp.rdma.lanes) ---------------------------------------
+
+    def take_message(self, min_octets: int) -> tuple[SegmentRun, object] | None:
+        """Hand out the rest of the next message as one run, for a send lane
+        that writes it whole: the message being segmented, or else the next
+        Read Response, Send or RDMA Write when it carries at least
+        ``min_octets`` octets (Read Requests and small messages keep
+        :meth:`runs_to_send`). None: nothing was taken.
+
+        The message counts as handed to MPA, as if :meth:`runs_to_send` had
+        returned its runs, but its completion waits for
+        :meth:`message_sent` with the returned token (the lane calls it once
+        the kernel took every octet: until then the payload is still read).
+        """
+        if self.state is not StreamState.OPERATIONAL:
+            return None
+        current = self._current
+        if current is None:
+            if self._irq:
+                head = self._irq[0]
+                if isinstance(head, _AtomicJob):
+                    return None  # an Atomic Response is 12 octets: the runs' way
+                size = len(head.source)
+            elif self._sq and self._sq[0].opcode is not WorkOpcode.RDMA_READ:
+                payload = self._sq[0].payload
+                size = -1 if payload is None else len(payload)
+            else:
+                return None
+            if size < min_octets:
+                return None
+            current = self._next_message()
+            if current is None:
+                return None
+        run = current.message.rest()
+        if run is None:
+            return None
+        self._current = None
+        return run, current
+
+    def message_sent(self, token: object) -> None:
+        """Every octet of a message :meth:`take_message` handed out is with
+        TCP: complete it as :meth:`runs_to_send` would have (nothing if the
+        work was flushed meanwhile)."""
+        assert isinstance(token, _Outgoing)
+        work = token.work
+        if work is not None and work.status is not None:
+            return
+        self._complete(token)
+
     def _next_msn(self, qn: int) -> int:
         msn = self._msn[qn]
         self._msn[qn] = (msn + 1) & 0xFFFFFFFF
@@ -551,12 +704,16 @@ class RdmapStream:
 
     def _finish(self, current: _Outgoing) -> None:
         self._current = None
+        self._complete(current)
+
+    def _complete(self, current: _Outgoing) -> None:
         if current.response:
-            # The Read Request's slot on queue 1 is free again (IRD).
-            self._reads.post(memoryview(bytearray(READ_REQUEST_SIZE)), None)
+            # The Read (or Atomic) Request's slot on queue 1 is free again (IRD).
+            self._reads.post(memoryview(bytearray(self._slot_size)), None)
+            self._inbound[current.atomic] -= 1
             return
         work = current.work
-        if work is not None and work.opcode is not WorkOpcode.RDMA_READ:
+        if work is not None and work.opcode not in _ANSWERED:
             assert work.payload is not None
             self._done(work, CompletionStatus.SUCCESS, len(work.payload))
 
@@ -568,7 +725,20 @@ class RdmapStream:
             head = inflight.popleft()
             if not head.internal:
                 assert head.status is not None
-                self._events.append(Completion(head.wr_id, head.opcode, head.status, head.received))
+                if head.original is None:
+                    self._events.append(
+                        Completion(head.wr_id, head.opcode, head.status, head.received)
+                    )
+                else:
+                    self._events.append(
+                        Completion(
+                            head.wr_id,
+                            head.opcode,
+                            head.status,
+                            head.received,
+                            original=head.original,
+                        )
+                    )
 
     # -- receiving ------------------------------------------------------------
 
@@ -586,13 +756,13 @@ class RdmapStream:
     def handle_batch(self, batch: UlpduBatch) -> list[Event]:
         """Process the ULPDUs of one receive, in order; return the events.
 
-        The same as :meth:`handle_ulpdu` for each ULPDU of ``batch``. With
-        the C accelerator, runs of segments that continue one RDMA Write
-        (or one Send) are validated once for the whole run (STag, rights,
-        bounds: the union of in-bounds ranges is in bounds) and copied in
-        one call; anything else, and any run whose check fails, goes
-        segment by segment, so errors are found and reported exactly as
-        there.
+        The same as :meth:`handle_ulpdu` for each ULPDU of ``batch``. Runs
+        of segments that continue one RDMA Write (or one Send) are
+        validated once for the whole run (STag, rights, bounds: the union
+        of in-bounds ranges is in bounds) and copied in one kernel call
+        (``segment_run``, ``place_run``); anything else, and any run whose
+        check fails, goes segment by segment, so errors are found and
+        reported exactly as there.
         """
         for view in batch.views:
             self._handle(view)
@@ -640,10 +810,9 @@ class RdmapStream:
         """Place the run of RDMA Write or Send segments starting at record
         ``index`` with one decision; returns the segments placed (0: none,
         the caller goes segment by segment)."""
-        kernels = speedups
         at = records[2 * index]
         n = records[2 * index + 1]
-        if kernels is None or n <= TAGGED_HEADER_SIZE:
+        if n <= TAGGED_HEADER_SIZE:
             return 0
         control = buffer[at]
         ddp = self._ddp
@@ -878,7 +1047,10 @@ class RdmapStream:
             self._deliver(message, split_control(message.rsvdulp)[1])
 
     def _deliver(self, segment: UntaggedSegment[RecvWR | None], opcode: int) -> None:
-        if opcode == RdmapOpcode.RDMA_READ_REQUEST:
+        if opcode > RdmapOpcode.TERMINATE:
+            self._deliver_extension(segment, opcode)
+        elif opcode == RdmapOpcode.RDMA_READ_REQUEST:
+            self._count_inbound(segment, 0, self.ird)
             self._read_request(segment)
         elif opcode == RdmapOpcode.TERMINATE:
             self._terminate_received(segment)
@@ -894,7 +1066,7 @@ class RdmapStream:
                 RemoteOperationCode.INVALID_VERSION, f"RDMAP version {version}"
             )
         tagged = bool(view[0] & TAGGED_FLAG)
-        if opcode > RdmapOpcode.TERMINATE or OPCODE_TAGGED[opcode] != tagged:
+        if self._opcode_tagged.get(opcode) is not tagged:
             raise RemoteOperationError(
                 RemoteOperationCode.UNEXPECTED_OPCODE,
                 f"opcode {opcode:#x} in a {'tagged' if tagged else 'untagged'} segment",
@@ -905,6 +1077,9 @@ class RdmapStream:
                 raise RemoteOperationError(
                     RemoteOperationCode.UNEXPECTED_OPCODE, f"opcode {opcode} on queue {qn}"
                 )
+            if qn == QueueNumber.ATOMIC_RESPONSE and opcode != RdmapOpcode.ATOMIC_RESPONSE:
+                # Queue 3 exists for Atomic Responses only (RFC 7306 §5.2.2 rule 3).
+                raise DdpUntaggedError(DdpUntaggedCode.INVALID_QN, f"opcode {opcode} on queue 3")
         return opcode
 
     def _resolve_tagged(
@@ -982,7 +1157,7 @@ class RdmapStream:
                 RemoteOperationCode.CATASTROPHIC_STREAM,
                 f"RDMA Read Request of {segment.message_length} octets, not {READ_REQUEST_SIZE}",
             )
-        raw = bytes(segment.buffer.view)
+        raw = bytes(segment.buffer.view[:READ_REQUEST_SIZE])  # slots may be longer (atomics)
         req = ReadRequest.unpack_from(raw)
         if req.size == 0:
             # RFC 5040 §5.2.1: no STag check, a zero-length response.
@@ -1044,6 +1219,187 @@ class RdmapStream:
         self._events.append(TerminateReceived(header))
         self._flush(remote_status(header) if about_read(header) else CompletionStatus.FLUSHED)
 
+    # -- RFC 7306: Atomic Operations and Immediate Data ------------------------
+
+    def _atomic_work(self, wr: FetchAddWR | CompareSwapWR) -> _Work:
+        _check_remote(wr.remote_stag, wr.remote_to)
+        if self.atomic_ord < 1:
+            raise LocalProtocolError("atomic_ord is 0: Atomic Operations are off on this stream")
+        self._request_id = (self._request_id + 1) & 0xFFFFFFFF
+        if isinstance(wr, FetchAddWR):
+            for name, value in (("add", wr.add), ("mask", wr.mask)):
+                _check_word(name, value)
+            request = AtomicRequest.fetch_add(
+                self._request_id, wr.remote_stag, wr.remote_to, wr.add, wr.mask
+            )
+            opcode = WorkOpcode.ATOMIC_FETCH_ADD
+        else:
+            for name, value in (
+                ("compare", wr.compare),
+                ("swap", wr.swap),
+                ("compare_mask", wr.compare_mask),
+                ("swap_mask", wr.swap_mask),
+            ):
+                _check_word(name, value)
+            request = AtomicRequest.cmp_swap(
+                self._request_id,
+                wr.remote_stag,
+                wr.remote_to,
+                wr.compare,
+                wr.swap,
+                compare_mask=wr.compare_mask,
+                swap_mask=wr.swap_mask,
+            )
+            opcode = WorkOpcode.ATOMIC_CMP_SWAP
+        work = _Work(opcode, wr.wr_id, atomic=request)
+        work.remote_stag, work.remote_to = wr.remote_stag, wr.remote_to
+        return work
+
+    def _immediate_work(self, wr: ImmediateWR) -> _Work:
+        payload = memoryview(bytes(wr.data))
+        if len(payload) != IMMEDIATE_DATA_SIZE:
+            raise LocalProtocolError(
+                f"Immediate Data is exactly 8 octets, not {len(payload)} (RFC 7306 §6.3)"
+            )
+        opcode = RdmapOpcode.IMMEDIATE_DATA_WITH_SE if wr.solicited else RdmapOpcode.IMMEDIATE_DATA
+        return _Work(
+            WorkOpcode.IMMEDIATE_DATA, wr.wr_id, payload=payload, rdmap=self._control[opcode]
+        )
+
+    def _extension_message(self, work: _Work) -> OutgoingMessage | None:
+        """The message of RFC 7306 send-queue work; None while ``atomic_ord``
+        Atomic Requests are outstanding (the queue waits, in order)."""
+        if work.atomic is None:
+            assert work.payload is not None
+            return OutgoingMessage.untagged(
+                work.payload,
+                qn=QueueNumber.SEND,
+                msn=self._next_msn(QueueNumber.SEND),
+                rsvdulp=work.rdmap,
+                mulpdu=self.mulpdu,
+                version=self.version,
+            )
+        if len(self._oaq) >= self.atomic_ord:
+            return None
+        self._oaq.append(work)
+        return OutgoingMessage.untagged(
+            work.atomic.pack(),
+            qn=QueueNumber.READ_REQUEST,  # RFC 7306 §5.2.1 rule 5
+            msn=self._next_msn(QueueNumber.READ_REQUEST),
+            rsvdulp=self._control[RdmapOpcode.ATOMIC_REQUEST],
+            mulpdu=self.mulpdu,
+            version=self.version,
+        )
+
+    def _atomic_answer(self, job: _AtomicJob) -> _Outgoing | None:
+        """Execute an Atomic Request whose turn came (every earlier response
+        was generated: RFC 7306 §5.4 rule 8, §7) and build its response."""
+        try:
+            original = execute(job.region, job.request)
+        except LocalCatastrophicError as exc:
+            self._fail(exc, memoryview(b""))
+            return None
+        message = OutgoingMessage.untagged(
+            AtomicResponse(job.request.request_id, original).pack(),
+            qn=QueueNumber.ATOMIC_RESPONSE,  # RFC 7306 §5.2.2 rule 3
+            msn=self._next_msn(QueueNumber.ATOMIC_RESPONSE),
+            rsvdulp=self._control[RdmapOpcode.ATOMIC_RESPONSE],
+            version=self.version,
+            mulpdu=self.mulpdu,
+        )
+        return _Outgoing(message, response=True, atomic=True)
+
+    def _oldest_answered(self) -> _Work | None:
+        """The oldest Read or Atomic Request awaiting its answer: the one a
+        received Terminate about queue 1 reports (the peer answers queue 1 in
+        order, so every older request was answered before it)."""
+        read = self._orq[0] if self._orq else None
+        atomic = self._oaq[0] if self._oaq else None
+        if read is None or atomic is None:
+            return read or atomic
+        for work in self._inflight:
+            if work is read or work is atomic:
+                return work
+        return read
+
+    def _count_inbound(
+        self, segment: UntaggedSegment[RecvWR | None], kind: int, limit: int
+    ) -> None:
+        """One more Read (``kind`` 0) or Atomic (1) Request delivered: beyond
+        its limit, queue 1 has no buffer for it (as when the slots are IRD's
+        only, RFC 5041 §7.1 check 2)."""
+        self._inbound[kind] += 1
+        if self._inbound[kind] > limit:
+            raise DdpUntaggedError(
+                DdpUntaggedCode.NO_BUFFER,
+                f"no buffer on queue 1 for MSN {segment.msn}: "
+                f"{self._inbound[kind]} {'Atomic' if kind else 'Read'} Requests outstanding",
+            )
+
+    def _deliver_extension(self, segment: UntaggedSegment[RecvWR | None], opcode: int) -> None:
+        length = segment.message_length
+        assert length is not None
+        if opcode == RdmapOpcode.ATOMIC_REQUEST:
+            self._count_inbound(segment, 1, self.atomic_ird)
+            if length != ATOMIC_REQUEST_SIZE:
+                raise RemoteOperationError(
+                    RemoteOperationCode.CATASTROPHIC_STREAM,
+                    f"Atomic Request of {length} octets, not {ATOMIC_REQUEST_SIZE}",
+                )
+            request = AtomicRequest.unpack_from(segment.buffer.view)
+            # RFC 7306 §5.4 rule 3: checked now it is Delivered; executed
+            # when its response's turn comes.
+            self._irq.append(_AtomicJob(check_target(self.pd, request), request))
+        elif opcode == RdmapOpcode.ATOMIC_RESPONSE:
+            self._answers.post(memoryview(bytearray(ATOMIC_RESPONSE_SIZE)), None)
+            if length != ATOMIC_RESPONSE_SIZE:
+                raise RemoteOperationError(
+                    RemoteOperationCode.CATASTROPHIC_STREAM,
+                    f"Atomic Response of {length} octets, not {ATOMIC_RESPONSE_SIZE}",
+                )
+            response = AtomicResponse.unpack_from(segment.buffer.view)
+            work = self._oaq[0] if self._oaq else None
+            if work is None or work.atomic is None:
+                raise RemoteOperationError(
+                    RemoteOperationCode.UNEXPECTED_OPCODE,
+                    "Atomic Response without an Atomic Request",
+                )
+            if response.request_id != work.atomic.request_id:
+                raise RemoteOperationError(
+                    RemoteOperationCode.CATASTROPHIC_STREAM,
+                    f"Atomic Response to request {response.request_id:#x}, "
+                    f"the oldest outstanding is {work.atomic.request_id:#x}",
+                )
+            self._oaq.popleft()
+            work.original = response.original
+            self._done(work, CompletionStatus.SUCCESS, IMMEDIATE_DATA_SIZE)
+        else:
+            self._immediate_received(segment, opcode)
+
+    def _immediate_received(self, segment: UntaggedSegment[RecvWR | None], opcode: int) -> None:
+        """Immediate Data in a receive buffer: exactly 8 octets (RFC 7306 §6.3)."""
+        wr = segment.buffer.context
+        length = segment.message_length
+        assert wr is not None and length is not None
+        if length != IMMEDIATE_DATA_SIZE:
+            self._events.append(
+                Completion(wr.wr_id, WorkOpcode.RECV, CompletionStatus.LOCAL_LENGTH_ERROR, length)
+            )
+            raise RemoteOperationError(
+                RemoteOperationCode.CATASTROPHIC_STREAM,
+                f"Immediate Data of {length} octets, not {IMMEDIATE_DATA_SIZE} (RFC 7306 §6.3)",
+            )
+        self._events.append(
+            Completion(
+                wr.wr_id,
+                WorkOpcode.RECV,
+                CompletionStatus.SUCCESS,
+                length,
+                solicited=opcode in SOLICITED_OPCODES,
+                immediate=bytes(segment.buffer.view[:IMMEDIATE_DATA_SIZE]),
+            )
+        )
+
     # -- errors ---------------------------------------------------------------
 
     def _fail(self, exc: RemoteProtocolError, view: memoryview) -> None:
@@ -1087,7 +1443,7 @@ class RdmapStream:
         send work a Terminate can be about once Sends and Writes went out),
         ``recv_status`` to the oldest receive; the rest is ``FLUSHED``.
         """
-        culprit = self._orq[0] if self._orq else None
+        culprit = self._oldest_answered()
         for work in list(self._inflight):
             if work.status is None:
                 status = send_status if work is culprit else CompletionStatus.FLUSHED
@@ -1097,6 +1453,7 @@ class RdmapStream:
             if not work.internal:
                 self._events.append(Completion(work.wr_id, work.opcode, CompletionStatus.FLUSHED))
         self._orq.clear()
+        self._oaq.clear()
         self._irq.clear()
         status = recv_status
         while self._recv.buffers:
@@ -1151,4 +1508,7 @@ _SEND_QUEUE_WORK: Final[dict[type, Callable[[RdmapStream, Any], _Work]]] = {
     SendWR: RdmapStream._send_work,
     WriteWR: RdmapStream._write_work,
     ReadWR: RdmapStream._read_work,
+    FetchAddWR: RdmapStream._atomic_work,
+    CompareSwapWR: RdmapStream._atomic_work,
+    ImmediateWR: RdmapStream._immediate_work,
 }

@@ -4,7 +4,10 @@ RDMAP rides in DDP's reserved-for-ULP fields: the first RsvdULP octet is
 the RDMAP control field ``RV(2) Rsv(2) Opcode(4)`` (RFC 5040 §4.1 Figure
 3); for Send with Invalidate the next four untagged RsvdULP octets carry
 the Invalidate STag. Two messages add a header after the DDP header: the
-RDMA Read Request (§4.4, 28 octets) and the Terminate (§4.8).
+RDMA Read Request (§4.4, 28 octets) and the Terminate (§4.8). RFC 7306
+adds four messages: Immediate Data (with or without Solicited Event, an
+8-octet header on queue 0), the Atomic Request (a 52-octet header on queue
+1) and the Atomic Response (a 12-octet header on queue 3).
 
 :func:`describe_ulpdu` decodes any ULPDU into a plain dict without checking
 state or raising, for the capture analyzer and for debugging.
@@ -30,12 +33,21 @@ from iwarp.ddp.wire import (
 )
 
 __all__ = [
+    "ATOMIC_REQUEST",
+    "ATOMIC_REQUEST_SIZE",
+    "ATOMIC_RESPONSE",
+    "ATOMIC_RESPONSE_SIZE",
+    "IMMEDIATE_DATA_SIZE",
+    "NO_MASK",
     "OPCODE_QUEUE",
     "OPCODE_TAGGED",
     "RDMAP_VERSION",
     "READ_REQUEST",
     "READ_REQUEST_SIZE",
     "TERMINATE_CONTROL",
+    "AtomicOpcode",
+    "AtomicRequest",
+    "AtomicResponse",
     "HeaderControl",
     "RdmapOpcode",
     "ReadRequest",
@@ -58,8 +70,7 @@ _OPCODE_MASK: Final = 0x0F
 class RdmapOpcode(IntEnum):
     """RDMA message opcodes: RFC 5040 §4.1 Figure 4 (0-7), RFC 7306 (8-11).
 
-    This implementation sends and accepts 0-7 only; 8-11 are named so that
-    captures of RFC 7306 peers decode.
+    8-11 are the RFC 7306 extensions (§4.1 Figure 2, §10).
     """
 
     RDMA_WRITE = 0x0
@@ -70,7 +81,7 @@ class RdmapOpcode(IntEnum):
     SEND_WITH_SE = 0x5
     SEND_WITH_SE_AND_INVALIDATE = 0x6
     TERMINATE = 0x7
-    #: RFC 7306 §5.1.
+    #: RFC 7306 §6.
     IMMEDIATE_DATA = 0x8
     IMMEDIATE_DATA_WITH_SE = 0x9
     #: RFC 7306 §5.2.
@@ -114,7 +125,15 @@ INVALIDATE_OPCODES: Final = frozenset(
 )
 #: Opcodes asking for a Solicited Event at the data sink (RFC 5040 §5.3).
 SOLICITED_OPCODES: Final = frozenset(
-    {RdmapOpcode.SEND_WITH_SE, RdmapOpcode.SEND_WITH_SE_AND_INVALIDATE}
+    {
+        RdmapOpcode.SEND_WITH_SE,
+        RdmapOpcode.SEND_WITH_SE_AND_INVALIDATE,
+        RdmapOpcode.IMMEDIATE_DATA_WITH_SE,
+    }
+)
+#: Immediate Data messages (RFC 7306 §6): Send-like, exactly 8 octets.
+IMMEDIATE_OPCODES: Final = frozenset(
+    {RdmapOpcode.IMMEDIATE_DATA, RdmapOpcode.IMMEDIATE_DATA_WITH_SE}
 )
 
 
@@ -163,6 +182,121 @@ class ReadRequest:
             self.src_stag,
             self.src_to + done,
         )
+
+
+# --- RFC 7306 extensions: Atomic Request / Response, Immediate Data ---------
+
+
+class AtomicOpcode(IntEnum):
+    """AOpCode, the Atomic Operation Code (RFC 7306 §5.2.1 Figure 5, §10.1).
+
+    0x1 is reserved; all others are unassigned.
+    """
+
+    FETCH_ADD = 0x0
+    CMP_SWAP = 0x2
+
+
+#: A mask of all ones: what FetchAdd sends as Compare Mask (RFC 7306 §5.2.1).
+NO_MASK: Final = 0xFFFFFFFFFFFFFFFF
+_AOPCODE_MASK: Final = 0xF
+_ATOMIC_CODES: Final = frozenset(int(code) for code in AtomicOpcode)
+
+#: Reserved(28) AOpCode(4) | Request Identifier(32) | Remote STag(32) |
+#: Remote TO(64) | Add or Swap Data(64) | Add or Swap Mask(64) |
+#: Compare Data(64) | Compare Mask(64): RFC 7306 §5.2.1 Figure 4.
+ATOMIC_REQUEST: Final = struct.Struct(">IIIQQQQQ")
+ATOMIC_REQUEST_SIZE: Final = ATOMIC_REQUEST.size  # 52
+
+#: Original Request Identifier(32) | Original Remote Data Value(64): RFC 7306
+#: §5.2.2 Figure 6. (§4 calls this header 32 octets long; its figure, and
+#: Appendix A.2, show these 12.)
+ATOMIC_RESPONSE: Final = struct.Struct(">IQ")
+ATOMIC_RESPONSE_SIZE: Final = ATOMIC_RESPONSE.size  # 12
+
+#: The Immediate Data header: 8 octets of data (RFC 7306 §6.2 Figure 7).
+IMMEDIATE_DATA_SIZE: Final = 8
+
+
+@dataclass(frozen=True, slots=True)
+class AtomicRequest:
+    """The Atomic Operation Request header (RFC 7306 §5.2.1).
+
+    ``aopcode`` is kept as received (an unsupported one is the Responder's
+    error, RFC 7306 §5.2.1 rule 4); ``reserved`` is the 28-bit field, sent
+    as zero and ignored on receipt.
+    """
+
+    aopcode: int
+    request_id: int
+    stag: int
+    to: int
+    data: int
+    mask: int
+    compare: int = 0
+    compare_mask: int = NO_MASK
+    reserved: int = 0
+
+    def pack(self) -> bytes:
+        return ATOMIC_REQUEST.pack(
+            ((self.reserved << 4) | (self.aopcode & _AOPCODE_MASK)) & 0xFFFFFFFF,
+            self.request_id,
+            self.stag,
+            self.to,
+            self.data,
+            self.mask,
+            self.compare,
+            self.compare_mask,
+        )
+
+    @classmethod
+    def unpack_from(cls, data: Buffer, offset: int = 0) -> AtomicRequest:
+        first, rid, stag, to, value, mask, compare, compare_mask = ATOMIC_REQUEST.unpack_from(
+            data, offset
+        )
+        return cls(
+            first & _AOPCODE_MASK, rid, stag, to, value, mask, compare, compare_mask, first >> 4
+        )
+
+    @classmethod
+    def fetch_add(
+        cls, request_id: int, stag: int, to: int, add: int, mask: int = 0
+    ) -> AtomicRequest:
+        """A FetchAdd: Compare Data 0 and Compare Mask all ones, as §5.2.1 asks."""
+        return cls(AtomicOpcode.FETCH_ADD, request_id, stag, to, add, mask, 0, NO_MASK)
+
+    @classmethod
+    def cmp_swap(
+        cls,
+        request_id: int,
+        stag: int,
+        to: int,
+        compare: int,
+        swap: int,
+        *,
+        compare_mask: int = NO_MASK,
+        swap_mask: int = NO_MASK,
+    ) -> AtomicRequest:
+        """A CmpSwap of the bits of ``swap_mask`` when the bits of
+        ``compare_mask`` equal ``compare``."""
+        return cls(
+            AtomicOpcode.CMP_SWAP, request_id, stag, to, swap, swap_mask, compare, compare_mask
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AtomicResponse:
+    """The Atomic Operation Response header (RFC 7306 §5.2.2)."""
+
+    request_id: int
+    original: int
+
+    def pack(self) -> bytes:
+        return ATOMIC_RESPONSE.pack(self.request_id, self.original)
+
+    @classmethod
+    def unpack_from(cls, data: Buffer, offset: int = 0) -> AtomicResponse:
+        return cls(*ATOMIC_RESPONSE.unpack_from(data, offset))
 
 
 # --- Terminate header (RFC 5040 §4.8, Figures 7 and 8) -----------------------
@@ -355,6 +489,39 @@ def describe_ulpdu(ulpdu: Buffer) -> dict[str, object]:
             }
         else:
             problems.append("truncated RDMA Read Request header")
+    elif opcode == RdmapOpcode.ATOMIC_REQUEST and mo == 0:
+        if len(data) >= body + ATOMIC_REQUEST_SIZE:
+            atomic = AtomicRequest.unpack_from(data, body)
+            out["atomic_request"] = {
+                "aopcode": atomic.aopcode,
+                "request_id": atomic.request_id,
+                "stag": atomic.stag,
+                "to": atomic.to,
+                "data": atomic.data,
+                "mask": atomic.mask,
+                "compare": atomic.compare,
+                "compare_mask": atomic.compare_mask,
+            }
+            if atomic.aopcode not in _ATOMIC_CODES:
+                problems.append(f"unsupported atomic operation code {atomic.aopcode:#x}")
+            if atomic.to % 8:
+                problems.append(f"atomic target TO {atomic.to:#x} is not 64-bit aligned")
+        else:
+            problems.append("truncated Atomic Request header")
+    elif opcode == RdmapOpcode.ATOMIC_RESPONSE and mo == 0:
+        if len(data) >= body + ATOMIC_RESPONSE_SIZE:
+            response = AtomicResponse.unpack_from(data, body)
+            out["atomic_response"] = {
+                "request_id": response.request_id,
+                "original": response.original,
+            }
+        else:
+            problems.append("truncated Atomic Response header")
+    elif opcode in IMMEDIATE_OPCODES and mo == 0:
+        if len(data) - body != IMMEDIATE_DATA_SIZE:
+            problems.append(f"Immediate Data of {len(data) - body} octets, not 8")
+        if len(data) >= body + IMMEDIATE_DATA_SIZE:
+            out["immediate_data"] = bytes(data[body : body + IMMEDIATE_DATA_SIZE]).hex()
     elif opcode == RdmapOpcode.TERMINATE and mo == 0:
         if len(data) >= body + TERMINATE_CONTROL_SIZE:
             term = TerminateHeader.unpack_from(data, body)

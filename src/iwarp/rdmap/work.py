@@ -2,7 +2,10 @@
 
 Work requests name local memory by :class:`Sge` (a registered region, an
 offset and a length), as verbs does by lkey/address/length; a Send or an
-RDMA Write may also take plain bytes as its source.
+RDMA Write may also take plain bytes as its source. RFC 7306 adds
+:class:`FetchAddWR` and :class:`CompareSwapWR` (Atomic Operations, their
+completion carrying the original remote value) and :class:`ImmediateWR`
+(8 octets into the peer's next receive buffer, whose completion says so).
 """
 
 from __future__ import annotations
@@ -17,11 +20,16 @@ from iwarp.rdmap.memory import MemoryRegion
 from iwarp.rdmap.wire import TerminateHeader
 
 __all__ = [
+    "CompareSwapWR",
     "Completion",
     "CompletionStatus",
     "Event",
+    "FetchAddWR",
+    "ImmediateData",
+    "ImmediateWR",
     "ReadWR",
     "RecvWR",
+    "SendQueueWR",
     "SendWR",
     "Sge",
     "StreamReady",
@@ -87,6 +95,56 @@ class ReadWR:
 
 
 @dataclass(frozen=True, slots=True)
+class FetchAddWR:
+    """RFC 7306 FetchAdd: add ``add`` to the 64-bit big-endian word at
+    (``remote_stag``, ``remote_to``), a 64-bit aligned TO; each bit set in
+    ``mask`` ends a field whose carry out is dropped (0: one 64-bit sum).
+    The completion's ``original`` is the word before the addition."""
+
+    remote_stag: int
+    remote_to: int
+    add: int
+    mask: int = 0
+    wr_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CompareSwapWR:
+    """RFC 7306 CmpSwap: where the ``compare_mask`` bits of the remote word
+    equal those of ``compare``, its ``swap_mask`` bits take those of
+    ``swap``. The completion's ``original`` is the word before."""
+
+    remote_stag: int
+    remote_to: int
+    compare: int
+    swap: int
+    compare_mask: int = 0xFFFFFFFFFFFFFFFF
+    swap_mask: int = 0xFFFFFFFFFFFFFFFF
+    wr_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ImmediateWR:
+    """RFC 7306 Immediate Data: exactly 8 octets into the peer's next
+    receive buffer (``solicited``: Immediate Data with Solicited Event)."""
+
+    data: bytes
+    wr_id: int = 0
+    solicited: bool = False
+
+
+#: Every work request of the send queue.
+SendQueueWR: TypeAlias = "SendWR | WriteWR | ReadWR | FetchAddWR | CompareSwapWR | ImmediateWR"
+
+
+class ImmediateData(bytes):
+    """The 8 octets of an RFC 7306 Immediate Data message, as a receive pool
+    hands them out (``receive()``): ``bytes`` that say how they arrived."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RecvWR:
     """A receive buffer for one incoming Send."""
 
@@ -101,6 +159,11 @@ class WorkOpcode(Enum):
     RDMA_WRITE = "rdma_write"
     RDMA_READ = "rdma_read"
     RECV = "recv"
+    #: RFC 7306 (verbs' IBV_WC_FETCH_ADD, IBV_WC_COMP_SWAP).
+    ATOMIC_FETCH_ADD = "atomic_fetch_add"
+    ATOMIC_CMP_SWAP = "atomic_cmp_swap"
+    #: RFC 7306 Immediate Data sent (received ones complete as RECV).
+    IMMEDIATE_DATA = "immediate_data"
 
 
 class CompletionStatus(Enum):
@@ -134,8 +197,12 @@ class Completion(NamedTuple):
     byte_len: int = 0
     #: RECV of a Send with Invalidate: the local STag the peer invalidated.
     invalidated_stag: int | None = None
-    #: RECV of a Send with Solicited Event.
+    #: RECV of a Send (or Immediate Data) with Solicited Event.
     solicited: bool = False
+    #: RECV of RFC 7306 Immediate Data: its 8 octets (None for a Send).
+    immediate: bytes | None = None
+    #: An RFC 7306 Atomic Operation: the remote word's original value.
+    original: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -32,6 +32,8 @@ from typing import Any, Final, Protocol, Self, TypeAlias
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
 from iwarp.errors import IwarpError, LocalProtocolError
+from iwarp.rdma import lanes
+from iwarp.rdma.lanes import LaneState, SendLane
 from iwarp.sockets import RECEIVE_CHUNK, listening_socket, send_chunks, tcp_setup
 
 __all__ = [
@@ -214,6 +216,16 @@ class Driver:
         self._tap = _tap_factories[-1](sock) if _tap_factories else None
         #: Seconds :meth:`wait` polls before it sleeps (:data:`BUSY_POLL`).
         self.busy_poll = BUSY_POLL
+        #: The core's send lanes (large messages written by one C call,
+        #: :mod:`iwarp.rdma.lanes`); None: everything goes through
+        #: ``data_to_send`` (no accelerator, a core without lanes, or a tap,
+        #: which must see every octet).
+        take_lane: Callable[[], SendLane | None] | None = getattr(core, "take_lane", None)
+        self._take_lane = take_lane if lanes.ACTIVE and self._tap is None else None
+        self._lane_sent: Callable[[SendLane], None] = getattr(core, "lane_sent", _no_lane)
+        #: The message being written by its lane, ahead of ``_out``.
+        self._lane: SendLane | None = None
+        self._lane_state = LaneState.DONE
 
     # -- state ------------------------------------------------------------------
 
@@ -225,7 +237,7 @@ class Driver:
     @property
     def unsent(self) -> bool:
         """Octets wait for room in the kernel's send buffer."""
-        return bool(self._out)
+        return bool(self._out) or self._lane is not None
 
     def fileno(self) -> int:
         return self._fd
@@ -241,8 +253,15 @@ class Driver:
         """
         core = self.core
         while True:
+            if self._lane is not None and not self._pump_lane(0):
+                return  # the kernel is full: wait for room (wait() does, in C)
             if self._out and not self._send_pending():
                 return  # the kernel is full: poll for POLLOUT
+            if self._take_lane is not None and self.sock is not None:
+                lane = self._take_lane()
+                if lane is not None:
+                    self._lane = lane
+                    continue
             chunks = core.data_to_send()
             if chunks and self.sock is not None:  # else nowhere to go: the connection is gone
                 # Octets first, then the events they caused (completions): the
@@ -264,7 +283,7 @@ class Driver:
         """Octets the core handed out directly, ahead of its next
         ``data_to_send``: sent now, as far as the kernel takes them, behind
         whatever waits (dropped when the socket is closed)."""
-        if self._out:
+        if self._out or self._lane is not None:
             self._out.append(data)
         elif self.sock is not None:
             self._send([data])
@@ -278,6 +297,32 @@ class Driver:
             self._lost(exc)
             return
         self._out.extend(left)
+
+    def _pump_lane(self, wait_ms: int, watch_input: bool = False) -> bool:
+        """Write on the message of the lane; True once it is all out (and
+        its completion dispatched) or the connection failed. Waits for room
+        as :meth:`SendLane.pump <iwarp.rdma.lanes.SendLane.pump>` says."""
+        lane = self._lane
+        assert lane is not None
+        if self.sock is None:
+            self._lane = None
+            return True
+        try:
+            state = lane.pump(self._fd, wait_ms=wait_ms, watch_input=watch_input)
+        except OSError as exc:
+            self._lane = None
+            self._lost(exc)
+            return True
+        self._lane_state = state
+        if state is not LaneState.DONE:
+            return False
+        self._lane = None
+        core = self.core
+        self._lane_sent(lane)
+        events = core.take_events()
+        if events:
+            self._dispatch(events)
+        return True
 
     def _send_pending(self) -> bool:
         """Retry what waits; True when all of it went out."""
@@ -329,6 +374,7 @@ class Driver:
         self.error = exc
         self.eof = True
         self._out.clear()
+        self._lane = None
         events = self.core.connection_lost(clock(), f"TCP connection lost: {exc}")
         self._close_socket()
         if events:
@@ -343,7 +389,7 @@ class Driver:
         mask = 0
         if self.reading and not self.eof:
             mask |= _POLLIN
-        if self._out:
+        if self._out or self._lane is not None:
             mask |= _POLLOUT
         return mask
 
@@ -357,7 +403,9 @@ class Driver:
         """Send what the input caused (a Reply, a Read Response, a close):
         most received messages cause nothing to send, and the core says so."""
         core = self.core
-        if self.sock is not None and (self._out or core.has_data_to_send or core.must_close):
+        if self.sock is not None and (
+            self._out or self._lane is not None or core.has_data_to_send or core.must_close
+        ):
             self.flush()
 
     def run_timer(self) -> None:
@@ -379,15 +427,26 @@ class Driver:
             mask = 0
         else:
             mask = _POLLIN if self.reading and not self.eof else 0
-            if self._out:
+            if self._out or self._lane is not None:
                 mask |= _POLLOUT
         timer = self.core.get_timer()
         if not mask and timer is None:
             return False
+        wake = timer if deadline is None or (timer is not None and timer < deadline) else deadline
+        if self._lane is not None and self.sock is not None:
+            # A message on its lane: the wait for room is the C call's own
+            # (without the GIL), which also ends when input arrives.
+            wait_ms = -1 if wake is None else max(math.ceil((wake - clock()) * 1000.0), 0)
+            done = self._pump_lane(wait_ms, bool(mask & _POLLIN))
+            if not done and self._lane_state is LaneState.INPUT:
+                self._read()
+            self._answer()
+            if timer is not None:
+                self.run_timer()
+            return True
         if mask != self._mask:
             self._mask = mask
             self._poll.modify(self._fd, mask)
-        wake = timer if deadline is None or (timer is not None and timer < deadline) else deadline
         if mask == _POLLIN and self.busy_poll > 0 and self._spin_read(wake):
             self._answer()
         else:
@@ -535,6 +594,10 @@ def _sleep_until(wake: float | None) -> list[tuple[int, int]]:
     if wake is not None:
         time.sleep(max(wake - clock(), 0.0))
     return []
+
+
+def _no_lane(lane: SendLane) -> None:
+    """Stands in for ``lane_sent`` of a core without lanes (never called)."""
 
 
 def _tap_sent(tap: Tap, batch: list[Buffer], sent: int) -> None:

@@ -1,0 +1,280 @@
+"""RFC 7306 verbs on both adapters, over loopback: a shared counter several
+clients increment with fetch_add, a lock taken with compare_swap, Immediate
+Data, the support probe. Every client kind against every server kind."""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import iwarp.rdma.connection
+from adapters.sides import Adapter, Side
+from iwarp.asyncio.rdma import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
+from iwarp.errors import LocalProtocolError
+from iwarp.rdmap.memory import Access, ProtectionDomain
+from iwarp.rdmap.stream import RdmapStream
+from iwarp.rdmap.work import (
+    CompletionStatus,
+    FetchAddWR,
+    ImmediateData,
+    RecvWR,
+    Sge,
+    WorkOpcode,
+)
+
+WORD = struct.Struct(">Q")
+SHARED = Access.LOCAL_WRITE | Access.REMOTE_ATOMIC | Access.REMOTE_READ | Access.REMOTE_WRITE
+CLIENTS = 3
+ROUNDS = 25
+#: Most attempts a client makes to take the lock in one round (bounded).
+TRIES = 20_000
+
+
+def until_done(qp: Side) -> None:
+    """A server handler: serve the atomics until the client says it is done."""
+    assert qp.receive() == b"done"
+
+
+def run_clients(
+    client: Adapter, ports: list[int], body: Callable[[Side, int], None]
+) -> list[BaseException]:
+    """``body(qp, index)`` for one client per port, each in a thread of its own."""
+    errors: list[BaseException] = []
+    sides = [client.connect(port) for port in ports]
+
+    def run(qp: Side, index: int) -> None:
+        try:
+            body(qp, index)
+            qp.send(b"done")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=run, args=(qp, i), daemon=True) for i, qp in enumerate(sides)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+        assert not thread.is_alive(), "a client hung"
+    for qp in sides:
+        qp.close()
+    return errors
+
+
+def serve_all(server: Adapter, pd: ProtectionDomain, count: int) -> list[int]:
+    """One server connection per client, all in one protection domain (one STag space)."""
+    return [server.serve(until_done, pd=pd, receive_buffers=1) for _ in range(count)]
+
+
+def test_clients_incrementing_one_counter_lose_nothing(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+    pd = ProtectionDomain()
+    memory = bytearray(16)
+    counter = pd.register(memory, SHARED, address=0x1000)
+    seen: list[list[int]] = [[] for _ in range(CLIENTS)]
+
+    def body(qp: Side, index: int) -> None:
+        for _ in range(ROUNDS):
+            seen[index].append(qp.fetch_add(counter.stag, 0x1008, 1))
+
+    errors = run_clients(client, serve_all(server, pd, CLIENTS), body)
+    assert errors == []
+    assert server.take_failures() == []
+    # Every increment took effect once: the originals are 0 .. N-1, each seen once.
+    assert sorted(v for values in seen for v in values) == list(range(CLIENTS * ROUNDS))
+    assert all(values == sorted(values) for values in seen)  # each client's in order
+    assert WORD.unpack_from(memory, 8)[0] == CLIENTS * ROUNDS
+    assert WORD.unpack_from(memory, 0)[0] == 0
+
+
+def test_a_compare_swap_lock_is_mutually_exclusive(pair: tuple[Adapter, Adapter]) -> None:
+    """Inside the lock each client increments a plain word with an RDMA Read
+    and an RDMA Write (not atomic at all): no increment is lost only if no
+    two clients are ever inside together."""
+    client, server = pair
+    pd = ProtectionDomain()
+    memory = bytearray(24)  # lock word, plain counter, clients inside
+    words = pd.register(memory, SHARED)
+    lock, plain, inside = 0, 8, 16
+    contended = [0]
+
+    def body(qp: Side, index: int) -> None:
+        me = index + 1
+        for _ in range(ROUNDS):
+            for _attempt in range(TRIES):
+                if qp.compare_swap(words.stag, lock, 0, me) == 0:
+                    break
+                contended[0] += 1
+            else:
+                raise AssertionError("the lock was never free")
+            assert qp.fetch_add(words.stag, inside, 1) == 0, "two clients inside the lock"
+            value = WORD.unpack(bytes(qp.rdma_read(8, words.stag, plain)))[0]
+            qp.rdma_write(WORD.pack(value + 1), words.stag, plain)
+            assert qp.fetch_add(words.stag, inside, 2**64 - 1) == 1  # minus one
+            assert qp.compare_swap(words.stag, lock, me, 0) == me  # release
+
+    errors = run_clients(client, serve_all(server, pd, CLIENTS), body)
+    assert errors == []
+    assert server.take_failures() == []
+    assert WORD.unpack_from(memory, plain)[0] == CLIENTS * ROUNDS
+    assert WORD.unpack_from(memory, lock)[0] == 0
+    assert WORD.unpack_from(memory, inside)[0] == 0
+
+
+def test_masked_operations_and_work_requests(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+    pd = ProtectionDomain()
+    memory = bytearray(WORD.pack(0x00000001_FFFFFFFF))
+    word = pd.register(memory, SHARED)
+    (port,) = serve_all(server, pd, 1)
+    qp = client.connect(port)
+    halves = (1 << 31) | (1 << 63)  # two 32-bit fields
+    assert qp.fetch_add(word.stag, 0, 1, mask=halves) == 0x00000001_FFFFFFFF
+    assert WORD.unpack(memory)[0] == 0x00000001_00000000  # the low field wrapped alone
+    # Swap the high half when the low half is 0.
+    got = qp.compare_swap(
+        word.stag, 0, 0, 0xABCD << 32, compare_mask=0xFFFFFFFF, swap_mask=0xFFFFFFFF << 32
+    )
+    assert got == 0x00000001_00000000
+    assert WORD.unpack(memory)[0] == 0x0000ABCD_00000000
+    # The verbs way: a work request, its completion on send_cq.
+    qp.post_send(FetchAddWR(word.stag, 0, 5, wr_id=77))
+    done = qp.wait_send()
+    assert (done.wr_id, done.opcode, done.status) == (
+        77,
+        WorkOpcode.ATOMIC_FETCH_ADD,
+        CompletionStatus.SUCCESS,
+    )
+    assert done.original == 0x0000ABCD_00000000
+    assert qp.supports_atomics(word.stag, 0)
+    assert WORD.unpack(memory)[0] == 0x0000ABCD_00000005  # the probe changed nothing
+    qp.send(b"done")
+    qp.close()
+    assert server.take_failures() == []
+
+
+def test_a_misaligned_target_is_an_rdma_error_not_unsupported(
+    pair: tuple[Adapter, Adapter],
+) -> None:
+    client, server = pair
+    pd = ProtectionDomain()
+    memory = bytearray(16)
+    word = pd.register(memory, SHARED)
+
+    def handler(qp: Side) -> None:
+        with pytest.raises(ConnectionTerminatedError):
+            qp.receive()
+
+    port = server.serve(handler, pd=pd, receive_buffers=1)
+    qp = client.connect(port)
+    with pytest.raises(RdmaError) as info:
+        qp.fetch_add(word.stag, 4, 1)
+    assert not isinstance(info.value, AtomicsNotSupportedError)
+    term = info.value.terminate
+    assert term is not None and (term.layer, term.etype, term.code) == (0, 2, 0x07)
+    assert info.value.completion.status is CompletionStatus.REMOTE_OPERATION_ERROR
+    assert memory == bytearray(16)
+    qp.wait_closed()
+    qp.close()
+    assert server.take_failures() == []
+
+
+@pytest.fixture
+def peer_without_atomics(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Streams made by connections answer Atomic Requests as a stack without
+    RFC 7306 (``atomic_ird=0``), while still able to send them."""
+
+    class NoAtomics(RdmapStream):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            kwargs["atomic_ird"] = 0
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(iwarp.rdma.connection, "RdmapStream", NoAtomics)
+    yield
+
+
+@pytest.mark.usefixtures("peer_without_atomics")
+def test_the_probe_reports_a_peer_without_atomics(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+    pd = ProtectionDomain()
+    word = pd.register(bytearray(8), SHARED)
+
+    def handler(qp: Side) -> None:
+        with pytest.raises(ConnectionTerminatedError):
+            qp.receive()
+
+    for probe in (True, False):
+        port = server.serve(handler, pd=pd, receive_buffers=1)
+        qp = client.connect(port)
+        if probe:
+            assert qp.supports_atomics(word.stag, 0) is False
+        else:
+            with pytest.raises(AtomicsNotSupportedError, match="RFC 7306") as info:
+                qp.fetch_add(word.stag, 0, 1)
+            term = info.value.terminate
+            assert term is not None and (term.layer, term.etype, term.code) == (0, 2, 0x06)
+            assert "unexpected opcode" in str(info.value)
+        qp.wait_closed()
+        qp.close()
+    assert server.take_failures() == []
+
+
+def test_immediate_data_arrives_in_order_and_says_so(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+    got: list[tuple[bytes, bool]] = []
+
+    def handler(qp: Side) -> None:
+        for _ in range(4):
+            data = qp.receive()
+            got.append((bytes(data), isinstance(data, ImmediateData)))
+
+    port = server.serve(handler, receive_buffers=4)
+    qp = client.connect(port)
+    qp.send_immediate(b"\x00\x01\x02\x03\x04\x05\x06\x07")
+    qp.send(b"a plain send")
+    qp.send_immediate(b"IMMEDIAT", solicited=True)
+    with pytest.raises(LocalProtocolError, match="exactly 8 octets"):
+        qp.send_immediate(b"too long, 9")
+    qp.send(b"done")
+    qp.wait_closed()
+    qp.close()
+    assert server.take_failures() == []
+    assert got == [
+        (b"\x00\x01\x02\x03\x04\x05\x06\x07", True),
+        (b"a plain send", False),
+        (b"IMMEDIAT", True),
+        (b"done", False),
+    ]
+
+
+def test_immediate_data_completes_a_posted_receive(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+    completions: list[tuple[int, bytes | None, bool, int]] = []
+
+    def handler(qp: Side) -> None:
+        regions = [qp.register(bytearray(16), Access.LOCAL_WRITE) for _ in range(3)]
+        for i, region in enumerate(regions):
+            qp.post_recv(RecvWR(Sge(region), wr_id=i))
+        qp.send(b"posted")
+        for _ in regions:
+            done = qp.wait_recv()
+            completions.append((done.wr_id, done.immediate, done.solicited, done.byte_len))
+
+    port = server.serve(handler)
+    qp = client.connect(port, receive_buffers=1)
+    assert qp.receive() == b"posted"
+    qp.send_immediate(b"verbs!!!", solicited=True)
+    qp.send_immediate(b"no event")
+    qp.send(b"last")
+    qp.wait_closed()
+    qp.close()
+    assert server.take_failures() == []
+    assert completions == [
+        (0, b"verbs!!!", True, 8),
+        (1, b"no event", False, 8),
+        (2, None, False, 4),
+    ]

@@ -1,0 +1,363 @@
+"""The C loops of the analyzer (src/iwarp/_decode.c) against their
+pure-Python twins: the same segments from every capture, the same FPDU
+views from any octets, the same records from whole generated captures.
+
+Each test runs the same input twice, with the kernels and without (the
+module attributes ``capture.kernels`` and ``mpa.kernels`` set to None, as
+``IWARP_NO_ACCEL=1`` does), and compares everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import struct
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from analyze_traffic import coalesced, resegmented, standard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_analyzer import to_linktype, to_pcapng
+from test_capture_scale import make_capture_module
+
+from iwarp.analyze import capture, mpa
+from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
+from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
+from iwarp.analyze.mpa import FpduView, Framing, inspect_fpdu
+from iwarp.analyze.render import summary_json
+from iwarp.analyze.tcp import StreamWindow
+from iwarp.ddp.wire import TaggedHeader, UntaggedHeader
+from iwarp.mpa.framing import FpduEncoder
+from iwarp.rdmap.wire import OPCODE_QUEUE, OPCODE_TAGGED, describe_ulpdu, rdmap_control
+
+pytestmark = pytest.mark.skipif(
+    capture.kernels is None, reason="the C accelerator is not built or IWARP_NO_ACCEL is set"
+)
+
+
+def mpa_kernels() -> Any:
+    assert mpa.kernels is not None
+    return mpa.kernels
+
+
+@contextlib.contextmanager
+def pure_python() -> Iterator[None]:
+    saved = capture.kernels, mpa.kernels
+    capture.kernels, mpa.kernels = None, None
+    try:
+        yield
+    finally:
+        capture.kernels, mpa.kernels = saved
+
+
+def segments(data: bytes) -> tuple[list[TcpPacket], CaptureStats, str | None]:
+    stats = CaptureStats()
+    out: list[TcpPacket] = []
+    error = None
+    try:
+        out.extend(read_tcp_packets(io.BytesIO(data), stats))
+    except CaptureError as exc:
+        error = str(exc)
+    return out, stats, error
+
+
+def both(data: bytes) -> tuple[list[TcpPacket], CaptureStats, str | None]:
+    accelerated = segments(data)
+    with pure_python():
+        pure = segments(data)
+    assert accelerated == pure
+    return accelerated
+
+
+def classic(ipv6: bool = False) -> bytes:
+    client, server = (
+        (("::1", 50000), ("::1", 4000)) if ipv6 else (("10.1.2.3", 50000), ("192.168.0.9", 4000))
+    )
+    cap, _ = standard(True, False).capture(coalesced(2), client=client, server=server)
+    return cap.to_bytes()
+
+
+def big_endian(data: bytes) -> bytes:
+    """The same pcap written in the other byte order, with nanosecond stamps."""
+    _, major, minor, zone, sigfigs, snaplen, link = struct.unpack_from("<IHHiIII", data)
+    out = bytearray(struct.pack(">IHHiIII", 0xA1B23C4D, major, minor, zone, sigfigs, snaplen, link))
+    pos = 24
+    while pos < len(data):
+        seconds, micros, caplen, wire = struct.unpack_from("<IIII", data, pos)
+        out += struct.pack(">IIII", seconds, micros * 1000 + 7, caplen, wire)
+        out += data[pos + 16 : pos + 16 + caplen]
+        pos += 16 + caplen
+    return bytes(out)
+
+
+def pcapng_mixed(order: str) -> bytes:
+    """A pcapng section in either byte order with two interfaces (ns and
+    binary 2**-20 s stamps) taking frames in turn, an EPB of an interface
+    that does not exist, a Simple Packet Block and a custom block."""
+
+    def block(kind: int, body: bytes) -> bytes:
+        body += bytes(-len(body) % 4)
+        size = struct.pack(order + "I", len(body) + 12)
+        return struct.pack(order + "I", kind) + size + body + size
+
+    def option(code: int, value: bytes) -> bytes:
+        return struct.pack(order + "HH", code, len(value)) + value + bytes(-len(value) % 4)
+
+    end = struct.pack(order + "HH", 0, 0)
+    out = block(0x0A0D0D0A, struct.pack(order + "IHHq", 0x1A2B3C4D, 1, 0, -1))
+    out += block(1, struct.pack(order + "HHI", 1, 0, 262144) + option(9, b"\x09") + end)
+    out += block(1, struct.pack(order + "HHI", 1, 0, 262144) + option(9, b"\x94") + end)
+    data = classic()
+    pos, index = 24, 0
+    while pos < len(data):
+        seconds, micros, caplen, _ = struct.unpack_from("<IIII", data, pos)
+        frame_data = data[pos + 16 : pos + 16 + caplen]
+        stamp = (seconds * 10**6 + micros) * 1000 + index
+        head = struct.pack(
+            order + "IIIII", index % 2, stamp >> 32, stamp & 0xFFFFFFFF, caplen, caplen
+        )
+        out += block(6, head + frame_data)
+        if index == 3:
+            out += block(6, struct.pack(order + "IIIII", 5, 0, 0, caplen, caplen) + frame_data)
+            out += block(3, struct.pack(order + "I", caplen) + frame_data)
+            out += block(0x40000BAD, b"custom")
+        pos += 16 + caplen
+        index += 1
+    return out
+
+
+VARIANTS: dict[str, Callable[[], bytes]] = {
+    "pcapng-mixed-le": lambda: pcapng_mixed("<"),
+    "pcapng-mixed-be": lambda: pcapng_mixed(">"),
+    "ethernet": classic,
+    "big-endian-ns": lambda: big_endian(classic()),
+    "ipv6": lambda: classic(ipv6=True),
+    "pcapng": lambda: to_pcapng(classic()),
+    "vlan": lambda: to_linktype(classic(), 1, lambda f: f[:12] + b"\x81\x00\x00\x05" + f[12:]),
+    "qinq": lambda: to_linktype(
+        classic(), 1, lambda f: f[:12] + b"\x88\xa8\x00\x01\x81\x00\x00\x05" + f[12:]
+    ),
+    "sll": lambda: to_linktype(
+        classic(), 113, lambda f: struct.pack("!HHH8sH", 0, 772, 0, b"", 0x0800) + f[14:]
+    ),
+    "sll2": lambda: to_linktype(
+        classic(), 276, lambda f: struct.pack("!HHIHBB8s", 0x0800, 0, 1, 772, 0, 0, b"") + f[14:]
+    ),
+    "raw": lambda: to_linktype(classic(), 101, lambda f: f[14:]),
+    "raw-12": lambda: to_linktype(classic(), 12, lambda f: f[14:]),
+    "ipv4-228": lambda: to_linktype(classic(), 228, lambda f: f[14:]),
+    "null-le": lambda: to_linktype(classic(), 0, lambda f: struct.pack("<I", 2) + f[14:]),
+    "null-be": lambda: to_linktype(classic(), 0, lambda f: struct.pack(">I", 2) + f[14:]),
+    # IPv4 fragments (MF set on every frame; first fragments still decode).
+    "fragments": lambda: to_linktype(
+        classic(), 1, lambda f: f[:20] + bytes([f[20] | 0x20]) + f[21:]
+    ),
+    # A snaplen of 60 octets: payloads cut short of their IP length.
+    "snaplen": lambda: to_linktype(classic(), 1, lambda f: f[:60]),
+    # Ethernet padding past the IP length.
+    "padded": lambda: to_linktype(classic(), 1, lambda f: f + bytes(8)),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_link_layer_gives_the_same_segments(variant: str) -> None:
+    packets, stats, error = both(VARIANTS[variant]())
+    assert error is None and packets
+    assert stats.frames == stats.tcp + stats.skipped
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    variant=st.sampled_from(sorted(VARIANTS)),
+    cut=st.integers(0, 4000),
+    junk=st.binary(max_size=300),
+    flips=st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(1, 255)), max_size=8),
+)
+def test_damaged_captures_give_the_same_segments(
+    variant: str, cut: int, junk: bytes, flips: list[tuple[int, int]]
+) -> None:
+    data = bytearray(VARIANTS[variant]())
+    for at, mask in flips:  # damage anywhere past the file header
+        data[28 + at % (len(data) - 28)] ^= mask
+    both(bytes(data[: len(data) - cut]) + junk)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    octets=st.binary(min_size=0, max_size=3000),
+    start=st.integers(0, 3000),
+    origin=st.integers(-600, 600),
+    markers=st.booleans(),
+    crc=st.booleans(),
+    either=st.booleans(),
+    base=st.integers(0, 100),
+)
+def test_any_octets_give_the_same_fpdu_view(
+    octets: bytes, start: int, origin: int, markers: bool, crc: bool, either: bool, base: int
+) -> None:
+    window = StreamWindow(0)
+    window.append(base, octets, 1)
+    framing = Framing(origin, markers, crc, either_fpduptr=either)
+    at = base + start % (len(octets) + 8)
+    accelerated = inspect_fpdu(window, at, framing)
+    with pure_python():
+        pure = inspect_fpdu(window, at, framing)
+    assert accelerated == pure
+
+
+@pytest.mark.parametrize("markers", [False, True])
+def test_encoded_fpdus_give_the_same_views(markers: bool) -> None:
+    encoder = FpduEncoder(markers=markers, crc=True, origin=0)
+    stream = bytearray()
+    starts = []
+    for size in (0, 1, 2, 3, 14, 500, 505, 506, 507, 508, 509, 1021, 4096, 16384, 64768):
+        starts.append(encoder.position)
+        stream += encoder.encode_bytes(bytes(range(256)) * (size // 256) + bytes(size % 256))
+    window = StreamWindow(0)
+    window.append(0, bytes(stream), 1)
+    framing = Framing(0, markers, True)
+    for start in starts:
+        view = inspect_fpdu(window, start, framing)
+        assert isinstance(view, FpduView) and view.valid(framing)
+        with pure_python():
+            assert inspect_fpdu(window, start, framing) == view
+
+
+def decode_all(path: Path) -> list[str]:
+    """Every record and report of a capture, as JSON lines."""
+    lines = []
+    with path.open("rb") as f:
+        for out in analyze_stream(read_tcp_packets(f), Options()):
+            item = summary_json(out) if isinstance(out, ConnectionReport) else out.to_json()
+            lines.append(json.dumps(item, sort_keys=True))
+    return lines
+
+
+@pytest.mark.parametrize("mix", ["default", "marked"])
+def test_generated_captures_decode_the_same_record_for_record(tmp_path: Path, mix: str) -> None:
+    path = tmp_path / f"{mix}.pcap"
+    manifest = make_capture_module().make_capture(str(path), 4 << 20, seed=3, concurrent=8, mix=mix)
+    accelerated = decode_all(path)
+    with pure_python():
+        pure = decode_all(path)
+    assert accelerated == pure
+    # And it is what the generator sent.
+    found = sum(1 for line in accelerated if '"type": "fpdu"' in line)
+    assert found == sum(manifest["total"]["fpdus"].values())
+    assert not any('"type": "error"' in line for line in accelerated)
+
+
+@pytest.mark.parametrize("per", [1, 3])
+def test_segments_cut_anywhere_decode_the_same(tmp_path: Path, per: int) -> None:
+    sizes = [1, 7, 512, 3, 1460, 9000, 2]
+    cap, _ = standard(True, True).capture(resegmented(sizes) if per == 1 else coalesced(per))
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(cap.to_bytes())
+    accelerated = decode_all(path)
+    with pure_python():
+        assert decode_all(path) == accelerated
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    head=st.tuples(st.integers(0, 255), st.integers(0, 255)),
+    rest=st.binary(max_size=40),
+    qn=st.sampled_from([b"", b"\0\0\0\0", b"\0\0\0\1", b"\0\0\0\2"]),
+)
+def test_plain_headers_are_described_as_describe_ulpdu_does(
+    head: tuple[int, int], rest: bytes, qn: bytes
+) -> None:
+    # Untagged headers put the queue number at octet 6: steer it to real queues.
+    ulpdu = bytes(head) + rest[:4] + qn + rest[4:]
+    described = mpa_kernels().describe_ulpdu(ulpdu)
+    expected = describe_ulpdu(ulpdu)
+    if described is None:
+        # Left to Python: a problem, or an opcode with more than DDP fields.
+        assert expected["problems"] or expected.get("opcode") not in mpa.PLAIN_OPCODES
+    else:
+        assert list(described.items()) == list(expected.items())
+        assert expected["opcode"] in mpa.PLAIN_OPCODES
+
+
+def test_every_plain_opcode_is_described_in_c() -> None:
+    for opcode in mpa.PLAIN_OPCODES:
+        tagged = OPCODE_TAGGED[opcode]
+        header = (
+            TaggedHeader(stag=5, to=1 << 40, last=True, rsvdulp=rdmap_control(opcode)).pack()
+            if tagged
+            else UntaggedHeader(
+                qn=OPCODE_QUEUE[opcode], msn=9, mo=3, last=False, rsvdulp=rdmap_control(opcode)
+            ).pack()
+        )
+        ulpdu = header + b"payload"
+        described = mpa_kernels().describe_ulpdu(ulpdu)
+        assert described is not None
+        assert list(described.items()) == list(describe_ulpdu(ulpdu).items())
+
+
+EDGES = st.sampled_from(
+    [0, 1, 2, 15, 16, 19, 20, 31, 32, 511, 512, 2**31 - 1, 2**32 - 1, 2**63 - 1]
+)
+NUMBERS = st.one_of(st.integers(-(2**63), 2**63 - 1), EDGES, st.integers(-20, 3000))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    which=st.integers(0, 3),
+    buffer=st.binary(max_size=600),
+    numbers=st.lists(NUMBERS, min_size=4, max_size=4),
+    flags=st.lists(st.booleans(), min_size=3, max_size=3),
+    linktype=st.sampled_from([0, 1, 12, 101, 113, 228, 229, 276, 189, -1]),
+)
+def test_hostile_arguments_are_refused_or_read_within_bounds(
+    which: int, buffer: bytes, numbers: list[int], flags: list[bool], linktype: int
+) -> None:
+    # Reading outside the buffer is what the sanitizer build reports; here,
+    # only refusals (ValueError, OverflowError) or results come back.
+    kernel: Any = capture.kernels
+    a, b, c, d = numbers
+    cache: dict[int, str] = {}
+    with contextlib.suppress(ValueError, OverflowError):
+        if which == 0:
+            items, pos = kernel.pcap_batch(
+                buffer, a, flags[0], 1e-6, linktype, b, c, TcpPacket, cache
+            )
+            assert 0 <= pos <= len(buffer)
+            assert all(isinstance(i, (TcpPacket, tuple)) for i in items)
+        elif which == 1:
+            interfaces = [(linktype, 1e-9), (1, 1e-6)]
+            items, pos = kernel.pcapng_batch(
+                buffer, a, flags[0], interfaces, b, d, c, TcpPacket, cache
+            )
+            assert 0 <= pos <= len(buffer)
+        elif which == 2:
+            kernel.tcp_packet(a, linktype, 0.0, buffer, TcpPacket, cache)
+        else:
+            taken = mpa_kernels().fpdu_view(bytearray(buffer), a, b, *flags)
+            assert taken is None or taken[0] <= len(buffer)
+
+
+def test_out_of_range_arguments_are_refused() -> None:
+    kernel: Any = capture.kernels
+    data = classic()
+    for pos, frames in ((len(data) + 1, 0), (-1, 0), (24, -1), (24, 2**63 - 1)):
+        with pytest.raises(ValueError, match="out of range"):
+            kernel.pcap_batch(data, pos, False, 1e-6, 1, 1 << 18, frames, TcpPacket, {})
+        with pytest.raises(ValueError, match="out of range"):
+            kernel.pcapng_batch(data, pos, False, [], 1 << 18, 1 << 22, frames, TcpPacket, {})
+
+    class Loose(tuple):  # type: ignore[type-arg]
+        pass  # has a __dict__: not laid out as a tuple
+
+    with pytest.raises(TypeError, match="plain tuple subclass"):
+        kernel.pcap_batch(data, 24, False, 1e-6, 1, 1 << 18, 0, Loose, {})
+    for at, phase in ((-1, 0), (len(data) + 1, 0), (0, 512)):
+        with pytest.raises(ValueError, match="out of range"):
+            mpa_kernels().fpdu_view(bytearray(data), at, phase, True, False, True)
+    # In range, a whole capture's records come back in one batch.
+    items, pos = kernel.pcap_batch(data, 24, False, 1e-6, 1, 1 << 18, 0, TcpPacket, {})
+    assert pos == len(data) and items == list(read_tcp_packets(io.BytesIO(data)))
