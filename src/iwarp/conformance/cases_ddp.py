@@ -65,13 +65,15 @@ def _tagged_version(dv: int) -> Callable[[Session], Broken]:
 error_cases(
     "rfc5041/7.2/1",
     "rfc5041/7.1/1",
-    "a Send on queue 3 brings TERM DDP/untagged/invalid QN",
+    "a Send on queue 4 brings TERM DDP/untagged/invalid QN",
     UNTAGGED_QUOTE + '1. The QN is valid for this stream"',
     covers=("qn",),
     layer=DDP,
     etype=U,
     codes=DdpUntaggedCode.INVALID_QN,
-    build=lambda s: Broken(craft.send(_payload(), msn=1, qn=3), "Send on QN 3"),
+    # Queue 4, not 3: RFC 7306 §10.2 gives queue 3 to Atomic Responses, valid on a stream
+    # that negotiated atomics.
+    build=lambda s: Broken(craft.send(_payload(), msn=1, qn=4), "Send on QN 4"),
 )
 error_cases(
     "rfc5041/7.2/2",

@@ -318,7 +318,7 @@ def read_foreign_stag(s: Session) -> None:
     "the Data Sink, the Remote Peer's buffer identified by the STag can no longer be accessed "
     'remotely"; RFC 5041 §7.1: "1. The STag is valid for this stream"',
     needs=(Need.REGION, Need.RECEIVE),
-    covers=("terminate", "invalidate-valid"),
+    covers=("terminate", "invalidate-valid", "stag"),
 )
 def invalidate_valid(s: Session) -> None:
     s.data_phase()
