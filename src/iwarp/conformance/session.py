@@ -174,6 +174,12 @@ class StartupStyle:
     rtr_types: RtrFlags = RtrFlags.WRITE | RtrFlags.READ
     #: 1 for a target that takes only Rev 1 Requests (RFC 5044 without RFC 6581).
     revision: int = int(Revision.REV2)
+    #: Whether the data phase waits for the target's answer to the hello; the runner
+    #: clears it once a target stayed silent for a whole wait (it does not answer).
+    answers_hello: bool = True
+    #: Cooperation the target did not offer within two whole waits of earlier cases: the
+    #: data phase no longer waits for it (the cases that need it are skipped at once).
+    unoffered: frozenset[Need] = frozenset()
 
     def describe(self) -> str:
         if self.revision < Revision.REV2:
@@ -285,6 +291,10 @@ class Session:
         self.others: list[Session] = []
         #: Prefix of this session's lines in the shared log.
         self.label = ""
+        #: Whether the data phase waited the whole ``cooperation_wait`` (something it
+        #: waited for never came), and what it waited for.
+        self.waited_out = False
+        self.waited_for: frozenset[Need] = frozenset()
 
     # --- bookkeeping -----------------------------------------------------
 
@@ -523,12 +533,16 @@ class Session:
             Need.REGION if need is Need.WRITE_ONLY_REGION else need
             for need in (self.wants if wait is None else wait)
         }
-        if self.target is TargetRole.RESPONDER:
+        if self.target is TargetRole.RESPONDER and self.style.answers_hello:
             wanted.add(Need.TALKS)
+        wanted -= self.style.unoffered
+        self.waited_for = frozenset(wanted)
         limit = self.within(self.cooperation_wait)
         while not all(coop.has(need) for need in wanted):
             got = self.next_ulpdu(limit)
             if got is None:
+                if not self.link.ended and time.monotonic() >= limit:
+                    self.waited_out = True
                 break
             self._learn(got)
         return coop
