@@ -330,9 +330,14 @@ def invalidate_valid(s: Session) -> None:
         opcode=RdmapOpcode.SEND_WITH_INVALIDATE,
         invalidate=region.stag,
     )
-    s.send_ulpdu(seg.octets, f"Send with Invalidate of the advertised STag {region.stag:#x}")
     write = craft.write(region.stag, region.to, bytes(8))
-    s.send_ulpdu(write.octets, "RDMA Write of 8 octets to the invalidated STag")
+    # One write of both FPDUs: the target's stack takes them together, before its
+    # application can react to the invalidation (and, say, close the connection).
+    s.send_raw(
+        s.frame_ulpdu(seg.octets) + s.frame_ulpdu(write.octets),
+        f"Send with Invalidate of the advertised STag {region.stag:#x}, then an RDMA Write "
+        "of 8 octets to it",
+    )
     cannot = (
         "the advertised STag cannot be invalidated remotely (RFC 5040 Figure 9 09X); a target "
         "whose advertised STag can be (iwarp listen) enables the case"

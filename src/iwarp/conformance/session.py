@@ -61,6 +61,13 @@ from iwarp.rdmap.wire import (
 )
 
 __all__ = [
+    "NO_CRC",
+    "NO_ENHANCED",
+    "NO_FPDU",
+    "NO_READ_RTR",
+    "NO_WRITE_RTR",
+    "NOT_P2P",
+    "P2P_ONLY",
     "Answer",
     "Cooperation",
     "NEED_HINTS",
@@ -82,6 +89,35 @@ COOPERATION_WAIT: Final = 1.0
 RTR_STAG: Final = 1
 
 
+#: Skip reasons of single cases, each naming what kind of target would enable the case.
+NO_CRC: Final = (
+    "CRC is not in use on this connection; a target that uses CRC (C=1: iwarp listen "
+    "without --no-crc) enables the case"
+)
+NO_FPDU: Final = (
+    "the target sent no FPDU; a target that sends FPDUs of its own (iwarp listen, "
+    "iwarp connect, rping -c) enables the case"
+)
+NOT_P2P: Final = (
+    "the target's Request is not peer-to-peer (A=0); an Initiator that asks for an "
+    "RTR (iwarp connect --p2p) enables the case"
+)
+NO_ENHANCED: Final = (
+    "the target's Request has no enhanced data; a Rev 2 Initiator with S=1 (iwarp "
+    "connect) enables the case"
+)
+P2P_ONLY: Final = (
+    "the target takes only peer-to-peer Requests; the case needs one that takes plain "
+    "Rev 2 Requests (iwarp listen)"
+)
+NO_WRITE_RTR: Final = (
+    "the target does not take a Write RTR; a Responder that does (iwarp listen --rtr "
+    "write) enables the case"
+)
+NO_READ_RTR: Final = (
+    "the target does not take a Read RTR; a Responder that does (iwarp listen --rtr "
+    "read) enables the case"
+)
 #: Why a case that needs this is skipped, and what kind of target would enable it.
 NEED_HINTS: Final[dict[Need, str]] = {
     Need.RECEIVE: (
