@@ -49,6 +49,7 @@ def extensions() -> list[Extension]:
                 "src/iwarp/_speedups.c",
                 "src/iwarp/_lanes.c",
                 "src/iwarp/_decode.c",
+                "src/iwarp/_small.c",
             ],
             depends=["src/iwarp/_speedups.h"],
             extra_compile_args=args,

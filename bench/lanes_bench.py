@@ -14,7 +14,8 @@ receiver keeps 16 buffers posted (verbs), reposts each as it completes and
 returns a credit every 8 messages, so the sender never overruns it.
 
 Large messages go by send lane where the C accelerator is built
-(``iwarp.rdma.lanes``); ``IWARP_NO_ACCEL=1`` measures the pure-Python path.
+(``iwarp.rdma.lanes``); ``IWARP_NO_LANES=1`` measures the accelerator's
+framing path without them, ``IWARP_NO_ACCEL=1`` the pure-Python path.
 Run it inside a network namespace to choose the MTU (docs/performance.md).
 """
 
@@ -32,6 +33,7 @@ import iwarp.sync as sync_rdma
 from iwarp import _accel
 from iwarp.asyncio import rdma as aio_rdma
 from iwarp.mpa.config import MpaConfig
+from iwarp.rdma import lanes
 from iwarp.rdmap.work import CompletionStatus, RecvWR, Sge, WriteWR
 
 WRITE_ACCESS = sync_rdma.Access.LOCAL_WRITE | sync_rdma.Access.REMOTE_WRITE
@@ -295,7 +297,7 @@ def main() -> None:
     marker_modes = (False, True) if args.markers == "both" else (args.markers == "on",)
     print(
         f"{count} messages of {size} octets ({mib:.0f} MiB), CRC on, two processes; "
-        f"{_accel.describe()}"
+        f"{_accel.describe()}, send lanes {'on' if lanes.ACTIVE else 'off'}"
     )
     print(
         f"  {'':<28} {'RDMA MB/s':>10} {'raw MB/s':>9} {'ratio':>6}"

@@ -1,17 +1,23 @@
-"""Round trip of a 64-octet Send/Send on iwarp.sync next to a raw TCP ping-pong.
+"""Round trip of a 64-octet Send/Send on iwarp.sync next to raw TCP that waits the same way.
 
 Run: python bench/sync_rtt.py [--rounds N] [--repeat R] [--size 64] [--no-crc] [--block B]
 
 A server process (spawned, so the two ends never share a GIL) echoes on
-three connections: a plain TCP socket (``recv`` 64 octets, ``sendall`` them
-back) and two sync queue pairs (``receive``, ``send``: MPA Rev 2 with CRC,
-DDP, RDMAP, both ends on :mod:`iwarp.sync`), one busy polling as the
-library does by default and one with ``busy_poll = 0`` (each wait sleeps in
-``poll`` at once). The client times ``--block`` round trips on each in
-turn until it has ``--rounds`` of each (interleaved, so all see the same
-machine load), and prints the medians, the 10th/90th percentiles and what
-iWARP adds to raw TCP's median. ``--repeat`` runs that several times to
-show the spread. Numbers only: nothing is asserted.
+four connections, two per waiting style, like next to like:
+
+* **busy poll**: a sync queue pair as the library waits by default
+  (busy polling ``BUSY_POLL``, then ``poll``), and a raw TCP socket that
+  waits the same way (non-blocking, one ``recv`` per look, ``sched_yield``
+  between looks, then ``poll``: ``iwarp perf --sync``'s raw socket);
+* **sleep**: a sync queue pair with ``busy_poll = 0`` (each wait sleeps in
+  ``poll`` at once), and a blocking raw TCP socket sleeping in ``recv``.
+
+The client times ``--block`` round trips on each in turn until it has
+``--rounds`` of each (interleaved, so all see the same machine load) and
+prints, per style, t_min, median, average, stdev, p99, p99.9 and max of
+raw TCP and of iwarp.sync, what iWARP adds to raw TCP's median and the
+ratio. ``--repeat`` runs that several times to show the spread. Numbers
+only: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import time
 from multiprocessing.connection import Connection
 
 import iwarp.sync as rdma
+from iwarp.cli._perf import latency_stats
+from iwarp.cli._perf_sync import RawSocket
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdmap.memory import ProtectionDomain
@@ -42,18 +50,17 @@ def _recv_exactly(sock: socket.socket, view: memoryview) -> None:
         got += n
 
 
-def _tcp_echo(listener: socket.socket, size: int) -> None:
-    conn, _ = listener.accept()
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    buf = bytearray(size)
-    view = memoryview(buf)
-    with conn:
-        try:
-            while True:
-                _recv_exactly(conn, view)
-                conn.sendall(buf)
-        except ConnectionError:
-            return
+def _tcp_echo(conn: socket.socket, size: int, busy_poll: float) -> None:
+    raw = RawSocket(conn, busy_poll)
+    view = memoryview(bytearray(size))
+    try:
+        while True:
+            raw.recv_exactly(view)
+            raw.sendall(view)
+    except ConnectionError:
+        return
+    finally:
+        raw.close()
 
 
 def _qp_echo(qp: rdma.QueuePair, cpu: list[float]) -> None:
@@ -74,8 +81,9 @@ def _qp_echo(qp: rdma.QueuePair, cpu: list[float]) -> None:
         cpu.append((time.thread_time() - start) / (rounds - 100))
 
 
-#: The two iwarp.sync echoes: busy polling as the library does by default,
-#: and sleeping in poll at once (``busy_poll = 0``).
+#: The waiting styles, each measured on raw TCP and on iwarp.sync: busy
+#: polling as the library does by default, and sleeping in poll (or recv) at
+#: once (``busy_poll = 0``).
 MODES = (("busy poll", BUSY_POLL), ("sleep", 0.0))
 
 
@@ -87,13 +95,16 @@ def server(pipe: Connection, size: int, crc: bool) -> None:
     pipe.send((tcp.getsockname()[1], qp_listener.port))
     # One blocking echo per connection; the client drives one at a time.
     cpu: list[list[float]] = [[] for _ in MODES]
-    threads = [threading.Thread(target=_tcp_echo, args=(tcp, size))]
+    threads = []
+    for _, busy_poll in MODES:  # accepted in the order the client connects
+        conn, _ = tcp.accept()
+        threads.append(threading.Thread(target=_tcp_echo, args=(conn, size, busy_poll)))
+        threads[-1].start()
     for (_, busy_poll), seconds in zip(MODES, cpu, strict=True):
-        qp = qp_listener.accept(timeout=30)  # in the order the client connects
+        qp = qp_listener.accept(timeout=30)
         qp.busy_poll = busy_poll
         threads.append(threading.Thread(target=_qp_echo, args=(qp, seconds)))
-    for thread in threads:
-        thread.start()
+        threads[-1].start()
     for thread in threads:
         thread.join()
     pipe.send([c[0] if c else float("nan") for c in cpu])
@@ -101,23 +112,26 @@ def server(pipe: Connection, size: int, crc: bool) -> None:
 
 def measure(
     rounds: int, size: int, crc: bool, block: int
-) -> tuple[list[float], list[list[float]], list[float], list[float]]:
+) -> tuple[list[list[float]], list[list[float]], list[float], list[float]]:
     """Round-trip times of raw TCP and of iwarp.sync in each of :data:`MODES`,
     in alternating blocks of ``block`` rounds (the same machine load for
     all, and a busy-polling echo's last spin never overlaps another
     connection's rounds by more than one), and the CPU time per round trip
-    of the client and of the server's echo thread in each mode."""
+    of the client and of the server's echo thread of iwarp.sync in each mode."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=server, args=(child, size, crc), daemon=True)
     proc.start()
     tcp_port, qp_port = parent.recv()
-    raw = socket.create_connection(("127.0.0.1", tcp_port))
-    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # connected one after the other: the server accepts them in this order
+    raws = [
+        RawSocket(socket.create_connection(("127.0.0.1", tcp_port)), busy_poll)
+        for _, busy_poll in MODES
+    ]
     payload = os.urandom(size)
     back = bytearray(size)
     view = memoryview(back)
-    tcp_times: list[float] = []
+    tcp_times: list[list[float]] = [[] for _ in MODES]
     qp_times: list[list[float]] = [[] for _ in MODES]
     qp_cpu = [0.0 for _ in MODES]
     clock = time.perf_counter
@@ -133,15 +147,15 @@ def measure(
     done = 0
     while done < rounds + warm:
         n = min(block, rounds + warm - done)
-        for _ in range(n):
-            t0 = clock()
-            raw.sendall(payload)
-            _recv_exactly(raw, view)
-            if done >= warm:
-                tcp_times.append(clock() - t0)
-            if back != payload:
-                raise AssertionError("echo mismatch")
-        for m, qp in enumerate(qps):
+        for m, (raw, qp) in enumerate(zip(raws, qps, strict=True)):
+            for _ in range(n):
+                t0 = clock()
+                raw.sendall(payload)
+                raw.recv_exactly(view)
+                if done >= warm:
+                    tcp_times[m].append(clock() - t0)
+                if back != payload:
+                    raise AssertionError("echo mismatch")
             c0 = cpu_clock()
             for _ in range(n):
                 t1 = clock()
@@ -156,7 +170,8 @@ def measure(
         done += n
     for qp in qps:
         qp.close()
-    raw.close()
+    for raw in raws:
+        raw.close()
     server_cpu = parent.recv() if parent.poll(30) else [float("nan")] * len(MODES)
     proc.join(30)
     return tcp_times, qp_times, [c / rounds for c in qp_cpu], server_cpu
@@ -242,9 +257,21 @@ def core_cost(rounds: int, size: int, crc: bool) -> float:
     return statistics.median(times) * 1e6
 
 
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+_COLUMNS = (
+    ("t_min", "min_us"),
+    ("median", "typical_us"),
+    ("average", "avg_us"),
+    ("stdev", "stdev_us"),
+    ("p99", "p99_us"),
+    ("p99.9", "p99_9_us"),
+    ("max", "max_us"),
+)
+
+
+def _row(label: str, times: list[float]) -> tuple[str, dict[str, float]]:
+    stats = latency_stats(times)
+    cells = " ".join(f"{stats[key]:>8.1f}" for _, key in _COLUMNS)
+    return f"      {label:<23} {cells}", stats
 
 
 def main() -> None:
@@ -263,32 +290,36 @@ def main() -> None:
     print(
         f"{args.size}-octet round trips, {args.rounds} rounds per run, in blocks of "
         f"{args.block} interleaved; "
-        f"MPA CRC {'off' if args.no_crc else 'on'}; loopback MTU {mtu}"
+        f"MPA CRC {'off' if args.no_crc else 'on'}; loopback MTU {mtu}; times in us"
     )
-    print(
-        "run  raw TCP median (p10-p90)   iwarp.sync mode    median (p10-p90)     added"
-        "   ratio  CPU/round trip client, server"
-    )
+    header = " ".join(f"{name:>8}" for name, _ in _COLUMNS)
     added: list[list[float]] = [[] for _ in MODES]
+    ratios: list[list[float]] = [[] for _ in MODES]
     for run in range(1, args.repeat + 1):
         tcp, qps, client_cpu, server_cpu = measure(
             args.rounds, args.size, not args.no_crc, args.block
         )
-        t_med = statistics.median(tcp) * 1e6
-        raw = f"{t_med:6.1f} us ({_pct(tcp, 0.1) * 1e6:5.1f}-{_pct(tcp, 0.9) * 1e6:5.1f})"
-        for m, (mode, _) in enumerate(MODES):
-            qp = qps[m]
-            q_med = statistics.median(qp) * 1e6
-            added[m].append(q_med - t_med)
+        print(f"run {run}")
+        for m, (mode, busy_poll) in enumerate(MODES):
+            style = f"busy_poll {busy_poll * 1e6:.0f} us" if busy_poll else "busy_poll 0"
+            print(f"{f'  {mode} ({style})':<29} {header}")
+            raw_line, raw_stats = _row("raw TCP, same waiting", tcp[m])
+            qp_line, qp_stats = _row("iwarp.sync", qps[m])
+            print(raw_line)
+            print(qp_line)
+            plus = qp_stats["typical_us"] - raw_stats["typical_us"]
+            ratio = qp_stats["typical_us"] / raw_stats["typical_us"]
+            added[m].append(plus)
+            ratios[m].append(ratio)
             print(
-                f"{run:>3}  {raw if m == 0 else ' ' * len(raw)}   {mode:<10} "
-                f"{q_med:7.1f} us ({_pct(qp, 0.1) * 1e6:5.1f}-{_pct(qp, 0.9) * 1e6:5.1f})"
-                f"  {q_med - t_med:+6.1f} us {q_med / t_med:5.2f}"
-                f"   {client_cpu[m] * 1e6:5.1f}, {server_cpu[m] * 1e6:5.1f} us"
+                f"      median: iwarp.sync adds {plus:+.1f} us, {ratio:.2f}x raw TCP; CPU per "
+                f"iwarp.sync round trip client {client_cpu[m] * 1e6:.1f} us, "
+                f"server {server_cpu[m] * 1e6:.1f} us"
             )
     for m, (mode, busy_poll) in enumerate(MODES):
         print(
-            f"added to raw TCP's median, {mode} (busy_poll {busy_poll * 1e6:.0f} us): "
+            f"{mode} (busy_poll {busy_poll * 1e6:.0f} us), iwarp.sync against raw TCP waiting "
+            f"the same way: {min(ratios[m]):.2f} .. {max(ratios[m]):.2f}x, adds "
             f"{min(added[m]):.1f} .. {max(added[m]):.1f} us over {len(added[m])} runs"
         )
     print("\nboth ends in one thread (code and syscalls, no process switches):")

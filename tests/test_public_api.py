@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 
@@ -49,3 +50,13 @@ def test_serve_connect_send_write_read_through_the_top_level_names() -> None:
         await server.wait_closed()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_dir_lists_the_lazy_names_before_they_load() -> None:
+    code = (
+        "import json, iwarp; print(json.dumps([sorted(set(iwarp.__all__) - set(dir(iwarp))), "
+        "'QueuePair' in vars(iwarp)]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    missing, loaded = json.loads(out.stdout)
+    assert missing == [] and loaded is False

@@ -341,6 +341,71 @@ def _kernel_call(module: Any, data: bytes) -> tuple[object, ...]:
     return (*outcome, [None if w is None else bytes(w) for w in written])
 
 
+#: Link types the decode kernels know, and some they do not.
+_LINKTYPES = (0, 1, 12, 101, 113, 228, 229, 276, 189, -1, 2**31 - 1)
+
+
+def _decode_kernel_call(data: bytes) -> None:
+    """One decode kernel of the C module (src/iwarp/_decode.c) on hostile
+    arguments drawn from ``data``: capture buffers of any octets, positions,
+    caps and frame counts at the C types' edges, odd interface lists, FPDU
+    offsets and phases out of range. It returns or refuses (a ValueError,
+    OverflowError, TypeError); a batch never ends outside its buffer."""
+    from iwarp.analyze import capture, mpa
+    from iwarp.analyze.capture import TcpPacket
+
+    packets: Any = capture.kernels
+    fpdus: Any = mpa.kernels
+    if packets is None or fpdus is None:
+        return  # the pure-Python path: no decode kernels
+    draw = _Draw(data)
+    which = draw.octet() % 5
+    buffer = bytes(draw.octets(draw.number(300) % 4096))
+    linktype = _LINKTYPES[draw.octet() % len(_LINKTYPES)]
+    cache: dict[int, str] = {}
+    result: Any = None
+    try:
+        if which == 0:
+            result = packets.pcap_batch(
+                buffer, draw.number(64), bool(draw.octet() & 1), 10.0 ** -(draw.octet() % 10),
+                linktype, draw.number(1 << 18), draw.number(2**40), TcpPacket, cache,
+            )  # fmt: skip
+        elif which == 1:
+            interfaces: list[object] = [
+                (_LINKTYPES[draw.octet() % len(_LINKTYPES)], 10.0 ** -(draw.octet() % 10))
+                for _ in range(draw.octet() % 4)
+            ]
+            if draw.octet() & 1:
+                interfaces.append(("not", "an interface")[: draw.octet() % 3])
+            result = packets.pcapng_batch(
+                buffer, draw.number(64), bool(draw.octet() & 1), interfaces,
+                draw.number(1 << 18), draw.number(1 << 22), draw.number(2**40), TcpPacket, cache,
+            )  # fmt: skip
+        elif which == 2:
+            packets.tcp_packet(draw.number(2**40), linktype, 0.0, buffer, TcpPacket, cache)
+        elif which == 3:
+            phase, markers = draw.number(511), bool(draw.octet() & 1)
+            try:
+                fpdus.fpdu_view(
+                    bytearray(buffer), draw.number(len(buffer)), phase, markers,
+                    bool(draw.octet() & 1), bool(draw.octet() & 1),
+                )  # fmt: skip
+            except RuntimeError:
+                # A phase off the marker origin's 4-octet grid can put a
+                # marker across the CRC: refused. The analyzer never asks
+                # (its FPDU starts lie on that grid).
+                if not (markers and phase & 3):
+                    raise
+        else:
+            fpdus.describe_ulpdu(buffer)
+    except _ARGUMENT_ERRORS:
+        return
+    if result is not None:
+        _, pos = result
+        if not 0 <= pos <= len(buffer):
+            raise AssertionError(f"a decode batch ended at {pos}, outside {len(buffer)} octets")
+
+
 def kernels(data: bytes) -> None:
     """Each kernel with hostile arguments: offsets, lengths and indexes near
     2**32 and 2**64, misaligned and torn records, outputs overlapping
@@ -348,7 +413,9 @@ def kernels(data: bytes) -> None:
     (iwarp._kernels) must agree on the outcome (result or refusal) and on
     every octet of the buffers. A kernel may refuse arguments (ValueError,
     OverflowError, TypeError, BufferError); reading or writing outside a
-    buffer is what the sanitizer build (.ci/sanitize) reports."""
+    buffer is what the sanitizer build (.ci/sanitize) reports. The same
+    octets then draw arguments for one of the analyzer's decode kernels
+    (capture records, frames, FPDU views, ULPDU descriptions)."""
     from iwarp import _kernels
 
     pure = _kernel_call(_kernels, data)
@@ -359,6 +426,7 @@ def kernels(data: bytes) -> None:
     accelerated = _kernel_call(_speedups, data)
     if accelerated != pure:
         raise AssertionError(f"C {accelerated!r:.300} != pure Python {pure!r:.300}")
+    _decode_kernel_call(data)
 
 
 TARGETS: dict[str, Target] = {

@@ -7,7 +7,8 @@ Thin drivers run them: asyncio (:mod:`iwarp.asyncio`), blocking sockets
 (:mod:`iwarp.sync`), the CLI and the capture analyzer.
 
 The names a verbs user needs are here (imported on first use, so ``import
-iwarp`` stays cheap)::
+iwarp`` stays cheap; ``dir(iwarp)`` lists them). A fragment (it runs in a
+coroutine; the README has the whole program)::
 
     import iwarp
 
@@ -101,6 +102,12 @@ if TYPE_CHECKING:
         Sge,
         WriteWR,
     )
+
+
+def __dir__() -> list[str]:
+    """The module's names with the lazily exported ones, which load on first
+    use (so ``dir(iwarp)`` and completion show them before that)."""
+    return sorted({*globals(), *__all__})
 
 
 def __getattr__(name: str) -> object:

@@ -233,8 +233,8 @@ typedef struct {
  * Runs without the GIL: touches only the run's buffers and its own memory.
  */
 static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, size_t skip,
-                             size_t limit, int fd, int wait_ms, int watch_input,
-                             struct iovec *iov, uint8_t *scratch)
+                             size_t limit, int fd, uint8_t *copy_to, int wait_ms,
+                             int watch_input, struct iovec *iov, uint8_t *scratch)
 {
     LaneResult res = {0, LANE_DONE, 0};
     size_t end = total - skip > limit ? skip + limit : total;
@@ -273,11 +273,21 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
             consume(&b, pos - first);
             truncate_to(&b, end - pos);
         }
-        struct msghdr msg;
-        memset(&msg, 0, sizeof msg);
-        msg.msg_iov = b.iov;
-        msg.msg_iovlen = (size_t)b.niov;
-        ssize_t got = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t got;
+        if (copy_to != NULL) { /* into memory: the whole batch (limit bounds it) */
+            size_t k = 0;
+            for (int v = 0; v < b.niov; v++) {
+                memcpy(copy_to + res.sent + k, b.iov[v].iov_base, b.iov[v].iov_len);
+                k += b.iov[v].iov_len;
+            }
+            got = (ssize_t)k;
+        } else {
+            struct msghdr msg;
+            memset(&msg, 0, sizeof msg);
+            msg.msg_iov = b.iov;
+            msg.msg_iovlen = (size_t)b.niov;
+            got = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        }
         if (got > 0) {
             consume(&b, (size_t)got);
             pos += (size_t)got;
@@ -341,7 +351,9 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
  * The run is frame_run's (same meaning, same checks); `phase` is the marker
  * phase of its first octet. Writes its wire octets from `skip` on (octets
  * taken by earlier calls) to the socket `fd` with non-blocking sendmsg, at
- * most `limit` of them (-1: no limit; 0 with fd -1 only measures). When the
+ * most `limit` of them (-1: no limit; 0 with fd -1 only measures). `fd` may
+ * also be a writable buffer: the octets are copied to its start instead, as
+ * many as it holds (within `limit`), for a transport that writes them. When the
  * socket is full it waits in poll without the GIL: `wait_ms` -1 until done,
  * 0 not at all, else at most that long; with `watch_input` it also returns
  * as soon as the socket is readable (the caller reads, then calls again).
@@ -353,13 +365,14 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
  */
 static PyObject *py_send_lane(PyObject *self, PyObject *args)
 {
-    int fd, markers, crc, watch_input, wait_ms;
-    Py_buffer header, payload;
+    int fd = -1, markers, crc, watch_input, wait_ms;
+    PyObject *sink;
+    Py_buffer header, payload, out = {0};
     Py_ssize_t start, stop, room, field_at, field_size, skip, limit;
     unsigned long long base;
     int last_mask;
     unsigned phase;
-    if (!PyArg_ParseTuple(args, "iy*y*nnnnnKippInnip:send_lane", &fd, &header, &payload, &start,
+    if (!PyArg_ParseTuple(args, "Oy*y*nnnnnKippInnip:send_lane", &sink, &header, &payload, &start,
                           &stop, &room, &field_at, &field_size, &base, &last_mask, &markers,
                           &crc, &phase, &skip, &limit, &wait_ms, &watch_input))
         return NULL;
@@ -367,12 +380,30 @@ static PyObject *py_send_lane(PyObject *self, PyObject *args)
     struct iovec *iov = NULL;
     uint8_t *scratch = NULL;
     Py_ssize_t hlen = header.len;
+    if (PyLong_Check(sink)) {
+        fd = _PyLong_AsInt(sink);
+        if (fd == -1 && PyErr_Occurred())
+            goto done;
+    } else {
+        if (PyObject_GetBuffer(sink, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        if (limit < 0 || limit > out.len)
+            limit = out.len;
+        /* The copy must not overlap what it reads (memcpy). */
+        const uint8_t *o = out.buf, *oe = (const uint8_t *)out.buf + out.len;
+        const uint8_t *p = payload.buf, *pe = (const uint8_t *)payload.buf + payload.len;
+        const uint8_t *h = header.buf, *he = (const uint8_t *)header.buf + header.len;
+        if ((o < pe && p < oe) || (o < he && h < oe)) {
+            PyErr_SetString(PyExc_ValueError, "send_lane: the output overlaps the message");
+            goto done;
+        }
+    }
     /* Each comparison without an addition that could wrap. */
     if (hlen > 32 || field_at < 0 || field_size < 1 || field_size > 8 || field_at > hlen ||
         field_size > hlen - field_at || room <= 0 || room > 0xFFFF - hlen || start < 0 ||
         stop < start || stop > payload.len || last_mask < 0 || last_mask > 0xFF ||
         (phase & 3) || phase > LANE_PHASE_MASK || skip < 0 || limit < -1 ||
-        (fd < 0 && limit != 0)) {
+        (fd < 0 && out.obj == NULL && limit != 0)) {
         PyErr_SetString(PyExc_ValueError, "send_lane: inconsistent arguments");
         goto done;
     }
@@ -413,8 +444,8 @@ static PyObject *py_send_lane(PyObject *self, PyObject *args)
             goto done;
         }
         Py_BEGIN_ALLOW_THREADS
-        res = lane_write(&r, phase, total, (size_t)skip, cap, fd, wait_ms, watch_input, iov,
-                         scratch);
+        res = lane_write(&r, phase, total, (size_t)skip, cap, fd, out.buf, wait_ms, watch_input,
+                         iov, scratch);
         Py_END_ALLOW_THREADS
         if (res.error) {
             errno = res.error;
@@ -429,6 +460,8 @@ static PyObject *py_send_lane(PyObject *self, PyObject *args)
 done:
     PyMem_RawFree(iov);
     PyMem_RawFree(scratch);
+    if (out.obj != NULL)
+        PyBuffer_Release(&out);
     PyBuffer_Release(&header);
     PyBuffer_Release(&payload);
     return result;

@@ -954,7 +954,8 @@ PyMODINIT_FUNC PyInit__speedups(void)
         return NULL;
     /* The kernels of the other source files join this one module. */
     if (PyModule_AddFunctions(m, iw_lane_methods) < 0 ||
-        PyModule_AddFunctions(m, iw_decode_methods) < 0) {
+        PyModule_AddFunctions(m, iw_decode_methods) < 0 ||
+        PyModule_AddFunctions(m, iw_small_methods) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -5,6 +5,8 @@
  *               creates the module and adds the other files' functions.
  * _lanes.c      the whole-message send and receive lanes.
  * _decode.c     the capture analyzer's per-segment loops.
+ * _small.c      the small-message lane: a one-segment Send framed, or
+ *               checked and placed, in one call.
  */
 #ifndef IWARP_SPEEDUPS_H
 #define IWARP_SPEEDUPS_H
@@ -21,5 +23,6 @@ uint32_t iw_crc32c(uint32_t state, const uint8_t *p, size_t n);
 /* Each file's functions, each table ended by a {NULL} entry. */
 extern PyMethodDef iw_lane_methods[];
 extern PyMethodDef iw_decode_methods[];
+extern PyMethodDef iw_small_methods[];
 
 #endif

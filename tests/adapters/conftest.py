@@ -1,4 +1,5 @@
-"""The fixture of the behavioural suites: every client kind against every server kind."""
+"""The fixture of the behavioural suites: every client kind against every server
+kind (uvloop, when installed, against itself and the blocking adapter)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from adapters.sides import Adapter, make_adapter
-
-KINDS = ("sync", "asyncio")
+from adapters.sides import PAIRS, Adapter, make_adapter
 
 
-@pytest.fixture(
-    params=[(c, s) for c in KINDS for s in KINDS],
-    ids=[f"{c}-to-{s}" for c in KINDS for s in KINDS],
-)
+@pytest.fixture(params=PAIRS, ids=[f"{c}-to-{s}" for c, s in PAIRS])
 def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Adapter, Adapter]]:
     """(client adapter, server adapter); the same object when the kinds agree."""
     client_kind, server_kind = request.param

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -16,9 +16,13 @@ class LoopThread:
     """The loop, the servers started on it, the handler futures and what the
     handlers raised; :meth:`finish` stops it all and re-raises the first."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(
+        self,
+        timeout: float,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+    ) -> None:
         self.timeout = timeout
-        self.loop = asyncio.new_event_loop()
+        self.loop = loop_factory()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self._servers: list[asyncio.Server] = []

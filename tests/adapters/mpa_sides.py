@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 import iwarp.asyncio.mpa as aio
 from adapters.loop_thread import LoopThread
+from adapters.sides import UVLOOP
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.policy import Decider
@@ -325,8 +326,10 @@ class AsyncioMpa(LoopThread):
 
     kind = "asyncio"
 
-    def __init__(self) -> None:
-        super().__init__(CALL_TIMEOUT)
+    def __init__(
+        self, loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+    ) -> None:
+        super().__init__(CALL_TIMEOUT, loop_factory)
 
     def _one(self, handler: Callable[[Any], None]) -> tuple[Runner, Future[None]]:
         """Runs ``handler`` for the one connection a server takes; ``join``
@@ -388,4 +391,9 @@ class AsyncioMpa(LoopThread):
 
 
 def make_mpa(kind: str) -> SyncMpa | AsyncioMpa:
-    return SyncMpa() if kind == "sync" else AsyncioMpa()
+    if kind == "sync":
+        return SyncMpa()
+    if kind == "uvloop":
+        assert UVLOOP is not None
+        return AsyncioMpa(UVLOOP)
+    return AsyncioMpa()

@@ -25,6 +25,7 @@ from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.policy import Decider
 from iwarp.rdma.simple import ReadInto, WriteData
+from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.wire import NO_MASK, TerminateHeader
 from iwarp.rdmap.work import Completion, RecvWR, SendQueueWR, Sge
@@ -332,6 +333,8 @@ class Adapter(Protocol):
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
         decide: Decider | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> int: ...
 
     def connect(
@@ -343,6 +346,8 @@ class Adapter(Protocol):
         receive_buffers: int = 0,
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> Side: ...
 
     def take_failures(self) -> list[BaseException]: ...
@@ -371,6 +376,8 @@ class SyncAdapter:
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
         decide: Decider | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> int:
         listener = sync.listen(
             "127.0.0.1",
@@ -381,6 +388,8 @@ class SyncAdapter:
             receive_size=receive_size,
             setup=None if setup is None else lambda qp: setup(SyncSide(qp)),
             decide=decide,
+            atomic_ord=atomic_ord,
+            atomic_ird=atomic_ird,
         )
         self._listeners.append(listener)
 
@@ -412,6 +421,8 @@ class SyncAdapter:
         receive_buffers: int = 0,
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> Side:
         qp = sync.connect(
             "127.0.0.1",
@@ -422,6 +433,8 @@ class SyncAdapter:
             receive_size=receive_size,
             setup=None if setup is None else lambda qp: setup(SyncSide(qp)),
             timeout=CALL_TIMEOUT,
+            atomic_ord=atomic_ord,
+            atomic_ird=atomic_ird,
         )
         return SyncSide(qp)
 
@@ -447,8 +460,10 @@ class AsyncioAdapter(LoopThread):
 
     kind = "asyncio"
 
-    def __init__(self) -> None:
-        super().__init__(CALL_TIMEOUT)
+    def __init__(
+        self, loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+    ) -> None:
+        super().__init__(CALL_TIMEOUT, loop_factory)
 
     def serve(
         self,
@@ -460,6 +475,8 @@ class AsyncioAdapter(LoopThread):
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
         decide: Decider | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> int:
         loop = self.loop
         done: Future[None] = Future()
@@ -490,6 +507,8 @@ class AsyncioAdapter(LoopThread):
                 setup=None if setup is None else lambda qp: setup(AsyncioSide(qp, loop)),
                 decide=decide,
                 on_failure=failed,
+                atomic_ord=atomic_ord,
+                atomic_ird=atomic_ird,
             )
 
         server = self._call(start())
@@ -505,6 +524,8 @@ class AsyncioAdapter(LoopThread):
         receive_buffers: int = 0,
         receive_size: int = 1 << 16,
         setup: Setup | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> Side:
         loop = self.loop
         qp = self._call(
@@ -516,6 +537,8 @@ class AsyncioAdapter(LoopThread):
                 receive_buffers=receive_buffers,
                 receive_size=receive_size,
                 setup=None if setup is None else lambda qp: setup(AsyncioSide(qp, loop)),
+                atomic_ord=atomic_ord,
+                atomic_ird=atomic_ird,
             )
         )
         return AsyncioSide(qp, loop)
@@ -527,5 +550,30 @@ class AsyncioAdapter(LoopThread):
         return errors
 
 
+def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+#: uvloop's event loop, when it is installed (the ``test`` extra has it).
+UVLOOP = _uvloop_factory()
+#: Every adapter kind: the blocking one, asyncio's loop, and uvloop's when installed.
+KINDS: tuple[str, ...] = ("sync", "asyncio", *(("uvloop",) if UVLOOP is not None else ()))
+#: (client, server) kinds of the scenarios: every pair of sync and asyncio,
+#: and uvloop against itself and against the blocking adapter.
+PAIRS: list[tuple[str, str]] = [
+    (c, s) for c in KINDS for s in KINDS if not ("uvloop" in (c, s) and "asyncio" in (c, s))
+]
+
+
 def make_adapter(kind: str) -> SyncAdapter | AsyncioAdapter:
-    return SyncAdapter() if kind == "sync" else AsyncioAdapter()
+    if kind == "sync":
+        return SyncAdapter()
+    if kind == "uvloop":
+        assert UVLOOP is not None
+        return AsyncioAdapter(UVLOOP)
+    return AsyncioAdapter()

@@ -4,6 +4,7 @@ Data, the support probe. Every client kind against every server kind."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -11,15 +12,17 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import iwarp.rdma.connection
-from adapters.sides import Adapter, Side
+from adapters.sides import Adapter, AsyncioSide, Side, SyncSide
 from iwarp.asyncio.rdma import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
 from iwarp.errors import LocalProtocolError
+from iwarp.rdmap.atomics import ATOMIC_DEPTH, MAX_ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import (
     CompletionStatus,
     FetchAddWR,
     ImmediateData,
+    ReadWR,
     RecvWR,
     Sge,
     WorkOpcode,
@@ -278,3 +281,97 @@ def test_immediate_data_completes_a_posted_receive(pair: tuple[Adapter, Adapter]
         (1, b"no event", False, 8),
         (2, None, False, 4),
     ]
+
+
+def test_a_large_read_before_an_atomic_sees_the_word_before_it(
+    pair: tuple[Adapter, Adapter],
+) -> None:
+    """RFC 7306 §7: an Atomic Operation after an RDMA Read executes after the
+    Read Response was generated, also when that response is large enough
+    for a send lane, which writes it from memory."""
+    client, server = pair
+    pd = ProtectionDomain()
+    size = 1 << 20
+    memory = bytearray(WORD.pack(41) + bytes(size - 8))
+    region = pd.register(memory, SHARED)
+    (port,) = serve_all(server, pd, 1)
+    qp = client.connect(port)
+    sink = qp.register(bytearray(size), Access.LOCAL_WRITE)
+    for round_ in range(3):
+        qp.post_send(ReadWR(Sge(sink), region.stag, 0, wr_id=round_))
+        assert qp.fetch_add(region.stag, 0, 1) == 41 + round_
+        done = qp.wait_send()
+        assert (done.wr_id, done.status, done.byte_len) == (
+            round_,
+            CompletionStatus.SUCCESS,
+            size,
+        )
+        assert WORD.unpack_from(sink.view)[0] == 41 + round_  # before the atomic
+    assert WORD.unpack_from(memory)[0] == 44
+    qp.send(b"done")
+    qp.close()
+    assert server.take_failures() == []
+
+
+def test_atomic_depths_are_options_of_connect_and_serve(pair: tuple[Adapter, Adapter]) -> None:
+    """``atomic_ord``/``atomic_ird`` reach each queue pair's stream: a client
+    with 8 outstanding against a server with room for 8 gets every answer;
+    ``atomic_ord=0`` refuses locally; a server with ``atomic_ird=0``
+    answers as a stack without RFC 7306 does."""
+    client, server = pair
+    pd = ProtectionDomain()
+    memory = bytearray(8)
+    word = pd.register(memory, SHARED)
+    deep = server.serve(until_done, pd=pd, receive_buffers=1, atomic_ird=8)
+    qp = client.connect(deep, atomic_ord=8)
+    assert isinstance(qp, SyncSide | AsyncioSide)
+    assert (qp.qp.stream.atomic_ord, qp.qp.stream.atomic_ird) == (8, ATOMIC_DEPTH)
+    for i in range(8):
+        qp.post_send(FetchAddWR(word.stag, 0, 1, wr_id=i))
+    done = [qp.wait_send() for _ in range(8)]
+    assert sorted(c.wr_id for c in done) == list(range(8))
+    assert all(c.ok for c in done)
+    assert sorted(c.original or 0 for c in done) == list(range(8))
+    assert WORD.unpack(memory)[0] == 8
+    qp.send(b"done")
+    qp.close()
+
+    port = server.serve(until_done, pd=pd, receive_buffers=1)
+    qp = client.connect(port, atomic_ord=0)
+    with pytest.raises(LocalProtocolError, match="atomic_ord is 0"):
+        qp.fetch_add(word.stag, 0, 1)
+    qp.send(b"done")
+    qp.close()
+    assert server.take_failures() == []
+
+    def refused(qp: Side) -> None:
+        with pytest.raises(ConnectionTerminatedError):
+            qp.receive()
+
+    port = server.serve(refused, pd=pd, receive_buffers=1, atomic_ird=0)
+    qp = client.connect(port)
+    with pytest.raises(AtomicsNotSupportedError, match="RFC 7306"):
+        qp.fetch_add(word.stag, 0, 1)
+    qp.wait_closed()
+    qp.close()
+    assert server.take_failures() == []
+    assert WORD.unpack(memory)[0] == 8
+
+
+@pytest.mark.parametrize("depth", [-1, MAX_ATOMIC_DEPTH + 1, True])
+def test_atomic_depths_out_of_range_are_refused_before_connecting(depth: int) -> None:
+    from iwarp import sync
+    from iwarp.asyncio import rdma as aio
+
+    async def nothing(qp: aio.QueuePair) -> None:
+        pass
+
+    for name in ("atomic_ord", "atomic_ird"):
+        with pytest.raises(LocalProtocolError, match=name):
+            sync.connect("127.0.0.1", 9, **{name: depth})  # type: ignore[arg-type]
+        with pytest.raises(LocalProtocolError, match=name):
+            sync.listen("127.0.0.1", 0, **{name: depth})  # type: ignore[arg-type]
+        with pytest.raises(LocalProtocolError, match=name):
+            asyncio.run(aio.connect("127.0.0.1", 9, **{name: depth}))  # type: ignore[arg-type]
+        with pytest.raises(LocalProtocolError, match=name):
+            asyncio.run(aio.serve(nothing, "127.0.0.1", 0, **{name: depth}))  # type: ignore[arg-type]

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 import pytest
 
 from adapters.mpa_sides import AsyncioMpa, Socket, Stream, SyncMpa, make_mpa
+from adapters.sides import PAIRS
 from iwarp.errors import LocalProtocolError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import MpaParams, RequestReceived
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Reject
 
-KINDS = ("sync", "asyncio")
 Pair = tuple[SyncMpa | AsyncioMpa, SyncMpa | AsyncioMpa]
 
 #: The Request/Reply modes and the config each end uses.
@@ -30,10 +30,7 @@ MODES = {
 SIZES = (0, 1, 1000, 30_000)
 
 
-@pytest.fixture(
-    params=[(c, s) for c in KINDS for s in KINDS],
-    ids=[f"{c}-to-{s}" for c in KINDS for s in KINDS],
-)
+@pytest.fixture(params=PAIRS, ids=[f"{c}-to-{s}" for c, s in PAIRS])
 def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
     """(client adapter, server adapter); the same object when the kinds agree."""
     client_kind, server_kind = request.param

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cli.test_receipt_offer import foreign_mpa_peer
 from clitools import IWARP, by_type, connect, listen
 from iwarp.cli._args import format_rate, port, size
 from iwarp.cli._progress import Progress, ProgressMeter
@@ -231,10 +232,10 @@ def test_an_interrupted_listener_prints_its_partial_summary(
 
 @pytest.mark.slow
 def test_an_interrupted_connector_prints_what_it_moved() -> None:
-    # A listener that accepts but never advertises: the connector waits.
-    with listen("--op", "mpa") as listener:
+    # An MPA peer that accepts but never advertises: the connector waits.
+    with foreign_mpa_peer([]) as port:
         proc = subprocess.Popen(
-            [*IWARP, "connect", "127.0.0.1", str(listener.port), "--json", "--count", "3"],
+            [*IWARP, "connect", "127.0.0.1", str(port), "--json", "--count", "3"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

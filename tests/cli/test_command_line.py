@@ -3,12 +3,15 @@ usage errors from the command at fault, lazy start-up, Ctrl-C at any moment."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -210,3 +213,26 @@ def test_ctrl_c_at_any_moment_of_a_run_prints_no_traceback(delay: float) -> None
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == INTERRUPTED, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    """The options of ``parser`` and of every (sub)command under it."""
+    found: set[str] = set()
+    for action in parser._actions:
+        found.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found |= _options(child)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("row", "commands"),
+    [("demo", ["demo"]), ("listen", ["listen", "connect"]), ("vitcp", ["vitcp"])],
+)
+def test_the_readme_names_only_options_the_commands_have(row: str, commands: list[str]) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    (line,) = [line for line in readme.splitlines() if line.startswith(f"| `iwarp {row}")]
+    named = set(re.findall(r"--[a-z][a-z0-9-]*", line))
+    known = set().union(*(_options(build_parser(only=command)) for command in commands))
+    assert named and named <= known, named - known

@@ -73,11 +73,17 @@ def test_corruption_without_crc_is_caught_by_the_receipt() -> None:
 def test_listener_running_another_op(theirs: str) -> None:
     with listen("--op", theirs, "--connections", "1") as listener:
         rc, out = connect(listener.port, "--op", "mpa", "--count", "5")
-        listener.finish()
+        _, lines = listener.finish()
     assert rc == 1 and not by_type(out, "summary"), out
     (error,) = by_type(out, "error")
     assert error.get("terminate") == "received", error
-    assert "the listener sent a Terminate" in str(error["message"])
+    # Both ends name the mismatch: the Terminate came from DDP or RDMAP.
+    assert str(error["message"]).startswith("the listener sent a Terminate")
+    assert str(error["message"]).endswith("(it runs --op send, write or read, we run --op mpa)")
+    (logged,) = by_type(lines, "error")
+    assert str(logged["message"]).endswith(
+        f"(the peer sent no hello: does it run --op mpa? this listener runs --op {theirs})"
+    )
 
 
 def test_success_with_the_receipt_through_a_resegmenting_relay() -> None:

@@ -1,16 +1,44 @@
-"""``iwarp perf``: sizes, the server and client over loopback, every op and mode."""
+"""``iwarp perf``: perftest's flags, the server and client over loopback,
+every op and mode, both ends' tables, sweeps, and interrupts."""
 
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import statistics
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from iwarp.cli import main
+from iwarp.cli._perf import (
+    ATOMIC_SIZE,
+    MAX_SIZE,
+    OPS,
+    SWEEP_SIZES,
+    PerfError,
+    PerfTest,
+    Result,
+    Served,
+    check_word,
+    decode,
+    latency_stats,
+    op_failed,
+    peak_rate,
+)
 from iwarp.cli.perf import parse_size
+from iwarp.errors import TerminateLayer
+from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode
+from iwarp.rdmap.wire import TerminateHeader
+from iwarp.rdmap.work import Completion, CompletionStatus, WorkOpcode
+
+IWARP = [sys.executable, "-m", "iwarp"]
 
 
 @pytest.mark.parametrize(
@@ -26,22 +54,100 @@ def test_bad_sizes_are_refused(text: str) -> None:
         parse_size(text)
 
 
-def start_server(*flags: str, count: int) -> tuple[subprocess.Popen[str], int]:
+def test_peak_is_the_best_interval_not_the_average() -> None:
+    # 100 messages at an even pace over about a second, and 30 more at once
+    # in its sixth tenth: that tenth holds 40.
+    stamps = sorted([(i + 0.5) / 100 for i in range(100)] + [0.55 + i * 1e-5 for i in range(30)])
+    peak = peak_rate(stamps, 1000)
+    assert peak == pytest.approx(40 * 1000 / (stamps[-1] / 10), rel=0.01)
+    assert peak > 3 * (130 * 1000 / stamps[-1])
+
+
+def test_peak_leaves_out_the_pipe_filling() -> None:
+    # 64 completions at once (TCP took them into its buffers), then an even pace.
+    stamps = [1e-6 * i for i in range(1, 65)] + [0.01 * i for i in range(1, 101)]
+    assert peak_rate(stamps, 1) == pytest.approx(100.0, rel=0.15)
+    assert peak_rate([], 1) == 0.0
+
+
+def test_latency_columns_are_perftests() -> None:
+    times = [i * 1e-6 for i in range(1, 1001)]
+    stats = latency_stats(times)
+    assert stats["min_us"] == pytest.approx(1.0) and stats["max_us"] == pytest.approx(1000.0)
+    assert stats["typical_us"] == pytest.approx(statistics.median(times) * 1e6)
+    assert stats["avg_us"] == pytest.approx(500.5)
+    assert stats["stdev_us"] == pytest.approx(statistics.stdev(times) * 1e6)
+    assert stats["p99_us"] == pytest.approx(991.0) and stats["p99_9_us"] == pytest.approx(1000.0)
+
+
+@given(st.sampled_from(OPS), st.integers(1, MAX_SIZE), st.booleans(), st.booleans())
+def test_test_descriptions_round_trip(op: str, size: int, latency: bool, raw: bool) -> None:
+    test = PerfTest(op, ATOMIC_SIZE if op == "atomic" else size, latency, raw)
+    assert PerfTest.decode(test.encode()) == test
+
+
+@given(st.integers(1, MAX_SIZE).filter(lambda size: size != ATOMIC_SIZE))
+def test_an_atomic_test_of_another_size_is_refused(size: int) -> None:
+    with pytest.raises(PerfError, match="8 octets"):
+        PerfTest.decode(PerfTest("atomic", size, False, False).encode())
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+
+
+@given(st.binary(max_size=64) | _JSON.map(lambda value: json.dumps(value).encode()))
+def test_any_control_message_gives_a_test_or_a_perf_error(data: bytes) -> None:
+    try:
+        test = PerfTest.decode(data)
+    except PerfError:
+        return
+    assert test.op in OPS and 0 < test.size <= MAX_SIZE
+
+
+def test_hostile_control_messages_are_perf_errors() -> None:
+    for data in (b"[" * 5000, b'{"op": "write", "size": 1e999, "latency": false}', b"\xff"):
+        with pytest.raises(PerfError):
+            PerfTest.decode(data)
+    with pytest.raises(PerfError):
+        decode(b"[" * 100_000)
+
+
+@given(st.dictionaries(st.sampled_from(["op", "bytes", "latency", "adapter", "crc"]), _JSON))
+def test_a_garbled_result_never_breaks_the_server(data: dict[str, object]) -> None:
+    lines: list[str] = []
+    served = Served("sync", lines.append)
+    served.result(data, detail=True)  # a row, or "unreadable" on stderr: never an exception
+    assert served.tests == 1
+
+
+@given(st.lists(st.floats(1e-7, 10.0), min_size=1, max_size=300))
+def test_latency_statistics_are_ordered(times: list[float]) -> None:
+    stats = latency_stats(times)
+    assert stats["min_us"] <= stats["typical_us"] <= stats["max_us"]
+    assert stats["min_us"] <= stats["p99_us"] <= stats["p99_9_us"] <= stats["max_us"]
+    assert stats["min_us"] * (1 - 1e-9) <= stats["avg_us"] <= stats["max_us"] * (1 + 1e-9)
+    assert stats["stdev_us"] >= 0
+
+
+@given(st.lists(st.floats(1e-6, 100.0), min_size=2, max_size=300), st.integers(1, 1 << 20))
+def test_the_peak_is_at_least_the_mean_of_the_counted_intervals(
+    stamps: list[float], size: int
+) -> None:
+    stamps.sort()
+    end = stamps[-1]
+    # the nine intervals after the first hold every completion from end / 10
+    counted = sum(1 for stamp in stamps if stamp >= end * 0.1000001)
+    assert peak_rate(stamps, size) >= counted / 9 * size / (end / 10) * 0.999999
+
+
+def start_server(*flags: str, count: int | None) -> tuple[subprocess.Popen[str], int]:
+    counted = [] if count is None else ["--count", str(count)]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "iwarp",
-            "perf",
-            "-s",
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--count",
-            str(count),
-            *flags,
-        ],
+        [*IWARP, "perf", "--server", "--bind", "127.0.0.1", "-p", "0", *counted, *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -54,92 +160,441 @@ def start_server(*flags: str, count: int) -> tuple[subprocess.Popen[str], int]:
 
 @pytest.fixture
 def server() -> Iterator[int]:
-    proc, port = start_server(count=7)
+    proc, port = start_server(count=None)
     yield port
     proc.kill()
-    proc.wait(timeout=10)
+    proc.communicate(timeout=10)
 
 
 def run_client(capsys: pytest.CaptureFixture[str], port: int, *flags: str) -> tuple[int, str, str]:
-    status = main(["perf", "127.0.0.1", "--port", str(port), *flags])
+    status = main(["perf", "127.0.0.1", "-p", str(port), *flags])
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 
 
 def test_every_op_and_mode(server: int, capsys: pytest.CaptureFixture[str]) -> None:
     for op in ("write", "read", "send"):
-        status, out, _ = run_client(
-            capsys, server, "--op", op, "--size", "8K", "--iters", "50", "--json"
-        )
+        status, out, _ = run_client(capsys, server, "--op", op, "-s", "8K", "-n", "50", "--json")
         assert status == 0
         data = json.loads(out)
         assert data["op"] == op and data["bytes"] == 8192 and data["iterations"] == 50
-        assert data["average_mib_s"] > 0 and data["peak_mib_s"] >= data["average_mib_s"]
+        assert data["average_mib_s"] > 0 and data["peak_mib_s"] > 0
         assert data["messages_per_s"] > 0 and data["crc"] is True
+        assert data["adapter"] == data["peer_adapter"] == "asyncio"
         assert set(data["cpu_us_per_mib"]) == {"client", "server"}
     for op in ("write", "read", "send"):
         status, out, _ = run_client(
-            capsys, server, "--op", op, "--size", "64", "--iters", "20", "--latency", "--json"
+            capsys, server, "--op", op, "-s", "64", "-n", "20", "--latency", "--json"
         )
         assert status == 0
         data = json.loads(out)
-        assert data["iterations"] == 20
-        assert 0 < data["min_us"] <= data["median_us"] <= data["p99_us"] <= data["max_us"]
+        assert data["iterations"] == 20 and "cpu_us_per_mib" not in data
+        assert 0 < data["min_us"] <= data["typical_us"] <= data["p99_us"] <= data["p99_9_us"]
+        assert data["p99_9_us"] <= data["max_us"] and data["min_us"] <= data["avg_us"]
 
 
-def test_table_and_compare_raw(server: int, capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, _ = run_client(capsys, server, "--size", "64K", "--iters", "40", "--compare-raw")
-    assert status == 0
-    lines = out.splitlines()
-    header = next(i for i, line in enumerate(lines) if "#bytes" in line)
-    assert "BW peak[MiB/s]" in lines[header] and "MsgRate" in lines[header]
-    assert lines[header + 1].split()[:2] == ["65536", "40"]
-    assert any(line.startswith("raw TCP:") and "RDMA/raw" in line for line in lines)
+def test_both_ends_print_the_table_and_raw_ratios(capsys: pytest.CaptureFixture[str]) -> None:
+    proc, port = start_server(count=2)
+    try:
+        status, out, _ = run_client(capsys, port, "-s", "64K", "-n", "40", "--compare-raw")
+        assert status == 0
+        lines = out.splitlines()
+        header = next(i for i, line in enumerate(lines) if "#bytes" in line)
+        assert "BW peak[MiB/sec]" in lines[header] and "MsgRate[Mpps]" in lines[header]
+        assert "ratio" in lines[header]
+        row = lines[header + 1]
+        assert row.split()[:2] == ["65536", "40"] and row.endswith("x")
+        assert any(line.startswith("CPU per MiB:") for line in lines)
+        raw = next(line for line in lines if line.startswith("raw TCP (asyncio, same loop"))
+        assert "one send per message" in raw and "message rate" in raw
+        status, out, _ = run_client(
+            capsys, port, "--op", "send", "-s", "64", "--latency", "-n", "30", "--compare-raw"
+        )
+        assert status == 0
+        lines = out.splitlines()
+        header = next(i for i, line in enumerate(lines) if "#bytes" in line)
+        for column in ("t_min", "t_max", "t_typical", "t_avg", "t_stdev", "99% ", "99.9% "):
+            assert column in lines[header]
+        assert not any("CPU per MiB" in line for line in lines)
+        server_out, server_err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, server_err
+    # the server prints the same rows
+    assert row in server_out.splitlines()
+    assert lines[header + 1] in server_out.splitlines()
+
+
+def test_compare_raw_json(server: int, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run_client(
-        capsys,
-        server,
-        "--op",
-        "send",
-        "--size",
-        "64",
-        "--latency",
-        "--iters",
-        "30",
-        "--compare-raw",
-        "--json",
+        capsys, server, "--op", "send", "-s", "64", "-n", "200", "--compare-raw", "--json"
+    )
+    assert status == 0
+    data = json.loads(out)
+    raw = data["raw_tcp"]
+    assert raw["iterations"] == 200 and raw["messages_per_s"] > 0
+    assert data["msg_rate_ratio"] == pytest.approx(data["messages_per_s"] / raw["messages_per_s"])
+    status, out, _ = run_client(
+        capsys, server, "-s", "64", "--latency", "-n", "30", "--compare-raw", "--json"
     )
     data = json.loads(out)
-    assert data["raw_tcp"]["median_us"] > 0
-    assert data["added_median_us"] == pytest.approx(
-        data["median_us"] - data["raw_tcp"]["median_us"]
+    assert data["raw_tcp"]["typical_us"] > 0
+    assert data["added_typical_us"] == pytest.approx(
+        data["typical_us"] - data["raw_tcp"]["typical_us"]
     )
+
+
+def test_sweep_prints_a_row_per_size_on_both_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    proc, port = start_server(count=len(SWEEP_SIZES))
+    try:
+        status, out, _ = run_client(capsys, port, "-a", "-n", "3", "--op", "read")
+        assert status == 0
+        server_out, server_err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, server_err
+    for text in (out, server_out):
+        rows = [line.split() for line in text.splitlines() if line.split()[:1] != []]
+        sizes = [int(r[0]) for r in rows if r[0].isdigit()]
+        assert sizes == [1 << i for i in range(1, 24)]
+        assert sum("#bytes" in line for line in text.splitlines()) == 1
 
 
 @pytest.mark.slow
 def test_duration_prints_progress(server: int, capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, err = run_client(capsys, server, "--size", "4K", "--duration", "2.2", "--json")
+    status, out, err = run_client(
+        capsys, server, "-s", "4K", "-D", "1.2", "--json", "--progress", "--interval", "0.5"
+    )
     assert status == 0
     assert json.loads(out)["iterations"] > 0
-    progress = [line for line in err.splitlines() if "messages" in line and "MiB/s" in line]
+    progress = [line for line in err.splitlines() if "messages" in line and "/s" in line]
     assert 1 <= len(progress) <= 3
 
 
 def test_markers_must_match(capsys: pytest.CaptureFixture[str]) -> None:
     proc, port = start_server("--markers", count=2)
     try:
-        status, _, err = run_client(capsys, port, "--iters", "5")
+        status, _, err = run_client(capsys, port, "-n", "5")
         assert status == 1 and "--markers" in err
-        status, out, _ = run_client(capsys, port, "--iters", "5", "--markers", "--json")
+        status, out, _ = run_client(capsys, port, "-n", "5", "--markers", "--json")
         assert status == 0 and json.loads(out)["markers"] is True
         proc.wait(timeout=30)
         assert proc.returncode == 0
     finally:
         proc.kill()
+        proc.communicate()
 
 
 def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["perf"]) == 2
     assert "HOST" in capsys.readouterr().err
-    assert main(["perf", "-s", "somehost"]) == 2
-    assert main(["perf", "127.0.0.1", "--port", "1", "--iters", "1"]) == 1
+    assert main(["perf", "--server", "somehost"]) == 2
+    assert main(["perf", "127.0.0.1", "-p", "1", "-n", "1"]) == 1
     assert "iwarp perf:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv", [["perf", "-s"], ["perf", "-s", "--bind", "127.0.0.1"], ["perf", "-s", "-p", "5000"]]
+)
+def test_the_old_server_flag_is_a_clear_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--server" in err and "ib_write_bw" in err
+
+
+def test_a_host_after_s_is_not_a_size(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["perf", "-s", "127.0.0.1"])
+    assert exit_.value.code == 2
+    assert "--server" in capsys.readouterr().err
+
+
+def test_help_says_what_s_means() -> None:
+    out = subprocess.run(
+        [*IWARP, "perf", "--help"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert "ib_write_bw" in out and "--server" in out and "-D" in out and "-a" in out
+
+
+# --- interrupts: real processes, real signals ------------------------------------------
+
+
+_PROGRESS = ("--progress", "--interval", "0.2")
+
+
+def _client_under_way(port: int, *flags: str) -> subprocess.Popen[str]:
+    client = subprocess.Popen(
+        [*IWARP, "perf", "127.0.0.1", "-p", str(port), "-D", "60", *_PROGRESS, *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert client.stderr is not None
+    line = client.stderr.readline()  # the first progress line: the test runs
+    assert "messages" in line, line
+    return client
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("mode", [[], ["--latency", "-s", "64", "--op", "send"]])
+def test_an_interrupted_client_prints_its_results_so_far(
+    signum: signal.Signals, status: int, mode: list[str]
+) -> None:
+    server, port = start_server(count=None)
+    client = _client_under_way(port, *mode)
+    try:
+        client.send_signal(signum)
+        out, err = client.communicate(timeout=20)
+    finally:
+        for proc in (client, server):
+            proc.kill()
+            proc.communicate()
+    assert client.returncode == status, err
+    assert f"interrupted by {signum.name}" in err and "Traceback" not in err
+    header = next(i for i, line in enumerate(out.splitlines()) if "#bytes" in line)
+    row = out.splitlines()[header + 1].split()
+    assert int(row[1]) > 0  # iterations so far
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_server_says_what_it_served(signum: signal.Signals, status: int) -> None:
+    server, port = start_server(count=None)
+    client = _client_under_way(port, "--op", "send", "-s", "1K")
+    try:
+        server.send_signal(signum)
+        _, server_err = server.communicate(timeout=20)
+        _, client_err = client.communicate(timeout=20)
+    finally:
+        for proc in (client, server):
+            proc.kill()
+            proc.communicate()
+    assert server.returncode == status, server_err
+    assert f"interrupted by {signum.name}: 0 tests served" in server_err
+    assert "1024-octet send bandwidth test was under way" in server_err
+    assert "Traceback" not in server_err and "Traceback" not in client_err
+    assert client.returncode == 1 and "iwarp perf:" in client_err
+
+
+def test_an_idle_server_stops_on_sigint() -> None:
+    server, _ = start_server(count=None)
+    server.send_signal(signal.SIGINT)
+    _, err = server.communicate(timeout=20)
+    assert server.returncode == 130
+    assert "interrupted by SIGINT: 0 tests served" in err and "Traceback" not in err
+
+
+# --- the blocking adapter (--sync) ------------------------------------------------------
+
+
+@pytest.fixture
+def sync_server() -> Iterator[int]:
+    proc, port = start_server("--sync", count=None)
+    yield port
+    proc.kill()
+    proc.communicate(timeout=10)
+
+
+def test_sync_runs_every_op_and_mode(sync_server: int, capsys: pytest.CaptureFixture[str]) -> None:
+    for op in ("write", "read", "send"):
+        for mode in ([], ["--latency"]):
+            status, out, err = run_client(
+                capsys, sync_server, "--sync", "--op", op, "-s", "4K", "-n", "30", *mode, "--json"
+            )
+            assert status == 0, err
+            data = json.loads(out)
+            assert data["op"] == op and data["iterations"] == 30
+            assert data["adapter"] == data["peer_adapter"] == "sync"
+            assert (data["typical_us"] if mode else data["average_mib_s"]) > 0
+
+
+@pytest.mark.parametrize("client", [["--sync"], []])
+def test_the_adapters_talk_to_each_other(
+    client: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server_flags = [] if client else ["--sync"]
+    proc, port = start_server(*server_flags, count=2)
+    try:
+        for mode in ([], ["--latency"]):
+            status, out, err = run_client(
+                capsys, port, *client, "--op", "send", "-s", "64", "-n", "50", *mode, "--json"
+            )
+            assert status == 0, err
+            data = json.loads(out)
+            assert {data["adapter"], data["peer_adapter"]} == {"sync", "asyncio"}
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("busy", "style"),
+    [
+        ([], "non-blocking socket busy-polled 200 us, then poll"),
+        (["--busy-poll", "0"], "blocking recv"),
+    ],
+)
+def test_sync_compares_with_raw_tcp_that_waits_the_same_way(
+    busy: list[str], style: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc, port = start_server("--sync", *busy, count=2)
+    try:
+        status, out, err = run_client(
+            capsys, port, "--sync", *busy, "-s", "64", "--latency", "-n", "200", "--compare-raw"
+        )
+        assert status == 0, err
+        assert f"raw TCP ({style}): t_typical" in out
+        flags = ["--op", "send", "-s", "64", "-n", "300", "--compare-raw", "--json"]
+        status, out, err = run_client(capsys, port, "--sync", *busy, *flags)
+        assert status == 0, err
+        data = json.loads(out)
+        assert data["raw_tcp"]["style"] == style and data["raw_tcp"]["iterations"] == 300
+        assert data["msg_rate_ratio"] > 0
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+
+
+def test_busy_poll_belongs_to_sync(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["perf", "127.0.0.1", "--busy-poll", "0"]) == 2
+    assert "--sync" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("busy_poll", [0.0, 200e-6])
+def test_raw_socket_moves_every_octet(busy_poll: float) -> None:
+    from iwarp.cli._perf_sync import RawSocket
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        a = socket.create_connection(listener.getsockname())
+        b, _ = listener.accept()
+    sender, receiver = RawSocket(a, busy_poll), RawSocket(b, busy_poll)
+    data = bytes(range(256)) * 8192  # 2 MiB: more than the socket buffers hold
+    got = bytearray(len(data))
+    thread = threading.Thread(target=receiver.recv_exactly, args=(memoryview(got),))
+    thread.start()
+    sender.sendall(data)
+    thread.join(timeout=60)
+    sender.close()
+    with pytest.raises(ConnectionError):
+        receiver.recv_exactly(memoryview(bytearray(1)))
+    receiver.close()
+    assert got == data
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_sync_ends_stop_on_signals(signum: signal.Signals, status: int) -> None:
+    server, port = start_server("--sync", count=None)
+    client = _client_under_way(port, "--sync", "--op", "send", "-s", "1K")
+    try:
+        client.send_signal(signum)
+        out, err = client.communicate(timeout=20)
+        assert client.returncode == status, err
+        assert f"interrupted by {signum.name}" in err and "Traceback" not in err
+        assert any(line.split()[:1] == ["1024"] for line in out.splitlines())
+        # the server goes on serving the next client, then stops on the signal
+        client = _client_under_way(port, "--sync", "-s", "1K", "--latency")
+        server.send_signal(signum)
+        _, server_err = server.communicate(timeout=20)
+        _, client_err = client.communicate(timeout=20)
+    finally:
+        for proc in (client, server):
+            proc.kill()
+            proc.communicate()
+    assert server.returncode == status, server_err
+    assert f"interrupted by {signum.name}: 1 tests served" in server_err
+    assert "1024-octet write latency test was under way" in server_err
+    assert "Traceback" not in server_err + client_err
+    assert client.returncode == 1 and "iwarp perf:" in client_err
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_a_server_refuses_messages_over_its_max_size(
+    adapter: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc, port = start_server("--max-size", "4K", *adapter, count=2)
+    try:
+        status, _, err = run_client(capsys, port, *adapter, "-s", "8K", "-n", "5")
+        assert status == 1
+        assert "the server refused the test: 8192-octet messages are over" in err
+        assert "--max-size (4096 octets)" in err
+        status, out, err = run_client(capsys, port, *adapter, "-s", "4K", "-n", "5", "--json")
+        assert status == 0, err
+        assert json.loads(out)["bytes"] == 4096
+        _, server_err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == 0
+    assert "test failed: refused: 8192-octet messages" in server_err
+
+
+# --- RFC 7306 atomics (--op atomic) -------------------------------------------------------
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_atomic_rate_and_latency_as_typed(
+    adapter: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``iwarp perf HOST --op atomic`` (rate) and ``--latency``, each with
+    --compare-raw, against a server of the same adapter; the client checks
+    that the server's word counted every FetchAdd of 1."""
+    proc, port = start_server(*adapter, count=3)
+    try:
+        status, out, err = run_client(
+            capsys, port, *adapter, "--op", "atomic", "-n", "300", "--compare-raw", "--json"
+        )
+        assert status == 0, err
+        data = json.loads(out)
+        assert (data["op"], data["bytes"], data["iterations"]) == ("atomic", 8, 300)
+        assert data["adapter"] == data["peer_adapter"] == ("sync" if adapter else "asyncio")
+        assert data["messages_per_s"] > 0 and data["raw_tcp"]["iterations"] == 300
+        assert data["raw_tcp"]["messages_per_s"] > 0
+        status, out, err = run_client(
+            capsys, port, *adapter, "--op", "atomic", "-s", "4K", "--latency", "-n", "40"
+        )
+        assert status == 0
+        assert "moves 8 octets (a 64-bit word), not the 4096 of -s" in err
+        lines = out.splitlines()
+        assert lines[0].startswith("RDMA Atomic (FetchAdd) latency")
+        header = next(i for i, line in enumerate(lines) if "#bytes" in line)
+        assert lines[header + 1].split()[:2] == ["8", "40"]
+        status, out, _ = run_client(capsys, port, *adapter, "--op", "atomic", "-n", "50")
+        assert status == 0
+        assert "RDMA Atomic (FetchAdd) bandwidth" in out
+        assert "raw TCP" not in out
+    finally:
+        try:  # it exits after its three tests (--count 3)
+            server_out, _ = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert server_out.count("RDMA Atomic (FetchAdd)") == 3  # the server printed each test
+
+
+def test_atomic_has_no_sweep(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["perf", "127.0.0.1", "--op", "atomic", "-a"]) == 2
+    assert "--op atomic has one size" in capsys.readouterr().err
+
+
+def test_a_lost_increment_is_an_error() -> None:
+    result = Result(PerfTest("atomic", ATOMIC_SIZE, False, False), "asyncio", False, True)
+    result.iterations = 5
+    check_word({"cpu": 0.0, "word": 5}, result)
+    for report in ({"cpu": 0.0, "word": 4}, {"cpu": 0.0}, {"word": -1}):
+        with pytest.raises(PerfError):
+            check_word(report, result)
+    result.test = PerfTest("write", 64, False, False)
+    check_word({"cpu": 0.0}, result)  # only atomics report a word
+
+
+def test_a_refused_fetch_add_names_rfc_7306() -> None:
+    refusal = TerminateHeader(
+        TerminateLayer.RDMAP, RdmapErrorType.REMOTE_OPERATION, RemoteOperationCode.UNEXPECTED_OPCODE
+    )
+    completion = Completion(1, WorkOpcode.ATOMIC_FETCH_ADD, CompletionStatus.REMOTE_INVALID_REQUEST)
+    message = str(op_failed("atomic", completion, refusal))
+    assert "does not support RFC 7306" in message and "needs a server with them" in message
+    assert "RFC 7306" not in str(op_failed("read", completion, refusal))

@@ -28,9 +28,9 @@ def _free_port() -> int:
         return port
 
 
-def _ping_server(port: int) -> subprocess.Popen[str]:
+def _ping_server(port: int, *flags: str) -> subprocess.Popen[str]:
     server = subprocess.Popen(
-        [*IWARP, "ping", "-s", "-a", "127.0.0.1", "-p", str(port), "-d"],
+        [*IWARP, "ping", "-s", "-a", "127.0.0.1", "-p", str(port), "-d", *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -41,12 +41,13 @@ def _ping_server(port: int) -> subprocess.Popen[str]:
 
 
 @pytest.mark.slow
-def test_ping_debug_ends_with_a_summary() -> None:
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_ping_debug_ends_with_a_summary(adapter: list[str]) -> None:
     port = _free_port()
-    server = _ping_server(port)
+    server = _ping_server(port, *adapter)
     try:
         client = subprocess.run(
-            [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "-C", "3", "-d"],
+            [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "-C", "3", "-d", *adapter],
             capture_output=True,
             text=True,
             timeout=60,
@@ -60,15 +61,16 @@ def test_ping_debug_ends_with_a_summary() -> None:
     assert match and match.group(1) == "3"
 
 
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
 @pytest.mark.parametrize("side", ["client", "server"])
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_ping_says_how_far_it_got(
-    side: str, signum: signal.Signals, status: int
+    side: str, signum: signal.Signals, status: int, adapter: list[str]
 ) -> None:
     port = _free_port()
-    server = _ping_server(port)
+    server = _ping_server(port, *adapter)
     client = subprocess.Popen(  # -C 0: ping until interrupted
-        [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "-d", "--delay", "0"],
+        [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "-d", "--delay", "0", *adapter],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -96,7 +98,7 @@ def test_an_interrupted_ping_says_how_far_it_got(
 
 def test_perf_takes_pcap(tmp_path: Path) -> None:
     server = subprocess.Popen(
-        [*IWARP, "perf", "-s", "--bind", "127.0.0.1", "--port", "0", "--count", "1"],
+        [*IWARP, "perf", "--server", "--bind", "127.0.0.1", "--port", "0", "--count", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -204,3 +206,75 @@ def test_ping_reports_progress_on_stderr() -> None:
             proc.communicate()
     assert counts[-1] > 0 and counts == sorted(counts)
     assert out == ""
+
+
+def _ping_client(port: int, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*IWARP, "ping", "-c", "-a", "127.0.0.1", "-p", str(port), "--delay", "0", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_a_persistent_server_serves_clients_one_after_another(adapter: list[str]) -> None:
+    port = _free_port()
+    server = _ping_server(port, "-P", *adapter)
+    try:
+        for _ in range(3):
+            client = _ping_client(port, "-C", "2", "-V", *adapter)
+            assert client.returncode == 0, client.stderr
+        assert server.poll() is None  # -P: still serving
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 130, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("iwarp ping: interrupted by SIGINT: 3 clients served, 6 pings of 64")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_the_client_connects_from_the_source_address(adapter: list[str]) -> None:
+    port = _free_port()
+    server = _ping_server(port, "-P", *adapter)
+    try:
+        good = _ping_client(port, "-C", "1", "-I", "127.0.0.2", *adapter)
+        # an address of no interface here: only -I can make connecting fail
+        bad = _ping_client(port, "-C", "1", "-I", "192.0.2.1", *adapter)
+    finally:
+        server.kill()
+        server.communicate()
+    assert good.returncode == 0, good.stderr
+    assert bad.returncode == 1 and "iwarp ping:" in bad.stderr
+    assert "assign requested address" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_a_size_too_big_for_the_server_names_the_likely_cause(adapter: list[str]) -> None:
+    port = _free_port()
+    server = _ping_server(port, *adapter)  # -S 64 (rping's default)
+    try:
+        client = _ping_client(port, "-C", "1", "-S", "100000", *adapter)
+    finally:
+        server.kill()
+        server.communicate()
+    assert client.returncode == 1
+    assert "disconnected after 0 pings" in client.stderr
+    assert "give the server -S 100000 or more" in client.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["-c", "-P"], "-P is a server option"), (["-s", "-I", "127.0.0.1"], "-I is a client option")],
+)
+def test_ping_role_options_are_checked(flags: list[str], message: str) -> None:
+    proc = subprocess.run(
+        [*IWARP, "ping", *flags, "-p", "1"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 2 and message in proc.stderr

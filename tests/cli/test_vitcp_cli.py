@@ -106,7 +106,7 @@ def test_a_port_that_is_not_vitcp_gives_the_real_cause() -> None:
     thread = threading.Thread(target=serve)
     thread.start()
     try:
-        rc, _, err = vitcp_connect(server.getsockname()[1], "--timeout", "2")
+        rc, record, err = vitcp_connect(server.getsockname()[1], "--timeout", "2")
     finally:
         stop.set()
         thread.join()
@@ -115,9 +115,9 @@ def test_a_port_that_is_not_vitcp_gives_the_real_cause() -> None:
     match = re.search(
         r"closed the TCP connection without a VI/TCP answer, (\d+) times \(is it a VI/TCP "
         r"listener\?\)",
-        err,
+        str(record.get("message")),  # with --json, errors stay in the JSON stream
     )
-    assert match, err
+    assert match, (record, err)
     # Backing off (0.05 s doubling to 1 s): a handful of attempts in 2 s.
     assert int(match.group(1)) == accepted and accepted <= 10
     assert "Traceback" not in err

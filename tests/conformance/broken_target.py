@@ -411,7 +411,26 @@ VARIANTS = {
     "distinct-stags": distinct_stags,
     "invalidate-operation": invalidate_as_operation,
 }
-SWITCHES = {**RULES, **VARIANTS}
+
+
+# --- an older stack: conforming, without the optional RFC 7306 --------------------------------
+
+
+def without_rfc7306() -> None:
+    """No RFC 7306: its four opcodes are answered with "Unexpected OpCode" (§1.1)."""
+    stream = iwarp.rdmap.stream.RdmapStream
+    original = stream.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self._opcode_tagged = {op: t for op, t in self._opcode_tagged.items() if op < 8}
+
+    _patch(stream, "__init__", init)
+
+
+#: Conforming stacks without an optional extension: its cases must skip, saying why.
+OLDER = {"no-rfc7306": without_rfc7306}
+SWITCHES = {**RULES, **VARIANTS, **OLDER}
 
 if __name__ == "__main__":
     SWITCHES[sys.argv[1]]()

@@ -8,7 +8,7 @@ from iwarp.cli import main
 from iwarp.conformance import all_cases
 from iwarp.conformance.model import Level, TargetRole, select
 
-ID = re.compile(r"^(rfc5044|rfc6581|rfc5041|rfc5040|draft-culley)/[0-9A-Z.]+/\d+$")
+ID = re.compile(r"^(rfc5044|rfc6581|rfc5041|rfc5040|rfc7306|draft-culley)/[0-9A-Z.]+/\d+$")
 
 
 def test_ids_are_spec_section_number() -> None:

@@ -382,3 +382,135 @@ def test_aligned_fpdus_with_markers_hold_nothing_whatever_is_in_flight() -> None
 def test_start_must_be_a_sequence_number(bad: int) -> None:
     with pytest.raises(ValueError, match="start"):
         OutOfOrderReceiver(start=bad, markers=True, crc=True)
+
+
+# -- receive_count: receive() without the events -----------------------------
+#
+# Two receivers take the same segments, one through receive() (its events
+# counted here), the other through receive_count(); after every segment they
+# agree on the counts and on everything the receiver shows (octets held,
+# bookkeeping, next delivery, error). The segments come mostly in order (the
+# path that builds no event), with local swaps, duplicates, overlapping
+# retransmissions and corruption, so the receiver goes from the in-order
+# decoder to its octet store and back.
+
+
+def counted(events: list[ReceiveEvent]) -> tuple[int, int, int]:
+    """(passed, passed and not delivered by the same segment, delivered)."""
+    passed = [e.offset for e in events if isinstance(e, UlpduPassed)]
+    delivered = [e.offset for e in events if isinstance(e, UlpduDelivered)]
+    return len(passed), len(set(passed) - set(delivered)), len(delivered)
+
+
+def shown(receiver: OutOfOrderReceiver) -> tuple[object, ...]:
+    error = receiver.error
+    return (
+        receiver.buffered,
+        receiver.bookkeeping,
+        receiver.delivered_offset,
+        receiver.delivered_seq,
+        None if error is None else (error.mpa_code, error.stream_offset),
+    )
+
+
+def disturb(
+    segments: list[tuple[int, bytes]], data: bytes, rnd: random.Random, swaps: int, extra: int
+) -> list[tuple[int, bytes]]:
+    """Swap a few neighbours; add duplicates and overlapping retransmissions in place."""
+    out = list(segments)
+    for _ in range(swaps if len(out) > 1 else 0):
+        i = rnd.randrange(len(out) - 1)
+        out[i], out[i + 1] = out[i + 1], out[i]
+    for _ in range(extra):
+        lo = rnd.randrange(len(data))
+        hi = min(len(data), lo + rnd.randrange(1, 3000))
+        out.insert(rnd.randrange(len(out) + 1), (lo, data[lo:hi]))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ulpdus=ulpdu_lists,
+    start=starts,
+    markers=st.booleans(),
+    crc=st.booleans(),
+    sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=6),
+    seed=st.integers(0, 2**32),
+    swaps=st.integers(0, 3),
+    extra=st.integers(0, 3),
+    flip=st.one_of(st.none(), st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255))),
+)
+def test_counts_and_state_equal_receive(
+    ulpdus: list[bytes],
+    start: int,
+    markers: bool,
+    crc: bool,
+    sizes: list[int],
+    seed: int,
+    swaps: int,
+    extra: int,
+    flip: tuple[float, int] | None,
+) -> None:
+    stream = build(ulpdus, start=start, markers=markers, crc=crc)
+    data = bytearray(stream.data)
+    if flip is not None:
+        data[int(flip[0] * len(data))] ^= flip[1]
+    rnd = random.Random(seed)
+    segments = disturb(cut(bytes(data), sizes), bytes(data), rnd, swaps, extra)
+    by_events = OutOfOrderReceiver(start=start, markers=markers, crc=crc, max_ulpdu=2000)
+    by_count = OutOfOrderReceiver(start=start, markers=markers, crc=crc, max_ulpdu=2000)
+    total = [0, 0, 0]
+    for offset, payload in segments:
+        seq = (start + offset) & MASK
+        expected = counted(by_events.receive(seq, payload))
+        got = by_count.receive_count(seq, payload)
+        assert got == expected
+        assert shown(by_count) == shown(by_events)
+        total = [a + b for a, b in zip(total, got, strict=True)]
+    if flip is None and not (swaps or extra):
+        # In order and intact: every ULPDU passed and delivered in its turn.
+        assert total == [len(ulpdus), 0, len(ulpdus)]
+        assert by_count.buffered == 0
+
+
+def test_window_is_kept_on_the_counting_path() -> None:
+    stream = build([bytes(1000)] * 4, start=7, markers=False, crc=True)
+    receiver = OutOfOrderReceiver(start=7, markers=False, crc=True, window=1500)
+    twin = OutOfOrderReceiver(start=7, markers=False, crc=True, window=1500)
+    for offset, payload in cut(stream.data, [600, 2400, 1300]):
+        seq = 7 + offset
+        assert receiver.receive_count(seq, payload) == counted(twin.receive(seq, payload))
+        assert shown(receiver) == shown(twin)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ulpdus=ulpdu_lists,
+    markers=st.booleans(),
+    sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=6),
+    counting=st.booleans(),
+)
+def test_a_reused_buffer_does_not_change_what_is_held(
+    ulpdus: list[bytes], markers: bool, sizes: list[int], counting: bool
+) -> None:
+    # Segments handed over in one bytearray, overwritten after each call.
+    stream = build(ulpdus, start=5, markers=markers, crc=True)
+    receiver = OutOfOrderReceiver(start=5, markers=markers, crc=True)
+    buffer = bytearray(3000)
+    passed: list[bytes] = []
+    total = 0
+    for offset, payload in cut(stream.data, sizes):
+        buffer[: len(payload)] = payload
+        view = memoryview(buffer)[: len(payload)]
+        if counting:
+            total += receiver.receive_count(5 + offset, view)[0]
+        else:
+            events = receiver.receive(5 + offset, view)
+            passed += [bytes(e.ulpdu) for e in events if isinstance(e, UlpduPassed)]
+        buffer[:] = bytes(len(buffer))
+    assert receiver.error is None
+    assert receiver.delivered_offset == len(stream.data)
+    if counting:
+        assert total == len(ulpdus)
+    else:
+        assert passed == ulpdus

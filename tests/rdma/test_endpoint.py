@@ -365,3 +365,19 @@ def test_no_fence_warning_with_peer_to_peer(caplog: pytest.LogCaptureFixture) ->
     w.b.handle_timer(FENCE_WARNING)
     assert fence_warnings(caplog) == []
     assert w.a.take_message() == b"responder first"
+
+
+def test_one_receive_may_hold_more_messages_than_the_pool_has_buffers() -> None:
+    """The pool copies each message out and reposts its buffer as the stream
+    completes it, inside the batch: six Sends read at once by a pool of two
+    all arrive (before, the third ended the connection with a Terminate,
+    "no buffer available")."""
+    w = pair(a={"receive_buffers": 2}, b={"receive_buffers": 2})
+    w.pump()
+    for i in range(6):
+        w.a.post_send(SendWR(f"message {i}".encode(), wr_id=i))
+    data = b"".join(bytes(c) for c in w.a.data_to_send())
+    events = w.b.receive_data(memoryview(bytearray(data)), 0.0)
+    assert [type(e).__name__ for e in events] == ["MessageReceived"] * 6
+    assert [w.b.take_message() for _ in range(6)] == [f"message {i}".encode() for i in range(6)]
+    assert w.b.error is None

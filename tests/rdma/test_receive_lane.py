@@ -1,11 +1,12 @@
-"""The short ways of a small message: a receive that is one whole FPDU
-(FpduDecoder.take_whole, MpaConnection.receive_whole, RdmapStream.receive_send,
-the endpoint's pool) and a Send framed as it is posted (encode_parts,
-frame_parts, send_now). Each must do exactly what the full path does."""
+"""The small-message lane (iwarp.rdma.small) at the endpoint: a receive that
+is one whole FPDU carrying a one-segment Send is checked and placed in one
+kernel call, and the simple API's Send is framed in one; each must do exactly
+what the full path does (wire octets, events, completions, errors, memory),
+with markers and CRC on or off, on the C and the pure kernels (the suite
+runs both ways, IWARP_NO_ACCEL=1)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -14,67 +15,16 @@ from hypothesis import strategies as st
 
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
-from iwarp.mpa.framing import FpduDecoder, FpduEncoder
+from iwarp.mpa.framing import fpdu_wire_size
+from iwarp.rdma import endpoint as endpoint_module
+from iwarp.rdma import small
 from iwarp.rdma.endpoint import CompletionQueued, QueuePairEndpoint
 from iwarp.rdmap.memory import Access
-from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WriteWR
 
 from .test_endpoint import pair
 
 BUFFER = 32  # the receiver's receive buffers: larger Sends are an error
-
-# -- MPA: one whole FPDU --------------------------------------------------------------
-
-
-@settings(max_examples=60, deadline=None)
-@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=6), crc=st.booleans())
-def test_take_whole_gives_what_feed_gives(sizes: list[int], crc: bool) -> None:
-    """FPDU by FPDU, the same ULPDUs and stream position as feed_batch."""
-    encoder = FpduEncoder(crc=crc)
-    fpdus = [encoder.encode_bytes(os.urandom(n)) for n in sizes]
-    whole, fed = FpduDecoder(crc=crc), FpduDecoder(crc=crc)
-    for fpdu in fpdus:
-        ulpdu = whole.take_whole(memoryview(fpdu))
-        assert ulpdu is not None and ulpdu.readonly
-        assert [bytes(ulpdu)] == [bytes(u) for u in fed.feed_batch(fpdu)]
-        assert (whole._position, whole._phase) == (fed._position, fed._phase)
-
-
-def test_take_whole_declines_anything_but_one_whole_valid_fpdu() -> None:
-    encoder = FpduEncoder()
-    one = encoder.encode_bytes(b"x" * 10)
-    two = one + encoder.encode_bytes(b"y")
-    bad_crc = bytearray(one)
-    bad_crc[-1] ^= 1
-    decoder = FpduDecoder(max_ulpdu=64)
-    for data in (one[:-1], two, bytes(bad_crc), b"", FpduEncoder().encode_bytes(bytes(65))):
-        assert decoder.take_whole(memoryview(data)) is None
-        assert (decoder._position, decoder.error) == (0, None)  # nothing changed
-    decoder.feed_batch(one[:3])  # held back: the next octets complete it, not take_whole
-    assert decoder.take_whole(memoryview(one)) is None
-    marked = FpduDecoder(markers=True)
-    assert marked.take_whole(memoryview(FpduEncoder(markers=True).encode_bytes(b"m"))) is None
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    header=st.binary(min_size=0, max_size=30),
-    payload=st.binary(max_size=1200),
-    crc=st.booleans(),
-    markers=st.booleans(),
-    lead=st.integers(0, 700),
-)
-def test_encode_parts_equals_encode_bytes(
-    header: bytes, payload: bytes, crc: bool, markers: bool, lead: int
-) -> None:
-    """The same octets and position, from any stream position (markers too)."""
-    a, b = FpduEncoder(crc=crc, markers=markers), FpduEncoder(crc=crc, markers=markers)
-    a.encode_bytes(bytes(lead))
-    b.encode_bytes(bytes(lead))
-    assert a.encode_parts(header, memoryview(payload)) == b.encode_bytes(header + payload)
-    assert (a._position, a.position) == (b._position, b.position)
-
 
 # -- the endpoint: one FPDU per receive against the full path ------------------------------
 
@@ -89,25 +39,39 @@ ops = st.tuples(
 )
 
 
-def _fpdus(data: bytes) -> list[bytes]:
-    """Cut a stream of FPDUs (no markers) at their boundaries."""
+def _fpdus(data: bytes, markers: bool, phase: int) -> list[bytes]:
+    """Cut a stream of FPDUs that starts at marker phase ``phase`` at their
+    boundaries."""
     out = []
     while data:
-        size = (int.from_bytes(data[:2], "big") + 9) & ~3
+        lead = 4 if markers and phase == 0 else 0
+        size = fpdu_wire_size(int.from_bytes(data[lead : lead + 2], "big"), phase, markers=markers)
         out.append(data[:size])
         data = data[size:]
+        phase = (phase + size) % 512
     return out
 
 
-def _run(script: list[Op], whole: bool, pool: bool) -> list[Any]:
+def _run(
+    script: list[Op],
+    whole: bool,
+    pool: bool,
+    config: MpaConfig | None = None,
+    lane_send: bool = False,
+) -> list[Any]:
     """What the receiver does with the script's messages, given to it FPDU
-    by FPDU (``whole``) or each FPDU in two pieces (never a whole one)."""
+    by FPDU (``whole``) or each FPDU in two pieces (never a whole one); the
+    sender's Sends framed by the lane (``send_now``, ``lane_send``) or
+    posted."""
     w = pair(
+        initiator=config,
+        responder=config,
         a={"receive_buffers": 8, "receive_size": BUFFER},
         b={"receive_buffers": 2 if pool else 0, "receive_size": BUFFER},
     )
     w.pump()
     a, b = w.a, w.b
+    markers = config is not None and config.markers
     if not pool:
         for k in range(len(script) + 1):
             region = b.pd.register(bytearray(BUFFER), Access.LOCAL_WRITE)
@@ -126,25 +90,32 @@ def _run(script: list[Op], whole: bool, pool: bool) -> list[Any]:
     log: list[Any] = []
     for number, (op, size, solicited) in enumerate(script):
         data = bytes([number]) * size
+        encoder = a.conn.mpa.lane_encoder()
+        phase = 0 if encoder is None else encoder.phase
+        framed = b""
         try:
-            if op in ("send", "answer"):
-                a.post_send(SendWR(data, wr_id=number, solicited=solicited))
-            elif op == "invalidate":
-                a.post_send(SendWR(data, wr_id=number, invalidate_stag=target.stag))
+            stag = target.stag if op == "invalidate" else None
+            if op in ("send", "answer", "invalidate") and lane_send:
+                framed = a.send_now(data, solicited=solicited, invalidate_stag=stag) or b""
+            if framed:
+                pass
+            elif op in ("send", "answer", "invalidate"):
+                a.post_send(SendWR(data, wr_id=number, solicited=solicited, invalidate_stag=stag))
             elif op == "write":
                 a.post_send(WriteWR(data, target.stag, 0, wr_id=number))
             else:
                 a.post_send(ReadWR(Sge(sink, 0, min(size, 64)), target.stag, 0, wr_id=number))
         except IwarpError as exc:
             log.append(repr(exc))
-        sent = b"".join(bytes(c) for c in a.data_to_send())
+        sent = framed + b"".join(bytes(c) for c in a.data_to_send())
+        log.append(sent)
         a.take_events()
         if op == "answer":
             try:
                 b.post_send(SendWR(b"answer", wr_id=1000 + number))
             except IwarpError as exc:
                 log.append(repr(exc))
-        for fpdu in _fpdus(sent):
+        for fpdu in _fpdus(sent, markers, phase):
             for piece in [fpdu] if whole else [fpdu[:1], fpdu[1:]]:
                 log += seen(b.receive_data(piece, 0.0))
         answer = b"".join(bytes(c) for c in b.data_to_send())
@@ -160,36 +131,63 @@ def _run(script: list[Op], whole: bool, pool: bool) -> list[Any]:
     return log
 
 
-@settings(max_examples=80, deadline=None)
-@given(script=st.lists(ops, min_size=1, max_size=8), pool=st.booleans())
-def test_one_fpdu_per_receive_equals_the_full_path(script: list[Op], pool: bool) -> None:
+configs = st.sampled_from(
+    [
+        None,
+        MpaConfig(markers=True),
+        MpaConfig(crc=False),
+        MpaConfig(markers=True, crc=False),
+    ]
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    script=st.lists(ops, min_size=1, max_size=8),
+    pool=st.booleans(),
+    config=configs,
+    lane_send=st.booleans(),
+)
+def test_the_lane_equals_the_full_path(
+    script: list[Op], pool: bool, config: MpaConfig | None, lane_send: bool
+) -> None:
     """Sends with and without Solicited Event or Invalidate, into a receive
-    pool or posted receives, too large for their buffer, RDMA Writes and
-    Reads: the same events, messages, completions, answers, placement and
-    end, whether each FPDU arrives whole (the short way when it is a Send)
-    or in pieces (the full path)."""
-    assert _run(script, whole=True, pool=pool) == _run(script, whole=False, pool=pool)
+    pool or posted receives, of sizes around and over the receive buffer's,
+    RDMA Writes and Reads, a Send of the receiver's own waiting to
+    complete, with markers and CRC on or off: the same wire octets, events,
+    messages, completions, answers, placement, errors and end, whether each
+    FPDU arrives whole (the lane takes the Sends it can) or in pieces (the
+    full path), and whether the sender's Sends are framed by the lane or
+    posted."""
+    assert _run(script, whole=True, pool=pool, config=config, lane_send=lane_send) == _run(
+        script, whole=False, pool=pool, config=config
+    )
 
 
-def test_a_whole_send_takes_the_short_way(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The equivalence above is not vacuous: a pool's Send that arrives as
-    one FPDU is completed by receive_send, and one in pieces is not."""
+def test_a_whole_send_takes_the_lane(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The equivalence above is not vacuous: a Send that arrives as one FPDU
+    is taken by the lane (markers on or off), one in pieces is not; and the
+    sender's lane frames what it is given."""
     taken: list[bool] = []
-    receive_send = RdmapStream.receive_send
+    receive_small = small.receive_small
 
-    def spy(stream: RdmapStream, view: memoryview) -> Any:
-        result = receive_send(stream, view)
+    def spy(*args: Any) -> Any:
+        result = receive_small(*args)
         taken.append(result is not None)
         return result
 
-    monkeypatch.setattr(RdmapStream, "receive_send", spy)
+    monkeypatch.setattr(endpoint_module, "receive_small", spy)
     # The Responder's first FPDU ends MPA's wait for it (the full path).
-    script: list[Op] = [("send", 5, False), ("send", 7, True)]
-    assert _run(script, whole=True, pool=True)
-    assert taken == [True]
-    taken.clear()
-    _run(script, whole=False, pool=True)
-    assert taken == []
+    script: list[Op] = [("send", 5, False), ("send", 7, True), ("invalidate", 3, False)]
+    for config in (None, MpaConfig(markers=True, crc=False)):
+        for pool in (True, False):
+            log = _run(script, whole=True, pool=pool, config=config, lane_send=True)
+            assert taken == [False, True, False], (config, pool)  # Invalidate: full path
+            assert b"\x01" * 7 in log if pool else "recv" in repr(log)
+            taken.clear()
+            _run(script, whole=False, pool=pool, config=config)
+            assert not any(taken)
+            taken.clear()
 
 
 def test_octets_in_any_buffer_format_are_received() -> None:
@@ -197,7 +195,7 @@ def test_octets_in_any_buffer_format_are_received() -> None:
     (which casts them) and arrive like any others."""
     w = pair(b={"receive_buffers": 2, "receive_size": BUFFER})
     w.pump()
-    for payload in (b"first", b"second"):  # the second would take the short way
+    for payload in (b"first", b"second"):  # the second would take the lane
         frame = w.a.send_now(payload)
         assert frame is not None
         w.b.receive_data(memoryview(bytearray(frame)).cast("b"), 0.0)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from iwarp.errors import LocalProtocolError
 from iwarp.rdmap.memory import Access, MemoryRegistry
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import RdmapOpcode, rdmap_control
@@ -185,13 +187,14 @@ def _sent(stream: RdmapStream) -> tuple[list[bytes], list[str]]:
     busy=st.sampled_from(["idle", "queued", "read"]),
     version=st.sampled_from([0, 1]),
 )
-def test_send_at_once_equals_post_and_pull(
+def test_claim_send_equals_post_and_pull(
     size: int, solicited: bool, invalidate: bool, busy: str, version: int
 ) -> None:
-    """The same ULPDUs and completions, in the same order, whether a Send
-    goes out at once or through the send queue; refused (None, nothing
-    changed) whenever something is queued or in flight before it or it
-    needs more than one segment."""
+    """The same ULPDUs, in the same order, and the same events but the
+    claimed Send's own completion (the lane makes none), whether a Send is
+    claimed for the small-message lane or goes through the send queue;
+    refused (None, nothing changed) whenever something is queued or in
+    flight before it or it needs more than one segment."""
     outputs = []
     for at_once in (True, False):
         pd = MemoryRegistry().alloc_pd()
@@ -203,30 +206,32 @@ def test_send_at_once_equals_post_and_pull(
             sink = pd.register(bytearray(8))
             stream.post_send(ReadWR(Sge(sink), 0x1234, 0, wr_id=11))
             _sent(stream)
+        invalidate_stag = 0x55 if invalidate else None
         wr = SendWR(
             bytes(range(size)),  # size <= MULPDU < 256
             wr_id=1,
             solicited=solicited,
-            invalidate_stag=0x55 if invalidate else None,
+            invalidate_stag=invalidate_stag,
         )
         if at_once:
-            # Callers take the Send with Invalidate to post_send.
-            ulpdu = (
-                None if invalidate else stream.send_at_once(wr.data, solicited=solicited, wr_id=1)
-            )
+            ulpdu = stream.claim_send(wr.data, solicited, invalidate_stag)
             fits = size + 18 <= MULPDU
-            assert (ulpdu is not None) == (fits and busy == "idle" and not invalidate)
+            assert (ulpdu is not None) == (fits and busy == "idle")
             if ulpdu is None:
                 stream.post_send(wr)
                 outputs.append(_sent(stream))
             else:
                 header, payload = ulpdu
-                ulpdus = [header + bytes(payload)]
                 later, events = _sent(stream)
-                outputs.append((ulpdus + later, events))
+                outputs.append(([header + bytes(payload), *later], events))
         else:
             stream.post_send(wr)
-            outputs.append(_sent(stream))
+            ulpdus, events = _sent(stream)
+            if size + 18 <= MULPDU and busy == "idle":
+                (done,) = events
+                assert done.startswith("Completion(wr_id=1,")
+                events = []
+            outputs.append((ulpdus, events))
     assert outputs[0] == outputs[1]
 
 
@@ -258,13 +263,19 @@ def test_fast_path_equals_full_path_for_each_send_variant(
     assert results[0] == results[1]
 
 
-def test_send_at_once_without_a_wr_id_makes_no_completion() -> None:
+def test_claim_send_makes_no_completion_and_checks_the_stag() -> None:
     stream = RdmapStream(MemoryRegistry().alloc_pd(), initiator=True, mulpdu=MULPDU)
     stream.take_events()
-    parts = stream.send_at_once(b"ping", solicited=True)
+    parts = stream.claim_send(b"ping", solicited=True)
     assert parts is not None
     header, payload = parts
     assert len(header) == 18 and bytes(payload) == b"ping"
     assert header[1] == rdmap_control(RdmapOpcode.SEND_WITH_SE, 1)
     assert stream.take_events() == []
-    assert stream.send_at_once(b"x" * MULPDU) is None  # two segments: post it
+    assert stream.claim_send(b"x" * MULPDU) is None  # two segments: post it
+    parts = stream.claim_send(b"", invalidate_stag=0xABCD)
+    assert parts is not None
+    assert parts[0][1] == rdmap_control(RdmapOpcode.SEND_WITH_INVALIDATE, 1)
+    assert struct.unpack_from(">I", parts[0], 2)[0] == 0xABCD
+    with pytest.raises(LocalProtocolError, match="not 32-bit"):
+        stream.claim_send(b"", invalidate_stag=1 << 32)

@@ -517,3 +517,53 @@ def test_rtr_streams_still_accept_atomics() -> None:
     a.post_send(FetchAddWR(region.stag, BASE, 1, wr_id=1))
     pump(sa, sb)
     assert [(c.wr_id, c.original) for c in sa.completions()] == [(1, 7)]
+
+
+def test_an_atomic_waits_for_a_lane_still_writing_the_read_response_before_it() -> None:
+    """A send lane writes a taken Read Response from memory until it says
+    so: the Atomic Operation after it executes only then (RFC 7306 §7)."""
+    a, b = pair()
+    buf, region = counter(b, 10, words=512)
+    sink = a.pd.register(bytearray(len(buf)))
+    a.stream.post_send(ReadWR(Sge(sink), region.stag, BASE, wr_id=1))
+    a.stream.post_send(FetchAddWR(region.stag, BASE, 5, wr_id=2))
+    for ulpdu in a.stream.ulpdus_to_send():
+        b.stream.handle_ulpdu(bytes(ulpdu))
+    taken = b.stream.take_message(1024)  # a lane takes the Read Response
+    assert taken is not None
+    run, token = taken
+    assert b.stream.take_message(1) is None  # an Atomic Response is never a lane's
+    assert not b.stream.has_data_to_send  # nothing to do until the lane is done
+    assert b.stream.runs_to_send() == []
+    assert WORD.unpack_from(buf)[0] == 10  # not executed
+    written = [bytes(ulpdu) for ulpdu in run.ulpdus()]  # the lane reads the memory now
+    b.stream.message_sent(token)
+    assert b.stream.has_data_to_send
+    (answer,) = b.stream.ulpdus_to_send()
+    assert WORD.unpack_from(buf)[0] == 15
+    for ulpdu in [*written, answer]:
+        a.events.extend(a.stream.handle_ulpdu(ulpdu))
+    a.events.extend(a.stream.take_events())
+    assert [(c.wr_id, c.ok, c.original) for c in a.completions()] == [
+        (1, True, None),
+        (2, True, 10),
+    ]
+    assert WORD.unpack_from(sink.view)[0] == 10  # the Read saw the word before the atomic
+
+
+def test_the_terminate_fails_the_atomic_it_reports_not_a_read_around_it() -> None:
+    a, b = pair()
+    _, region = counter(b, 3)
+    sinks = [a.pd.register(bytearray(8)) for _ in range(2)]
+    a.stream.post_send(ReadWR(Sge(sinks[0]), region.stag, BASE, wr_id=1))
+    a.stream.post_send(FetchAddWR(region.stag, BASE + 4, 1, wr_id=2))  # misaligned
+    a.stream.post_send(ReadWR(Sge(sinks[1]), region.stag, BASE, wr_id=3))
+    pump(a, b)
+    # The Responder terminates as soon as the Atomic Request is delivered,
+    # before the first Read was answered (RFC 5040 §7.1: at once); the
+    # Terminate's copied DDP header names the Atomic Request by its MSN.
+    assert [(c.wr_id, c.status) for c in a.completions()] == [
+        (1, CompletionStatus.FLUSHED),
+        (2, CompletionStatus.REMOTE_OPERATION_ERROR),
+        (3, CompletionStatus.FLUSHED),
+    ]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clitools import by_type, connect, listen
+from clitools import by_type, listen
+from iwarp.cli import _ops, main
 from iwarp.ddp.errors import DdpTaggedCode, DdpTaggedError, DdpUntaggedCode, DdpUntaggedError
 from iwarp.errors import MpaErrorCode, TerminateLayer
 from iwarp.rdmap.errors import (
@@ -63,9 +66,16 @@ def test_errors_read_by_name() -> None:
     assert str(error2).startswith("RDMAP remote operation error: unexpected opcode")
 
 
-def test_cli_records_name_the_terminate() -> None:
+def test_cli_records_name_the_terminate(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A connector whose hello names no op (as older ones), so that its RDMA
+    # Writes reach the read listener's buffers and meet their protection.
+    monkeypatch.setitem(_ops.OP_TAGS, "write", 0)
     with listen("--connections", "1", "--op", "read") as listener:
-        rc, out = connect(listener.port, "--op", "write", "--count", "2")
+        argv = ["connect", "127.0.0.1", str(listener.port), "--json", "--op", "write"]
+        rc = main([*argv, "--count", "2"])
+        out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         lrc, lines = listener.finish()
     assert (rc, lrc) == (1, 1)
     (sent,) = by_type(lines, "error")

@@ -435,7 +435,7 @@ def test_cli_connector_reports_a_bad_listener_reply(
         return status
 
     assert run(body()) == 1
-    assert "iwarp vitcp:" in capsys.readouterr().err
+    assert "iwarp vitcp connect: error: " in capsys.readouterr().err
 
 
 def test_cli_rejects_unknown_discriminator(capsys: pytest.CaptureFixture[str]) -> None:

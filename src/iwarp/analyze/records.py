@@ -9,7 +9,9 @@ its first octet, and turns itself into the JSON object of ``iwarp decode
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from typing import Any, TypeAlias
 
 from iwarp.mpa.wire import MpaFrame, RtrFlags
@@ -22,9 +24,20 @@ __all__ = [
     "NoteRecord",
     "Record",
     "ViSegmentRecord",
+    "json_line",
 ]
 
 Json: TypeAlias = dict[str, Any]
+
+#: The keys of the ULPDU view (describe_ulpdu) under "ddp" and "rdmap", in order.
+_DDP_KEYS = (
+    *("tagged", "last", "ddp_version", "ddp_reserved", "stag", "to"),
+    *("qn", "msn", "mo", "payload_length"),
+)
+_RDMAP_KEYS = (
+    *("rdmap_version", "rdmap_reserved", "opcode", "opcode_name", "inv_stag"),
+    *("read_request", "atomic_request", "atomic_response", "immediate_data", "terminate"),
+)
 
 #: RTR types as ``iwarp decode --json`` names them.
 _RTR_NAMES = ((RtrFlags.SEND, "send"), (RtrFlags.WRITE, "write"), (RtrFlags.READ, "read"))
@@ -125,27 +138,8 @@ class FpduRecord(_Where):
     def to_json(self) -> Json:
         out = self._base("fpdu")
         ulp = self.ulp
-        ddp_keys = (
-            *("tagged", "last", "ddp_version", "ddp_reserved", "stag", "to"),
-            *("qn", "msn", "mo", "payload_length"),
-        )
-        ddp = {k: ulp[k] for k in ddp_keys if k in ulp}
-        rdmap = {
-            k: ulp[k]
-            for k in (
-                "rdmap_version",
-                "rdmap_reserved",
-                "opcode",
-                "opcode_name",
-                "inv_stag",
-                "read_request",
-                "atomic_request",
-                "atomic_response",
-                "immediate_data",
-                "terminate",
-            )
-            if k in ulp
-        }
+        ddp = {k: ulp[k] for k in _DDP_KEYS if k in ulp}
+        rdmap = {k: ulp[k] for k in _RDMAP_KEYS if k in ulp}
         out.update(
             wire_length=self.wire_length,
             ulpdu_length=self.ulpdu_length,
@@ -200,3 +194,91 @@ class NoteRecord(_Where):
 
 
 Record: TypeAlias = FrameRecord | FpduRecord | ViSegmentRecord | ErrorRecord | NoteRecord
+
+
+# -- JSON lines ---------------------------------------------------------------
+#
+# ``iwarp --json`` writes one record per line, as json.dumps(record.to_json())
+# would (default separators, ASCII). FPDUs are most of a capture's records, so
+# their line is built directly from the record, without the intermediate
+# dicts; any value other than a bool, None, an int or a str goes through
+# json.dumps, so the text is always json.dumps's.
+
+
+def _value(v: object) -> str:
+    """One JSON value as json.dumps writes it."""
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if v is None:
+        return "null"
+    if isinstance(v, int):
+        return int.__repr__(v)
+    if isinstance(v, str):
+        return encode_basestring_ascii(v)
+    return json.dumps(v)
+
+
+def _members(ulp: dict[str, object], keys: tuple[tuple[str, str], ...]) -> str:
+    """The object of the keys of ``ulp`` that are present, in the order of ``keys``
+    (each with its JSON text)."""
+    parts = []
+    for key, name in keys:
+        if key in ulp:
+            v = ulp[key]
+            t = type(v)
+            if t is int:
+                parts.append(f"{name}: {v}")
+            elif t is bool:
+                parts.append(f"{name}: true" if v else f"{name}: false")
+            else:
+                parts.append(f"{name}: {_value(v)}")
+    return ", ".join(parts)
+
+
+_DDP_NAMES = tuple((k, encode_basestring_ascii(k)) for k in _DDP_KEYS)
+_RDMAP_NAMES = tuple((k, encode_basestring_ascii(k)) for k in _RDMAP_KEYS)
+
+
+def _marker_line(m: MarkerRecord) -> str:
+    seq, reserved, ptr, expected = m.seq, m.reserved, m.fpduptr, m.expected
+    if type(seq) is int and type(reserved) is int and type(ptr) is int and type(expected) is int:
+        ok = "true" if m.ok else "false"
+        return (
+            f'{{"seq": {seq}, "reserved": {reserved}, "fpduptr": {ptr}, '
+            f'"expected": {expected}, "ok": {ok}}}'
+        )
+    return json.dumps(m.to_json())
+
+
+def _fpdu_line(r: FpduRecord) -> str:
+    stream, seq, frame, wire, length = r.stream, r.seq, r.frame, r.wire_length, r.ulpdu_length
+    if not (
+        type(stream) is int
+        and type(seq) is int
+        and type(wire) is int
+        and type(length) is int
+        and (frame is None or type(frame) is int)
+        and r.crc_checked is True
+    ):
+        return json.dumps(r.to_json())
+    ulp = r.ulp
+    markers = ", ".join([_marker_line(m) for m in r.markers]) if r.markers else ""
+    crc, expected = r.crc, r.crc_expected
+    return (
+        f'{{"type": "fpdu", "stream": {stream}, '
+        f'"direction": {encode_basestring_ascii(r.direction)}, "seq": {seq}, '
+        f'"frame": {"null" if frame is None else frame}, "wire_length": {wire}, '
+        f'"ulpdu_length": {length}, "crc_ok": {"true" if crc == expected else "false"}, '
+        f'"crc": "{crc:#010x}", "crc_expected": "{expected:#010x}", '
+        f'"pad": "{r.pad.hex()}", "markers": [{markers}], '
+        f'"ddp": {{{_members(ulp, _DDP_NAMES)}}}, "rdmap": {{{_members(ulp, _RDMAP_NAMES)}}}}}'
+    )
+
+
+def json_line(record: Record) -> str:
+    """The record's JSON object as one line of text: ``json.dumps(record.to_json())``."""
+    if type(record) is FpduRecord:
+        return _fpdu_line(record)
+    return json.dumps(record.to_json())

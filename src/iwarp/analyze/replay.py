@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from iwarp.analyze.capture import TcpPacket
 from iwarp.errors import MpaError
-from iwarp.mpa.ooo import OutOfOrderReceiver, ReceiveFailed, UlpduDelivered, UlpduPassed
+from iwarp.mpa.ooo import OutOfOrderReceiver
 
 __all__ = ["ReceiverReplay", "ReplayFeed", "replay_receiver"]
 
@@ -63,18 +63,10 @@ class ReplayFeed:
         receiver = self.receiver
         if not payload or receiver.error is not None:
             return
-        events = receiver.receive(seq, payload)
-        waiting = set()
-        for event in events:
-            if isinstance(event, UlpduPassed):
-                self.passed += 1
-                waiting.add(event.offset)
-            elif isinstance(event, UlpduDelivered):
-                self.delivered += 1
-                waiting.discard(event.offset)
-            elif isinstance(event, ReceiveFailed):
-                break
-        self.ahead += len(waiting)
+        passed, ahead, delivered = receiver.receive_count(seq, payload)
+        self.passed += passed
+        self.ahead += ahead
+        self.delivered += delivered
         buffered = receiver.buffered
         self.peak = max(self.peak, buffered)
 

@@ -2,8 +2,9 @@
 
 :class:`CoreDriver` is the ``asyncio.BufferedProtocol`` the MPA, RDMA and
 VI/TCP adapters derive from; it does what is asyncio's and nothing else:
-reads into the thread's one receive buffer, writes (``sendmsg`` on a
-duplicate socket after startup), backpressure both ways, waking the
+reads into the thread's one receive buffer, writes (``writev`` and send
+lanes on the transport's own socket after startup, the transport taking
+what the kernel did not), backpressure both ways, waking the
 adapter's waiting call, the core's one timer, closing and freeing. The
 serve bookkeeping runs handlers (:func:`run_handler`,
 :func:`open_or_report`) and listens (:func:`start_server`); what it
@@ -17,12 +18,12 @@ events in :meth:`CoreDriver.handle_events`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import os
 import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
@@ -31,7 +32,7 @@ from iwarp.mpa.connection import DEFAULT_EMSS
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LaneState, SendLane
 from iwarp.serving import BurstRelease, FailureHook, handler_failed, report
-from iwarp.sockets import RECEIVE_CHUNK, listening_socket_for, send_chunks, tcp_setup
+from iwarp.sockets import MAX_IOV, RECEIVE_CHUNK, listening_socket_for, tcp_setup, unsent_part
 
 __all__ = [
     "RECEIVE_CHUNK",
@@ -129,15 +130,14 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
-        #: A duplicate of the socket we sendmsg with (own writer registration).
-        self._sock: socket.socket | None = None
-        #: Output the kernel did not take yet, written when it can.
+        #: The transport's socket, which we write on ourselves (``writev``,
+        #: send lanes) while the transport holds nothing to write.
+        self._fd: int | None = None
+        #: Output that waits behind the send lane's message.
         self._out: list[Buffer] = []
-        self._writer = False
         self._close_when_sent = False
         self._write_error: OSError | None = None
-        #: The message being written by its send lane (:mod:`iwarp.rdma.lanes`),
-        #: ahead of ``_out``; lanes run once we write on our own socket.
+        #: The message being written by its send lane (:mod:`iwarp.rdma.lanes`).
         self._lane: SendLane | None = None
 
     # -- for subclasses -----------------------------------------------------------
@@ -158,13 +158,15 @@ class CoreDriver(asyncio.BufferedProtocol):
     # -- transport callbacks --------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Any loop's stream transport (asyncio's, uvloop's): what is used is
+        # the asyncio.Transport interface, which uvloop's keeps without
+        # deriving from the class.
+        self.transport = stream = cast(asyncio.Transport, transport)
         self._peername = transport.get_extra_info("peername")
         # Writes through the transport: pull more only when its buffer is
         # empty, so nothing piles up there (asyncio moves its whole buffer
         # on every partial send).
-        transport.set_write_buffer_limits(high=0)
+        stream.set_write_buffer_limits(high=0)
         self.emss = tcp_emss(transport)
         self.start_core(self._loop.time(), self.emss)
         self.flush()
@@ -199,9 +201,7 @@ class CoreDriver(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._drop_output()
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        self._fd = None
         cause = exc or self._write_error
         reason = f"TCP connection lost: {cause}" if cause else "TCP connection closed"
         self.handle_events(self.core.connection_lost(self._loop.time(), reason))
@@ -253,15 +253,24 @@ class CoreDriver(asyncio.BufferedProtocol):
                 self.transport.resume_reading()
 
     def own_socket(self) -> None:
-        """From now on write with ``sendmsg`` on a duplicate of the socket:
-        no copy of the buffers (asyncio 3.11's ``writelines`` joins them)."""
+        """From now on write on the transport's own socket ourselves while
+        the transport has nothing buffered: ``writev`` of the buffers (no
+        copy; asyncio 3.11's ``writelines`` joins them) and send lanes. When
+        the kernel is full the rest goes to the transport, which writes it
+        when it can and pauses us (``pause_writing``) meanwhile: one
+        descriptor per connection, and no writer callback of our own."""
         transport = self.transport
-        if self._sock is not None or transport is None or not hasattr(socket, "CMSG_LEN"):
+        if self._fd is not None or transport is None or not hasattr(os, "writev"):
             return
         sock = transport.get_extra_info("socket")
-        if sock is not None and not transport.get_write_buffer_size():
-            with contextlib.suppress(OSError):
-                self._sock = sock.dup()
+        # A capture's socket (records_sends) sees only what goes through the
+        # transport: then everything does.
+        if (
+            sock is not None
+            and not getattr(sock, "records_sends", False)
+            and not transport.get_write_buffer_size()
+        ):
+            self._fd = sock.fileno()
 
     def flush(self) -> None:
         """Write what the core has for TCP; close TCP when the core must."""
@@ -270,16 +279,18 @@ class CoreDriver(asyncio.BufferedProtocol):
         if transport is None:
             return
         take_lane: Callable[[], SendLane | None] | None = (
-            getattr(core, "take_lane", None) if lanes.ACTIVE and self._sock is not None else None
+            getattr(core, "take_lane", None) if lanes.ACTIVE and self._fd is not None else None
         )
         while True:
-            if take_lane is not None and not self._writer and not transport.is_closing():
+            if self._lane is not None:
+                if self._write_paused:
+                    break  # the transport writes a piece of it; resume_writing goes on
+                self._pump_lane()  # (a piece the transport sent at once: on at once)
+                continue
+            if take_lane is not None and not self._write_paused and not transport.is_closing():
                 lane = take_lane()
                 if lane is not None:
                     self._lane = lane
-                    self._pump_lane()
-                    if self._write_paused:
-                        break
                     continue
             chunks = core.data_to_send()
             if chunks and not transport.is_closing():
@@ -298,7 +309,7 @@ class CoreDriver(asyncio.BufferedProtocol):
 
     def output_waiting(self) -> bool:
         """Output waits for the kernel or for the core to produce it."""
-        return self._write_paused
+        return self._write_paused or self._lane is not None
 
     async def drain(self) -> None:
         """Wait until output no longer waits (or TCP is gone)."""
@@ -313,82 +324,78 @@ class CoreDriver(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is None or not chunks:
             return
-        sock = self._sock
-        if sock is None:
-            if len(chunks) == 1:
-                transport.write(chunks[0])
-            else:
-                transport.writelines(chunks)
-            return
-        if self._writer:  # the kernel is full: queue behind what waits (no copy)
+        if self._lane is not None:  # behind the lane's message (no copy)
             self._out.extend(chunks)
-        elif not self._sendmsg(chunks):
-            self._writer = self._write_paused = True
-            self._loop.add_writer(sock.fileno(), self._on_writable)
+            return
+        fd = self._fd
+        if fd is not None and not transport.get_write_buffer_size():
+            try:
+                chunks = _writev(fd, chunks)
+            except OSError as exc:
+                self._failed(exc)
+                return
+            if not chunks:
+                return
+        # The transport buffers what the kernel did not take and pauses us.
+        if len(chunks) == 1:
+            transport.write(chunks[0])
+        else:
+            transport.writelines(chunks)
 
-    def _sendmsg(self, chunks: list[Buffer]) -> bool:
-        """``sendmsg`` the pieces; False when some wait in ``_out``."""
-        assert self._sock is not None
-        try:
-            left = send_chunks(self._sock, chunks)
-        except OSError as exc:
-            self._write_error = exc  # the reader sees it too; report ours
-            self._drop_output()
-            if self.transport is not None:
-                self.transport.abort()
-            return True
-        self._out.extend(left)
-        return not left
+    def _failed(self, exc: OSError) -> None:
+        """Our write failed: the reader sees it too; report ours."""
+        self._write_error = exc
+        self._drop_output()
+        if self.transport is not None:
+            self.transport.abort()
 
     def _pump_lane(self) -> bool:
-        """Write on the lane's message without waiting; True once it is all
-        out (its completion handled). When the kernel is full the writer
-        callback resumes it (as much as the kernel frees per wake-up)."""
+        """Write on the lane's message; True once it is all out (its
+        completion handled, what waited behind it written). When the kernel
+        is full, a piece of it goes to the transport, which writes it when
+        it can and pauses us meanwhile (so each wake-up moves as much as the
+        kernel freed, by the lane, and one piece by the transport)."""
         lane = self._lane
-        sock = self._sock
+        transport = self.transport
+        fd = self._fd
         assert lane is not None
-        if sock is None:
+        if fd is None or transport is None or transport.is_closing():
             self._lane = None
             return True
-        try:
-            state = lane.pump(sock.fileno())
-        except OSError as exc:
-            self._write_error = exc  # the reader sees it too; report ours
-            self._drop_output()
-            if self.transport is not None:
-                self.transport.abort()
-            return True
-        if state is not LaneState.DONE:
-            if not self._writer:
-                self._writer = self._write_paused = True
-                self._loop.add_writer(sock.fileno(), self._on_writable)
-            return False
+        while True:
+            try:
+                state = lane.pump(fd)
+            except OSError as exc:
+                self._failed(exc)
+                return True
+            if state is LaneState.DONE:
+                break
+            piece = bytearray(min(_LANE_PIECE, lane.total - lane.sent))
+            transport.write(memoryview(piece)[: lane.copy(piece)])
+            if lane.done:
+                break
+            if self._write_paused:
+                return False  # resume_writing goes on
+            # The kernel took the whole piece at once (the peer read in
+            # between): nothing will call resume_writing, so go on here.
         self._lane = None
         lane_sent: Callable[[SendLane], None] = getattr(self.core, "lane_sent")  # noqa: B009
         lane_sent(lane)
         self.handle_events(self.core.take_events())
+        if self._out and self.transport is not None:
+            chunks, self._out = self._out, []
+            self.write(chunks)
+        if self._close_when_sent and self.transport is not None:
+            self.transport.close()
         return True
 
-    def _on_writable(self) -> None:
-        if self._lane is not None and not self._pump_lane():
-            return  # still full: the writer stays registered
-        chunks, self._out = self._out, []
-        if self._sock is None or not self._sendmsg(chunks):
-            return  # still full: the writer stays registered
-        self._drop_output()
-        self._write_paused = False
-        if self._close_when_sent:
-            self.close_transport()
-        else:
-            self._wake_drain()
-            self.flush()
-
     def close_transport(self) -> None:
-        """Close TCP (FIN) once our queued output is out."""
+        """Close TCP (FIN) once our queued output is out (the transport's
+        own close waits for what it holds)."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        if self._writer:
+        if self._lane is not None:
             self._close_when_sent = True
         else:
             transport.close()
@@ -404,9 +411,6 @@ class CoreDriver(asyncio.BufferedProtocol):
         return self._peername
 
     def _drop_output(self) -> None:
-        if self._writer and self._sock is not None:
-            self._loop.remove_writer(self._sock.fileno())
-        self._writer = False
         self._out.clear()
         self._lane = None
 
@@ -437,6 +441,31 @@ class CoreDriver(asyncio.BufferedProtocol):
             return
         self.handle_events(self.core.handle_timer(self._loop.time()))
         self.flush()
+
+
+#: Octets of a send lane's message handed to the transport when the kernel is
+#: full (copied once): enough to keep the socket busy until the transport
+#: drained it and the lane goes on.
+_LANE_PIECE: Final = 64 * 1024
+
+
+def _writev(fd: int, chunks: list[Buffer]) -> list[Buffer]:
+    """``writev`` the buffers, :data:`~iwarp.sockets.MAX_IOV` at a time, as
+    far as the non-blocking socket takes them; what it did not take, in order.
+
+    :raises OSError: the connection failed (not for a full send buffer).
+    """
+    for first in range(0, len(chunks), MAX_IOV):
+        batch = chunks[first : first + MAX_IOV]
+        try:
+            sent = os.writev(fd, batch)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        left = unsent_part(batch, sent)
+        if left:
+            left.extend(chunks[first + MAX_IOV :])
+            return left
+    return []
 
 
 async def run_handler(

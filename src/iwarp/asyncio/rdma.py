@@ -49,6 +49,7 @@ from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedErro
 from iwarp.rdma.front import ALL_BITS, QueuePairFront
 from iwarp.rdma.options import domain, initiator_options, responder_options
 from iwarp.rdma.simple import ReadInto, WriteData
+from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
 
@@ -454,6 +455,9 @@ async def connect(
     first_send_delay: float = 0.0,
     shared_cq: bool = False,
     fallback_to_rev1: bool = False,
+    local_address: tuple[str, int] | None = None,
+    atomic_ord: int = ATOMIC_DEPTH,
+    atomic_ird: int = ATOMIC_DEPTH,
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
@@ -472,24 +476,32 @@ async def connect(
         receive_size=receive_size,
         first_send_delay=first_send_delay,
         shared_cq=shared_cq,
+        atomic_ord=atomic_ord,
+        atomic_ird=atomic_ird,
     )
     build_request(options.config, private_data)  # LocalProtocolError before any connection
     qp_domain = domain(pd)
     try:
-        return await _connect_once(host, port, qp_domain, options, setup)
+        return await _connect_once(host, port, qp_domain, options, setup, local_address)
     except MpaError as exc:
         retry = rev1_fallback(options.config, exc, requested=fallback_to_rev1)
         if retry is None:
             raise
-    return await _connect_once(host, port, qp_domain, replace(options, config=retry), setup)
+    retried = replace(options, config=retry)
+    return await _connect_once(host, port, qp_domain, retried, setup, local_address)
 
 
 async def _connect_once(
-    host: str, port: int, pd: ProtectionDomain, options: QueuePairOptions, setup: Setup | None
+    host: str,
+    port: int,
+    pd: ProtectionDomain,
+    options: QueuePairOptions,
+    setup: Setup | None,
+    local_address: tuple[str, int] | None = None,
 ) -> QueuePair:
     loop = asyncio.get_running_loop()
     qp, driver = _queue_pair(Role.INITIATOR, pd, options, setup)
-    await loop.create_connection(lambda: driver, host, port)
+    await loop.create_connection(lambda: driver, host, port, local_addr=local_address)
     try:
         await qp.established
     except BaseException:
@@ -515,6 +527,8 @@ async def serve(
     decide: Decider | None = None,
     on_failure: FailureHook | None = None,
     backlog: int = 1024,
+    atomic_ord: int = ATOMIC_DEPTH,
+    atomic_ird: int = ATOMIC_DEPTH,
 ) -> asyncio.Server:
     """Accept iWARP connections as MPA Responder; run ``handler`` for each
     queue pair in full operation, in a task of its own.
@@ -543,6 +557,8 @@ async def serve(
         receive_size=receive_size,
         shared_cq=shared_cq,
         decide=decide,
+        atomic_ord=atomic_ord,
+        atomic_ird=atomic_ird,
     )
 
     def accept() -> tuple[_Driver, Coroutine[Any, Any, None]]:

@@ -274,6 +274,10 @@ class _SocketTap:
     """A socket whose sends (and whose duplicates' sends) are recorded as
     far as the kernel took them; everything else is the socket's own."""
 
+    #: Drivers that would write on the socket's descriptor themselves (past
+    #: any wrapper) write through the transport instead, which is recorded.
+    records_sends = True
+
     def __init__(self, sock: Any, flow: TcpFlow) -> None:
         self._sock = sock
         self._flow = flow

@@ -6,9 +6,14 @@ Send of 16 octets laid out as rping's buffer advertisement
 (:data:`iwarp.rdma.rping.ADVERT`: BE64 tagged offset, BE32 STag, BE32
 length):
 
-1. ``connect`` → ``listen``, *hello*: (N, 0, S), "N messages of S octets
-   follow" (N in the offset field). It is also the first FPDU, which lifts
+1. ``connect`` → ``listen``, *hello*: (OP << 48 | N, 0, S), "N messages of
+   S octets follow with this op" (N in the low 48 bits of the offset field,
+   the op as :data:`OP_TAGS` in its top 16 bits, 0 from older connectors:
+   not checked; the STag stays 0, so peers that read 16-octet Sends as
+   rping advertisements see none). It is also the first FPDU, which lifts
    the Responder's fence (RFC 5044 §7.1.2 rule 4) so the listener may speak.
+   A listener running another op refuses it (below), so both ends name the
+   two ops.
 2. ``listen`` → ``connect``, one *advertisement* per credit, W of them at
    first (W = 8, fewer for large S, at most 8 MiB of buffers; never more
    than N in total, so nothing is in flight towards ``connect`` when it
@@ -58,22 +63,36 @@ from dataclasses import dataclass, field
 from iwarp.asyncio.rdma import Access, ConnectionTerminatedError, QueuePair
 from iwarp.cli._args import parse_size  # the one size parser, re-exported
 from iwarp.cli._mpa import Digest, message
+from iwarp.ddp.wire import (
+    LAST_FLAG,
+    TAGGED_FLAG,
+    UNTAGGED_HEADER,
+    UNTAGGED_HEADER_SIZE,
+    QueueNumber,
+    pack_control,
+)
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.rdma.rping import ADVERT
 from iwarp.rdmap.memory import MemoryRegion
 from iwarp.rdmap.terminate import terminate_name
+from iwarp.rdmap.wire import RdmapOpcode, rdmap_control, split_control
 from iwarp.rdmap.work import Completion, CompletionStatus, RecvWR, SendWR, Sge
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "ListenSession",
     "MemoryBudget",
+    "MAX_COUNT",
+    "OP_TAGS",
     "REFUSAL_STAG",
     "RefusedError",
     "SessionError",
     "check_stack",
     "connect_traffic",
     "error_fields",
+    "hello_in",
+    "op_named",
+    "op_refusal",
     "parse_size",
     "qp_emss",
     "reset",
@@ -98,6 +117,22 @@ REFUSAL_STAG = 0xFFFF_FFFF
 #: Refusal reasons (the length field of a refusal).
 REFUSED_MAX_SIZE = 1
 REFUSED_MEMORY = 2
+#: ... the peer runs another ``--op`` (TO = the listener's, as :data:`OP_TAGS`).
+REFUSED_OP = 3
+
+#: Each ``--op`` as the hello's offset field (above the count) and a
+#: refusal's TO carry it.
+OP_TAGS = {"send": 1, "write": 2, "read": 3, "mpa": 4}
+_OP_OF_TAG = {tag: op for op, tag in OP_TAGS.items()}
+#: Where the op sits in the hello's offset field; the count is below it.
+HELLO_OP_SHIFT = 48
+#: Most messages one hello can announce.
+MAX_COUNT = (1 << HELLO_OP_SHIFT) - 1
+
+
+def op_named(tag: int) -> str:
+    """The ``--op`` that ``tag`` names (or says it is unknown)."""
+    return _OP_OF_TAG.get(tag, f"unknown ({tag:#x})")
 
 
 #: Default of ``iwarp listen --memory-budget``.
@@ -118,7 +153,43 @@ class RefusedError(SessionError):
     (a refusal): end the connection gracefully, so the refusal arrives."""
 
 
-def _refusal_text(limit: int, reason: int, size: int) -> str:
+def hello_in(ulpdu: bytes) -> str | None:
+    """The op of an ``iwarp connect --op send|write|read`` whose hello is the
+    bare ULPDU ``ulpdu`` (what an ``--op mpa`` listener receives from it):
+    an untagged RDMAP Send on queue 0, MSN 1, carrying a 16-octet hello.
+    None if ``ulpdu`` is not such a hello."""
+    if len(ulpdu) != UNTAGGED_HEADER_SIZE + ADVERT.size:
+        return None
+    control, rdmap, _, qn, msn, mo = UNTAGGED_HEADER.unpack_from(ulpdu, 0)
+    if control & TAGGED_FLAG or not control & LAST_FLAG or (qn, msn, mo) != (0, 1, 0):
+        return None
+    if split_control(rdmap)[1] != RdmapOpcode.SEND:
+        return None
+    to, stag, _ = ADVERT.unpack_from(ulpdu, UNTAGGED_HEADER_SIZE)
+    if stag != 0:
+        return None  # an advertisement, not a hello
+    named = to >> HELLO_OP_SHIFT
+    return "send, write or read" if named == 0 else op_named(named)
+
+
+def op_refusal(op: str) -> bytes:
+    """The ULPDU an ``--op mpa`` listener answers such a hello with: the
+    refusal (REFUSED_OP) as the RDMAP Send the connector's stack takes into
+    its first control buffer (untagged, queue 0, MSN 1)."""
+    header = UNTAGGED_HEADER.pack(
+        pack_control(tagged=False, last=True),
+        rdmap_control(RdmapOpcode.SEND),
+        0,
+        QueueNumber.SEND,
+        1,
+        0,
+    )
+    return header + ADVERT.pack(OP_TAGS[op], REFUSAL_STAG, REFUSED_OP)
+
+
+def _refusal_text(limit: int, reason: int, size: int, op: str) -> str:
+    if reason == REFUSED_OP:
+        return f"the listener runs --op {op_named(limit)}, we run --op {op}"
     if reason == REFUSED_MAX_SIZE:
         return (
             f"the listener refused: messages of {size} octets exceed its --max-size {limit} "
@@ -298,6 +369,9 @@ class ListenSession:
     _control: dict[int, MemoryRegion] = field(default_factory=dict)
     _buffers: dict[int, MemoryRegion] = field(default_factory=dict)
     _regions: dict[int, MemoryRegion] = field(default_factory=dict)
+    #: Whether the peer's hello arrived (without it, the peer is no
+    #: ``iwarp connect --op send|write|read``).
+    hello_seen: bool = False
     _filled: int = 0
     _total: int = 0
     _advertised: int = 0
@@ -326,7 +400,14 @@ class ListenSession:
                 return
             if not hello.control:
                 raise SessionError("the first message was not a hello")
-            size, self._total = hello.length, hello.to
+            self.hello_seen = True
+            size, self._total = hello.length, hello.to & MAX_COUNT
+            named = hello.to >> HELLO_OP_SHIFT
+            if named and named != OP_TAGS[self.op]:
+                self._refuse(qp, OP_TAGS[self.op], REFUSED_OP)
+                raise RefusedError(
+                    f"the peer runs --op {op_named(named)}, this listener --op {self.op}"
+                )
             if size > self.max_size:
                 self._refuse(qp, self.max_size, REFUSED_MAX_SIZE)
                 raise RefusedError(
@@ -433,7 +514,12 @@ class ListenSession:
                 qp.post_recv(RecvWR(Sge(region, 0, size), wr_id=wr_id))
                 self._advertise(qp, 0, 0, size)
             else:
-                access = Access.REMOTE_WRITE if self.op == "write" else Access.REMOTE_READ
+                # Write buffers also take RFC 7306 Atomic Operations (8-octet words).
+                access = (
+                    Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
+                    if self.op == "write"
+                    else Access.REMOTE_READ
+                )
                 region = qp.register(
                     bytearray(length), Access.LOCAL_WRITE | access, address=_BASE_TO + k * length
                 )
@@ -497,7 +583,7 @@ async def connect_traffic(qp: QueuePair, op: str, count: int, size: int, digest:
         little.
     :raises IwarpError: the connection failed.
     """
-    await qp.send(ADVERT.pack(count, 0, size))  # hello
+    await qp.send(ADVERT.pack(OP_TAGS[op] << HELLO_OP_SHIFT | count, 0, size))  # hello
     credits: deque[tuple[int, int, int]] = deque()
     sink = qp.register(bytearray(max(size, 1))) if op == "read" else None
     for i in range(count):
@@ -507,7 +593,7 @@ async def connect_traffic(qp: QueuePair, op: str, count: int, size: int, digest:
                 raise SessionError(f"expected a {ADVERT.size}-octet advertisement")
             to, stag, length = ADVERT.unpack(advert)
             if stag == REFUSAL_STAG:
-                raise SessionError(_refusal_text(to, length, size))
+                raise SessionError(_refusal_text(to, length, size, op))
             credits.append((to, stag, length))
         to, stag, length = credits.popleft()
         if (stag == 0) != (op == "send"):

@@ -51,7 +51,7 @@ from iwarp.ddp.wire import (
     QueueNumber,
     pack_control,
 )
-from iwarp.errors import IwarpError, LocalProtocolError, MpaError
+from iwarp.errors import IwarpError, LocalProtocolError, MpaError, TerminateLayer
 from iwarp.rdmap.terminate import terminate_name
 from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader, rdmap_control, split_control
 
@@ -149,9 +149,13 @@ def read_answer(ulpdu: Buffer) -> Receipt | TerminateHeader | None:
 
 def describe_terminate(header: TerminateHeader) -> str:
     """A received Terminate as the peer's error, for the error record."""
-    return (
+    text = (
         f"the listener sent a Terminate: {terminate_name(header.layer, header.etype, header.code)}"
     )
+    if header.layer != TerminateLayer.LLP:
+        # It read our bare ULPDUs as DDP segments: it runs the RDMA stack.
+        text += " (it runs --op send, write or read, we run --op mpa)"
+    return text
 
 
 class ReceiptError(LocalProtocolError):

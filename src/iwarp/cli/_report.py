@@ -5,12 +5,20 @@ A command's output is a sequence of *records*, each a ``type`` and fields:
 :class:`Output` prints them as one line each, either ``type: key=value
 key=value`` for people (values with spaces in double quotes) or, with
 ``--json``, as one JSON object per line for scripts. Every hash is printed
-in full, next to a ``sha256_of`` field that says what it covers.
+in full, next to a ``sha256_of`` field that says what it covers. Errors go
+to standard error as ``iwarp COMMAND: error: message (key=value ...)``
+(with ``--json`` they stay records in the one stream).
+
+A peer that is not there is reported by :func:`unreachable` in every
+command alike: the address, what was tried, why it failed and a hint, with
+the exit status :data:`EXIT_FAILED`.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
 import sys
 from typing import Final, TextIO
 
@@ -19,7 +27,9 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "Output",
+    "format_error",
     "format_record",
+    "unreachable",
 ]
 
 #: Exit statuses every command shares: success; a failure (an error record
@@ -37,10 +47,10 @@ def _show(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"))
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     text = str(value)
     if not text or any(c.isspace() or c in "\"'=" for c in text):
-        return json.dumps(text)
+        return json.dumps(text, ensure_ascii=False)
     return text
 
 
@@ -49,6 +59,21 @@ def format_record(record: dict[str, object]) -> str:
     kind = record.get("type", "")
     fields = " ".join(f"{k}={_show(v)}" for k, v in record.items() if k != "type")
     return f"{kind}: {fields}"
+
+
+#: Fields of an error record that its human line adds to the message.
+_ERROR_DETAILS = ("code", "terminate", "terminate_name", "peer")
+
+
+def format_error(prog: str, record: dict[str, object]) -> str:
+    """An ``error`` record for people: ``PROG: error: message (key=value ...)``."""
+    message = str(record.get("message", ""))
+    details = " ".join(
+        f"{k}={_show(record[k])}"
+        for k in _ERROR_DETAILS
+        if record.get(k) is not None and str(record[k]) not in message
+    )
+    return f"{prog}: error: {message}" + (f" ({details})" if details else "")
 
 
 class Output:
@@ -60,9 +85,16 @@ class Output:
     """
 
     def __init__(
-        self, json_lines: bool, stream: TextIO | None = None, errors: TextIO | None = None
+        self,
+        json_lines: bool,
+        stream: TextIO | None = None,
+        errors: TextIO | None = None,
+        *,
+        prog: str = "iwarp",
     ) -> None:
         self.json = json_lines
+        #: The command, as its error lines begin (``iwarp connect``).
+        self.prog = prog
         self.stream = stream if stream is not None else sys.stdout
         self.errors = errors if errors is not None else (self.stream if json_lines else sys.stderr)
         #: Set before the summary: one more record (the summary) is printed,
@@ -75,6 +107,57 @@ class Output:
         if self._finished:
             return
         self._finished = self.closed
-        line = json.dumps(record) if self.json else format_record(record)
-        stream = self.errors if record.get("type") == "error" else self.stream
+        error = record.get("type") == "error"
+        if self.json:
+            line = json.dumps(record)
+        else:
+            line = format_error(self.prog, record) if error else format_record(record)
+        stream = self.errors if error else self.stream
         print(line, file=stream, flush=True)
+
+
+#: Why a connect failed, said plainly, by errno.
+_REASONS: Final = {
+    errno.ECONNREFUSED: "connection refused: nothing listens on that port",
+    errno.ETIMEDOUT: "no answer (timed out)",
+    errno.EHOSTUNREACH: "no route to the host",
+    errno.ENETUNREACH: "the network is unreachable",
+    errno.ECONNRESET: "the peer reset the connection",
+    errno.EADDRNOTAVAIL: "the address is not available here",
+}
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, socket.gaierror):
+        return f"the host name does not resolve ({error.strerror})"
+    if isinstance(error, TimeoutError) and error.errno is None:
+        return "no answer (timed out)"
+    if isinstance(error, OSError) and error.errno in _REASONS:
+        return _REASONS[error.errno]
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror[:1].lower() + error.strerror[1:]
+    return str(error) or type(error).__name__
+
+
+def unreachable(
+    host: str, port: int, error: BaseException, *, tried: str, hint: str, code: int | None = None
+) -> dict[str, object]:
+    """The ``error`` record of a peer that is not there.
+
+    :param tried: what was attempted, e.g. ``"TCP connect"``.
+    :param hint: what the user may do, e.g. ``"start iwarp listen --port 5000 there"``.
+    :param code: the protocol's error code for it, if it has one (MPA: 1,
+        the TCP connection failed, RFC 5044 §8).
+    """
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    reason = _reason(error)
+    return {
+        "type": "error",
+        "code": code,
+        "error": "unreachable",
+        "address": address,
+        "tried": tried,
+        "reason": reason,
+        "hint": hint,
+        "message": f"cannot reach {address}: {reason} (tried: {tried}); hint: {hint}",
+    }

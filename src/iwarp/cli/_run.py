@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable, Coroutine
+from types import FrameType
 from typing import Any
 
-__all__ = ["run_interruptible"]
+__all__ = ["run_blocking_interruptible", "run_interruptible"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -56,3 +57,42 @@ async def _guarded(
         for signum in installed:
             loop.remove_signal_handler(signum)
     return status
+
+
+class _Interrupted(BaseException):
+    """Raised in the main thread by the first SIGINT or SIGTERM."""
+
+    def __init__(self, signum: signal.Signals) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def run_blocking_interruptible(
+    main: Callable[[], int], on_signal: Callable[[signal.Signals], None]
+) -> int:
+    """:func:`run_interruptible` for blocking work (the ``iwarp.sync``
+    adapter) in the main thread: the first SIGINT or SIGTERM raises out of
+    whatever ``main`` waits in (later ones are ignored while it unwinds);
+    then ``on_signal`` prints the partial summary and the result is 128 +
+    the signal number. Elsewhere than the main thread ``main`` just runs."""
+    caught: list[signal.Signals] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if not caught:
+            caught.append(signal.Signals(signum))
+            raise _Interrupted(caught[0])
+
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for signum in _SIGNALS:
+            previous[signum] = signal.signal(signum, interrupt)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        return main()
+    except _Interrupted as exc:
+        on_signal(exc.signum)
+        return 128 + int(exc.signum)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

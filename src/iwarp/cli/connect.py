@@ -33,6 +33,7 @@ from iwarp.cli._mpa import (
 )
 from iwarp.cli._ops import (
     CONTROL_BUFFERS,
+    MAX_COUNT,
     check_stack,
     connect_traffic,
     error_fields,
@@ -47,12 +48,13 @@ from iwarp.cli._receipt import (
     split_offer,
     tcp_acknowledged,
 )
-from iwarp.cli._report import Output
+from iwarp.cli._report import EXIT_FAILED, EXIT_USAGE, Output, unreachable
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import ConnectionRejected
 from iwarp.mpa.handshake import build_request
+from iwarp.mpa.wire import MAX_ULPDU
 from iwarp.rdma.rping import ADVERT
 
 #: Seconds ``--op mpa`` waits for the listener's receipt (without --timeout).
@@ -95,12 +97,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Output(args.json)
+    out = Output(args.json, prog="iwarp connect")
     try:
         config = config_from(args)
+        _check_size(args)
     except ValueError as exc:
         out.emit({"type": "error", "code": None, "message": f"bad options: {exc}"})
-        return 2
+        return EXIT_USAGE
     digest = Digest("read" if args.op == "read" else "sent")
 
     def interrupted(signum: signal.Signals) -> None:
@@ -124,6 +127,28 @@ async def _run(args: argparse.Namespace, config: MpaConfig, out: Output, digest:
             progress.stop()
 
 
+#: Largest message of the RDMA ops: DDP's message offset is 32 bits (RFC 5041 §4.4).
+MAX_MESSAGE = 0xFFFFFFFF
+
+
+def _check_size(args: argparse.Namespace) -> None:
+    """Refuse a ``--size`` no connection could carry, before connecting.
+
+    :raises ValueError: with ``--op mpa`` larger than any MULPDU (one
+        message is one FPDU, MPA RFC 5044 §4.1); otherwise beyond DDP's 32-bit
+        message offset.
+    """
+    if args.op == "mpa" and args.size > MAX_ULPDU:
+        raise ValueError(
+            f"--size {args.size} exceeds {MAX_ULPDU}, the largest MULPDU of any connection: "
+            "with --op mpa one message must fit one FPDU"
+        )
+    if args.size > MAX_MESSAGE:
+        raise ValueError(f"--size {args.size} exceeds {MAX_MESSAGE} (DDP's 32-bit offsets)")
+    if args.count > MAX_COUNT:
+        raise ValueError(f"--count {args.count} exceeds {MAX_COUNT}")
+
+
 def _rejected(event: ConnectionRejected, out: Output) -> int:
     """Report a reject (the peer's R=1 or our own policy); the exit status."""
     record: dict[str, object] = {"type": "rejected", "reason": event.reason}
@@ -133,13 +158,19 @@ def _rejected(event: ConnectionRejected, out: Output) -> int:
     return 1
 
 
-def _not_connected(exc: IwarpError | OSError, out: Output) -> int:
+def _not_connected(exc: IwarpError | OSError, out: Output, args: argparse.Namespace) -> int:
     """Report why MPA startup or the TCP connect failed; the exit status."""
     if isinstance(exc, IwarpError):
         out.emit(error_record(exc))
     else:
-        out.emit({"type": "error", "code": 1, "message": f"TCP connect failed: {exc}"})
-    return 1
+        hint = (
+            f"start an MPA Responder there, e.g. iwarp listen --host {args.host} --port {args.port}"
+        )
+        if args.op != "send":
+            hint += f" --op {args.op}"
+        code = int(MpaErrorCode.TCP_CLOSED)  # RFC 5044 §8: the TCP connection failed
+        out.emit(unreachable(args.host, args.port, exc, tried="TCP connect", hint=hint, code=code))
+    return EXIT_FAILED
 
 
 async def _open_qp(args: argparse.Namespace, config: MpaConfig) -> rdma.QueuePair:
@@ -163,7 +194,7 @@ async def _connect_rdma(
     except rdma.ConnectionRejectedError as exc:
         return _rejected(exc.event, out)
     except (IwarpError, OSError) as exc:
-        return _not_connected(exc, out)
+        return _not_connected(exc, out, args)
     out.emit(
         {
             "type": "established",
@@ -246,7 +277,7 @@ async def _connect(
     except MpaRejectedError as exc:
         return _rejected(exc.event, out)
     except (IwarpError, OSError) as exc:
-        return _not_connected(exc, out)
+        return _not_connected(exc, out, args)
     params = sock.params
     peer_private_data, offered = split_offer(params.peer_private_data)
     # Ask for a receipt only of a listener that offers one (culley-02 has

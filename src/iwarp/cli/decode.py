@@ -16,9 +16,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
 from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
@@ -33,7 +32,7 @@ from iwarp.analyze.parquet import (
 from iwarp.analyze.parquet import check_available as check_parquet
 from iwarp.analyze.parquet import concatenate as concatenate_parquet
 from iwarp.analyze.plot import PlotUnavailableError, check_available, write_plot
-from iwarp.analyze.records import ErrorRecord, Record
+from iwarp.analyze.records import ErrorRecord, Record, json_line
 from iwarp.analyze.render import (
     capture_json,
     summary_json,
@@ -46,6 +45,9 @@ from iwarp.analyze.stats import CaptureTotals
 from iwarp.analyze.tables import CsvTables, concatenate
 from iwarp.analyze.tcp import Limits
 from iwarp.cli._args import format_octets, format_rate, rate_mib_per_s
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 #: Exit status when the capture shows protocol errors.
 EXIT_PROTOCOL_ERRORS = 1
@@ -694,7 +696,7 @@ def _show(
     if view == SUMMARY:
         return False
     if view == JSON:
-        out.write(json.dumps(record.to_json()) + "\n")
+        out.write(json_line(record) + "\n")
         return True
     if view == FIELD_LIST:
         assert index is not None
@@ -790,6 +792,9 @@ def _parallel(
 ) -> list[FileResult]:
     """Each capture in a worker process, its output in a temporary file,
     copied to standard output in the order the files were given."""
+    # Imported here: one capture (the usual run) needs no worker processes.
+    from concurrent.futures import ProcessPoolExecutor
+
     worker_settings = replace(settings, progress=False)
     results: list[FileResult] = []
     with tempfile.TemporaryDirectory(prefix="iwarp-decode-") as scratch:

@@ -46,6 +46,8 @@ from iwarp.cli._ops import (
     RefusedError,
     check_stack,
     error_fields,
+    hello_in,
+    op_refusal,
     reset,
 )
 from iwarp.cli._progress import Progress, add_progress_options
@@ -125,7 +127,7 @@ def _peer(sock_or_addr: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Output(args.json)
+    out = Output(args.json, prog="iwarp listen")
     try:
         config = config_from(args)
     except ValueError as exc:
@@ -238,6 +240,16 @@ async def _serve(
         confirmed = False
         try:
             async for payload in sock:
+                theirs = hello_in(payload) if received.messages == 0 else None
+                if theirs is not None:
+                    # An iwarp connect running the RDMA stack: say so, and
+                    # tell it (as the refusal its stack can take) before closing.
+                    state["errors"] += 1
+                    message = f"the peer runs --op {theirs}, this listener --op mpa"
+                    out.emit({"type": "error", "code": None, "message": message, "peer": peer})
+                    sock.send(op_refusal("mpa"))
+                    await sock.close()
+                    break
                 if payload == RECEIPT_REQUEST:  # iwarp connect --op mpa is done
                     summary = received.summary()
                     sock.send(receipt(received.messages, received.octets, str(summary["sha256"])))
@@ -314,6 +326,12 @@ async def _serve(
         finally:
             state["active"] -= 1
         if record is not None:
+            if not session.hello_seen and record.get("terminate") == "sent":
+                # Its first ULPDU was no RDMAP hello: most likely bare MPA.
+                record["message"] = (
+                    f"{record['message']} (the peer sent no hello: does it run --op mpa? this "
+                    f"listener runs --op {args.op})"
+                )
             state["errors"] += 1
             out.emit({**record, "peer": peer})
         closed(peer, session.digest)

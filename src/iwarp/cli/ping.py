@@ -1,9 +1,14 @@
 """``iwarp ping``: a drop-in for rdma-core's ``rping`` over our iWARP stack.
 
-Same flags as rping (``-s``/``-c``, ``-a``, ``-p``, ``-C``, ``-S``, ``-V``,
-``-v``, ``-d``) and the same conversation on the wire (see
+Same flags as rping (``-s``/``-c``, ``-a``, ``-I``, ``-p``, ``-P``, ``-C``,
+``-S``, ``-V``, ``-v``, ``-d``) and the same conversation on the wire (see
 :mod:`iwarp.rdma.rping`), so it talks to real ``rping`` on Linux siw in
-both directions. Exit status 0 when every ping completed (and validated).
+both directions. ``-P``: a persistent server (``--sync``: one client after
+another; asyncio: each client as it comes) until Ctrl-C or SIGTERM, which
+print the clients and pings served. ``-I``: the client's source address.
+A client whose server hangs up before the first ping names the likely
+cause (its ``-S`` is larger than the server's). Exit status 0 when every
+ping completed (and validated); 130/143 when interrupted.
 """
 
 from __future__ import annotations
@@ -24,12 +29,12 @@ from iwarp.asyncio.rdma import (
 from iwarp.cli._args import SIZE_HELP, count, format_octets, format_rate, port, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture, sync_pcap_capture
 from iwarp.cli._progress import Progress, add_progress_options
-from iwarp.cli._run import run_interruptible
+from iwarp.cli._run import run_blocking_interruptible, run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma.rping import DEFAULT_SIZE, MIN_SIZE, RpingClient, RpingServer
-from iwarp.rdmap.work import Completion
+from iwarp.rdmap.work import Completion, WorkOpcode
 from iwarp.sync import rping as sync_rping
 from iwarp.sync.rdma import QueuePair as SyncQueuePair
 
@@ -49,6 +54,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     role.add_argument("-s", dest="server", action="store_true", help="server")
     role.add_argument("-c", dest="client", action="store_true", help="client")
     parser.add_argument("-a", dest="address", default=None, help="address (server: bind)")
+    parser.add_argument(
+        "-I",
+        dest="source",
+        default=None,
+        metavar="ADDRESS",
+        help="client: source address to connect from (as rping -I)",
+    )
+    parser.add_argument(
+        "-P",
+        dest="persistent",
+        action="store_true",
+        help="server: persistent, serve client after client until interrupted (as rping -P)",
+    )
     parser.add_argument("-p", dest="port", type=port, default=DEFAULT_PORT, help="port (7174)")
     parser.add_argument("-C", dest="count", type=count, default=0, help="pings (0: forever)")
     parser.add_argument(
@@ -122,16 +140,27 @@ def run(args: argparse.Namespace) -> int:
     if args.size < MIN_SIZE:
         print(f"size {args.size} too small (minimum {MIN_SIZE})", file=sys.stderr)
         return 2
+    if args.persistent and not args.server:
+        print("iwarp ping: -P is a server option (with -s)", file=sys.stderr)
+        return 2
+    if args.source is not None and not args.client:
+        print("iwarp ping: -I is a client option (with -c); a server binds -a", file=sys.stderr)
+        return 2
+    tally = _Tally(args.size, persistent=args.persistent)
+
+    def interrupted(signum: signal.Signals) -> None:
+        print(f"iwarp ping: interrupted by {signum.name}: {tally.text()}", file=sys.stderr)
+
     try:
         if args.sync:
-            with sync_pcap_capture(args.pcap, initiator=args.client):
-                return _sync(args)
-        tally = _Tally(args.size)
 
-        def interrupted(signum: signal.Signals) -> None:
-            print(f"iwarp ping: interrupted by {signum.name}: {tally.text()}", file=sys.stderr)
+            def blocking() -> int:
+                with sync_pcap_capture(args.pcap, initiator=args.client):
+                    return _sync(args, tally)
 
-        status = run_interruptible(_captured(args, tally), interrupted)
+            status = run_blocking_interruptible(blocking, interrupted)
+        else:
+            status = run_interruptible(_captured(args, tally), interrupted)
         if args.debug and status == 0:
             print(tally.text())
         return status
@@ -140,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _sync(args: argparse.Namespace) -> int:
+def _sync(args: argparse.Namespace, tally: _Tally) -> int:
     """The same conversation on iwarp.sync (what ``--sync`` selects)."""
 
     def connected(qp: SyncQueuePair) -> None:
@@ -148,6 +177,11 @@ def _sync(args: argparse.Namespace) -> int:
             print(f"{'connected' if args.client else 'accepted'}: {_describe(qp)}", flush=True)
 
     def completed(completion: Completion, lines: list[str]) -> None:
+        # a ping: the client's check of the echo, the server's RDMA Write back
+        if args.client:
+            tally.pings += sum(line.startswith("ping data") for line in lines)
+        elif completion.opcode is WorkOpcode.RDMA_WRITE and completion.ok:
+            tally.pings += 1
         if args.debug:
             print(f"{completion.opcode.value} completion: {completion.status.value}")
         for line in lines:
@@ -155,12 +189,11 @@ def _sync(args: argparse.Namespace) -> int:
                 print(line)
 
     def listening(port: int) -> None:
-        if args.debug:
+        if args.debug and not tally.clients:
             print(f"listening on port {port}", flush=True)
 
-    logic: RpingClient | RpingServer
     if args.client:
-        logic = sync_rping.run_client(
+        client = sync_rping.run_client(
             args.address or "127.0.0.1",
             args.port,
             config=_config(args),
@@ -171,9 +204,11 @@ def _sync(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             on_connect=connected,
             on_completion=completed,
+            local_address=_source(args),
         )
-    else:
-        logic = sync_rping.run_server(
+        return _client_ended(args, client)
+    while True:  # -P: the next client, one after another, until interrupted
+        server = sync_rping.run_server(
             args.address or "0.0.0.0",
             args.port,
             config=_config(args),
@@ -183,20 +218,46 @@ def _sync(args: argparse.Namespace) -> int:
             on_connect=connected,
             on_completion=completed,
         )
-    if logic.error is not None:
-        print(logic.error, file=sys.stderr)
+        tally.clients += 1
+        if server.error is not None:
+            print(server.error, file=sys.stderr)
+        elif args.debug:
+            print(f"{server.pings} pings served; disconnected", flush=True)
+        if not args.persistent:
+            return 0 if server.error is None else 1
+
+
+def _source(args: argparse.Namespace) -> tuple[str, int] | None:
+    """``-I``: the address to connect from (any port)."""
+    return None if args.source is None else (args.source, 0)
+
+
+def _client_ended(args: argparse.Namespace, client: RpingClient) -> int:
+    """The client's exit status; an error names its likely cause."""
+    if client.error is not None:
+        hint = ""
+        if client.pings == 0 and client.error.startswith("disconnected"):
+            hint = (
+                f" (the server closed the connection before the first ping: most likely "
+                f"its buffer is smaller than our -S {client.size}; an rping server refuses "
+                f"a larger buffer, so give the server -S {client.size} or more)"
+            )
+        print(f"{client.error}{hint}", file=sys.stderr)
         return 1
     if args.debug:
-        print(f"{logic.pings} pings {'done' if args.client else 'served'}; disconnected")
+        print(f"{client.pings} pings done; disconnected")
     return 0
 
 
 class _Tally:
     """Pings done (client) or served (server) so far, and since when."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, persistent: bool = False) -> None:
         self.size = size
         self.pings = 0
+        #: Clients served (a server's; counted and printed with ``-P``).
+        self.clients = 0
+        self._persistent = persistent
         self._start = time.monotonic()
 
     def text(self) -> str:
@@ -204,8 +265,9 @@ class _Tally:
         RDMA Write of the ping size), elapsed time and rate."""
         seconds = time.monotonic() - self._start
         octets = 2 * self.size * self.pings
+        served = f"{self.clients} clients served, " if self._persistent else ""
         return (
-            f"{self.pings} pings of {self.size} octets, {format_octets(octets)} moved in "
+            f"{served}{self.pings} pings of {self.size} octets, {format_octets(octets)} moved in "
             f"{seconds:.3f} s, {format_rate(octets, seconds)}"
         )
 
@@ -247,6 +309,7 @@ async def _client(args: argparse.Namespace, tally: _Tally) -> int:
         setup=client.setup,
         first_send_delay=args.delay,
         shared_cq=True,
+        local_address=_source(args),
     )
     if args.debug:
         print(f"connected: {_describe(qp)}")
@@ -264,12 +327,7 @@ async def _client(args: argparse.Namespace, tally: _Tally) -> int:
     except ConnectionTerminatedError as exc:
         client.error = client.error or str(exc)
     await qp.close()
-    if client.error is not None:
-        print(client.error, file=sys.stderr)
-        return 1
-    if args.debug:
-        print(f"{client.pings} pings done; disconnected")
-    return 0
+    return _client_ended(args, client)
 
 
 async def _server(args: argparse.Namespace, tally: _Tally) -> int:
@@ -300,7 +358,8 @@ async def _server(args: argparse.Namespace, tally: _Tally) -> int:
             pass
         if qp.terminate is not None:
             logic.error = logic.error or f"terminated: {qp.end_reason}"
-        if not result.done():
+        tally.clients += 1
+        if not args.persistent and not result.done():
             result.set_result(0 if logic.error is None else 1)
         if logic.error is not None:
             print(logic.error, file=sys.stderr)

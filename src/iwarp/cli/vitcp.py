@@ -20,7 +20,6 @@ import asyncio
 import hashlib
 import json
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from iwarp.asyncio.vitcp import (
 from iwarp.cli._args import SIZE_HELP, count, port, rate_mib_per_s, size
 from iwarp.cli._capture import add_pcap_option, captured
 from iwarp.cli._progress import Progress, add_progress_options
-from iwarp.cli._report import Output
+from iwarp.cli._report import EXIT_FAILED, Output, unreachable
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.vitcp.config import VitcpConfig
@@ -68,13 +67,36 @@ LEVELS = {
 }
 
 
+#: Largest value of the 32-bit length and MTU fields (draft-dicecco-vitcp-01 §3).
+_MAX32 = 0xFFFFFFFF
+
+
+def _ranged_size(low: int, high: int, what: str) -> Callable[[str], int]:
+    """A size type for argparse that must lie in ``low..high`` (usage error)."""
+
+    def parse(text: str) -> int:
+        value = size(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} must be from {low} to {high}, not {value}")
+        return value
+
+    return parse
+
+
+def _discriminator(text: str) -> bytes:
+    data = text.encode()
+    if len(data) > 64:
+        raise argparse.ArgumentTypeError(f"at most 64 octets, not {len(data)}")
+    return data
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--crc", action="store_true", help="offer the CRC option (draft-dicecco-vitcp-01 §3.6)"
     )
     parser.add_argument(
         "--mtu",
-        type=size,
+        type=_ranged_size(1, _MAX32, "the MTU"),
         default=32768,
         help=f"largest segment payload to offer (default 32768; {SIZE_HELP})",
     )
@@ -85,7 +107,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="VI reliability level (default delivery)",
     )
     parser.add_argument(
-        "--discriminator", default="iwarp", help="VI discriminator (default 'iwarp')"
+        "--discriminator",
+        type=_discriminator,
+        default=b"iwarp",
+        help="VI discriminator, at most 64 octets (default 'iwarp')",
     )
     parser.add_argument(
         "--flow-control",
@@ -146,7 +171,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     conn.add_argument("port", metavar="PORT", type=port, help="TCP port of the listener")
     conn.add_argument("--count", type=count, default=1, help="messages to move (default 1)")
     conn.add_argument(
-        "--size", type=size, default=1024, help=f"octets per message (default 1024; {SIZE_HELP})"
+        "--size",
+        type=_ranged_size(0, _MAX32, "a message"),
+        default=1024,
+        help=f"octets per message, below 4G (default 1024; {SIZE_HELP})",
     )
     conn.add_argument(
         "--op", choices=["send", "write", "read"], default="send", help="operation (default send)"
@@ -165,11 +193,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _config(args: argparse.Namespace) -> VitcpConfig:
-    if not 1 <= args.mtu <= 0xFFFFFFFF:
-        raise SystemExit("iwarp vitcp: --mtu must be between 1 and 2^32-1")
-    discriminator = args.discriminator.encode()
-    if len(discriminator) > 64:
-        raise SystemExit("iwarp vitcp: --discriminator has at most 64 octets")
+    discriminator: bytes = args.discriminator
     timeout = {} if getattr(args, "timeout", None) is None else {"connect_timeout": args.timeout}
     return VitcpConfig(
         **timeout,
@@ -531,8 +555,7 @@ def _failed(event: Event) -> int:
 
 async def _connect(args: argparse.Namespace, live: dict[str, Any]) -> int:
     config = _config(args)
-    if args.count < 0 or args.size < 0 or args.size > 0xFFFFFFFF:
-        raise SystemExit("iwarp vitcp: --count and --size must be >= 0 (size < 2^32)")
+    out = Output(args.json, prog="iwarp vitcp connect")
     try:
         endpoint = await connect(
             args.host,
@@ -541,9 +564,28 @@ async def _connect(args: argparse.Namespace, live: dict[str, Any]) -> int:
             config=config,
             keep_posted=DESCRIPTORS,
         )
-    except (VitcpRejectedError, VitcpClosedError) as exc:
-        print(f"iwarp vitcp: {exc}", file=sys.stderr)
-        return 1
+    except VitcpClosedError as exc:
+        if isinstance(exc.__cause__, OSError) or "timed out" in str(exc):
+            # Nothing there (refused, no route), or nothing answered in time.
+            if isinstance(exc.__cause__, OSError):
+                cause: BaseException = exc.__cause__
+                tried = "TCP connect"
+            else:
+                cause = TimeoutError()
+                tried = (
+                    f"TCP connect and the VI/TCP ConnectRequest for {config.connect_timeout:g} s"
+                )
+            hint = (
+                f"start a VI/TCP listener there, e.g. iwarp vitcp listen --host {args.host} "
+                f"--port {args.port}"
+            )
+            out.emit(unreachable(args.host, args.port, cause, tried=tried, hint=hint))
+        else:
+            out.emit({"type": "error", "code": None, "message": str(exc)})
+        return EXIT_FAILED
+    except VitcpRejectedError as exc:
+        out.emit({"type": "error", "code": None, "message": str(exc)})
+        return EXIT_FAILED
     try:
         summary = await _transfer(endpoint, args, live)
     except (IwarpError, ValueError) as exc:
@@ -554,9 +596,9 @@ async def _connect(args: argparse.Namespace, live: dict[str, Any]) -> int:
                 " (without descriptor flow control a run of Sends can outrun the "
                 "listener's posted receive descriptors; drop --no-flow-control)"
             )
-        print(f"iwarp vitcp: {exc}{hint}", file=sys.stderr)
+        out.emit({"type": "error", "code": None, "message": f"{exc}{hint}"})
         await endpoint.close()
-        return 1
+        return EXIT_FAILED
     summary.update(
         type="summary",
         mtu=endpoint.params.mtu,

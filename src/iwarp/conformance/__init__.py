@@ -12,7 +12,14 @@ from iwarp.conformance.model import REGISTRY, Case
 
 __all__ = ["all_cases"]
 
-_AREAS = ("cases_mpa", "cases_rfc6581", "cases_framing", "cases_ddp", "cases_rdmap")
+_AREAS = (
+    "cases_mpa",
+    "cases_rfc6581",
+    "cases_framing",
+    "cases_ddp",
+    "cases_rdmap",
+    "cases_rfc7306",
+)
 
 
 def all_cases() -> list[Case]:

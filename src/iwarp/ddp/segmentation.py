@@ -138,6 +138,15 @@ class OutgoingMessage:
         """Every segment was handed out."""
         return self.offset >= len(self.payload)
 
+    @property
+    def next_segment(self) -> int:
+        """Octets of the next segment's ULPDU (header included); 0 when
+        :attr:`done`."""
+        left = len(self.payload) - max(self.offset, 0)
+        if left < 0 or (left == 0 and self.offset >= 0):
+            return 0
+        return len(self._header) + min(self._room, left)
+
     def next_run(self, limit: int | None = None) -> SegmentRun | None:
         """The next segments, about ``limit`` octets of ULPDUs (at least one
         segment); None when :attr:`done`."""

@@ -385,20 +385,6 @@ class MpaConnection:
             return
         self._send_framed(lambda framer: framer.encode_run(run))
 
-    def frame_parts(self, header: bytes, payload: Buffer) -> bytes:
-        """In full operation with nothing queued: frame the ULPDU ``header +
-        payload`` now and return the FPDU, which the caller writes before
-        anything :meth:`data_to_send` gives later (the small message's short
-        way: no queue, no pull).
-
-        :raises LocalProtocolError: not in full operation, output queued, or
-            the ULPDU is larger than the MULPDU.
-        """
-        encoder = self._encoder
-        if self._state is not MpaState.FULL_OPERATION or encoder is None or self._out:
-            raise LocalProtocolError("MPA cannot frame ahead of its queue now")
-        return encoder.encode_parts(header, payload)
-
     def lane_encoder(self) -> FpduEncoder | None:
         """The encoder, when FPDUs may be written outside the queue now (a
         send lane, :mod:`iwarp.rdma.lanes`): full operation, nothing queued.
@@ -408,10 +394,6 @@ class MpaConnection:
         if self._state is not MpaState.FULL_OPERATION or self._out:
             return None
         return self._encoder
-
-    def send_parts(self, header: bytes, payload: Buffer) -> None:
-        """:meth:`frame_parts`, queued for :meth:`data_to_send`."""
-        self._out.append(self.frame_parts(header, payload))
 
     def _send_framed(self, encode: Callable[[FpduEncoder], list[Buffer]]) -> None:
         """Outside plain full operation: check the table, then queue the
@@ -465,17 +447,23 @@ class MpaConnection:
         self._receive(data)
         return self.take_events()
 
-    def receive_whole(self, data: memoryview) -> memoryview | None:
-        """In full operation, the ULPDU of ``data`` when it is exactly one
-        whole, valid FPDU (:meth:`FpduDecoder.take_whole
-        <iwarp.mpa.framing.FpduDecoder.take_whole>`): received as
-        :meth:`receive_data` would, without an event. None: nothing was
-        done (also while events wait, which must come first);
-        :meth:`receive_data` takes ``data``."""
+    def lane_decoder(self) -> FpduDecoder | None:
+        """The decoder, when received FPDUs may be decoded outside it now
+        (the small-message lane, :mod:`iwarp.rdma.small`): full operation,
+        no event waiting (they come first), nothing held back and no error.
+        Whoever decodes them tells it (:meth:`FpduDecoder.advance
+        <iwarp.mpa.framing.FpduDecoder.advance>`) before anything else is
+        received."""
         decoder = self._decoder
-        if self._state is not MpaState.FULL_OPERATION or decoder is None or self._events:
+        if (
+            self._state is not MpaState.FULL_OPERATION
+            or decoder is None
+            or self._events
+            or decoder.buffered
+            or decoder.error is not None
+        ):
             return None
-        return decoder.take_whole(data)
+        return decoder
 
     def _receive(self, data: Buffer) -> None:
         if not data:

@@ -267,6 +267,22 @@ class _Framer:
         self.max_ulpdu = max_ulpdu
         self._position, self._phase = _check_position(origin, position)
 
+    @property
+    def phase(self) -> int:
+        """Marker phase of the next octet: its offset from the marker origin,
+        modulo 512 (kept up to date when markers are on)."""
+        return self._phase
+
+    def advance(self, octets: int, phase: int) -> None:
+        """Count ``octets`` of whole FPDUs framed or decoded outside this
+        framer (a send lane, :mod:`iwarp.rdma.lanes`; the small-message
+        lane, :mod:`iwarp.rdma.small`), after which the marker phase is
+        ``phase``. A decoder must hold nothing back (:attr:`FpduDecoder.buffered`
+        is 0): the octets are the next ones of the stream."""
+        self._position = (self._position + octets) & _SEQ_MASK
+        if self.markers:
+            self._phase = phase & _PHASE_MASK
+
 
 class FpduEncoder(_Framer):
     """Frames ULPDUs into FPDUs for one direction of one MPA connection.
@@ -287,19 +303,6 @@ class FpduEncoder(_Framer):
     def position(self) -> int:
         """Stream position (mod 2**32) of the next octet to be sent."""
         return self._position
-
-    @property
-    def phase(self) -> int:
-        """Marker phase of the next octet: its offset from the marker origin,
-        modulo 512 (kept up to date when markers are on)."""
-        return self._phase
-
-    def advance(self, octets: int, phase: int) -> None:
-        """Count ``octets`` of FPDUs framed outside this encoder (a send lane,
-        :mod:`iwarp.rdma.lanes`), after which the marker phase is ``phase``."""
-        self._position = (self._position + octets) & _SEQ_MASK
-        if self.markers:
-            self._phase = phase & _PHASE_MASK
 
     def encode(self, ulpdu: Buffer) -> list[Buffer]:
         """Frame one ULPDU; returns the FPDU as a list of buffers, in order.
@@ -425,21 +428,6 @@ class FpduEncoder(_Framer):
         """Frame one ULPDU and return the FPDU as one ``bytes`` object."""
         return b"".join(self.encode(ulpdu))
 
-    def encode_parts(self, header: bytes, payload: Buffer) -> bytes:
-        """:meth:`encode_bytes` of the ULPDU ``header + payload`` (a DDP
-        segment), without joining the ULPDU first when there are no markers:
-        a small message's FPDU in one pass.
-
-        :raises LocalProtocolError: the ULPDU is larger than ``max_ulpdu``.
-        """
-        n = len(header) + len(payload)
-        if self.markers or n > self.max_ulpdu:
-            return self.encode_bytes(header + bytes(payload))
-        pad = -(2 + n) & 3
-        self._position = (self._position + 6 + n + pad) & _SEQ_MASK
-        body = b"".join((_pack_length(n), header, payload, _PADS[pad]))
-        return body + (_pack_crc(crc32c(body)) if self.crc else _ZERO_CRC)
-
 
 def _readonly(data: Buffer) -> bool:
     return isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly)
@@ -509,14 +497,14 @@ class FpduDecoder(_Framer):
 
     def take_whole(self, data: memoryview) -> memoryview | None:
         """The ULPDU of ``data`` when ``data`` is exactly one whole, valid
-        FPDU (length within the limit, CRC right) and nothing is held back:
-        consumed as :meth:`feed_batch` would, and returned as a view into
-        ``data`` (consume it before reusing ``data``).
+        FPDU without markers (length within the limit, CRC right) and
+        nothing is held back: consumed as :meth:`feed_batch` would, and
+        returned as a read-only view into ``data``. The out-of-order
+        receiver's in-order segments take it (one FPDU per segment is the
+        usual case).
 
-        None: nothing was done; :meth:`feed_batch` takes ``data``, and
-        reports what is wrong with it. Without markers only (a receive that
-        is one small message, most of a ping-pong); both paths, accelerated
-        and pure, take it.
+        None: nothing was done; :meth:`feed_batch` takes ``data`` and
+        reports what is wrong with it.
         """
         size = len(data)
         if self._pending or self.markers or self.error is not None or size < 8:

@@ -39,7 +39,7 @@ from typing import Final, TypeAlias
 
 from iwarp._typing import Buffer
 from iwarp.errors import MpaError, MpaErrorCode
-from iwarp.mpa.framing import FpduDecoder, fpdu_wire_size
+from iwarp.mpa.framing import FpduDecoder, UlpduBatch, fpdu_wire_size
 from iwarp.mpa.wire import (
     FPDUPTR_MASK,
     HEADER_SIZE,
@@ -124,6 +124,10 @@ class OutOfOrderReceiver:
         "_passed_at",
         "_seen_hi",
         "_seen_lo",
+        "_tail",
+        "_tail_need",
+        "_tail_octets",
+        "_tail_size",
         "crc",
         "either_fpduptr",
         "error",
@@ -175,18 +179,30 @@ class OutOfOrderReceiver:
         # Island FPDU starts not yet passed -> offset of the marker that found them.
         self._cand_at: list[int] = []
         self._candidates: dict[int, int] = {}
+        # While the stream arrives in order: a decoder positioned at _next
+        # (holding nothing itself), and the octets from _next on, kept as
+        # they came until they complete the FPDU at _next (nothing else is
+        # held: _blocks and _seen_* are empty). Spilled into _blocks when a
+        # segment comes out of order.
+        self._tail: FpduDecoder | None = None
+        self._tail_octets: list[Buffer] = []
+        self._tail_size = 0
+        #: Wire size of the FPDU at _next once its header is here (0: feed
+        #: the decoder now, it has an error to report), else None.
+        self._tail_need: int | None = None
 
     # -- public API -----------------------------------------------------------
 
     @property
     def buffered(self) -> int:
         """Payload octets held: received but not yet part of a passed FPDU."""
-        return self._held
+        return self._held if self._tail is None else self._tail_size
 
     @property
     def bookkeeping(self) -> int:
         """Entries of metadata held (received ranges, passed and candidate FPDUs)."""
-        return len(self._seen_lo) + len(self._passed) + len(self._candidates)
+        held = 1 if self._tail is not None and self._tail_size else 0
+        return held + len(self._seen_lo) + len(self._passed) + len(self._candidates)
 
     @property
     def delivered_offset(self) -> int:
@@ -218,6 +234,7 @@ class OutOfOrderReceiver:
             # Nothing out of order is held: the in-order fast path.
             self._receive_in_order(payload, events)
             return events
+        self._spill()
         view = memoryview(payload)
         pieces = self._commit(lo_clipped, hi)
         if not pieces:
@@ -233,9 +250,102 @@ class OutOfOrderReceiver:
             self._fail(exc, events)
         return events
 
+    def receive_count(self, seq: int, payload: Buffer) -> tuple[int, int, int]:
+        """:meth:`receive` without the events, for whoever only counts them.
+
+        Returns ``(passed, passed_ahead, delivered)``: the ULPDUs passed, those
+        of them not delivered by this same segment (passed ahead of their
+        turn), and the deliveries. The receiver's state afterwards is the
+        same as after :meth:`receive`; a failure is in :attr:`error`. A
+        segment that continues the stream in order builds no event.
+        """
+        tail = self._tail
+        if tail is not None and self.error is None and payload:
+            # In order: the octets start right after those held (32-bit
+            # sequence arithmetic) and stay within the window.
+            held = self._tail_size
+            size = len(payload)
+            lo = (seq - self.start - self._next + _HALF) & _SEQ_MASK
+            if lo == _HALF + held and held + size <= self.window:
+                batch = self._take_in_order(tail, payload)
+                count = 0 if batch is None else len(batch)
+                return count, 0, count
+        passed = delivered = 0
+        waiting: set[int] = set()
+        for event in self.receive(seq, payload):
+            if isinstance(event, UlpduPassed):
+                passed += 1
+                waiting.add(event.offset)
+            elif isinstance(event, UlpduDelivered):
+                delivered += 1
+                waiting.discard(event.offset)
+        return passed, len(waiting), delivered
+
+    def _take_in_order(self, tail: FpduDecoder, payload: Buffer) -> UlpduBatch | None:
+        """Hold in-order octets; once they complete the FPDU at _next, feed
+        them all to the decoder and hold again what follows its last whole
+        FPDU. Returns what the decoder passed (None: nothing was fed). The
+        decoder is chunking-blind, so it finds the same FPDUs and errors as
+        when fed every segment, without a call per segment."""
+        if not isinstance(payload, bytes):
+            payload = bytes(payload)  # the caller may reuse its buffer
+        self._tail_octets.append(payload)
+        self._tail_size += len(payload)
+        need = self._tail_need
+        if need is None:
+            need = self._tail_need = self._tail_wire()
+            if need is None:
+                return None
+        if self._tail_size < need:
+            return None
+        octets = self._tail_octets
+        data = octets[0] if len(octets) == 1 else b"".join(octets)
+        if self._tail_size == need and not self.markers:
+            # Exactly one FPDU (a segment per FPDU, the usual case): the
+            # decoder's whole-FPDU check; anything wrong goes to feed_batch.
+            whole = tail.take_whole(memoryview(data))
+            if whole is not None:
+                self._next += need
+                self._tail_octets = []
+                self._tail_size = 0
+                self._tail_need = None
+                return UlpduBatch([whole])
+        batch = tail.feed_batch(data)
+        if tail.error is not None:
+            offset = self._next
+            for ulpdu in batch:
+                offset += fpdu_wire_size(len(ulpdu), offset % MARKER_INTERVAL, markers=self.markers)
+            self._next = offset
+            self._fail(tail.error, [])
+            return batch
+        rest = tail.release()
+        self._next += self._tail_size - len(rest)
+        self._tail_octets = [rest] if rest else []
+        self._tail_size = len(rest)
+        self._tail_need = None
+        return batch
+
+    def _tail_wire(self) -> int | None:
+        """Wire size of the FPDU at _next from the octets held in order; None
+        while its length field is missing, 0 if above the limit (the
+        decoder reports it)."""
+        phase = self._next % MARKER_INTERVAL
+        lead = MARKER_SIZE if self.markers and phase == 0 else 0
+        if self._tail_size < lead + HEADER_SIZE:
+            return None
+        first = self._tail_octets[0]
+        if len(first) < lead + HEADER_SIZE:
+            first = b"".join(self._tail_octets)
+        length: int = ULPDU_LENGTH.unpack_from(first, lead)[0]
+        if length > self.max_ulpdu:
+            return 0
+        return fpdu_wire_size(length, phase, markers=self.markers)
+
     def _in_order_at(self, lo: int) -> bool:
         """Whether octets at ``lo`` continue the stream with nothing else held
         but the start of the next FPDU (no islands, no later octets)."""
+        if self._tail is not None:
+            return lo == self._next + self._tail_size
         if self._passed or self._candidates:
             return False
         if not self._seen_lo:
@@ -245,37 +355,50 @@ class OutOfOrderReceiver:
     def _receive_in_order(self, payload: Buffer, events: list[ReceiveEvent]) -> None:
         """Frame octets that continue the stream when nothing else is held.
 
-        The head of the next FPDU, if held, is taken back; one FpduDecoder
-        checks every FPDU completed (the chain's checks, without the
-        bookkeeping); an incomplete tail is held again.
+        One FpduDecoder, kept from segment to segment while the stream stays
+        in order, checks every FPDU completed (the chain's checks, without the
+        bookkeeping); the octets of an incomplete FPDU are held as they came
+        (octets held before, the head of the next FPDU, come first).
         """
         start = self._next
-        decoder = self._decoder(start)
-        data = payload if isinstance(payload, bytes) else bytes(payload)
-        if self._seen_lo:
-            head = self._read(start, self._seen_hi[0] - start)
-            assert head is not None  # the only octets held are exactly these
-            data = bytes(head) + data
-            self._blocks.clear()
-            self._block_at.clear()
-            self._held = 0
-            self._seen_lo.clear()
-            self._seen_hi.clear()
+        tail = self._tail
+        if tail is None:
+            tail = self._tail = self._decoder(start)
+            if self._seen_lo:
+                head = self._read(start, self._seen_hi[0] - start)
+                assert head is not None  # the only octets held are exactly these
+                self._blocks.clear()
+                self._block_at.clear()
+                self._held = 0
+                self._seen_lo.clear()
+                self._seen_hi.clear()
+                self._tail_octets = [bytes(head)]
+                self._tail_size = len(head)
+        batch = self._take_in_order(tail, payload)
+        if batch is None:
+            return
         offset = start
-        for ulpdu in decoder.feed(data):
+        for ulpdu in batch:
             wire = fpdu_wire_size(len(ulpdu), offset % MARKER_INTERVAL, markers=self.markers)
             seq = self._seq(offset)
             events.append(UlpduPassed(seq, offset, ulpdu, wire))
             events.append(UlpduDelivered(seq, offset, len(ulpdu), wire))
             offset += wire
-        self._next = offset
-        if decoder.error is not None:
-            self._fail(decoder.error, events)
+        if self.error is not None:
+            events.append(ReceiveFailed(self.error))
+
+    def _spill(self) -> None:
+        """Hand the octets held in order back to the octet store."""
+        if self._tail is None:
             return
-        end = start + len(data)
-        if offset < end:
-            self._commit(offset, end)
-            self._store(offset, data[offset - start :])
+        self._tail = None
+        if self._tail_size:
+            held = b"".join(self._tail_octets)
+            self._commit(self._next, self._next + len(held))
+            self._store(self._next, held)
+        self._tail_octets = []
+        self._tail_size = 0
+        self._tail_need = None
 
     # -- sequence space and octet storage -----------------------------------
 
@@ -561,11 +684,19 @@ class OutOfOrderReceiver:
         cut = bisect_right(self._seen_hi, offset)
         del self._seen_lo[:cut]
         del self._seen_hi[:cut]
+        if self._seen_lo and self._seen_lo[0] < offset:
+            # A range the chain is inside: only its part from the chain on is
+            # kept, so the in-order path can take over again (_in_order_at).
+            self._seen_lo[0] = offset
 
     def _fail(self, error: MpaError, events: list[ReceiveEvent]) -> None:
         # RFC 5044 §8: nothing more is passed or delivered on this half connection.
         self.error = error
         events.append(ReceiveFailed(error))
+        self._tail = None
+        self._tail_octets = []
+        self._tail_size = 0
+        self._tail_need = None
         self._blocks.clear()
         self._block_at.clear()
         self._held = 0

@@ -46,6 +46,7 @@ from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LANE_MIN, SendLane
+from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.stream import RdmapStream
@@ -53,7 +54,6 @@ from iwarp.rdmap.work import (
     Completion,
     RecvWR,
     SendQueueWR,
-    Sge,
     StreamReady,
     TerminateReceived,
     TerminateSent,
@@ -84,6 +84,9 @@ class RdmaConnection:
     :param on_stream: called with the new :class:`RdmapStream` as soon as MPA
         reaches full operation, before any ULPDU is processed: the place to
         post receive buffers, as verbs users do before ``rdma_accept``.
+    :param atomic_ord: RFC 7306 Atomic Requests we may have outstanding.
+    :param atomic_ird: Atomic Requests of the peer we keep room to answer
+        (0: we answer them as a stack without RFC 7306 does).
     """
 
     #: ``receive_data`` consumes its buffer before it returns (every ULPDU is
@@ -101,9 +104,13 @@ class RdmaConnection:
         now: float = 0.0,
         emss: int = DEFAULT_EMSS,
         on_stream: Callable[[RdmapStream], None] | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> None:
         self.pd = pd
         self.role = role
+        self.atomic_ord = atomic_ord
+        self.atomic_ird = atomic_ird
         self.mpa = MpaConnection(
             role, config, private_data=private_data, now=now, emss=emss, batch_ulpdus=True
         )
@@ -168,50 +175,15 @@ class RdmaConnection:
         """Queue a Send, RDMA Write, RDMA Read or RFC 7306 work (see :class:`RdmapStream`)."""
         self._require_stream().post_send(wr)
 
-    def send_at_once(
-        self, data: Sge | Buffer, *, solicited: bool = False, wr_id: int | None = None
-    ) -> bool:
-        """Post a small Send (without Invalidate) and frame it now when the
-        stream and MPA are idle (:meth:`RdmapStream.send_at_once`; MPA in
-        full operation with nothing queued, so framing ahead never piles up
-        output); its octets are in :meth:`data_to_send`, its completion
-        (with a ``wr_id``) in :meth:`take_events`. False: nothing was done
-        (:meth:`post_send` it).
-
-        :raises LocalProtocolError: as :meth:`post_send`.
-        """
-        stream = self._idle()
-        ulpdu = (
-            None if stream is None else stream.send_at_once(data, solicited=solicited, wr_id=wr_id)
-        )
-        if ulpdu is None:
-            return False
-        self.mpa.send_parts(*ulpdu)
-        return True
-
-    def frame_send(
-        self, data: Sge | Buffer, *, solicited: bool = False, wr_id: int | None = None
-    ) -> bytes | None:
-        """:meth:`send_at_once`, but the FPDU is returned, not queued: the
-        caller writes it before anything :meth:`data_to_send` gives later.
-        None: nothing was done."""
-        stream = self._idle()
-        ulpdu = (
-            None if stream is None else stream.send_at_once(data, solicited=solicited, wr_id=wr_id)
-        )
-        return None if ulpdu is None else self.mpa.frame_parts(*ulpdu)
-
-    def _idle(self) -> RdmapStream | None:
-        """The stream, when MPA is in full operation with nothing queued (so
-        framing ahead never piles up output)."""
-        mpa = self.mpa
-        if mpa.state is not MpaState.FULL_OPERATION or mpa.has_data_to_send:
-            return None
-        return self.stream
-
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer for one incoming Send."""
         self._require_stream().post_recv(wr)
+
+    @property
+    def events_waiting(self) -> bool:
+        """Events wait for :meth:`take_events` (they come before anything a
+        lane beside the cores does, :mod:`iwarp.rdma.small`)."""
+        return bool(self._events)
 
     def take_events(self) -> list[Event]:
         """Events produced outside :meth:`receive_data` (send completions)."""
@@ -224,24 +196,6 @@ class RdmaConnection:
     def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
         """Process octets from TCP (``b""`` means FIN); return the events."""
         self._process(self.mpa.receive_data(data, now))
-        return self._take()
-
-    def receive_whole(self, data: memoryview) -> memoryview | None:
-        """The ULPDU of ``data`` when it is exactly one whole, valid FPDU and
-        no event waits (:meth:`MpaConnection.receive_whole
-        <iwarp.mpa.connection.MpaConnection.receive_whole>`); hand it to
-        :meth:`receive_ulpdu` (or complete it with
-        :meth:`RdmapStream.receive_send`). None: nothing was done;
-        :meth:`receive_data` takes ``data``."""
-        return None if self._events else self.mpa.receive_whole(data)
-
-    def receive_ulpdu(self, ulpdu: memoryview) -> list[Event]:
-        """The ULPDU of a receive that was one whole FPDU, which MPA took
-        (:meth:`MpaConnection.receive_whole
-        <iwarp.mpa.connection.MpaConnection.receive_whole>`): to the stream,
-        as :meth:`receive_data` hands it a batch; return the events."""
-        if self.stream is not None:
-            self._events.extend(self.stream.handle_ulpdu(ulpdu))
         return self._take()
 
     def connection_lost(
@@ -338,6 +292,8 @@ class RdmaConnection:
             ord=params.ord,
             rtr=rtr,
             version=params.ddp_version,  # 0 with an RDMAC peer (RFC 5044 Appendix C)
+            atomic_ord=self.atomic_ord,
+            atomic_ird=self.atomic_ird,
         )
         on_stream, self.on_stream = self.on_stream, None  # called once (no cycle kept)
         if on_stream is not None:

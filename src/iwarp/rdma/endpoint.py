@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ from iwarp.rdma.connection import Event as StackEvent
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.errors import ConnectionTerminatedError, describe_terminate
 from iwarp.rdma.lanes import SendLane
+from iwarp.rdma.small import receive_small, send_small
+from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.errors import LocalCatastrophicError
 from iwarp.rdmap.memory import MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamState
@@ -79,7 +82,6 @@ from iwarp.rdmap.work import (
     ImmediateData,
     RecvWR,
     SendQueueWR,
-    SendWR,
     Sge,
     TerminateReceived,
     TerminateSent,
@@ -166,6 +168,8 @@ class QueuePairOptions:
     first_send_delay: float = 0.0
     shared_cq: bool = False
     decide: Decider | None = None
+    atomic_ord: int = ATOMIC_DEPTH
+    atomic_ird: int = ATOMIC_DEPTH
 
     def endpoint(
         self, role: Role, pd: ProtectionDomain, now: float, emss: int, setup: Setup | None
@@ -187,6 +191,8 @@ class QueuePairOptions:
             first_send_delay=self.first_send_delay,
             decide=self.decide,
             setup=setup,
+            atomic_ord=self.atomic_ord,
+            atomic_ird=self.atomic_ird,
         )
 
 
@@ -253,6 +259,8 @@ class QueuePairEndpoint:
     :param decide: Responder: accept or reject each valid Request.
     :param setup: called once in full operation, before any message is
         processed: the place to post receives (:meth:`post_recv`).
+    :param atomic_ord: RFC 7306 Atomic Requests we may have outstanding.
+    :param atomic_ird: the peer's Atomic Requests we keep room to answer.
     """
 
     def __init__(
@@ -270,6 +278,8 @@ class QueuePairEndpoint:
         first_send_delay: float = 0.0,
         decide: Decider | None = None,
         setup: Setup | None = None,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> None:
         if receive_buffers < 0 or receive_size < 1:
             raise LocalProtocolError("receive_buffers must be >= 0 and receive_size >= 1")
@@ -313,6 +323,8 @@ class QueuePairEndpoint:
             now=now,
             emss=emss,
             on_stream=self._on_stream,
+            atomic_ord=atomic_ord,
+            atomic_ird=atomic_ird,
         )
         self._route(self.conn.take_events(), now)
 
@@ -375,13 +387,6 @@ class QueuePairEndpoint:
         :raises LocalProtocolError: not connected yet, or a bad request.
         """
         stream = self._stream()
-        if (
-            type(wr) is SendWR
-            and wr.invalidate_stag is None
-            and self._hold_until is None
-            and self.conn.send_at_once(wr.data, solicited=wr.solicited, wr_id=wr.wr_id)
-        ):
-            return
         stream.post_send(wr)
         if (
             stream.state is StreamState.WAIT_PEER
@@ -390,22 +395,30 @@ class QueuePairEndpoint:
         ):
             self._fence_warn_at = self._now + FENCE_WARNING
 
-    def send_now(self, data: Buffer | Sge, *, solicited: bool = False) -> bytes | None:
-        """The simple API's Send on an idle queue pair: framed now and
-        complete (no work request, no completion: nothing can fail it
-        later). Returns its FPDU, which the caller writes to TCP before
-        anything :meth:`data_to_send` gives later (nothing waits there now).
-        None: nothing was done; post a :class:`SendWR` instead (the queue
-        pair is busy, the message needs more than one segment, or the first
-        send is held back).
+    def send_now(
+        self,
+        data: Buffer | Sge,
+        *,
+        solicited: bool = False,
+        invalidate_stag: int | None = None,
+    ) -> bytes | None:
+        """The simple API's Send on an idle queue pair, by the small-message
+        lane (:func:`~iwarp.rdma.small.send_small`): framed now and complete
+        (no work request, no completion: nothing can fail it later). Returns
+        its FPDU, which the caller writes to TCP before anything
+        :meth:`data_to_send` gives later (nothing waits there now). None:
+        nothing was done; post a :class:`SendWR` instead (the queue pair is
+        busy, the message needs more than one segment, or the first send is
+        held back).
 
         :raises ConnectionTerminatedError: the connection has ended.
-        :raises LocalProtocolError: not connected yet, or bad data.
+        :raises LocalProtocolError: not connected yet, bad data or a bad
+            Invalidate STag.
         """
-        self._stream()
+        stream = self._stream()
         if self._hold_until is not None:
             return None
-        return self.conn.frame_send(data, solicited=solicited)
+        return send_small(self.conn.mpa, stream, data, solicited, invalidate_stag)
 
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer; it completes in ``recv_cq``.
@@ -469,18 +482,18 @@ class QueuePairEndpoint:
         self._now = now
         conn = self.conn
         view = memoryview(data)
-        # A receive that is one whole FPDU (most small messages) skips the
-        # batch machinery; a Send the stream completes at once skips the
-        # completion event too (_received).
-        # (Octets as unsigned bytes only: the short way places slices as they are.)
-        ulpdu = conn.receive_whole(view) if view.format == "B" else None
-        if ulpdu is None:
-            self._route(conn.receive_data(data, now), now)
-            return self._take()
+        # A receive that is one whole FPDU carrying a one-segment Send for
+        # the head buffer (most small messages) takes the small-message
+        # lane: checked and placed in one kernel call, completed without an
+        # event (_received). Anything else goes the full path.
         stream = conn.stream
-        taken = None if stream is None else stream.receive_send(ulpdu)
+        taken = (
+            receive_small(conn.mpa, stream, view)
+            if stream is not None and view.format == "B" and not conn.events_waiting
+            else None
+        )
         if taken is None:
-            self._route(conn.receive_ulpdu(ulpdu), now)
+            self._route(conn.receive_data(data, now), now)
         else:
             self._received(*taken)
         return self._take()
@@ -586,6 +599,18 @@ class QueuePairEndpoint:
         return events
 
     def _on_stream(self, stream: RdmapStream) -> None:
+        if self.receive_buffers:
+            # Each pool message is copied out and its buffer reposted as the
+            # stream completes it, not after the whole receive: a receive
+            # may hold more messages than the pool has buffers. (A weak way
+            # back: no reference cycle through the stream.)
+            endpoint = weakref.ref(self)
+
+            def taken(completion: Completion) -> bool:
+                owner = endpoint()
+                return owner is not None and owner._pool_now(completion)
+
+            stream.on_receive = taken
         self._in_setup = True
         try:
             for _ in range(self.receive_buffers):
@@ -631,9 +656,18 @@ class QueuePairEndpoint:
         if completion.status is CompletionStatus.SUCCESS:  # else flushed with the connection
             self._pool_message(entry, completion.byte_len, completion.immediate is not None)
 
+    def _pool_now(self, completion: Completion) -> bool:
+        """A pool buffer's successful completion, taken as it happens."""
+        wr_id = completion.wr_id
+        entry = self._pool.get(wr_id)
+        if entry is None or wr_id in self._tracked:
+            return False
+        self._pool_message(entry, completion.byte_len, completion.immediate is not None)
+        return True
+
     def _received(self, wr: RecvWR, length: int, solicited: bool) -> None:
-        """A receive the stream completed without an event
-        (:meth:`RdmapStream.receive_send`): what :meth:`_on_completion` does
+        """A receive the small-message lane completed without an event
+        (:func:`~iwarp.rdma.small.receive_small`): what :meth:`_on_completion` does
         with its successful completion."""
         wr_id = wr.wr_id
         entry = self._pool.get(wr_id)

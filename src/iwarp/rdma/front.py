@@ -220,16 +220,15 @@ class QueuePairFront:
     def _sent_at_once(
         self, data: Buffer | Sge, solicited: bool, invalidate_stag: int | None
     ) -> bool:
-        """The simple ``send``'s short way: on an idle queue pair a small
-        Send is framed and complete at once, with no work request
+        """The simple ``send`` on an idle queue pair: a small Send is framed
+        and complete at once by the small-message lane, with no work request
         (:meth:`~iwarp.rdma.endpoint.QueuePairEndpoint.send_now`), and
         written as far as TCP takes it. False: post it as a work request."""
-        if invalidate_stag is None:
-            frame = self.endpoint.send_now(data, solicited=solicited)
-            if frame is not None:
-                self._write(frame)
-                return True
-        return False
+        frame = self.endpoint.send_now(data, solicited=solicited, invalidate_stag=invalidate_stag)
+        if frame is None:
+            return False
+        self._write(frame)
+        return True
 
     def _post_tracked(self, wr: SendQueueWR) -> Completion | None:
         """Post a simple call's work request, tracked (its completion does

@@ -21,11 +21,14 @@ from it. The cores learn one thing back: that the message is all out
 request; the MSN, the stream position and the completions stay theirs.
 
 Without the accelerator (or with ``IWARP_NO_ACCEL=1``) there are no lanes
-and the drivers write what ``data_to_send`` gives, as before.
+and the drivers write what ``data_to_send`` gives, as before;
+``IWARP_NO_LANES=1`` turns the lanes off alone (the accelerator's framing
+path, for comparison).
 """
 
 from __future__ import annotations
 
+import os
 from enum import IntEnum
 from typing import Final, Protocol, cast
 
@@ -46,7 +49,7 @@ class _LaneKernels(Protocol):
 
     def send_lane(
         self,
-        fd: int,
+        fd: int | Buffer,
         header: Buffer,
         payload: Buffer,
         start: int,
@@ -71,6 +74,8 @@ def _load() -> _LaneKernels | None:
     kernels = _accel.speedups
     if kernels is None or not hasattr(kernels, "send_lane"):
         return None
+    if os.environ.get("IWARP_NO_LANES", "") not in ("", "0"):
+        return None  # the accelerator's framing path only (to compare)
     return cast(_LaneKernels, kernels)
 
 
@@ -149,8 +154,16 @@ class SendLane:
         self.sent += sent
         return LaneState(state)
 
+    def copy(self, out: bytearray | memoryview) -> int:
+        """Copy the next octets (as many as ``out`` holds) into ``out`` and
+        count them as taken: for an event loop's transport to write when the
+        socket is full (it then says when it drained). Returns how many."""
+        copied, _, _, _ = self._call(out, -1, 0, False)
+        self.sent += copied
+        return copied
+
     def _call(
-        self, fd: int, limit: int, wait_ms: int, watch_input: bool
+        self, fd: int | Buffer, limit: int, wait_ms: int, watch_input: bool
     ) -> tuple[int, int, int, int]:
         run = self.run
         return lane_kernels().send_lane(

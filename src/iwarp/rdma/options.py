@@ -41,6 +41,21 @@ are chosen here, once.
     ``serve``/``listen``: sees each valid Request and returns
     :class:`~iwarp.mpa.policy.Accept` or :class:`~iwarp.mpa.policy.Reject`
     (by default every Request is accepted).
+``local_address``
+    ``connect``: the (host, port) to connect from (port 0: any), as
+    rping's ``-I`` takes a source address; None lets the system choose.
+``atomic_ord``, ``atomic_ird``
+    RFC 7306 Atomic Operations (``fetch_add``, ``compare_swap``): how many
+    Atomic Requests the queue pair may have unanswered (``atomic_ord``;
+    later work waits behind them) and how many of the peer's it keeps room
+    to answer (``atomic_ird``), each
+    :data:`~iwarp.rdmap.atomics.ATOMIC_DEPTH` (4) by default, 0 to
+    :data:`~iwarp.rdmap.atomics.MAX_ATOMIC_DEPTH`. MPA does not negotiate
+    them (RFC 7306 leaves that to the application): give the peer an
+    ``atomic_ird`` at least your ``atomic_ord``, or its Terminate ends the
+    connection. ``atomic_ord=0`` refuses local Atomic Operations;
+    ``atomic_ird=0`` answers the peer's as a stack without RFC 7306 does
+    (Terminate "Unexpected OpCode", §1.1).
 ``fallback_to_rev1``
     ``connect``: retry once with a Rev 1 Request when an unenhanced
     Responder closes on our Rev 2 one (RFC 6581 §10; also the config's
@@ -49,9 +64,11 @@ are chosen here, once.
 
 from __future__ import annotations
 
+from iwarp.errors import LocalProtocolError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.policy import Decider
 from iwarp.rdma.endpoint import DEFAULT_RECEIVE_SIZE, INITIATOR_CONFIG, QueuePairOptions
+from iwarp.rdmap.atomics import ATOMIC_DEPTH, MAX_ATOMIC_DEPTH
 from iwarp.rdmap.memory import ProtectionDomain
 
 __all__ = ["domain", "initiator_options", "responder_options"]
@@ -65,8 +82,13 @@ def initiator_options(
     receive_size: int = DEFAULT_RECEIVE_SIZE,
     first_send_delay: float = 0.0,
     shared_cq: bool = False,
+    atomic_ord: int = ATOMIC_DEPTH,
+    atomic_ird: int = ATOMIC_DEPTH,
 ) -> QueuePairOptions:
-    """``connect``'s settings (the module's documentation says what each means)."""
+    """``connect``'s settings (the module's documentation says what each means).
+
+    :raises LocalProtocolError: an atomic depth out of range.
+    """
     return QueuePairOptions(
         config if config is not None else INITIATOR_CONFIG,
         private_data=private_data,
@@ -74,6 +96,8 @@ def initiator_options(
         receive_size=receive_size,
         first_send_delay=first_send_delay,
         shared_cq=shared_cq,
+        atomic_ord=_depth("atomic_ord", atomic_ord),
+        atomic_ird=_depth("atomic_ird", atomic_ird),
     )
 
 
@@ -84,15 +108,29 @@ def responder_options(
     receive_size: int = DEFAULT_RECEIVE_SIZE,
     shared_cq: bool = False,
     decide: Decider | None = None,
+    atomic_ord: int = ATOMIC_DEPTH,
+    atomic_ird: int = ATOMIC_DEPTH,
 ) -> QueuePairOptions:
-    """``serve``'s and ``listen``'s settings (see the module's documentation)."""
+    """``serve``'s and ``listen``'s settings (see the module's documentation).
+
+    :raises LocalProtocolError: an atomic depth out of range.
+    """
     return QueuePairOptions(
         config if config is not None else MpaConfig(),
         receive_buffers=receive_buffers,
         receive_size=receive_size,
         shared_cq=shared_cq,
         decide=decide,
+        atomic_ord=_depth("atomic_ord", atomic_ord),
+        atomic_ird=_depth("atomic_ird", atomic_ird),
     )
+
+
+def _depth(name: str, value: int) -> int:
+    """:raises LocalProtocolError: not a whole number from 0 to MAX_ATOMIC_DEPTH."""
+    if isinstance(value, bool) or not 0 <= value <= MAX_ATOMIC_DEPTH:
+        raise LocalProtocolError(f"{name} must be a whole number from 0 to {MAX_ATOMIC_DEPTH}")
+    return value
 
 
 def domain(pd: ProtectionDomain | None) -> ProtectionDomain:

@@ -36,6 +36,7 @@ from iwarp.rdmap.wire import AtomicOpcode, AtomicRequest
 
 __all__ = [
     "ATOMIC_DEPTH",
+    "MAX_ATOMIC_DEPTH",
     "WORD_SIZE",
     "check_target",
     "execute",
@@ -55,6 +56,10 @@ _REMOTE_ATOMIC: Final = int(Access.REMOTE_ATOMIC)
 #: keeps for them besides its IRD (RFC 7306 §5.2.2 rules 4 and 5). RFC 7306
 #: leaves agreeing on it to the ULP; every stream of this stack uses it.
 ATOMIC_DEPTH: Final = 4
+#: Largest ``atomic_ord`` / ``atomic_ird`` a queue pair takes: the width of
+#: MPA's IRD and ORD fields (RFC 6581 §9.1, 14 bits). A Responder keeps a
+#: queue-1 slot per Atomic Request it may have to answer.
+MAX_ATOMIC_DEPTH: Final = 0x3FFF
 
 
 def masked_fetch_add(original: int, add: int, mask: int = 0) -> int:

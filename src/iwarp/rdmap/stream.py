@@ -155,6 +155,9 @@ def _check_word(name: str, value: int) -> None:
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
 _REMOTE_WRITE = int(Access.REMOTE_WRITE)
 _REMOTE_READ = int(Access.REMOTE_READ)
+#: The small-message lane's Send header (RFC 5041 §4.3): queue 0, as an int.
+_SEND_QUEUE: Final = int(QueueNumber.SEND)
+_pack_untagged = UNTAGGED_HEADER.pack
 
 
 @dataclass(eq=False, slots=True)
@@ -181,6 +184,8 @@ class _Work:
     #: RFC 7306: the Atomic Request, and the original value its response brought.
     atomic: AtomicRequest | None = None
     original: int | None = None
+    #: The queue-1 MSN of a Read or Atomic Request (0: not sent yet).
+    msn: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -209,16 +214,6 @@ class _Outgoing:
     response: bool = False
     #: An Atomic Response (else a Read Response, when ``response``).
     atomic: bool = False
-
-
-#: Send-queue work answered by the peer: complete when the answer arrives.
-_ANSWERED: Final = frozenset(
-    {WorkOpcode.RDMA_READ, WorkOpcode.ATOMIC_FETCH_ADD, WorkOpcode.ATOMIC_CMP_SWAP}
-)
-#: Send-queue work of RFC 7306 (segmented by RdmapStream._extension_message).
-_EXTENSION_WORK: Final = frozenset(
-    {WorkOpcode.ATOMIC_FETCH_ADD, WorkOpcode.ATOMIC_CMP_SWAP, WorkOpcode.IMMEDIATE_DATA}
-)
 
 
 def _released(stag: int, to: int, length: int, rsvdulp: int, first: bool) -> memoryview:
@@ -331,9 +326,16 @@ class RdmapStream:
         self._orq: deque[_Work] = deque()  # Read Requests awaiting a response
         self._irq: deque[_Response | _AtomicJob] = deque()  # responses to send, in order
         self._current: _Outgoing | None = None
+        #: Read Responses a send lane took and is still writing from memory
+        #: (an Atomic Operation after them waits: RFC 7306 §7).
+        self._lane_responses = 0
         self._terminate: SegmentRun | None = None
         self._rx_tagged_opcode = -1
         self._events: list[Event] = []
+        #: Called with each successful receive completion as it happens;
+        #: True: it was taken (no event). A receive pool's owner copies the
+        #: message out and reposts the buffer here, inside the batch.
+        self.on_receive: Callable[[Completion], bool] | None = None
         if initiator:
             self._events.append(StreamReady())
             if rtr:
@@ -378,20 +380,20 @@ class RdmapStream:
             self.state = transition(self.state, StreamInput.POST)
         self._recv.post(view, wr)
 
-    def send_at_once(
-        self, data: Sge | Buffer, *, solicited: bool = False, wr_id: int | None = None
-    ) -> tuple[bytes, memoryview] | None:
-        """Post a Send (without Invalidate) and hand out its one segment now,
-        as its DDP/RDMAP header and its payload, when nothing else is
-        queued, being sent or awaiting completion before it (an idle queue
-        pair's small message, most of a ping-pong). None: nothing was done
+    def claim_send(
+        self, data: Sge | Buffer, solicited: bool = False, invalidate_stag: int | None = None
+    ) -> tuple[bytes, Buffer] | None:
+        """A Send (with Solicited Event and Invalidate as asked) taken as
+        sent at once, as its one segment's DDP/RDMAP header and payload, when
+        nothing else is queued, being sent or awaiting completion before it
+        and the payload fits one segment (the small-message lane,
+        :mod:`iwarp.rdma.small`, frames it). Its MSN is used; no completion
+        is made: the caller takes the Send as complete once the segment is
+        framed (nothing after that can fail it). None: nothing was done
         (post it with :meth:`post_send`).
 
-        The segment (``header + payload``), and with a ``wr_id`` the
-        completion queued at once, are those of :meth:`post_send` followed
-        by :meth:`runs_to_send`, with fewer steps. Without a ``wr_id`` no
-        completion is made: the caller takes the Send as complete when the
-        segment is returned (nothing after that can fail it).
+        The segment is the one :meth:`post_send` and :meth:`runs_to_send`
+        would make.
 
         :raises LocalProtocolError: as :meth:`post_send`.
         """
@@ -403,17 +405,26 @@ class RdmapStream:
             or self._current is not None
         ):
             return None
-        payload = self._source(data)
-        size = len(payload)
-        room = self.mulpdu - UNTAGGED_HEADER_SIZE
-        if size > room:
+        payload = data if type(data) is bytes else self._source(data)
+        if len(payload) > self.mulpdu - UNTAGGED_HEADER_SIZE:
             return None
-        msn = self._next_msn(QueueNumber.SEND)
-        rdmap = self._send_se_rdmap if solicited else self._send_rdmap
+        if invalidate_stag is None:
+            rdmap = self._send_se_rdmap if solicited else self._send_rdmap
+            stag = 0
+        else:
+            if not 0 <= invalidate_stag <= 0xFFFFFFFF:
+                raise LocalProtocolError(f"invalidate STag {invalidate_stag} is not 32-bit")
+            opcode = (
+                RdmapOpcode.SEND_WITH_SE_AND_INVALIDATE
+                if solicited
+                else RdmapOpcode.SEND_WITH_INVALIDATE
+            )
+            rdmap, stag = self._control[opcode], invalidate_stag
+        msns = self._msn
+        msn = msns[_SEND_QUEUE]
+        msns[_SEND_QUEUE] = (msn + 1) & 0xFFFFFFFF
         # The one segment is the last (L set), at MO 0.
-        header = UNTAGGED_HEADER.pack(self.version | LAST_FLAG, rdmap, 0, QueueNumber.SEND, msn, 0)
-        if wr_id is not None:
-            self._events.append(Completion(wr_id, WorkOpcode.SEND, CompletionStatus.SUCCESS, size))
+        header = _pack_untagged(self.version | LAST_FLAG, rdmap, stag, _SEND_QUEUE, msn, 0)
         return header, payload
 
     def _write_work(self, wr: WriteWR) -> _Work:
@@ -517,18 +528,18 @@ class RdmapStream:
             return True
         if self.state is not StreamState.OPERATIONAL:
             return False
-        if self._current is not None or self._irq:
+        if self._current is not None:
             return True
-        return bool(self._sq) and self._may_start(self._sq[0])
-
-    def _may_start(self, work: _Work) -> bool:
-        """Whether ORD (or, for an Atomic Request, ``atomic_ord``) lets the
-        head of the send queue go now."""
+        if self._irq:
+            # An Atomic Operation waits for a lane writing the Read Responses before it.
+            return not (self._lane_responses and self._atomic_next())
+        if not self._sq:
+            return False
+        # ORD (or, for an Atomic Request, atomic_ord) may hold the head back.
+        work = self._sq[0]
         if work.opcode is WorkOpcode.RDMA_READ:
             return len(self._orq) < self.ord
-        if work.atomic is not None:
-            return len(self._oaq) < self.atomic_ord
-        return True
+        return work.atomic is None or len(self._oaq) < self.atomic_ord
 
     @property
     def unsent(self) -> bool:
@@ -552,7 +563,9 @@ class RdmapStream:
 
     def runs_to_send(self, limit: int | None = None) -> list[SegmentRun]:
         """The next segments as runs (:class:`~iwarp.mpa.framing.SegmentRun`),
-        about ``limit`` octets of ULPDUs at most (at least one segment).
+        about ``limit`` octets of ULPDUs at most (at least one segment; a
+        segment that would not fit what is left of ``limit`` waits for the
+        next call).
 
         Send and Write work completes when the run holding its last segment
         is returned.
@@ -570,14 +583,21 @@ class RdmapStream:
         while limit is None or size < limit:
             current = self._current
             if current is None:
-                if out and self._irq and type(self._irq[0]) is _AtomicJob:
+                if (out or self._lane_responses) and self._atomic_next():
                     # RFC 7306 §7: the responses before an Atomic Operation
-                    # are framed (their octets read) before it executes.
+                    # are framed, or written by a lane (their octets read),
+                    # before it executes.
                     break
                 current = self._current = self._next_message()
                 if current is None:
                     break
             message = current.message
+            if out and limit is not None and limit - size < message.next_segment:
+                # What is left of the budget does not hold the next segment:
+                # the next call frames it in a full run, rather than one
+                # segment now (measured: half the runs at MTU 1500 held one
+                # FPDU, each paying a whole run's Python).
+                break
             run = message.next_run(None if limit is None else limit - size)
             if run is not None:
                 out.append(run)
@@ -605,7 +625,7 @@ class RdmapStream:
         if not self._sq:
             return None
         work = self._sq[0]
-        if work.opcode in _EXTENSION_WORK:
+        if work.atomic is not None or work.opcode is WorkOpcode.IMMEDIATE_DATA:
             extension = self._extension_message(work)
             if extension is None:
                 return None
@@ -614,10 +634,11 @@ class RdmapStream:
             if len(self._orq) >= self.ord:
                 return None  # ORD reached: the queue waits (RFC 5040 §6.1)
             assert work.request is not None
+            work.msn = self._next_msn(QueueNumber.READ_REQUEST)
             message = OutgoingMessage.untagged(
                 work.request.pack(),
                 qn=QueueNumber.READ_REQUEST,
-                msn=self._next_msn(QueueNumber.READ_REQUEST),
+                msn=work.msn,
                 rsvdulp=self._control[RdmapOpcode.RDMA_READ_REQUEST],
                 version=self.version,
                 mulpdu=self.mulpdu,
@@ -685,6 +706,8 @@ class RdmapStream:
         if run is None:
             return None
         self._current = None
+        if current.response:
+            self._lane_responses += 1
         return run, current
 
     def message_sent(self, token: object) -> None:
@@ -692,6 +715,8 @@ class RdmapStream:
         TCP: complete it as :meth:`runs_to_send` would have (nothing if the
         work was flushed meanwhile)."""
         assert isinstance(token, _Outgoing)
+        if token.response:
+            self._lane_responses -= 1
         work = token.work
         if work is not None and work.status is not None:
             return
@@ -713,7 +738,7 @@ class RdmapStream:
             self._inbound[current.atomic] -= 1
             return
         work = current.work
-        if work is not None and work.opcode not in _ANSWERED:
+        if work is not None and work.opcode is not WorkOpcode.RDMA_READ and work.atomic is None:
             assert work.payload is not None
             self._done(work, CompletionStatus.SUCCESS, len(work.payload))
 
@@ -968,33 +993,48 @@ class RdmapStream:
         if placed is True or placed is False:
             return placed
         wr, end, solicited = placed
-        self._events.append(
+        self._received(
             Completion(
                 wr.wr_id, WorkOpcode.RECV, CompletionStatus.SUCCESS, end, solicited=solicited
             )
         )
         return True
 
-    def receive_send(self, view: memoryview) -> tuple[RecvWR, int, bool] | None:
-        """One received segment that is a whole plain Send (or Send with
-        Solicited Event), in order and fitting the head receive buffer:
-        placed there and its receive completed, as :meth:`handle_ulpdu`
-        would, but the completion is returned, as (work request, length,
-        solicited), instead of queued as an event: for the owner of the
-        buffer (a receive pool), which takes the message out at once.
-
-        None: nothing was done (also while events wait: they come first);
-        :meth:`handle_ulpdu` takes the segment.
-        """
+    def send_target(self) -> tuple[int, int, int, int, memoryview] | None:
+        """Where the next whole plain Send (or Send with Solicited Event)
+        would be placed, for the small-message lane (:mod:`iwarp.rdma.small`):
+        (DDP version, its MSN, the RDMAP control octets of Send and Send with
+        Solicited Event, the head receive buffer). None while the lane must
+        not take one: not in full operation, events waiting (they come
+        first), no buffer posted, or a message in progress or out of order."""
+        queue = self._recv
         if (
             self.state is not StreamState.OPERATIONAL
             or self._events
-            or not view
-            or not view[0] & LAST_FLAG  # so a placed segment always completes
+            or not queue.buffers
+            or queue.received
+            or queue.out_of_order
         ):
             return None
-        placed = self._take_send(view)
-        return None if placed is False or placed is True else placed
+        return (
+            self.version,
+            queue.next_msn,
+            self._send_rdmap,
+            self._send_se_rdmap,
+            queue.buffers[0].view,
+        )
+
+    def send_taken(self) -> RecvWR:
+        """The lane placed a whole Send into the buffer :meth:`send_target`
+        gave: its receive is complete (what DDP's delivery and
+        :meth:`handle_ulpdu` do for it). Returns the buffer's work request;
+        the caller completes it (no event is made here)."""
+        queue = self._recv
+        head = queue.buffers.popleft()
+        queue.next_msn = (queue.next_msn + 1) & MAX_MSN
+        wr = head.context
+        assert wr is not None
+        return wr
 
     def _take_send(self, view: memoryview) -> tuple[RecvWR, int, bool] | bool:
         """:meth:`_place_send`'s checks and placement. Returns False (not
@@ -1198,7 +1238,7 @@ class RdmapStream:
                 )
             region.invalidate()
             invalidated = stag
-        self._events.append(
+        self._received(
             Completion(
                 wr.wr_id,
                 WorkOpcode.RECV,
@@ -1209,6 +1249,14 @@ class RdmapStream:
             )
         )
 
+    def _received(self, completion: Completion) -> None:
+        """A receive completed successfully: to :attr:`on_receive` at once
+        (a receive pool reposts its buffer before the next message of the
+        same batch needs it), else as an event."""
+        hook = self.on_receive
+        if hook is None or not hook(completion):
+            self._events.append(completion)
+
     def _terminate_received(self, segment: UntaggedSegment[RecvWR | None]) -> None:
         assert segment.message_length is not None
         raw = bytes(segment.buffer.view[: segment.message_length])
@@ -1217,7 +1265,8 @@ class RdmapStream:
         header = TerminateHeader.unpack_from(raw)
         self.state = transition(self.state, StreamInput.TERMINATE)
         self._events.append(TerminateReceived(header))
-        self._flush(remote_status(header) if about_read(header) else CompletionStatus.FLUSHED)
+        status = remote_status(header) if about_read(header) else CompletionStatus.FLUSHED
+        self._flush(status, culprit=self._reported(header))
 
     # -- RFC 7306: Atomic Operations and Immediate Data ------------------------
 
@@ -1282,10 +1331,11 @@ class RdmapStream:
         if len(self._oaq) >= self.atomic_ord:
             return None
         self._oaq.append(work)
+        work.msn = self._next_msn(QueueNumber.READ_REQUEST)
         return OutgoingMessage.untagged(
             work.atomic.pack(),
             qn=QueueNumber.READ_REQUEST,  # RFC 7306 §5.2.1 rule 5
-            msn=self._next_msn(QueueNumber.READ_REQUEST),
+            msn=work.msn,
             rsvdulp=self._control[RdmapOpcode.ATOMIC_REQUEST],
             mulpdu=self.mulpdu,
             version=self.version,
@@ -1308,6 +1358,26 @@ class RdmapStream:
             mulpdu=self.mulpdu,
         )
         return _Outgoing(message, response=True, atomic=True)
+
+    def _atomic_next(self) -> bool:
+        """An Atomic Operation is the next response (it executes only after
+        the Read Responses before it were framed or written, RFC 7306 §7)."""
+        return bool(self._irq) and type(self._irq[0]) is _AtomicJob
+
+    def _reported(self, header: TerminateHeader) -> _Work | None:
+        """The Atomic Request a received Terminate names by the queue-1 MSN
+        of the DDP header it copies back, if it copies one. (A Read the
+        Terminate names is left to the default, the oldest outstanding.)"""
+        ddp = header.ddp_header
+        if not self._oaq or ddp is None or len(ddp) != UNTAGGED_HEADER_SIZE:
+            return None
+        qn, msn = UNTAGGED_HEADER.unpack_from(ddp, 0)[3:5]
+        if qn != QueueNumber.READ_REQUEST:
+            return None
+        for work in self._oaq:
+            if work.msn == msn:
+                return work
+        return None
 
     def _oldest_answered(self) -> _Work | None:
         """The oldest Read or Atomic Request awaiting its answer: the one a
@@ -1389,7 +1459,7 @@ class RdmapStream:
                 RemoteOperationCode.CATASTROPHIC_STREAM,
                 f"Immediate Data of {length} octets, not {IMMEDIATE_DATA_SIZE} (RFC 7306 §6.3)",
             )
-        self._events.append(
+        self._received(
             Completion(
                 wr.wr_id,
                 WorkOpcode.RECV,
@@ -1436,14 +1506,18 @@ class RdmapStream:
         self,
         send_status: CompletionStatus,
         recv_status: CompletionStatus = CompletionStatus.FLUSHED,
+        *,
+        culprit: _Work | None = None,
     ) -> None:
         """Complete all outstanding work.
 
-        ``send_status`` goes to the oldest outstanding RDMA Read (the only
-        send work a Terminate can be about once Sends and Writes went out),
+        ``send_status`` goes to ``culprit``, by default the oldest
+        outstanding RDMA Read or Atomic Request (the only send work a
+        Terminate can be about once Sends and Writes went out),
         ``recv_status`` to the oldest receive; the rest is ``FLUSHED``.
         """
-        culprit = self._oldest_answered()
+        if culprit is None:
+            culprit = self._oldest_answered()
         for work in list(self._inflight):
             if work.status is None:
                 status = send_status if work is culprit else CompletionStatus.FLUSHED

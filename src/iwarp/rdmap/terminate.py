@@ -200,7 +200,8 @@ def terminate_header(exc: RemoteProtocolError, view: memoryview) -> TerminateHea
 
 
 def about_read(header: TerminateHeader) -> bool:
-    """Whether a received Terminate reports one of our RDMA Read Requests."""
+    """Whether a received Terminate reports one of our RDMA Read Requests
+    (or RFC 7306 Atomic Requests, which share queue 1 with them)."""
     if header.rdma_header is not None:
         return True
     ddp = header.ddp_header

@@ -37,6 +37,7 @@ from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedErro
 from iwarp.rdma.front import ALL_BITS, QueuePairFront
 from iwarp.rdma.options import domain, initiator_options, responder_options
 from iwarp.rdma.simple import ReadInto, WriteData
+from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
 from iwarp.sockets import tcp_setup
@@ -496,6 +497,8 @@ def connect(
     fallback_to_rev1: bool = False,
     timeout: float | None = None,
     local_address: tuple[str, int] | None = None,
+    atomic_ord: int = ATOMIC_DEPTH,
+    atomic_ird: int = ATOMIC_DEPTH,
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
@@ -518,6 +521,8 @@ def connect(
         receive_buffers=receive_buffers,
         receive_size=receive_size,
         first_send_delay=first_send_delay,
+        atomic_ord=atomic_ord,
+        atomic_ird=atomic_ird,
     )
     build_request(options.config, private_data)  # LocalProtocolError before any connection
     qp_domain = domain(pd)
@@ -555,11 +560,18 @@ class Listener:
         setup: Setup | None = None,
         decide: Decider | None = None,
         backlog: int = 128,
+        atomic_ord: int = ATOMIC_DEPTH,
+        atomic_ird: int = ATOMIC_DEPTH,
     ) -> None:
         self.pd = pd
         self.config = config if config is not None else MpaConfig()
         self._options = responder_options(
-            self.config, receive_buffers=receive_buffers, receive_size=receive_size, decide=decide
+            self.config,
+            receive_buffers=receive_buffers,
+            receive_size=receive_size,
+            decide=decide,
+            atomic_ord=atomic_ord,
+            atomic_ird=atomic_ird,
         )
         self._setup = setup
         self._tcp = TcpListener(host, port, backlog)
@@ -626,6 +638,8 @@ def listen(
     setup: Setup | None = None,
     decide: Decider | None = None,
     backlog: int = 128,
+    atomic_ord: int = ATOMIC_DEPTH,
+    atomic_ird: int = ATOMIC_DEPTH,
 ) -> Listener:
     """Listen for iWARP connections on ``host``:``port`` (0 picks a port)."""
     return Listener(
@@ -638,4 +652,6 @@ def listen(
         setup=setup,
         decide=decide,
         backlog=backlog,
+        atomic_ord=atomic_ord,
+        atomic_ird=atomic_ird,
     )

@@ -47,8 +47,10 @@ def run_client(
     timeout: float | None = None,
     on_connect: OnConnect | None = None,
     on_completion: OnCompletion | None = None,
+    local_address: tuple[str, int] | None = None,
 ) -> RpingClient:
-    """rping ``-c``: connect, ping ``count`` times (0: until stopped), close.
+    """rping ``-c``: connect (from ``local_address``, rping's ``-I``, if
+    given), ping ``count`` times (0: until stopped), close.
 
     Returns the client logic (``.pings``, ``.error``).
 
@@ -68,6 +70,7 @@ def run_client(
         recv_cq=cq,
         first_send_delay=first_send_delay,
         timeout=timeout,
+        local_address=local_address,
     )
     try:
         if on_connect is not None:

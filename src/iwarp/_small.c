@@ -1,0 +1,260 @@
+/*
+ * iwarp._speedups, the small-message lane: a one-segment Send framed into
+ * its FPDU in one call, and a received whole FPDU that is a one-segment
+ * Send for the head posted receive buffer checked and placed in one call.
+ *
+ * small_send(header, payload, markers, crc, phase) -> (fpdu, phase)
+ *     The FPDU (RFC 5044 §4.1: ULPDU_Length, ULPDU, PAD, CRC; markers every
+ *     512 octets from the marker origin, §4.3) of the ULPDU header+payload,
+ *     whose first octet is at marker phase `phase`; and the phase after it.
+ *     The octets are exactly those FpduEncoder.encode gives.
+ *
+ * small_receive(data, markers, crc, phase, limit, version, msn,
+ *               send, send_se, head) -> (length, rdmap, phase) or None
+ *     When `data` is exactly one whole FPDU starting at marker phase `phase`
+ *     (length field <= limit, every marker and the CRC right) whose ULPDU is
+ *     one untagged DDP segment (RFC 5041 §4.3) of version `version` with L
+ *     set, queue 0, MSN `msn`, MO 0, RDMAP control octet `send` or `send_se`
+ *     (RFC 5040 §4.2), and whose payload fits `head` (a writable buffer):
+ *     the payload is copied to the start of `head` and the completion record
+ *     returned: payload length, the RDMAP control octet, the marker phase
+ *     after the FPDU. Anything else: None, and nothing was written; the
+ *     full path takes `data` and reports what is wrong with it. Only what
+ *     the full path accepts is accepted here (markers must be exactly what
+ *     an RFC 5044 sender writes; the full path also tolerates set low bits).
+ *
+ * The protocol's decisions (MSN, which buffer, completions, the stream
+ * position) stay with the Python cores; this file only checks and moves
+ * octets. The pure-Python twin is iwarp/_small.py.
+ */
+#include "_speedups.h"
+
+#include <string.h>
+
+#define SM_INTERVAL 512u /* RFC 5044 §4.3: a marker every 512 octets */
+#define SM_PHASE_MASK 511u
+#define SM_STRIDE 508u       /* content octets between two markers */
+#define SM_UNTAGGED 18u      /* RFC 5041 §4.3 untagged header + RDMAP's octet */
+#define SM_TAGGED_FLAG 0x80u /* RFC 5041 §4.1 DDP control: T, L, DV */
+#define SM_LAST_FLAG 0x40u
+#define SM_VERSION_MASK 0x03u
+
+static inline uint32_t sm_be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* Content octets of an FPDU: length field, ULPDU, PAD, CRC. */
+static inline size_t sm_content(size_t ulpdu)
+{
+    return 6 + ulpdu + ((4 - ((2 + ulpdu) & 3)) & 3);
+}
+
+/* The framing geometry of one FPDU: the leading marker and where the first
+ * marker inside falls, as content offset (`at`; later ones every 508). */
+typedef struct {
+    size_t lead, at, content, wire;
+} SmShape;
+
+static SmShape sm_shape(size_t ulpdu, unsigned phase, int markers)
+{
+    SmShape s;
+    s.content = sm_content(ulpdu);
+    s.lead = markers && phase == 0 ? 4 : 0;
+    s.at = SM_INTERVAL - ((phase + s.lead) & SM_PHASE_MASK);
+    s.wire = s.lead + s.content;
+    if (markers && s.at < s.content)
+        s.wire += 4 * ((s.content - s.at + SM_STRIDE - 1) / SM_STRIDE);
+    return s;
+}
+
+/* Appends content octets to an FPDU being built, a marker before the
+ * content offset `next` and every 508 content octets after it. */
+typedef struct {
+    uint8_t *out;
+    size_t w, c, next;
+    int markers;
+} SmEmit;
+
+/* A marker at the current wire offset: reserved zero, FPDUPTR. */
+static void sm_marker(SmEmit *e, size_t lead)
+{
+    size_t ptr = e->w - lead; /* back to the ULPDU_Length field */
+    e->out[e->w] = 0;
+    e->out[e->w + 1] = 0;
+    e->out[e->w + 2] = (uint8_t)(ptr >> 8);
+    e->out[e->w + 3] = (uint8_t)ptr;
+    e->w += 4;
+}
+
+static void sm_put(SmEmit *e, size_t lead, const uint8_t *src, size_t len)
+{
+    while (len) {
+        if (e->markers && e->c == e->next) {
+            sm_marker(e, lead);
+            e->next += SM_STRIDE;
+        }
+        size_t chunk = len;
+        if (e->markers && e->next - e->c < chunk)
+            chunk = e->next - e->c;
+        memcpy(e->out + e->w, src, chunk);
+        e->w += chunk;
+        e->c += chunk;
+        src += chunk;
+        len -= chunk;
+    }
+}
+
+static PyObject *py_small_send(PyObject *self, PyObject *args)
+{
+    Py_buffer header, payload;
+    int markers, crc;
+    unsigned long phase_arg;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*ppk:small_send", &header, &payload, &markers, &crc,
+                          &phase_arg))
+        return NULL;
+    PyObject *result = NULL;
+    size_t hlen = (size_t)header.len, plen = (size_t)payload.len;
+    if (phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
+        PyErr_SetString(PyExc_ValueError, "phase must be a multiple of 4 below 512");
+        goto done;
+    }
+    if (hlen > 0xFFFF || plen > 0xFFFF - hlen) {
+        PyErr_SetString(PyExc_ValueError, "the ULPDU exceeds the 16-bit ULPDU_Length field");
+        goto done;
+    }
+    size_t n = hlen + plen;
+    unsigned phase = (unsigned)phase_arg;
+    SmShape s = sm_shape(n, phase, markers);
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s.wire);
+    if (frame == NULL)
+        goto done;
+    SmEmit e = {(uint8_t *)PyBytes_AS_STRING(frame), 0, 0, s.at, markers};
+    if (s.lead) { /* a zero marker between FPDUs belongs to the next (§4.3) */
+        memset(e.out, 0, 4);
+        e.w = 4;
+    }
+    static const uint8_t zeros[4] = {0, 0, 0, 0};
+    uint8_t length[2] = {(uint8_t)(n >> 8), (uint8_t)n};
+    sm_put(&e, s.lead, length, 2);
+    sm_put(&e, s.lead, header.buf, hlen);
+    sm_put(&e, s.lead, payload.buf, plen);
+    sm_put(&e, s.lead, zeros, s.content - 6 - n);
+    if (markers && e.c == e.next) { /* a marker after the PAD, before the CRC */
+        sm_marker(&e, s.lead);
+    }
+    uint32_t value = crc ? ~iw_crc32c(0xFFFFFFFFu, e.out, e.w) : 0;
+    /* RFC 5044 §4.1: the CRC field as the CRC32c register's octets */
+    e.out[e.w] = (uint8_t)value;
+    e.out[e.w + 1] = (uint8_t)(value >> 8);
+    e.out[e.w + 2] = (uint8_t)(value >> 16);
+    e.out[e.w + 3] = (uint8_t)(value >> 24);
+    result = Py_BuildValue("(Nk)", frame, (unsigned long)((phase + s.wire) & SM_PHASE_MASK));
+done:
+    PyBuffer_Release(&header);
+    PyBuffer_Release(&payload);
+    return result;
+}
+
+/* Copies content octets [c, c + len) of a received FPDU to dst, skipping the
+ * markers (the first at content offset `at`, then every 508). */
+static void sm_gather(const uint8_t *wire, const SmShape *s, int markers, size_t c, uint8_t *dst,
+                      size_t len)
+{
+    size_t next = s->at, skipped = 0;
+    if (markers)
+        while (next <= c) {
+            next += SM_STRIDE;
+            skipped += 4;
+        }
+    while (len) {
+        size_t chunk = len;
+        if (markers && next - c < chunk)
+            chunk = next - c;
+        memmove(dst, wire + s->lead + c + skipped, chunk); /* dst may be any buffer */
+        dst += chunk;
+        c += chunk;
+        len -= chunk;
+        if (markers && c == next) {
+            next += SM_STRIDE;
+            skipped += 4;
+        }
+    }
+}
+
+static PyObject *py_small_receive(PyObject *self, PyObject *args)
+{
+    Py_buffer data, head;
+    int markers, crc;
+    unsigned long phase_arg, limit, version, msn, send, send_se;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*ppkkkkkkw*:small_receive", &data, &markers, &crc, &phase_arg,
+                          &limit, &version, &msn, &send, &send_se, &head))
+        return NULL;
+    PyObject *result = NULL;
+    if (phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
+        PyErr_SetString(PyExc_ValueError, "phase must be a multiple of 4 below 512");
+        goto done;
+    }
+    const uint8_t *p = data.buf;
+    size_t size = (size_t)data.len;
+    unsigned phase = (unsigned)phase_arg;
+    size_t lead = markers && phase == 0 ? 4 : 0;
+    if (size < lead + 2 + SM_UNTAGGED + 4)
+        goto decline;
+    if (lead && (p[0] | p[1] | p[2] | p[3]))
+        goto decline;
+    size_t n = ((size_t)p[lead] << 8) | p[lead + 1];
+    if (n > limit || n < SM_UNTAGGED)
+        goto decline;
+    SmShape s = sm_shape(n, phase, markers);
+    if (s.wire != size)
+        goto decline;
+    if (markers) {
+        for (size_t at = s.at, k = 0; at < s.content; at += SM_STRIDE, k++) {
+            size_t off = lead + at + 4 * k;
+            if (off > size - 4)
+                goto decline;
+            size_t ptr = off - lead;
+            if (p[off] | p[off + 1] || p[off + 2] != (uint8_t)(ptr >> 8) ||
+                p[off + 3] != (uint8_t)ptr)
+                goto decline;
+        }
+    }
+    if (crc) {
+        const uint8_t *f = p + size - 4;
+        uint32_t field = (uint32_t)f[0] | ((uint32_t)f[1] << 8) | ((uint32_t)f[2] << 16) |
+                         ((uint32_t)f[3] << 24);
+        if (field != ~iw_crc32c(0xFFFFFFFFu, p, size - 4))
+            goto decline;
+    }
+    uint8_t hdr[SM_UNTAGGED];
+    sm_gather(p, &s, markers, 2, hdr, SM_UNTAGGED);
+    unsigned control = hdr[0], rdmap = hdr[1];
+    if ((control & (SM_TAGGED_FLAG | SM_VERSION_MASK)) != version || !(control & SM_LAST_FLAG) ||
+        (rdmap != send && rdmap != send_se) || sm_be32(hdr + 6) != 0 ||
+        sm_be32(hdr + 10) != (msn & 0xFFFFFFFFu) || sm_be32(hdr + 14) != 0)
+        goto decline;
+    size_t length = n - SM_UNTAGGED;
+    if (length > (size_t)head.len)
+        goto decline; /* DDP reports the message too long (RFC 5041 §7.1) */
+    sm_gather(p, &s, markers, 2 + SM_UNTAGGED, head.buf, length);
+    result = Py_BuildValue("(kIk)", (unsigned long)length, rdmap,
+                           (unsigned long)((phase + size) & SM_PHASE_MASK));
+    goto done;
+decline:
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&head);
+    return result;
+}
+
+PyMethodDef iw_small_methods[] = {
+    {"small_send", py_small_send, METH_VARARGS, "Frame a one-segment Send into its FPDU."},
+    {"small_receive", py_small_receive, METH_VARARGS,
+     "Check a whole FPDU that is a one-segment Send and place it; None otherwise."},
+    {NULL, NULL, 0, NULL},
+};

@@ -1,0 +1,566 @@
+"""``iwarp perf`` on the asyncio adapter: the server, the client's tests,
+and plain TCP on the same event loop (``--compare-raw`` compares like with
+like: the same loop, the same wake-ups): a ping-pong between asyncio
+Protocols, or a stream with one ``send`` per message (``sock_sendall``)
+into a Protocol that counts."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import weakref
+from typing import Any
+
+from iwarp.asyncio.rdma import Access, QueuePair, connect, serve
+from iwarp.cli._perf import (
+    CONTROL_ID,
+    CONTROL_SIZE,
+    WINDOW,
+    PerfError,
+    PerfTest,
+    RawResult,
+    Result,
+    Served,
+    Ticker,
+    atomic_window,
+    check_word,
+    decode,
+    encode,
+    integer,
+    no_atomics,
+    op_failed,
+    refused,
+    seconds,
+    send_receives,
+    summary,
+)
+from iwarp.errors import IwarpError
+from iwarp.mpa.config import MpaConfig
+from iwarp.rdma.errors import AtomicsNotSupportedError
+from iwarp.rdmap.memory import MemoryRegion
+from iwarp.rdmap.work import (
+    Completion,
+    CompletionStatus,
+    FetchAddWR,
+    ReadWR,
+    RecvWR,
+    SendWR,
+    Sge,
+    WriteWR,
+)
+
+__all__ = ["RAW_STYLE", "run_client", "run_server"]
+
+#: How the raw TCP comparison waits (printed next to its figures).
+RAW_STYLE = "asyncio, same loop"
+#: Seconds a raw TCP comparison may take to connect and finish, at most.
+RAW_TIMEOUT = 120.0
+
+
+# --- the server ---------------------------------------------------------------------
+
+
+async def run_server(
+    bind: str, port: int, config: MpaConfig, count: int | None, served: Served
+) -> int:
+    """Serve tests until ``count`` were served (None: until interrupted)."""
+    done = asyncio.Event()
+    active: set[QueuePair] = set()
+
+    async def handler(qp: QueuePair) -> None:
+        active.add(qp)
+        try:
+            await _serve_one(qp, served)
+        except (IwarpError, PerfError, OSError, TimeoutError) as exc:
+            served.failed(str(exc))
+        finally:
+            active.discard(qp)
+        if count is not None and served.tests >= count:
+            done.set()
+
+    server = await serve(handler, bind, port, config=config, setup=_post_control)
+    served.listening(server.sockets[0].getsockname())
+    try:
+        async with server:
+            await done.wait()
+    finally:
+        for qp in list(active):  # interrupted: end tests under way at once
+            qp.abort()
+    return 0
+
+
+#: Each server queue pair's control receive buffer.
+_CONTROL_BUFFERS: weakref.WeakKeyDictionary[QueuePair, MemoryRegion] = weakref.WeakKeyDictionary()
+
+
+def _post_control(qp: QueuePair) -> None:
+    """Before the first FPDU: the buffer the client's test description lands in."""
+    region = qp.register(bytearray(CONTROL_SIZE), Access.LOCAL_WRITE)
+    _CONTROL_BUFFERS[qp] = region
+    qp.post_recv(RecvWR(Sge(region), wr_id=CONTROL_ID))
+
+
+async def _receive(qp: QueuePair) -> Completion:
+    done = await qp.recv_cq.wait()
+    if done.status is not CompletionStatus.SUCCESS:
+        raise PerfError(f"receive failed: {done.status.value}")
+    return done
+
+
+def _take(qp: QueuePair, done: Completion, sinks: list[MemoryRegion]) -> bytes:
+    """The octets ``done`` received; its buffer is posted again."""
+    region = _CONTROL_BUFFERS[qp] if done.wr_id == CONTROL_ID else sinks[done.wr_id]
+    data = bytes(region.view[: done.byte_len])
+    qp.post_recv(RecvWR(Sge(region), wr_id=done.wr_id))
+    return data
+
+
+async def _serve_one(qp: QueuePair, served: Served) -> None:
+    first = await _receive(qp)
+    if first.wr_id != CONTROL_ID:
+        raise PerfError("the first message is not a test description")
+    region = _CONTROL_BUFFERS[qp]
+    test = PerfTest.decode(bytes(region.view[: first.byte_len]))
+    served.begin(test)
+    why = served.refusal(test)
+    if why is not None:
+        await qp.send(served.refuse(why))
+        return
+    sinks: list[MemoryRegion] = []
+    stag = 0
+    target: MemoryRegion | None = None
+    receives = send_receives(test.size, test.latency)
+    try:
+        if test.op == "send":  # data and control Sends land in these
+            for i in range(receives):
+                sinks.append(
+                    qp.register(bytearray(max(test.size, CONTROL_SIZE)), Access.LOCAL_WRITE)
+                )
+                qp.post_recv(RecvWR(Sge(sinks[i]), wr_id=i))
+        else:
+            access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+            if test.op == "atomic":  # FetchAdds on its word (RFC 7306 §5.3)
+                access |= Access.REMOTE_ATOMIC
+            target = qp.register(bytearray(test.size), access)
+            stag = target.stag
+            # control messages (and Write-latency pings) land in the control buffer
+            qp.post_recv(RecvWR(Sge(region), wr_id=CONTROL_ID))
+    except MemoryError:
+        await qp.send(served.refuse(f"cannot allocate buffers for {test.size}-octet messages"))
+        return
+    cpu = time.process_time()
+    params = qp.params
+    await qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
+    if test.op == "send":
+        answer = qp.register(bytearray(test.size), Access.LOCAL_WRITE) if test.latency else None
+        credits = 0
+        while True:
+            done = await _receive(qp)
+            qp.post_recv(RecvWR(Sge(sinks[done.wr_id]), wr_id=done.wr_id))
+            if done.solicited:  # the client's last Send: every data Send is in
+                break
+            served.messages += 1
+            if answer is not None:
+                await qp.send(Sge(answer))
+                continue
+            credits += 1
+            if credits >= max(1, receives // 4):
+                await qp.send(encode({"credits": credits}))
+                credits = 0
+    else:
+        while True:
+            done = await _receive(qp)
+            if _take(qp, done, sinks):  # {"done": true}
+                break
+            served.messages += 1
+            await qp.send(b"")  # a zero-length Send after a Write: answer it
+    cpu = time.process_time() - cpu
+    if not test.raw:
+        await qp.send(encode(served.report(cpu, target)))
+    else:
+        host = qp.get_extra_info("sockname", ("0.0.0.0", 0))[0]
+        listener, raw = await _raw_server(host, test)
+        try:
+            await qp.send(
+                encode(
+                    {**served.report(cpu, target), "raw_port": listener.sockets[0].getsockname()[1]}
+                )
+            )
+            await qp.send(encode(await asyncio.wait_for(raw, RAW_TIMEOUT)))
+        finally:
+            listener.close()
+    last = _take(qp, await _receive(qp), sinks)
+    message = decode(last)
+    if "result" in message:
+        served.result(message["result"], detail=message.get("detail") is not False)
+
+
+# --- raw TCP on the loop, for --compare-raw -------------------------------------------
+
+
+class _RawServer(asyncio.Protocol):
+    """Plain TCP, server side: the first 8 octets say how many octets follow
+    (bandwidth: counted, then one octet answers) or how many messages to
+    echo (latency and atomics: each octet is echoed as it arrives)."""
+
+    def __init__(self, test: PerfTest, result: asyncio.Future[dict[str, Any]]) -> None:
+        self._test = test
+        self._result = result
+        self._head = b""
+        self._left: int | None = None
+        self._cpu = 0.0
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        transport = self._transport
+        assert transport is not None
+        if self._left is None:
+            self._head += data
+            if len(self._head) < 8:
+                return
+            total = int.from_bytes(self._head[:8], "big")
+            self._left = total * self._test.size if self._test.echo else total
+            self._cpu = time.process_time()
+            data = self._head[8:]
+        if self._test.echo and data:
+            transport.write(data)
+        self._left -= len(data)
+        if self._left <= 0 and not self._result.done():
+            if not self._test.echo:
+                transport.write(b"k")
+            cpu = time.process_time() - self._cpu
+            self._result.set_result({"cpu": cpu, "style": RAW_STYLE})
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._result.done():
+            self._result.set_result({"error": "raw TCP peer closed early"})
+
+
+async def _raw_server(
+    host: str, test: PerfTest
+) -> tuple[asyncio.Server, asyncio.Future[dict[str, Any]]]:
+    loop = asyncio.get_running_loop()
+    result: asyncio.Future[dict[str, Any]] = loop.create_future()
+    server = await loop.create_server(lambda: _RawServer(test, result), host, 0)
+    return server, result
+
+
+class _RawClient(asyncio.Protocol):
+    """Plain TCP ping-pong, client side: counts what comes back."""
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.received = 0
+        self.want = 0
+        self.arrived: asyncio.Future[None] = loop.create_future()
+
+    def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        if self.received >= self.want and not self.arrived.done():
+            self.arrived.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.arrived.done():
+            self.arrived.set_exception(ConnectionError("raw TCP peer closed early"))
+            self.arrived.exception()  # retrieved: only an awaiting test reads it
+
+    async def until(self, octets: int) -> None:
+        """Wait until ``octets`` in all came back."""
+        self.want = octets
+        if self.received < octets:
+            loop = asyncio.get_running_loop()
+            self.arrived = loop.create_future()
+            await self.arrived
+
+
+async def _raw_client(
+    host: str, port: int, test: PerfTest, iterations: int, window: int
+) -> RawResult:
+    raw = RawResult(RAW_STYLE, iterations=iterations)
+    if test.latency:
+        await _raw_ping_pong(host, port, test, raw)
+    elif test.echo:
+        await _raw_requests(host, port, test, raw, window)
+    else:
+        await _raw_stream(host, port, test, raw)
+    return raw
+
+
+async def _raw_ping_pong(host: str, port: int, test: PerfTest, raw: RawResult) -> None:
+    """A ping-pong between asyncio Protocols on this loop."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await asyncio.wait_for(
+        loop.create_connection(_RawClient, host, port), RAW_TIMEOUT
+    )
+    data = bytes(test.size)
+    clock = time.perf_counter
+    cpu = time.process_time()
+    try:
+        transport.write(raw.iterations.to_bytes(8, "big"))
+        times = raw.times
+        for i in range(1, raw.iterations + 1):
+            start = clock()
+            transport.write(data)
+            await protocol.until(i * test.size)
+            times.append(clock() - start)
+    finally:
+        transport.close()
+    raw.cpu_client = time.process_time() - cpu
+
+
+async def _raw_requests(host: str, port: int, test: PerfTest, raw: RawResult, window: int) -> None:
+    """Requests and responses of ``test.size`` octets, ``window`` in flight
+    (as the atomics' rate loop keeps its FetchAdds), between asyncio
+    Protocols on this loop; timed until the last response is in."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await asyncio.wait_for(
+        loop.create_connection(_RawClient, host, port), RAW_TIMEOUT
+    )
+    data = bytes(test.size)
+    clock = time.perf_counter
+    cpu = time.process_time()
+    try:
+        transport.write(raw.iterations.to_bytes(8, "big"))
+        start = clock()
+        for sent in range(1, raw.iterations + 1):
+            if sent > window:  # the oldest request in flight must be answered first
+                await protocol.until((sent - window) * test.size)
+            transport.write(data)
+        await protocol.until(raw.iterations * test.size)
+        raw.elapsed = clock() - start
+    finally:
+        transport.close()
+    raw.cpu_client = time.process_time() - cpu
+
+
+async def _raw_stream(host: str, port: int, test: PerfTest, raw: RawResult) -> None:
+    """The same octets as the test, one ``send`` per message, on this loop
+    (``loop.sock_sendall`` waits for the socket through the loop when it is
+    full); then the server's one-octet answer."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await asyncio.wait_for(loop.sock_connect(sock, (host, port)), RAW_TIMEOUT)
+        data = bytes(test.size)
+        clock = time.perf_counter
+        cpu = time.process_time()
+        await loop.sock_sendall(sock, (test.size * raw.iterations).to_bytes(8, "big"))
+        start = clock()
+        for _ in range(raw.iterations):
+            await loop.sock_sendall(sock, data)
+        if await asyncio.wait_for(loop.sock_recv(sock, 1), RAW_TIMEOUT) != b"k":
+            raise PerfError("the raw TCP server did not confirm")
+        raw.elapsed = clock() - start
+        raw.cpu_client = time.process_time() - cpu
+    finally:
+        sock.close()
+
+
+# --- the client -----------------------------------------------------------------------
+
+
+async def run_client(
+    host: str, port: int, config: MpaConfig, result: Result, *, detail: bool, ticker: Ticker
+) -> None:
+    """Run ``result.test`` against the server at ``host``:``port``; fills in ``result``."""
+    test = result.test
+    echo = test.op == "send" and test.latency
+    qp = await connect(
+        host,
+        port,
+        config=config,
+        receive_buffers=8,
+        receive_size=max(CONTROL_SIZE, test.size if echo else 0),
+    )
+    try:
+        await qp.send(test.encode())
+        answer = decode(await qp.receive())
+        refused(answer)
+        if bool(answer.get("markers")) != config.markers:
+            raise PerfError(
+                "markers differ: give the server the same --markers setting "
+                "(an MPA receiver asks for markers in what it receives)"
+            )
+        result.crc = qp.params.crc
+        result.peer_accel = str(answer.get("accel", "?"))
+        result.peer_adapter = str(answer.get("adapter", "?"))
+        region = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
+        stag = integer(answer, "stag", 0, 0xFFFFFFFF)
+        cpu = time.process_time()
+        result.cpu_started = cpu
+        if test.latency:
+            await _latency(qp, region, stag, result, ticker)
+            report = decode(await qp.receive())
+        else:
+            report = await _bandwidth(
+                qp, region, stag, result, ticker, integer(answer, "credits", 0, 1 << 20)
+            )
+        result.cpu_client = time.process_time() - cpu
+        result.cpu_server = seconds(report, "cpu")
+        check_word(report, result)
+        if test.raw:
+            raw = await _raw_client(
+                host,
+                integer(report, "raw_port", 1, 0xFFFF),
+                test,
+                result.iterations,
+                atomic_window(qp.stream.atomic_ord),
+            )
+            server_side = decode(await qp.receive())
+            if "error" in server_side:
+                raise PerfError(f"raw TCP on the server: {server_side['error']}")
+            raw.cpu_server = seconds(server_side, "cpu")
+            theirs = str(server_side.get("style", raw.style))
+            if theirs != raw.style:
+                raw.style = f"client: {raw.style}; server: {theirs}"
+            result.raw = raw
+        await qp.send(encode({"result": summary(result), "detail": detail}))
+    except BaseException:
+        qp.abort()
+        raise
+    await qp.close()
+
+
+async def _bandwidth(
+    qp: QueuePair, region: MemoryRegion, stag: int, result: Result, ticker: Ticker, receives: int
+) -> dict[str, Any]:
+    """Keep WINDOW messages in flight; returns the server's report.
+
+    ``receives``: the buffers the server posted for Sends (the first credits).
+    """
+    test = result.test
+    op = test.op
+    limit = result.limit
+    deadline = result.duration
+    posted = completed = 0
+    credits = receives if op == "send" else 1 << 62
+    window = WINDOW
+    if op == "read":
+        window = min(WINDOW, max(1, qp.params.ord))
+    elif op == "atomic":
+        window = atomic_window(qp.stream.atomic_ord)
+    more_credits = asyncio.Event()
+    messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    ended: list[str] = []
+
+    async def read_control() -> None:
+        nonlocal credits
+        try:
+            while True:
+                message = decode(await qp.receive())
+                if "credits" in message:
+                    credits += integer(message, "credits", 0, 1 << 20)
+                    more_credits.set()
+                else:
+                    messages.put_nowait(message)
+        except (IwarpError, PerfError) as exc:
+            ended.append(str(exc))
+            more_credits.set()
+            messages.put_nowait({"error": str(exc)})
+
+    async def wait_credits() -> None:
+        more_credits.clear()
+        await more_credits.wait()
+        if ended:
+            raise PerfError(f"the server ended the test: {ended[0]}")
+
+    reader = asyncio.create_task(read_control())
+    clock = time.perf_counter
+    sge = Sge(region)
+    stamps = result.stamps
+    start = result.started = clock()
+    try:
+        while True:
+            while posted - completed < window and credits > 0:
+                if posted >= limit or (deadline is not None and clock() >= start + deadline):
+                    break
+                if op == "write":
+                    qp.post_send(WriteWR(sge, stag, 0, wr_id=posted))
+                elif op == "read":
+                    qp.post_send(ReadWR(sge, stag, 0, wr_id=posted))
+                elif op == "atomic":
+                    qp.post_send(FetchAddWR(stag, 0, 1, wr_id=posted))
+                else:
+                    qp.post_send(SendWR(sge, wr_id=posted))
+                    credits -= 1
+                posted += 1
+            if completed == posted:
+                if credits > 0:
+                    break  # nothing in flight and nothing more to post
+                await wait_credits()
+                continue
+            done = await qp.send_cq.wait()
+            if done.status is not CompletionStatus.SUCCESS:
+                raise op_failed(op, done, qp.terminate)
+            completed += 1
+            stamps.append(clock() - start)
+            result.iterations = completed
+            ticker()
+            if not completed % WINDOW:
+                # Writes that TCP took at once complete without a wait: let
+                # the loop run (signals, the credits reader) once a window.
+                await asyncio.sleep(0)
+        end = clock()
+        if op == "send":
+            while credits <= 0:
+                await wait_credits()
+            await qp.send(b"", solicited=True)  # lands after every data Send
+        else:
+            await qp.send(encode({"done": True}))  # a Send arrives after the Writes
+        report = await messages.get()
+        if "error" in report:
+            raise PerfError(f"the server ended the test: {report['error']}")
+        if op not in ("read", "atomic"):
+            end = clock()  # the server saw every octet placed (a response says so itself)
+    finally:
+        reader.cancel()
+        ticker.finish()
+    result.elapsed = end - start
+    return report
+
+
+async def _latency(
+    qp: QueuePair, region: MemoryRegion, stag: int, result: Result, ticker: Ticker
+) -> None:
+    op = result.test.op
+    limit = result.limit
+    deadline = result.duration
+    times = result.times
+    clock = time.perf_counter
+    sge = Sge(region)
+    begin = result.started = clock()
+    try:
+        while len(times) < limit and (deadline is None or clock() < begin + deadline):
+            start = clock()
+            if op == "read":
+                await qp.rdma_read(sge, stag, 0)
+            elif op == "atomic":
+                try:
+                    await qp.fetch_add(stag, 0, 1)
+                except AtomicsNotSupportedError as exc:
+                    raise no_atomics(exc) from None
+            elif op == "send":
+                await qp.send(sge)
+                await qp.receive()
+            else:
+                await qp.rdma_write(sge, stag, 0)
+                await qp.send(b"")
+                await qp.receive()
+            times.append(clock() - start)
+            result.iterations += 1
+            ticker()
+    finally:
+        ticker.finish()
+    if op == "send":
+        await qp.send(b"", solicited=True)
+    else:
+        await qp.send(encode({"done": True}))
+    result.elapsed = sum(times)

@@ -1,0 +1,518 @@
+"""``iwarp perf --sync``: the same tests on the blocking adapter
+(:mod:`iwarp.sync`), and plain TCP that waits the same way for
+``--compare-raw``: busy polling a non-blocking socket for as long as the
+queue pairs busy-poll (``--busy-poll``), then sleeping in ``poll``; or,
+with ``--busy-poll 0``, a blocking socket sleeping in ``recv``."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+from typing import Any
+
+from iwarp.cli._perf import (
+    CONTROL_ID,
+    CONTROL_SIZE,
+    WINDOW,
+    PerfError,
+    PerfTest,
+    RawResult,
+    Result,
+    Served,
+    Ticker,
+    atomic_window,
+    check_word,
+    decode,
+    encode,
+    integer,
+    no_atomics,
+    op_failed,
+    refused,
+    seconds,
+    send_receives,
+    summary,
+)
+from iwarp.errors import IwarpError
+from iwarp.mpa.config import MpaConfig
+from iwarp.rdma.errors import AtomicsNotSupportedError
+from iwarp.rdmap.memory import Access, MemoryRegion
+from iwarp.rdmap.work import (
+    Completion,
+    CompletionStatus,
+    FetchAddWR,
+    ReadWR,
+    RecvWR,
+    SendWR,
+    Sge,
+    WriteWR,
+)
+from iwarp.sync import WaitTimeoutError
+from iwarp.sync.rdma import QueuePair, connect, listen
+
+__all__ = ["RawSocket", "raw_style", "run_client", "run_server"]
+
+#: Seconds a connection or a raw TCP comparison may take to open, at most.
+OPEN_TIMEOUT = 30.0
+
+
+def raw_style(busy_poll: float) -> str:
+    """How the raw TCP comparison waits, in words."""
+    if busy_poll <= 0:
+        return "blocking recv"
+    return f"non-blocking socket busy-polled {busy_poll * 1e6:.0f} us, then poll"
+
+
+class RawSocket:
+    """Plain TCP that waits as an ``iwarp.sync`` queue pair waits: with
+    ``busy_poll`` > 0, one ``recv`` (or ``send``) per look on a non-blocking
+    socket, yielding the CPU between looks, for up to ``busy_poll`` seconds,
+    then ``poll``; with 0, a blocking socket."""
+
+    def __init__(self, sock: socket.socket, busy_poll: float) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+        self.busy_poll = busy_poll
+        sock.settimeout(None if busy_poll <= 0 else 0.0)
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+
+    def _wait(self, mask: int, started: float) -> float:
+        """One more look is due: yield while busy polling, else sleep in poll."""
+        now = time.perf_counter()
+        if not started:
+            return now
+        if now - started < self.busy_poll:
+            os.sched_yield()
+            return started
+        self._poll.modify(self.sock, mask)
+        self._poll.poll()
+        return 0.0
+
+    def recv_into(self, view: memoryview) -> int:
+        """At least one octet into ``view``; :raises ConnectionError: the peer closed."""
+        sock = self.sock
+        started = 0.0
+        while True:
+            try:
+                n = sock.recv_into(view)
+            except BlockingIOError:
+                started = self._wait(select.POLLIN, started)
+                continue
+            if not n:
+                raise ConnectionError("raw TCP peer closed early")
+            return n
+
+    def recv_exactly(self, view: memoryview) -> None:
+        got = 0
+        while got < len(view):
+            got += self.recv_into(view[got:])
+
+    def sendall(self, data: bytes | memoryview) -> None:
+        if self.busy_poll <= 0:
+            self.sock.sendall(data)
+            return
+        view = memoryview(data)
+        started = 0.0
+        while view:
+            try:
+                view = view[self.sock.send(view) :]
+                started = 0.0
+            except BlockingIOError:
+                started = self._wait(select.POLLOUT, started)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+# --- the server -----------------------------------------------------------------------
+
+
+def run_server(
+    bind: str,
+    port: int,
+    config: MpaConfig,
+    count: int | None,
+    served: Served,
+    busy_poll: float,
+) -> int:
+    """Serve tests one after another until ``count`` were served (None: until interrupted)."""
+    controls: dict[int, MemoryRegion] = {}
+
+    def post_control(qp: QueuePair) -> None:
+        region = qp.register(bytearray(CONTROL_SIZE), Access.LOCAL_WRITE)
+        controls[id(qp)] = region
+        qp.post_recv(RecvWR(Sge(region), wr_id=CONTROL_ID))
+
+    with listen(bind, port, config=config, setup=post_control) as listener:
+        served.listening(listener.address)
+        while count is None or served.tests < count:
+            try:
+                qp = listener.accept()
+            except IwarpError as exc:  # this connection's MPA startup failed
+                served.failed(str(exc))
+                continue
+            qp.busy_poll = busy_poll
+            try:
+                _serve_one(qp, controls.pop(id(qp)), served, bind)
+            except (IwarpError, PerfError, OSError) as exc:
+                served.failed(str(exc))
+                qp.abort()
+            except BaseException:
+                qp.abort()
+                raise
+            else:
+                qp.close()
+    return 0
+
+
+def _receive(qp: QueuePair) -> Completion:
+    done = qp.recv_cq.wait()
+    if done.status is not CompletionStatus.SUCCESS:
+        raise PerfError(f"receive failed: {done.status.value}")
+    return done
+
+
+def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) -> None:
+    sinks: list[MemoryRegion] = []
+
+    def take(done: Completion) -> bytes:
+        region = control if done.wr_id == CONTROL_ID else sinks[done.wr_id]
+        data = bytes(region.view[: done.byte_len])
+        qp.post_recv(RecvWR(Sge(region), wr_id=done.wr_id))
+        return data
+
+    first = _receive(qp)
+    if first.wr_id != CONTROL_ID:
+        raise PerfError("the first message is not a test description")
+    test = PerfTest.decode(bytes(control.view[: first.byte_len]))
+    served.begin(test)
+    why = served.refusal(test)
+    if why is not None:
+        qp.send(served.refuse(why))
+        return
+    stag = 0
+    target: MemoryRegion | None = None
+    receives = send_receives(test.size, test.latency)
+    try:
+        if test.op == "send":
+            for i in range(receives):
+                sink = qp.register(bytearray(max(test.size, CONTROL_SIZE)), Access.LOCAL_WRITE)
+                sinks.append(sink)
+                qp.post_recv(RecvWR(Sge(sink), wr_id=i))
+        else:
+            access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+            if test.op == "atomic":  # FetchAdds on its word (RFC 7306 §5.3)
+                access |= Access.REMOTE_ATOMIC
+            target = qp.register(bytearray(test.size), access)
+            stag = target.stag
+            qp.post_recv(RecvWR(Sge(control), wr_id=CONTROL_ID))
+    except MemoryError:
+        qp.send(served.refuse(f"cannot allocate buffers for {test.size}-octet messages"))
+        return
+    cpu = time.process_time()
+    params = qp.params
+    qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
+    if test.op == "send":
+        answer = qp.register(bytearray(test.size), Access.LOCAL_WRITE) if test.latency else None
+        credits = 0
+        while True:
+            done = _receive(qp)
+            qp.post_recv(RecvWR(Sge(sinks[done.wr_id]), wr_id=done.wr_id))
+            if done.solicited:
+                break
+            served.messages += 1
+            if answer is not None:
+                qp.send(Sge(answer))
+                continue
+            credits += 1
+            if credits >= max(1, receives // 4):
+                qp.send(encode({"credits": credits}))
+                credits = 0
+    else:
+        while True:
+            if take(_receive(qp)):  # {"done": true}
+                break
+            served.messages += 1
+            qp.send(b"")
+    cpu = time.process_time() - cpu
+    if not test.raw:
+        qp.send(encode(served.report(cpu, target)))
+    else:
+        with socket.create_server((bind, 0)) as listener:
+            qp.send(encode({**served.report(cpu, target), "raw_port": listener.getsockname()[1]}))
+            qp.send(encode(_raw_serve(listener, test, qp.busy_poll)))
+    message = decode(take(_receive(qp)))
+    if "result" in message:
+        served.result(message["result"], detail=message.get("detail") is not False)
+
+
+def _raw_serve(listener: socket.socket, test: PerfTest, busy_poll: float) -> dict[str, Any]:
+    listener.settimeout(OPEN_TIMEOUT)
+    try:
+        conn, _ = listener.accept()
+    except OSError as exc:
+        return {"error": f"no raw TCP connection: {exc}"}
+    raw = RawSocket(conn, busy_poll)
+    try:
+        buf = bytearray(max(test.size, 1 << 16))
+        view = memoryview(buf)
+        raw.recv_exactly(view[:8])
+        total = int.from_bytes(view[:8], "big")
+        cpu = time.process_time()
+        if test.echo:  # latency, or atomics' requests and responses
+            message = view[: test.size]
+            for _ in range(total):
+                raw.recv_exactly(message)
+                raw.sendall(message)
+        else:
+            left = total
+            while left:
+                left -= raw.recv_into(view[: min(len(view), left)])
+            raw.sendall(b"k")
+        return {"cpu": time.process_time() - cpu, "style": raw_style(busy_poll)}
+    except OSError as exc:
+        return {"error": str(exc)}
+    finally:
+        raw.close()
+
+
+# --- the client -------------------------------------------------------------------------
+
+
+def run_client(
+    host: str,
+    port: int,
+    config: MpaConfig,
+    result: Result,
+    *,
+    detail: bool,
+    ticker: Ticker,
+    busy_poll: float,
+) -> None:
+    """Run ``result.test`` against the server at ``host``:``port``; fills in ``result``."""
+    test = result.test
+    echo = test.op == "send" and test.latency
+    qp = connect(
+        host,
+        port,
+        config=config,
+        receive_buffers=8,
+        receive_size=max(CONTROL_SIZE, test.size if echo else 0),
+        timeout=OPEN_TIMEOUT,
+    )
+    qp.busy_poll = busy_poll
+    try:
+        qp.send(test.encode())
+        answer = decode(qp.receive())
+        refused(answer)
+        if bool(answer.get("markers")) != config.markers:
+            raise PerfError(
+                "markers differ: give the server the same --markers setting "
+                "(an MPA receiver asks for markers in what it receives)"
+            )
+        result.crc = qp.params.crc
+        result.peer_accel = str(answer.get("accel", "?"))
+        result.peer_adapter = str(answer.get("adapter", "?"))
+        region = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
+        stag = integer(answer, "stag", 0, 0xFFFFFFFF)
+        cpu = result.cpu_started = time.process_time()
+        if test.latency:
+            _latency(qp, region, stag, result, ticker)
+            report = decode(qp.receive())
+        else:
+            report = _bandwidth(
+                qp, region, stag, result, ticker, integer(answer, "credits", 0, 1 << 20)
+            )
+        result.cpu_client = time.process_time() - cpu
+        result.cpu_server = seconds(report, "cpu")
+        check_word(report, result)
+        if test.raw:
+            raw = _raw_client(
+                host,
+                integer(report, "raw_port", 1, 0xFFFF),
+                test,
+                result.iterations,
+                busy_poll,
+                atomic_window(qp.stream.atomic_ord),
+            )
+            server_side = decode(qp.receive())
+            if "error" in server_side:
+                raise PerfError(f"raw TCP on the server: {server_side['error']}")
+            raw.cpu_server = seconds(server_side, "cpu")
+            theirs = str(server_side.get("style", raw.style))
+            if theirs != raw.style:
+                raw.style = f"client: {raw.style}; server: {theirs}"
+            result.raw = raw
+        qp.send(encode({"result": summary(result), "detail": detail}))
+    except BaseException:
+        qp.abort()
+        raise
+    qp.close()
+
+
+def _raw_client(
+    host: str, port: int, test: PerfTest, iterations: int, busy_poll: float, window: int
+) -> RawResult:
+    raw = RawResult(raw_style(busy_poll), iterations=iterations)
+    sock = RawSocket(socket.create_connection((host, port), timeout=OPEN_TIMEOUT), busy_poll)
+    data = bytes(test.size)
+    clock = time.perf_counter
+    cpu = time.process_time()
+    try:
+        if test.latency:
+            sock.sendall(iterations.to_bytes(8, "big"))
+            back = memoryview(bytearray(test.size))
+            times = raw.times
+            for _ in range(iterations):
+                start = clock()
+                sock.sendall(data)
+                sock.recv_exactly(back)
+                times.append(clock() - start)
+        elif test.echo:  # atomics: requests and responses, ``window`` in flight
+            sock.sendall(iterations.to_bytes(8, "big"))
+            back = memoryview(bytearray(test.size))
+            start = clock()
+            for sent in range(1, iterations + 1):
+                if sent > window:  # the oldest request in flight must be answered first
+                    sock.recv_exactly(back)
+                sock.sendall(data)
+            for _ in range(min(window, iterations)):
+                sock.recv_exactly(back)
+            raw.elapsed = clock() - start
+        else:
+            sock.sendall((test.size * iterations).to_bytes(8, "big"))
+            start = clock()
+            for _ in range(iterations):
+                sock.sendall(data)  # one send per message, as the RDMA side posts
+            sock.recv_exactly(memoryview(bytearray(1)))
+            raw.elapsed = clock() - start
+    finally:
+        sock.close()
+    raw.cpu_client = time.process_time() - cpu
+    return raw
+
+
+def _message(qp: QueuePair, wait: bool) -> dict[str, Any] | None:
+    """The next control message; None when none is in and ``wait`` is False."""
+    try:
+        return decode(qp.receive(timeout=None if wait else 0.0))
+    except WaitTimeoutError:
+        return None
+
+
+def _bandwidth(
+    qp: QueuePair, region: MemoryRegion, stag: int, result: Result, ticker: Ticker, receives: int
+) -> dict[str, Any]:
+    """Keep WINDOW messages in flight; returns the server's report."""
+    test = result.test
+    op = test.op
+    limit = result.limit
+    duration = result.duration
+    posted = completed = 0
+    credits = receives if op == "send" else 1 << 62
+    window = WINDOW
+    if op == "read":
+        window = min(WINDOW, max(1, qp.params.ord))
+    elif op == "atomic":
+        window = atomic_window(qp.stream.atomic_ord)
+    reports: list[dict[str, Any]] = []
+
+    def control(wait: bool) -> None:
+        nonlocal credits
+        while (message := _message(qp, wait)) is not None:
+            if "credits" in message:
+                credits += integer(message, "credits", 0, 1 << 20)
+            else:
+                reports.append(message)
+            wait = False
+
+    clock = time.perf_counter
+    sge = Sge(region)
+    stamps = result.stamps
+    send_cq = qp.send_cq
+    start = result.started = clock()
+    try:
+        while True:
+            while posted - completed < window and credits > 0:
+                if posted >= limit or (duration is not None and clock() >= start + duration):
+                    break
+                if op == "write":
+                    qp.post_send(WriteWR(sge, stag, 0, wr_id=posted))
+                elif op == "read":
+                    qp.post_send(ReadWR(sge, stag, 0, wr_id=posted))
+                elif op == "atomic":
+                    qp.post_send(FetchAddWR(stag, 0, 1, wr_id=posted))
+                else:
+                    qp.post_send(SendWR(sge, wr_id=posted))
+                    credits -= 1
+                posted += 1
+            if completed == posted:
+                if credits > 0:
+                    break
+                control(wait=True)
+                continue
+            done = send_cq.wait()
+            if done.status is not CompletionStatus.SUCCESS:
+                raise op_failed(op, done, qp.terminate)
+            completed += 1
+            stamps.append(clock() - start)
+            result.iterations = completed
+            ticker()
+            if credits <= 0:
+                control(wait=False)
+        end = clock()
+        if op == "send":
+            while credits <= 0:
+                control(wait=True)
+            qp.send(b"", solicited=True)
+        else:
+            qp.send(encode({"done": True}))
+        while not reports:
+            control(wait=True)
+        if op not in ("read", "atomic"):
+            end = clock()  # the server saw every octet placed (a response says so itself)
+    finally:
+        ticker.finish()
+    result.elapsed = end - start
+    return reports[0]
+
+
+def _latency(
+    qp: QueuePair, region: MemoryRegion, stag: int, result: Result, ticker: Ticker
+) -> None:
+    op = result.test.op
+    limit = result.limit
+    duration = result.duration
+    times = result.times
+    clock = time.perf_counter
+    sge = Sge(region)
+    begin = result.started = clock()
+    try:
+        while len(times) < limit and (duration is None or clock() < begin + duration):
+            start = clock()
+            if op == "read":
+                qp.rdma_read(sge, stag, 0)
+            elif op == "atomic":
+                try:
+                    qp.fetch_add(stag, 0, 1)
+                except AtomicsNotSupportedError as exc:
+                    raise no_atomics(exc) from None
+            elif op == "send":
+                qp.send(sge)
+                qp.receive()
+            else:
+                qp.rdma_write(sge, stag, 0)
+                qp.send(b"")
+                qp.receive()
+            times.append(clock() - start)
+            result.iterations += 1
+            ticker()
+    finally:
+        ticker.finish()
+    if op == "send":
+        qp.send(b"", solicited=True)
+    else:
+        qp.send(encode({"done": True}))
+    result.elapsed = sum(times)

@@ -1,0 +1,247 @@
+"""RFC 7306 (RDMAP extensions): Atomic Operations and Immediate Data.
+
+RFC 7306 is optional: a target without it answers the new opcodes with a
+Terminate "Remote Operation Error / Unexpected OpCode" (§1.1). Every case
+here skips, saying so, when it gets that answer where support was needed.
+The Atomic cases act on the buffer the target advertised, at its first
+64-bit aligned TO; a target whose buffer refuses Atomic Operations (an
+access-rights Terminate) skips them too. The FetchAdds they send add 0,
+or add and then take away the same amount, so the buffer ends as it was.
+"""
+
+from __future__ import annotations
+
+from iwarp.conformance import craft
+from iwarp.conformance.errorcase import unknown_stag
+from iwarp.conformance.model import CaseFailed, CaseSkipped, Need, case
+from iwarp.conformance.session import Received, Region, Session, describe_terminate
+from iwarp.errors import TerminateLayer
+from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode, RemoteProtectionCode
+from iwarp.rdmap.wire import (
+    ATOMIC_RESPONSE_SIZE,
+    NO_MASK,
+    AtomicRequest,
+    AtomicResponse,
+    RdmapOpcode,
+    TerminateHeader,
+)
+
+RDMAP = TerminateLayer.RDMAP
+PROT = RdmapErrorType.REMOTE_PROTECTION
+OPER = RdmapErrorType.REMOTE_OPERATION
+#: The tool's own Request Identifiers (any value is the requester's choice).
+REQUEST_ID = 0x7306_0001
+NO_SUPPORT = "the target answered Unexpected OpCode: it has no RFC 7306 "
+
+
+def _target(s: Session) -> tuple[Region, int]:
+    """The advertised buffer and its first 64-bit aligned TO (skip if none)."""
+    s.data_phase()
+    region = s.cooperation.region
+    if region is None:
+        raise CaseSkipped("the target advertised no buffer")
+    to = (region.to + 7) & ~7
+    if to + 8 > region.to + region.length:
+        raise CaseSkipped("the advertised buffer holds no aligned 64-bit word")
+    return region, to
+
+
+def _send_atomic(s: Session, request: AtomicRequest, what: str) -> None:
+    seg = craft.send(request.pack(), msn=s.next_msn(1), opcode=RdmapOpcode.ATOMIC_REQUEST)
+    s.send_ulpdu(seg.octets, what)
+
+
+def _unsupported(term: TerminateHeader, what: str) -> None:
+    """Skip on the answer of a target without RFC 7306 (or without the right),
+    saying what it answered (siw's swapped Layer and EType nibbles too)."""
+    said = describe_terminate(term)
+    for layer, etype in ((term.layer, term.etype), (term.etype, term.layer)):
+        fields = (layer, etype, term.code)
+        if fields == (RDMAP, OPER, RemoteOperationCode.UNEXPECTED_OPCODE):
+            raise CaseSkipped(f"{NO_SUPPORT}{what} ({said})")
+        if fields == (RDMAP, PROT, RemoteProtectionCode.ACCESS_RIGHTS):
+            raise CaseSkipped(f"the advertised buffer does not allow Atomic Operations ({said})")
+
+
+def _responses(s: Session, count: int) -> list[Received]:
+    """The next ``count`` Atomic Responses (other FPDUs skipped)."""
+    out: list[Received] = []
+    while len(out) < count:
+        got = s.next_fpdu()
+        if got is None:
+            raise CaseFailed(
+                f"{len(out)} of {count} Atomic Responses, then {s.link.ended or 'silence'}"
+            )
+        if got.is_terminate:
+            term = got.terminate()
+            _unsupported(term, "Atomic Operations")
+            raise CaseFailed(
+                f"a Terminate instead of an Atomic Response: {describe_terminate(term)}"
+            )
+        if got.info.get("opcode") == RdmapOpcode.ATOMIC_RESPONSE:
+            out.append(got)
+    return out
+
+
+def _next_terminate(s: Session) -> TerminateHeader:
+    """The target's Terminate (its other FPDUs, e.g. advertisements, skipped)."""
+    while True:
+        got = s.next_fpdu()
+        if got is None:
+            raise CaseFailed(f"expected a Terminate; {s.link.ended or 'silence'}")
+        if got.is_terminate:
+            return got.terminate()
+
+
+def _answer(got: Received) -> AtomicResponse:
+    info = got.info
+    body = got.ulpdu[18:]
+    if len(body) != ATOMIC_RESPONSE_SIZE:
+        raise CaseFailed(f"Atomic Response of {len(body)} octets, not {ATOMIC_RESPONSE_SIZE}")
+    if info.get("qn") != 3 or not info.get("last") or info.get("mo") != 0:
+        raise CaseFailed(f"Atomic Response as {got.describe()}, not one segment on queue 3")
+    return AtomicResponse.unpack_from(body)
+
+
+@case(
+    "rfc7306/5.2.2/1",
+    "an Atomic Request is answered by an Atomic Response on queue 3 echoing its identifier",
+    'RFC 7306 §5.2.1: "If the Responder receives a valid Atomic Operation Request Message, it '
+    'MUST respond with a valid Atomic Operation Response Message"; §5.2.2: it "MUST reference '
+    'the Queue Number 3" and "The Original Request Identifier is set to the value specified in '
+    'the Request Identifier field"',
+    needs=(Need.REGION,),
+)
+def atomic_response(s: Session) -> None:
+    region, to = _target(s)
+    _send_atomic(
+        s,
+        AtomicRequest.fetch_add(REQUEST_ID, region.stag, to, 0),
+        f"FetchAdd of 0 at STag {region.stag:#x} TO {to:#x}",
+    )
+    (got,) = _responses(s, 1)
+    answer = _answer(got)
+    if got.info.get("msn") != 1:
+        raise CaseFailed(f"the first Atomic Response has MSN {got.info.get('msn')}, not 1")
+    if answer.request_id != REQUEST_ID:
+        raise CaseFailed(
+            f"Original Request Identifier {answer.request_id:#x}, the Request had {REQUEST_ID:#x}"
+        )
+    s.note(f"the word at TO {to:#x} holds {answer.original:#x}")
+
+
+@case(
+    "rfc7306/5.2.2/2",
+    "Atomic Requests are executed and answered in order, each seeing the one before",
+    'RFC 7306 §5.2.1: "The Responder MUST process the Atomic Operation Request Messages in the '
+    'order they were sent"; §5.2.2: "MUST pass Atomic Operation Response Messages to the DDP '
+    'layer, in the order that the Atomic Operation Request Messages were received"',
+    needs=(Need.REGION,),
+)
+def atomic_order(s: Session) -> None:
+    region, to = _target(s)
+    adds = [1, 2, 4, NO_MASK - 6]  # the last one takes the 7 away again
+    for i, add in enumerate(adds):
+        request = AtomicRequest.fetch_add(REQUEST_ID + i, region.stag, to, add)
+        _send_atomic(s, request, f"FetchAdd {i + 1} of {add:#x}")
+    answers = [_answer(got) for got in _responses(s, len(adds))]
+    ids = [a.request_id for a in answers]
+    if ids != [REQUEST_ID + i for i in range(len(adds))]:
+        raise CaseFailed(f"Atomic Responses to requests {[hex(i) for i in ids]}, out of order")
+    first = answers[0].original
+    expected = [first, (first + 1) & NO_MASK, (first + 3) & NO_MASK, (first + 7) & NO_MASK]
+    got = [a.original for a in answers]
+    if got != expected:
+        raise CaseFailed(
+            f"original values {[hex(v) for v in got]}, in order they must be "
+            f"{[hex(v) for v in expected]}"
+        )
+
+
+@case(
+    "rfc7306/8.2/1",
+    "an Atomic Request at a TO that is not 64-bit aligned brings TERM catastrophic error",
+    'RFC 7306 §8.2: "the RDMAP layer MUST generate a Terminate Message indicating RDMA Layer '
+    "Remote Operation Error with Error Code Name 'Catastrophic error, localized to RDMAP "
+    'Stream\'"; §5.1.1: "the Responder\'s memory MUST NOT be modified"',
+    needs=(Need.REGION,),
+    covers=("terminate",),
+)
+def misaligned(s: Session) -> None:
+    region, to = _target(s)
+    if to + 12 > region.to + region.length:
+        raise CaseSkipped("the advertised buffer is too short for a misaligned word")
+    _send_atomic(
+        s,
+        AtomicRequest.fetch_add(REQUEST_ID, region.stag, to + 4, 1),
+        f"FetchAdd at TO {to + 4:#x} (4 past an aligned TO)",
+    )
+    term = _next_terminate(s)
+    _unsupported(term, "Atomic Operations")
+    if (term.layer, term.etype, term.code) != (
+        RDMAP,
+        OPER,
+        RemoteOperationCode.CATASTROPHIC_STREAM,
+    ):
+        raise CaseFailed(
+            f"expected RDMAP remote operation, catastrophic error localized to the stream; got "
+            f"{describe_terminate(term)}"
+        )
+
+
+@case(
+    "rfc7306/5.2.1/1",
+    "an Atomic Request with a reserved operation code brings a Terminate",
+    "RFC 7306 §5.2.1: \"an error MUST be surfaced in response to delivery to the Remote Peer's "
+    "RDMAP layer of an Atomic Operation Request Message with an Atomic Operation Code that the "
+    'RNIC does not support"',
+    needs=(Need.REGION,),
+    covers=("terminate",),
+)
+def reserved_aopcode(s: Session) -> None:
+    region, to = _target(s)
+    # First learn that the target has Atomic Operations at all.
+    _send_atomic(s, AtomicRequest.fetch_add(REQUEST_ID, region.stag, to, 0), "FetchAdd of 0")
+    _responses(s, 1)
+    bad = AtomicRequest(0x1, REQUEST_ID + 1, region.stag, to, 0, NO_MASK)
+    _send_atomic(s, bad, "Atomic Request with AOpCode 0001b (reserved)")
+    got = s.expect_terminate(RDMAP, OPER, None)
+    assert got is not None
+    s.note(f"answered {describe_terminate(got.terminate())}")
+
+
+@case(
+    "rfc7306/5.2.1/2",
+    "an Atomic Request for an STag the target never advertised brings a Terminate",
+    'RFC 7306 §5: "Atomic Operation Request Messages use the same remote addressing mechanism '
+    'as RDMA Reads and Writes"; RFC 5040 §7.2: "The Data Source STag MUST be valid"',
+    covers=("terminate",),
+)
+def unknown_target(s: Session) -> None:
+    s.data_phase()
+    stag = unknown_stag(s)
+    _send_atomic(s, AtomicRequest.fetch_add(REQUEST_ID, stag, 0, 0), f"FetchAdd at STag {stag:#x}")
+    term = _next_terminate(s)
+    _unsupported(term, "Atomic Operations")
+    if (term.layer, term.etype) != (RDMAP, PROT):
+        raise CaseFailed(
+            f"expected an RDMAP remote protection error; got {describe_terminate(term)}"
+        )
+
+
+@case(
+    "rfc7306/6.3/1",
+    "Immediate Data that is not exactly 8 octets brings a Terminate",
+    'RFC 7306 §6.3: "The Remote Peer MUST check that Immediate Data and Immediate Data with SE '
+    'Messages include exactly 8 bytes of data from the DDP layer"',
+    needs=(Need.RECEIVE,),
+    covers=("terminate",),
+)
+def immediate_size(s: Session) -> None:
+    s.data_phase()
+    s.need(Need.RECEIVE)
+    seg = craft.send(b"7octets", msn=s.next_msn(0), opcode=RdmapOpcode.IMMEDIATE_DATA)
+    s.send_ulpdu(seg.octets, "Immediate Data of 7 octets")
+    term = _next_terminate(s)
+    _unsupported(term, "Immediate Data (or calls 7 octets an unexpected opcode)")
+    s.note(f"answered {describe_terminate(term)}")

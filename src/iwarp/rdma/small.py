@@ -1,0 +1,111 @@
+"""The small-message lane: a one-segment Send framed, or received and
+placed, in one kernel call, beside the full path of the cores.
+
+In MPA full operation, with nothing queued or waiting:
+
+- :func:`send_small` frames a Send (with or without Solicited Event or
+  Invalidate) whose payload fits one DDP segment into its FPDU, markers and
+  CRC as negotiated, in one call (``small_send``);
+- :func:`receive_small` takes a receive that is exactly one whole FPDU
+  carrying a one-segment Send (or Send with Solicited Event) for the head
+  posted receive buffer: the length field, markers, CRC, DDP/RDMAP header,
+  MSN and buffer size are checked and the payload placed in one call
+  (``small_receive``), which returns a compact completion record.
+
+Anything else goes the full path, unchanged: the kernels decline (and
+write nothing) whenever the full path could decide otherwise, so the wire
+octets, events, completions, errors and memory are the full path's. The
+state the lane touches stays owned by its cores and is advanced through one
+narrow call each: the RDMAP stream's MSNs (:meth:`RdmapStream.claim_send
+<iwarp.rdmap.stream.RdmapStream.claim_send>`,
+:meth:`~iwarp.rdmap.stream.RdmapStream.send_taken`), the MPA stream position
+and marker phase (:meth:`FpduEncoder.advance
+<iwarp.mpa.framing.FpduEncoder.advance>`, :meth:`FpduDecoder.advance
+<iwarp.mpa.framing.FpduDecoder.advance>`).
+
+The kernels are the C accelerator's (``src/iwarp/_small.c``) or their
+pure-Python twin (:mod:`iwarp._small`), chosen once, at import, as
+:data:`kernels` (``IWARP_NO_ACCEL=1``: the pure ones).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from iwarp import _accel, _small
+from iwarp._typing import Buffer
+from iwarp.mpa.connection import MpaConnection
+from iwarp.rdmap.stream import RdmapStream
+from iwarp.rdmap.work import RecvWR, Sge
+
+__all__ = ["kernels", "receive_small", "send_small"]
+
+if TYPE_CHECKING:
+    kernels = _small
+else:
+    #: The lane's kernels: ``iwarp._speedups`` when the C accelerator runs,
+    #: else :mod:`iwarp._small`.
+    kernels = _accel.speedups if _accel.speedups is not None else _small
+
+
+def send_small(
+    mpa: MpaConnection,
+    stream: RdmapStream,
+    data: Buffer | Sge,
+    solicited: bool,
+    invalidate_stag: int | None,
+) -> bytes | None:
+    """The FPDU of a Send that is complete once framed (no work request, no
+    completion: nothing can fail it later), when MPA is in full operation
+    with nothing queued and the stream idle (:meth:`RdmapStream.claim_send
+    <iwarp.rdmap.stream.RdmapStream.claim_send>`). The caller writes it
+    before anything MPA gives later. None: nothing was done; post a
+    :class:`~iwarp.rdmap.work.SendWR`.
+
+    :raises LocalProtocolError: bad data or a bad Invalidate STag, as
+        posting it would.
+    """
+    encoder = mpa.lane_encoder()
+    if encoder is None or encoder.max_ulpdu < stream.mulpdu:
+        return None
+    claimed = stream.claim_send(data, solicited, invalidate_stag)
+    if claimed is None:
+        return None
+    header, payload = claimed
+    frame, phase = kernels.small_send(header, payload, encoder.markers, encoder.crc, encoder.phase)
+    encoder.advance(len(frame), phase)
+    return frame
+
+
+def receive_small(
+    mpa: MpaConnection, stream: RdmapStream, data: memoryview
+) -> tuple[RecvWR, int, bool] | None:
+    """A receive that is one whole FPDU carrying a one-segment Send for the
+    head posted receive buffer: checked, placed and its receive completed
+    in one kernel call. Returns (work request, length, solicited) for the
+    buffer's owner; no event is made. None: nothing was done (also while
+    events wait, which come first); the full path takes ``data``."""
+    decoder = mpa.lane_decoder()
+    if decoder is None:
+        return None
+    target = stream.send_target()
+    if target is None:
+        return None
+    version, msn, send, send_se, head = target
+    record = kernels.small_receive(
+        data,
+        decoder.markers,
+        decoder.crc,
+        decoder.phase,
+        decoder.max_ulpdu,
+        version,
+        msn,
+        send,
+        send_se,
+        head,
+    )
+    if record is None:
+        return None
+    length, rdmap, phase = record
+    decoder.advance(len(data), phase)
+    return stream.send_taken(), length, rdmap == send_se

@@ -1,0 +1,202 @@
+"""The small-message lane's kernels (``small_send``, ``small_receive``): the
+C functions of ``_small.c`` and their pure-Python twin ``iwarp._small`` give
+the same results, errors and memory for any input, and agree with the full
+path's framer and decoder (FpduEncoder, FpduDecoder)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from iwarp import _accel, _small
+from iwarp.ddp.wire import LAST_FLAG, UNTAGGED_HEADER
+from iwarp.errors import MpaError
+from iwarp.mpa.framing import FpduDecoder, FpduEncoder
+from iwarp.rdma import small
+from iwarp.rdmap.wire import RdmapOpcode, rdmap_control
+
+SEND = rdmap_control(RdmapOpcode.SEND, 1)
+SEND_SE = rdmap_control(RdmapOpcode.SEND_WITH_SE, 1)
+
+#: The kernels to check: the pure twin always, the C ones when built.
+KERNELS: list[Any] = [_small]
+if _accel.speedups is not None:
+    KERNELS.append(_accel.speedups)
+
+
+def test_the_lane_uses_the_chosen_kernels() -> None:
+    """One choice at import: the C functions exactly when the accelerator runs."""
+    assert (small.kernels is _small) is (not _accel.ACTIVE)
+
+
+def _header(msn: int, rdmap: int = SEND, control: int = 1 | LAST_FLAG, qn: int = 0) -> bytes:
+    return UNTAGGED_HEADER.pack(control, rdmap, 0, qn, msn, 0)
+
+
+phases = st.integers(0, 127).map(lambda k: 4 * k)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    header=st.binary(max_size=30),
+    payload=st.binary(max_size=1600),
+    markers=st.booleans(),
+    crc=st.booleans(),
+    phase=phases,
+)
+def test_small_send_frames_what_the_encoder_frames(
+    header: bytes, payload: bytes, markers: bool, crc: bool, phase: int
+) -> None:
+    """The octets of FpduEncoder.encode, and its marker phase after them,
+    from any marker phase (the leading marker at phase 0, markers inside,
+    one right before the CRC)."""
+    encoder = FpduEncoder(markers=markers, crc=crc, position=phase)
+    expected = encoder.encode_bytes(header + payload)
+    for kernel in KERNELS:
+        frame, after = kernel.small_send(header, memoryview(payload), markers, crc, phase)
+        assert frame == expected
+        assert after == (phase + len(frame)) % 512
+        if markers:
+            assert after == encoder.phase
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_small_send_refuses_bad_arguments(kernel: Any) -> None:
+    for phase in (-4, 2, 512):
+        with pytest.raises((ValueError, OverflowError)):
+            kernel.small_send(b"", b"", False, True, phase)
+    with pytest.raises(ValueError, match="16-bit"):
+        kernel.small_send(bytes(18), bytes(0x10000 - 18), False, True, 0)
+    with pytest.raises(TypeError):
+        kernel.small_send("text", b"", False, True, 0)
+
+
+def _receive(kernel: Any, data: bytes, room: int, **kw: Any) -> tuple[Any, bytes]:
+    head = bytearray(b"\xee" * room)
+    args = {"markers": False, "crc": True, "phase": 0, "limit": 0xFFFF, "msn": 1} | kw
+    record = kernel.small_receive(
+        data,
+        args["markers"],
+        args["crc"],
+        args["phase"],
+        args["limit"],
+        1,
+        args["msn"],
+        SEND,
+        SEND_SE,
+        head,
+    )
+    return record, bytes(head)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payload=st.binary(max_size=1200),
+    markers=st.booleans(),
+    crc=st.booleans(),
+    phase=phases,
+    solicited=st.booleans(),
+    room=st.integers(0, 1300),
+    msn=st.integers(0, 3),
+)
+def test_small_receive_places_what_the_decoder_decodes(
+    payload: bytes, markers: bool, crc: bool, phase: int, solicited: bool, room: int, msn: int
+) -> None:
+    """A one-segment Send's FPDU: taken when its MSN is the one expected and
+    it fits, with the ULPDU the full path's decoder recovers, the marker
+    phase after it, and the payload placed; otherwise declined with the
+    buffer untouched."""
+    rdmap = SEND_SE if solicited else SEND
+    frame, _ = _small.small_send(_header(1, rdmap), payload, markers, crc, phase)
+    decoder = FpduDecoder(markers=markers, crc=crc, position=phase)
+    (ulpdu,) = decoder.feed(frame)
+    assert bytes(ulpdu)[18:] == payload
+    fits = len(payload) <= room and msn == 1
+    for kernel in KERNELS:
+        record, head = _receive(kernel, frame, room, markers=markers, crc=crc, phase=phase, msn=msn)
+        if fits:
+            assert record == (len(payload), rdmap, decoder.phase if markers else record[2])
+            assert record[2] == (phase + len(frame)) % 512
+            assert head == payload + b"\xee" * (room - len(payload))
+        else:
+            assert record is None and head == b"\xee" * room
+
+
+def _full_path_accepts(data: bytes, markers: bool, crc: bool, phase: int) -> bool:
+    decoder = FpduDecoder(markers=markers, crc=crc, position=phase)
+    try:
+        return len(decoder.feed(data)) == 1 and decoder.buffered == 0
+    except MpaError:
+        return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    payload=st.binary(max_size=700),
+    markers=st.booleans(),
+    crc=st.booleans(),
+    phase=phases,
+    flips=st.lists(st.tuples(st.integers(0, 2000), st.integers(1, 255)), max_size=3),
+    cut=st.integers(-8, 8),
+    limit=st.integers(0, 800),
+)
+def test_any_octets_give_the_same_answer_on_both_kernels(
+    payload: bytes,
+    markers: bool,
+    crc: bool,
+    phase: int,
+    flips: list[tuple[int, int]],
+    cut: int,
+    limit: int,
+) -> None:
+    """A frame with octets changed, cut short or lengthened: C and pure give
+    the same record and memory, and a frame they take is one the full
+    path's decoder takes too (the lane never accepts what it would refuse)."""
+    frame, _ = _small.small_send(_header(1), payload, markers, crc, phase)
+    data = bytearray(frame)
+    for at, xor in flips:
+        if data:
+            data[at % len(data)] ^= xor
+    data = data[: len(data) + cut] if cut < 0 else data + bytes(cut)
+    answers = [
+        _receive(k, bytes(data), 720, markers=markers, crc=crc, phase=phase, limit=limit)
+        for k in KERNELS
+    ]
+    assert all(a == answers[0] for a in answers)
+    record, _ = answers[0]
+    if record is not None:
+        assert _full_path_accepts(bytes(data), markers, crc, phase)
+        assert record[0] <= limit
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_small_receive_declines_what_is_not_a_whole_plain_send(kernel: Any) -> None:
+    send: Callable[[bytes], bytes] = lambda header: _small.small_send(  # noqa: E731
+        header, b"data", False, True, 0
+    )[0]
+    good = send(_header(1))
+    assert _receive(kernel, good, 8)[0] == (4, SEND, len(good))
+    declined = [
+        send(_header(2)),  # another MSN
+        send(_header(1, RdmapOpcode.SEND_WITH_INVALIDATE | 0x40)),  # Invalidate: full path
+        send(_header(1, control=1)),  # L clear: more segments follow
+        send(_header(1, control=0x80 | 1 | LAST_FLAG)),  # tagged
+        send(_header(1, control=LAST_FLAG)),  # DDP version 0
+        send(_header(1, qn=1)),  # queue 1
+        good[:-1],
+        good + good,
+        b"",
+        _small.small_send(b"short", b"", False, True, 0)[0],  # shorter than a DDP header
+    ]
+    for data in declined:
+        assert _receive(kernel, data, 8) == (None, b"\xee" * 8)
+    assert _receive(kernel, good, 3) == (None, b"\xee" * 3)  # too long for the buffer
+    assert _receive(kernel, good, 8, limit=21)[0] is None  # over the receive limit
+    with pytest.raises(TypeError):
+        kernel.small_receive(good, False, True, 0, 0xFFFF, 1, 1, SEND, SEND_SE, b"read-only")
+    with pytest.raises((ValueError, OverflowError)):
+        kernel.small_receive(good, False, True, 3, 0xFFFF, 1, 1, SEND, SEND_SE, bytearray(8))
