@@ -44,7 +44,7 @@ from iwarp.rdmap.errors import (
 )
 from iwarp.rdmap.memory import Access, AccessFault
 from iwarp.rdmap.state import StreamState
-from iwarp.rdmap.wire import INVALIDATE_OPCODES, OPCODE_TAGGED, RdmapOpcode
+from iwarp.rdmap.wire import INVALIDATE_OPCODES, RdmapOpcode
 
 
 def break_crc() -> None:
@@ -228,7 +228,8 @@ def break_opcode() -> None:
     def check(self: Any, view: Any) -> int:
         if len(view) > 1 and not view[0] & TAGGED_FLAG:
             opcode = view[1] & 0x0F
-            if opcode > RdmapOpcode.TERMINATE or OPCODE_TAGGED[opcode]:
+            known = self._opcode_tagged  # RFC 5040's opcodes, and RFC 7306's when on
+            if opcode not in known or known[opcode]:
                 return int(RdmapOpcode.SEND)
         return original(self, view)
 
