@@ -44,7 +44,7 @@ from iwarp.rdmap.errors import (
 )
 from iwarp.rdmap.memory import Access, AccessFault
 from iwarp.rdmap.state import StreamState
-from iwarp.rdmap.wire import INVALIDATE_OPCODES, OPCODE_TAGGED, RdmapOpcode
+from iwarp.rdmap.wire import INVALIDATE_OPCODES, RdmapOpcode
 
 
 def break_crc() -> None:
@@ -228,7 +228,8 @@ def break_opcode() -> None:
     def check(self: Any, view: Any) -> int:
         if len(view) > 1 and not view[0] & TAGGED_FLAG:
             opcode = view[1] & 0x0F
-            if opcode > RdmapOpcode.TERMINATE or OPCODE_TAGGED[opcode]:
+            known = self._opcode_tagged  # RFC 5040's opcodes, and RFC 7306's when on
+            if opcode not in known or known[opcode]:
                 return int(RdmapOpcode.SEND)
         return original(self, view)
 
@@ -280,6 +281,19 @@ def break_invalidate() -> None:
     _patch(stream, "_send_received", received)
 
 
+def break_invalidate_valid() -> None:
+    """RFC 5040 §1.2: a Send with Invalidate of a valid STag leaves it valid."""
+    stream = iwarp.rdmap.stream.RdmapStream
+    original = stream._send_received
+
+    def received(self: Any, segment: Any, opcode: int) -> None:
+        if opcode in INVALIDATE_OPCODES and self.pd.registry.lookup(segment.rsvdulp2) is not None:
+            opcode = int(RdmapOpcode.SEND)
+        original(self, segment, opcode)
+
+    _patch(stream, "_send_received", received)
+
+
 def break_terminate_queue() -> None:
     """RFC 5040 §5.4: the Terminate goes out on queue 0 instead of queue 2."""
     outgoing = iwarp.ddp.segmentation.OutgoingMessage
@@ -310,6 +324,7 @@ RULES = {
     "stag": break_stag,
     "read-bounds": break_read_bounds,
     "invalidate": break_invalidate,
+    "invalidate-valid": break_invalidate_valid,
     "terminate-queue": break_terminate_queue,
 }
 
@@ -375,7 +390,28 @@ def invalidate_as_operation() -> None:
     _patch(stream, "_send_received", received)
 
 
-VARIANTS = {"ddp-first": ddp_first, "invalidate-operation": invalidate_as_operation}
+_REGISTRIES = [0]
+
+
+def distinct_stags() -> None:
+    """Each connection's STags are numbered apart (iwarp numbers each connection's STag
+    table from 1, so two connections advertise the same STag numbers)."""
+    registry = iwarp.rdmap.memory.MemoryRegistry
+    original = registry.__init__
+
+    def init(self: Any) -> None:
+        original(self)
+        _REGISTRIES[0] += 1
+        self._next_index = 0x100 * _REGISTRIES[0]
+
+    _patch(registry, "__init__", init)
+
+
+VARIANTS = {
+    "ddp-first": ddp_first,
+    "distinct-stags": distinct_stags,
+    "invalidate-operation": invalidate_as_operation,
+}
 
 
 # --- an older stack: conforming, without the optional RFC 7306 --------------------------------

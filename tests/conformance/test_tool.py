@@ -13,7 +13,8 @@ import pytest
 
 from iwarp.cli import main
 from iwarp.conformance import all_cases, craft
-from iwarp.conformance.model import matches, select
+from iwarp.conformance.model import Need, Status, matches, select
+from iwarp.conformance.runner import ResponderTarget, Runner
 from iwarp.mpa.wire import FRAME_HEADER, FRAME_HEADER_SIZE, REPLY_KEY, FrameFlags
 
 from .conftest import TARGET_TIMEOUT, listening
@@ -234,3 +235,17 @@ def test_html_report_has_an_index_and_a_page_per_case(
     assert "got MPA Reply" in failed or "Request" in failed  # the wire log, decoded
     passed = (out / "rfc5044_7.1.1_1.html").read_text()
     assert "PASS" in passed and "got MPA Reply flags" in passed
+
+
+def test_cooperation_missing_twice_is_no_longer_waited_for() -> None:
+    """A target without an advertised buffer: after two whole waits in vain the data
+    phase stops waiting for one; every case that needs it is skipped, saying why."""
+    cases = [c for c in select(all_cases(), ["rfc5041/7.2"]) if Need.REGION in c.needs]
+    assert len(cases) >= 4
+    with listening(["--timeout", TARGET_TIMEOUT]) as port:  # --op send: no buffer advertised
+        runner = Runner(ResponderTarget("127.0.0.1", port), cooperation_wait=0.5)
+        results = runner.run(cases)
+    assert all(r.status is Status.SKIPPED for r in results), [r.reason for r in results]
+    assert all("advertised no buffer" in r.reason for r in results)
+    assert Need.REGION in runner.style.unoffered
+    assert runner.style.answers_hello  # it did answer the hello

@@ -10,8 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from iwarp.conformance import craft
-from iwarp.conformance.errorcase import Broken, error_cases, unknown_stag
-from iwarp.conformance.model import CaseSkipped, Level, Need, case
+from iwarp.conformance.errorcase import (
+    Broken,
+    error_cases,
+    foreign_region,
+    judge_foreign,
+    unknown_stag,
+)
+from iwarp.conformance.model import CaseSkipped, Level, Need, TargetRole, case
 from iwarp.conformance.session import NO_BUFFER, NOT_WRITABLE, Region, Session
 from iwarp.ddp.errors import DdpErrorType, DdpTaggedCode, DdpUntaggedCode
 from iwarp.errors import TerminateLayer
@@ -59,13 +65,14 @@ def _tagged_version(dv: int) -> Callable[[Session], Broken]:
 error_cases(
     "rfc5041/7.2/1",
     "rfc5041/7.1/1",
-    # Queue 4: RFC 7306 §10.2 made queue 3 valid (Atomic Responses).
     "a Send on queue 4 brings TERM DDP/untagged/invalid QN",
     UNTAGGED_QUOTE + '1. The QN is valid for this stream"',
     covers=("qn",),
     layer=DDP,
     etype=U,
     codes=DdpUntaggedCode.INVALID_QN,
+    # Queue 4, not 3: RFC 7306 §10.2 gives queue 3 to Atomic Responses, valid on a stream
+    # that negotiated atomics.
     build=lambda s: Broken(craft.send(_payload(), msn=1, qn=4), "Send on QN 4"),
 )
 error_cases(
@@ -312,3 +319,23 @@ def write_two_segments(s: Session) -> None:
     s.send_ulpdu(first.octets, "RDMA Write segment 1 (L=0)")
     s.send_ulpdu(second.octets, "RDMA Write segment 2 (L=1)")
     s.expect_alive(0.3, "after a two-segment RDMA Write", skip=NOT_WRITABLE)
+
+
+@case(
+    "rfc5041/7.2/18",
+    "an RDMA Write to a buffer advertised on another connection brings TERM invalid STag or "
+    "STag not associated",
+    TAGGED_QUOTE + '1. The STag is valid for this stream"; §7.2 tagged code 0x02 "STag not '
+    'associated with DDP Stream"',
+    roles=(TargetRole.RESPONDER,),
+    needs=(Need.REGION,),
+)
+def write_foreign_stag(s: Session) -> None:
+    other, region = foreign_region(s)
+    seg = craft.write(region.stag, region.to, bytes(8))
+    other.send_ulpdu(seg.octets, "RDMA Write of 8 octets to the first connection's STag")
+    judge_foreign(
+        other,
+        [(DDP, T, (DdpTaggedCode.INVALID_STAG, DdpTaggedCode.STAG_NOT_ASSOCIATED))],
+        {},
+    )

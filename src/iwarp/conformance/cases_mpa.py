@@ -278,7 +278,8 @@ def pd_512(s: Session) -> None:
     "rfc5044/7.1.1/33",
     "a Request with private data is answered (the data is passed up)",
     '§7.1.1 PD_Length: "the MPA receiver should pass the PD_Length value and Private Data to '
-    'the ULP"',
+    'the ULP"; §7.1.2 rule 2: "the implementation SHOULD return an MPA Reply Frame"',
+    level=Level.SHOULD,
     roles=R,
 )
 def pd_small(s: Session) -> None:

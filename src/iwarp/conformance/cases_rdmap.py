@@ -13,8 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from iwarp.conformance import craft
-from iwarp.conformance.errorcase import Broken, error_cases, unknown_stag
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, case
+from iwarp.conformance.errorcase import (
+    Broken,
+    error_cases,
+    foreign_region,
+    judge_foreign,
+    unknown_stag,
+)
+from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
 from iwarp.conformance.session import NO_BUFFER, Received, Region, Session, describe_terminate
 from iwarp.ddp.errors import DdpErrorType, DdpUntaggedCode
 from iwarp.errors import TerminateLayer
@@ -282,6 +288,66 @@ error_cases(
     ),
     needs=(Need.RECEIVE,),
 )
+
+
+@case(
+    "rfc5040/7.2/17",
+    "a Read Request of a buffer advertised on another connection brings TERM invalid STag or "
+    "STag not associated",
+    READ_QUOTE + 'b. The Data Source STag MUST be associated to this RDMAP Stream"; §4.8 '
+    'Figure 9 code 03X "STag not associated with RDMAP Stream"',
+    roles=(TargetRole.RESPONDER,),
+    needs=(Need.REGION,),
+)
+def read_foreign_stag(s: Session) -> None:
+    other, region = foreign_region(s)
+    size = min(region.length, 8)
+    broken = _read(
+        other, region.stag, region.to, size, "Read Request of the first connection's STag"
+    )
+    other.send_ulpdu(broken.segment.octets, broken.what)
+    codes = (RemoteProtectionCode.INVALID_STAG, RemoteProtectionCode.STAG_NOT_ASSOCIATED)
+    judge_foreign(other, [(RDMAP, PROT, codes)], NOT_READABLE)
+
+
+@case(
+    "rfc5040/1.2/1",
+    "a Send with Invalidate of the advertised STag is taken, and the STag then gives no "
+    "remote access",
+    'RFC 5040 §1.2 Send with Invalidate: "After the message has been Placed and Delivered at '
+    "the Data Sink, the Remote Peer's buffer identified by the STag can no longer be accessed "
+    'remotely"; RFC 5041 §7.1: "1. The STag is valid for this stream"',
+    needs=(Need.REGION, Need.RECEIVE),
+    covers=("terminate", "invalidate-valid", "stag"),
+)
+def invalidate_valid(s: Session) -> None:
+    s.data_phase()
+    s.need(Need.RECEIVE)
+    region = s.region()
+    seg = craft.send(
+        _payload(),
+        msn=s.next_msn(0),
+        opcode=RdmapOpcode.SEND_WITH_INVALIDATE,
+        invalidate=region.stag,
+    )
+    write = craft.write(region.stag, region.to, bytes(8))
+    # One write of both FPDUs: the target's stack takes them together, before its
+    # application can react to the invalidation (and, say, close the connection).
+    s.send_raw(
+        s.frame_ulpdu(seg.octets) + s.frame_ulpdu(write.octets),
+        f"Send with Invalidate of the advertised STag {region.stag:#x}, then an RDMA Write "
+        "of 8 octets to it",
+    )
+    cannot = (
+        "the advertised STag cannot be invalidated remotely (RFC 5040 Figure 9 09X); a target "
+        "whose advertised STag can be (iwarp listen) enables the case"
+    )
+    skip = {
+        **NO_BUFFER,
+        (RDMAP, PROT, RemoteProtectionCode.CANNOT_INVALIDATE): cannot,
+        (RDMAP, OPER, RemoteOperationCode.CANNOT_INVALIDATE): cannot,
+    }
+    s.expect_terminate(TerminateLayer.DDP, DdpErrorType.TAGGED_BUFFER, 0, skip=skip)
 
 
 # --- Reads that must work ---------------------------------------------------------------------

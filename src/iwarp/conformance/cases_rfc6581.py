@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from iwarp.conformance import craft
 from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
-from iwarp.conformance.session import RTR_STAG, Session, describe_terminate
+from iwarp.conformance.session import (
+    NO_ENHANCED,
+    NO_READ_RTR,
+    NO_WRITE_RTR,
+    NOT_P2P,
+    P2P_ONLY,
+    RTR_STAG,
+    Session,
+    describe_terminate,
+)
 from iwarp.errors import MpaErrorCode, TerminateLayer
 from iwarp.mpa.wire import IRD_ORD_NONE, EnhancedData, FrameFlags, MpaFrame, Revision, RtrFlags
 from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader
@@ -208,7 +217,7 @@ def ird_covers_ord(s: Session) -> None:
 def responder_ord_high(s: Session) -> None:
     request = s.read_request()
     if request.enhanced is None:
-        raise CaseSkipped("the target's Request has no enhanced data")
+        raise CaseSkipped(NO_ENHANCED)
     enh = request.enhanced
     if enh.ird >= 0x3FFE:
         raise CaseSkipped(f"the Initiator's IRD is {enh.ird:#x}")
@@ -245,7 +254,7 @@ def _answer_rtr(offered: RtrFlags) -> RtrFlags:
 def initiator_none(s: Session) -> None:
     request = s.read_request()
     if request.enhanced is None:
-        raise CaseSkipped("the target's Request has no enhanced data")
+        raise CaseSkipped(NO_ENHANCED)
     flags = _answer_rtr(request.enhanced.flags)
     s.send_raw(
         craft.reply(enhanced=EnhancedData(IRD_ORD_NONE, IRD_ORD_NONE, flags)),
@@ -302,7 +311,7 @@ _p2p_case(5, RTRS, "A=1 offering all three: the Reply has A=1 and an RTR")
 )
 def a_zero(s: Session) -> None:
     if s.style.peer_to_peer:
-        raise CaseSkipped("the target takes only peer-to-peer Requests")
+        raise CaseSkipped(P2P_ONLY)
     reply = _enhanced_reply(s, 16, 16)
     assert reply.enhanced is not None
     if reply.enhanced.flags:
@@ -319,7 +328,7 @@ def a_zero(s: Session) -> None:
 )
 def bcd_without_a(s: Session) -> None:
     if s.style.peer_to_peer:
-        raise CaseSkipped("the target takes only peer-to-peer Requests")
+        raise CaseSkipped(P2P_ONLY)
     reply = s.initiate(craft.request(enhanced=EnhancedData(16, 16, RTRS)))
     if reply.reject:
         raise CaseFailed("the Request (A=0 with B, C, D set) was rejected")
@@ -340,7 +349,7 @@ def write_rtr(s: Session) -> None:
     reply = _enhanced_reply(s, 16, 16, A | RtrFlags.WRITE)
     assert reply.enhanced is not None
     if RtrFlags.WRITE not in reply.enhanced.flags:
-        raise CaseSkipped("the target does not take a Write RTR")
+        raise CaseSkipped(NO_WRITE_RTR)
     s.rtr = RtrFlags.WRITE
     s.send_rtr()
     s.expect_alive(0.3, "after the Write RTR")
@@ -358,7 +367,7 @@ def read_rtr(s: Session) -> None:
     reply = _enhanced_reply(s, 16, 16, A | RtrFlags.READ)
     assert reply.enhanced is not None
     if RtrFlags.READ not in reply.enhanced.flags:
-        raise CaseSkipped("the target does not take a Read RTR")
+        raise CaseSkipped(NO_READ_RTR)
     s.rtr = RtrFlags.READ
     s.send_rtr()
     # RFC 5040 does not order the target's own Sends before or after the Read Response:
@@ -389,7 +398,7 @@ def read_rtr(s: Session) -> None:
 def initiator_a_zero(s: Session) -> None:
     req = s.read_request()
     if req.enhanced is None:
-        raise CaseSkipped("the target's Request has no enhanced data")
+        raise CaseSkipped(NO_ENHANCED)
     if A not in req.enhanced.flags and req.enhanced.flags & RTRS:
         raise CaseFailed(f"A=0 with control flags {req.enhanced.flags!r}")
 
@@ -404,7 +413,7 @@ def initiator_a_zero(s: Session) -> None:
 def initiator_offers(s: Session) -> None:
     req = s.read_request()
     if req.enhanced is None or A not in req.enhanced.flags:
-        raise CaseSkipped("the target's Request is not peer-to-peer (A=0)")
+        raise CaseSkipped(NOT_P2P)
     if not req.enhanced.flags & RTRS:
         raise CaseFailed("A=1 with no RTR type")
 
@@ -418,7 +427,7 @@ def initiator_offers(s: Session) -> None:
 def initiator_rtr(s: Session) -> None:
     req = s.read_request()
     if req.enhanced is None or A not in req.enhanced.flags:
-        raise CaseSkipped("the target's Request is not peer-to-peer (A=0)")
+        raise CaseSkipped(NOT_P2P)
     flags = _answer_rtr(req.enhanced.flags)
     s.send_raw(
         craft.reply(enhanced=EnhancedData(req.enhanced.ord, req.enhanced.ird, flags)),
@@ -448,7 +457,7 @@ def initiator_rtr(s: Session) -> None:
 def initiator_no_match(s: Session) -> None:
     req = s.read_request()
     if req.enhanced is None or A not in req.enhanced.flags:
-        raise CaseSkipped("the target's Request is not peer-to-peer (A=0)")
+        raise CaseSkipped(NOT_P2P)
     missing = [
         f for f in (RtrFlags.SEND, RtrFlags.WRITE, RtrFlags.READ) if f not in req.enhanced.flags
     ]

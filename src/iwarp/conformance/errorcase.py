@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from iwarp.conformance.craft import Segment
-from iwarp.conformance.model import Level, Need, case
-from iwarp.conformance.session import Answer, Session
+from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, case
+from iwarp.conformance.session import Answer, Region, Session
 
-__all__ = ["Broken", "error_cases", "unknown_stag"]
+__all__ = ["Broken", "error_cases", "foreign_region", "judge_foreign", "unknown_stag"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +100,42 @@ def error_cases(
         needs=needs,
         covers=rules,
     )(copies)
+
+
+def foreign_region(s: Session) -> tuple[Session, Region]:
+    """A second connection, and the buffer the target advertised on the first.
+
+    The case then uses the first connection's STag on the second one. Skipped
+    when the target advertised no buffer, or the same STag on both (nothing
+    tells the two streams' STags apart).
+    """
+    s.data_phase((Need.REGION,))
+    region = s.region()
+    other = s.another()
+    other.data_phase((Need.REGION,))
+    theirs = other.cooperation.region
+    if theirs is not None and theirs.stag == region.stag:
+        raise CaseSkipped(
+            f"the target advertised STag {region.stag:#x} on both connections: it is not "
+            "limited to one stream; a target with an STag per connection enables the case"
+        )
+    return other, region
+
+
+def judge_foreign(
+    other: Session, answers: Sequence[Answer], skip: Mapping[tuple[int, int, int], str]
+) -> None:
+    """The other connection must answer with a Terminate in ``answers``; an access that
+    goes through (no Terminate within 1 s) means the target's STags are not limited to
+    one stream (RFC 5040 §8.1.1 item 2 leaves that to the implementation): skipped."""
+    (layer, etype, codes), *also = answers
+    try:
+        other.expect_terminate(layer, etype, codes, also=also, skip=skip, within=1.0)
+    except CaseFailed:
+        if other.link.ended is None and not any(got.is_terminate for got in other.received):
+            raise CaseSkipped(
+                "the access on the second connection went through: this target's STags are "
+                "not limited to one stream (RFC 5040 §8.1.1 item 2: a matter of the "
+                "implementation); a target with an STag per stream enables the case"
+            ) from None
+        raise

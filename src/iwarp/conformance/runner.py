@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from iwarp.conformance.link import Link
@@ -188,6 +188,8 @@ class Runner:
         #: Cases in a row the Initiator target did not connect for, and the last it did.
         self._silent = 0
         self._last = "the start"
+        #: Whole data-phase waits in which each kind of cooperation did not come.
+        self._missed: dict[Need, int] = {}
 
     # --- connections ------------------------------------------------------
 
@@ -413,6 +415,8 @@ class Runner:
                 cooperation_wait=self.cooperation_wait,
             )
             session.wants = item.needs
+            if isinstance(self.target, ResponderTarget):
+                session.opener = lambda: self._connect(deadline)
             item.run(session)
         except CaseFailed as exc:
             status, reason = Status.FAILED, str(exc)
@@ -427,16 +431,33 @@ class Runner:
             reason = f"internal error in the case: {exc!r} at {where.filename}:{where.lineno}"
         observed: list[str] = []
         ended |= session is not None and session.link.ended is not None
+        if session is not None and session.waited_out:
+            self._learn_unoffered(session)
         if session is not None:
             observed = list(session.observed)
             if status is Status.FAILED:
                 observed += session.summary()
             session.link.close()
+            for extra in session.others:
+                extra.link.close()
         if launched.proc is not None:
             tail = launched.stop()
             if status is Status.FAILED:
                 observed.append(f"peer command `{launched.command}`: {tail}")
         return Result(item, status, reason, observed, time.monotonic() - started), ended
+
+    def _learn_unoffered(self, session: Session) -> None:
+        """After a data phase that waited in vain: a target that did not answer the hello
+        is not waited for again; cooperation missing in two whole waits is not either."""
+        missing = {n for n in session.waited_for if not session.cooperation.has(n)}
+        with self._lock:
+            style = self.style
+            if Need.TALKS in missing and not session.cooperation.talks:
+                style = replace(style, answers_hello=False)
+            for need in missing - {Need.TALKS}:
+                self._missed[need] = self._missed.get(need, 0) + 1
+            given_up = {n for n, count in self._missed.items() if count >= 2}
+            self.style = replace(style, unoffered=style.unoffered | given_up)
 
     def close(self) -> None:
         if self._listener is not None:

@@ -21,7 +21,7 @@ non-zero PAD, a bad CRC, a marker out of place.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -61,6 +61,13 @@ from iwarp.rdmap.wire import (
 )
 
 __all__ = [
+    "NO_CRC",
+    "NO_ENHANCED",
+    "NO_FPDU",
+    "NO_READ_RTR",
+    "NO_WRITE_RTR",
+    "NOT_P2P",
+    "P2P_ONLY",
     "Answer",
     "Cooperation",
     "NEED_HINTS",
@@ -82,6 +89,35 @@ COOPERATION_WAIT: Final = 1.0
 RTR_STAG: Final = 1
 
 
+#: Skip reasons of single cases, each naming what kind of target would enable the case.
+NO_CRC: Final = (
+    "CRC is not in use on this connection; a target that uses CRC (C=1: iwarp listen "
+    "without --no-crc) enables the case"
+)
+NO_FPDU: Final = (
+    "the target sent no FPDU; a target that sends FPDUs of its own (iwarp listen, "
+    "iwarp connect, rping -c) enables the case"
+)
+NOT_P2P: Final = (
+    "the target's Request is not peer-to-peer (A=0); an Initiator that asks for an "
+    "RTR (iwarp connect --p2p) enables the case"
+)
+NO_ENHANCED: Final = (
+    "the target's Request has no enhanced data; a Rev 2 Initiator with S=1 (iwarp "
+    "connect) enables the case"
+)
+P2P_ONLY: Final = (
+    "the target takes only peer-to-peer Requests; the case needs one that takes plain "
+    "Rev 2 Requests (iwarp listen)"
+)
+NO_WRITE_RTR: Final = (
+    "the target does not take a Write RTR; a Responder that does (iwarp listen --rtr "
+    "write) enables the case"
+)
+NO_READ_RTR: Final = (
+    "the target does not take a Read RTR; a Responder that does (iwarp listen --rtr "
+    "read) enables the case"
+)
 #: Why a case that needs this is skipped, and what kind of target would enable it.
 NEED_HINTS: Final[dict[Need, str]] = {
     Need.RECEIVE: (
@@ -174,6 +210,12 @@ class StartupStyle:
     rtr_types: RtrFlags = RtrFlags.WRITE | RtrFlags.READ
     #: 1 for a target that takes only Rev 1 Requests (RFC 5044 without RFC 6581).
     revision: int = int(Revision.REV2)
+    #: Whether the data phase waits for the target's answer to the hello; the runner
+    #: clears it once a target stayed silent for a whole wait (it does not answer).
+    answers_hello: bool = True
+    #: Cooperation the target did not offer within two whole waits of earlier cases: the
+    #: data phase no longer waits for it (the cases that need it are skipped at once).
+    unoffered: frozenset[Need] = frozenset()
 
     def describe(self) -> str:
         if self.revision < Revision.REV2:
@@ -279,11 +321,39 @@ class Session:
         self._msn = {0: 1, 1: 1, 2: 1}
         #: The cooperation the case needs (set by the runner): what data_phase waits for.
         self.wants: frozenset[Need] = frozenset()
+        #: Opens one more connection to a Responder target (set by the runner), else None.
+        self.opener: Callable[[], Link] | None = None
+        #: Sessions of the other connections this case opened (the runner closes them).
+        self.others: list[Session] = []
+        #: Prefix of this session's lines in the shared log.
+        self.label = ""
+        #: Whether the data phase waited the whole ``cooperation_wait`` (something it
+        #: waited for never came), and what it waited for.
+        self.waited_out = False
+        self.waited_for: frozenset[Need] = frozenset()
 
     # --- bookkeeping -----------------------------------------------------
 
     def note(self, line: str) -> None:
-        self.observed.append(f"{self.link.elapsed():6.3f}s {line}")
+        self.observed.append(f"{self.link.elapsed():6.3f}s {self.label}{line}")
+
+    def another(self) -> Session:
+        """A second connection to the same Responder target, logged with this one's lines."""
+        if self.opener is None:
+            raise CaseSkipped("the case needs a second connection, to a target that listens")
+        other = Session(
+            self.opener(),
+            self.target,
+            deadline=self.deadline,
+            style=self.style,
+            cooperation_wait=self.cooperation_wait,
+        )
+        other.link.started = self.link.started
+        other.wants = self.wants
+        other.observed = self.observed
+        other.label = f"[connection {len(self.others) + 2}] "
+        self.others.append(other)
+        return other
 
     def fail(self, reason: str) -> CaseFailed:
         return CaseFailed(reason)
@@ -499,12 +569,16 @@ class Session:
             Need.REGION if need is Need.WRITE_ONLY_REGION else need
             for need in (self.wants if wait is None else wait)
         }
-        if self.target is TargetRole.RESPONDER:
+        if self.target is TargetRole.RESPONDER and self.style.answers_hello:
             wanted.add(Need.TALKS)
+        wanted -= self.style.unoffered
+        self.waited_for = frozenset(wanted)
         limit = self.within(self.cooperation_wait)
         while not all(coop.has(need) for need in wanted):
             got = self.next_ulpdu(limit)
             if got is None:
+                if not self.link.ended and time.monotonic() >= limit:
+                    self.waited_out = True
                 break
             self._learn(got)
         return coop
