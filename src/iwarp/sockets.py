@@ -24,6 +24,8 @@ __all__ = [
     "RECEIVE_BULK",
     "RECEIVE_CHUNK",
     "SheddingSocket",
+    "connect_failure_reason",
+    "is_connect_failure",
     "listening_socket",
     "listening_socket_for",
     "send_chunks",
@@ -267,3 +269,45 @@ def listening_socket_for(infos: Iterable[tuple[Any, ...]], backlog: int) -> Shed
         return None
     family, address = addresses.pop()
     return listening_socket(family, address, backlog)
+
+
+#: Why a connect failed, said plainly, by errno.
+_CONNECT_REASONS: Final = {
+    errno.ECONNREFUSED: "connection refused: nothing listens on that port",
+    errno.ETIMEDOUT: "no answer (timed out)",
+    errno.EHOSTUNREACH: "no route to the host",
+    errno.ENETUNREACH: "the network is unreachable",
+    errno.ECONNRESET: "the peer reset the connection",
+    errno.EADDRNOTAVAIL: "the address is not available here",
+}
+
+
+def connect_failure_reason(error: BaseException) -> str:
+    """Why a TCP connect failed, in words (for every command's "cannot
+    reach" message)."""
+    if isinstance(error, socket.gaierror):
+        return f"the host name does not resolve ({error.strerror})"
+    if isinstance(error, TimeoutError) and error.errno is None:
+        return "no answer (timed out)"
+    if isinstance(error, OSError) and error.errno in _CONNECT_REASONS:
+        return _CONNECT_REASONS[error.errno]
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror[:1].lower() + error.strerror[1:]
+    return str(error) or type(error).__name__
+
+
+def is_connect_failure(error: BaseException) -> bool:
+    """Whether ``error`` says the peer could not be reached at all (a name
+    that does not resolve, a refused, unroutable or unanswered connect), as
+    opposed to a connection that failed later (a reset, say)."""
+    if isinstance(error, (socket.gaierror, ConnectionRefusedError)):
+        return True
+    if isinstance(error, TimeoutError) and error.errno is None:
+        return False  # a wait of ours ran out, not the connect
+    return isinstance(error, OSError) and error.errno in {
+        errno.ECONNREFUSED,
+        errno.ETIMEDOUT,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.EADDRNOTAVAIL,
+    }

@@ -12,6 +12,7 @@ import pytest
 
 from clitools import IWARP
 from iwarp.cli._report import EXIT_FAILED, EXIT_USAGE, format_error, unreachable
+from iwarp.sockets import is_connect_failure
 
 
 def closed_port() -> int:
@@ -58,6 +59,44 @@ def test_a_peer_that_is_not_there_is_said_alike(argv: list[str], prog: str, hint
     assert record["type"] == "error" and record["error"] == "unreachable"
     assert record["address"] == f"127.0.0.1:{port}" and record["tried"] == "TCP connect"
     assert hint.format(port=port) in str(record["hint"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "prog", "hint", "status"),
+    [
+        (["ping", "-c", "-C", "1", "-a", "127.0.0.1", "-p"], "iwarp ping", "iwarp ping -s", 1),
+        (
+            ["ping", "--sync", "-c", "-C", "1", "-a", "127.0.0.1", "-p"],
+            "iwarp ping",
+            "iwarp ping -s",
+            1,
+        ),
+        (["perf", "127.0.0.1", "-p"], "iwarp perf", "iwarp perf --server", 1),
+        (["perf", "--sync", "127.0.0.1", "-p"], "iwarp perf", "iwarp perf --server", 1),
+        # No verdict at all: conformance's own status for "could not run" (2).
+        (["conformance", "127.0.0.1"], "iwarp conformance", "iwarp listen --host 127.0.0.1", 2),
+    ],
+    ids=["ping", "ping-sync", "perf", "perf-sync", "conformance"],
+)
+def test_the_other_clients_say_it_alike(argv: list[str], prog: str, hint: str, status: int) -> None:
+    port = closed_port()
+    text = run(*argv, str(port))
+    assert text.returncode == status, text.stderr
+    (line,) = [x for x in text.stderr.splitlines() if "error" in x]
+    assert line.startswith(
+        f"{prog}: error: cannot reach 127.0.0.1:{port}: connection refused: nothing listens "
+        "on that port (tried: TCP connect); hint: start "
+    ), line
+    assert hint in line and "Traceback" not in text.stderr
+
+
+def test_only_connect_failures_count_as_unreachable() -> None:
+    assert is_connect_failure(ConnectionRefusedError(errno.ECONNREFUSED, "x"))
+    assert is_connect_failure(socket.gaierror(-2, "Name or service not known"))
+    assert is_connect_failure(OSError(errno.EHOSTUNREACH, "No route to host"))
+    assert not is_connect_failure(ConnectionResetError(errno.ECONNRESET, "reset"))
+    assert not is_connect_failure(TimeoutError())  # a wait of ours, not the connect
+    assert not is_connect_failure(ValueError("x"))
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def test_failing_target_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_unreachable_target_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "127.0.0.1", "1", PREFIX]) == 2
-    assert "cannot connect" in capsys.readouterr().err
+    assert "cannot reach" in capsys.readouterr().err
 
 
 def test_peer_cmd_runs_once_per_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

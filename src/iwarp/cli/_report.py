@@ -16,11 +16,11 @@ the exit status :data:`EXIT_FAILED`.
 
 from __future__ import annotations
 
-import errno
 import json
-import socket
 import sys
 from typing import Final, TextIO
+
+from iwarp.sockets import connect_failure_reason
 
 __all__ = [
     "EXIT_FAILED",
@@ -116,29 +116,6 @@ class Output:
         print(line, file=stream, flush=True)
 
 
-#: Why a connect failed, said plainly, by errno.
-_REASONS: Final = {
-    errno.ECONNREFUSED: "connection refused: nothing listens on that port",
-    errno.ETIMEDOUT: "no answer (timed out)",
-    errno.EHOSTUNREACH: "no route to the host",
-    errno.ENETUNREACH: "the network is unreachable",
-    errno.ECONNRESET: "the peer reset the connection",
-    errno.EADDRNOTAVAIL: "the address is not available here",
-}
-
-
-def _reason(error: BaseException) -> str:
-    if isinstance(error, socket.gaierror):
-        return f"the host name does not resolve ({error.strerror})"
-    if isinstance(error, TimeoutError) and error.errno is None:
-        return "no answer (timed out)"
-    if isinstance(error, OSError) and error.errno in _REASONS:
-        return _REASONS[error.errno]
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror[:1].lower() + error.strerror[1:]
-    return str(error) or type(error).__name__
-
-
 def unreachable(
     host: str, port: int, error: BaseException, *, tried: str, hint: str, code: int | None = None
 ) -> dict[str, object]:
@@ -150,7 +127,7 @@ def unreachable(
         the TCP connection failed, RFC 5044 §8).
     """
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    reason = _reason(error)
+    reason = connect_failure_reason(error)
     return {
         "type": "error",
         "code": code,

@@ -66,9 +66,11 @@ from iwarp.cli._perf import (
     summary,
 )
 from iwarp.cli._progress import add_progress_options
+from iwarp.cli._report import format_error, unreachable
 from iwarp.cli._run import run_blocking_interruptible, run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
+from iwarp.sockets import is_connect_failure
 from iwarp.sync import BUSY_POLL
 
 __all__ = ["DEFAULT_PORT", "PerfError", "Result", "parse_size", "register", "run", "summary"]
@@ -247,7 +249,14 @@ def run(args: argparse.Namespace) -> int:
             return _serve(args, config)
         return _client(args, config)
     except (OSError, IwarpError, PerfError) as exc:
-        print(f"iwarp perf: {exc}", file=sys.stderr)
+        if not args.server and is_connect_failure(exc):
+            hint = (
+                f"start a server there, e.g. iwarp perf --server --bind {args.host} -p {args.port}"
+            )
+            exc_record = unreachable(args.host, args.port, exc, tried="TCP connect", hint=hint)
+            print(format_error("iwarp perf", exc_record), file=sys.stderr)
+        else:
+            print(f"iwarp perf: {exc}", file=sys.stderr)
         return 1
     except MemoryError:
         print(f"iwarp perf: not enough memory for {args.size}-octet messages", file=sys.stderr)

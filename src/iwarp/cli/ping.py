@@ -29,12 +29,14 @@ from iwarp.asyncio.rdma import (
 from iwarp.cli._args import SIZE_HELP, count, format_octets, format_rate, port, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture, sync_pcap_capture
 from iwarp.cli._progress import Progress, add_progress_options
+from iwarp.cli._report import format_error, unreachable
 from iwarp.cli._run import run_blocking_interruptible, run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma.rping import DEFAULT_SIZE, MIN_SIZE, RpingClient, RpingServer
 from iwarp.rdmap.work import Completion, WorkOpcode
+from iwarp.sockets import is_connect_failure
 from iwarp.sync import rping as sync_rping
 from iwarp.sync.rdma import QueuePair as SyncQueuePair
 
@@ -165,7 +167,13 @@ def run(args: argparse.Namespace) -> int:
             print(tally.text())
         return status
     except (OSError, IwarpError) as exc:
-        print(f"iwarp ping: {exc}", file=sys.stderr)
+        if args.client and is_connect_failure(exc):
+            host = args.address or "127.0.0.1"
+            hint = f"start an rping server there, e.g. iwarp ping -s -a {host} -p {args.port}"
+            exc_record = unreachable(host, args.port, exc, tried="TCP connect", hint=hint)
+            print(format_error("iwarp ping", exc_record), file=sys.stderr)
+        else:
+            print(f"iwarp ping: {exc}", file=sys.stderr)
         return 1
 
 

@@ -43,6 +43,7 @@ from iwarp.conformance.model import (
 )
 from iwarp.conformance.session import NEED_HINTS, Session, StartupStyle
 from iwarp.mpa.wire import Revision
+from iwarp.sockets import connect_failure_reason
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -207,9 +208,12 @@ class Runner:
             try:
                 sock = socket.create_connection((self.target.host, self.target.port), timeout=left)
             except OSError as exc:
+                host, port = self.target.host, self.target.port
+                address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
                 raise TargetUnavailableError(
-                    f"cannot connect to {self.target.host}:{self.target.port}: "
-                    f"{exc.strerror or exc}"
+                    f"cannot reach {address}: {connect_failure_reason(exc)} (tried: TCP "
+                    "connect); hint: start the MPA Responder under test there, e.g. "
+                    f"iwarp listen --host {host} --port {port}"
                 ) from None
             link = Link(sock)
             link.settle(SETTLE)
