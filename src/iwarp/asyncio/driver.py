@@ -369,22 +369,16 @@ class CoreDriver(asyncio.BufferedProtocol):
         if fd is None or transport is None or transport.is_closing():
             self._lane = None
             return True
-        while True:
-            try:
-                state = lane.pump(fd)
-            except OSError as exc:
-                self._failed(exc)
-                return True
-            if state is LaneState.DONE:
-                break
+        try:
+            state = lane.pump(fd)
+        except OSError as exc:
+            self._failed(exc)
+            return True
+        if state is not LaneState.DONE:
             piece = bytearray(min(_LANE_PIECE, lane.total - lane.sent))
             transport.write(memoryview(piece)[: lane.copy(piece)])
-            if lane.done:
-                break
-            if self._write_paused:
-                return False  # resume_writing goes on
-            # The kernel took the whole piece at once (the peer read in
-            # between): nothing will call resume_writing, so go on here.
+            if not lane.done:
+                return False
         self._lane = None
         lane_sent: Callable[[SendLane], None] = getattr(self.core, "lane_sent")  # noqa: B009
         lane_sent(lane)
