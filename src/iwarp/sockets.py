@@ -299,7 +299,8 @@ def connect_failure_reason(error: BaseException) -> str:
 def is_connect_failure(error: BaseException) -> bool:
     """Whether ``error`` says the peer could not be reached at all (a name
     that does not resolve, a refused, unroutable or unanswered connect), as
-    opposed to a connection that failed later (a reset, say)."""
+    opposed to a connection that failed later (a reset, say) or a local
+    address that cannot be used (a source address not on this host)."""
     if isinstance(error, (socket.gaierror, ConnectionRefusedError)):
         return True
     if isinstance(error, TimeoutError) and error.errno is None:
@@ -309,5 +310,4 @@ def is_connect_failure(error: BaseException) -> bool:
         errno.ETIMEDOUT,
         errno.EHOSTUNREACH,
         errno.ENETUNREACH,
-        errno.EADDRNOTAVAIL,
     }

@@ -88,11 +88,14 @@ def test_counts_match_the_traffic_that_made_the_capture(
 def peak_rss_decoding(path: Path) -> int:
     """Peak RSS (octets) of ``iwarp decode`` on ``path``, in a fresh process."""
     code = (
-        "import resource, sys\n"
+        "import sys\n"
         "from iwarp.cli import main\n"
         "status = main(['decode', '--progress', 'no', sys.argv[1]])\n"
         "sys.stdout.flush()\n"
-        "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        # VmHWM is this process's own peak; ru_maxrss would carry the parent's
+        # over exec (a child of a large pytest worker reported the worker's).
+        "hwm = [x.split()[1] for x in open('/proc/self/status') if x.startswith('VmHWM:')]\n"
+        "print('RSS', hwm[0], file=sys.stderr)\n"
         "sys.exit(status)\n"
     )
     done = subprocess.run(

@@ -95,6 +95,7 @@ def test_only_connect_failures_count_as_unreachable() -> None:
     assert is_connect_failure(socket.gaierror(-2, "Name or service not known"))
     assert is_connect_failure(OSError(errno.EHOSTUNREACH, "No route to host"))
     assert not is_connect_failure(ConnectionResetError(errno.ECONNRESET, "reset"))
+    assert not is_connect_failure(OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address"))
     assert not is_connect_failure(TimeoutError())  # a wait of ours, not the connect
     assert not is_connect_failure(ValueError("x"))
 

@@ -144,12 +144,16 @@ def test_perf_takes_pcap(tmp_path: Path) -> None:
     assert len(writes) >= 20
 
 
-#: Runs ``iwarp`` and prints its peak resident set size on stderr at exit.
+#: Runs ``iwarp`` and prints its peak resident set size (KiB) on stderr at
+#: exit: the VmHWM of its own memory, not ru_maxrss, which Linux carries over
+#: exec from the parent (a child of a large pytest worker reported the
+#: worker's size).
 _MEASURED = [
     IWARP[0],
     "-c",
-    "import atexit, resource, runpy, sys; atexit.register(lambda: print('maxrss', "
-    "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)); "
+    "import atexit, runpy, sys; atexit.register(lambda: print('maxrss', "
+    "[x.split()[1] for x in open('/proc/self/status') if x.startswith('VmHWM:')][0], "
+    "file=sys.stderr)); "
     "sys.argv[0] = 'iwarp'; runpy.run_module('iwarp', run_name='__main__')",
 ]
 
