@@ -599,3 +599,49 @@ def test_a_refused_fetch_add_names_rfc_7306() -> None:
     message = str(op_failed("atomic", completion, refusal))
     assert "does not support RFC 7306" in message and "needs a server with them" in message
     assert "RFC 7306" not in str(op_failed("read", completion, refusal))
+
+
+#: A perf server whose queue pairs answer Atomic Requests as a stack without
+#: RFC 7306 does (atomic_ird=0), for the client's message.
+_NO_ATOMICS_SERVER = """
+import sys
+import iwarp.rdma.connection as connection
+from iwarp.cli import main
+
+class NoAtomics(connection.RdmapStream):
+    def __init__(self, *args, **kwargs):
+        kwargs["atomic_ird"] = 0
+        super().__init__(*args, **kwargs)
+
+connection.RdmapStream = NoAtomics
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]])
+def test_a_server_without_atomics_is_named(
+    adapter: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Against a server that answers FetchAdd with Unexpected OpCode (RFC 7306
+    §1.1), ``--latency`` ends with a message naming RFC 7306 (exit 1)."""
+    command = [sys.executable, "-c", _NO_ATOMICS_SERVER, "perf", "--server"]
+    proc = subprocess.Popen(
+        [*command, "--bind", "127.0.0.1", "-p", "0", *adapter],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "serving on 127.0.0.1:" in line, line
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        status, _, err = run_client(
+            capsys, port, *adapter, "--op", "atomic", "-n", "20", "--latency"
+        )
+        assert status == 1
+        assert "does not support RFC 7306 Atomic Operations" in err, err
+        assert "needs a server with them" in err and "Traceback" not in err
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
