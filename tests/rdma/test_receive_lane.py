@@ -72,10 +72,12 @@ def _run(
     w.pump()
     a, b = w.a, w.b
     markers = config is not None and config.markers
+    posted = []  # the posted receive buffers, compared octet by octet
     if not pool:
         for k in range(len(script) + 1):
             region = b.pd.register(bytearray(BUFFER), Access.LOCAL_WRITE)
             b.post_recv(RecvWR(Sge(region), wr_id=100 + k))
+            posted.append(region)
     target = b.pd.register(bytearray(64), Access.REMOTE_WRITE | Access.REMOTE_READ)
     sink = a.pd.register(bytearray(64), Access.LOCAL_WRITE)
 
@@ -127,6 +129,7 @@ def _run(
             log.append(message)
         log.append([repr(c) for c in b.recv_cq.poll()])
         log.append(bytes(target.view))
+        log.append([bytes(region.view) for region in posted])
     log.append((repr(b.error), b.end_reason, b.message_octets))
     return log
 
