@@ -210,8 +210,8 @@ def _receive_unmarked(
         return None
     n: int = _unpack_length(view, 0)[0]
     # RFC 5044 §4.1: length field, ULPDU, PAD to a multiple of 4, CRC.
-    if (n + 9) & ~3 != size or n > limit:
-        return None
+    if (n + 9) & ~3 != size or n > limit or n < UNTAGGED_HEADER_SIZE:
+        return None  # (a ULPDU shorter than its DDP header: the full path says so)
     if crc and _unpack_crc(view, size - 4)[0] != crc32c(view[: size - 4]):
         return None
     control, rdmap, _, qn, got_msn, mo = _unpack_header(view, 2)
