@@ -3,6 +3,7 @@ every op and mode, both ends' tables, sweeps, and interrupts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import socket
@@ -645,3 +646,46 @@ def test_a_server_without_atomics_is_named(
     finally:
         proc.kill()
         proc.communicate(timeout=10)
+
+
+def test_the_raw_tcp_server_bounds_what_a_peer_that_never_reads_costs() -> None:
+    """``--compare-raw`` echo (latency, atomics): a peer that sends and never
+    reads pauses the server's reading, so its write buffer stays bounded;
+    a second connection is refused; closing ends the test's connection."""
+    from iwarp.cli._perf_async import _RawListener
+
+    chunk = bytes(1 << 16)
+
+    async def scenario() -> tuple[int, int, bool, bytes]:
+        loop = asyncio.get_running_loop()
+        listener = await _RawListener.open("127.0.0.1", PerfTest("send", 1 << 16, True, True))
+        sock = socket.create_connection(("127.0.0.1", listener.port))
+        sock.setblocking(False)
+        other = socket.create_connection(("127.0.0.1", listener.port))
+        try:
+            await loop.sock_sendall(sock, (1 << 40).to_bytes(8, "big"))
+            biggest = sent = stalls = 0
+            while sent < 32 << 20 and stalls < 200:  # bounded: 32 MiB or 200 stalls
+                try:
+                    sent += sock.send(chunk)
+                    stalls = 0
+                except BlockingIOError:
+                    stalls += 1
+                    await asyncio.sleep(0.001)
+                transport = listener.transport
+                if transport is not None:
+                    biggest = max(biggest, transport.get_write_buffer_size())
+            other.settimeout(10)
+            refused = await loop.run_in_executor(None, other.recv, 1)
+            assert listener.transport is not None
+            listener.close()
+            return biggest, sent, listener.transport.is_closing(), refused
+        finally:
+            sock.close()
+            other.close()
+
+    biggest, sent, closing, refused = asyncio.run(scenario())
+    assert sent < 32 << 20  # the server stopped reading
+    assert biggest <= 4 << 20, biggest  # before: every octet sent, buffered to echo
+    assert closing
+    assert refused == b""  # the second connection was closed at once
