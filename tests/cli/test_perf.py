@@ -117,12 +117,43 @@ def test_hostile_control_messages_are_perf_errors() -> None:
         decode(b"[" * 100_000)
 
 
-@given(st.dictionaries(st.sampled_from(["op", "bytes", "latency", "adapter", "crc"]), _JSON))
-def test_a_garbled_result_never_breaks_the_server(data: dict[str, object]) -> None:
+_RESULT = {
+    "op": "write",
+    "bytes": 64,
+    "latency": False,
+    "iterations": 1,
+    "adapter": "sync",
+    "markers": False,
+    "crc": True,
+    "accel": "C",
+    "peer_accel": "C",
+    "peak_mib_s": 1.0,
+    "average_mib_s": 1.0,
+    "messages_per_s": 1.0,
+    **dict.fromkeys(
+        ("min_us", "max_us", "typical_us", "avg_us", "stdev_us", "p99_us", "p99_9_us"), 1.0
+    ),
+}
+
+
+@given(
+    st.dictionaries(st.sampled_from(sorted(_RESULT)), _JSON | st.integers(10**300, 10**400)),
+    st.booleans(),
+)
+def test_a_garbled_result_never_breaks_the_server(data: dict[str, object], latency: bool) -> None:
     lines: list[str] = []
     served = Served("sync", lines.append)
-    served.result(data, detail=True)  # a row, or "unreadable" on stderr: never an exception
+    served.result({**_RESULT, "latency": latency, **data}, detail=True)  # a row, or "unreadable"
     assert served.tests == 1
+
+
+@pytest.mark.parametrize("key", ["peak_mib_s", "messages_per_s", "min_us"])
+def test_a_result_too_large_for_a_float_is_unreadable_not_a_crash(
+    key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    served = Served("sync", print)
+    served.result({**_RESULT, "latency": key == "min_us", key: 10**400}, detail=True)
+    assert "the client's result is unreadable" in capsys.readouterr().err
 
 
 @given(st.lists(st.floats(1e-7, 10.0), min_size=1, max_size=300))

@@ -579,7 +579,7 @@ class Served:
         self.current = None
         try:
             self._printer.result(data, detail=detail)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             print(f"iwarp perf: the client's result is unreadable: {exc!r}", file=sys.stderr)
         sys.stdout.flush()
 
