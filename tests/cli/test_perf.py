@@ -27,6 +27,7 @@ from iwarp.cli._perf import (
     PerfTest,
     Result,
     Served,
+    Ticker,
     check_word,
     decode,
     latency_stats,
@@ -36,6 +37,7 @@ from iwarp.cli._perf import (
 from iwarp.cli.perf import parse_size
 from iwarp.errors import TerminateLayer
 from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode
+from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import Completion, CompletionStatus, WorkOpcode
 
@@ -720,3 +722,69 @@ def test_the_raw_tcp_server_bounds_what_a_peer_that_never_reads_costs() -> None:
     assert biggest <= 4 << 20, biggest  # before: every octet sent, buffered to echo
     assert closing
     assert refused == b""  # the second connection was closed at once
+
+
+class _FloodingQueuePair:
+    """A server that, once a bandwidth test ended, sends control messages
+    without end: the client must take the first (the report) and stop."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.send_cq = self
+
+    def post_send(self, wr: object) -> None:
+        pass
+
+    def wait(self) -> object:  # the send completion queue's
+        return type("Done", (), {"status": CompletionStatus.SUCCESS})()
+
+    def send(self, data: object, solicited: bool = False) -> None:
+        pass
+
+    def receive(self, timeout: float | None = None) -> bytes:
+        self.reads += 1
+        if self.reads > 1000:
+            raise AssertionError("the client reads on after the report")
+        return b'{"cpu": 0.5}'
+
+
+def _flood_result() -> tuple[Result, Ticker]:
+    result = Result(PerfTest("write", 64, False, False), "sync", False, True, limit=3)
+    return result, Ticker(result, enabled=False, forced=False, interval=1.0)
+
+
+def test_the_sync_client_reads_no_more_than_the_report() -> None:
+    from iwarp.cli import _perf_sync
+
+    qp = _FloodingQueuePair()
+    result, ticker = _flood_result()
+    region = ProtectionDomain().register(bytearray(64))
+    report = _perf_sync._bandwidth(qp, region, 0, result, ticker, 0)  # type: ignore[arg-type]
+    assert report == {"cpu": 0.5} and result.iterations == 3 and qp.reads == 1
+
+
+def test_the_asyncio_client_reads_no_more_than_the_report() -> None:
+    from iwarp.cli import _perf_async
+
+    class Flooding(_FloodingQueuePair):
+        async def wait(self) -> object:
+            for _ in range(20):  # a completion takes a while: the reader reads meanwhile
+                await asyncio.sleep(0)
+            return _FloodingQueuePair.wait(self)
+
+        async def send(self, data: object, solicited: bool = False) -> None:  # type: ignore[override]
+            pass
+
+        async def receive(self, timeout: float | None = None) -> bytes:  # type: ignore[override]
+            await asyncio.sleep(0)
+            return _FloodingQueuePair.receive(self)
+
+    async def scenario() -> tuple[dict[str, object], int]:
+        qp = Flooding()
+        result, ticker = _flood_result()
+        region = ProtectionDomain().register(bytearray(64))
+        report = await _perf_async._bandwidth(qp, region, 0, result, ticker, 0)  # type: ignore[arg-type]
+        return report, qp.reads
+
+    report, reads = asyncio.run(scenario())
+    assert report == {"cpu": 0.5} and reads == 1

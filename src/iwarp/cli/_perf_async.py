@@ -501,8 +501,9 @@ async def _bandwidth(
                 if "credits" in message:
                     credits += integer(message, "credits", 0, 1 << 20)
                     more_credits.set()
-                else:
+                else:  # the report: nothing follows it (not read on, not queued)
                     messages.put_nowait(message)
+                    return
         except (IwarpError, PerfError) as exc:
             ended.append(str(exc))
             more_credits.set()

@@ -421,7 +421,8 @@ def _bandwidth(
 
     def control(wait: bool) -> None:
         nonlocal credits
-        while (message := _message(qp, wait)) is not None:
+        # nothing follows the report: a server sending on is not read on
+        while not reports and (message := _message(qp, wait)) is not None:
             if "credits" in message:
                 credits += integer(message, "credits", 0, 1 << 20)
             else:
