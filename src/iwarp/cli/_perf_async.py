@@ -23,14 +23,17 @@ from iwarp.cli._perf import (
     Result,
     Served,
     Ticker,
+    accept_answer,
     atomic_window,
+    bandwidth_window,
     check_word,
     decode,
     encode,
     integer,
     no_atomics,
     op_failed,
-    refused,
+    post_buffers,
+    raw_server_side,
     seconds,
     send_receives,
     summary,
@@ -127,28 +130,13 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
     if why is not None:
         await qp.send(served.refuse(why))
         return
-    sinks: list[MemoryRegion] = []
-    stag = 0
-    target: MemoryRegion | None = None
     receives = send_receives(test.size, test.latency)
     try:
-        if test.op == "send":  # data and control Sends land in these
-            for i in range(receives):
-                sinks.append(
-                    qp.register(bytearray(max(test.size, CONTROL_SIZE)), Access.LOCAL_WRITE)
-                )
-                qp.post_recv(RecvWR(Sge(sinks[i]), wr_id=i))
-        else:
-            access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
-            if test.op == "atomic":  # FetchAdds on its word (RFC 7306 §5.3)
-                access |= Access.REMOTE_ATOMIC
-            target = qp.register(bytearray(test.size), access)
-            stag = target.stag
-            # control messages (and Write-latency pings) land in the control buffer
-            qp.post_recv(RecvWR(Sge(region), wr_id=CONTROL_ID))
+        sinks, target = post_buffers(qp, test, region)
     except MemoryError:
         await qp.send(served.refuse(f"cannot allocate buffers for {test.size}-octet messages"))
         return
+    stag = 0 if target is None else target.stag
     cpu = time.process_time()
     params = qp.params
     await qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
@@ -424,17 +412,9 @@ async def run_client(
     try:
         await qp.send(test.encode())
         answer = decode(await qp.receive())
-        refused(answer)
-        if bool(answer.get("markers")) != config.markers:
-            raise PerfError(
-                "markers differ: give the server the same --markers setting "
-                "(an MPA receiver asks for markers in what it receives)"
-            )
+        stag = accept_answer(answer, config.markers, result)
         result.crc = qp.params.crc
-        result.peer_accel = str(answer.get("accel", "?"))
-        result.peer_adapter = str(answer.get("adapter", "?"))
         region = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
-        stag = integer(answer, "stag", 0, 0xFFFFFFFF)
         cpu = time.process_time()
         result.cpu_started = cpu
         if test.latency:
@@ -455,13 +435,7 @@ async def run_client(
                 result.iterations,
                 atomic_window(qp.stream.atomic_ord),
             )
-            server_side = decode(await qp.receive())
-            if "error" in server_side:
-                raise PerfError(f"raw TCP on the server: {server_side['error']}")
-            raw.cpu_server = seconds(server_side, "cpu")
-            theirs = str(server_side.get("style", raw.style))
-            if theirs != raw.style:
-                raw.style = f"client: {raw.style}; server: {theirs}"
+            raw_server_side(raw, decode(await qp.receive()))
             result.raw = raw
         await qp.send(encode({"result": summary(result), "detail": detail}))
     except BaseException:
@@ -483,11 +457,7 @@ async def _bandwidth(
     deadline = result.duration
     posted = completed = 0
     credits = receives if op == "send" else 1 << 62
-    window = WINDOW
-    if op == "read":
-        window = min(WINDOW, max(1, qp.params.ord))
-    elif op == "atomic":
-        window = atomic_window(qp.stream.atomic_ord)
+    window = bandwidth_window(qp, op)
     more_credits = asyncio.Event()
     messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
