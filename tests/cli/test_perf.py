@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from iwarp.cli import main
 from iwarp.cli._perf import (
     ATOMIC_SIZE,
+    CONTROL_ID,
+    CONTROL_SIZE,
     MAX_SIZE,
     OPS,
     SWEEP_SIZES,
@@ -37,7 +39,7 @@ from iwarp.cli._perf import (
 from iwarp.cli.perf import parse_size
 from iwarp.errors import TerminateLayer
 from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode
-from iwarp.rdmap.memory import ProtectionDomain
+from iwarp.rdmap.memory import Access, ProtectionDomain
 from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import Completion, CompletionStatus, WorkOpcode
 
@@ -788,3 +790,43 @@ def test_the_asyncio_client_reads_no_more_than_the_report() -> None:
 
     report, reads = asyncio.run(scenario())
     assert report == {"cpu": 0.5} and reads == 1
+
+
+class _ShortOfMemoryQueuePair:
+    """A server queue pair whose registrations of ``size``-octet buffers
+    fail (MemoryError), after a client asked for a test of ``size``."""
+
+    def __init__(self, test: PerfTest) -> None:
+        self.test = test
+        self.sent: list[bytes] = []
+        self.recv_cq = self
+        self.params = type("Params", (), {"markers_receive": False, "crc": True})()
+        self._pd = ProtectionDomain()
+
+    def wait(self) -> object:  # the receive completion queue's: the test description
+        fields = {"status": CompletionStatus.SUCCESS, "wr_id": CONTROL_ID, "solicited": False}
+        return type("Done", (), {**fields, "byte_len": len(self.test.encode())})()
+
+    def register(self, buffer: bytearray, access: Access) -> object:
+        if len(buffer) == self.test.size:
+            raise MemoryError
+        return self._pd.register(buffer, access)
+
+    def post_recv(self, wr: object) -> None:
+        pass
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+def test_a_server_short_of_memory_for_a_send_latency_test_refuses_it() -> None:
+    from iwarp.cli import _perf_sync
+
+    test = PerfTest("send", 64, True, False)
+    qp = _ShortOfMemoryQueuePair(test)
+    control = ProtectionDomain().register(bytearray(CONTROL_SIZE))
+    control.view[: len(test.encode())] = test.encode()
+    served = Served("sync", lambda line: None)
+    _perf_sync._serve_one(qp, control, served, "127.0.0.1")  # type: ignore[arg-type]
+    assert len(qp.sent) == 1 and "cannot allocate" in decode(qp.sent[0])["error"]
+    assert served.tests == 1

@@ -126,26 +126,31 @@ def bandwidth_window(qp: QueuePairFront, op: str) -> int:
 
 def post_buffers(
     qp: QueuePairFront, test: PerfTest, control: MemoryRegion
-) -> tuple[list[MemoryRegion], MemoryRegion | None]:
-    """The server's buffers for ``test`` (either adapter): a Send test's
-    sinks, each posted as a receive (data and control Sends land in them);
-    else the target region of the Writes, Reads or FetchAdds, and
-    ``control`` posted again for control messages (and Write-latency pings).
+) -> tuple[list[MemoryRegion], MemoryRegion | None, MemoryRegion | None]:
+    """The server's buffers for ``test`` (either adapter), all allocated
+    before it answers: a Send test's sinks, each posted as a receive (data
+    and control Sends land in them), and for Send latency the buffer each
+    Send is answered from; else the target region of the Writes, Reads or
+    FetchAdds, and ``control`` posted again for control messages (and
+    Write-latency pings). Returns (sinks, target, answer).
 
     :raises MemoryError: they cannot be allocated.
     """
     sinks: list[MemoryRegion] = []
     if test.op == "send":
+        answer = None
+        if test.latency:
+            answer = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
         for i in range(send_receives(test.size, test.latency)):
             sinks.append(qp.register(bytearray(max(test.size, CONTROL_SIZE)), Access.LOCAL_WRITE))
             qp.post_recv(RecvWR(Sge(sinks[i]), wr_id=i))
-        return sinks, None
+        return sinks, None, answer
     access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
     if test.op == "atomic":  # FetchAdds on its word (RFC 7306 §5.3)
         access |= Access.REMOTE_ATOMIC
     target = qp.register(bytearray(test.size), access)
     qp.post_recv(RecvWR(Sge(control), wr_id=CONTROL_ID))
-    return sinks, target
+    return sinks, target, None
 
 
 def accept_answer(answer: dict[str, Any], markers: bool, result: Result) -> int:

@@ -132,7 +132,7 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
         return
     receives = send_receives(test.size, test.latency)
     try:
-        sinks, target = post_buffers(qp, test, region)
+        sinks, target, answer = post_buffers(qp, test, region)
     except MemoryError:
         await qp.send(served.refuse(f"cannot allocate buffers for {test.size}-octet messages"))
         return
@@ -141,7 +141,6 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
     params = qp.params
     await qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
     if test.op == "send":
-        answer = qp.register(bytearray(test.size), Access.LOCAL_WRITE) if test.latency else None
         credits = 0
         while True:
             done = await _receive(qp)

@@ -196,7 +196,7 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
         return
     receives = send_receives(test.size, test.latency)
     try:
-        sinks[:], target = post_buffers(qp, test, control)
+        sinks[:], target, answer = post_buffers(qp, test, control)
     except MemoryError:
         qp.send(served.refuse(f"cannot allocate buffers for {test.size}-octet messages"))
         return
@@ -205,7 +205,6 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
     params = qp.params
     qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
     if test.op == "send":
-        answer = qp.register(bytearray(test.size), Access.LOCAL_WRITE) if test.latency else None
         credits = 0
         while True:
             done = _receive(qp)
