@@ -152,7 +152,7 @@ def atomic_order(s: Session) -> None:
     "Remote Operation Error with Error Code Name 'Catastrophic error, localized to RDMAP "
     'Stream\'"; §5.1.1: "the Responder\'s memory MUST NOT be modified"',
     needs=(Need.REGION,),
-    covers=("terminate",),
+    covers=("terminate", "atomic-alignment"),
 )
 def misaligned(s: Session) -> None:
     region, to = _target(s)
