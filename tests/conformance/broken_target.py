@@ -307,6 +307,23 @@ def break_terminate_queue() -> None:
     _patch(outgoing, "untagged", staticmethod(moved))
 
 
+def break_atomic_alignment() -> None:
+    """RFC 7306 §8.2: an Atomic Request's TO is not checked for 64-bit alignment (every
+    other check is made; the word at the misaligned TO is acted on)."""
+    checked = _get(iwarp.rdmap.stream, "check_target")
+
+    def check(pd: Any, request: Any, *, ddp_header: bytes | None = None) -> Any:
+        try:
+            return checked(pd, request, ddp_header=ddp_header)
+        except RemoteOperationError as exc:
+            # The alignment check is the last one: past it, every other check passed.
+            if exc.code != RemoteOperationCode.CATASTROPHIC_STREAM or not request.to % 8:
+                raise
+            return pd.registry.lookup(request.stag)
+
+    _patch(iwarp.rdmap.stream, "check_target", check)
+
+
 #: Each switch breaks one MUST rule; a case tagged with the rule in ``covers`` must fail.
 RULES = {
     "crc": break_crc,
@@ -326,6 +343,7 @@ RULES = {
     "invalidate": break_invalidate,
     "invalidate-valid": break_invalidate_valid,
     "terminate-queue": break_terminate_queue,
+    "atomic-alignment": break_atomic_alignment,
 }
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -17,14 +17,9 @@ TARGET_TIMEOUT = "2"
 
 
 @contextmanager
-def listening(options: Sequence[str]) -> Iterator[int]:
-    """``iwarp listen`` on a free port; yields the port."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "iwarp", "listen", "--port", "0", "--json", *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+def _listener(argv: Sequence[str]) -> Iterator[int]:
+    """A process that prints ``iwarp listen --json``'s lines; yields its port."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None
         first = json.loads(proc.stdout.readline())
@@ -36,6 +31,11 @@ def listening(options: Sequence[str]) -> Iterator[int]:
         proc.kill()
         proc.wait()
         proc.stdout.close()  # type: ignore[union-attr]
+
+
+def listening(options: Sequence[str]) -> AbstractContextManager[int]:
+    """``iwarp listen`` on a free port; yields the port."""
+    return _listener([sys.executable, "-m", "iwarp", "listen", "--port", "0", "--json", *options])
 
 
 @contextmanager
@@ -55,24 +55,8 @@ def connecting(port: int, options: Sequence[str]) -> Iterator[subprocess.Popen[b
         proc.wait()
 
 
-@contextmanager
-def switched(switch: str, options: Sequence[str]) -> Iterator[int]:
+def switched(switch: str, options: Sequence[str]) -> AbstractContextManager[int]:
     """``iwarp listen OPTIONS`` with one switch of broken_target.py on (a mutant or a
     check-order variant); yields the port."""
     script = [sys.executable, str(HERE / "broken_target.py"), switch]
-    proc = subprocess.Popen(
-        [*script, "listen", "--port", "0", "--json", *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        first = json.loads(proc.stdout.readline())
-        assert first["type"] == "listening", first
-        threading.Thread(target=proc.stdout.read, daemon=True).start()
-        yield int(first["port"])
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()  # type: ignore[union-attr]
+    return _listener([*script, "listen", "--port", "0", "--json", *options])

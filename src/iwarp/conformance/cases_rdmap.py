@@ -360,31 +360,18 @@ def _readable(s: Session) -> Region:
 
 def _responses(s: Session, count: int, *, wrote: bool = False) -> list[Received]:
     """The next ``count`` Read Responses (other FPDUs skipped); skip on an access-rights TERM."""
-    out: list[Received] = []
-    while len(out) < count:
-        got = s.next_fpdu()
-        if got is None:
-            raise CaseFailed(
-                f"{len(out)} of {count} Read Responses, then {s.link.ended or 'silence'}"
+
+    def judge(term: TerminateHeader) -> None:
+        if (term.layer, term.etype, term.code) == (RDMAP, PROT, RemoteProtectionCode.ACCESS_RIGHTS):
+            raise CaseSkipped(NOT_READABLE[(RDMAP, PROT, RemoteProtectionCode.ACCESS_RIGHTS)])
+        if wrote and (term.layer, term.etype, term.code) == (TerminateLayer.DDP, 1, 0):
+            # RFC 5041 has no access-rights code: a Write without the right is "invalid STag".
+            raise CaseSkipped(
+                "the advertised buffer is not open to remote Write (an invalid-STag "
+                "Terminate); a buffer open to Write and Read (rping -c) enables the case"
             )
-        if got.is_terminate:
-            term = got.terminate()
-            if (term.layer, term.etype, term.code) == (
-                RDMAP,
-                PROT,
-                RemoteProtectionCode.ACCESS_RIGHTS,
-            ):
-                raise CaseSkipped(NOT_READABLE[(RDMAP, PROT, RemoteProtectionCode.ACCESS_RIGHTS)])
-            if wrote and (term.layer, term.etype, term.code) == (TerminateLayer.DDP, 1, 0):
-                # RFC 5041 has no access-rights code: a Write without the right is "invalid STag".
-                raise CaseSkipped(
-                    "the advertised buffer is not open to remote Write (an invalid-STag "
-                    "Terminate); a buffer open to Write and Read (rping -c) enables the case"
-                )
-            raise CaseFailed(f"a Terminate instead of a Read Response: {describe_terminate(term)}")
-        if got.info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE:
-            out.append(got)
-    return out
+
+    return s.expect_answers(count, RdmapOpcode.RDMA_READ_RESPONSE, "Read Responses", judge)
 
 
 @case(

@@ -37,9 +37,7 @@ NO_SUPPORT = "the target answered Unexpected OpCode: it has no RFC 7306 "
 def _target(s: Session) -> tuple[Region, int]:
     """The advertised buffer and its first 64-bit aligned TO (skip if none)."""
     s.data_phase()
-    region = s.cooperation.region
-    if region is None:
-        raise CaseSkipped("the target advertised no buffer")
+    region = s.region()
     to = (region.to + 7) & ~7
     if to + 8 > region.to + region.length:
         raise CaseSkipped("the advertised buffer holds no aligned 64-bit word")
@@ -65,22 +63,11 @@ def _unsupported(term: TerminateHeader, what: str) -> None:
 
 def _responses(s: Session, count: int) -> list[Received]:
     """The next ``count`` Atomic Responses (other FPDUs skipped)."""
-    out: list[Received] = []
-    while len(out) < count:
-        got = s.next_fpdu()
-        if got is None:
-            raise CaseFailed(
-                f"{len(out)} of {count} Atomic Responses, then {s.link.ended or 'silence'}"
-            )
-        if got.is_terminate:
-            term = got.terminate()
-            _unsupported(term, "Atomic Operations")
-            raise CaseFailed(
-                f"a Terminate instead of an Atomic Response: {describe_terminate(term)}"
-            )
-        if got.info.get("opcode") == RdmapOpcode.ATOMIC_RESPONSE:
-            out.append(got)
-    return out
+
+    def judge(term: TerminateHeader) -> None:
+        _unsupported(term, "Atomic Operations")
+
+    return s.expect_answers(count, RdmapOpcode.ATOMIC_RESPONSE, "Atomic Responses", judge)
 
 
 def _next_terminate(s: Session) -> TerminateHeader:
@@ -165,7 +152,7 @@ def atomic_order(s: Session) -> None:
     "Remote Operation Error with Error Code Name 'Catastrophic error, localized to RDMAP "
     'Stream\'"; §5.1.1: "the Responder\'s memory MUST NOT be modified"',
     needs=(Need.REGION,),
-    covers=("terminate",),
+    covers=("terminate", "atomic-alignment"),
 )
 def misaligned(s: Session) -> None:
     region, to = _target(s)

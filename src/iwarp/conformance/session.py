@@ -705,6 +705,38 @@ class Session:
     def next_ulpdu(self, deadline: float | None = None) -> Received | None:
         return self.next_fpdu(deadline)
 
+    def expect_answers(
+        self,
+        count: int,
+        opcode: int,
+        name: str,
+        judge: Callable[[TerminateHeader], None] | None = None,
+    ) -> list[Received]:
+        """The next ``count`` FPDUs of RDMAP ``opcode`` (``name``: what they are, plural),
+        passing over the target's other FPDUs.
+
+        A Terminate before them fails the case, after ``judge`` had it: ``judge`` raises
+        :class:`CaseSkipped` when the Terminate shows the case cannot judge this target
+        (the advertised buffer is closed to the access, the target lacks the extension).
+        """
+        out: list[Received] = []
+        while len(out) < count:
+            got = self.next_fpdu()
+            if got is None:
+                raise CaseFailed(
+                    f"{len(out)} of {count} {name}, then {self.link.ended or 'silence'}"
+                )
+            if got.is_terminate:
+                term = got.terminate()
+                if judge is not None:
+                    judge(term)
+                raise CaseFailed(
+                    f"a Terminate after {len(out)} of {count} {name}: {describe_terminate(term)}"
+                )
+            if got.info.get("opcode") == opcode:
+                out.append(got)
+        return out
+
     # --- expectations -----------------------------------------------------------
 
     def expect_closed(
