@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import random
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +32,8 @@ from iwarp.analyze.mpa import FpduView, Framing, inspect_fpdu
 from iwarp.analyze.render import summary_json
 from iwarp.analyze.tcp import StreamWindow
 from iwarp.ddp.wire import TaggedHeader, UntaggedHeader
-from iwarp.mpa.framing import FpduEncoder
+from iwarp.mpa.framing import FpduEncoder, fpdu_wire_size
+from iwarp.mpa.wire import MARKER_INTERVAL, MARKER_SIZE
 from iwarp.rdmap.wire import OPCODE_QUEUE, OPCODE_TAGGED, describe_ulpdu, rdmap_control
 
 pytestmark = pytest.mark.skipif(
@@ -206,6 +208,50 @@ def test_any_octets_give_the_same_fpdu_view(
     accelerated = inspect_fpdu(window, at, framing)
     with pure_python():
         pure = inspect_fpdu(window, at, framing)
+    assert accelerated == pure
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    body=st.binary(max_size=64),
+    size=st.integers(0, 3000),
+    seed=st.integers(0, 1 << 32),
+    origin=st.integers(-600, 600),
+    markers=st.booleans(),
+    crc=st.booleans(),
+    either=st.booleans(),
+    steps=st.integers(0, 300),
+)
+def test_whole_fpdus_of_any_octets_give_the_same_view(
+    body: bytes,
+    size: int,
+    seed: int,
+    origin: int,
+    markers: bool,
+    crc: bool,
+    either: bool,
+    steps: int,
+) -> None:
+    # Random octets almost never hold a ULPDU_Length that fits what was
+    # captured: here one always does, so whole FPDUs with whatever markers,
+    # PAD and CRC the octets hold are compared, not only where data stops.
+    # FPDUs lie on the 4-octet grid from the origin (every FPDU's size is a
+    # multiple of 4; markers point to it), as the analyzer only looks there.
+    base = 4 * steps + origin % 4
+    phase = (base - origin) % MARKER_INTERVAL
+    lead = MARKER_SIZE if markers and phase == 0 else 0
+    wire = fpdu_wire_size(size, phase, markers=markers)
+    data = bytearray(random.Random(seed).randbytes(wire))
+    head = body[:wire]
+    data[: len(head)] = head  # the first octets (a marker, DDP/RDMAP headers) as drawn
+    data[lead : lead + 2] = size.to_bytes(2, "big")
+    window = StreamWindow(0)
+    window.append(base, bytes(data), 1)
+    framing = Framing(origin, markers, crc, either_fpduptr=either)
+    accelerated = inspect_fpdu(window, base, framing)
+    with pure_python():
+        pure = inspect_fpdu(window, base, framing)
+    assert isinstance(accelerated, FpduView) and accelerated.wire_length == wire
     assert accelerated == pure
 
 

@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clitools import IWARP
-from iwarp.analyze.capture import read_tcp_packets
+from iwarp.analyze.capture import TcpPacket, read_tcp_packets
 from iwarp.analyze.listing import hex_dump
+from iwarp.analyze.records import FpduRecord
 from iwarp.cli import main
 from iwarp.mpa.framing import FpduEncoder
 
@@ -257,11 +258,11 @@ def test_sequence_numbers_that_wrap(tmp_path: Path) -> None:
 
 def test_frame_index_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     from iwarp.analyze import listing
-    from iwarp.analyze.capture import TcpPacket
-    from iwarp.analyze.records import FpduRecord, NoteRecord
+    from iwarp.analyze.records import NoteRecord
 
     monkeypatch.setattr(listing, "RING", 8)
-    monkeypatch.setattr(listing, "OCTETS_PER_FLOW", 300)
+    # three segments of 100 octets, each counted with what holding it costs
+    monkeypatch.setattr(listing, "OCTETS_PER_FLOW", 3 * (100 + listing.SEGMENT_COST))
     index = listing.FrameIndex(keep_octets=True)
 
     def packet(frame: int, seq: int, payload: bytes) -> TcpPacket:
@@ -283,7 +284,7 @@ def test_frame_index_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     where = index.where(recent)
     assert where is not None and (where.time, where.epoch) == (7.0, 108.0)
     assert (where.src, where.sport, where.dst, where.dport) == ("10.0.0.1", 1, "10.0.0.2", 2)
-    old = fpdu(2, 150, 100)  # frame 2 left the ring (8 frames) and its octets (300)
+    old = fpdu(2, 150, 100)  # frame 2 left the ring (8 frames) and its octets (3 segments)
     assert index.octets(old) is None
     assert index.where(old) == where  # the last place known for the direction
     assert index.octets(fpdu(9, 850, 200)) is None  # past what was captured
@@ -291,6 +292,52 @@ def test_frame_index_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     assert index.where(note) == where and index.octets(note) is None
     index.forget(0)
     assert index.where(note) is None
+
+
+def _tcp(frame: int, seq: int, payload: bytes) -> TcpPacket:
+    return TcpPacket(
+        frame, float(frame), "10.0.0.1", 1, "10.0.0.2", 2, seq, 0, 0x18, payload, len(payload)
+    )
+
+
+def _fpdu_at(seq: int, frame: int, size: int) -> FpduRecord:
+    return FpduRecord(0, "initiator", seq, frame, size, size - 6, (), b"", 0, 0, False)
+
+
+def test_tiny_segments_hold_bounded_memory_and_the_dump_stays_cheap() -> None:
+    from iwarp.analyze import listing
+
+    # A hostile capture of one-octet segments: what a flow holds for -x is
+    # bounded by segments too, not only by payload octets.
+    index = listing.FrameIndex(keep_octets=True)
+    count = 50_000
+    for i in range(count):
+        index.add(_tcp(i + 1, i, bytes([i & 0xFF])))
+    held = max(len(o.segments) for o in index._octets.values())
+    assert held <= listing.OCTETS_PER_FLOW // (1 + listing.SEGMENT_COST) + 1
+    size = held // 2
+    start = count - size
+    got = index.octets(_fpdu_at(start, start + 1, size))
+    assert got == bytes(i & 0xFF for i in range(start, count))
+    assert index.octets(_fpdu_at(0, 1, size)) is None  # long gone
+
+
+def test_dump_takes_each_octet_from_its_first_copy() -> None:
+    from iwarp.analyze import listing
+
+    index = listing.FrameIndex(keep_octets=True)
+    index.add(_tcp(1, 1000, b"A" * 5))  # octets 1000-1004
+    index.add(_tcp(2, 1005, b"B" * 5))  # octets 1005-1009
+    index.add(_tcp(3, 1000, b"C" * 10))  # a retransmission that differs: not used
+    index.add(_tcp(4, 0xFFFFFFFE, b"W" * 4))  # wraps past 2**32
+    assert index.octets(_fpdu_at(1000, 1, 10)) == b"AAAAABBBBB"
+    assert index.octets(_fpdu_at(1003, 1, 4)) == b"AABB"
+    assert index.octets(_fpdu_at(1000, 3, 12)) is None  # octets 1010-1011 never captured
+    assert index.octets(_fpdu_at(0xFFFFFFFF, 4, 3)) == b"WWW"
+    # the end captured first, then the whole again: the end keeps its first copy
+    index.add(_tcp(5, 5005, b"E" * 5))
+    index.add(_tcp(6, 5000, b"F" * 10))
+    assert index.octets(_fpdu_at(5000, 6, 10)) == b"FFFFFEEEEE"
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ every op and mode, both ends' tables, sweeps, and interrupts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import socket
@@ -19,6 +20,8 @@ from hypothesis import strategies as st
 from iwarp.cli import main
 from iwarp.cli._perf import (
     ATOMIC_SIZE,
+    CONTROL_ID,
+    CONTROL_SIZE,
     MAX_SIZE,
     OPS,
     SWEEP_SIZES,
@@ -26,6 +29,7 @@ from iwarp.cli._perf import (
     PerfTest,
     Result,
     Served,
+    Ticker,
     check_word,
     decode,
     latency_stats,
@@ -35,6 +39,7 @@ from iwarp.cli._perf import (
 from iwarp.cli.perf import parse_size
 from iwarp.errors import TerminateLayer
 from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode
+from iwarp.rdmap.memory import Access, ProtectionDomain
 from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import Completion, CompletionStatus, WorkOpcode
 
@@ -116,12 +121,43 @@ def test_hostile_control_messages_are_perf_errors() -> None:
         decode(b"[" * 100_000)
 
 
-@given(st.dictionaries(st.sampled_from(["op", "bytes", "latency", "adapter", "crc"]), _JSON))
-def test_a_garbled_result_never_breaks_the_server(data: dict[str, object]) -> None:
+_RESULT = {
+    "op": "write",
+    "bytes": 64,
+    "latency": False,
+    "iterations": 1,
+    "adapter": "sync",
+    "markers": False,
+    "crc": True,
+    "accel": "C",
+    "peer_accel": "C",
+    "peak_mib_s": 1.0,
+    "average_mib_s": 1.0,
+    "messages_per_s": 1.0,
+    **dict.fromkeys(
+        ("min_us", "max_us", "typical_us", "avg_us", "stdev_us", "p99_us", "p99_9_us"), 1.0
+    ),
+}
+
+
+@given(
+    st.dictionaries(st.sampled_from(sorted(_RESULT)), _JSON | st.integers(10**300, 10**400)),
+    st.booleans(),
+)
+def test_a_garbled_result_never_breaks_the_server(data: dict[str, object], latency: bool) -> None:
     lines: list[str] = []
     served = Served("sync", lines.append)
-    served.result(data, detail=True)  # a row, or "unreadable" on stderr: never an exception
+    served.result({**_RESULT, "latency": latency, **data}, detail=True)  # a row, or "unreadable"
     assert served.tests == 1
+
+
+@pytest.mark.parametrize("key", ["peak_mib_s", "messages_per_s", "min_us"])
+def test_a_result_too_large_for_a_float_is_unreadable_not_a_crash(
+    key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    served = Served("sync", print)
+    served.result({**_RESULT, "latency": key == "min_us", key: 10**400}, detail=True)
+    assert "the client's result is unreadable" in capsys.readouterr().err
 
 
 @given(st.lists(st.floats(1e-7, 10.0), min_size=1, max_size=300))
@@ -645,3 +681,152 @@ def test_a_server_without_atomics_is_named(
     finally:
         proc.kill()
         proc.communicate(timeout=10)
+
+
+def test_the_raw_tcp_server_bounds_what_a_peer_that_never_reads_costs() -> None:
+    """``--compare-raw`` echo (latency, atomics): a peer that sends and never
+    reads pauses the server's reading, so its write buffer stays bounded;
+    a second connection is refused; closing ends the test's connection."""
+    from iwarp.cli._perf_async import _RawListener
+
+    chunk = bytes(1 << 16)
+
+    async def scenario() -> tuple[int, int, bool, bytes]:
+        loop = asyncio.get_running_loop()
+        listener = await _RawListener.open("127.0.0.1", PerfTest("send", 1 << 16, True, True))
+        sock = socket.create_connection(("127.0.0.1", listener.port))
+        sock.setblocking(False)
+        other = socket.create_connection(("127.0.0.1", listener.port))
+        try:
+            await loop.sock_sendall(sock, (1 << 40).to_bytes(8, "big"))
+            biggest = sent = stalls = 0
+            while sent < 32 << 20 and stalls < 200:  # bounded: 32 MiB or 200 stalls
+                try:
+                    sent += sock.send(chunk)
+                    stalls = 0
+                except BlockingIOError:
+                    stalls += 1
+                    await asyncio.sleep(0.001)
+                transport = listener.transport
+                if transport is not None:
+                    biggest = max(biggest, transport.get_write_buffer_size())
+            other.settimeout(10)
+            refused = await loop.run_in_executor(None, other.recv, 1)
+            assert listener.transport is not None
+            listener.close()
+            return biggest, sent, listener.transport.is_closing(), refused
+        finally:
+            sock.close()
+            other.close()
+
+    biggest, sent, closing, refused = asyncio.run(scenario())
+    assert sent < 32 << 20  # the server stopped reading
+    assert biggest <= 4 << 20, biggest  # before: every octet sent, buffered to echo
+    assert closing
+    assert refused == b""  # the second connection was closed at once
+
+
+class _FloodingQueuePair:
+    """A server that, once a bandwidth test ended, sends control messages
+    without end: the client must take the first (the report) and stop."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.send_cq = self
+
+    def post_send(self, wr: object) -> None:
+        pass
+
+    def wait(self) -> object:  # the send completion queue's
+        return type("Done", (), {"status": CompletionStatus.SUCCESS})()
+
+    def send(self, data: object, solicited: bool = False) -> None:
+        pass
+
+    def receive(self, timeout: float | None = None) -> bytes:
+        self.reads += 1
+        if self.reads > 1000:
+            raise AssertionError("the client reads on after the report")
+        return b'{"cpu": 0.5}'
+
+
+def _flood_result() -> tuple[Result, Ticker]:
+    result = Result(PerfTest("write", 64, False, False), "sync", False, True, limit=3)
+    return result, Ticker(result, enabled=False, forced=False, interval=1.0)
+
+
+def test_the_sync_client_reads_no_more_than_the_report() -> None:
+    from iwarp.cli import _perf_sync
+
+    qp = _FloodingQueuePair()
+    result, ticker = _flood_result()
+    region = ProtectionDomain().register(bytearray(64))
+    report = _perf_sync._bandwidth(qp, region, 0, result, ticker, 0)  # type: ignore[arg-type]
+    assert report == {"cpu": 0.5} and result.iterations == 3 and qp.reads == 1
+
+
+def test_the_asyncio_client_reads_no_more_than_the_report() -> None:
+    from iwarp.cli import _perf_async
+
+    class Flooding(_FloodingQueuePair):
+        async def wait(self) -> object:
+            for _ in range(20):  # a completion takes a while: the reader reads meanwhile
+                await asyncio.sleep(0)
+            return _FloodingQueuePair.wait(self)
+
+        async def send(self, data: object, solicited: bool = False) -> None:  # type: ignore[override]
+            pass
+
+        async def receive(self, timeout: float | None = None) -> bytes:  # type: ignore[override]
+            await asyncio.sleep(0)
+            return _FloodingQueuePair.receive(self)
+
+    async def scenario() -> tuple[dict[str, object], int]:
+        qp = Flooding()
+        result, ticker = _flood_result()
+        region = ProtectionDomain().register(bytearray(64))
+        report = await _perf_async._bandwidth(qp, region, 0, result, ticker, 0)  # type: ignore[arg-type]
+        return report, qp.reads
+
+    report, reads = asyncio.run(scenario())
+    assert report == {"cpu": 0.5} and reads == 1
+
+
+class _ShortOfMemoryQueuePair:
+    """A server queue pair whose registrations of ``size``-octet buffers
+    fail (MemoryError), after a client asked for a test of ``size``."""
+
+    def __init__(self, test: PerfTest) -> None:
+        self.test = test
+        self.sent: list[bytes] = []
+        self.recv_cq = self
+        self.params = type("Params", (), {"markers_receive": False, "crc": True})()
+        self._pd = ProtectionDomain()
+
+    def wait(self) -> object:  # the receive completion queue's: the test description
+        fields = {"status": CompletionStatus.SUCCESS, "wr_id": CONTROL_ID, "solicited": False}
+        return type("Done", (), {**fields, "byte_len": len(self.test.encode())})()
+
+    def register(self, buffer: bytearray, access: Access) -> object:
+        if len(buffer) == self.test.size:
+            raise MemoryError
+        return self._pd.register(buffer, access)
+
+    def post_recv(self, wr: object) -> None:
+        pass
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+def test_a_server_short_of_memory_for_a_send_latency_test_refuses_it() -> None:
+    from iwarp.cli import _perf_sync
+
+    test = PerfTest("send", 64, True, False)
+    qp = _ShortOfMemoryQueuePair(test)
+    control = ProtectionDomain().register(bytearray(CONTROL_SIZE))
+    control.view[: len(test.encode())] = test.encode()
+    served = Served("sync", lambda line: None)
+    _perf_sync._serve_one(qp, control, served, "127.0.0.1")  # type: ignore[arg-type]
+    assert len(qp.sent) == 1 and "cannot allocate" in decode(qp.sent[0])["error"]
+    assert served.tests == 1

@@ -32,8 +32,13 @@ __all__ = ["RING", "FrameIndex", "hex_dump", "list_line"]
 
 #: Frames whose time and flow are remembered (records refer to recent ones).
 RING: Final = 1 << 18
-#: Payload octets kept per flow for ``-x`` (an FPDU is at most 64 KiB plus markers).
+#: Payload octets kept per flow for ``-x`` (an FPDU is at most 64 KiB plus markers),
+#: each segment counted :data:`SEGMENT_COST` octets more for what holding it costs.
 OCTETS_PER_FLOW: Final = 256 << 10
+#: Octets a held segment is counted beyond its payload (its tuple, bytes
+#: object and sequence number), so that tiny segments cannot hold far more
+#: memory than ``OCTETS_PER_FLOW`` (or make a dump walk millions of them).
+SEGMENT_COST: Final = 128
 #: Flows whose octets are kept for ``-x`` (the least recently active go first).
 OCTET_FLOWS: Final = 256
 #: Distinct flows interned at once (then the table starts again).
@@ -54,25 +59,34 @@ class _Octets:
 
     def add(self, seq: int, payload: bytes) -> None:
         self.segments.append((seq, payload))
-        self.held += len(payload)
+        self.held += len(payload) + SEGMENT_COST
         while self.held > OCTETS_PER_FLOW and len(self.segments) > 1:
-            self.held -= len(self.segments.popleft()[1])
+            self.held -= len(self.segments.popleft()[1]) + SEGMENT_COST
 
     def get(self, seq: int, size: int) -> bytes | None:
-        """``size`` octets from ``seq`` (the first copy captured), or None
-        when some are no longer (or never were) held."""
-        out = bytearray()
-        at = seq
-        while len(out) < size:
-            for start, data in self.segments:
-                offset = (at - start) & _MASK32
-                if offset < len(data):
-                    piece = data[offset : offset + size - len(out)]
-                    out += piece
-                    at = (at + len(piece)) & _MASK32
-                    break
+        """``size`` octets from ``seq`` (of each octet, the first copy
+        captured), or None when some are no longer (or never were) held.
+
+        One pass over the held segments, latest first, each writing the
+        octets it has over those of later copies: the cost follows what is
+        held, not ``size`` times the number of segments."""
+        out = bytearray(size)
+        have = bytearray(size)
+        for start, data in reversed(self.segments):
+            ahead = (start - seq) & _MASK32
+            if ahead < size:  # the segment starts inside the window
+                piece = data[: size - ahead]
+                at = ahead
             else:
-                return None
+                behind = (seq - start) & _MASK32
+                if behind >= len(data):
+                    continue  # no octet of the window
+                piece = data[behind : behind + size]
+                at = 0
+            out[at : at + len(piece)] = piece
+            have[at : at + len(piece)] = b"\x01" * len(piece)
+        if have.count(0):
+            return None
         return bytes(out)
 
 

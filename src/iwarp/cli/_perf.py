@@ -23,9 +23,10 @@ from typing import Any, Final
 from iwarp import _accel
 from iwarp.cli._progress import DELAY, ProgressMeter
 from iwarp.rdma.errors import AtomicsNotSupportedError, describe_terminate, refuses_extensions
-from iwarp.rdmap.memory import MemoryRegion
+from iwarp.rdma.front import QueuePairFront
+from iwarp.rdmap.memory import Access, MemoryRegion
 from iwarp.rdmap.wire import TerminateHeader
-from iwarp.rdmap.work import Completion
+from iwarp.rdmap.work import Completion, RecvWR, Sge
 
 __all__ = [
     "ATOMIC_SIZE",
@@ -39,7 +40,9 @@ __all__ = [
     "SWEEP_SIZES",
     "WINDOW",
     "PerfError",
+    "accept_answer",
     "atomic_window",
+    "bandwidth_window",
     "check_word",
     "no_atomics",
     "op_failed",
@@ -51,6 +54,8 @@ __all__ = [
     "Ticker",
     "latency_stats",
     "peak_rate",
+    "post_buffers",
+    "raw_server_side",
     "send_receives",
     "summary",
     "table",
@@ -107,6 +112,77 @@ def atomic_window(atomic_ord: int) -> int:
     """FetchAdds kept in flight in atomic bandwidth mode: the queue pair's
     limit on outstanding Atomic Requests (RFC 7306 §5.2.1), within WINDOW."""
     return min(WINDOW, max(1, atomic_ord))
+
+
+def bandwidth_window(qp: QueuePairFront, op: str) -> int:
+    """Messages a bandwidth test keeps in flight: WINDOW, or fewer Reads and
+    FetchAdds as the queue pair's limits on outstanding requests say."""
+    if op == "read":
+        return min(WINDOW, max(1, qp.params.ord))
+    if op == "atomic":
+        return atomic_window(qp.stream.atomic_ord)
+    return WINDOW
+
+
+def post_buffers(
+    qp: QueuePairFront, test: PerfTest, control: MemoryRegion
+) -> tuple[list[MemoryRegion], MemoryRegion | None, MemoryRegion | None]:
+    """The server's buffers for ``test`` (either adapter), all allocated
+    before it answers: a Send test's sinks, each posted as a receive (data
+    and control Sends land in them), and for Send latency the buffer each
+    Send is answered from; else the target region of the Writes, Reads or
+    FetchAdds, and ``control`` posted again for control messages (and
+    Write-latency pings). Returns (sinks, target, answer).
+
+    :raises MemoryError: they cannot be allocated.
+    """
+    sinks: list[MemoryRegion] = []
+    if test.op == "send":
+        answer = None
+        if test.latency:
+            answer = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
+        for i in range(send_receives(test.size, test.latency)):
+            sinks.append(qp.register(bytearray(max(test.size, CONTROL_SIZE)), Access.LOCAL_WRITE))
+            qp.post_recv(RecvWR(Sge(sinks[i]), wr_id=i))
+        return sinks, None, answer
+    access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+    if test.op == "atomic":  # FetchAdds on its word (RFC 7306 §5.3)
+        access |= Access.REMOTE_ATOMIC
+    target = qp.register(bytearray(test.size), access)
+    qp.post_recv(RecvWR(Sge(control), wr_id=CONTROL_ID))
+    return sinks, target, None
+
+
+def accept_answer(answer: dict[str, Any], markers: bool, result: Result) -> int:
+    """The client's reading of the server's answer to its test description:
+    the peer's accelerator and adapter go into ``result``; returns its STag.
+
+    :raises PerfError: the server refused the test, asks for other markers
+        than ``markers``, or sent no valid STag.
+    """
+    refused(answer)
+    if bool(answer.get("markers")) != markers:
+        raise PerfError(
+            "markers differ: give the server the same --markers setting "
+            "(an MPA receiver asks for markers in what it receives)"
+        )
+    result.peer_accel = str(answer.get("accel", "?"))
+    result.peer_adapter = str(answer.get("adapter", "?"))
+    return integer(answer, "stag", 0, 0xFFFFFFFF)
+
+
+def raw_server_side(raw: RawResult, message: dict[str, Any]) -> None:
+    """The server's side of a ``--compare-raw`` run (its CPU time and how
+    it waited) into ``raw``.
+
+    :raises PerfError: the server's raw TCP side failed, or sent no valid time.
+    """
+    if "error" in message:
+        raise PerfError(f"raw TCP on the server: {message['error']}")
+    raw.cpu_server = seconds(message, "cpu")
+    theirs = str(message.get("style", raw.style))
+    if theirs != raw.style:
+        raw.style = f"client: {raw.style}; server: {theirs}"
 
 
 def check_word(report: dict[str, Any], result: Result) -> None:
@@ -579,7 +655,7 @@ class Served:
         self.current = None
         try:
             self._printer.result(data, detail=detail)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             print(f"iwarp perf: the client's result is unreadable: {exc!r}", file=sys.stderr)
         sys.stdout.flush()
 

@@ -23,14 +23,17 @@ from iwarp.cli._perf import (
     Result,
     Served,
     Ticker,
+    accept_answer,
     atomic_window,
+    bandwidth_window,
     check_word,
     decode,
     encode,
     integer,
     no_atomics,
     op_failed,
-    refused,
+    post_buffers,
+    raw_server_side,
     seconds,
     send_receives,
     summary,
@@ -127,33 +130,17 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
     if why is not None:
         await qp.send(served.refuse(why))
         return
-    sinks: list[MemoryRegion] = []
-    stag = 0
-    target: MemoryRegion | None = None
     receives = send_receives(test.size, test.latency)
     try:
-        if test.op == "send":  # data and control Sends land in these
-            for i in range(receives):
-                sinks.append(
-                    qp.register(bytearray(max(test.size, CONTROL_SIZE)), Access.LOCAL_WRITE)
-                )
-                qp.post_recv(RecvWR(Sge(sinks[i]), wr_id=i))
-        else:
-            access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
-            if test.op == "atomic":  # FetchAdds on its word (RFC 7306 §5.3)
-                access |= Access.REMOTE_ATOMIC
-            target = qp.register(bytearray(test.size), access)
-            stag = target.stag
-            # control messages (and Write-latency pings) land in the control buffer
-            qp.post_recv(RecvWR(Sge(region), wr_id=CONTROL_ID))
+        sinks, target, answer = post_buffers(qp, test, region)
     except MemoryError:
         await qp.send(served.refuse(f"cannot allocate buffers for {test.size}-octet messages"))
         return
+    stag = 0 if target is None else target.stag
     cpu = time.process_time()
     params = qp.params
     await qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
     if test.op == "send":
-        answer = qp.register(bytearray(test.size), Access.LOCAL_WRITE) if test.latency else None
         credits = 0
         while True:
             done = await _receive(qp)
@@ -180,14 +167,10 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
         await qp.send(encode(served.report(cpu, target)))
     else:
         host = qp.get_extra_info("sockname", ("0.0.0.0", 0))[0]
-        listener, raw = await _raw_server(host, test)
+        listener = await _RawListener.open(host, test)
         try:
-            await qp.send(
-                encode(
-                    {**served.report(cpu, target), "raw_port": listener.sockets[0].getsockname()[1]}
-                )
-            )
-            await qp.send(encode(await asyncio.wait_for(raw, RAW_TIMEOUT)))
+            await qp.send(encode({**served.report(cpu, target), "raw_port": listener.port}))
+            await qp.send(encode(await asyncio.wait_for(listener.result, RAW_TIMEOUT)))
         finally:
             listener.close()
     last = _take(qp, await _receive(qp), sinks)
@@ -202,11 +185,15 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
 class _RawServer(asyncio.Protocol):
     """Plain TCP, server side: the first 8 octets say how many octets follow
     (bandwidth: counted, then one octet answers) or how many messages to
-    echo (latency and atomics: each octet is echoed as it arrives)."""
+    echo (latency and atomics: each octet is echoed as it arrives). One
+    connection per test: any other is closed at once. While the peer does
+    not read the echo, reading pauses (the transport's flow control), so a
+    peer that only sends cannot grow the write buffer without bound."""
 
-    def __init__(self, test: PerfTest, result: asyncio.Future[dict[str, Any]]) -> None:
-        self._test = test
-        self._result = result
+    def __init__(self, listener: _RawListener) -> None:
+        self._test = listener.test
+        self._result = listener.result
+        self._listener = listener
         self._head = b""
         self._left: int | None = None
         self._cpu = 0.0
@@ -214,11 +201,23 @@ class _RawServer(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        if self._listener.transport is not None or self._result.done():
+            transport.abort()  # the test's connection came already
+            return
+        self._transport = self._listener.transport = transport
+
+    def pause_writing(self) -> None:
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         transport = self._transport
-        assert transport is not None
+        if transport is None:
+            return
         if self._left is None:
             self._head += data
             if len(self._head) < 8:
@@ -237,17 +236,47 @@ class _RawServer(asyncio.Protocol):
             self._result.set_result({"cpu": cpu, "style": RAW_STYLE})
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self._result.done():
+        if self._transport is not None and not self._result.done():
             self._result.set_result({"error": "raw TCP peer closed early"})
 
 
-async def _raw_server(
-    host: str, test: PerfTest
-) -> tuple[asyncio.Server, asyncio.Future[dict[str, Any]]]:
-    loop = asyncio.get_running_loop()
-    result: asyncio.Future[dict[str, Any]] = loop.create_future()
-    server = await loop.create_server(lambda: _RawServer(test, result), host, 0)
-    return server, result
+class _RawListener:
+    """The server's plain TCP port for one ``--compare-raw`` test: the
+    server socket, the test's one connection, and what it measured."""
+
+    def __init__(self, test: PerfTest, result: asyncio.Future[dict[str, Any]]) -> None:
+        self.test = test
+        #: The server side's figures (or an error), once the peer sent all.
+        self.result = result
+        #: The test's connection, once it came.
+        self.transport: asyncio.Transport | None = None
+        self._server: asyncio.Server | None = None
+
+    @classmethod
+    async def open(cls, host: str, test: PerfTest) -> _RawListener:
+        loop = asyncio.get_running_loop()
+        listener = cls(test, loop.create_future())
+        listener._server = await loop.create_server(lambda: _RawServer(listener), host, 0)
+        return listener
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def close(self) -> None:
+        """Stop listening and end the connection (a server's close leaves
+        accepted connections open: a peer that never closes would keep it):
+        after the test, once what is written went out; else at once."""
+        if self._server is not None:
+            self._server.close()
+        transport = self.transport
+        if transport is not None:
+            result = self.result
+            if result.done() and not result.cancelled() and "error" not in result.result():
+                transport.close()
+            else:
+                transport.abort()
 
 
 class _RawClient(asyncio.Protocol):
@@ -382,17 +411,9 @@ async def run_client(
     try:
         await qp.send(test.encode())
         answer = decode(await qp.receive())
-        refused(answer)
-        if bool(answer.get("markers")) != config.markers:
-            raise PerfError(
-                "markers differ: give the server the same --markers setting "
-                "(an MPA receiver asks for markers in what it receives)"
-            )
+        stag = accept_answer(answer, config.markers, result)
         result.crc = qp.params.crc
-        result.peer_accel = str(answer.get("accel", "?"))
-        result.peer_adapter = str(answer.get("adapter", "?"))
         region = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
-        stag = integer(answer, "stag", 0, 0xFFFFFFFF)
         cpu = time.process_time()
         result.cpu_started = cpu
         if test.latency:
@@ -413,13 +434,7 @@ async def run_client(
                 result.iterations,
                 atomic_window(qp.stream.atomic_ord),
             )
-            server_side = decode(await qp.receive())
-            if "error" in server_side:
-                raise PerfError(f"raw TCP on the server: {server_side['error']}")
-            raw.cpu_server = seconds(server_side, "cpu")
-            theirs = str(server_side.get("style", raw.style))
-            if theirs != raw.style:
-                raw.style = f"client: {raw.style}; server: {theirs}"
+            raw_server_side(raw, decode(await qp.receive()))
             result.raw = raw
         await qp.send(encode({"result": summary(result), "detail": detail}))
     except BaseException:
@@ -441,11 +456,7 @@ async def _bandwidth(
     deadline = result.duration
     posted = completed = 0
     credits = receives if op == "send" else 1 << 62
-    window = WINDOW
-    if op == "read":
-        window = min(WINDOW, max(1, qp.params.ord))
-    elif op == "atomic":
-        window = atomic_window(qp.stream.atomic_ord)
+    window = bandwidth_window(qp, op)
     more_credits = asyncio.Event()
     messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
@@ -459,8 +470,9 @@ async def _bandwidth(
                 if "credits" in message:
                     credits += integer(message, "credits", 0, 1 << 20)
                     more_credits.set()
-                else:
+                else:  # the report: nothing follows it (not read on, not queued)
                     messages.put_nowait(message)
+                    return
         except (IwarpError, PerfError) as exc:
             ended.append(str(exc))
             more_credits.set()

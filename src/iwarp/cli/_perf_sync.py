@@ -15,21 +15,23 @@ from typing import Any
 from iwarp.cli._perf import (
     CONTROL_ID,
     CONTROL_SIZE,
-    WINDOW,
     PerfError,
     PerfTest,
     RawResult,
     Result,
     Served,
     Ticker,
+    accept_answer,
     atomic_window,
+    bandwidth_window,
     check_word,
     decode,
     encode,
     integer,
     no_atomics,
     op_failed,
-    refused,
+    post_buffers,
+    raw_server_side,
     seconds,
     send_receives,
     summary,
@@ -192,30 +194,17 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
     if why is not None:
         qp.send(served.refuse(why))
         return
-    stag = 0
-    target: MemoryRegion | None = None
     receives = send_receives(test.size, test.latency)
     try:
-        if test.op == "send":
-            for i in range(receives):
-                sink = qp.register(bytearray(max(test.size, CONTROL_SIZE)), Access.LOCAL_WRITE)
-                sinks.append(sink)
-                qp.post_recv(RecvWR(Sge(sink), wr_id=i))
-        else:
-            access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
-            if test.op == "atomic":  # FetchAdds on its word (RFC 7306 §5.3)
-                access |= Access.REMOTE_ATOMIC
-            target = qp.register(bytearray(test.size), access)
-            stag = target.stag
-            qp.post_recv(RecvWR(Sge(control), wr_id=CONTROL_ID))
+        sinks[:], target, answer = post_buffers(qp, test, control)
     except MemoryError:
         qp.send(served.refuse(f"cannot allocate buffers for {test.size}-octet messages"))
         return
+    stag = 0 if target is None else target.stag
     cpu = time.process_time()
     params = qp.params
     qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
     if test.op == "send":
-        answer = qp.register(bytearray(test.size), Access.LOCAL_WRITE) if test.latency else None
         credits = 0
         while True:
             done = _receive(qp)
@@ -306,17 +295,9 @@ def run_client(
     try:
         qp.send(test.encode())
         answer = decode(qp.receive())
-        refused(answer)
-        if bool(answer.get("markers")) != config.markers:
-            raise PerfError(
-                "markers differ: give the server the same --markers setting "
-                "(an MPA receiver asks for markers in what it receives)"
-            )
+        stag = accept_answer(answer, config.markers, result)
         result.crc = qp.params.crc
-        result.peer_accel = str(answer.get("accel", "?"))
-        result.peer_adapter = str(answer.get("adapter", "?"))
         region = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
-        stag = integer(answer, "stag", 0, 0xFFFFFFFF)
         cpu = result.cpu_started = time.process_time()
         if test.latency:
             _latency(qp, region, stag, result, ticker)
@@ -337,13 +318,7 @@ def run_client(
                 busy_poll,
                 atomic_window(qp.stream.atomic_ord),
             )
-            server_side = decode(qp.receive())
-            if "error" in server_side:
-                raise PerfError(f"raw TCP on the server: {server_side['error']}")
-            raw.cpu_server = seconds(server_side, "cpu")
-            theirs = str(server_side.get("style", raw.style))
-            if theirs != raw.style:
-                raw.style = f"client: {raw.style}; server: {theirs}"
+            raw_server_side(raw, decode(qp.receive()))
             result.raw = raw
         qp.send(encode({"result": summary(result), "detail": detail}))
     except BaseException:
@@ -412,16 +387,13 @@ def _bandwidth(
     duration = result.duration
     posted = completed = 0
     credits = receives if op == "send" else 1 << 62
-    window = WINDOW
-    if op == "read":
-        window = min(WINDOW, max(1, qp.params.ord))
-    elif op == "atomic":
-        window = atomic_window(qp.stream.atomic_ord)
+    window = bandwidth_window(qp, op)
     reports: list[dict[str, Any]] = []
 
     def control(wait: bool) -> None:
         nonlocal credits
-        while (message := _message(qp, wait)) is not None:
+        # nothing follows the report: a server sending on is not read on
+        while not reports and (message := _message(qp, wait)) is not None:
             if "credits" in message:
                 credits += integer(message, "credits", 0, 1 << 20)
             else:
