@@ -222,10 +222,12 @@ def cpu_cost(rounds: int, size: int, crc: bool) -> tuple[float, float]:
     return statistics.median(raw) * 1e6, statistics.median(qp) * 1e6
 
 
-def core_cost(rounds: int, size: int, crc: bool) -> float:
+def core_cost(rounds: int, size: int, crc: bool, posted: bool = False) -> float:
     """Median time of one Send each way through two sans-IO queue-pair
     endpoints wired together in memory (no sockets): the same calls the
-    sync queue pair makes, without I/O; the protocol's share of a round trip."""
+    sync queue pair makes, without I/O; the protocol's share of a round trip.
+    ``posted``: each Send a posted ``SendWR`` (verbs' ``post_send``), not
+    the simple ``send``'s ``send_now``."""
     config = MpaConfig(crc=crc)
     a = QueuePairEndpoint(
         Role.INITIATOR, ProtectionDomain(), config, receive_buffers=4, receive_size=size
@@ -241,7 +243,7 @@ def core_cost(rounds: int, size: int, crc: bool) -> float:
     for i in range(rounds + 100):
         t0 = clock()
         for src, dst in ((a, b), (b, a)):
-            frame = src.send_now(payload)  # what QueuePair.send does first
+            frame = None if posted else src.send_now(payload)  # what QueuePair.send does first
             if frame is None:
                 wr_id = src.next_wr_id()
                 src.track(wr_id)
@@ -336,6 +338,11 @@ def main() -> None:
     print(
         f"of which the sans-IO queue-pair endpoints (one Send each way, in memory): "
         f"{min(cores):.1f} .. {max(cores):.1f} us"
+    )
+    posts = [core_cost(args.rounds, args.size, not args.no_crc, True) for _ in range(args.repeat)]
+    print(
+        f"the same with each Send a posted SendWR (post_send): "
+        f"{min(posts):.1f} .. {max(posts):.1f} us"
     )
 
 

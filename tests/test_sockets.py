@@ -3,6 +3,7 @@ descriptors that closes what it cannot accept (both adapters use them)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -11,18 +12,32 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp.sockets import listening_socket_for, send_chunks, send_urgent, vitcp_setup
+from iwarp.sockets import (
+    listening_socket_for,
+    send_chunks,
+    send_urgent,
+    vitcp_setup,
+    write_chunks,
+)
 
 
+@pytest.mark.parametrize("writev", [False, True])
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=40_000), min_size=1, max_size=40))
-def test_send_chunks_returns_exactly_what_the_kernel_did_not_take(pieces: list[bytes]) -> None:
+def test_send_chunks_returns_exactly_what_the_kernel_did_not_take(
+    writev: bool, pieces: list[bytes]
+) -> None:
+    """Also by ``os.writev`` on the descriptor (the asyncio driver's write)."""
     a, b = socket.socketpair()
     try:
         a.setblocking(False)
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         seen: list[int] = []
-        left = send_chunks(a, list(pieces), lambda batch, n: seen.append(n))
+        count = lambda batch, n: seen.append(n)  # noqa: E731
+        if writev:
+            left = write_chunks(lambda batch: os.writev(a.fileno(), batch), list(pieces), count)
+        else:
+            left = send_chunks(a, list(pieces), count)
         b.setblocking(False)
         received = bytearray()
         while True:

@@ -34,6 +34,7 @@ __all__ = [
     "unsent_part",
     "urgent_pointer_exact",
     "vitcp_setup",
+    "write_chunks",
 ]
 
 log = logging.getLogger("iwarp")
@@ -145,10 +146,25 @@ def send_chunks(
         except (BlockingIOError, InterruptedError):
             return chunks
         return [] if sent == _size(chunk) else unsent_part(chunks, sent)
+    return write_chunks(sock.sendmsg, chunks, on_sent)
+
+
+def write_chunks(
+    write: Callable[[list[Buffer]], int],
+    chunks: list[Buffer],
+    on_sent: Callable[[list[Buffer], int], None] | None = None,
+) -> list[Buffer]:
+    """:func:`send_chunks` with any gathering write of a non-blocking
+    descriptor (``sock.sendmsg``, or ``os.writev`` on its file descriptor):
+    :data:`MAX_IOV` buffers per call, as far as it takes them; returns what
+    it did not take, in order.
+
+    :raises OSError: the connection failed (not for a full send buffer).
+    """
     for first in range(0, len(chunks), MAX_IOV):
         batch = chunks[first : first + MAX_IOV]
         try:
-            sent = sock.sendmsg(batch)
+            sent = write(batch)
         except (BlockingIOError, InterruptedError):
             sent = 0
         if on_sent is not None:

@@ -193,6 +193,47 @@ def test_a_whole_send_takes_the_lane(monkeypatch: pytest.MonkeyPatch) -> None:
             taken.clear()
 
 
+def _posted_sends(config: MpaConfig | None) -> tuple[bytes, list[int], list[bytes]]:
+    """Two Sends posted on an idle queue pair, then pulled: the wire octets,
+    the send completions, the messages received."""
+    w = pair(initiator=config, responder=config, b={"receive_buffers": 4, "receive_size": 64})
+    w.pump()
+    a, b = w.a, w.b
+    a.post_send(SendWR(b"one", wr_id=1, solicited=True))
+    a.post_send(SendWR(b"two" * 5, wr_id=2))
+    wire = b"".join(bytes(c) for c in a.data_to_send())
+    done = [c.wr_id for c in a.send_cq.poll() if c.ok]
+    b.receive_data(wire, 0.0)
+    messages = []
+    while (message := b.take_message()) is not None:
+        messages.append(message)
+    return wire, done, messages
+
+
+@pytest.mark.parametrize("config", [None, MpaConfig(markers=True, crc=False)])
+def test_a_posted_send_on_an_idle_queue_pair_takes_the_lane(
+    config: MpaConfig | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A posted one-segment Send on an idle queue pair is framed by the
+    small-message lane; one posted behind it goes the send queue's way.
+    The wire octets, completions and messages are those of the send
+    queue's way for both."""
+    taken: list[bool] = []
+    send_small = small.send_small
+
+    def spy(*args: Any) -> Any:
+        frame = send_small(*args)
+        taken.append(frame is not None)
+        return frame
+
+    monkeypatch.setattr(endpoint_module, "send_small", spy)
+    lane = _posted_sends(config)
+    assert taken == [True, False]
+    assert lane[1:] == ([1, 2], [b"one", b"two" * 5])
+    monkeypatch.setattr(endpoint_module, "send_small", lambda *args: None)
+    assert _posted_sends(config) == lane
+
+
 def test_octets_in_any_buffer_format_are_received() -> None:
     """Octets given as a memoryview of signed bytes take the full path
     (which casts them) and arrive like any others."""

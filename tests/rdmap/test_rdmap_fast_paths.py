@@ -16,7 +16,16 @@ from iwarp.errors import LocalProtocolError
 from iwarp.rdmap.memory import Access, MemoryRegistry
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import RdmapOpcode, rdmap_control
-from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.work import (
+    Completion,
+    CompletionStatus,
+    ReadWR,
+    RecvWR,
+    SendWR,
+    Sge,
+    WorkOpcode,
+    WriteWR,
+)
 
 MULPDU = 200
 SIZE = 600
@@ -263,7 +272,7 @@ def test_fast_path_equals_full_path_for_each_send_variant(
     assert results[0] == results[1]
 
 
-def test_claim_send_makes_no_completion_and_checks_the_stag() -> None:
+def test_claim_send_completes_only_work_requests_and_checks_the_stag() -> None:
     stream = RdmapStream(MemoryRegistry().alloc_pd(), initiator=True, mulpdu=MULPDU)
     stream.take_events()
     parts = stream.claim_send(b"ping", solicited=True)
@@ -279,3 +288,6 @@ def test_claim_send_makes_no_completion_and_checks_the_stag() -> None:
     assert struct.unpack_from(">I", parts[0], 2)[0] == 0xABCD
     with pytest.raises(LocalProtocolError, match="not 32-bit"):
         stream.claim_send(b"", invalidate_stag=1 << 32)
+    # With a work request id (a posted SendWR), the completion post-and-pull makes.
+    assert stream.claim_send(b"pong", wr_id=7) is not None
+    assert stream.take_events() == [Completion(7, WorkOpcode.SEND, CompletionStatus.SUCCESS, 4)]

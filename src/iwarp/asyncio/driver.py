@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import Any, Final, TypeVar, cast
 
 from iwarp._typing import Buffer
@@ -33,12 +34,11 @@ from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LaneState, SendLane
 from iwarp.serving import BurstRelease, FailureHook, handler_failed, report
 from iwarp.sockets import (
-    MAX_IOV,
     RECEIVE_BULK,
     RECEIVE_CHUNK,
     listening_socket_for,
     tcp_setup,
-    unsent_part,
+    write_chunks,
 )
 
 __all__ = [
@@ -337,7 +337,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         fd = self._fd
         if fd is not None and not transport.get_write_buffer_size():
             try:
-                chunks = _writev(fd, chunks)
+                chunks = write_chunks(partial(os.writev, fd), chunks)
             except OSError as exc:
                 self._failed(exc)
                 return
@@ -448,25 +448,6 @@ class CoreDriver(asyncio.BufferedProtocol):
 #: full (copied once): enough to keep the socket busy until the transport
 #: drained it and the lane goes on.
 _LANE_PIECE: Final = 64 * 1024
-
-
-def _writev(fd: int, chunks: list[Buffer]) -> list[Buffer]:
-    """``writev`` the buffers, :data:`~iwarp.sockets.MAX_IOV` at a time, as
-    far as the non-blocking socket takes them; what it did not take, in order.
-
-    :raises OSError: the connection failed (not for a full send buffer).
-    """
-    for first in range(0, len(chunks), MAX_IOV):
-        batch = chunks[first : first + MAX_IOV]
-        try:
-            sent = os.writev(fd, batch)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        left = unsent_part(batch, sent)
-        if left:
-            left.extend(chunks[first + MAX_IOV :])
-            return left
-    return []
 
 
 async def run_handler(

@@ -395,6 +395,13 @@ class MpaConnection:
             return None
         return self._encoder
 
+    def send_lane_fpdus(self, fpdus: Buffer) -> None:
+        """Queue FPDUs framed outside the queue with the encoder
+        :meth:`lane_encoder` gave (already advanced past them), for
+        :meth:`data_to_send`: a posted small Send framed by the
+        small-message lane (:mod:`iwarp.rdma.small`)."""
+        self._out.append(fpdus)
+
     def _send_framed(self, encode: Callable[[FpduEncoder], list[Buffer]]) -> None:
         """Outside plain full operation: check the table, then queue the
         pieces, held back while rule 4 forbids sending (a Responder before

@@ -82,6 +82,7 @@ from iwarp.rdmap.work import (
     ImmediateData,
     RecvWR,
     SendQueueWR,
+    SendWR,
     Sge,
     TerminateReceived,
     TerminateSent,
@@ -387,6 +388,8 @@ class QueuePairEndpoint:
         :raises LocalProtocolError: not connected yet, or a bad request.
         """
         stream = self._stream()
+        if type(wr) is SendWR and self._hold_until is None and self._sent_small(stream, wr):
+            return
         stream.post_send(wr)
         if (
             stream.state is StreamState.WAIT_PEER
@@ -394,6 +397,18 @@ class QueuePairEndpoint:
             and self._fence_warn_at is None
         ):
             self._fence_warn_at = self._now + FENCE_WARNING
+
+    def _sent_small(self, stream: RdmapStream, wr: SendWR) -> bool:
+        """A posted Send on an idle queue pair, by the small-message lane
+        (:func:`~iwarp.rdma.small.send_small`): its FPDU queued for
+        :meth:`data_to_send`, its completion made at once by the stream
+        (nothing after framing can fail it). False: nothing was done."""
+        mpa = self.conn.mpa
+        frame = send_small(mpa, stream, wr.data, wr.solicited, wr.invalidate_stag, wr.wr_id)
+        if frame is None:
+            return False
+        mpa.send_lane_fpdus(frame)
+        return True
 
     def send_now(
         self,

@@ -54,13 +54,17 @@ def send_small(
     data: Buffer | Sge,
     solicited: bool,
     invalidate_stag: int | None,
+    wr_id: int | None = None,
 ) -> bytes | None:
-    """The FPDU of a Send that is complete once framed (no work request, no
-    completion: nothing can fail it later), when MPA is in full operation
-    with nothing queued and the stream idle (:meth:`RdmapStream.claim_send
+    """The FPDU of a Send that is complete once framed (nothing can fail it
+    later: with a ``wr_id`` the stream queues its completion at once,
+    without one none is made), when MPA is in full operation with nothing
+    queued and the stream idle (:meth:`RdmapStream.claim_send
     <iwarp.rdmap.stream.RdmapStream.claim_send>`). The caller writes it
-    before anything MPA gives later. None: nothing was done; post a
-    :class:`~iwarp.rdmap.work.SendWR`.
+    before anything MPA gives later (a posted Send's:
+    :meth:`MpaConnection.send_lane_fpdus
+    <iwarp.mpa.connection.MpaConnection.send_lane_fpdus>`). None: nothing
+    was done; post a :class:`~iwarp.rdmap.work.SendWR`.
 
     :raises LocalProtocolError: bad data or a bad Invalidate STag, as
         posting it would.
@@ -68,7 +72,7 @@ def send_small(
     encoder = mpa.lane_encoder()
     if encoder is None or encoder.max_ulpdu < stream.mulpdu:
         return None
-    claimed = stream.claim_send(data, solicited, invalidate_stag)
+    claimed = stream.claim_send(data, solicited, invalidate_stag, wr_id)
     if claimed is None:
         return None
     header, payload = claimed

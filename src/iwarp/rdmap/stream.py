@@ -381,16 +381,21 @@ class RdmapStream:
         self._recv.post(view, wr)
 
     def claim_send(
-        self, data: Sge | Buffer, solicited: bool = False, invalidate_stag: int | None = None
+        self,
+        data: Sge | Buffer,
+        solicited: bool = False,
+        invalidate_stag: int | None = None,
+        wr_id: int | None = None,
     ) -> tuple[bytes, Buffer] | None:
         """A Send (with Solicited Event and Invalidate as asked) taken as
         sent at once, as its one segment's DDP/RDMAP header and payload, when
         nothing else is queued, being sent or awaiting completion before it
         and the payload fits one segment (the small-message lane,
-        :mod:`iwarp.rdma.small`, frames it). Its MSN is used; no completion
-        is made: the caller takes the Send as complete once the segment is
-        framed (nothing after that can fail it). None: nothing was done
-        (post it with :meth:`post_send`).
+        :mod:`iwarp.rdma.small`, frames it). Its MSN is used; with a
+        ``wr_id`` its completion is queued at once, as :meth:`runs_to_send`
+        would make it; without, none is made: the caller takes the Send as
+        complete once the segment is framed (nothing after that can fail
+        it). None: nothing was done (post it with :meth:`post_send`).
 
         The segment is the one :meth:`post_send` and :meth:`runs_to_send`
         would make.
@@ -425,6 +430,10 @@ class RdmapStream:
         msns[_SEND_QUEUE] = (msn + 1) & 0xFFFFFFFF
         # The one segment is the last (L set), at MO 0.
         header = _pack_untagged(self.version | LAST_FLAG, rdmap, stag, _SEND_QUEUE, msn, 0)
+        if wr_id is not None:
+            self._events.append(
+                Completion(wr_id, WorkOpcode.SEND, CompletionStatus.SUCCESS, len(payload))
+            )
         return header, payload
 
     def _write_work(self, wr: WriteWR) -> _Work:
