@@ -59,6 +59,16 @@ def test_a_bulk_write_goes_in_full_runs(mulpdu: int) -> None:
     assert 1 <= segments[-1] <= full
 
 
+@pytest.mark.parametrize("mulpdu", [40000, 65000])
+def test_segments_over_half_the_budget_go_two_a_call(mulpdu: int) -> None:
+    """At MTU 65536 a segment is nearly the whole budget: a call takes two
+    (as before the remainder rule), not one, which would double the calls."""
+    got = calls(mulpdu, [("write", 1 << 20)])
+    segments = [n for call in got for n in call]
+    assert sum(segments) == -(-(1 << 20) // (mulpdu - TAGGED_HEADER_SIZE))
+    assert all(sum(call) == 2 for call in got[:-1]), got
+
+
 def test_small_messages_still_fill_the_rest_of_the_budget() -> None:
     mulpdu = 1448
     room = mulpdu - TAGGED_HEADER_SIZE
@@ -94,5 +104,8 @@ def test_each_call_fills_the_budget_with_whole_segments(
     for call, following in itertools.pairwise(got):
         segments = [n for run in call for n in run]
         taken = sum(segments)
-        assert taken <= budget or len(segments) == 1
+        # Over the budget only by one segment larger than half of it.
+        assert taken <= budget or len(segments) == 1 or 2 * segments[-1] > budget
+        if taken > budget and len(segments) > 1:
+            assert taken - segments[-1] < budget
         assert budget - taken < following[0][0]

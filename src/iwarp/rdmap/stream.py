@@ -601,11 +601,14 @@ class RdmapStream:
                 if current is None:
                     break
             message = current.message
-            if out and limit is not None and limit - size < message.next_segment:
+            segment = message.next_segment
+            if out and limit is not None and limit - size < segment and 2 * segment <= limit:
                 # What is left of the budget does not hold the next segment:
                 # the next call frames it in a full run, rather than one
                 # segment now (measured: half the runs at MTU 1500 held one
-                # FPDU, each paying a whole run's Python).
+                # FPDU, each paying a whole run's Python). Segments larger
+                # than half the budget (MTU 65536) still take one more, so a
+                # call frames two of them rather than one.
                 break
             run = message.next_run(None if limit is None else limit - size)
             if run is not None:
