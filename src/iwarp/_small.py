@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Final
 
 from iwarp._crc32c import crc32c
-from iwarp._kernels import _shares, _ssize
+from iwarp._kernels import _MAX_SSIZE, _ssize
 from iwarp._typing import Buffer
 from iwarp.ddp.wire import (
     LAST_FLAG,
@@ -32,6 +32,7 @@ from iwarp.mpa.wire import CRC_FIELD, MARKER, MARKER_INTERVAL, ULPDU_LENGTH
 __all__ = ["small_receive", "small_send"]
 
 _PHASE_MASK: Final = MARKER_INTERVAL - 1
+_MIN_SSIZE: Final = -_MAX_SSIZE - 1
 #: Content octets between two markers (RFC 5044 §4.3).
 _STRIDE: Final = MARKER_INTERVAL - 4
 _ZERO_MARKER: Final = bytes(4)
@@ -158,14 +159,22 @@ def small_receive(
     """
     # In the C function's order: data, the integers, head, then the phase.
     view = memoryview(data).cast("B")
-    _ssize(phase, limit, version, msn, send, send_se)
+    if not (
+        _MIN_SSIZE <= phase <= _MAX_SSIZE
+        and _MIN_SSIZE <= limit <= _MAX_SSIZE
+        and _MIN_SSIZE <= version <= _MAX_SSIZE
+        and _MIN_SSIZE <= msn <= _MAX_SSIZE
+        and _MIN_SSIZE <= send <= _MAX_SSIZE
+        and _MIN_SSIZE <= send_se <= _MAX_SSIZE
+    ):  # (inline: this runs per small message)
+        _ssize(phase, limit, version, msn, send, send_se)
     target = memoryview(head)
     if target.readonly:
         raise TypeError("head must be a writable buffer")
     _check_phase(phase)
-    if _shares(target, view):
-        raise ValueError("small_receive: head overlaps data")
     size = len(view)
+    if target.obj is view.obj and target.nbytes and size:  # as _kernels._shares
+        raise ValueError("small_receive: head overlaps data")
     if not markers:
         return _receive_unmarked(view, size, crc, phase, limit, version, msn, send, send_se, target)
     lead = 4 if phase == 0 else 0
