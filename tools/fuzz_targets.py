@@ -287,12 +287,39 @@ class _Draw:
         return bytearray(max(0, min(size, 1 << 16)))
 
 
-def _kernel_call(module: Any, data: bytes) -> tuple[object, ...]:
-    """One kernel of ``module`` on the arguments ``data`` gives (the same
-    arguments, fresh buffers, on every call); its outcome and what it left in
-    the buffers it may write."""
+def _small_frame(draw: _Draw) -> tuple[bytearray, bool, bool, int]:
+    """A one-segment Send's FPDU as the small-message lane frames it, with
+    drawn fields, then octets changed or cut; and its markers, CRC and
+    marker phase. Octets past the fuzzer's input draw zeros, which give the
+    fields the lane takes."""
+    from iwarp import _small
+
+    header = struct.pack(
+        ">BBIIII",
+        draw.octet() if draw.octet() & 1 else 0x41,  # DDP: L, version 1
+        (0x43, 0x45, draw.octet())[draw.octet() % 3],  # RDMAP: Send, Send with SE
+        0,
+        draw.number(2**32 - 1) & 0xFFFFFFFF if draw.octet() & 1 else 0,  # QN
+        draw.number(3) & 0xFFFFFFFF,  # MSN
+        draw.number(2**32 - 1) & 0xFFFFFFFF if draw.octet() & 1 else 0,  # MO
+    )
+    markers, crc, phase = bool(draw.octet() & 1), bool(draw.octet() & 1), 4 * draw.number(127)
+    flips = [(draw.number(2000), draw.octet()) for _ in range(draw.octet() % 4)]
+    cut = draw.octet() % 8 if draw.octet() & 1 else 0
+    payload = draw.octets(draw.number(600) % 4096)
+    frame = bytearray(_small.small_send(header, payload, markers, crc, phase)[0])
+    for at, xor in flips:
+        frame[at % len(frame)] ^= xor
+    del frame[len(frame) - cut :]
+    return frame, markers, crc, phase
+
+
+def _kernel_call(module: Any, small: Any, data: bytes) -> tuple[object, ...]:
+    """One kernel of ``module`` (or of the small-message lane's ``small``)
+    on the arguments ``data`` gives (the same arguments, fresh buffers, on
+    every call); its outcome and what it left in the buffers it may write."""
     draw = _Draw(data)
-    which = draw.octet() % 5
+    which = draw.octet() % 7
     buffer = draw.octets(draw.number(300) % 4096)
     written: list[object] = [buffer]
     try:
@@ -325,12 +352,35 @@ def _kernel_call(module: Any, data: bytes) -> tuple[object, ...]:
                 draw.number(255), draw.number(255), draw.number(255), draw.number(2**32),
                 draw.number(2**32), draw.number(2**64),
             )  # fmt: skip
-        else:
+        elif which == 4:
             records = draw.records(len(buffer))
             target = draw.target(buffer)
             written.append(target)
             result = module.place_run(
                 buffer, records, draw.number(3), draw.number(3), draw.number(20), target
+            )
+        elif which == 5:
+            header = draw.octets(draw.number(32) % 40)
+            result = small.small_send(
+                header, buffer, bool(draw.octet() & 1), bool(draw.octet() & 1), 4 * draw.number(127)
+            )
+        else:
+            # The call's own integers first: zeros (past the input) take the frame.
+            limit, version = 0xFFFF - draw.number(0xFFFF), draw.number(3) if draw.octet() & 1 else 1
+            msn, send, send_se = draw.number(3), draw.number(255), draw.number(255)
+            send, send_se = (send, send_se) if draw.octet() & 1 else (0x43, 0x45)
+            other = draw.octet() & 1  # else the connection's own framing, as the lane is called
+            place = 1300 - draw.number(1300)
+            overlap = draw.octet() & 1
+            frame, markers, crc, phase = _small_frame(draw)
+            if other:
+                markers, crc, phase = not markers, not crc, 4 * draw.number(127)
+            head: memoryview | bytearray = bytearray(max(0, place))
+            if overlap:
+                head = memoryview(frame)[place % len(frame) :] if frame else head
+            written += [frame, head]
+            result = small.small_receive(
+                frame, markers, crc, phase, limit, version, msn, send, send_se, head
             )
     except ValueError as exc:
         outcome: tuple[object, ...] = ("ValueError", str(exc))
@@ -409,21 +459,22 @@ def _decode_kernel_call(data: bytes) -> None:
 def kernels(data: bytes) -> None:
     """Each kernel with hostile arguments: offsets, lengths and indexes near
     2**32 and 2**64, misaligned and torn records, outputs overlapping
-    inputs, tiny buffers; the C module (iwarp._speedups) and its pure twin
-    (iwarp._kernels) must agree on the outcome (result or refusal) and on
-    every octet of the buffers. A kernel may refuse arguments (ValueError,
+    inputs, tiny buffers, the small-message lane's frames with octets
+    changed; the C module (iwarp._speedups) and its pure twins
+    (iwarp._kernels, iwarp._small) must agree on the outcome (result or
+    refusal) and on every octet of the buffers. A kernel may refuse arguments (ValueError,
     OverflowError, TypeError, BufferError); reading or writing outside a
     buffer is what the sanitizer build (.ci/sanitize) reports. The same
     octets then draw arguments for one of the analyzer's decode kernels
     (capture records, frames, FPDU views, ULPDU descriptions)."""
-    from iwarp import _kernels
+    from iwarp import _kernels, _small
 
-    pure = _kernel_call(_kernels, data)
+    pure = _kernel_call(_kernels, _small, data)
     try:
         from iwarp import _speedups
     except ImportError:
         return
-    accelerated = _kernel_call(_speedups, data)
+    accelerated = _kernel_call(_speedups, _speedups, data)
     if accelerated != pure:
         raise AssertionError(f"C {accelerated!r:.300} != pure Python {pure!r:.300}")
     _decode_kernel_call(data)
@@ -518,5 +569,5 @@ def seeds() -> dict[str, list[bytes]]:
         "vitcp_segment": [b"\x00" + vi_request],
         "vitcp_connection": [b"\x01\xc0" + vi_request],
         "capture": [_capture_seed()],
-        "kernels": [bytes([k, 0, 200, 0]) + stream[:600] for k in range(5)],
+        "kernels": [bytes([k, 0, 200, 0]) + stream[:600] for k in range(7)],
     }

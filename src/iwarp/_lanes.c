@@ -19,6 +19,7 @@
 #include "_speedups.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -381,9 +382,15 @@ static PyObject *py_send_lane(PyObject *self, PyObject *args)
     uint8_t *scratch = NULL;
     Py_ssize_t hlen = header.len;
     if (PyLong_Check(sink)) {
-        fd = _PyLong_AsInt(sink);
-        if (fd == -1 && PyErr_Occurred())
+        /* Public API only (_PyLong_AsInt is gone from Python 3.13). */
+        long value = PyLong_AsLong(sink);
+        if (value == -1 && PyErr_Occurred())
             goto done;
+        if (value < INT_MIN || value > INT_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "send_lane: fd does not fit a C int");
+            goto done;
+        }
+        fd = (int)value;
     } else {
         if (PyObject_GetBuffer(sink, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
             goto done;

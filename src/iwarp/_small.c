@@ -109,14 +109,16 @@ static PyObject *py_small_send(PyObject *self, PyObject *args)
 {
     Py_buffer header, payload;
     int markers, crc;
-    unsigned long phase_arg;
+    Py_ssize_t phase_arg;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*y*ppk:small_send", &header, &payload, &markers, &crc,
+    /* Integers as Py_ssize_t, as the other kernels take them: one outside
+     * its range raises OverflowError, as in the pure twin. */
+    if (!PyArg_ParseTuple(args, "y*y*ppn:small_send", &header, &payload, &markers, &crc,
                           &phase_arg))
         return NULL;
     PyObject *result = NULL;
     size_t hlen = (size_t)header.len, plen = (size_t)payload.len;
-    if (phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
+    if (phase_arg < 0 || phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
         PyErr_SetString(PyExc_ValueError, "phase must be a multiple of 4 below 512");
         goto done;
     }
@@ -187,14 +189,23 @@ static PyObject *py_small_receive(PyObject *self, PyObject *args)
 {
     Py_buffer data, head;
     int markers, crc;
-    unsigned long phase_arg, limit, version, msn, send, send_se;
+    Py_ssize_t phase_arg, limit, version, msn, send, send_se;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*ppkkkkkkw*:small_receive", &data, &markers, &crc, &phase_arg,
+    /* Integers as Py_ssize_t (OverflowError beyond, as in the pure twin),
+     * each compared as Python compares it: a negative limit takes nothing,
+     * a value outside its field never matches, the MSN counts modulo 2**32. */
+    if (!PyArg_ParseTuple(args, "y*ppnnnnnnw*:small_receive", &data, &markers, &crc, &phase_arg,
                           &limit, &version, &msn, &send, &send_se, &head))
         return NULL;
     PyObject *result = NULL;
-    if (phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
+    if (phase_arg < 0 || phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
         PyErr_SetString(PyExc_ValueError, "phase must be a multiple of 4 below 512");
+        goto done;
+    }
+    /* The payload is gathered piece by piece past the markers: it must not
+     * land on octets still to be read (the rule of the other kernels). */
+    if (iw_overlaps(&head, &data)) {
+        PyErr_SetString(PyExc_ValueError, "small_receive: head overlaps data");
         goto done;
     }
     const uint8_t *p = data.buf;
@@ -206,7 +217,7 @@ static PyObject *py_small_receive(PyObject *self, PyObject *args)
     if (lead && (p[0] | p[1] | p[2] | p[3]))
         goto decline;
     size_t n = ((size_t)p[lead] << 8) | p[lead + 1];
-    if (n > limit || n < SM_UNTAGGED)
+    if (limit < 0 || n > (size_t)limit || n < SM_UNTAGGED)
         goto decline;
     SmShape s = sm_shape(n, phase, markers);
     if (s.wire != size)
@@ -232,9 +243,9 @@ static PyObject *py_small_receive(PyObject *self, PyObject *args)
     uint8_t hdr[SM_UNTAGGED];
     sm_gather(p, &s, markers, 2, hdr, SM_UNTAGGED);
     unsigned control = hdr[0], rdmap = hdr[1];
-    if ((control & (SM_TAGGED_FLAG | SM_VERSION_MASK)) != version || !(control & SM_LAST_FLAG) ||
-        (rdmap != send && rdmap != send_se) || sm_be32(hdr + 6) != 0 ||
-        sm_be32(hdr + 10) != (msn & 0xFFFFFFFFu) || sm_be32(hdr + 14) != 0)
+    if ((Py_ssize_t)(control & (SM_TAGGED_FLAG | SM_VERSION_MASK)) != version ||
+        !(control & SM_LAST_FLAG) || ((Py_ssize_t)rdmap != send && (Py_ssize_t)rdmap != send_se) ||
+        sm_be32(hdr + 6) != 0 || sm_be32(hdr + 10) != (uint32_t)msn || sm_be32(hdr + 14) != 0)
         goto decline;
     size_t length = n - SM_UNTAGGED;
     if (length > (size_t)head.len)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Final
 
 from iwarp._crc32c import crc32c
+from iwarp._kernels import _MAX_SSIZE, _ssize
 from iwarp._typing import Buffer
 from iwarp.ddp.wire import (
     LAST_FLAG,
@@ -31,6 +32,7 @@ from iwarp.mpa.wire import CRC_FIELD, MARKER, MARKER_INTERVAL, ULPDU_LENGTH
 __all__ = ["small_receive", "small_send"]
 
 _PHASE_MASK: Final = MARKER_INTERVAL - 1
+_MIN_SSIZE: Final = -_MAX_SSIZE - 1
 #: Content octets between two markers (RFC 5044 §4.3).
 _STRIDE: Final = MARKER_INTERVAL - 4
 _ZERO_MARKER: Final = bytes(4)
@@ -44,6 +46,7 @@ _unpack_header = UNTAGGED_HEADER.unpack_from
 
 def _check_phase(phase: int) -> None:
     if not 0 <= phase <= _PHASE_MASK or phase & 3:
+        _ssize(phase)  # OverflowError first, as the C function's argument parsing
         raise ValueError("phase must be a multiple of 4 below 512")
 
 
@@ -64,6 +67,7 @@ def small_send(
 
     :raises ValueError: ``phase`` is not a multiple of 4 below 512, or the
         ULPDU does not fit the 16-bit length field.
+    :raises OverflowError: ``phase`` is outside the C ``Py_ssize_t`` range.
     """
     _check_phase(phase)
     n = len(header) + len(payload)
@@ -144,15 +148,33 @@ def small_receive(
     ``data`` and reports what is wrong with it. Only what the full path
     accepts is accepted here.
 
-    :raises ValueError: ``phase`` is not a multiple of 4 below 512.
+    Integers are compared as Python compares them (a negative ``limit``
+    takes nothing; ``msn`` counts modulo 2**32).
+
+    :raises ValueError: ``phase`` is not a multiple of 4 below 512, or
+        ``head`` and ``data`` are views of one object (the C function also
+        refuses any other overlap of their memory).
+    :raises OverflowError: an integer is outside the C ``Py_ssize_t`` range.
     :raises TypeError: ``head`` is not writable.
     """
-    _check_phase(phase)
+    # In the C function's order: data, the integers, head, then the phase.
+    view = memoryview(data).cast("B")
+    if not (
+        _MIN_SSIZE <= phase <= _MAX_SSIZE
+        and _MIN_SSIZE <= limit <= _MAX_SSIZE
+        and _MIN_SSIZE <= version <= _MAX_SSIZE
+        and _MIN_SSIZE <= msn <= _MAX_SSIZE
+        and _MIN_SSIZE <= send <= _MAX_SSIZE
+        and _MIN_SSIZE <= send_se <= _MAX_SSIZE
+    ):  # (inline: this runs per small message)
+        _ssize(phase, limit, version, msn, send, send_se)
     target = memoryview(head)
     if target.readonly:
         raise TypeError("head must be a writable buffer")
-    view = memoryview(data).cast("B")
+    _check_phase(phase)
     size = len(view)
+    if target.obj is view.obj and target.nbytes and size:  # as _kernels._shares
+        raise ValueError("small_receive: head overlaps data")
     if not markers:
         return _receive_unmarked(view, size, crc, phase, limit, version, msn, send, send_se, target)
     lead = 4 if phase == 0 else 0

@@ -434,7 +434,7 @@ static PyObject *exporter(const Py_buffer *b)
  * they share an octet (memcpy between them would be undefined; compared as
  * integers, the pointers may belong to different objects). Empty buffers
  * share nothing. */
-static int overlaps(const Py_buffer *a, const Py_buffer *b)
+int iw_overlaps(const Py_buffer *a, const Py_buffer *b)
 {
     if (a->len <= 0 || b->len <= 0)
         return 0;
@@ -569,7 +569,7 @@ static PyObject *py_frame_run(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_ValueError, "frame_run: the output buffer is too small");
             goto done;
         }
-        if (overlaps(&given, &header) || overlaps(&given, &payload)) {
+        if (iw_overlaps(&given, &header) || iw_overlaps(&given, &payload)) {
             PyErr_SetString(PyExc_ValueError, "frame_run: the output buffer overlaps an input");
             goto done;
         }
@@ -878,7 +878,7 @@ static PyObject *py_place_run(PyObject *self, PyObject *args)
     }
     /* The copies below must not change the buffers they read (the records
      * were checked once, here) nor read what they wrote. */
-    if (overlaps(&target, &buf) || overlaps(&target, &recs)) {
+    if (iw_overlaps(&target, &buf) || iw_overlaps(&target, &recs)) {
         PyErr_SetString(PyExc_ValueError, "place_run: the target overlaps the input");
         goto done;
     }

@@ -20,6 +20,10 @@
  * from ~value and complement the result, as py_crc32c does. */
 uint32_t iw_crc32c(uint32_t state, const uint8_t *p, size_t n);
 
+/* Whether an output buffer may not be written while reading an input: both
+ * non-empty and views of one object, or sharing an octet (_speedups.c). */
+int iw_overlaps(const Py_buffer *a, const Py_buffer *b);
+
 /* Each file's functions, each table ended by a {NULL} entry. */
 extern PyMethodDef iw_lane_methods[];
 extern PyMethodDef iw_decode_methods[];

@@ -225,6 +225,17 @@ def test_inconsistent_cursors_are_refused(phase: int, skip: int, limit: int, fd:
         )
 
 
+@pytest.mark.parametrize("fd", [2**31, -(2**31) - 1, 2**64])
+def test_a_descriptor_beyond_a_c_int_is_refused(fd: int) -> None:
+    """The socket number is a C int: beyond it, OverflowError (never a
+    truncated descriptor that names another file)."""
+    kernels = lanes.lane_kernels()
+    with pytest.raises(OverflowError):
+        kernels.send_lane(
+            fd, bytes(18), bytes(10), 0, 10, 4, 14, 4, 0, 0, False, True, 0, 0, 0, 0, False
+        )
+
+
 def test_a_skip_past_the_end_is_refused() -> None:
     kernels = lanes.lane_kernels()
     with pytest.raises(ValueError, match="past"):

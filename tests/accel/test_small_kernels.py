@@ -203,3 +203,52 @@ def test_small_receive_declines_what_is_not_a_whole_plain_send(kernel: Any) -> N
         kernel.small_receive(good, False, True, 0, 0xFFFF, 1, 1, SEND, SEND_SE, b"read-only")
     with pytest.raises((ValueError, OverflowError)):
         kernel.small_receive(good, False, True, 3, 0xFFFF, 1, 1, SEND, SEND_SE, bytearray(8))
+
+
+def _outcome(function: Callable[..., object], *args: Any) -> object:
+    try:
+        return ("ok", function(*args))
+    except (ValueError, OverflowError, TypeError) as exc:
+        return type(exc).__name__
+
+
+#: Integers at the edges of the C types (the arguments are Py_ssize_t).
+EDGES = (-(2**63) - 1, -(2**63), -4, -1, 0, 4, 21, 2**32 + 1, 2**63 - 1, 2**63, 2**64 + 4)
+
+
+@pytest.mark.skipif(
+    len(KERNELS) < 2, reason="no C kernels to compare (not built, or IWARP_NO_ACCEL)"
+)
+@pytest.mark.parametrize("value", EDGES)
+def test_both_kernels_take_and_refuse_the_same_integers(value: int) -> None:
+    """Each integer argument at the edges of the C types: the same result
+    or the same refusal from both kernels (a negative limit takes nothing,
+    a value past Py_ssize_t is an OverflowError, a phase past 511 a
+    ValueError), with the same memory."""
+    good = _small.small_send(_header(1), b"data", False, True, 0)[0]
+    sends = [_outcome(k.small_send, b"", b"x", False, True, value) for k in KERNELS]
+    assert sends[0] == sends[1]
+    for at in range(6):  # phase, limit, version, msn, send, send_se
+        answers = []
+        for kernel in KERNELS:
+            head = bytearray(8)
+            args: list[Any] = [0, 0xFFFF, 1, 1, SEND, SEND_SE]
+            args[at] = value
+            answers.append((_outcome(kernel.small_receive, good, False, True, *args, head), head))
+        assert answers[0] == answers[1], at
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("at", [0, 20, 24, 30])
+def test_small_receive_refuses_a_head_over_its_data(kernel: Any, at: int) -> None:
+    """A head that is a view of the received octets is refused (ValueError),
+    before anything is written: the payload is gathered piece by piece past
+    the markers, and would otherwise overwrite octets still to be read (the
+    kernels' rule for an output over an input)."""
+    frame, _ = _small.small_send(_header(1), bytes(range(256)) * 3, True, True, 256)
+    data = bytearray(frame)
+    with pytest.raises(ValueError, match="overlaps"):
+        kernel.small_receive(
+            data, True, True, 256, 0xFFFF, 1, 1, SEND, SEND_SE, memoryview(data)[at:]
+        )
+    assert data == frame
