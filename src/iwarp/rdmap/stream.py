@@ -49,6 +49,7 @@ from iwarp.ddp.errors import (
 from iwarp.ddp.placement import (
     DdpReceiver,
     PlacedRuns,
+    PostedBuffer,
     TaggedSegment,
     UntaggedQueue,
     UntaggedSegment,
@@ -157,6 +158,9 @@ _REMOTE_WRITE = int(Access.REMOTE_WRITE)
 _REMOTE_READ = int(Access.REMOTE_READ)
 #: The small-message lane's Send header (RFC 5041 §4.3): queue 0, as an int.
 _SEND_QUEUE: Final = int(QueueNumber.SEND)
+#: Looked up once: an enum member's attribute lookup costs more than the
+#: rest of a per-message check (the small-message lane's).
+_OPERATIONAL: Final = StreamState.OPERATIONAL
 _pack_untagged = UNTAGGED_HEADER.pack
 
 
@@ -376,9 +380,9 @@ class RdmapStream:
         region = wr.local.region
         if not region.valid:
             raise LocalProtocolError(f"STag {region.stag:#010x} is invalidated or deregistered")
-        if self.state is not StreamState.OPERATIONAL:
+        if self.state is not _OPERATIONAL:
             self.state = transition(self.state, StreamInput.POST)
-        self._recv.post(view, wr)
+        self._recv.buffers.append(PostedBuffer(view, wr))  # UntaggedQueue.post, per message
 
     def claim_send(
         self,
@@ -403,7 +407,7 @@ class RdmapStream:
         :raises LocalProtocolError: as :meth:`post_send`.
         """
         if (
-            self.state is not StreamState.OPERATIONAL
+            self.state is not _OPERATIONAL
             or self._sq
             or self._inflight
             or self._irq
@@ -1021,7 +1025,7 @@ class RdmapStream:
         first), no buffer posted, or a message in progress or out of order."""
         queue = self._recv
         if (
-            self.state is not StreamState.OPERATIONAL
+            self.state is not _OPERATIONAL
             or self._events
             or not queue.buffers
             or queue.received
