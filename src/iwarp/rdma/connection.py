@@ -24,7 +24,7 @@ went out or came in, :attr:`RdmaConnection.must_close` turns True: flush
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from iwarp._typing import Buffer
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode, RemoteProtocolError
@@ -70,6 +70,9 @@ Event: TypeAlias = (
 
 #: MPA states in which the stream's ULPDUs may be framed.
 _SENDING = (MpaState.FULL_OPERATION, MpaState.AWAIT_FIRST_FPDU, MpaState.SEND_ONLY)
+#: Looked up once: the checks that use them run per message.
+_FULL_OPERATION: Final = MpaState.FULL_OPERATION
+_OPERATIONAL: Final = StreamState.OPERATIONAL
 
 #: Octets of ULPDUs pulled from the stream per :meth:`data_to_send` call by default.
 DEFAULT_SEND_BATCH = 1 << 20
@@ -135,8 +138,8 @@ class RdmaConnection:
         stream = self.stream
         if (
             stream is not None
-            and stream.state is StreamState.OPERATIONAL
-            and self.mpa.state is MpaState.FULL_OPERATION
+            and stream.state is _OPERATIONAL
+            and self.mpa.state is _FULL_OPERATION
         ):
             return False  # the common case, checked first: it runs per message
         if self.mpa.must_close or self.mpa.state in (MpaState.FAILED, MpaState.CLOSED):

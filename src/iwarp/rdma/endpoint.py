@@ -573,6 +573,8 @@ class QueuePairEndpoint:
 
     def get_timer(self) -> float | None:
         timer = self.conn.get_timer()
+        if self._hold_until is None and self._fence_warn_at is None:
+            return timer  # the common case: every blocking wait asks
         for own in (self._hold_until, self._fence_warn_at):
             if own is not None and (timer is None or own < timer):
                 timer = own

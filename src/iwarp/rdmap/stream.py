@@ -537,10 +537,9 @@ class RdmapStream:
     @property
     def has_data_to_send(self) -> bool:
         """Whether :meth:`ulpdus_to_send` would return something now."""
-        if self.state is StreamState.TERMINATING:
-            return True
-        if self.state is not StreamState.OPERATIONAL:
-            return False
+        state = self.state
+        if state is not _OPERATIONAL:  # checked first: it runs per message
+            return state is StreamState.TERMINATING
         if self._current is not None:
             return True
         if self._irq:
