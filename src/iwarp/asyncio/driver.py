@@ -194,7 +194,7 @@ class CoreDriver(asyncio.BufferedProtocol):
     def feed(self, data: Buffer) -> None:
         """Octets from TCP to the core (``b""``: FIN)."""
         self.handle_events(self.core.receive_data(data, self._loop.time()))
-        self.flush()
+        self._answer()
         if not self._reading_paused and self.backlog() > self.receive_high_water:
             transport = self.transport
             if transport is not None and not transport.is_closing():
@@ -313,6 +313,47 @@ class CoreDriver(asyncio.BufferedProtocol):
             self.close_transport()
         if self._timer is not None or core.get_timer() is not None:
             self._arm_timer()
+
+    def _answer(self) -> None:
+        """:meth:`flush` after input, when it may have something to do: the
+        input caused output (a Reply, a Read Response), a close or a timer,
+        or output or a drain waits. Most received messages cause none of
+        these, and the core says so without a pull."""
+        core = self.core
+        if (
+            self._lane is not None
+            or self._drain_waiter is not None
+            or self._timer is not None
+            or core.has_data_to_send
+            or core.must_close
+            or core.get_timer() is not None
+        ):
+            self.flush()
+
+    def write_frame(self, frame: bytes) -> None:
+        """Octets the core handed out directly (a small message's FPDU), ahead
+        of its next ``data_to_send``: one ``write`` on the socket when it is
+        ours and the transport holds nothing, else as :meth:`write`."""
+        transport = self.transport
+        fd = self._fd
+        if (
+            fd is None
+            or transport is None
+            or self._lane is not None
+            or transport.get_write_buffer_size()
+        ):
+            self.write([frame])
+            return
+        try:
+            sent = os.write(fd, frame)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._failed(exc)
+            return
+        if sent < len(frame):
+            # The transport buffers what the kernel did not take and pauses us.
+            transport.write(memoryview(frame)[sent:])
 
     def output_waiting(self) -> bool:
         """Output waits for the kernel or for the core to produce it."""

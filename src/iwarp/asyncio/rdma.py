@@ -200,7 +200,7 @@ class QueuePair(QueuePairFront):
         assert driver is not None
         transport = driver.transport
         if transport is not None and not transport.is_closing():  # as flush: else TCP is going
-            driver.write([frame])
+            driver.write_frame(frame)
 
     # -- simple API -----------------------------------------------------------------
 

@@ -1,0 +1,128 @@
+"""The asyncio driver's own write of a small message's FPDU
+(``CoreDriver.write_frame``, what the asyncio ``QueuePair.send`` hands it
+from the small-message lane): one ``write`` on the socket while the
+transport holds nothing, else behind what it holds, in order; and its
+reaction to input that causes nothing (no pull from the core)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import pytest
+
+from iwarp.asyncio.driver import CoreDriver
+
+from .test_asyncio_lanes import LoopFactory, loop_factory, run
+
+__all__ = ["loop_factory"]
+
+
+class _Core:
+    """A core with nothing of its own to send; counts the driver's pulls."""
+
+    borrows_input = False
+    must_close = False
+
+    def __init__(self) -> None:
+        self.lost: list[str] = []
+        self.pulls = 0
+        self.has_data_to_send = False
+
+    def data_to_send(self, limit: int | None = None) -> list[Any]:
+        self.pulls += 1
+        self.has_data_to_send = False
+        return []
+
+    def take_events(self) -> list[Any]:
+        return []
+
+    def get_timer(self) -> None:
+        return None
+
+    def receive_data(self, data: Any, now: float) -> list[Any]:
+        return []
+
+    def connection_lost(self, now: float, reason: str) -> list[Any]:
+        self.lost.append(reason)
+        return []
+
+
+class _Driver(CoreDriver):
+    def start_core(self, now: float, emss: int) -> None:
+        self.core = _Core()  # type: ignore[assignment]
+
+
+async def _driver_on(sock: socket.socket) -> _Driver:
+    loop = asyncio.get_running_loop()
+    _, driver = await loop.connect_accepted_socket(_Driver, sock)
+    driver.own_socket()
+    assert driver._fd is not None  # writes on the socket itself
+    return driver
+
+
+def test_frames_the_kernel_does_not_take_wait_in_order(loop_factory: LoopFactory) -> None:
+    """Frames written while the peer does not read: the kernel takes the
+    first ones, one maybe in part; the transport keeps the rest, and every
+    later frame goes behind it: the peer reads them all, in order."""
+    frames = [bytes([n % 251]) * (1000 + n % 97) for n in range(3000)]
+    expected = b"".join(frames)
+
+    async def main() -> None:
+        left, right = socket.socketpair()
+        left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        right.setblocking(False)
+        driver = await _driver_on(left)
+        assert driver.transport is not None
+        for frame in frames:
+            driver.write_frame(frame)
+        assert driver.transport.get_write_buffer_size() > 0  # the kernel was full
+        loop = asyncio.get_running_loop()
+        got = bytearray()
+        while len(got) < len(expected):
+            got += await loop.sock_recv(right, 1 << 16)
+        assert bytes(got) == expected
+        driver.abort()
+        right.close()
+
+    run(loop_factory, main)
+
+
+def test_a_frame_written_on_a_failed_connection_ends_it(loop_factory: LoopFactory) -> None:
+    """The peer reset the connection: the write fails, the transport is
+    aborted and the core hears of the loss, with the write's error."""
+
+    async def main() -> None:
+        left, right = socket.socketpair()
+        driver = await _driver_on(left)
+        right.close()
+        driver.write_frame(b"x" * 64)
+        await asyncio.wait_for(driver.closed, 10)
+        core = driver.core
+        assert isinstance(core, _Core)
+        assert core.lost and "TCP connection lost" in core.lost[0]
+
+    run(loop_factory, main)
+
+
+@pytest.mark.parametrize("output", [False, True])
+def test_input_pulls_from_the_core_only_when_it_has_output(
+    loop_factory: LoopFactory, output: bool
+) -> None:
+    """Input that caused no output (a small message taken by the lane) is
+    not followed by a pull from the core; input that did is."""
+
+    async def main() -> None:
+        left, right = socket.socketpair()
+        driver = await _driver_on(left)
+        core = driver.core
+        assert isinstance(core, _Core)
+        pulls = core.pulls
+        core.has_data_to_send = output
+        driver.feed(b"input")
+        assert (core.pulls > pulls) is output
+        driver.abort()
+        right.close()
+
+    run(loop_factory, main)
