@@ -1,8 +1,9 @@
 """The asyncio driver's own write of a small message's FPDU
 (``CoreDriver.write_frame``, what the asyncio ``QueuePair.send`` hands it
 from the small-message lane): one ``write`` on the socket while the
-transport holds nothing, else behind what it holds, in order; and its
-reaction to input that causes nothing (no pull from the core)."""
+transport holds nothing, else behind what it holds, in order; its reaction
+to input that causes nothing (no pull from the core); and a list of work
+requests posted at once (``post_send_list``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 import pytest
 
 from iwarp.asyncio.driver import CoreDriver
+from iwarp.asyncio.rdma import QueuePair, connect, serve
+from iwarp.rdmap.work import SendWR
 
 from .test_asyncio_lanes import LoopFactory, loop_factory, run
 
@@ -126,3 +129,33 @@ def test_input_pulls_from_the_core_only_when_it_has_output(
         right.close()
 
     run(loop_factory, main)
+
+
+def test_a_posted_list_arrives_in_order(loop_factory: LoopFactory) -> None:
+    """Sends posted as one list on the asyncio adapter: each completes in
+    send_cq with its wr_id, and the peer gets them in order."""
+    messages = [bytes([n]) * (1 + n) for n in range(40)]
+    got: list[bytes] = []
+
+    async def main() -> None:
+        async def handler(qp: QueuePair) -> None:
+            for _ in messages:
+                got.append(await qp.receive())
+            await qp.send(b"done")
+            await qp.receive()
+
+        server = await serve(handler, "127.0.0.1", 0, receive_buffers=64, receive_size=256)
+        port = server.sockets[0].getsockname()[1]
+        qp = await connect("127.0.0.1", port, receive_buffers=2)
+        qp.post_send_list([SendWR(m, wr_id=n) for n, m in enumerate(messages)])
+        done = [await qp.send_cq.wait() for _ in messages]
+        assert [c.wr_id for c in done] == list(range(len(messages)))
+        assert all(c.ok for c in done)
+        assert await qp.receive() == b"done"
+        await qp.send(b"bye")
+        await qp.close()
+        server.close()
+        await server.wait_closed()
+
+    run(loop_factory, main)
+    assert got == messages
