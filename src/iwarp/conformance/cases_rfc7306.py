@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from iwarp.conformance import craft
 from iwarp.conformance.errorcase import unknown_stag
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Need, case
+from iwarp.conformance.model import CaseFailed, CaseSkipped, Need, TargetRole, case
 from iwarp.conformance.session import Received, Region, Session, describe_terminate
 from iwarp.errors import TerminateLayer
 from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode, RemoteProtectionCode
@@ -205,7 +205,16 @@ def reserved_aopcode(s: Session) -> None:
     covers=("terminate",),
 )
 def unknown_target(s: Session) -> None:
-    s.data_phase()
+    if s.target is TargetRole.INITIATOR:
+        # The tool is the MPA Responder: it may send only after the target's
+        # first FPDU (RFC 5044 §7.1.2 rule 4), its RTR or, without one, its
+        # first message; a target that sends neither leaves no moment this
+        # rule can be checked at.
+        s.data_phase((Need.TALKS,))
+        if s.rtr is None:
+            s.need(Need.TALKS)
+    else:
+        s.data_phase()
     stag = unknown_stag(s)
     _send_atomic(s, AtomicRequest.fetch_add(REQUEST_ID, stag, 0, 0), f"FetchAdd at STag {stag:#x}")
     term = _next_terminate(s)
