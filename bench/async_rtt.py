@@ -41,7 +41,7 @@ def _loop_factory(name: str) -> LoopFactory:
     if name == "uvloop":
         import uvloop
 
-        return uvloop.new_event_loop  # type: ignore[no-any-return]
+        return uvloop.new_event_loop
     return asyncio.new_event_loop
 
 
