@@ -17,8 +17,9 @@ from iwarp.conformance.errorcase import (
     judge_foreign,
     unknown_stag,
 )
-from iwarp.conformance.model import CaseSkipped, Level, Need, TargetRole, case
+from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import NO_BUFFER, NOT_WRITABLE, Region, Session
+from iwarp.conformance.terms import CaseSkipped, Need, TargetRole
 from iwarp.ddp.errors import DdpErrorType, DdpTaggedCode, DdpUntaggedCode
 from iwarp.errors import TerminateLayer
 from iwarp.rdma.rping import ADVERT

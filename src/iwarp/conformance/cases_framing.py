@@ -11,7 +11,7 @@ another Terminate).
 from __future__ import annotations
 
 from iwarp.conformance import craft
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
+from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import (
     NO_CRC,
     NO_FPDU,
@@ -20,6 +20,7 @@ from iwarp.conformance.session import (
     Session,
     describe_terminate,
 )
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.errors import MpaErrorCode, TerminateLayer
 from iwarp.mpa.wire import MARKER_INTERVAL, FrameFlags
 from iwarp.rdma.rping import ADVERT

@@ -20,8 +20,9 @@ from iwarp.conformance.errorcase import (
     judge_foreign,
     unknown_stag,
 )
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
+from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import NO_BUFFER, Received, Region, Session, describe_terminate
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.ddp.errors import DdpErrorType, DdpUntaggedCode
 from iwarp.errors import TerminateLayer
 from iwarp.rdma.rping import ADVERT

@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+import iwarp.conformance.craft as craft
 from iwarp._crc32c import crc32c
-from iwarp.conformance import craft
 from iwarp.conformance.link import Link
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Need, TargetRole
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.ddp.wire import TAGGED_FLAG, UNTAGGED_HEADER_SIZE
 from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig

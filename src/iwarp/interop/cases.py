@@ -16,8 +16,8 @@ from typing import Any, Final
 from iwarp.conformance import all_cases as all_conformance_cases
 from iwarp.conformance.expected import compare, unjudged
 from iwarp.conformance.expected import load as load_expected
-from iwarp.conformance.model import TargetRole
 from iwarp.conformance.model import select as select_cases
+from iwarp.conformance.terms import TargetRole
 from iwarp.interop.host import Need
 from iwarp.interop.perftest import CLIENT_TESTS as PERFTEST_CLIENT_TESTS
 from iwarp.interop.perftest import TESTS as PERFTEST_TESTS

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeAlias
 
+import iwarp.rdma.lanes as lanes
 from iwarp._typing import Buffer
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode, RemoteProtocolError
 from iwarp.mpa.config import MpaConfig, Role
@@ -44,7 +45,6 @@ from iwarp.mpa.events import (
 from iwarp.mpa.events import Event as MpaEvent
 from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.wire import RtrFlags
-from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LANE_MIN, LANE_MIN_SEGMENT, SendLane
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import ProtectionDomain

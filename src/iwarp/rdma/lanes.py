@@ -32,7 +32,7 @@ import os
 from enum import IntEnum
 from typing import Final, Protocol, cast
 
-from iwarp import _accel
+import iwarp._accel as _accel
 from iwarp._typing import Buffer
 from iwarp.mpa.framing import SegmentRun
 
