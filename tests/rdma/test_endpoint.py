@@ -17,14 +17,16 @@ from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.endpoint import (
     FENCE_WARNING,
+    QueuePairEndpoint,
+)
+from iwarp.rdma.errors import ConnectionTerminatedError
+from iwarp.rdma.events import (
     CompletionQueued,
     Ended,
     Established,
     MessageReceived,
-    QueuePairEndpoint,
     WorkFinished,
 )
-from iwarp.rdma.errors import ConnectionTerminatedError
 from iwarp.rdmap.memory import Access, MemoryRegistry
 from iwarp.rdmap.work import CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WorkOpcode, WriteWR
 from iwarp.vitcp.config import Role as VitcpRole

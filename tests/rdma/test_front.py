@@ -10,13 +10,15 @@ import pytest
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import Role
 from iwarp.rdma.endpoint import (
+    QueuePairEndpoint,
+)
+from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
+from iwarp.rdma.events import (
     CompletionQueued,
     Established,
     MessageReceived,
-    QueuePairEndpoint,
     WorkFinished,
 )
-from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import QueuePairFront
 from iwarp.rdmap.memory import MemoryRegistry
 from iwarp.rdmap.work import SendWR, WriteWR

@@ -22,10 +22,11 @@ from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.rping import RpingClient, RpingServer
+from iwarp.rdmap.events import TerminateReceived
 from iwarp.rdmap.memory import MemoryRegistry
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import describe_ulpdu
-from iwarp.rdmap.work import Completion, TerminateReceived
+from iwarp.rdmap.work import Completion
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "data" / "siw"
 

@@ -36,16 +36,18 @@ from iwarp.mpa.handshake import build_request
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_SIZE,
+    QueuePairEndpoint,
+    QueuePairOptions,
+)
+from iwarp.rdma.endpoint import CompletionQueue as _Queue
+from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
+from iwarp.rdma.events import (
     CompletionQueued,
     Ended,
     Established,
     MessageReceived,
-    QueuePairEndpoint,
-    QueuePairOptions,
     WorkFinished,
 )
-from iwarp.rdma.endpoint import CompletionQueue as _Queue
-from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import ALL_BITS, QueuePairFront
 from iwarp.rdma.options import domain, initiator_options, responder_options
 from iwarp.rdma.simple import ReadInto, WriteData

@@ -49,7 +49,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final
 
 from iwarp._typing import Buffer
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
@@ -65,13 +65,25 @@ from iwarp.mpa.events import (
     RequestReceived,
 )
 from iwarp.mpa.policy import ConnectionRejectedError, Decider, answer_request
-from iwarp.rdma.connection import Event as StackEvent
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.errors import ConnectionTerminatedError, describe_terminate
+from iwarp.rdma.events import (
+    CompletionQueued,
+    Ended,
+    Established,
+    Event,
+    MessageReceived,
+    StackEvent,
+    WorkFinished,
+)
 from iwarp.rdma.lanes import SendLane
 from iwarp.rdma.small import receive_small, send_small
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.errors import LocalCatastrophicError
+from iwarp.rdmap.events import (
+    TerminateReceived,
+    TerminateSent,
+)
 from iwarp.rdmap.memory import MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.stream import RdmapStream
@@ -84,8 +96,6 @@ from iwarp.rdmap.work import (
     SendQueueWR,
     SendWR,
     Sge,
-    TerminateReceived,
-    TerminateSent,
     WorkOpcode,
 )
 
@@ -93,13 +103,7 @@ __all__ = [
     "INITIATOR_CONFIG",
     "SEND_BATCH",
     "CompletionQueue",
-    "CompletionQueued",
-    "Ended",
-    "Established",
-    "Event",
-    "MessageReceived",
     "QueuePairEndpoint",
-    "WorkFinished",
 ]
 
 #: ULPDU octets pulled from the stream per :meth:`QueuePairEndpoint.data_to_send`
@@ -196,48 +200,6 @@ class QueuePairOptions:
             atomic_ird=self.atomic_ird,
         )
 
-
-# -- events ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Established:
-    """MPA is in full operation and RFC 6581 negotiation succeeded."""
-
-    params: MpaParams
-
-
-@dataclass(frozen=True, slots=True)
-class CompletionQueued:
-    """A completion was added to ``queue`` (:attr:`QueuePairEndpoint.send_cq`
-    or :attr:`~QueuePairEndpoint.recv_cq`)."""
-
-    queue: CompletionQueue
-
-
-@dataclass(frozen=True, slots=True)
-class WorkFinished:
-    """A tracked work request completed: :meth:`QueuePairEndpoint.result`."""
-
-    wr_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class MessageReceived:
-    """A message arrived in the receive pool: :meth:`QueuePairEndpoint.take_message`."""
-
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class Ended:
-    """The connection is over; ``error`` is the cause (None: closed cleanly)."""
-
-    error: IwarpError | None
-    reason: str
-
-
-Event: TypeAlias = "Established | CompletionQueued | WorkFinished | MessageReceived | Ended"
 
 #: Called once MPA is in full operation, before any message is processed.
 Setup = Callable[[], None]

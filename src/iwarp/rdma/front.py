@@ -17,18 +17,20 @@ from iwarp._typing import Buffer
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.events import MpaParams
 from iwarp.rdma.endpoint import (
-    CompletionQueued,
-    Ended,
-    Established,
-    MessageReceived,
     QueuePairEndpoint,
-    WorkFinished,
 )
 from iwarp.rdma.errors import (
     AtomicsNotSupportedError,
     ConnectionTerminatedError,
     RdmaError,
     refuses_extensions,
+)
+from iwarp.rdma.events import (
+    CompletionQueued,
+    Ended,
+    Established,
+    MessageReceived,
+    WorkFinished,
 )
 from iwarp.rdma.simple import ReadInto, ReadTarget, WriteData, read_target, write_source
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain

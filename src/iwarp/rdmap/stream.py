@@ -83,6 +83,12 @@ from iwarp.rdmap.errors import (
     RemoteProtectionCode,
     RemoteProtectionError,
 )
+from iwarp.rdmap.events import (
+    Event,
+    StreamReady,
+    TerminateReceived,
+    TerminateSent,
+)
 from iwarp.rdmap.memory import Access, AccessFault, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamInput, StreamState, transition
 from iwarp.rdmap.terminate import (
@@ -115,16 +121,12 @@ from iwarp.rdmap.work import (
     CompareSwapWR,
     Completion,
     CompletionStatus,
-    Event,
     FetchAddWR,
     ImmediateWR,
     ReadWR,
     RecvWR,
     SendWR,
     Sge,
-    StreamReady,
-    TerminateReceived,
-    TerminateSent,
     WorkOpcode,
     WriteWR,
 )
