@@ -45,7 +45,7 @@ from iwarp.rdma.events import (
     CompletionQueued,
     Ended,
     Established,
-    MessageReceived,
+    MessageQueued,
     WorkFinished,
 )
 from iwarp.rdma.front import ALL_BITS, QueuePairFront
@@ -403,7 +403,7 @@ class QueuePair(QueuePairFront):
             assert completion is not None
             future.set_result(completion)
 
-    def _on_message(self, event: MessageReceived) -> None:
+    def _on_message(self, event: MessageQueued) -> None:
         self._wake_reader()
 
     def _on_ended(self, event: Ended) -> None:

@@ -18,7 +18,7 @@ import signal
 from iwarp.asyncio import rdma
 from iwarp.asyncio.mpa import (
     Accept,
-    MpaRejectedError,
+    ConnectionRejectedError,
     MpaSocket,
     MpaStream,
     Reject,
@@ -52,7 +52,7 @@ from iwarp.cli._ops import (
 )
 from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._receipt import RECEIPT_REQUEST, offer_receipts, receipt, terminate_for
-from iwarp.cli._report import Output
+from iwarp.cli._report import RecordPrinter
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
@@ -127,7 +127,7 @@ def _peer(sock_or_addr: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Output(args.json, prog="iwarp listen")
+    out = RecordPrinter(args.json, prog="iwarp listen")
     try:
         config = config_from(args)
     except ValueError as exc:
@@ -164,7 +164,7 @@ def _summary(
 async def _listen(
     args: argparse.Namespace,
     config: MpaConfig,
-    out: Output,
+    out: RecordPrinter,
     digest: Digest,
     state: dict[str, int],
 ) -> int:
@@ -175,7 +175,7 @@ async def _listen(
 async def _serve(
     args: argparse.Namespace,
     config: MpaConfig,
-    out: Output,
+    out: RecordPrinter,
     digest: Digest,
     state: dict[str, int],
 ) -> int:
@@ -216,7 +216,7 @@ async def _serve(
         return Accept(offer_receipts(args.private_data, room))
 
     def on_failure(error: BaseException, peer: object) -> None:
-        if isinstance(error, MpaRejectedError):
+        if isinstance(error, ConnectionRejectedError):
             out.emit({"type": "rejected", "peer": _peer(peer), "reason": error.event.reason})
         else:
             state["errors"] += 1

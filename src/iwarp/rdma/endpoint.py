@@ -38,7 +38,7 @@ It keeps the connection contract (:class:`iwarp.contract.Connection`)::
     ep = QueuePairEndpoint(Role.INITIATOR, ProtectionDomain(), now=clock())
     sock.sendmsg(ep.data_to_send())
     for event in ep.receive_data(sock.recv(65536), clock()):
-        ...   # Established, CompletionQueued, WorkFinished, MessageReceived, Ended
+        ...   # Established, CompletionQueued, WorkFinished, MessageQueued, Ended
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ from iwarp.rdma.events import (
     Ended,
     Established,
     Event,
-    MessageReceived,
+    MessageQueued,
     StackEvent,
     WorkFinished,
 )
@@ -679,7 +679,7 @@ class QueuePairEndpoint:
                 del self._pool[wr.wr_id]
                 region.deregister()
                 self._post_pool_buffer(stream)
-        self._events.append(MessageReceived(len(data)))
+        self._events.append(MessageQueued(len(data)))
 
     def _on_request(self, event: RequestReceived, now: float | None) -> None:
         try:

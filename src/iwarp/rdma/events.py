@@ -34,7 +34,7 @@ __all__ = [
     "Ended",
     "Established",
     "Event",
-    "MessageReceived",
+    "MessageQueued",
     "StackEvent",
     "WorkFinished",
 ]
@@ -89,8 +89,11 @@ class WorkFinished:
 
 
 @dataclass(frozen=True, slots=True)
-class MessageReceived:
-    """A message arrived in the receive pool: :meth:`QueuePairEndpoint.take_message`."""
+class MessageQueued:
+    """A message arrived in the receive pool and waits for
+    :meth:`~iwarp.rdma.endpoint.QueuePairEndpoint.take_message` (VI/TCP's
+    :class:`~iwarp.vitcp.events.MessageReceived` carries its message; this
+    only says one is queued)."""
 
     size: int
 
@@ -104,4 +107,4 @@ class Ended:
 
 
 #: Everything a :class:`~iwarp.rdma.endpoint.QueuePairEndpoint` reports.
-Event: TypeAlias = Established | CompletionQueued | WorkFinished | MessageReceived | Ended
+Event: TypeAlias = Established | CompletionQueued | WorkFinished | MessageQueued | Ended

@@ -29,7 +29,7 @@ from iwarp.rdma.events import (
     CompletionQueued,
     Ended,
     Established,
-    MessageReceived,
+    MessageQueued,
     WorkFinished,
 )
 from iwarp.rdma.simple import ReadInto, ReadTarget, WriteData, read_target, write_source
@@ -62,7 +62,7 @@ _HANDLERS: Final = {
     Established: "_on_established",
     CompletionQueued: "_on_completion",
     WorkFinished: "_on_work",
-    MessageReceived: "_on_message",
+    MessageQueued: "_on_message",
     Ended: "_on_ended",
 }
 
@@ -179,7 +179,7 @@ class QueuePairFront:
     def _on_work(self, event: WorkFinished) -> None:
         """A tracked work request (a simple call's) finished."""
 
-    def _on_message(self, event: MessageReceived) -> None:
+    def _on_message(self, event: MessageQueued) -> None:
         """A message arrived in the receive pool."""
 
     def _on_ended(self, event: Ended) -> None:

@@ -125,6 +125,7 @@ from iwarp.rdmap.work import (
     ImmediateWR,
     ReadWR,
     RecvWR,
+    SendQueueWR,
     SendWR,
     Sge,
     WorkOpcode,
@@ -345,9 +346,7 @@ class RdmapStream:
 
     # -- posting (local input) ----------------------------------------------
 
-    def post_send(
-        self, wr: SendWR | WriteWR | ReadWR | FetchAddWR | CompareSwapWR | ImmediateWR
-    ) -> None:
+    def post_send(self, wr: SendQueueWR) -> None:
         """Queue a Send, RDMA Write, RDMA Read, or an RFC 7306 FetchAdd,
         CmpSwap or Immediate Data.
 

@@ -34,7 +34,7 @@ from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedErro
 from iwarp.rdma.events import (
     CompletionQueued,
     Established,
-    MessageReceived,
+    MessageQueued,
 )
 from iwarp.rdma.front import ALL_BITS, QueuePairFront
 from iwarp.rdma.options import domain, initiator_options, responder_options
@@ -456,7 +456,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         cq = self.send_cq if event.queue is self.endpoint.send_cq else self.recv_cq
         cq._items.extend(event.queue.poll())
 
-    def _on_message(self, event: MessageReceived) -> None:
+    def _on_message(self, event: MessageQueued) -> None:
         if self.endpoint.message_octets > RECEIVE_HIGH_WATER:
             self._driver.reading = False
 
