@@ -56,6 +56,7 @@ LAYERS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     ("driver support", ("iwarp.sockets", "iwarp.serving")),
     ("adapters", ("iwarp.asyncio", "iwarp.sync")),
     ("package face", ("iwarp",)),
+    ("shared applications", ("iwarp.apps",)),
     ("applications", ("iwarp.analyze", "iwarp.conformance")),
     ("interop suite", ("iwarp.interop",)),
     ("command line", ("iwarp.cli",)),

@@ -2,7 +2,7 @@
 
 Moves ``--count`` messages of ``--size`` octets with ``--op`` (RDMAP Sends,
 RDMA Writes into the listener's advertised buffers, RDMA Reads from them,
-or bare MPA ULPDUs; see :mod:`iwarp.cli._ops`), closes gracefully and exits
+or bare MPA ULPDUs; see :mod:`iwarp.cli._rdma_traffic`), closes gracefully and exits
 0; any error (including a reject) exits 1. The summary's ``messages``,
 ``octets`` and ``sha256`` describe the messages sent (read, for ``read``),
 so a script can compare them with the ``iwarp listen`` summary.
@@ -14,11 +14,12 @@ import argparse
 import asyncio
 import signal
 
+from iwarp.apps.rping import ADVERT
 from iwarp.asyncio import rdma
 from iwarp.asyncio.mpa import ConnectionRejectedError, MpaSocket, MpaStream, connect, open_stream
 from iwarp.cli._args import SIZE_HELP, count, port, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture
-from iwarp.cli._mpa import (
+from iwarp.cli._mpa_options import (
     CULLEY_SWITCH,
     DELAYED_HELLO,
     DELAYED_SWITCH,
@@ -31,7 +32,8 @@ from iwarp.cli._mpa import (
     message,
     params_record,
 )
-from iwarp.cli._ops import (
+from iwarp.cli._progress import Progress, add_progress_options
+from iwarp.cli._rdma_traffic import (
     CONTROL_BUFFERS,
     MAX_COUNT,
     check_stack,
@@ -40,7 +42,6 @@ from iwarp.cli._ops import (
     qp_emss,
     reset,
 )
-from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._receipt import (
     ReceiptError,
     Watcher,
@@ -55,7 +56,6 @@ from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import ConnectionRejected
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.wire import MAX_ULPDU
-from iwarp.rdma.rping import ADVERT
 
 #: Seconds ``--op mpa`` waits for the listener's receipt (without --timeout).
 RECEIPT_TIMEOUT = 60.0

@@ -4,7 +4,7 @@ Serves many connections at once until ``--count`` messages have been
 received in total, or ``--connections`` connections have ended, then prints
 a summary and exits: 0 if no connection failed, 1 otherwise. The messages
 are RDMAP Sends, RDMA Writes into advertised buffers or RDMA Reads from
-them (``--op``, see :mod:`iwarp.cli._ops`), or bare MPA ULPDUs
+them (``--op``, see :mod:`iwarp.cli._rdma_traffic`), or bare MPA ULPDUs
 (``--op mpa``).
 """
 
@@ -27,7 +27,7 @@ from iwarp.asyncio.mpa import (
 )
 from iwarp.cli._args import SIZE_HELP, count, port, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture
-from iwarp.cli._mpa import (
+from iwarp.cli._mpa_options import (
     CULLEY_SWITCH,
     DELAYED_HELLO,
     DELAYED_SWITCH,
@@ -39,7 +39,8 @@ from iwarp.cli._mpa import (
     frame_record,
     params_record,
 )
-from iwarp.cli._ops import (
+from iwarp.cli._progress import Progress, add_progress_options
+from iwarp.cli._rdma_traffic import (
     DEFAULT_MEMORY_BUDGET,
     ListenSession,
     MemoryBudget,
@@ -50,7 +51,6 @@ from iwarp.cli._ops import (
     op_refusal,
     reset,
 )
-from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._receipt import RECEIPT_REQUEST, offer_receipts, receipt, terminate_for
 from iwarp.cli._report import RecordPrinter
 from iwarp.cli._run import run_interruptible

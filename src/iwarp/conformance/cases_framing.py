@@ -10,6 +10,7 @@ another Terminate).
 
 from __future__ import annotations
 
+from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
 from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import (
@@ -23,7 +24,6 @@ from iwarp.conformance.session import (
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.errors import MpaErrorCode, TerminateLayer
 from iwarp.mpa.wire import MARKER_INTERVAL, FrameFlags
-from iwarp.rdma.rping import ADVERT
 from iwarp.rdmap.wire import RdmapOpcode, ReadRequest
 
 CRC_QUOTE = (

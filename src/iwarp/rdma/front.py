@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Final
 from iwarp._typing import Buffer
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.events import MpaParams
+from iwarp.rdma.data_args import ReadInto, ReadTarget, WriteData, read_target, write_source
 from iwarp.rdma.endpoint import (
     QueuePairEndpoint,
 )
@@ -32,7 +33,6 @@ from iwarp.rdma.events import (
     MessageQueued,
     WorkFinished,
 )
-from iwarp.rdma.simple import ReadInto, ReadTarget, WriteData, read_target, write_source
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import NO_MASK, TerminateHeader

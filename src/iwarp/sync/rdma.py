@@ -26,6 +26,7 @@ from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
+from iwarp.rdma.data_args import ReadInto, WriteData
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_SIZE,
     QueuePairOptions,
@@ -38,7 +39,6 @@ from iwarp.rdma.events import (
 )
 from iwarp.rdma.front import ALL_BITS, QueuePairFront
 from iwarp.rdma.options import domain, initiator_options, responder_options
-from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
@@ -254,7 +254,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         length: int | None = None,
         timeout: float | None = None,
     ) -> int:
-        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.simple`) to the
+        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.data_args`) to the
         peer's (``remote_stag``, ``remote_to``); returns the octets written."""
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
         return self._run(wr, timeout).byte_len
@@ -294,7 +294,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         timeout: float | None = None,
     ) -> int | bytes:
         """RDMA Read from the peer's (``remote_stag``, ``remote_to``) into
-        ``local`` (the forms of :mod:`iwarp.rdma.simple`): returns the octets
+        ``local`` (the forms of :mod:`iwarp.rdma.data_args`): returns the octets
         read, or given an ``int`` length, the octets as bytes. After a timeout the
         Read stays outstanding (its completion goes to ``send_cq``) and a
         buffer given to it stays registered until the connection ends.
