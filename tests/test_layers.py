@@ -44,7 +44,7 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 #: The layers of ``iwarp``, lowest first: (what the layer is, its units).
 #: A unit is a package (its modules and face) or a top-level module.
 LAYERS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
-    ("foundations", ("iwarp._typing", "iwarp.errors", "iwarp._speedups")),
+    ("foundations", ("iwarp._typing", "iwarp.errors", "iwarp._speedups", "iwarp._face")),
     ("shared machinery", ("iwarp.statemachine", "iwarp.contract", "iwarp._kernels")),
     ("kernel choice", ("iwarp._accel",)),
     ("checksum", ("iwarp._crc32c",)),
