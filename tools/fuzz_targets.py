@@ -449,6 +449,19 @@ def _decode_kernel_call(data: bytes) -> None:
                 # (its FPDU starts lie on that grid).
                 if not (markers and phase & 3):
                     raise
+            # The clean FPDUs in a row from the same place: each within the buffer.
+            at = draw.number(len(buffer))
+            taken, stop, need = fpdus.fpdu_walk(
+                bytearray(buffer), at, phase, markers, bool(draw.octet() & 1),
+                bool(draw.octet() & 1), bool(draw.octet() & 1), draw.number(1 << 17),
+                draw.number(1 << 13),
+            )  # fmt: skip
+            if (
+                not at <= stop <= len(buffer)
+                or any(not (at <= t[0] and t[0] + t[1] <= stop) for t in taken)
+                or (need and need <= len(buffer) - stop)
+            ):
+                raise AssertionError(f"a walk from {at} ended at {stop} of {len(buffer)}")
         else:
             fpdus.describe_ulpdu(buffer)
     except _ARGUMENT_ERRORS:
@@ -509,8 +522,8 @@ def kernels(data: bytes) -> None:
     OverflowError, TypeError, BufferError); reading or writing outside a
     buffer is what the sanitizer build (.ci/sanitize) reports. The same
     octets then draw arguments for one of the analyzer's decode kernels
-    (capture records, frames, FPDU views, ULPDU descriptions, FPDU JSON
-    lines)."""
+    (capture records, frames, FPDU views and walks, ULPDU descriptions,
+    FPDU JSON lines)."""
     from iwarp import _kernels, _small
 
     pure = _kernel_call(_kernels, _small, data)

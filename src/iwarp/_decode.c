@@ -21,6 +21,10 @@
  *                      plain (rdmap/wire.py describe_ulpdu: Writes, Sends,
  *                      Read Responses without problems; describe_table
  *                      says which opcodes).
+ *   fpdu_walk(...)     the clean FPDUs in a row from an offset, each as
+ *                      fpdu_view takes it apart (without the ULPDU's octets):
+ *                      those the walk (mpa.py FpduWalker) records with no
+ *                      error or note; it stops at any other.
  *   fpdu_json(...)     the --json line of an FPDU record when its values are
  *                      of the usual kinds (records.py _fpdu_line; json_table
  *                      says which record types and ULPDU keys).
@@ -564,6 +568,21 @@ static PyObject *py_describe_ulpdu(PyObject *self, PyObject *args)
     return out;
 }
 
+/* mpa/framing.py fpdu_wire_size: header, ULPDU, PAD to 4 and CRC, plus the
+ * markers that fall inside from the phase on (lead: a marker first). */
+static Py_ssize_t fpdu_wire(Py_ssize_t length, unsigned int phase, Py_ssize_t lead, int markers)
+{
+    Py_ssize_t content = 6 + length + ((-(2 + length)) & 3);
+    if (!markers)
+        return content;
+    Py_ssize_t first = MARKER_INTERVAL - (((Py_ssize_t)phase + lead) & (MARKER_INTERVAL - 1));
+    Py_ssize_t wire = lead + content;
+    if (first < content)
+        wire += 4 * ((content - first + MARKER_INTERVAL - MARKER_SIZE - 1) /
+                     (MARKER_INTERVAL - MARKER_SIZE));
+    return wire;
+}
+
 /* fpdu_view(chunk, at, phase, markers, either_fpduptr, ddp)
  *     -> (wire_length, ulpdu, pad, crc, crc_expected, markers, ulp) | None
  *
@@ -596,17 +615,7 @@ static PyObject *py_fpdu_view(PyObject *self, PyObject *args)
         goto done;
     }
     Py_ssize_t length = (Py_ssize_t)be16(d + at + lead);
-    /* mpa/framing.py fpdu_wire_size: header, ULPDU, PAD to 4 and CRC, plus
-     * the markers that fall inside from the phase on. */
-    Py_ssize_t content = 6 + length + ((-(2 + length)) & 3);
-    Py_ssize_t wire = content;
-    if (markers) {
-        Py_ssize_t first = MARKER_INTERVAL - (((Py_ssize_t)phase + lead) & (MARKER_INTERVAL - 1));
-        wire = lead + content;
-        if (first < content)
-            wire += 4 * ((content - first + MARKER_INTERVAL - MARKER_SIZE - 1) /
-                         (MARKER_INTERVAL - MARKER_SIZE));
-    }
+    Py_ssize_t wire = fpdu_wire(length, phase, lead, markers);
     if (wire > n - at) {
         out = Py_NewRef(Py_None);
         goto done;
@@ -692,6 +701,193 @@ static PyObject *py_fpdu_view(PyObject *self, PyObject *args)
     out = Py_BuildValue("(nNNkkNN)", wire, ulpdu, pad, (unsigned long)crc,
                         (unsigned long)crc_expected, list, ulp);
 done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* --- clean FPDUs in a row (mpa.py FpduWalker) --------------------------- */
+
+/* Most FPDUs the walk of fpdu_walk hands back in one call. */
+#define WALK_MAX 4096
+
+/* fpdu_walk(chunk, at, phase, markers, either_fpduptr, ddp, crc, max_ulpdu, count)
+ *     -> ([(offset, wire_length, ulpdu_length, pad, crc, crc_expected, markers, ulp), ...],
+ *         offset, need)
+ *
+ * The FPDUs from chunk[at] on, in a row, as fpdu_view takes each apart,
+ * while each is whole in the chunk and clean: CRC right (when crc), every
+ * marker's Reserved zero and FPDUPTR exactly the expected value, PAD zero,
+ * ULPDU_Length at most max_ulpdu, and (with ddp) its ULPDU described here
+ * (a plain header). These are the FPDUs the analyzer's walk records with
+ * no error or note, and counts as valid; it takes any other FPDU apart
+ * itself. At most ``count`` (and WALK_MAX) FPDUs; offsets are the chunk's;
+ * ulp is None without ddp. Returns where the walk stopped, and need: the
+ * wire size of the FPDU there when the chunk ends before it does (its
+ * length field in the chunk), else 0 (stopped for any other reason).
+ */
+static PyObject *py_fpdu_walk(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t at, max_ulpdu, count;
+    unsigned int phase;
+    int markers, either, ddp, crc_used;
+    if (!PyArg_ParseTuple(args, "y*nIppppnn:fpdu_walk", &view, &at, &phase, &markers, &either,
+                          &ddp, &crc_used, &max_ulpdu, &count))
+        return NULL;
+    PyObject *list = NULL, *out = NULL;
+    const uint8_t *d = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len;
+    if (at < 0 || at > n || phase >= MARKER_INTERVAL || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "at, phase or count out of range");
+        goto done;
+    }
+    if (count > WALK_MAX)
+        count = WALK_MAX;
+    if ((list = PyList_New(0)) == NULL)
+        goto done;
+    /* The ULPDU's header and the PAD with the markers cut out. */
+    uint8_t head[18 + 8];
+    while (PyList_GET_SIZE(list) < count) {
+        Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
+        if (lead + HEADER_SIZE > n - at)
+            break;
+        Py_ssize_t length = (Py_ssize_t)be16(d + at + lead);
+        if (length > max_ulpdu)
+            break;
+        Py_ssize_t wire = fpdu_wire(length, phase, lead, markers);
+        if (wire > n - at)
+            break;
+        const uint8_t *f = d + at;
+        Py_ssize_t body = wire - CRC_SIZE;
+        uint32_t crc = le32(f + body);
+        uint32_t crc_expected = ~iw_crc32c(0xFFFFFFFFu, f, (size_t)body);
+        if (crc_used && crc != crc_expected)
+            break;
+        Py_ssize_t pad_len = body - lead - HEADER_SIZE - length; /* markers still in */
+        PyObject *marks;
+        /* The octets of the content (header, ULPDU, PAD) wanted: the ULPDU's
+         * first 18 (its DDP/RDMAP header) and the PAD's. */
+        Py_ssize_t want_head = length < 18 ? length : 18;
+        Py_ssize_t got_pad = 0, pad_at = HEADER_SIZE + length;
+        uint8_t pad[4];
+        int clean = 1;
+        if (!markers) {
+            memcpy(head, f + HEADER_SIZE, (size_t)want_head);
+            if (pad_len < 0 || pad_len > 3)
+                break; /* cannot happen with a consistent size */
+            memcpy(pad, f + HEADER_SIZE + length, (size_t)pad_len);
+            got_pad = pad_len;
+            marks = PyTuple_New(0);
+        } else {
+            PyObject *entries = PyList_New(0);
+            if (entries == NULL)
+                goto fail;
+            Py_ssize_t cursor = 0, filled = 0; /* content octets so far */
+            Py_ssize_t m = phase == 0 ? 0 : MARKER_INTERVAL - (Py_ssize_t)phase;
+            for (;; m += MARKER_INTERVAL) {
+                Py_ssize_t stop = m < body ? m : body;
+                /* Content octets [filled, filled + stop - cursor) lie at f[cursor..stop). */
+                Py_ssize_t span = stop - cursor;
+                if (span > 0) {
+                    Py_ssize_t lo = filled, hi = filled + span;
+                    /* ULPDU header: content [2, 2 + want_head). */
+                    Py_ssize_t a = lo > HEADER_SIZE ? lo : HEADER_SIZE;
+                    Py_ssize_t b = hi < HEADER_SIZE + want_head ? hi : HEADER_SIZE + want_head;
+                    if (a < b)
+                        memcpy(head + (a - HEADER_SIZE), f + cursor + (a - lo), (size_t)(b - a));
+                    /* PAD: content [pad_at, ...). */
+                    a = lo > pad_at ? lo : pad_at;
+                    if (a < hi) {
+                        if (hi - pad_at > 3) { /* cannot happen with a consistent size */
+                            clean = 0;
+                            break;
+                        }
+                        memcpy(pad + (a - pad_at), f + cursor + (a - lo), (size_t)(hi - a));
+                    }
+                    filled = hi;
+                }
+                if (m >= body)
+                    break;
+                if (MARKER_SIZE > body - m) { /* never on the 4-octet grid */
+                    clean = 0;
+                    break;
+                }
+                uint32_t reserved = be16(f + m);
+                uint32_t pointer = be16(f + m + 2);
+                Py_ssize_t expected = m == 0 ? 0 : m - lead;
+                if (lead && m && either && (Py_ssize_t)(pointer & FPDUPTR_MASK) == m)
+                    expected = m; /* seeds 000/002: from the FPDU's first octet */
+                if (reserved != 0 || (Py_ssize_t)pointer != expected) {
+                    clean = 0;
+                    break;
+                }
+                PyObject *entry = Py_BuildValue("(nIIn)", m, reserved, pointer, expected);
+                if (entry == NULL || PyList_Append(entries, entry) < 0) {
+                    Py_XDECREF(entry);
+                    Py_DECREF(entries);
+                    goto fail;
+                }
+                Py_DECREF(entry);
+                cursor = m + MARKER_SIZE;
+            }
+            got_pad = filled - pad_at;
+            if (!clean || got_pad < 0 || got_pad > 3) {
+                Py_DECREF(entries);
+                break;
+            }
+            marks = PyList_AsTuple(entries);
+            Py_DECREF(entries);
+        }
+        if (marks == NULL)
+            goto fail;
+        for (Py_ssize_t i = 0; i < got_pad; i++)
+            clean &= pad[i] == 0;
+        PyObject *ulp = NULL;
+        if (clean && ddp) {
+            /* describe reads no further than the header its n allows (at
+             * most 18 octets, all in head). */
+            ulp = describe(head, length);
+            if (ulp == NULL) {
+                Py_DECREF(marks);
+                if (PyErr_Occurred())
+                    goto fail;
+                break; /* not a plain header: the analyzer describes it */
+            }
+        } else if (clean) {
+            ulp = Py_NewRef(Py_None);
+        } else {
+            Py_DECREF(marks);
+            break;
+        }
+        PyObject *entry = Py_BuildValue("(nnny#kkNN)", at, wire, length, (const char *)pad,
+                                        got_pad, (unsigned long)crc, (unsigned long)crc_expected,
+                                        marks, ulp);
+        if (entry == NULL || PyList_Append(list, entry) < 0) {
+            Py_XDECREF(entry);
+            goto fail;
+        }
+        Py_DECREF(entry);
+        at += wire;
+        phase = (unsigned int)(((Py_ssize_t)phase + wire) & (MARKER_INTERVAL - 1));
+    }
+    /* Why the walk stopped: the FPDU at ``at`` not whole yet (its wire size
+     * when its length field is here), or anything else (0). */
+    Py_ssize_t need = 0;
+    if (PyList_GET_SIZE(list) < count) {
+        Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
+        if (lead + HEADER_SIZE <= n - at) {
+            Py_ssize_t wire = fpdu_wire((Py_ssize_t)be16(d + at + lead), phase, lead, markers);
+            if (wire > n - at)
+                need = wire;
+        }
+    }
+    out = Py_BuildValue("(Nnn)", list, at, need);
+    list = NULL;
+    goto done;
+fail:
+    Py_CLEAR(list);
+done:
+    Py_XDECREF(list);
     PyBuffer_Release(&view);
     return out;
 }
@@ -1104,6 +1300,8 @@ PyMethodDef iw_decode_methods[] = {
      "Set the opcodes describe_ulpdu's twin names, with their T bit and queue."},
     {"describe_ulpdu", py_describe_ulpdu, METH_VARARGS,
      "The DDP/RDMAP fields of a ULPDU without problems, or None."},
+    {"fpdu_walk", py_fpdu_walk, METH_VARARGS,
+     "The clean FPDUs in a row from an offset of a buffer, taken apart."},
     {"json_table", py_json_table, METH_VARARGS,
      "Set the record types and ULPDU keys fpdu_json writes."},
     {"fpdu_json", py_fpdu_json, METH_O, "The --json line of an FpduRecord, or None."},

@@ -710,6 +710,13 @@ class _Connection:
         if d.mode == _WALK:
             walker = d.walker
             assert walker is not None
+            if (
+                type(walker) is FpduWalker
+                and walker.wait_for > window.end
+                and walker.sync is None
+                and not window.final
+            ):
+                return  # inside an FPDU whose end has not come: nothing to walk or drop
             emit = self.emit
             for record in walker.advance():
                 emit(d, record)
