@@ -330,18 +330,20 @@ class OutOfOrderReceiver:
         it holds what came past the last FPDU end before."""
         ends: list[int] = []
         offset = start
+        markers = self.markers
         for ulpdu in batch or ():
-            offset += fpdu_wire_size(len(ulpdu), offset % MARKER_INTERVAL, markers=self.markers)
+            offset += fpdu_wire_size(len(ulpdu), offset % MARKER_INTERVAL, markers=markers)
             ends.append(offset - start)
+        count = len(ends)
+        ends.append(1 << 62)  # past every payload
         peak = last = k = 0
         came = held
         for payload in payloads:
             came += len(payload)
-            while k < len(ends) and ends[k] <= came:
+            while ends[k] <= came:
                 last = ends[k]
                 k += 1
             peak = max(peak, came - last)
-        count = len(ends)
         return count, 0, count, peak
 
     def _take_in_order(self, tail: FpduDecoder, payload: Buffer) -> UlpduBatch | None:
