@@ -15,7 +15,8 @@ and tshark with the iWARP dissectors three ways (when it is installed and
 not ``--no-tshark``): ``-O iwarp_mpa`` (a line per frame and the MPA
 layer's details: the analyzer's detail), ``-T fields`` with the FPDU
 fields of ``--json`` (one line per FPDU frame: like for like with
-``--json``) and ``-q`` (dissection without output: tshark's floor). For
+``--json``) and ``-q -Y iwarp_mpa`` (the dissectors without output:
+tshark's floor; ``-q`` alone does not run them). For
 each it reports wall and CPU seconds, MB/s of capture on both clocks (CPU
 time is what the machine's other load changes least), the process's own
 peak RSS (``wait4``), FPDUs found against those the generator sent, and
@@ -26,9 +27,10 @@ faster iwarp is). With ``--repeat`` above 1 each figure is a range.
 Then ``--jobs`` across files: ``iwarp decode --jobs 1`` and ``--jobs 2``
 over ``--jobs-files`` captures (the ones made, each named more than once),
 interleaved, each ``--repeat`` times: wall and CPU seconds (the workers'
-included), the speed-up on the wall clock, and how idle the machine's
-CPUs were during each run (``/proc/stat``): a second worker is only as
-fast as the core it finds free.
+included), CPU time over wall time (how many cores the run kept busy),
+the speed-up on the wall clock, and how idle the machine's CPUs were
+during each run (``/proc/stat``): a second worker is only as fast as the
+core it finds free.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ TSHARK_VARIANTS = (
         "tshark -T fields (FPDU fields)",
         ("-T", "fields", "-Y", "iwarp_mpa", *(a for f in TSHARK_FIELDS for a in ("-e", f))),
     ),
-    ("tshark -q (no output)", ("-q",)),
+    # -q alone skips the iWARP dissectors; a filter on them makes them run.
+    ("tshark -q -Y iwarp_mpa (dissection, no output)", ("-q", "-Y", "iwarp_mpa")),
 )
 KINDS = {
     "default": {"concurrent": 16, "mix": "default"},
@@ -210,9 +213,11 @@ def jobs_scaling(paths: list[Path], repeat: int) -> None:
     print(f"\n--jobs over {len(paths)} captures ({size / 1e6:.1f} MB):")
     for jobs, figures in runs.items():
         idle = [100 * r.idle for r in figures.runs]
+        busy = [r.cpu / r.wall for r in figures.runs if r.wall]
         status = sorted({r.status for r in figures.runs})
         print(
-            f"  iwarp decode --jobs {jobs}: {figures.line(size)}; the machine's CPUs "
+            f"  iwarp decode --jobs {jobs}: {figures.line(size)}; CPU time over wall time "
+            f"{figures.span(busy, '.2f')} (cores kept busy); the machine's CPUs "
             f"{figures.span(idle, '.0f')} % idle during the runs; exit {status}"
         )
     speedups = [a.wall / b.wall for a, b in zip(runs[1].runs, runs[2].runs, strict=True) if b.wall]
