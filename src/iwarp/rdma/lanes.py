@@ -312,6 +312,23 @@ class ReceiveLane:
         self.start = start + octets
         return memoryview(self.ring)[start : start + octets]
 
+    def room(self) -> memoryview:
+        """The ring's free octets, for a transport that reads into it (an
+        event loop's ``get_buffer``): what is held moves to the front
+        first. Then :meth:`arrived` and :meth:`pump` with no socket."""
+        held = self.end - self.start
+        if self.start:
+            self.ring[:held] = self.ring[self.start : self.end]
+            self.start, self.end = 0, held
+        return memoryview(self.ring)[held:]
+
+    def arrived(self, octets: int) -> None:
+        """``octets`` were read into :meth:`room`."""
+        if not 0 <= octets <= len(self.ring) - self.end:
+            raise ValueError(f"{octets} octets do not fit the ring's room")
+        self.end += octets
+        self.got = octets
+
     def publish(self, stag: int, region: MemoryRegion | None) -> bool:
         """Publish ``region`` as the window of RDMA Writes to ``stag`` (the
         core's :meth:`RdmapStream.lane_write_window
@@ -382,8 +399,9 @@ class ReceiveLane:
     def pump(self, core: LaneCore, fd: int, now: float, wait_ms: int = 0) -> list[Any]:
         """Read the socket ``fd`` into the ring (until it is empty or the
         ring is full; ``wait_ms`` for the first octet: -1 until one comes,
-        0 not at all, else at most that long, without the GIL) and process
-        what arrived: the lane checks and places every FPDU it is sure of
+        0 not at all, else at most that long, without the GIL; ``fd`` -1:
+        no read, the octets :meth:`arrived` already) and process what is
+        held: the lane checks and places every FPDU it is sure of
         (RDMA Writes, Read Responses and plain Sends inside the windows the
         core publishes), the core's usual path takes the rest, exactly as
         if it had read those octets. A partial FPDU waits in the ring.
