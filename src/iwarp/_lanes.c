@@ -657,7 +657,8 @@ static size_t rl_complete(const uint8_t *ring, size_t at, size_t end, size_t lim
  *           RDMA Write, Read Response, Send, Send with Solicited Event
  *           (-1: none of that kind is placed).
  * send_ok   Sends may be placed: `sends` is the posted receive queue (items
- *           with a `view` buffer), the head's MSN `msn`, `received` octets
+ *           with a `view` buffer; one whose `guarded` is true is not placed
+ *           into: its placements hold the RFC 7306 atomics' lock), the head's MSN `msn`, `received` octets
  *           of its message already placed.
  *
  * Returns the ring's new `start` (the first FPDU the lane did not take) and
@@ -926,7 +927,13 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args)
                     PyErr_Clear();
                     break;
                 }
-                PyObject *v = PyObject_GetAttrString(item, "view");
+                /* A buffer whose placements hold the RFC 7306 Atomic
+                 * Operations' lock (`guarded`): the usual path's. */
+                PyObject *guarded = PyObject_GetAttrString(item, "guarded");
+                int locked = guarded != NULL ? PyObject_IsTrue(guarded) : 0;
+                Py_XDECREF(guarded);
+                PyErr_Clear();
+                PyObject *v = locked ? NULL : PyObject_GetAttrString(item, "view");
                 Py_DECREF(item);
                 if (v == NULL) {
                     PyErr_Clear();

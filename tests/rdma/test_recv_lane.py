@@ -411,3 +411,40 @@ def test_the_peer_closes_inside_an_fpdu(cut: int) -> None:
         rx.close()
     assert seen == events
     assert world.outcome() == usual.outcome()
+
+
+def test_memory_of_atomic_operations_is_left_to_the_usual_path() -> None:
+    """RFC 7306 §5: placements into a region with REMOTE_ATOMIC hold the
+    Atomic Operations' lock, which the usual path takes: the lane places
+    no Write, Read Response or Send into such memory (and gives the same
+    outcome)."""
+
+    def run(by_lane: bool) -> tuple[list[Any], int]:
+        world = World(None, 1448)
+        r, s = world.r, world.s
+        atomic = r.pd.register(bytearray(4096), Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
+        inbox = r.pd.register(bytearray(4096), Access.LOCAL_WRITE | Access.REMOTE_ATOMIC)
+        for _ in range(POSTED):  # the other buffers are taken first: drain them
+            r.conn.stream._recv.buffers.popleft()  # type: ignore[union-attr]
+        r.post_recv(RecvWR(Sge(inbox), wr_id=7))
+        wire, _ = world.script([])
+        s.post_send(WriteWR(b"w" * 3000, atomic.stag, 0, wr_id=1))
+        s.post_send(SendWR(b"s" * 2000, wr_id=2))
+        wire += b"".join(bytes(c) for c in s.data_to_send(None))
+        lane = CountingLane(RING_MIN)
+        events: list[Any] = []
+        if by_lane:
+            tx, rx = socket.socketpair()
+            rx.setblocking(False)
+            tx.sendall(wire)
+            events += world.seen(lane.pump(r, rx.fileno(), 0.0))
+            tx.close()
+            rx.close()
+        else:
+            events += world.seen(r.receive_data(wire, 0.0))
+        return [events, bytes(atomic.view), bytes(inbox.view), *world.outcome()], lane.placed
+
+    lane, placed = run(True)
+    assert lane == run(False)[0]
+    assert placed < 100  # "go"'s answer at most: not the 5000 octets
+    assert lane[1] == b"w" * 3000 + bytes(1096) and lane[2][:2000] == b"s" * 2000

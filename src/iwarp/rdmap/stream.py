@@ -1114,6 +1114,7 @@ class RdmapStream:
                 req is None
                 or sink is None
                 or not sink.valid
+                or sink.stag in self._atomic_stags  # placed under the atomics' lock
                 or work.placed is not None
                 or work.last_seen
                 or req.size == 0
@@ -1142,13 +1143,16 @@ class RdmapStream:
         """The region an RDMA Write to ``stag`` may be placed in by a
         receive lane: valid, of this stream's PD, with REMOTE_WRITE (bounds
         are checked per segment). None: the lane leaves such segments to
-        the usual path, which reports the fault."""
+        the usual path, which reports the fault. Nor regions with
+        REMOTE_ATOMIC: placements into them hold the Atomic Operations'
+        lock, which the usual path takes."""
         region = self.pd.registry.lookup(stag)
         if (
             region is None
             or not region.valid
             or region.pd is not self.pd
             or not region.allows(_REMOTE_WRITE)
+            or stag in self._atomic_stags  # placed under the atomics' lock (RFC 7306 §5)
         ):
             return None
         return region
