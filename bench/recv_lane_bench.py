@@ -13,9 +13,9 @@ then the receiver reads until it has them all, timed with the thread's CPU
 clock around its reads only (the kernel's copy to user memory included,
 the sender's system calls not):
 
-* ``usual``: ``recv_into`` a 256 KiB buffer, then ``receive_data`` of what
-  arrived (the blocking driver's way);
-* ``lane``: ``ReceiveLane.pump`` (the C kernel reads into the 256 KiB ring,
+* ``usual``: ``recv_into`` a 1 MiB buffer, then ``receive_data`` of what
+  arrived (the blocking driver's way for a bulk transfer);
+* ``lane``: ``ReceiveLane.pump`` (the C kernel reads into the 1 MiB ring,
   checks and places, the cores learn what it placed).
 
 Prints us of CPU per MiB received for each, and checks that both placed
@@ -36,10 +36,11 @@ from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdma.lanes import RING_SIZE, ReceiveLane
 from iwarp.rdmap.memory import Access, MemoryRegion, MemoryRegistry
 from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WriteWR
+from iwarp.sockets import RECEIVE_BULK
 
 MIB = 1 << 20
 POSTED = 64
-RECV_BUFFER = 256 * 1024
+RECV_BUFFER = RECEIVE_BULK
 
 
 def pump(a: QueuePairEndpoint, b: QueuePairEndpoint) -> None:

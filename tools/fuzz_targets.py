@@ -539,8 +539,8 @@ def _recv_lane_call(data: bytes) -> None:
     if memory[:guard] != before[:guard] or memory[guard + size :] != before[guard + size :]:
         raise AssertionError("recv_lane wrote outside its window")
     if result is not None:
-        new_start, new_end, done, _, records, _ = result
-        if not 0 <= new_start <= done <= new_end <= len(ring):
+        new_start, new_end, done, _, records, _, took, _ = result
+        if not 0 <= new_start <= done <= new_end <= len(ring) or not 0 <= took <= new_start:
             raise AssertionError(f"recv_lane returned {result[:3]} for a {len(ring)}-octet ring")
         for record in records:
             if record[0] == 1 and record[3] > size:

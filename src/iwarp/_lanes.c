@@ -490,7 +490,7 @@ PyMethodDef iw_lane_methods[] = {
     {"recv_lane", py_recv_lane, METH_VARARGS,
      "recv_lane(fd, ring, start, end, wait_ms, crc, limit, version, tagged, write_ctl, writes, "
      "read_ctl, reads, send_ok, send_ctl, send_se_ctl, msn, received, sends) -> "
-     "(start, end, done, state, records, need): a ring's FPDUs checked and placed."},
+     "(start, end, done, state, records, need, took, got): a ring's FPDUs checked and placed."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -515,6 +515,8 @@ PyMethodDef iw_lane_methods[] = {
 #define RL_LAST_FLAG 0x40u
 #define RL_VERSION_MASK 0x03u
 #define RL_READ_WINDOWS 8
+/* The largest FPDU: a 16-bit ULPDU_Length, PAD and CRC. */
+#define RL_MIN_ROOM (0x10000u + 8u)
 
 enum { RL_WRITE = 1, RL_READ = 2, RL_SEND = 3 };
 
@@ -640,13 +642,14 @@ static size_t rl_complete(const uint8_t *ring, size_t at, size_t end, size_t lim
  * recv_lane(fd, ring, start, end, wait_ms, crc, limit, version,
  *           tagged, write_ctl, writes, read_ctl, reads,
  *           send_ok, send_ctl, send_se_ctl, msn, received, sends)
- *   -> (start, end, done, state, records, need)
+ *   -> (start, end, done, state, records, need, took, got)
  *
  * ring      the connection's ring (a writable buffer); data at [start, end).
- *           The octets before `start` are dropped first (the rest moves to
- *           the front), then the socket `fd` (-1: none) is read into the
- *           free room until it is empty or the ring is full; `wait_ms` as
- *           send_lane's, for the first octet only.
+ *           When less room than the largest FPDU is left after `end` (or
+ *           nothing is held), the data moves to the front first; then the
+ *           socket `fd` (-1: none) is read into the room after it until it
+ *           is empty or the ring is full; `wait_ms` as send_lane's, for the
+ *           first octet only.
  * tagged    the DDP tagged state: None (no tagged message in progress) or
  *           (stag, next_to, rdmap_ctl) of the unfinished one.
  * writes    {stag: (buffer, base_to)}: RDMA Write windows (the core made
@@ -666,8 +669,10 @@ static size_t rl_complete(const uint8_t *ring, size_t at, size_t end, size_t lim
  * path takes [start, done); `done` is `end` when a length field is above
  * the limit), state (bit 0: the peer closed, bit 1: the ring was filled,
  * bits 8 and up: the errno of a read that failed after some octets),
- * the records of what was placed, in order, and `need`: an RDMA Write's
- * STag without a window at `start` (-1: none).
+ * the records of what was placed, in order, `need`: an RDMA Write's
+ * STag without a window at `start` (-1: none), `took`: the octets the lane
+ * consumed (whole FPDUs, from the old `start` on) and `got`: the octets
+ * read from the socket.
  *
  * Records: (1, stag, to, octets, last) a run of one RDMA Write's segments;
  * (2, index, to, octets, last) of the Read of `reads[index]`;
@@ -728,12 +733,15 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args)
     }
     uint8_t *buf = ring.buf;
     size_t s0 = (size_t)start, e0 = (size_t)end;
-    if (s0 > 0) {
+    /* Room for the largest FPDU after the data, else the data moves to the
+     * front (a partial FPDU, mostly: moved only once in a while). */
+    if (s0 > 0 && (cap - e0 < RL_MIN_ROOM || s0 == e0)) {
         memmove(buf, buf + s0, e0 - s0);
         e0 -= s0;
         s0 = 0;
     }
     int state = 0;
+    size_t got = 0;
     if (fd >= 0 && e0 < cap) {
         RlRead r;
         Py_BEGIN_ALLOW_THREADS
@@ -747,6 +755,7 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args)
         /* An error after some octets: they are processed first, the
          * error comes back in the state (the kernel reports it once). */
         e0 += r.got;
+        got = r.got;
         state = (r.eof ? 1 : 0) | (r.full ? 2 : 0) | (r.error << 8);
     } else if (e0 >= cap) {
         state = 2;
@@ -977,8 +986,8 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args)
             goto done;
     }
     size_t complete = rl_complete(buf, at, e0, lim);
-    result = Py_BuildValue("(nnniOL)", (Py_ssize_t)at, (Py_ssize_t)e0, (Py_ssize_t)complete, state,
-                           records, need);
+    result = Py_BuildValue("(nnniOLnn)", (Py_ssize_t)at, (Py_ssize_t)e0, (Py_ssize_t)complete,
+                           state, records, need, (Py_ssize_t)(at - s0), (Py_ssize_t)got);
 done:
     rl_release(&write_win.view);
     for (int k = 0; k < RL_READ_WINDOWS; k++)

@@ -44,6 +44,7 @@ def guarded(size: int) -> tuple[bytearray, memoryview]:
 
 
 def call(ring: bytearray, **kw: Any) -> tuple[int, int, int, int, list[Any], int]:
+    """The kernel's first six results (the last two: see test_took_and_got)."""
     args: dict[str, Any] = {
         "start": 0,
         "end": len(ring),
@@ -68,7 +69,7 @@ def call(ring: bytearray, **kw: Any) -> tuple[int, int, int, int, list[Any], int
         args["tagged"], args["write_ctl"], args["writes"], args["read_ctl"], args["reads"],
         args["send_ok"], args["send_ctl"], args["send_se_ctl"], args["msn"], args["received"],
         args["sends"],
-    )  # fmt: skip
+    )[:6]  # fmt: skip
 
 
 def test_writes_reads_and_sends_are_placed_and_recorded() -> None:
@@ -162,13 +163,22 @@ def test_crc_and_length_are_checked_and_a_partial_fpdu_waits() -> None:
     assert (start, end, done, len(records)) == (one, len(ring) - 1, one, 1)
 
 
-def test_the_ring_is_compacted_before_it_is_read() -> None:
+def test_the_ring_is_compacted_only_when_room_runs_short() -> None:
+    """What is held moves to the front when less room than the largest
+    FPDU is left after it: ``took`` counts from the old start either way."""
     _, window = guarded(64)
     fpdu = ring_of(tagged(5, 0, b"z" * 8))
-    ring = bytearray(b"\xee" * 10) + fpdu
-    start, end, done, _, records, _ = call(ring, start=10, writes={5: (window, 0)})
-    assert (start, end, done) == (len(fpdu), len(fpdu), len(fpdu))
-    assert ring[: len(fpdu)] == fpdu and records
+    for room, moved in ((0x10008, False), (0x10007, True)):
+        ring = bytearray(b"\xee" * 10) + fpdu + bytearray(room)
+        result = lanes.lane_kernels().recv_lane(
+            -1, ring, 10, 10 + len(fpdu), 0, True, 0xFFFF, 1, None, WRITE, {5: (window, 0)},
+            READ, (), False, SEND, SEND_SE, 1, 0, (),
+        )  # fmt: skip
+        start, end, done, _, records, need, took, got = result
+        shift = 10 if not moved else 0
+        assert (start, end, done) == (shift + len(fpdu),) * 3, room
+        assert (took, got, need, len(records)) == (len(fpdu), 0, -1, 1)
+        assert ring[shift : shift + len(fpdu)] == fpdu
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ from iwarp.contract import Connection
 from iwarp.errors import IwarpError
 from iwarp.mpa.connection import DEFAULT_EMSS
 from iwarp.rdma import lanes
-from iwarp.rdma.lanes import RING_SIZE, LaneCore, LaneState, ReceiveLane, SendLane
+from iwarp.rdma.lanes import RING_START, LaneCore, LaneState, ReceiveLane, SendLane
 from iwarp.serving import BurstRelease, FailureHook, handler_failed, report
 from iwarp.sockets import (
     RECEIVE_BULK,
@@ -195,13 +195,14 @@ class CoreDriver(asyncio.BufferedProtocol):
         view = _receive_buffer()[:nbytes]
         if getattr(self.core, "borrows_input", False):
             self.feed(view)  # consumed before feed returns: no copy here
-            if nbytes >= RING_SIZE and self._fd is not None and lanes.ACTIVE:
+            if nbytes >= RING_START and self._fd is not None and lanes.ACTIVE:
                 self._start_recv_lane()
         else:
             self.feed(bytes(view))  # a copy the size of what arrived: the core may keep views
 
     def _start_recv_lane(self) -> None:
-        """A bulk transfer (a read of a ring's worth or more) on a core
+        """A bulk transfer (a read of :data:`~iwarp.rdma.lanes.RING_START`
+        octets or more) on a core
         with a receive lane (:class:`~iwarp.rdma.lanes.ReceiveLane`): from
         now on the transport reads into the lane's ring (``get_buffer``)
         and the lane checks and places what it is sure of, one C call per
