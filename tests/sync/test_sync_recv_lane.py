@@ -92,7 +92,7 @@ def test_writes_sends_and_reads_arrive_by_the_lane(
     thread.join(T)
     assert not errors, errors
     assert received == payloads
-    if lanes.ACTIVE and not markers:
+    if lanes.RECEIVE_ACTIVE and not markers:
         # Write, Sends and the Read Response: > 3 * 4 MiB by the lane.
         assert sum(taken) > 3 * SIZE, sum(taken)
     else:

@@ -195,7 +195,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         view = _receive_buffer()[:nbytes]
         if getattr(self.core, "borrows_input", False):
             self.feed(view)  # consumed before feed returns: no copy here
-            if nbytes >= RING_START and self._fd is not None and lanes.ACTIVE:
+            if nbytes >= RING_START and self._fd is not None and lanes.RECEIVE_ACTIVE:
                 self._start_recv_lane()
         else:
             self.feed(bytes(view))  # a copy the size of what arrived: the core may keep views

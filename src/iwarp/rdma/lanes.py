@@ -41,6 +41,7 @@ from iwarp.rdmap.stream import LaneWindows
 
 __all__ = [
     "ACTIVE",
+    "RECEIVE_ACTIVE",
     "LANE_MIN",
     "LANE_MIN_SEGMENT",
     "RING_MIN",
@@ -126,6 +127,10 @@ def _load() -> _LaneKernels | None:
 _KERNELS = _load()
 #: Whether the lanes run (the C accelerator is active and has them).
 ACTIVE: Final = _KERNELS is not None
+#: Whether the drivers take the receive lane: :data:`ACTIVE`, unless
+#: ``IWARP_NO_RECEIVE_LANE=1`` turns it off alone (to compare with the send
+#: lanes still on).
+RECEIVE_ACTIVE: Final = ACTIVE and os.environ.get("IWARP_NO_RECEIVE_LANE", "") in ("", "0")
 
 
 def lane_kernels() -> _LaneKernels:

@@ -237,7 +237,10 @@ class Driver:
         #: no ring); None: reads go to ``receive_data``.
         self._recv_lane: ReceiveLane | None = None
         self._recv_lane_ok = (
-            lanes.ACTIVE and self._tap is None and self._borrows and hasattr(core, "lane_target")
+            lanes.RECEIVE_ACTIVE
+            and self._tap is None
+            and self._borrows
+            and hasattr(core, "lane_target")
         )
 
     # -- state ------------------------------------------------------------------
