@@ -39,7 +39,7 @@ class MpaConn(MpaConnection):
         self._kept: list[Event] = []
         super().__init__(*args, **kwargs)
 
-    def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
+    def receive_data(self, data: Buffer, now: float) -> list[Event]:
         events = super().receive_data(data, now)
         self._kept.extend(events)
         return events
@@ -49,9 +49,7 @@ class MpaConn(MpaConnection):
         self._kept.extend(events)
         return events
 
-    def connection_lost(
-        self, now: float | None = None, reason: str = "connection reset"
-    ) -> list[Event]:
+    def connection_lost(self, now: float, reason: str = "connection reset") -> list[Event]:
         events = super().connection_lost(now, reason)
         self._kept.extend(events)
         return events

@@ -26,7 +26,8 @@ any of them::
 Rules every core follows:
 
 * **Time is passed in.** Each input takes ``now`` (seconds, any monotonic
-  clock the driver chooses); the core never reads a clock.
+  clock the driver chooses), always: no input has a default time, and the
+  core never reads a clock.
 * **Inputs return the events they caused**, oldest first. Calls made by
   the application (accept, post a work request, close) may produce events
   too; :meth:`Connection.take_events` hands those out. An event is returned
@@ -34,6 +35,19 @@ Rules every core follows:
 * **Output is a list of buffers**, ready for ``sendmsg``/``writelines``
   (vectored I/O, no joining copy). The core keeps no reference to a buffer
   after handing it out; the driver must send them in order and whole.
+* **Direct output, one case.** Besides :meth:`Connection.data_to_send`, an
+  application call may return octets ready for TCP: the small-message lane's
+  :meth:`QueuePairEndpoint.send_now
+  <iwarp.rdma.endpoint.QueuePairEndpoint.send_now>` frames a Send at once
+  and returns its FPDU. It does so only while nothing waits in
+  ``data_to_send``; whoever called writes the octets at once, before
+  anything ``data_to_send`` gives later (a driver's ``write``). No other
+  call hands out octets.
+* **Input borrowing.** :attr:`Connection.borrows_input` says whether the
+  core is done with the buffer ``receive_data`` got when the call returns
+  (it keeps no view of it): then a driver may pass a view of a receive
+  buffer it reuses; otherwise it passes octets the core may keep (a copy
+  sized to what arrived).
 * **One timer.** :meth:`Connection.get_timer` is the next deadline (or
   None); the driver calls :meth:`Connection.handle_timer` at or after it.
   Any call may move the deadline: ask again after every call.
@@ -63,6 +77,10 @@ class Connection(Protocol[EventT]):
     ``EventT`` is the core's event union (``iwarp.mpa.events.Event``,
     ``iwarp.rdma.events.Event``, ``iwarp.vitcp.events.Event``).
     """
+
+    #: ``receive_data`` is done with its buffer when it returns (see
+    #: "Input borrowing" above): a class attribute of every core.
+    borrows_input: bool
 
     def receive_data(self, data: Buffer, now: float) -> list[EventT]:
         """Octets read from TCP; ``b""`` means the peer sent FIN.

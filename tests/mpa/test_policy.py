@@ -17,7 +17,7 @@ from iwarp.mpa.wire import Revision
 def request_at_responder() -> tuple[MpaConnection, MpaConnection, RequestReceived]:
     init = MpaConnection(Role.INITIATOR, MpaConfig(), private_data=b"hi")
     resp = MpaConnection(Role.RESPONDER, MpaConfig())
-    (request,) = resp.receive_data(out(init))
+    (request,) = resp.receive_data(out(init), 0.0)
     assert isinstance(request, RequestReceived)
     return init, resp, request
 
@@ -31,7 +31,7 @@ def test_default_is_accept() -> None:
 def test_reject_with_ird_ord_reaches_the_initiator() -> None:
     init, resp, request = request_at_responder()
     answer_request(resp, request, lambda r: Reject(b"busy", ird=1, ord=9))
-    (rejected,) = init.receive_data(out(resp))
+    (rejected,) = init.receive_data(out(resp), 0.0)
     assert isinstance(rejected, ConnectionRejected) and rejected.by_peer
     assert rejected.private_data == b"busy"
     assert rejected.frame is not None and rejected.frame.enhanced is not None

@@ -183,7 +183,7 @@ class CoreDriver(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         view = _receive_buffer()[:nbytes]
-        if getattr(self.core, "borrows_input", False):
+        if self.core.borrows_input:
             self.feed(view)  # consumed before feed returns: no copy here
         else:
             self.feed(bytes(view))  # a copy the size of what arrived: the core may keep views

@@ -212,7 +212,7 @@ class Driver:
         self._rview = memoryview(self._rbuf)
         #: The core consumes its input before ``receive_data`` returns (the
         #: RDMA stack): it gets a view of the receive buffer, not a copy.
-        self._borrows = bool(getattr(core, "borrows_input", False))
+        self._borrows = core.borrows_input
         #: The peer sent FIN (or the connection failed): nothing more to read.
         self.eof = False
         #: False while the adapter holds back reading (receive high-water mark).
