@@ -42,6 +42,7 @@ from iwarp.mpa.events import (
     UlpduReceived,
 )
 from iwarp.mpa.events import Event as MpaEvent
+from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma.events import StackEvent
@@ -49,7 +50,7 @@ from iwarp.rdma.lanes import LANE_MIN, LANE_MIN_SEGMENT, SendLane
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.state import StreamState
-from iwarp.rdmap.stream import RdmapStream
+from iwarp.rdmap.stream import LaneWindows, RdmapStream
 from iwarp.rdmap.work import (
     RecvWR,
     SendQueueWR,
@@ -362,6 +363,37 @@ class RdmaConnection:
         )
         encoder.advance(lane.total, lane.end_phase)
         return lane
+
+    def lane_framing(self) -> FpduDecoder | None:
+        """MPA's decoder when a receive lane may take the next FPDUs
+        (:mod:`iwarp.rdma.lanes`): full operation, no event waiting,
+        nothing held back, no error, and no markers (the lane walks FPDUs
+        by their length fields). None: the usual path takes the octets."""
+        decoder = self.mpa.lane_decoder()
+        if decoder is None or decoder.markers:
+            return None
+        return decoder
+
+    def lane_windows(self) -> LaneWindows | None:
+        """Where a receive lane may place (:meth:`RdmapStream.lane_windows
+        <iwarp.rdmap.stream.RdmapStream.lane_windows>`), or None."""
+        stream = self.stream
+        return stream.lane_windows() if stream is not None else None
+
+    def lane_placed(self, records: list[tuple[int, int, int, int, int]], octets: int) -> None:
+        """A receive lane took the next ``octets`` octets of the stream
+        (whole FPDUs, checked) and placed what ``records`` say: MPA's
+        position moves past them and the stream does its bookkeeping
+        (:meth:`RdmapStream.lane_placed
+        <iwarp.rdmap.stream.RdmapStream.lane_placed>`); the events follow in
+        :meth:`take_events`."""
+        decoder = self.mpa.lane_decoder()
+        assert decoder is not None
+        decoder.advance(octets, decoder.phase)
+        stream = self.stream
+        if stream is not None and records:
+            stream.lane_placed(records)
+            self._events.extend(stream.take_events())
 
     def lane_sent(self, lane: SendLane) -> None:
         """Every octet of ``lane`` is with TCP: its work request completes

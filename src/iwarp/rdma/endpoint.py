@@ -64,6 +64,7 @@ from iwarp.mpa.events import (
     NegotiationFailed,
     RequestReceived,
 )
+from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.policy import ConnectionRejectedError, Decider, answer_request
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.errors import ConnectionTerminatedError, describe_terminate
@@ -86,7 +87,7 @@ from iwarp.rdmap.events import (
 )
 from iwarp.rdmap.memory import MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamState
-from iwarp.rdmap.stream import RdmapStream
+from iwarp.rdmap.stream import LaneWindows, RdmapStream
 from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import (
     Completion,
@@ -474,6 +475,48 @@ class QueuePairEndpoint:
         else:
             self._received(*taken)
         return self._take()
+
+    # -- the receive lane (iwarp.rdma.lanes.ReceiveLane.pump drives these) -----
+
+    def lane_target(self) -> tuple[FpduDecoder | None, LaneWindows | None]:
+        """What a receive lane may do now: MPA's decoder when it may walk
+        the next FPDUs (else None: the octets go to :meth:`lane_feed`
+        whole), and where it may place (the stream's windows, or None)."""
+        conn = self.conn
+        decoder = conn.lane_framing()
+        return decoder, (conn.lane_windows() if decoder is not None else None)
+
+    def lane_write_window(self, stag: int) -> MemoryRegion | None:
+        """The region RDMA Writes to ``stag`` may be placed in by the lane
+        (:meth:`RdmapStream.lane_write_window
+        <iwarp.rdmap.stream.RdmapStream.lane_write_window>`), or None."""
+        stream = self.conn.stream
+        return stream.lane_write_window(stag) if stream is not None else None
+
+    def lane_placed(
+        self, records: list[tuple[int, int, int, int, int]], octets: int, now: float
+    ) -> None:
+        """The lane took the next ``octets`` octets (whole FPDUs, checked)
+        and placed what ``records`` say; the events follow in
+        :meth:`take_events`."""
+        self._now = now
+        conn = self.conn
+        conn.lane_placed(records, octets)
+        events = conn.take_events()
+        if events:
+            self._route(events, now)
+
+    def lane_resync(self) -> int:
+        """Octets that complete the FPDU MPA holds back (0: none), which the
+        lane hands to :meth:`lane_feed` before it walks again."""
+        return self.conn.mpa.lane_resync()
+
+    def lane_feed(self, data: Buffer, now: float) -> None:
+        """Octets the lane leaves to the usual path, in stream order (the
+        first FPDU it is not sure of and all after it); consumed before
+        returning. The events follow in :meth:`take_events`."""
+        self._now = now
+        self._route(self.conn.receive_data(data, now), now)
 
     def data_to_send(self, limit: int | None = SEND_BATCH) -> list[Buffer]:
         if self._hold_until is not None:
