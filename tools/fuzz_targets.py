@@ -512,6 +512,97 @@ def _fpdu_json_call(draw: _Draw) -> None:
         raise AssertionError(f"C line {line!r:.300} != Python line {expected!r:.300}")
 
 
+class _Posted:
+    """A posted receive buffer as the receive lane reads it (a ``view``)."""
+
+    def __init__(self, view: object) -> None:
+        self.view = view
+
+
+def _recv_lane_call(data: bytes) -> None:
+    """The receive lane's kernel (``recv_lane``, C only: it has no pure
+    twin) on hostile arguments: a ring of FPDUs built from drawn DDP/RDMAP
+    headers (Writes, Read Responses and Sends near their windows' edges,
+    TOs and MOs near 2**32 and 2**64), octets changed, start, end, limits,
+    control octets and MSNs at the C types' edges, windows of any size and
+    base, read-only or released buffers, torn tuples. It returns or
+    refuses; what it returns lies in the ring, and no octet outside a
+    window changes (each window is a slice between guard octets)."""
+    try:
+        from iwarp import _speedups
+    except ImportError:
+        return
+    # Zeros (past the input) draw a ring of a whole RDMA Write, Read
+    # Response and Send and a Write again, CRC off, into their windows:
+    # what the lane places; other octets draw edges.
+    draw = _Draw(data)
+    guard = 8
+    memory = bytearray((1 + draw.octet() % 4) * 1024 + 2 * guard)
+    size = len(memory) - 2 * guard
+    window = memoryview(memory)[guard : guard + size]
+    base = draw.number(2**64 - 1)
+    ulpdus = []
+    for k in range(4 - draw.octet() % 5):
+        kind = (k + draw.octet()) % 3
+        n = 64 + draw.number(1500) % 2048
+        control = draw.octet() if draw.octet() & 1 else (0xC1, 0x81, 0x41, 0x01)[draw.octet() % 4]
+        if kind < 2:  # tagged: Write or Read Response
+            ctl = (0x40 + kind, 0x41 - kind, draw.octet())[draw.octet() % 3]
+            to = draw.number(2**64 - 1) if draw.octet() & 1 else base + draw.number(size)
+            head = struct.pack(">BBIQ", control, ctl, draw.number(7) & 0xFFFFFFFF, to % 2**64)
+        else:
+            ctl = (0x43, 0x45, draw.octet())[draw.octet() % 3]
+            head = struct.pack(
+                ">BBIIII", control & 0x7F, ctl, 0, draw.number(2) & 0xFFFFFFFF,
+                draw.number(3) & 0xFFFFFFFF, draw.number(size) & 0xFFFFFFFF,
+            )  # fmt: skip
+        ulpdus.append(head + draw.octets(n))
+    crc = bool(draw.octet() & 1)
+    encoder = FpduEncoder(crc=crc)
+    ring = bytearray(b"".join(bytes(p) for u in ulpdus for p in encoder.encode(u)))
+    for _ in range(draw.octet() % 3):
+        if ring:
+            ring[draw.number(len(ring)) % len(ring)] ^= draw.octet() | 1
+    ring += draw.octets(draw.number(64) % 256)
+    end = len(ring) - draw.number(len(ring))
+    start = draw.number(end)
+    writable: object = window if draw.octet() % 4 != 3 else bytes(size)
+    writes: dict[object, object] = {}
+    for stag in range(1 + draw.octet() % 4):
+        writes[stag] = (writable, base) if draw.octet() % 5 != 4 else ("torn",)
+    reads = tuple(
+        (draw.number(7), window[: 64 + draw.number(size)], base, draw.number(size))
+        for _ in range(1 + draw.octet() % 3)
+    )
+    sends = [
+        _Posted(window if draw.octet() % 4 != 3 else b"read-only")
+        for _ in range(1 + draw.octet() % 3)
+    ]
+    tagged = None
+    if draw.octet() & 1:
+        tagged = (draw.number(7), (base + draw.number(size)) % 2**64, draw.number(255))
+    limit, version = 0xFFFF - draw.number(0xFFFF), 1 ^ draw.number(3)
+    controls = [ctl ^ draw.number(255) for ctl in (0x40, 0x41, 0x43, 0x45)]
+    before = bytes(memory)
+    try:
+        result = _speedups.recv_lane(
+            -1, ring, start, end, 0, crc, limit, version, tagged, controls[0], writes,
+            controls[1], reads, not draw.octet() & 1, controls[2], controls[3],
+            draw.number(2**32 - 1), draw.number(size), sends,
+        )  # fmt: skip
+    except _ARGUMENT_ERRORS:
+        result = None
+    if memory[:guard] != before[:guard] or memory[guard + size :] != before[guard + size :]:
+        raise AssertionError("recv_lane wrote outside its window")
+    if result is not None:
+        new_start, new_end, done, _, records, _, took, _ = result
+        if not 0 <= new_start <= done <= new_end <= len(ring) or not 0 <= took <= new_start:
+            raise AssertionError(f"recv_lane returned {result[:3]} for a {len(ring)}-octet ring")
+        for record in records:
+            if record[0] == 1 and record[3] > size:
+                raise AssertionError(f"recv_lane placed {record} past a {size}-octet window")
+
+
 def kernels(data: bytes) -> None:
     """Each kernel with hostile arguments: offsets, lengths and indexes near
     2**32 and 2**64, misaligned and torn records, outputs overlapping
@@ -523,7 +614,8 @@ def kernels(data: bytes) -> None:
     buffer is what the sanitizer build (.ci/sanitize) reports. The same
     octets then draw arguments for one of the analyzer's decode kernels
     (capture records, frames, FPDU views and walks, ULPDU descriptions,
-    FPDU JSON lines)."""
+    FPDU JSON lines) and for the receive lane's kernel (``recv_lane``, C
+    only: no octet outside its windows)."""
     from iwarp import _kernels, _small
 
     pure = _kernel_call(_kernels, _small, data)
@@ -535,6 +627,7 @@ def kernels(data: bytes) -> None:
     if accelerated != pure:
         raise AssertionError(f"C {accelerated!r:.300} != pure Python {pure!r:.300}")
     _decode_kernel_call(data)
+    _recv_lane_call(data)
 
 
 TARGETS: dict[str, Target] = {
