@@ -409,7 +409,10 @@ def _decode_kernel_call(data: bytes) -> None:
     if packets is None or fpdus is None:
         return  # the pure-Python path: no decode kernels
     draw = _Draw(data)
-    which = draw.octet() % 5
+    which = draw.octet() % 6
+    if which == 5:
+        _fpdu_json_call(draw)
+        return
     buffer = bytes(draw.octets(draw.number(300) % 4096))
     linktype = _LINKTYPES[draw.octet() % len(_LINKTYPES)]
     cache: dict[int, str] = {}
@@ -446,6 +449,19 @@ def _decode_kernel_call(data: bytes) -> None:
                 # (its FPDU starts lie on that grid).
                 if not (markers and phase & 3):
                     raise
+            # The clean FPDUs in a row from the same place: each within the buffer.
+            at = draw.number(len(buffer))
+            taken, stop, need = fpdus.fpdu_walk(
+                bytearray(buffer), at, phase, markers, bool(draw.octet() & 1),
+                bool(draw.octet() & 1), bool(draw.octet() & 1), draw.number(1 << 17),
+                draw.number(1 << 13),
+            )  # fmt: skip
+            if (
+                not at <= stop <= len(buffer)
+                or any(not (at <= t[0] and t[0] + t[1] <= stop) for t in taken)
+                or (need and need <= len(buffer) - stop)
+            ):
+                raise AssertionError(f"a walk from {at} ended at {stop} of {len(buffer)}")
         else:
             fpdus.describe_ulpdu(buffer)
     except _ARGUMENT_ERRORS:
@@ -454,6 +470,46 @@ def _decode_kernel_call(data: bytes) -> None:
         _, pos = result
         if not 0 <= pos <= len(buffer):
             raise AssertionError(f"a decode batch ended at {pos}, outside {len(buffer)} octets")
+
+
+def _fpdu_json_call(draw: _Draw) -> None:
+    """The C line of an FPDU record (fpdu_json) with values at the C types'
+    edges, odd types and long marker lists: None or the pure-Python line."""
+    from iwarp.analyze import records
+    from iwarp.analyze.records import FpduRecord, MarkerRecord
+
+    kernel: Any = records.kernels
+    if kernel is None:
+        return
+    odd: tuple[object, ...] = (None, True, "x", 'q"', "\u00e9", 1.5, b"", [], {"a": 1})
+
+    def value() -> object:
+        kind = draw.octet()
+        return odd[kind % len(odd)] if kind >= 224 else draw.number(1 << 20)
+
+    keys = (*records._DDP_KEYS, *records._RDMAP_KEYS, "other")
+    make: Any = MarkerRecord
+    markers = tuple(
+        make(draw.number(1 << 20), draw.number(0xFFFF), draw.number(0xFFFF), value())
+        for _ in range(draw.number(200) % 200)
+    )
+    fields: list[Any] = [value(), value() if draw.octet() % 4 == 3 else "initiator"]
+    fields += [value() for _ in range(4)]
+    fields += [list(markers) if draw.octet() % 8 == 7 else markers]
+    fields += [bytes(draw.octets(draw.octet() % 8)), draw.number(1 << 32), draw.number(1 << 32)]
+    fields += [(True, False, 1)[draw.octet() % 3]]
+    fields += [{keys[draw.octet() % len(keys)]: value() for _ in range(draw.octet() % 24)}]
+    record = FpduRecord(*fields)
+    line = kernel.fpdu_json(record)
+    if line is None:
+        return
+    saved, records.kernels = records.kernels, None
+    try:
+        expected = records.json_line(record)
+    finally:
+        records.kernels = saved
+    if line != expected:
+        raise AssertionError(f"C line {line!r:.300} != Python line {expected!r:.300}")
 
 
 class _Posted:
@@ -557,9 +613,9 @@ def kernels(data: bytes) -> None:
     OverflowError, TypeError, BufferError); reading or writing outside a
     buffer is what the sanitizer build (.ci/sanitize) reports. The same
     octets then draw arguments for one of the analyzer's decode kernels
-    (capture records, frames, FPDU views, ULPDU descriptions) and for the
-    receive lane's kernel (``recv_lane``, C only: no octet outside its
-    windows)."""
+    (capture records, frames, FPDU views and walks, ULPDU descriptions,
+    FPDU JSON lines) and for the receive lane's kernel (``recv_lane``, C
+    only: no octet outside its windows)."""
     from iwarp import _kernels, _small
 
     pure = _kernel_call(_kernels, _small, data)

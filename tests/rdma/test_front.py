@@ -10,13 +10,15 @@ import pytest
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import Role
 from iwarp.rdma.endpoint import (
-    CompletionQueued,
-    Established,
-    MessageReceived,
     QueuePairEndpoint,
-    WorkFinished,
 )
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
+from iwarp.rdma.events import (
+    CompletionQueued,
+    Established,
+    MessageQueued,
+    WorkFinished,
+)
 from iwarp.rdma.front import QueuePairFront
 from iwarp.rdmap.memory import MemoryRegistry
 from iwarp.rdmap.work import SendWR, WriteWR
@@ -39,8 +41,8 @@ class Front(QueuePairFront):
     def _on_established(self, event: Established) -> None:
         self.seen.append(Established)
 
-    def _on_message(self, event: MessageReceived) -> None:
-        self.seen.append(MessageReceived)
+    def _on_message(self, event: MessageQueued) -> None:
+        self.seen.append(MessageQueued)
 
 
 def pump(a: Front, b: Front) -> None:
@@ -77,7 +79,7 @@ def test_events_go_to_the_subclass_handlers_and_the_rest_to_no_ops() -> None:
     completion = a.endpoint.result(wr.wr_id)
     assert completion is not None and a._checked(completion) is completion
     assert a.endpoint.send_cq.poll() == []  # tracked: not on the queue
-    assert b.seen == [Established, MessageReceived]
+    assert b.seen == [Established, MessageQueued]
     assert b._take_message(closed=False) == b"hi"
     assert b._take_message(closed=False) is None  # a wait may bring one
 

@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.rdma import lanes
-from iwarp.rdma.endpoint import CompletionQueued, Ended, QueuePairEndpoint
+from iwarp.rdma.endpoint import QueuePairEndpoint
+from iwarp.rdma.events import CompletionQueued, Ended
 from iwarp.rdma.lanes import RING_MIN, ReceiveLane
 from iwarp.rdmap.memory import Access, MemoryRegion, MemoryRegistry
 from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WriteWR

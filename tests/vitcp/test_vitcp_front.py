@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import out
-from iwarp.vitcp.config import Role, VitcpConfig
+from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.endpoint import ViEndpointState
 from iwarp.vitcp.errors import VitcpClosedError
@@ -31,8 +31,8 @@ class Front(ViEndpointFront):
 
 
 def connected() -> tuple[Front, Front]:
-    a = Front(VitcpConnection(VitcpConfig(), Role.ACTIVE))
-    b = Front(VitcpConnection(VitcpConfig(), Role.PASSIVE))
+    a = Front(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
+    b = Front(VitcpConnection(VitcpConfig(), ViRole.PASSIVE))
     a._core.connect(0.0, b"svc")
     b._core.tcp_accepted(0.0)
     a._core.tcp_established(0.0)
@@ -45,7 +45,7 @@ def connected() -> tuple[Front, Front]:
 
 
 def test_params_before_and_after_establishment() -> None:
-    front = Front(VitcpConnection(VitcpConfig(), Role.ACTIVE))
+    front = Front(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
     with pytest.raises(VitcpClosedError, match="not connected"):
         _ = front.params
     assert front.close_reason is None

@@ -34,21 +34,23 @@ from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
+from iwarp.rdma.data_args import ReadInto, WriteData
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_SIZE,
-    CompletionQueued,
-    Ended,
-    Established,
-    MessageReceived,
     QueuePairEndpoint,
     QueuePairOptions,
-    WorkFinished,
 )
 from iwarp.rdma.endpoint import CompletionQueue as _Queue
 from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
+from iwarp.rdma.events import (
+    CompletionQueued,
+    Ended,
+    Established,
+    MessageQueued,
+    WorkFinished,
+)
 from iwarp.rdma.front import ALL_BITS, QueuePairFront
 from iwarp.rdma.options import domain, initiator_options, responder_options
-from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
@@ -230,7 +232,7 @@ class QueuePair(QueuePairFront):
         offset: int = 0,
         length: int | None = None,
     ) -> int:
-        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.simple`) to the
+        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.data_args`) to the
         peer's (``remote_stag``, ``remote_to``); returns the octets written."""
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
         return (await self._run(wr)).byte_len
@@ -267,7 +269,7 @@ class QueuePair(QueuePairFront):
         length: int | None = None,
     ) -> int | bytes:
         """RDMA Read from the peer's (``remote_stag``, ``remote_to``) into
-        ``local`` (the forms of :mod:`iwarp.rdma.simple`): returns the octets
+        ``local`` (the forms of :mod:`iwarp.rdma.data_args`): returns the octets
         read, or given an ``int`` length, the octets as bytes.
         """
         target, wr = self._read_wr(local, remote_stag, remote_to, offset, length)
@@ -401,7 +403,7 @@ class QueuePair(QueuePairFront):
             assert completion is not None
             future.set_result(completion)
 
-    def _on_message(self, event: MessageReceived) -> None:
+    def _on_message(self, event: MessageQueued) -> None:
         self._wake_reader()
 
     def _on_ended(self, event: Ended) -> None:

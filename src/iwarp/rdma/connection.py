@@ -24,8 +24,8 @@ went out or came in, :attr:`RdmaConnection.must_close` turns True: flush
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeAlias
 
+import iwarp.rdma.lanes as lanes
 from iwarp._typing import Buffer
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode, RemoteProtocolError
 from iwarp.mpa.config import MpaConfig, Role
@@ -45,29 +45,19 @@ from iwarp.mpa.events import Event as MpaEvent
 from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.wire import RtrFlags
-from iwarp.rdma import lanes
+from iwarp.rdma.events import StackEvent
 from iwarp.rdma.lanes import LANE_MIN, LANE_MIN_SEGMENT, SendLane
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.stream import LaneWindows, RdmapStream
 from iwarp.rdmap.work import (
-    Completion,
     RecvWR,
     SendQueueWR,
-    StreamReady,
-    TerminateReceived,
-    TerminateSent,
 )
 
-__all__ = ["Event", "RdmaConnection"]
+__all__ = ["RdmaConnection"]
 
-#: Everything :meth:`RdmaConnection.receive_data` reports.
-Event: TypeAlias = (
-    "RequestReceived | ConnectionEstablished | ConnectionRejected | ConnectionFailed"
-    " | NegotiationFailed | ConnectionClosed | StreamReady | Completion | TerminateReceived"
-    " | TerminateSent"
-)
 
 #: MPA states in which the stream's ULPDUs may be framed.
 _SENDING = (MpaState.FULL_OPERATION, MpaState.AWAIT_FIRST_FPDU, MpaState.SEND_ONLY)
@@ -117,7 +107,7 @@ class RdmaConnection:
         )
         self.stream: RdmapStream | None = None
         self.on_stream = on_stream
-        self._events: list[Event] = []
+        self._events: list[StackEvent] = []
 
     # -- properties ---------------------------------------------------------------
 
@@ -186,7 +176,7 @@ class RdmaConnection:
         lane beside the cores does, :mod:`iwarp.rdma.small`)."""
         return bool(self._events)
 
-    def take_events(self) -> list[Event]:
+    def take_events(self) -> list[StackEvent]:
         """Events produced outside :meth:`receive_data` (send completions)."""
         if self.stream is not None:
             self._events.extend(self.stream.take_events())
@@ -194,14 +184,14 @@ class RdmaConnection:
 
     # -- bytes in -----------------------------------------------------------------
 
-    def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
+    def receive_data(self, data: Buffer, now: float | None = None) -> list[StackEvent]:
         """Process octets from TCP (``b""`` means FIN); return the events."""
         self._process(self.mpa.receive_data(data, now))
         return self._take()
 
     def connection_lost(
         self, now: float | None = None, reason: str = "connection reset"
-    ) -> list[Event]:
+    ) -> list[StackEvent]:
         """The TCP connection was lost."""
         self._process(self.mpa.connection_lost(now, reason))
         return self._take()
@@ -210,7 +200,7 @@ class RdmaConnection:
         """When :meth:`handle_timer` must be called next (MPA startup), or None."""
         return self.mpa.get_timer()
 
-    def handle_timer(self, now: float) -> list[Event]:
+    def handle_timer(self, now: float) -> list[StackEvent]:
         """Act on an expired MPA startup timeout; return the events."""
         self._process(self.mpa.handle_timer(now))
         return self._take()
@@ -238,7 +228,7 @@ class RdmaConnection:
         if self.stream is not None and params is not None:
             self.stream.set_mulpdu(params.mulpdu)
 
-    def close(self) -> list[Event]:
+    def close(self) -> list[StackEvent]:
         """Close locally: outstanding work is flushed."""
         if self.stream is not None and self.stream.state is not StreamState.CLOSED:
             self._events.extend(self.stream.close())
@@ -427,7 +417,7 @@ class RdmaConnection:
             stream is not None and stream.has_data_to_send and self.mpa.state in _SENDING
         )
 
-    def _take(self) -> list[Event]:
+    def _take(self) -> list[StackEvent]:
         events, self._events = self._events, []
         return events
 

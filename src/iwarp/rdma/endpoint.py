@@ -38,7 +38,7 @@ It keeps the connection contract (:class:`iwarp.contract.Connection`)::
     ep = QueuePairEndpoint(Role.INITIATOR, ProtectionDomain(), now=clock())
     sock.sendmsg(ep.data_to_send())
     for event in ep.receive_data(sock.recv(65536), clock()):
-        ...   # Established, CompletionQueued, WorkFinished, MessageReceived, Ended
+        ...   # Established, CompletionQueued, WorkFinished, MessageQueued, Ended
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final
 
 from iwarp._typing import Buffer
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
@@ -66,13 +66,25 @@ from iwarp.mpa.events import (
 )
 from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.policy import ConnectionRejectedError, Decider, answer_request
-from iwarp.rdma.connection import Event as StackEvent
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.errors import ConnectionTerminatedError, describe_terminate
+from iwarp.rdma.events import (
+    CompletionQueued,
+    Ended,
+    Established,
+    Event,
+    MessageQueued,
+    StackEvent,
+    WorkFinished,
+)
 from iwarp.rdma.lanes import SendLane
 from iwarp.rdma.small import receive_small, send_small
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.errors import LocalCatastrophicError
+from iwarp.rdmap.events import (
+    TerminateReceived,
+    TerminateSent,
+)
 from iwarp.rdmap.memory import MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamState
 from iwarp.rdmap.stream import LaneWindows, RdmapStream
@@ -85,8 +97,6 @@ from iwarp.rdmap.work import (
     SendQueueWR,
     SendWR,
     Sge,
-    TerminateReceived,
-    TerminateSent,
     WorkOpcode,
 )
 
@@ -94,13 +104,7 @@ __all__ = [
     "INITIATOR_CONFIG",
     "SEND_BATCH",
     "CompletionQueue",
-    "CompletionQueued",
-    "Ended",
-    "Established",
-    "Event",
-    "MessageReceived",
     "QueuePairEndpoint",
-    "WorkFinished",
 ]
 
 #: ULPDU octets pulled from the stream per :meth:`QueuePairEndpoint.data_to_send`
@@ -197,48 +201,6 @@ class QueuePairOptions:
             atomic_ird=self.atomic_ird,
         )
 
-
-# -- events ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Established:
-    """MPA is in full operation and RFC 6581 negotiation succeeded."""
-
-    params: MpaParams
-
-
-@dataclass(frozen=True, slots=True)
-class CompletionQueued:
-    """A completion was added to ``queue`` (:attr:`QueuePairEndpoint.send_cq`
-    or :attr:`~QueuePairEndpoint.recv_cq`)."""
-
-    queue: CompletionQueue
-
-
-@dataclass(frozen=True, slots=True)
-class WorkFinished:
-    """A tracked work request completed: :meth:`QueuePairEndpoint.result`."""
-
-    wr_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class MessageReceived:
-    """A message arrived in the receive pool: :meth:`QueuePairEndpoint.take_message`."""
-
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class Ended:
-    """The connection is over; ``error`` is the cause (None: closed cleanly)."""
-
-    error: IwarpError | None
-    reason: str
-
-
-Event: TypeAlias = "Established | CompletionQueued | WorkFinished | MessageReceived | Ended"
 
 #: Called once MPA is in full operation, before any message is processed.
 Setup = Callable[[], None]
@@ -760,7 +722,7 @@ class QueuePairEndpoint:
                 del self._pool[wr.wr_id]
                 region.deregister()
                 self._post_pool_buffer(stream)
-        self._events.append(MessageReceived(len(data)))
+        self._events.append(MessageQueued(len(data)))
 
     def _on_request(self, event: RequestReceived, now: float | None) -> None:
         try:

@@ -16,13 +16,9 @@ from typing import Any, ClassVar, Final
 from iwarp._typing import Buffer
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.events import MpaParams
+from iwarp.rdma.data_args import ReadInto, ReadTarget, WriteData, read_target, write_source
 from iwarp.rdma.endpoint import (
-    CompletionQueued,
-    Ended,
-    Established,
-    MessageReceived,
     QueuePairEndpoint,
-    WorkFinished,
 )
 from iwarp.rdma.errors import (
     AtomicsNotSupportedError,
@@ -30,7 +26,13 @@ from iwarp.rdma.errors import (
     RdmaError,
     refuses_extensions,
 )
-from iwarp.rdma.simple import ReadInto, ReadTarget, WriteData, read_target, write_source
+from iwarp.rdma.events import (
+    CompletionQueued,
+    Ended,
+    Established,
+    MessageQueued,
+    WorkFinished,
+)
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import NO_MASK, TerminateHeader
@@ -60,7 +62,7 @@ _HANDLERS: Final = {
     Established: "_on_established",
     CompletionQueued: "_on_completion",
     WorkFinished: "_on_work",
-    MessageReceived: "_on_message",
+    MessageQueued: "_on_message",
     Ended: "_on_ended",
 }
 
@@ -177,7 +179,7 @@ class QueuePairFront:
     def _on_work(self, event: WorkFinished) -> None:
         """A tracked work request (a simple call's) finished."""
 
-    def _on_message(self, event: MessageReceived) -> None:
+    def _on_message(self, event: MessageQueued) -> None:
         """A message arrived in the receive pool."""
 
     def _on_ended(self, event: Ended) -> None:

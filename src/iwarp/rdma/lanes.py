@@ -33,7 +33,7 @@ from collections import deque
 from enum import IntEnum
 from typing import Any, Final, Protocol, cast
 
-from iwarp import _accel
+import iwarp._accel as _accel
 from iwarp._typing import Buffer
 from iwarp.mpa.framing import FpduDecoder, SegmentRun
 from iwarp.rdmap.memory import MemoryRegion

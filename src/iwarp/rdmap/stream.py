@@ -84,6 +84,12 @@ from iwarp.rdmap.errors import (
     RemoteProtectionCode,
     RemoteProtectionError,
 )
+from iwarp.rdmap.events import (
+    Event,
+    StreamReady,
+    TerminateReceived,
+    TerminateSent,
+)
 from iwarp.rdmap.memory import Access, AccessFault, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamInput, StreamState, transition
 from iwarp.rdmap.terminate import (
@@ -116,16 +122,13 @@ from iwarp.rdmap.work import (
     CompareSwapWR,
     Completion,
     CompletionStatus,
-    Event,
     FetchAddWR,
     ImmediateWR,
     ReadWR,
     RecvWR,
+    SendQueueWR,
     SendWR,
     Sge,
-    StreamReady,
-    TerminateReceived,
-    TerminateSent,
     WorkOpcode,
     WriteWR,
 )
@@ -386,9 +389,7 @@ class RdmapStream:
 
     # -- posting (local input) ----------------------------------------------
 
-    def post_send(
-        self, wr: SendWR | WriteWR | ReadWR | FetchAddWR | CompareSwapWR | ImmediateWR
-    ) -> None:
+    def post_send(self, wr: SendQueueWR) -> None:
         """Queue a Send, RDMA Write, RDMA Read, or an RFC 7306 FetchAdd,
         CmpSwap or Immediate Data.
 

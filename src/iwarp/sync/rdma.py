@@ -26,17 +26,19 @@ from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
+from iwarp.rdma.data_args import ReadInto, WriteData
 from iwarp.rdma.endpoint import (
     DEFAULT_RECEIVE_SIZE,
-    CompletionQueued,
-    Established,
-    MessageReceived,
     QueuePairOptions,
 )
 from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
+from iwarp.rdma.events import (
+    CompletionQueued,
+    Established,
+    MessageQueued,
+)
 from iwarp.rdma.front import ALL_BITS, QueuePairFront
 from iwarp.rdma.options import domain, initiator_options, responder_options
-from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
@@ -252,7 +254,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         length: int | None = None,
         timeout: float | None = None,
     ) -> int:
-        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.simple`) to the
+        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.data_args`) to the
         peer's (``remote_stag``, ``remote_to``); returns the octets written."""
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
         return self._run(wr, timeout).byte_len
@@ -292,7 +294,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         timeout: float | None = None,
     ) -> int | bytes:
         """RDMA Read from the peer's (``remote_stag``, ``remote_to``) into
-        ``local`` (the forms of :mod:`iwarp.rdma.simple`): returns the octets
+        ``local`` (the forms of :mod:`iwarp.rdma.data_args`): returns the octets
         read, or given an ``int`` length, the octets as bytes. After a timeout the
         Read stays outstanding (its completion goes to ``send_cq``) and a
         buffer given to it stays registered until the connection ends.
@@ -454,7 +456,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         cq = self.send_cq if event.queue is self.endpoint.send_cq else self.recv_cq
         cq._items.extend(event.queue.poll())
 
-    def _on_message(self, event: MessageReceived) -> None:
+    def _on_message(self, event: MessageQueued) -> None:
         if self.endpoint.message_octets > RECEIVE_HIGH_WATER:
             self._driver.reading = False
 
