@@ -494,14 +494,14 @@ class QueuePairEndpoint:
         return stream.lane_write_window(stag) if stream is not None else None
 
     def lane_placed(
-        self, records: list[tuple[int, int, int, int, int]], octets: int, now: float
+        self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int, now: float
     ) -> None:
-        """The lane took the next ``octets`` octets (whole FPDUs, checked)
-        and placed what ``records`` say; the events follow in
-        :meth:`take_events`."""
+        """The lane took the next ``octets`` octets (whole FPDUs, checked;
+        the marker phase after them ``phase``) and placed what ``records``
+        say; the events follow in :meth:`take_events`."""
         self._now = now
         conn = self.conn
-        conn.lane_placed(records, octets)
+        conn.lane_placed(records, octets, phase)
         events = conn.take_events()
         if events:
             self._route(events, now)

@@ -111,8 +111,11 @@ class _LaneKernels(Protocol):
         msn: int,
         received: int,
         sends: object,
+        markers: bool = False,
+        phase: int = 0,
+        either: bool = False,
         /,
-    ) -> tuple[int, int, int, int, list[tuple[int, int, int, int, int]], int, int, int]: ...
+    ) -> tuple[int, int, int, int, list[tuple[int, int, int, int, int]], int, int, int, int]: ...
 
 
 def _load() -> _LaneKernels | None:
@@ -262,7 +265,7 @@ class LaneCore(Protocol):
     def lane_write_window(self, stag: int) -> MemoryRegion | None: ...
 
     def lane_placed(
-        self, records: list[tuple[int, int, int, int, int]], octets: int, now: float
+        self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int, now: float
     ) -> None: ...
 
     def lane_resync(self) -> int: ...
@@ -359,23 +362,25 @@ class ReceiveLane:
 
     def walk(
         self, fd: int, wait_ms: int, decoder: FpduDecoder | None, windows: LaneWindows | None
-    ) -> tuple[list[tuple[int, int, int, int, int]], int, int, int]:
+    ) -> tuple[list[tuple[int, int, int, int, int]], int, int, int, int]:
         """One kernel call: read ``fd`` (-1: do not), then check and place
         what ``windows`` allow (None: nothing; with ``decoder`` None the
         octets are not FPDUs the lane may walk). Returns (records, octets
         the lane took, the STag of a Write without a window or -1, the end
-        of the complete FPDUs after those it took)."""
+        of the complete FPDUs after those it took, the marker phase after
+        them)."""
         for region in self._regions:
             if not region.valid:
                 self.withdraw()
                 break
         if decoder is None:
-            crc, limit = False, 0
+            crc, limit, markers, phase, either = False, 0, False, 0, False
         else:
             crc, limit = decoder.crc, decoder.max_ulpdu
+            markers, phase, either = decoder.markers, decoder.phase, decoder.either_fpduptr
         if windows is None:
             windows = _NO_WINDOWS
-        start, end, done, state, records, need, took, got = lane_kernels().recv_lane(
+        start, end, done, state, records, need, took, got, after = lane_kernels().recv_lane(
             fd,
             self.ring,
             self.start,
@@ -395,6 +400,9 @@ class ReceiveLane:
             windows.msn,
             windows.received,
             windows.sends,
+            markers,
+            phase,
+            either,
         )
         if fd >= 0:
             self.got = got
@@ -403,8 +411,8 @@ class ReceiveLane:
             self.error = state >> 8
         self.start, self.end = start, end
         if decoder is None:
-            return records, 0, -1, end
-        return records, took, need, done
+            return records, 0, -1, end, 0
+        return records, took, need, done, after
 
     def pump(self, core: LaneCore, fd: int, now: float, wait_ms: int = 0) -> list[Any]:
         """Read the socket ``fd`` into the ring (until it is empty or the
@@ -426,10 +434,10 @@ class ReceiveLane:
         asked: set[int] = set()
         while True:
             decoder, windows = core.lane_target()
-            records, took, need, done = self.walk(read, wait_ms, decoder, windows)
+            records, took, need, done, phase = self.walk(read, wait_ms, decoder, windows)
             read, wait_ms = -1, 0
             if took:
-                core.lane_placed(records, took, now)
+                core.lane_placed(records, took, phase, now)
             if need >= 0 and windows is not None and need not in asked:
                 asked.add(need)
                 if self.publish(need, core.lane_write_window(need)):
