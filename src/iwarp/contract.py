@@ -51,7 +51,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from iwarp._typing import Buffer
 
-__all__ = ["Connection", "EventT"]
+__all__ = ["Connection", "EventT", "FrontDriver"]
 
 EventT = TypeVar("EventT")
 
@@ -111,4 +111,61 @@ class Connection(Protocol[EventT]):
 
     def set_emss(self, emss: int) -> None:
         """Report the TCP effective MSS (from ``TCP_MAXSEG``), which sizes MULPDU."""
+        ...
+
+
+class FrontDriver(Protocol):
+    """What a protocol's front (:class:`~iwarp.mpa.front.MpaFront`,
+    :class:`~iwarp.rdma.front.QueuePairFront`, :class:`~iwarp.vitcp.front.ViFront`)
+    needs of the driver that moves its core's octets.
+
+    The front holds one (composition): it handles the core's events, keeps
+    the state an application reads and decides every policy (when to pause
+    reading, when to close, what wakes a waiting call); the driver only
+    moves octets and wakes. The asyncio driver
+    (:class:`iwarp.asyncio.driver.CoreDriver`) and the blocking one
+    (:class:`iwarp.sync._driver.Driver`) implement it; an adapter for
+    another event loop writes one of these and the calls that wait.
+    """
+
+    @property
+    def gone(self) -> bool:
+        """TCP is gone: nothing more is read or written."""
+        ...
+
+    def now(self) -> float:
+        """The driver's clock, the core's ``now``."""
+        ...
+
+    def flush(self) -> None:
+        """Write what the core queued, as far as TCP takes it now (the
+        events that causes go to the front); close TCP once the core must."""
+        ...
+
+    def write(self, data: Buffer) -> None:
+        """Octets the core handed out directly (the small-message lane),
+        ahead of its next ``data_to_send``: written as far as TCP takes them
+        now, the rest in order; dropped once TCP is going."""
+        ...
+
+    def wake(self, key: object = None) -> None:
+        """A waiting call may go on: the one waiting for ``key`` (a work
+        request or descriptor), or with None every call waiting for input."""
+        ...
+
+    def started(self) -> None:
+        """Startup is over (full operation): the driver may write on its
+        fastest path from now on."""
+        ...
+
+    def pause_reading(self) -> None:
+        """Stop reading from TCP (the front holds too much unread)."""
+        ...
+
+    def resume_reading(self) -> None:
+        """Read from TCP again."""
+        ...
+
+    def close(self) -> None:
+        """Close TCP (FIN) after what is queued."""
         ...

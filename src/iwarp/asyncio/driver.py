@@ -11,8 +11,10 @@ serve bookkeeping runs handlers (:func:`run_handler`,
 reports and when it collects is :mod:`iwarp.serving`'s. What each part
 does and why: docs/design.md, "The asyncio driver".
 
-Subclasses make the core in :meth:`CoreDriver.start_core` and react to its
-events in :meth:`CoreDriver.handle_events`.
+A driver serves one front (:class:`Front`: the MPA, RDMA or VI/TCP
+front of the connection), which makes the core once TCP is up and takes
+its events; the front holds the driver as its
+:class:`~iwarp.contract.FrontDriver`.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import os
 import socket
 import sys
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, Protocol, TypeVar, cast
 
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
@@ -45,12 +48,14 @@ __all__ = [
     "RECEIVE_CHUNK",
     "CoreDriver",
     "FailureHook",
+    "Front",
     "fail",
     "open_or_report",
     "report",
     "run_handler",
     "start_server",
     "tcp_emss",
+    "wait_until",
     "wake",
 ]
 
@@ -91,6 +96,13 @@ def fail(future: asyncio.Future[Any], error: BaseException) -> None:
         future.exception()
 
 
+async def wait_until(driver: CoreDriver, ready: Callable[[], bool], key: object = None) -> None:
+    """Wait until ``ready()``, checked whenever the front wakes ``driver``
+    (for ``key``); returns when TCP is gone too (the caller checks why)."""
+    while not ready() and not driver.gone:
+        await driver.woken(key)
+
+
 def _no_read() -> None:
     """Stands in for a closed transport's read callback (never called)."""
 
@@ -114,18 +126,42 @@ def _release_transport(transport: asyncio.BaseTransport) -> None:
         attributes["_read_ready_cb"] = _no_read
 
 
-class CoreDriver(asyncio.BufferedProtocol):
-    """Runs one sans-IO core on one asyncio TCP transport."""
+class Front(Protocol):
+    """What a :class:`CoreDriver` needs of the front it serves."""
 
-    #: Received-but-unconsumed octets above which reading pauses.
-    receive_high_water = 4 << 20
     #: Keep our half open after the peer's FIN (MPA may still send; RFC 5044 §7.2).
-    keep_open_after_eof = True
+    keep_open_after_eof: bool
+
+    @property
+    def fin_on_clean_close(self) -> bool:
+        """A clean close under us now (no FIN seen) reads as the peer's FIN."""
+        ...
+
+    def open(self, now: float, emss: int) -> Connection[Any]:
+        """TCP is up: make or start the core; returns it."""
+        ...
+
+    def dispatch(self, events: list[Any]) -> None:
+        """Handle the core's events."""
+        ...
+
+    def lost(self) -> None:
+        """TCP is gone and the core was told."""
+        ...
+
+
+class CoreDriver(asyncio.BufferedProtocol):
+    """Runs one sans-IO core on one asyncio TCP transport, for one front
+    (held weakly: the front holds its driver, so an ended connection is
+    freed by reference counting alone)."""
 
     core: Connection[Any]
 
-    def __init__(self) -> None:
+    def __init__(self, front: Front) -> None:
         self._loop = asyncio.get_running_loop()
+        self._front = weakref.ref(front)
+        self._keep_open = front.keep_open_after_eof
+        self._eof = False
         self.transport: asyncio.Transport | None = None
         #: Resolved once TCP is gone.
         self.closed: asyncio.Future[None] = self._loop.create_future()
@@ -136,7 +172,9 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._write_paused = False
         self._reading_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        self._waiter: asyncio.Future[None] | None = None
+        #: Calls waiting for input (any), and for one key each.
+        self._waiters: list[asyncio.Future[None]] = []
+        self._keyed: dict[object, asyncio.Future[None]] = {}
         #: The transport's socket, which we write on ourselves (``writev``,
         #: send lanes) while the transport holds nothing to write.
         self._fd: int | None = None
@@ -147,20 +185,11 @@ class CoreDriver(asyncio.BufferedProtocol):
         #: The message being written by its send lane (:mod:`iwarp.rdma.lanes`).
         self._lane: SendLane | None = None
 
-    # -- for subclasses -----------------------------------------------------------
-
-    def start_core(self, now: float, emss: int) -> None:
-        """Make (or start) ``self.core`` once TCP is up."""
-
     def handle_events(self, events: list[Any]) -> None:
-        """React to the core's events."""
-
-    def lost(self, exc: BaseException | None) -> None:
-        """TCP is gone and the core was told; wake whoever waits."""
-
-    def backlog(self) -> int:
-        """Octets received and not consumed by the application yet."""
-        return 0
+        """The core's events to the front (if anyone still holds it)."""
+        front = self._front()
+        if front is not None:
+            front.dispatch(events)
 
     # -- transport callbacks --------------------------------------------------------
 
@@ -175,7 +204,12 @@ class CoreDriver(asyncio.BufferedProtocol):
         # on every partial send).
         stream.set_write_buffer_limits(high=0)
         self.emss = tcp_emss(transport)
-        self.start_core(self._loop.time(), self.emss)
+        front = self._front()
+        if front is None:
+            stream.abort()  # nobody waits for this connection any more
+            return
+        self.core = front.open(self._loop.time(), self.emss)
+        front.dispatch(self.core.take_events())
         self.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -195,27 +229,30 @@ class CoreDriver(asyncio.BufferedProtocol):
         """Octets from TCP to the core (``b""``: FIN)."""
         self.handle_events(self.core.receive_data(data, self._loop.time()))
         self.flush()
-        if not self._reading_paused and self.backlog() > self.receive_high_water:
-            transport = self.transport
-            if transport is not None and not transport.is_closing():
-                self._reading_paused = True
-                transport.pause_reading()
 
     def eof_received(self) -> bool:
+        self._eof = True
         self.feed(b"")
         transport = self.transport
-        return self.keep_open_after_eof and transport is not None and not transport.is_closing()
+        return self._keep_open and transport is not None and not transport.is_closing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        front = self._front()
+        if exc is None and not self._eof and front is not None and front.fin_on_clean_close:
+            self._eof = True
+            self.feed(b"")  # closed cleanly under us: as a FIN
         self._drop_output()
         self._fd = None
         cause = exc or self._write_error
         reason = f"TCP connection lost: {cause}" if cause else "TCP connection closed"
-        self.handle_events(self.core.connection_lost(self._loop.time(), reason))
+        if hasattr(self, "core"):
+            self.handle_events(self.core.connection_lost(self._loop.time(), reason))
         self._cancel_timer()
         if not self.closed.done():
             self.closed.set_result(None)
-        self.lost(cause)
+        if front is not None:
+            front.lost()
+        self._wake_all()
         if _CACHES_READ_CALLBACK and self.transport is not None:
             _release_transport(self.transport)
         self.transport = None
@@ -229,35 +266,58 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._wake_drain()
         self.flush()
 
-    # -- for the adapters --------------------------------------------------------------
+    # -- the front's driver (iwarp.contract.FrontDriver) ------------------------------
+
+    @property
+    def gone(self) -> bool:
+        """TCP is gone."""
+        return self.closed.done()
 
     def now(self) -> float:
         """The loop's clock, the cores' ``now``."""
         return self._loop.time()
 
-    def applied(self) -> None:
-        """After an application call on the core: its events, then its output."""
-        self.handle_events(self.core.take_events())
-        self.flush()
+    def wake(self, key: object = None) -> None:
+        """Let the calls waiting in :meth:`woken` (for ``key``) check again."""
+        if key is None:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                wake(waiter)
+        else:
+            wake(self._keyed.pop(key, None))
 
-    def wake(self) -> None:
-        """Let the call waiting in :meth:`woken` check again."""
-        wake(self._waiter)
+    async def woken(self, key: object = None) -> None:
+        """Wait for the next :meth:`wake` (of ``key``; one waiting call per key)."""
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        if key is None:
+            self._waiters.append(waiter)
+        else:
+            self._keyed[key] = waiter
+        await waiter
 
-    async def woken(self) -> None:
-        """Wait for the next :meth:`wake` (one waiting call at a time)."""
-        self._waiter = self._loop.create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
+    def _wake_all(self) -> None:
+        self.wake()
+        keyed, self._keyed = self._keyed, {}
+        for waiter in keyed.values():
+            wake(waiter)
 
-    def consumed(self) -> None:
-        """The application took received data: resume reading below the low mark."""
-        if self._reading_paused and self.backlog() < self.receive_high_water // 4:
+    def pause_reading(self) -> None:
+        """Stop reading until :meth:`resume_reading`."""
+        transport = self.transport
+        if not self._reading_paused and transport is not None and not transport.is_closing():
+            self._reading_paused = True
+            transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read again (after :meth:`pause_reading`)."""
+        if self._reading_paused:
             self._reading_paused = False
             if self.transport is not None:
                 self.transport.resume_reading()
+
+    def started(self) -> None:
+        """Startup is over: write on the transport's own socket (:meth:`own_socket`)."""
+        self.own_socket()
 
     def own_socket(self) -> None:
         """From now on write on the transport's own socket ourselves while
@@ -301,33 +361,41 @@ class CoreDriver(asyncio.BufferedProtocol):
                     continue
             chunks = core.data_to_send()
             if chunks and not transport.is_closing():
-                self.write(chunks)
+                self._write_chunks(chunks)
             events = core.take_events()
             if events:
                 self.handle_events(events)
             if self._write_paused or not core.has_data_to_send:
                 break
-        if self._drain_waiter is not None and not self.output_waiting():
-            self._wake_drain()
+        if self._drain_waiter is not None:
+            self._wake_drain()  # drain checks again what it waits for
         if core.must_close and not transport.is_closing():
-            self.close_transport()
+            self.close()
         if self._timer is not None or core.get_timer() is not None:
             self._arm_timer()
 
     def output_waiting(self) -> bool:
-        """Output waits for the kernel or for the core to produce it."""
+        """Output waits for the kernel (or behind a send lane's message)."""
         return self._write_paused or self._lane is not None
 
-    async def drain(self) -> None:
-        """Wait until output no longer waits (or TCP is gone)."""
-        while self.output_waiting() and not self.closed.done():
+    async def drain(self, waiting: Callable[[], bool] | None = None) -> None:
+        """Wait until output no longer waits, nor ``waiting()`` says it does
+        (the core's own queue), or TCP is gone."""
+        while (self.output_waiting() or (waiting is not None and waiting())) and not self.gone:
             self._drain_waiter = self._loop.create_future()
             try:
                 await self._drain_waiter
             finally:
                 self._drain_waiter = None
 
-    def write(self, chunks: list[Buffer]) -> None:
+    def write(self, data: Buffer) -> None:
+        """Octets the core handed out directly, ahead of its next
+        ``data_to_send`` (dropped once TCP is going)."""
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            self._write_chunks([data])
+
+    def _write_chunks(self, chunks: list[Buffer]) -> None:
         transport = self.transport
         if transport is None or not chunks:
             return
@@ -385,12 +453,12 @@ class CoreDriver(asyncio.BufferedProtocol):
         self.handle_events(self.core.take_events())
         if self._out and self.transport is not None:
             chunks, self._out = self._out, []
-            self.write(chunks)
+            self._write_chunks(chunks)
         if self._close_when_sent and self.transport is not None:
             self.transport.close()
         return True
 
-    def close_transport(self) -> None:
+    def close(self) -> None:
         """Close TCP (FIN) once our queued output is out (the transport's
         own close waits for what it holds)."""
         transport = self.transport
@@ -483,7 +551,7 @@ async def open_or_report(
         return await opening
     except IwarpError as exc:
         exc.__traceback__ = None  # kept by the connection: no cycle through this frame
-        driver.close_transport()  # after a reject, MPA leaves TCP open
+        driver.close()  # after a reject, MPA leaves TCP open
         report(on_failure, exc, driver.peer())
         return None
 

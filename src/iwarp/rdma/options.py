@@ -32,11 +32,12 @@ are chosen here, once.
 ``first_send_delay``
     ``connect``: seconds to hold our first FPDU after the Reply (0.5
     against Linux siw, whose responder may miss an early FPDU).
-``shared_cq``
-    asyncio: one completion queue for send and receive work. The blocking
-    calls take ``send_cq`` and ``recv_cq`` instead: completion queues of
-    the application's (one per queue pair by default; pass the same queue
-    for both to share it, or to several queue pairs).
+``shared_cq``, ``send_cq``, ``recv_cq``
+    Where completions go (:class:`~iwarp.rdma.front.CompletionQueueFront`,
+    the same in every adapter): by default the queue pair has its own
+    ``send_cq`` and ``recv_cq``; ``shared_cq`` makes one queue for both;
+    ``send_cq``/``recv_cq`` take completion queues of the application's
+    (``CompletionQueue()``), which may also serve several queue pairs.
 ``decide``
     ``serve``/``listen``: sees each valid Request and returns
     :class:`~iwarp.mpa.policy.Accept` or :class:`~iwarp.mpa.policy.Reject`

@@ -248,6 +248,32 @@ class Driver:
     def fileno(self) -> int:
         return self._fd
 
+    # -- the front's driver (iwarp.contract.FrontDriver) ------------------------------
+
+    @property
+    def gone(self) -> bool:
+        """The socket is closed (:attr:`closed`)."""
+        return self.sock is None
+
+    def now(self) -> float:
+        """The blocking adapters' clock (:data:`clock`)."""
+        return clock()
+
+    def wake(self, key: object = None) -> None:
+        """Nothing to do: a blocking call checks what it waits for after
+        every input it handled."""
+
+    def started(self) -> None:
+        """Nothing to do: the blocking driver has one write path."""
+
+    def pause_reading(self) -> None:
+        """Stop reading (a wait then looks for output and timers only)."""
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        """Read again."""
+        self.reading = True
+
     # -- output -------------------------------------------------------------------
 
     def flush(self) -> None:

@@ -16,25 +16,17 @@ docs/sync.md.
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Final, overload
+from typing import Any, cast, overload
 
 from iwarp._typing import Buffer
 from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.handshake import build_request
-from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
-from iwarp.rdma.endpoint import (
-    DEFAULT_RECEIVE_SIZE,
-    CompletionQueued,
-    Established,
-    MessageReceived,
-    QueuePairOptions,
-)
+from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Decider, Reject
+from iwarp.rdma.endpoint import DEFAULT_RECEIVE_SIZE, QueuePairOptions
 from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
-from iwarp.rdma.front import ALL_BITS, QueuePairFront
+from iwarp.rdma.front import ALL_BITS, CompletionQueueFront, QueuePairFront
 from iwarp.rdma.options import domain, initiator_options, responder_options
 from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
@@ -70,28 +62,20 @@ __all__ = [
     "listen",
 ]
 
-#: Received-but-unread octets of the simple receive path above which the
-#: queue pair stops reading from TCP until the application catches up.
-RECEIVE_HIGH_WATER: Final = 4 << 20
-
 Setup = Callable[["QueuePair"], None]
 
 
-class CompletionQueue:
+class CompletionQueue(CompletionQueueFront):
     """Completions of work requests, in order (verbs' CQ).
 
     One queue may serve several queue pairs, and a queue pair's send and
-    receive work (pass it to :func:`connect` or :meth:`Listener.accept` as
-    ``send_cq`` and/or ``recv_cq``); :meth:`poll` and :meth:`wait` drive
-    the sockets of all of them.
+    receive work: pass it to :func:`connect` or :meth:`Listener.accept` as
+    ``send_cq`` and/or ``recv_cq`` (``shared_cq``: one for both);
+    :meth:`poll` and :meth:`wait` drive the sockets of all of them.
     """
 
-    def __init__(self) -> None:
-        self._items: deque[Completion] = deque()
-        self._qps: list[QueuePair] = []
-
-    def __len__(self) -> int:
-        return len(self._items)
+    def _drivers(self) -> list[Driver]:
+        return [cast(Driver, front._driver) for front in self._live()]
 
     def poll(self, max_entries: int | None = None) -> list[Completion]:
         """Take up to ``max_entries`` (default: all) completions; never blocks.
@@ -99,12 +83,10 @@ class CompletionQueue:
         Reads what the kernel already holds for the attached queue pairs
         first, as ``ibv_poll_cq`` finds what the NIC did meanwhile.
         """
-        drivers = [qp._driver for qp in self._qps if not qp._driver.closed]
+        drivers = self._drivers()
         if drivers:
             wait_any(drivers, clock())
-        items = self._items
-        n = len(items) if max_entries is None else min(max_entries, len(items))
-        return [items.popleft() for _ in range(n)]
+        return self._take(max_entries)
 
     def wait(self, *, timeout: float | None = None) -> Completion:
         """The next completion, waiting for it.
@@ -115,7 +97,7 @@ class CompletionQueue:
         """
         deadline = deadline_after(timeout)
         while not self._items:
-            drivers = [qp._driver for qp in self._qps if not qp._driver.closed]
+            drivers = self._drivers()
             if not drivers:
                 raise ConnectionTerminatedError(self._why())
             if deadline is not None and clock() >= deadline:
@@ -125,18 +107,6 @@ class CompletionQueue:
                     driver.check_stalled("a completion")
                 raise ConnectionTerminatedError(self._why())
         return self._items.popleft()
-
-    def _why(self) -> str:
-        reasons = {qp.end_reason for qp in self._qps}
-        return "; ".join(sorted(reasons)) if reasons else "no queue pair uses this queue"
-
-    def _attach(self, qp: QueuePair) -> None:
-        if qp not in self._qps:
-            self._qps.append(qp)
-
-    def _detach(self, qp: QueuePair) -> None:
-        if qp in self._qps:
-            self._qps.remove(qp)
 
 
 class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
@@ -148,6 +118,10 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     """
 
     _opened_by = "connect/listen"
+    _driver: Driver
+    _cq_type = CompletionQueue
+    send_cq: CompletionQueue
+    recv_cq: CompletionQueue
 
     def __init__(
         self,
@@ -160,25 +134,15 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         send_cq: CompletionQueue | None = None,
         recv_cq: CompletionQueue | None = None,
     ) -> None:
-        self.pd = pd
-        self.role = role
-        self.config = options.config
-        #: Completions of posted Sends, RDMA Writes and Reads.
-        self.send_cq = send_cq if send_cq is not None else CompletionQueue()
-        #: Completions of posted receives.
-        self.recv_cq = recv_cq if recv_cq is not None else CompletionQueue()
-        self._established = False
+        super().__init__(role, pd, options, setup, send_cq, recv_cq)
         try:
-            self._endpoint = endpoint = options.endpoint(
-                role, pd, clock(), tcp_setup(sock), None if setup is None else lambda: setup(self)
-            )
+            endpoint = self.open(clock(), tcp_setup(sock))
         except BaseException:
             sock.close()  # bad options (LocalProtocolError): the socket is nobody's yet
+            self.lost()
             raise
-        self._driver = Driver(sock, endpoint, self._dispatch)
-        self.send_cq._attach(self)
-        self.recv_cq._attach(self)
-        self._dispatch(endpoint.take_events())
+        self._driver = Driver(sock, endpoint, self.dispatch)
+        self.dispatch(endpoint.take_events())
         self._driver.flush()
 
     # -- properties ---------------------------------------------------------------
@@ -195,40 +159,31 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     def _polled(self) -> Driver:
         return self._driver
 
-    def _output(self) -> None:
-        self._driver.flush()
-
-    def _write(self, frame: bytes) -> None:
-        self._driver.write(frame)
-
     # -- simple API -----------------------------------------------------------------
 
     def _run(self, wr: SendQueueWR, timeout: float | None) -> Completion:
         # A Send or Write that TCP took at once completed while posted.
         completion = self._post_tracked(wr)
         if completion is None:
+            done: list[Completion] = []
+
+            def finished() -> bool:
+                completion = self._finished(wr.wr_id)
+                if completion is not None:
+                    done.append(completion)
+                return completion is not None
+
             try:
-                completion = self._await(wr.wr_id, timeout)
+                self._driver.run_until(
+                    finished, deadline_after(timeout), f"work request {wr.wr_id}"
+                )
+                completion = done[0] if done else self._finished(wr.wr_id)
+                if completion is None:
+                    raise ConnectionTerminatedError(self.end_reason)
             except BaseException:
-                self.endpoint.untrack(wr.wr_id)  # timed out or failed: it goes to send_cq
+                self._abandon(wr.wr_id)  # timed out or failed: it goes to send_cq
                 raise
         return self._checked(completion)
-
-    def _await(self, wr_id: int, timeout: float | None) -> Completion:
-        endpoint = self.endpoint
-        done: list[Completion] = []
-
-        def finished() -> bool:
-            completion = endpoint.result(wr_id)
-            if completion is not None:
-                done.append(completion)
-                return True
-            return self._driver.closed
-
-        self._driver.run_until(finished, deadline_after(timeout), f"work request {wr_id}")
-        if not done:
-            raise ConnectionTerminatedError(self.end_reason)
-        return done[0]
 
     def send(
         self,
@@ -371,9 +326,8 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         :raises ConnectionTerminatedError: the connection ended first.
         :raises WaitTimeoutError: nothing arrived in time.
         """
-        endpoint = self.endpoint
         driver = self._driver
-        data = self._take_message(driver.closed)
+        data = self._take_message()
         if data is None:
             # Driver.run_until's loop, without a closure per call: this is
             # the hot wait of a ping-pong.
@@ -384,9 +338,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
                 if not driver.wait(deadline):
                     driver.check_stalled("a message")
                     raise ConnectionTerminatedError(self.end_reason)
-                data = self._take_message(driver.closed)
-        if not driver.reading and endpoint.message_octets < RECEIVE_HIGH_WATER // 4:
-            driver.reading = True
+                data = self._take_message()
         return data
 
     def _unsent(self) -> bool:
@@ -425,7 +377,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
             if not driver.closed:
                 self.flush(timeout=None if deadline is None else max(deadline - clock(), 0.0))
         finally:
-            self._dispatch(self.endpoint.close())
+            self._close_endpoint()
             if not driver.closed:
                 driver.flush()
                 if driver.unsent:
@@ -437,48 +389,25 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     def abort(self) -> None:
         """Close at once (RST); outstanding work is flushed."""
         self._driver.abort()
-        self._dispatch(self.endpoint.connection_lost(clock(), "aborted by the application"))
+        if self._endpoint is not None:
+            self.dispatch(self._endpoint.connection_lost(clock(), "aborted by the application"))
         self._leave_cqs()
 
     def _leave_cqs(self) -> None:
         """The completion queues wait on this queue pair no more."""
-        self.send_cq._detach(self)
-        self.recv_cq._detach(self)
-
-    # -- the endpoint's events (QueuePairFront._dispatch) ------------------------------
-
-    def _on_established(self, event: Established) -> None:
-        self._established = True
-
-    def _on_completion(self, event: CompletionQueued) -> None:
-        cq = self.send_cq if event.queue is self.endpoint.send_cq else self.recv_cq
-        cq._items.extend(event.queue.poll())
-
-    def _on_message(self, event: MessageReceived) -> None:
-        if self.endpoint.message_octets > RECEIVE_HIGH_WATER:
-            self._driver.reading = False
+        self.lost()
 
     # -- startup -----------------------------------------------------------------------
 
-    def _handshake(self, deadline: float | None) -> None:
-        driver = self._driver
-        endpoint = self.endpoint
+    def _handshake(self, deadline: float | None) -> QueuePair:
         try:
-            driver.run_until(
-                lambda: self._established or endpoint.ended is not None,
-                deadline,
-                "MPA startup",
-            )
+            self._driver.run_until(self._startup_over, deadline, "MPA startup")
         except BaseException:
-            driver.close()
+            self._driver.close()
             self._leave_cqs()
             raise
-        if not self._established or endpoint.ended is not None:
-            # e.g. the Terminate of a failed RFC 6581 negotiation, a reject's Reply
-            driver.flush()
-            driver.close()
-            self._leave_cqs()
-            raise self._startup_error()
+        self._opened()
+        return self
 
 
 def connect(
@@ -494,6 +423,7 @@ def connect(
     send_cq: CompletionQueue | None = None,
     recv_cq: CompletionQueue | None = None,
     first_send_delay: float = 0.0,
+    shared_cq: bool = False,
     fallback_to_rev1: bool = False,
     timeout: float | None = None,
     local_address: tuple[str, int] | None = None,
@@ -521,27 +451,27 @@ def connect(
         receive_buffers=receive_buffers,
         receive_size=receive_size,
         first_send_delay=first_send_delay,
+        shared_cq=shared_cq,
         atomic_ord=atomic_ord,
         atomic_ird=atomic_ird,
     )
-    build_request(options.config, private_data)  # LocalProtocolError before any connection
+    attempts = Attempts(options.config, private_data, fallback=fallback_to_rev1)
     qp_domain = domain(pd)
-
-    def attempt(options: QueuePairOptions) -> QueuePair:
+    while True:
         sock = open_tcp(host, port, deadline, local_address)
         qp = QueuePair(
-            sock, Role.INITIATOR, qp_domain, options, setup=setup, send_cq=send_cq, recv_cq=recv_cq
+            sock,
+            Role.INITIATOR,
+            qp_domain,
+            replace(options, config=attempts.config),
+            setup=setup,
+            send_cq=send_cq,
+            recv_cq=recv_cq,
         )
-        qp._handshake(deadline)
-        return qp
-
-    try:
-        return attempt(options)
-    except MpaError as exc:
-        retry = rev1_fallback(options.config, exc, requested=fallback_to_rev1)
-        if retry is None:
-            raise
-    return attempt(replace(options, config=retry))
+        try:
+            return qp._handshake(deadline)
+        except MpaError as exc:
+            attempts.failed(exc)
 
 
 class Listener:
@@ -558,6 +488,7 @@ class Listener:
         receive_buffers: int | None = None,
         receive_size: int = DEFAULT_RECEIVE_SIZE,
         setup: Setup | None = None,
+        shared_cq: bool = False,
         decide: Decider | None = None,
         backlog: int = 128,
         atomic_ord: int = ATOMIC_DEPTH,
@@ -569,6 +500,7 @@ class Listener:
             self.config,
             receive_buffers=receive_buffers,
             receive_size=receive_size,
+            shared_cq=shared_cq,
             decide=decide,
             atomic_ord=atomic_ord,
             atomic_ird=atomic_ird,
@@ -613,8 +545,7 @@ class Listener:
             send_cq=send_cq,
             recv_cq=recv_cq,
         )
-        qp._handshake(deadline)
-        return qp
+        return qp._handshake(deadline)
 
     def close(self) -> None:
         """Stop listening (accepted queue pairs stay open)."""
@@ -636,6 +567,7 @@ def listen(
     receive_buffers: int | None = None,
     receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
+    shared_cq: bool = False,
     decide: Decider | None = None,
     backlog: int = 128,
     atomic_ord: int = ATOMIC_DEPTH,
@@ -650,6 +582,7 @@ def listen(
         receive_buffers=receive_buffers,
         receive_size=receive_size,
         setup=setup,
+        shared_cq=shared_cq,
         decide=decide,
         backlog=backlog,
         atomic_ord=atomic_ord,
