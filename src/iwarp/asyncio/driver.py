@@ -37,6 +37,7 @@ from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LaneState, SendLane
 from iwarp.serving import BurstRelease, FailureHook, handler_failed, report
 from iwarp.sockets import (
+    LISTEN_BACKLOG,
     RECEIVE_BULK,
     RECEIVE_CHUNK,
     listening_socket_for,
@@ -345,9 +346,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is None:
             return
-        take_lane: Callable[[], SendLane | None] | None = (
-            getattr(core, "take_lane", None) if lanes.ACTIVE and self._fd is not None else None
-        )
+        take_lane = lanes.lane_taker(core) if self._fd is not None else None
         while True:
             if self._lane is not None:
                 if self._write_paused:
@@ -448,9 +447,7 @@ class CoreDriver(asyncio.BufferedProtocol):
             if not lane.done:
                 return False
         self._lane = None
-        lane_sent: Callable[[SendLane], None] = getattr(self.core, "lane_sent")  # noqa: B009
-        lane_sent(lane)
-        self.handle_events(self.core.take_events())
+        self.handle_events(lanes.lane_finished(self.core, lane))
         if self._out and self.transport is not None:
             chunks, self._out = self._out, []
             self._write_chunks(chunks)
@@ -570,7 +567,7 @@ async def start_server(
     host: str | None,
     port: int,
     *,
-    backlog: int = 1024,
+    backlog: int = LISTEN_BACKLOG,
 ) -> asyncio.Server:
     """Listen on TCP; for each connection ``accept()`` gives its driver and
     the coroutine that serves it, run as a task the server keeps (so it is

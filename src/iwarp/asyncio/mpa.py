@@ -26,6 +26,7 @@ from iwarp.errors import IwarpError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.front import IncompleteReadError, MpaFace, MpaFront
 from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Decider, Reject
+from iwarp.sockets import LISTEN_BACKLOG
 
 __all__ = [
     "Accept",
@@ -271,7 +272,7 @@ async def serve(
     config: MpaConfig | None = None,
     decide: Decider | None = None,
     on_failure: FailureHook | None = None,
-    backlog: int = 1024,
+    backlog: int = LISTEN_BACKLOG,
 ) -> asyncio.Server:
     """Listen and run MPA startup as Responder on each connection; ``decide``
     answers each Request (default: accept); ``handler`` gets each socket in
@@ -295,7 +296,7 @@ async def serve_stream(
     port: int,
     *,
     config: MpaConfig | None = None,
-    backlog: int = 1024,
+    backlog: int = LISTEN_BACKLOG,
 ) -> asyncio.Server:
     """Accept TCP connections in streaming mode; ``handler`` runs in a task
     per connection, which is closed when it returns."""

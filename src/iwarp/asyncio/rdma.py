@@ -40,6 +40,7 @@ from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
+from iwarp.sockets import LISTEN_BACKLOG
 
 __all__ = [
     "Accept",
@@ -397,7 +398,7 @@ async def serve(
     shared_cq: bool = False,
     decide: Decider | None = None,
     on_failure: FailureHook | None = None,
-    backlog: int = 1024,
+    backlog: int = LISTEN_BACKLOG,
     atomic_ord: int = ATOMIC_DEPTH,
     atomic_ird: int = ATOMIC_DEPTH,
 ) -> asyncio.Server:

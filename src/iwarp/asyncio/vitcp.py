@@ -19,7 +19,7 @@ from typing import Any
 
 from iwarp._typing import Buffer
 from iwarp.asyncio.driver import CoreDriver, run_handler, wait_until
-from iwarp.sockets import send_urgent, urgent_pointer_exact, vitcp_setup
+from iwarp.sockets import LISTEN_BACKLOG, send_urgent, urgent_pointer_exact, vitcp_setup
 from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
@@ -281,7 +281,9 @@ class VitcpListener:
         """Listen on ``host``:``port`` (port 0 picks one)."""
         listener = cls(config)
         loop = asyncio.get_running_loop()
-        listener._server = await loop.create_server(listener._driver_factory, host, port)
+        listener._server = await loop.create_server(
+            listener._driver_factory, host, port, backlog=LISTEN_BACKLOG
+        )
         return listener
 
     @property

@@ -92,8 +92,8 @@ from iwarp.rdmap.work import (
 __all__ = [
     "INITIATOR_CONFIG",
     "SEND_BATCH",
-    "CompletionQueue",
     "CompletionQueued",
+    "CompletionRecord",
     "Ended",
     "Established",
     "Event",
@@ -124,8 +124,10 @@ INITIATOR_CONFIG: Final = MpaConfig(peer_to_peer=True)
 _log = logging.getLogger("iwarp")
 
 
-class CompletionQueue:
-    """Completions of one queue pair's send or receive work, in order."""
+class CompletionRecord:
+    """Completions of one queue pair's send or receive work, in order, as the
+    endpoint keeps them (the adapters' completion queues,
+    :class:`~iwarp.rdma.front.CompletionQueueFront`, take them from here)."""
 
     __slots__ = ("_items",)
 
@@ -212,7 +214,7 @@ class CompletionQueued:
     """A completion was added to ``queue`` (:attr:`QueuePairEndpoint.send_cq`
     or :attr:`~QueuePairEndpoint.recv_cq`)."""
 
-    queue: CompletionQueue
+    queue: CompletionRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,9 +289,9 @@ class QueuePairEndpoint:
         self.role = role
         self.pd = pd
         #: Completions of posted Sends, RDMA Writes and Reads.
-        self.send_cq = CompletionQueue()
+        self.send_cq = CompletionRecord()
         #: Completions of posted receives (the same queue with ``shared_cq``).
-        self.recv_cq = self.send_cq if shared_cq else CompletionQueue()
+        self.recv_cq = self.send_cq if shared_cq else CompletionRecord()
         #: The error that ended the connection, if any.
         self.error: IwarpError | None = None
         #: The Terminate that ended the stream (sent or received), if any.

@@ -29,8 +29,9 @@ path, for comparison).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from enum import IntEnum
-from typing import Final, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from iwarp import _accel
 from iwarp._typing import Buffer
@@ -88,6 +89,22 @@ def _load() -> _LaneKernels | None:
 _KERNELS = _load()
 #: Whether the lanes run (the C accelerator is active and has them).
 ACTIVE: Final = _KERNELS is not None
+
+
+def lane_taker(core: object) -> Callable[[], SendLane | None] | None:
+    """What a driver calls for the core's next lane: the core's
+    ``take_lane``, or None when lanes do not run (no accelerator) or the
+    core has none (everything then goes through ``data_to_send``)."""
+    take: Callable[[], SendLane | None] | None = getattr(core, "take_lane", None)
+    return take if ACTIVE else None
+
+
+def lane_finished(core: Any, lane: SendLane) -> list[Any]:
+    """A lane's message is all out: the core completes it (``lane_sent``);
+    returns the events that caused (the work request's completion)."""
+    core.lane_sent(lane)
+    events: list[Any] = core.take_events()
+    return events
 
 
 def lane_kernels() -> _LaneKernels:

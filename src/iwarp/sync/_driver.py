@@ -35,6 +35,7 @@ from iwarp.errors import IwarpError, LocalProtocolError
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LaneState, SendLane
 from iwarp.sockets import (
+    LISTEN_BACKLOG,
     RECEIVE_BULK,
     RECEIVE_CHUNK,
     listening_socket,
@@ -226,9 +227,7 @@ class Driver:
         #: :mod:`iwarp.rdma.lanes`); None: everything goes through
         #: ``data_to_send`` (no accelerator, a core without lanes, or a tap,
         #: which must see every octet).
-        take_lane: Callable[[], SendLane | None] | None = getattr(core, "take_lane", None)
-        self._take_lane = take_lane if lanes.ACTIVE and self._tap is None else None
-        self._lane_sent: Callable[[SendLane], None] = getattr(core, "lane_sent", _no_lane)
+        self._take_lane = lanes.lane_taker(core) if self._tap is None else None
         #: The message being written by its lane, ahead of ``_out``.
         self._lane: SendLane | None = None
         self._lane_state = LaneState.DONE
@@ -349,9 +348,7 @@ class Driver:
         if state is not LaneState.DONE:
             return False
         self._lane = None
-        core = self.core
-        self._lane_sent(lane)
-        events = core.take_events()
+        events = lanes.lane_finished(self.core, lane)
         if events:
             self._dispatch(events)
         return True
@@ -632,10 +629,6 @@ def _sleep_until(wake: float | None) -> list[tuple[int, int]]:
     return []
 
 
-def _no_lane(lane: SendLane) -> None:
-    """Stands in for ``lane_sent`` of a core without lanes (never called)."""
-
-
 def _tap_sent(tap: Tap, batch: list[Buffer], sent: int) -> None:
     """The first ``sent`` octets of ``batch`` to ``tap``."""
     for chunk in batch:
@@ -653,7 +646,7 @@ class TcpListener:
     of leaving them in the backlog (:class:`~iwarp.sockets.SheddingSocket`).
     """
 
-    def __init__(self, host: str | None, port: int, backlog: int = 128) -> None:
+    def __init__(self, host: str | None, port: int, backlog: int = LISTEN_BACKLOG) -> None:
         family = socket.AF_INET6 if host is not None and ":" in host else socket.AF_INET
         self.sock = listening_socket(family, (host or "", port), backlog)
 

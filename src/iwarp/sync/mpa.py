@@ -19,7 +19,7 @@ from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.front import IncompleteReadError, MpaFace, MpaFront
 from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Decider, Reject
-from iwarp.sockets import tcp_setup
+from iwarp.sockets import LISTEN_BACKLOG, tcp_setup
 from iwarp.sync._driver import (
     BusyPolled,
     CloseOnExit,
@@ -302,7 +302,7 @@ class MpaListener:
         *,
         config: MpaConfig | None = None,
         decide: Decider | None = None,
-        backlog: int = 128,
+        backlog: int = LISTEN_BACKLOG,
     ) -> None:
         self.config = config if config is not None else MpaConfig()
         self._decide = decide
@@ -358,7 +358,7 @@ def listen(
     *,
     config: MpaConfig | None = None,
     decide: Decider | None = None,
-    backlog: int = 128,
+    backlog: int = LISTEN_BACKLOG,
 ) -> MpaListener:
     """Listen for MPA connections on ``host``:``port`` (0 picks a port)."""
     return MpaListener(host, port, config=config, decide=decide, backlog=backlog)

@@ -32,7 +32,7 @@ from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
-from iwarp.sockets import tcp_setup
+from iwarp.sockets import LISTEN_BACKLOG, tcp_setup
 from iwarp.sync._driver import (
     BusyPolled,
     CloseOnExit,
@@ -490,7 +490,7 @@ class Listener:
         setup: Setup | None = None,
         shared_cq: bool = False,
         decide: Decider | None = None,
-        backlog: int = 128,
+        backlog: int = LISTEN_BACKLOG,
         atomic_ord: int = ATOMIC_DEPTH,
         atomic_ird: int = ATOMIC_DEPTH,
     ) -> None:
@@ -569,7 +569,7 @@ def listen(
     setup: Setup | None = None,
     shared_cq: bool = False,
     decide: Decider | None = None,
-    backlog: int = 128,
+    backlog: int = LISTEN_BACKLOG,
     atomic_ord: int = ATOMIC_DEPTH,
     atomic_ird: int = ATOMIC_DEPTH,
 ) -> Listener:
