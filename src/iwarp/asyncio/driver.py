@@ -1,15 +1,14 @@
 """One asyncio driver for every sans-IO core (:class:`iwarp.contract.Connection`).
 
-:class:`CoreDriver` is the ``asyncio.BufferedProtocol`` the MPA, RDMA and
-VI/TCP adapters derive from; it does what is asyncio's and nothing else:
-reads into the thread's one receive buffer, writes (``writev`` and send
-lanes on the transport's own socket after startup, the transport taking
-what the kernel did not), backpressure both ways, waking the
-adapter's waiting call, the core's one timer, closing and freeing. The
-serve bookkeeping runs handlers (:func:`run_handler`,
-:func:`open_or_report`) and listens (:func:`start_server`); what it
-reports and when it collects is :mod:`iwarp.serving`'s. What each part
-does and why: docs/design.md, "The asyncio driver".
+:class:`CoreDriver` is the ``asyncio.BufferedProtocol`` of every
+connection the MPA, RDMA and VI/TCP adapters open or accept; it does what
+is asyncio's and nothing else: reads into the thread's one receive
+buffer, writes (``writev`` and send lanes on the transport's own socket
+after startup, the transport taking what the kernel did not),
+backpressure both ways, waking the adapter's waiting calls, the core's
+one timer, closing and freeing. The serve bookkeeping is
+:mod:`iwarp.asyncio.server`'s. What each part does and why:
+docs/design.md, "The asyncio driver".
 
 A driver serves one front (:class:`Front`: the MPA, RDMA or VI/TCP
 front of the connection), which makes the core once TCP is up and takes
@@ -21,46 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Final, Protocol, TypeVar, cast
+from typing import Any, Final, Protocol, cast
 
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
-from iwarp.errors import IwarpError
 from iwarp.mpa.connection import DEFAULT_EMSS
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LaneState, SendLane
-from iwarp.serving import BurstRelease, FailureHook, handler_failed, report
-from iwarp.sockets import (
-    LISTEN_BACKLOG,
-    RECEIVE_BULK,
-    RECEIVE_CHUNK,
-    listening_socket_for,
-    tcp_setup,
-    write_chunks,
-)
+from iwarp.sockets import RECEIVE_BULK, tcp_setup, write_chunks
 
-__all__ = [
-    "RECEIVE_CHUNK",
-    "CoreDriver",
-    "FailureHook",
-    "Front",
-    "fail",
-    "open_or_report",
-    "report",
-    "run_handler",
-    "start_server",
-    "tcp_emss",
-    "wait_until",
-    "wake",
-]
-
-T = TypeVar("T")
+__all__ = ["CoreDriver", "Front", "wait_until", "wake"]
 
 _local = threading.local()
 
@@ -78,23 +52,10 @@ def _receive_buffer() -> memoryview:
     return buffer
 
 
-def tcp_emss(transport: asyncio.BaseTransport) -> int:
-    """Turn Nagle off (RFC 5044 §5.3) and read the EMSS MULPDU is sized from."""
-    return tcp_setup(transport.get_extra_info("socket"))
-
-
 def wake(waiter: asyncio.Future[None] | None) -> None:
     """Resolve ``waiter`` (if any and not done yet)."""
     if waiter is not None and not waiter.done():
         waiter.set_result(None)
-
-
-def fail(future: asyncio.Future[Any], error: BaseException) -> None:
-    """Fail ``future`` unless it is done, marked retrieved: nobody may await
-    it (no "exception was never retrieved" log); the error is kept elsewhere."""
-    if not future.done():
-        future.set_exception(error)
-        future.exception()
 
 
 async def wait_until(driver: CoreDriver, ready: Callable[[], bool], key: object = None) -> None:
@@ -204,7 +165,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         # empty, so nothing piles up there (asyncio moves its whole buffer
         # on every partial send).
         stream.set_write_buffer_limits(high=0)
-        self.emss = tcp_emss(transport)
+        self.emss = tcp_setup(transport.get_extra_info("socket"))  # Nagle off (RFC 5044 §5.3)
         front = self._front()
         if front is None:
             stream.abort()  # nobody waits for this connection any more
@@ -513,95 +474,3 @@ class CoreDriver(asyncio.BufferedProtocol):
 #: full (copied once): enough to keep the socket busy until the transport
 #: drained it and the lane goes on.
 _LANE_PIECE: Final = 64 * 1024
-
-
-async def run_handler(
-    handler: Callable[[Any], Awaitable[None]],
-    face: Any,
-    peer: object,
-    on_failure: FailureHook | None,
-) -> bool:
-    """Run an application's handler for one connection.
-
-    Its exception is reported once, with the peer's address
-    (:func:`~iwarp.serving.handler_failed`; never left for "Task exception
-    was never retrieved"). Returns False when the handler raised;
-    cancellation goes on.
-    """
-    try:
-        await handler(face)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        handler_failed(on_failure, exc, peer)
-        return False
-    return True
-
-
-async def open_or_report(
-    driver: CoreDriver, opening: Awaitable[T], on_failure: FailureHook | None
-) -> T | None:
-    """Wait for an accepted connection to open (``opening``: MPA in full
-    operation, or TCP up). None when it ended before (bad frames, timeouts,
-    rejects): TCP is closed and the error reported (:func:`~iwarp.serving.report`)."""
-    try:
-        return await opening
-    except IwarpError as exc:
-        exc.__traceback__ = None  # kept by the connection: no cycle through this frame
-        driver.close()  # after a reject, MPA leaves TCP open
-        report(on_failure, exc, driver.peer())
-        return None
-
-
-async def _listening_socket(host: str | None, port: int, backlog: int) -> socket.socket | None:
-    """One listening :class:`~iwarp.sockets.SheddingSocket` when ``host`` names exactly
-    one address; None when it names several (asyncio then binds them all)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
-    )
-    return listening_socket_for(infos, backlog)
-
-
-async def start_server(
-    accept: Callable[[], tuple[CoreDriver, Coroutine[Any, Any, None]]],
-    host: str | None,
-    port: int,
-    *,
-    backlog: int = LISTEN_BACKLOG,
-) -> asyncio.Server:
-    """Listen on TCP; for each connection ``accept()`` gives its driver and
-    the coroutine that serves it, run as a task the server keeps (so it is
-    not collected while it runs).
-
-    When ``host`` names one address, the listening socket closes
-    connections it has no file descriptor for at once instead of leaving
-    them in the backlog (:class:`~iwarp.sockets.SheddingSocket`); each accepted
-    connection's startup timeout runs from its accept.
-
-    After a burst of connections, a few full collections run as they end
-    (:class:`~iwarp.serving.BurstRelease`, :data:`~iwarp.serving.RELEASE_AFTER`).
-    """
-    loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[None]] = set()
-    release = BurstRelease()
-
-    def ended(task: asyncio.Task[None]) -> None:
-        tasks.discard(task)
-        release.ended(len(tasks))
-
-    def factory() -> CoreDriver:
-        driver, job = accept()
-        task = loop.create_task(job)
-        tasks.add(task)
-        task.add_done_callback(ended)
-        release.opened(len(tasks))
-        return driver
-
-    sock = await _listening_socket(host, port, backlog)
-    if sock is None:
-        return await loop.create_server(factory, host, port, backlog=backlog)
-    try:
-        return await loop.create_server(factory, sock=sock, backlog=backlog)
-    except BaseException:
-        sock.close()
-        raise

@@ -14,14 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from typing import Any, TypeVar
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import (
-    CoreDriver,
-    FailureHook,
-    open_or_report,
-    run_handler,
-    start_server,
-    wait_until,
-)
+from iwarp.asyncio.driver import CoreDriver, wait_until
+from iwarp.asyncio.server import FailureHook, open_or_report, run_handler, start_server
 from iwarp.errors import IwarpError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.front import IncompleteReadError, MpaFace, MpaFront

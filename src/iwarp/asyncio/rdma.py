@@ -17,27 +17,25 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from functools import partial
 from types import TracebackType
-from typing import Any, overload
+from typing import Any, Unpack, overload
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import (
-    CoreDriver,
-    FailureHook,
-    open_or_report,
-    run_handler,
-    start_server,
-    wait_until,
-    wake,
-)
+from iwarp.asyncio.driver import CoreDriver, wait_until, wake
+from iwarp.asyncio.server import FailureHook, open_or_report, run_handler, start_server
 from iwarp.errors import IwarpError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Decider, Reject
-from iwarp.rdma.endpoint import DEFAULT_RECEIVE_SIZE, QueuePairOptions
+from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Reject
+from iwarp.rdma.endpoint import QueuePairOptions
 from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import ALL_BITS, CompletionQueueFront, QueuePairFront
-from iwarp.rdma.options import domain, initiator_options, responder_options
+from iwarp.rdma.options import (
+    InitiatorSettings,
+    ResponderSettings,
+    domain,
+    initiator_options,
+    responder_options,
+)
 from iwarp.rdma.simple import ReadInto, WriteData
-from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
 from iwarp.sockets import LISTEN_BACKLOG
@@ -322,22 +320,18 @@ async def connect(
     *,
     pd: ProtectionDomain | None = None,
     config: MpaConfig | None = None,
-    private_data: bytes = b"",
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
     send_cq: CompletionQueue | None = None,
     recv_cq: CompletionQueue | None = None,
-    first_send_delay: float = 0.0,
-    shared_cq: bool = False,
     fallback_to_rev1: bool = False,
     local_address: tuple[str, int] | None = None,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
+    **settings: Unpack[InitiatorSettings],
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
-    The settings are documented in :mod:`iwarp.rdma.options`.
+    The settings (and ``settings``: ``private_data``, ``receive_buffers``,
+    ``receive_size``, ``first_send_delay``, ``shared_cq``, ``atomic_ord``,
+    ``atomic_ird``) are documented in :mod:`iwarp.rdma.options`.
 
     :raises ConnectionRejectedError: the peer rejected the connection (R=1).
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
@@ -345,17 +339,8 @@ async def connect(
     :raises LocalProtocolError: the private data is too long for ``config``.
     :raises OSError: the TCP connection could not be opened.
     """
-    options = initiator_options(
-        config,
-        private_data=private_data,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        first_send_delay=first_send_delay,
-        shared_cq=shared_cq,
-        atomic_ord=atomic_ord,
-        atomic_ird=atomic_ird,
-    )
-    attempts = Attempts(options.config, private_data, fallback=fallback_to_rev1)
+    options = initiator_options(config, **settings)
+    attempts = Attempts(options.config, options.private_data, fallback=fallback_to_rev1)
     qp_domain = domain(pd)
     loop = asyncio.get_running_loop()
     while True:
@@ -390,26 +375,23 @@ async def serve(
     *,
     pd: ProtectionDomain | None = None,
     config: MpaConfig | None = None,
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
     send_cq: CompletionQueue | None = None,
     recv_cq: CompletionQueue | None = None,
-    shared_cq: bool = False,
-    decide: Decider | None = None,
     on_failure: FailureHook | None = None,
     backlog: int = LISTEN_BACKLOG,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
+    **settings: Unpack[ResponderSettings],
 ) -> asyncio.Server:
     """Accept iWARP connections as MPA Responder; run ``handler`` for each
     queue pair in full operation, in a task of its own.
 
-    The settings are documented in :mod:`iwarp.rdma.options`. When the
-    handler returns, the queue pair is closed gracefully; when it raises,
-    the exception is reported once with the peer's address (to
-    ``on_failure``, else logged) and the connection ends with a Terminate
-    (docs/rdmap.md, "When a handler returns"). Connections that end before
+    The settings (and ``settings``: ``receive_buffers``, ``receive_size``,
+    ``shared_cq``, ``decide``, ``atomic_ord``, ``atomic_ird``) are
+    documented in :mod:`iwarp.rdma.options`. When the handler returns, the
+    queue pair is closed gracefully; when it raises, the exception is
+    reported once with the peer's address (to ``on_failure``, else logged)
+    and the connection ends with a Terminate (docs/rdmap.md, "When a
+    handler returns"). Connections that end before
     full operation (bad frames, timeouts, rejects) are closed and reported
     to ``on_failure``.
     """
@@ -423,15 +405,7 @@ async def serve(
         qp._handler_failed()
         await qp._shut()
 
-    options = responder_options(
-        config,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        shared_cq=shared_cq,
-        decide=decide,
-        atomic_ord=atomic_ord,
-        atomic_ird=atomic_ird,
-    )
+    options = responder_options(config, **settings)
 
     def accept() -> tuple[CoreDriver, Coroutine[Any, Any, None]]:
         qp = QueuePair(Role.RESPONDER, domain(pd), options, setup, send_cq, recv_cq)

@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import CoreDriver, run_handler, wait_until
+from iwarp.asyncio.driver import CoreDriver, wait_until
+from iwarp.asyncio.server import run_handler
 from iwarp.sockets import LISTEN_BACKLOG, send_urgent, urgent_pointer_exact, vitcp_setup
 from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection

@@ -65,66 +65,74 @@ are chosen here, once.
 
 from __future__ import annotations
 
+from typing import TypedDict, Unpack
+
 from iwarp.errors import LocalProtocolError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.policy import Decider
-from iwarp.rdma.endpoint import DEFAULT_RECEIVE_SIZE, INITIATOR_CONFIG, QueuePairOptions
-from iwarp.rdmap.atomics import ATOMIC_DEPTH, MAX_ATOMIC_DEPTH
+from iwarp.rdma.endpoint import INITIATOR_CONFIG, QueuePairOptions
+from iwarp.rdmap.atomics import MAX_ATOMIC_DEPTH
 from iwarp.rdmap.memory import ProtectionDomain
 
-__all__ = ["domain", "initiator_options", "responder_options"]
+__all__ = [
+    "InitiatorSettings",
+    "ResponderSettings",
+    "Settings",
+    "domain",
+    "initiator_options",
+    "responder_options",
+]
+
+
+class Settings(TypedDict, total=False):
+    """The settings of both roles, as keyword arguments (each documented
+    above); ``connect``, ``serve``, ``listen`` take them as ``**settings``."""
+
+    receive_buffers: int | None
+    receive_size: int
+    shared_cq: bool
+    atomic_ord: int
+    atomic_ird: int
+
+
+class InitiatorSettings(Settings, total=False):
+    """``connect``'s settings."""
+
+    private_data: bytes
+    first_send_delay: float
+
+
+class ResponderSettings(Settings, total=False):
+    """``serve``'s and ``listen``'s settings."""
+
+    decide: Decider | None
 
 
 def initiator_options(
-    config: MpaConfig | None,
-    *,
-    private_data: bytes = b"",
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
-    first_send_delay: float = 0.0,
-    shared_cq: bool = False,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
+    config: MpaConfig | None, **settings: Unpack[InitiatorSettings]
 ) -> QueuePairOptions:
     """``connect``'s settings (the module's documentation says what each means).
 
     :raises LocalProtocolError: an atomic depth out of range.
     """
-    return QueuePairOptions(
-        config if config is not None else INITIATOR_CONFIG,
-        private_data=private_data,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        first_send_delay=first_send_delay,
-        shared_cq=shared_cq,
-        atomic_ord=_depth("atomic_ord", atomic_ord),
-        atomic_ird=_depth("atomic_ird", atomic_ird),
-    )
+    options = QueuePairOptions(config if config is not None else INITIATOR_CONFIG, **settings)
+    return _checked(options)
 
 
 def responder_options(
-    config: MpaConfig | None,
-    *,
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
-    shared_cq: bool = False,
-    decide: Decider | None = None,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
+    config: MpaConfig | None, **settings: Unpack[ResponderSettings]
 ) -> QueuePairOptions:
     """``serve``'s and ``listen``'s settings (see the module's documentation).
 
     :raises LocalProtocolError: an atomic depth out of range.
     """
-    return QueuePairOptions(
-        config if config is not None else MpaConfig(),
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        shared_cq=shared_cq,
-        decide=decide,
-        atomic_ord=_depth("atomic_ord", atomic_ord),
-        atomic_ird=_depth("atomic_ird", atomic_ird),
-    )
+    return _checked(QueuePairOptions(config if config is not None else MpaConfig(), **settings))
+
+
+def _checked(options: QueuePairOptions) -> QueuePairOptions:
+    _depth("atomic_ord", options.atomic_ord)
+    _depth("atomic_ird", options.atomic_ird)
+    return options
 
 
 def _depth(name: str, value: int) -> int:

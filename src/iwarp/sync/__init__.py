@@ -27,7 +27,8 @@ from iwarp.rdmap.work import (
     WorkOpcode,
     WriteWR,
 )
-from iwarp.sync._driver import BUSY_POLL, WaitTimeoutError
+from iwarp.sync._calls import WaitTimeoutError
+from iwarp.sync._driver import BUSY_POLL
 from iwarp.sync.rdma import (
     Accept,
     Access,

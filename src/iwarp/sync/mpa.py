@@ -20,15 +20,8 @@ from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.front import IncompleteReadError, MpaFace, MpaFront
 from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Decider, Reject
 from iwarp.sockets import LISTEN_BACKLOG, tcp_setup
-from iwarp.sync._driver import (
-    BusyPolled,
-    CloseOnExit,
-    Driver,
-    TcpListener,
-    clock,
-    deadline_after,
-    open_tcp,
-)
+from iwarp.sync._calls import BusyPolled, CloseOnExit, TcpListener, clock, deadline_after, open_tcp
+from iwarp.sync._driver import Driver
 
 __all__ = [
     "Accept",
@@ -65,32 +58,17 @@ def _driver(front: MpaFront) -> Driver:
 
 def _wait_for(front: MpaFront, take: Callable[[], T | None], timeout: float | None, what: str) -> T:
     """``take()`` once it gives something (at the latest when TCP is gone)."""
-    got = take()
+    got = _driver(front).run_for(take, deadline_after(timeout), what)
     if got is None:
-        box: list[T] = []
-
-        def done() -> bool:
-            got = take()
-            if got is not None:
-                box.append(got)
-            return got is not None
-
-        _driver(front).run_until(done, deadline_after(timeout), what)
-        if box:
-            got = box[0]
-        else:
-            front.lost()  # TCP is gone: nothing more arrives
-            got = take()
-            assert got is not None
+        front.lost()  # TCP is gone: nothing more arrives
+        got = take()
+        assert got is not None
     front.consumed()
     return got
 
 
 def _write(front: MpaFront, timeout: float | None) -> None:
-    driver = _driver(front)
-    driver.flush()
-    if driver.unsent:
-        driver.run_until(lambda: not driver.unsent, deadline_after(timeout), "the send")
+    _driver(front).send_all(deadline_after(timeout), "the send")
 
 
 def _establish(front: MpaFront, deadline: float | None) -> MpaSocket:
@@ -352,13 +330,5 @@ class MpaListener:
         self.close()
 
 
-def listen(
-    host: str | None,
-    port: int,
-    *,
-    config: MpaConfig | None = None,
-    decide: Decider | None = None,
-    backlog: int = LISTEN_BACKLOG,
-) -> MpaListener:
-    """Listen for MPA connections on ``host``:``port`` (0 picks a port)."""
-    return MpaListener(host, port, config=config, decide=decide, backlog=backlog)
+#: Listen for MPA connections on ``host``:``port`` (0 picks a port): an :class:`MpaListener`.
+listen = MpaListener

@@ -18,32 +18,36 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, cast, overload
+from typing import Any, Unpack, cast, overload
 
 from iwarp._typing import Buffer
 from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Decider, Reject
-from iwarp.rdma.endpoint import DEFAULT_RECEIVE_SIZE, QueuePairOptions
+from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Reject
+from iwarp.rdma.endpoint import QueuePairOptions
 from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import ALL_BITS, CompletionQueueFront, QueuePairFront
-from iwarp.rdma.options import domain, initiator_options, responder_options
+from iwarp.rdma.options import (
+    InitiatorSettings,
+    ResponderSettings,
+    domain,
+    initiator_options,
+    responder_options,
+)
 from iwarp.rdma.simple import ReadInto, WriteData
-from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
 from iwarp.sockets import LISTEN_BACKLOG, tcp_setup
-from iwarp.sync._driver import (
+from iwarp.sync._calls import (
     BusyPolled,
     CloseOnExit,
-    Driver,
     TcpListener,
     WaitTimeoutError,
     clock,
     deadline_after,
     open_tcp,
-    wait_any,
 )
+from iwarp.sync._driver import Driver, wait_any
 
 __all__ = [
     "Accept",
@@ -165,19 +169,11 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         # A Send or Write that TCP took at once completed while posted.
         completion = self._post_tracked(wr)
         if completion is None:
-            done: list[Completion] = []
-
-            def finished() -> bool:
-                completion = self._finished(wr.wr_id)
-                if completion is not None:
-                    done.append(completion)
-                return completion is not None
-
+            wr_id = wr.wr_id
             try:
-                self._driver.run_until(
-                    finished, deadline_after(timeout), f"work request {wr.wr_id}"
+                completion = self._driver.run_for(
+                    lambda: self._finished(wr_id), deadline_after(timeout), f"work request {wr_id}"
                 )
-                completion = done[0] if done else self._finished(wr.wr_id)
                 if completion is None:
                     raise ConnectionTerminatedError(self.end_reason)
             except BaseException:
@@ -263,15 +259,8 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     def fetch_add(
         self, stag: int, to: int, add: int, *, mask: int = 0, timeout: float | None = None
     ) -> int:
-        """RFC 7306 FetchAdd: add ``add`` to the peer's 64-bit word at
-        (``stag``, ``to``), a 64-bit aligned TO in a region registered with
-        ``Access.REMOTE_ATOMIC``; returns the word's original value. Each
-        bit set in ``mask`` ends a field whose carry is dropped (0: one
-        64-bit addition). Like verbs' ``ibv_wr_atomic_fetch_add``.
-
-        :raises AtomicsNotSupportedError: the peer has no RFC 7306 atomics.
-        :raises RdmaError: the peer refused it (STag, rights, bounds, alignment).
-        """
+        """RFC 7306 FetchAdd, as :meth:`iwarp.asyncio.rdma.QueuePair.fetch_add`;
+        returns the word's original value."""
         wr = self._fetch_add_wr(stag, to, add, mask)
         return self._original(self._run(wr, timeout))
 
@@ -286,33 +275,21 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         swap_mask: int = ALL_BITS,
         timeout: float | None = None,
     ) -> int:
-        """RFC 7306 CmpSwap: where the ``compare_mask`` bits of the peer's
-        word at (``stag``, ``to``) equal those of ``compare``, its
-        ``swap_mask`` bits take those of ``swap``; returns the original word
-        (the swap happened when it matches ``compare`` under the mask). Like
-        verbs' ``ibv_wr_atomic_cmp_swp``. Raises as :meth:`fetch_add`.
-        """
+        """RFC 7306 CmpSwap, as :meth:`iwarp.asyncio.rdma.QueuePair.compare_swap`;
+        returns the original word."""
         wr = self._compare_swap_wr(stag, to, compare, swap, compare_mask, swap_mask)
         return self._original(self._run(wr, timeout))
 
     def send_immediate(
         self, data: bytes, *, solicited: bool = False, timeout: float | None = None
     ) -> None:
-        """Send RFC 7306 Immediate Data: exactly 8 octets into the peer's
-        next receive buffer (``solicited``: with Solicited Event); wait
-        until it completed. The peer's ``receive()`` gives them as
-        :class:`~iwarp.rdmap.work.ImmediateData`, a receive completion has
-        them in ``immediate``."""
+        """Send RFC 7306 Immediate Data (exactly 8 octets), as
+        :meth:`iwarp.asyncio.rdma.QueuePair.send_immediate`."""
         self._run(self._immediate_wr(data, solicited), timeout)
 
     def supports_atomics(self, stag: int, to: int, *, timeout: float | None = None) -> bool:
-        """Probe the peer for RFC 7306 Atomic Operations with a FetchAdd of 0
-        on its word at (``stag``, ``to``), which changes nothing (§1.1).
-        True: it answered. False: it refused the opcode as a peer without
-        them does, which terminated the connection.
-
-        :raises RdmaError: it refused the target (STag, rights, bounds, alignment).
-        """
+        """Probe the peer for RFC 7306 Atomic Operations, as
+        :meth:`iwarp.asyncio.rdma.QueuePair.supports_atomics`."""
         try:
             self.fetch_add(stag, to, 0, timeout=timeout)
         except AtomicsNotSupportedError:
@@ -326,29 +303,20 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         :raises ConnectionTerminatedError: the connection ended first.
         :raises WaitTimeoutError: nothing arrived in time.
         """
-        driver = self._driver
         data = self._take_message()
-        if data is None:
-            # Driver.run_until's loop, without a closure per call: this is
-            # the hot wait of a ping-pong.
-            deadline = deadline_after(timeout)
-            while data is None:
-                if deadline is not None and clock() >= deadline:
-                    raise WaitTimeoutError("timed out waiting for a message")
-                if not driver.wait(deadline):
-                    driver.check_stalled("a message")
-                    raise ConnectionTerminatedError(self.end_reason)
-                data = self._take_message()
+        if data is None:  # (no closure: this is the hot wait of a ping-pong)
+            data = self._driver.run_for(self._take_message, deadline_after(timeout), "a message")
+            if data is None:
+                raise ConnectionTerminatedError(self.end_reason)
         return data
-
-    def _unsent(self) -> bool:
-        return not self._driver.closed and (self.endpoint.unsent or self._driver.unsent)
 
     def flush(self, *, timeout: float | None = None) -> None:
         """Wait until every posted message was handed to TCP (RDMA Reads
         beyond ORD go out as earlier ones complete)."""
-        self._driver.flush()
-        self._driver.run_until(lambda: not self._unsent(), deadline_after(timeout), "the flush")
+        driver = self._driver
+        driver.flush()
+        sent = lambda: driver.closed or not (self.endpoint.unsent or driver.unsent)  # noqa: E731
+        driver.run_until(sent, deadline_after(timeout), "the flush")
 
     def progress(self, *, timeout: float | None = 0.0) -> None:
         """Move octets once: read what arrived, write what is queued, run
@@ -378,23 +346,16 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
                 self.flush(timeout=None if deadline is None else max(deadline - clock(), 0.0))
         finally:
             self._close_endpoint()
-            if not driver.closed:
-                driver.flush()
-                if driver.unsent:
-                    with contextlib.suppress(WaitTimeoutError):
-                        driver.run_until(lambda: not driver.unsent, deadline, "the close")
+            with contextlib.suppress(WaitTimeoutError):
+                driver.send_all(deadline, "the close")
             driver.close()
-            self._leave_cqs()
+            self.lost()
 
     def abort(self) -> None:
         """Close at once (RST); outstanding work is flushed."""
         self._driver.abort()
         if self._endpoint is not None:
             self.dispatch(self._endpoint.connection_lost(clock(), "aborted by the application"))
-        self._leave_cqs()
-
-    def _leave_cqs(self) -> None:
-        """The completion queues wait on this queue pair no more."""
         self.lost()
 
     # -- startup -----------------------------------------------------------------------
@@ -404,7 +365,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
             self._driver.run_until(self._startup_over, deadline, "MPA startup")
         except BaseException:
             self._driver.close()
-            self._leave_cqs()
+            self.lost()
             raise
         self._opened()
         return self
@@ -416,25 +377,21 @@ def connect(
     *,
     pd: ProtectionDomain | None = None,
     config: MpaConfig | None = None,
-    private_data: bytes = b"",
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
     send_cq: CompletionQueue | None = None,
     recv_cq: CompletionQueue | None = None,
-    first_send_delay: float = 0.0,
-    shared_cq: bool = False,
     fallback_to_rev1: bool = False,
     timeout: float | None = None,
     local_address: tuple[str, int] | None = None,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
+    **settings: Unpack[InitiatorSettings],
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
-    The settings are documented in :mod:`iwarp.rdma.options`; ``timeout``
-    bounds TCP connection setup and MPA startup together (both attempts,
-    with ``fallback_to_rev1``).
+    The settings (and ``settings``: ``private_data``, ``receive_buffers``,
+    ``receive_size``, ``first_send_delay``, ``shared_cq``, ``atomic_ord``,
+    ``atomic_ird``) are documented in :mod:`iwarp.rdma.options`;
+    ``timeout`` bounds TCP connection setup and MPA startup together (both
+    attempts, with ``fallback_to_rev1``).
 
     :raises ConnectionRejectedError: the peer rejected the connection.
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
@@ -445,17 +402,8 @@ def connect(
     :raises OSError: the TCP connection could not be opened.
     """
     deadline = deadline_after(timeout)
-    options = initiator_options(
-        config,
-        private_data=private_data,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        first_send_delay=first_send_delay,
-        shared_cq=shared_cq,
-        atomic_ord=atomic_ord,
-        atomic_ird=atomic_ird,
-    )
-    attempts = Attempts(options.config, private_data, fallback=fallback_to_rev1)
+    options = initiator_options(config, **settings)
+    attempts = Attempts(options.config, options.private_data, fallback=fallback_to_rev1)
     qp_domain = domain(pd)
     while True:
         sock = open_tcp(host, port, deadline, local_address)
@@ -475,8 +423,10 @@ def connect(
 
 
 class Listener:
-    """Accepts iWARP connections as MPA Responder (:func:`listen`; its
-    settings: :mod:`iwarp.rdma.options`)."""
+    """Accepts iWARP connections as MPA Responder (:func:`listen`; the
+    settings, and ``settings``: ``receive_buffers``, ``receive_size``,
+    ``shared_cq``, ``decide``, ``atomic_ord``, ``atomic_ird``, are
+    documented in :mod:`iwarp.rdma.options`)."""
 
     def __init__(
         self,
@@ -485,26 +435,13 @@ class Listener:
         *,
         pd: ProtectionDomain | None = None,
         config: MpaConfig | None = None,
-        receive_buffers: int | None = None,
-        receive_size: int = DEFAULT_RECEIVE_SIZE,
         setup: Setup | None = None,
-        shared_cq: bool = False,
-        decide: Decider | None = None,
         backlog: int = LISTEN_BACKLOG,
-        atomic_ord: int = ATOMIC_DEPTH,
-        atomic_ird: int = ATOMIC_DEPTH,
+        **settings: Unpack[ResponderSettings],
     ) -> None:
         self.pd = pd
-        self.config = config if config is not None else MpaConfig()
-        self._options = responder_options(
-            self.config,
-            receive_buffers=receive_buffers,
-            receive_size=receive_size,
-            shared_cq=shared_cq,
-            decide=decide,
-            atomic_ord=atomic_ord,
-            atomic_ird=atomic_ird,
-        )
+        self._options = responder_options(config, **settings)
+        self.config = self._options.config
         self._setup = setup
         self._tcp = TcpListener(host, port, backlog)
 
@@ -558,33 +495,5 @@ class Listener:
         self.close()
 
 
-def listen(
-    host: str | None,
-    port: int,
-    *,
-    pd: ProtectionDomain | None = None,
-    config: MpaConfig | None = None,
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
-    setup: Setup | None = None,
-    shared_cq: bool = False,
-    decide: Decider | None = None,
-    backlog: int = LISTEN_BACKLOG,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
-) -> Listener:
-    """Listen for iWARP connections on ``host``:``port`` (0 picks a port)."""
-    return Listener(
-        host,
-        port,
-        pd=pd,
-        config=config,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        setup=setup,
-        shared_cq=shared_cq,
-        decide=decide,
-        backlog=backlog,
-        atomic_ord=atomic_ord,
-        atomic_ird=atomic_ird,
-    )
+#: Listen for iWARP connections on ``host``:``port`` (0 picks a port): a :class:`Listener`.
+listen = Listener

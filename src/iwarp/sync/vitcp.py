@@ -20,16 +20,16 @@ import time
 
 from iwarp._typing import Buffer
 from iwarp.sockets import vitcp_setup
-from iwarp.sync._driver import (
+from iwarp.sync._calls import (
     BusyPolled,
     CloseOnExit,
-    Driver,
     TcpListener,
     WaitTimeoutError,
     clock,
     deadline_after,
     open_tcp,
 )
+from iwarp.sync._driver import Driver
 from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
@@ -166,10 +166,8 @@ class VitcpEndpoint(ViFront, BusyPolled, CloseOnExit):
         driver = self._driver
         if self.core.state is not State.DISCONNECTED:
             self.core.close()
-        driver.flush()
-        if driver.unsent:
-            with contextlib.suppress(WaitTimeoutError):
-                driver.run_until(lambda: not driver.unsent, deadline_after(timeout), "the close")
+        with contextlib.suppress(WaitTimeoutError):
+            driver.send_all(deadline_after(timeout), "the close")
         driver.close()
 
     def wait_closed(self, *, timeout: float | None = None) -> VitcpClosedError | None:
