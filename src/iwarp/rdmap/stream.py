@@ -304,8 +304,17 @@ class RdmapStream:
             for _ in range(atomic_ord):
                 self._answers.post(memoryview(bytearray(ATOMIC_RESPONSE_SIZE)), None)
             queues[QueueNumber.ATOMIC_RESPONSE] = self._answers
+        registry = pd.registry
+        #: RFC 7306 §5: placements into regions with REMOTE_ATOMIC (these
+        #: STags) hold the lock of the Atomic Operations' read-modify-write.
+        self._atomic_stags = registry.atomic_stags
+        self._atomic_lock = registry.atomic_lock
         self._ddp: DdpReceiver[RecvWR | None] = DdpReceiver(
-            queues, self._resolve_tagged, version=version
+            queues,
+            self._resolve_tagged,
+            version=version,
+            guarded=registry.atomic_stags,
+            guard=registry.atomic_lock,
         )
         #: Opcodes accepted, with the Tagged flag each must have (RFC 7306:
         #: Atomic Requests only when we answer them, Responses when we ask).
@@ -363,7 +372,7 @@ class RdmapStream:
         if self.state is not StreamState.OPERATIONAL:  # the same state after a POST
             self.state = transition(self.state, StreamInput.POST)
         view = self._local(wr.local, _LOCAL_WRITE)
-        self._recv.post(view, wr)
+        self._recv.post(view, wr, guarded=wr.local.region.stag in self._atomic_stags)
 
     def repost_recv(self, wr: RecvWR, view: memoryview) -> None:
         """:meth:`post_recv` again for a buffer it took and checked before,
@@ -378,7 +387,7 @@ class RdmapStream:
             raise LocalProtocolError(f"STag {region.stag:#010x} is invalidated or deregistered")
         if self.state is not StreamState.OPERATIONAL:
             self.state = transition(self.state, StreamInput.POST)
-        self._recv.post(view, wr)
+        self._recv.post(view, wr, guarded=region.stag in self._atomic_stags)
 
     def claim_send(
         self,
@@ -879,7 +888,11 @@ class RdmapStream:
             target = self.pd.registry.access(stag, self.pd, to, octets, _REMOTE_WRITE)
             if isinstance(target, AccessFault):
                 return 0  # segment by segment: the failing one is reported
-            kernels.place_run(buffer, records, index, count, TAGGED_HEADER_SIZE, target)
+            if stag in self._atomic_stags:
+                with self._atomic_lock:
+                    kernels.place_run(buffer, records, index, count, TAGGED_HEADER_SIZE, target)
+            else:
+                kernels.place_run(buffer, records, index, count, TAGGED_HEADER_SIZE, target)
             if first:
                 self._rx_tagged_opcode = RdmapOpcode.RDMA_WRITE
             ddp.tagged_placed(stag, to, octets, self._write_rdmap, last)
@@ -887,7 +900,14 @@ class RdmapStream:
         # Send segments before the message's last (the last completes the
         # receive, segment by segment).
         queue = self._recv
-        if n <= UNTAGGED_HEADER_SIZE or not queue.buffers or queue.out_of_order:
+        # A guarded buffer (shared with Atomic Operations) goes segment by
+        # segment, through DDP, which places under the lock.
+        if (
+            n <= UNTAGGED_HEADER_SIZE
+            or not queue.buffers
+            or queue.out_of_order
+            or queue.buffers[0].guarded
+        ):
             return 0
         count, octets, _ = kernels.segment_run(
             buffer,
@@ -988,7 +1008,11 @@ class RdmapStream:
         target = self.pd.registry.access(stag, self.pd, to, length, _REMOTE_WRITE)
         if isinstance(target, AccessFault):
             return False
-        target[:] = view[TAGGED_HEADER_SIZE:]
+        if stag in self._atomic_stags:
+            with self._atomic_lock:
+                target[:] = view[TAGGED_HEADER_SIZE:]
+        else:
+            target[:] = view[TAGGED_HEADER_SIZE:]
         if first:
             self._rx_tagged_opcode = RdmapOpcode.RDMA_WRITE
         ddp.tagged_placed(stag, to, length, rdmap, bool(control & LAST_FLAG))
@@ -1018,7 +1042,9 @@ class RdmapStream:
         (DDP version, its MSN, the RDMAP control octets of Send and Send with
         Solicited Event, the head receive buffer). None while the lane must
         not take one: not in full operation, events waiting (they come
-        first), no buffer posted, or a message in progress or out of order."""
+        first), no buffer posted, a message in progress or out of order, or
+        a head buffer shared with Atomic Operations (placed under their
+        lock, by :meth:`handle_ulpdu`)."""
         queue = self._recv
         if (
             self.state is not StreamState.OPERATIONAL
@@ -1026,6 +1052,7 @@ class RdmapStream:
             or not queue.buffers
             or queue.received
             or queue.out_of_order
+            or queue.buffers[0].guarded
         ):
             return None
         return (
@@ -1068,8 +1095,10 @@ class RdmapStream:
             return False
         end = mo + n - UNTAGGED_HEADER_SIZE
         head = buffers[0]
-        if end > len(head.view):
-            return False  # DDP reports the message too long (RFC 5041 §7.1)
+        if end > len(head.view) or head.guarded:
+            # DDP reports the message too long (RFC 5041 §7.1), or places
+            # into a buffer shared with Atomic Operations under their lock.
+            return False
         if end > mo:
             head.view[mo:end] = view[UNTAGGED_HEADER_SIZE:]
         if not control & LAST_FLAG:
