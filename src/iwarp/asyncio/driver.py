@@ -242,9 +242,10 @@ class CoreDriver(asyncio.BufferedProtocol):
     def wake(self, key: object = None) -> None:
         """Let the calls waiting in :meth:`woken` (for ``key``) check again."""
         if key is None:
-            waiters, self._waiters = self._waiters, []
-            for waiter in waiters:
-                wake(waiter)
+            if self._waiters:
+                waiters, self._waiters = self._waiters, []
+                for waiter in waiters:
+                    wake(waiter)
         else:
             wake(self._keyed.pop(key, None))
 

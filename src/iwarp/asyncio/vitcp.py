@@ -106,6 +106,12 @@ class _UrgentDriver(CoreDriver):
         return True
 
 
+def _retrieved(future: asyncio.Future[Event]) -> None:
+    """Mark a completion's error retrieved (no "exception was never retrieved")."""
+    if not future.cancelled():
+        future.exception()
+
+
 class VitcpEndpoint(ViFront):
     """A connected VI: post descriptors, send, RDMA, receive (§3.2-§3.4)."""
 
@@ -135,7 +141,9 @@ class VitcpEndpoint(ViFront):
         """Post a Send; the future completes with its :class:`SendCompleted`."""
         number = self.post_send(data, immediate=immediate, urgent=urgent)
         self.applied()
-        return asyncio.ensure_future(self._completion(number))
+        future = asyncio.ensure_future(self._completion(number))
+        future.add_done_callback(_retrieved)  # an error nobody awaits is close_reason's
+        return future
 
     async def send(
         self, data: Buffer | LocalBuffer, *, immediate: int | None = None, urgent: bool = False
