@@ -103,9 +103,10 @@ class CompletionQueueFront:
         self._notify()
 
     def _notify(self) -> None:
-        waiting, self._waiting = self._waiting, []
-        for callback in waiting:
-            callback()
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            for callback in waiting:
+                callback()
 
     def _live(self) -> list[QueuePairFront]:
         """The attached queue pairs whose TCP connection is not gone."""
