@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Callable
 
 from iwarp.asyncio.vitcp import VitcpListener, connect
-from iwarp.vitcp.config import Role, VitcpConfig
+from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.crc import CrcOrder, crc
 from iwarp.vitcp.wire import Reliability
@@ -57,8 +57,8 @@ def out(core: VitcpConnection) -> bytes:
 
 
 def core_pair(config: VitcpConfig) -> tuple[VitcpConnection, VitcpConnection]:
-    a = VitcpConnection(config, Role.ACTIVE)
-    b = VitcpConnection(config, Role.PASSIVE)
+    a = VitcpConnection(config, ViRole.ACTIVE)
+    b = VitcpConnection(config, ViRole.PASSIVE)
     a.connect(0.0)
     b.tcp_accepted(0.0)
     a.tcp_established(0.0)

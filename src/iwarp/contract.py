@@ -61,7 +61,7 @@ class Connection(Protocol[EventT]):
     """One end of one TCP connection's protocol, without I/O.
 
     ``EventT`` is the core's event union (``iwarp.mpa.events.Event``,
-    ``iwarp.rdma.endpoint.Event``, ``iwarp.vitcp.events.Event``).
+    ``iwarp.rdma.events.Event``, ``iwarp.vitcp.events.Event``).
     """
 
     def receive_data(self, data: Buffer, now: float) -> list[EventT]:

@@ -24,7 +24,7 @@ from iwarp._typing import Buffer
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import MpaParams
 from iwarp.mpa.policy import Decider
-from iwarp.rdma.simple import ReadInto, WriteData
+from iwarp.rdma.data_args import ReadInto, WriteData
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.wire import NO_MASK, TerminateHeader

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import RequestReceived
-from iwarp.rdma.connection import Event, RdmaConnection
+from iwarp.rdma.connection import RdmaConnection
+from iwarp.rdma.events import StackEvent as Event
 from iwarp.rdmap.memory import MemoryRegistry, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import Completion

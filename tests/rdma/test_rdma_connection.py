@@ -14,6 +14,11 @@ from iwarp.mpa.config import MpaConfig, Rev0Profile
 from iwarp.mpa.events import ConnectionEstablished, ConnectionFailed, RequestReceived
 from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.wire import RtrFlags
+from iwarp.rdmap.events import (
+    StreamReady,
+    TerminateReceived,
+    TerminateSent,
+)
 from iwarp.rdmap.memory import Access
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import (
@@ -23,9 +28,6 @@ from iwarp.rdmap.work import (
     RecvWR,
     SendWR,
     Sge,
-    StreamReady,
-    TerminateReceived,
-    TerminateSent,
     WorkOpcode,
     WriteWR,
 )

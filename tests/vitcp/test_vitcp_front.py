@@ -8,7 +8,7 @@ import pytest
 
 from helpers import RecordingDriver, out
 from iwarp.vitcp import front as front_module
-from iwarp.vitcp.config import Role, VitcpConfig
+from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.errors import VitcpClosedError
 from iwarp.vitcp.events import ConnectionRequested, MessageReceived, RdmaWriteReceived
@@ -25,8 +25,8 @@ class Front(ViFront):
 
 
 def connected() -> tuple[Front, Front]:
-    a = Front(VitcpConnection(VitcpConfig(), Role.ACTIVE))
-    b = Front(VitcpConnection(VitcpConfig(), Role.PASSIVE))
+    a = Front(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
+    b = Front(VitcpConnection(VitcpConfig(), ViRole.PASSIVE))
     a.core.connect(0.0, b"svc")
     b.core.tcp_accepted(0.0)
     a.core.tcp_established(0.0)
@@ -39,7 +39,7 @@ def connected() -> tuple[Front, Front]:
 
 
 def test_params_before_and_after_establishment() -> None:
-    front = Front(VitcpConnection(VitcpConfig(), Role.ACTIVE))
+    front = Front(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
     with pytest.raises(VitcpClosedError, match="not connected"):
         _ = front.params
     assert front.close_reason is None
@@ -54,11 +54,11 @@ def test_post_receive_goes_to_the_core_then_the_driver() -> None:
 
 
 def test_open_starts_establishment_in_the_core_role() -> None:
-    active = Front(VitcpConnection(VitcpConfig(), Role.ACTIVE))
+    active = Front(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
     active.core.connect(0.0, b"svc")
     assert active.open(0.0, 1460) is active.core
     request = out(active.core)  # the ConnectRequest
-    passive = Front(VitcpConnection(VitcpConfig(discriminator=b"svc"), Role.PASSIVE))
+    passive = Front(VitcpConnection(VitcpConfig(discriminator=b"svc"), ViRole.PASSIVE))
     passive.open(0.0, 1460)
     seen: list[ConnectionRequested] = []
     passive.on_request = lambda front, request: seen.append(request)

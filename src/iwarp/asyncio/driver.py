@@ -31,7 +31,7 @@ from iwarp._typing import Buffer
 from iwarp.contract import Connection
 from iwarp.mpa.connection import DEFAULT_EMSS
 from iwarp.rdma import lanes
-from iwarp.rdma.lanes import LaneState, SendLane
+from iwarp.rdma.lanes import RING_START, LaneCore, LaneState, ReceiveLane, SendLane
 from iwarp.sockets import RECEIVE_BULK, tcp_setup, write_chunks
 
 __all__ = ["CoreDriver", "Front", "wait_until", "wake"]
@@ -146,6 +146,8 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._write_error: OSError | None = None
         #: The message being written by its send lane (:mod:`iwarp.rdma.lanes`).
         self._lane: SendLane | None = None
+        #: The receive lane, once a bulk transfer arrives (_start_recv_lane).
+        self._recv_lane: ReceiveLane | None = None
 
     def handle_events(self, events: list[Any]) -> None:
         """The core's events to the front (if anyone still holds it)."""
@@ -175,14 +177,41 @@ class CoreDriver(asyncio.BufferedProtocol):
         self.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        lane = self._recv_lane
+        if lane is not None:
+            return lane.room()
         return _receive_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        lane = self._recv_lane
+        if lane is not None:
+            lane.arrived(nbytes)
+            self._feed_lane(lane)
+            return
         view = _receive_buffer()[:nbytes]
         if getattr(self.core, "borrows_input", False):
             self.feed(view)  # consumed before feed returns: no copy here
+            if nbytes >= RING_START and self._fd is not None and lanes.RECEIVE_ACTIVE:
+                self._start_recv_lane()
         else:
             self.feed(bytes(view))  # a copy the size of what arrived: the core may keep views
+
+    def _start_recv_lane(self) -> None:
+        """A bulk transfer (a read of :data:`~iwarp.rdma.lanes.RING_START`
+        octets or more) on a core
+        with a receive lane (:class:`~iwarp.rdma.lanes.ReceiveLane`): from
+        now on the transport reads into the lane's ring (``get_buffer``)
+        and the lane checks and places what it is sure of, one C call per
+        read, no thread; the rest goes to the core's usual path. Only
+        while we write on the transport's own socket (no capture)."""
+        if hasattr(self.core, "lane_target"):
+            self._recv_lane = ReceiveLane()
+
+    def _feed_lane(self, lane: ReceiveLane) -> None:
+        """What the transport read into the lane's ring, to the core (the
+        front pauses reading when it holds too much)."""
+        self.handle_events(lane.pump(cast(LaneCore, self.core), -1, self._loop.time()))
+        self.flush()
 
     def data_received(self, data: bytes) -> None:
         self.feed(data)
@@ -194,6 +223,12 @@ class CoreDriver(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._eof = True
+        lane = self._recv_lane
+        if lane is not None and lane.held:
+            # The start of an FPDU the FIN cut: the core sees it first.
+            core = cast(LaneCore, self.core)
+            core.lane_feed(lane.held_view(lane.held), self._loop.time())
+            self.handle_events(core.take_events())
         self.feed(b"")
         transport = self.transport
         return self._keep_open and transport is not None and not transport.is_closing()

@@ -24,7 +24,7 @@ from iwarp.sockets import LISTEN_BACKLOG
 
 __all__ = [
     "Accept",
-    "MpaRejectedError",
+    "ConnectionRejectedError",
     "MpaSocket",
     "MpaStream",
     "Reject",
@@ -36,9 +36,6 @@ __all__ = [
 
 T = TypeVar("T")
 F = TypeVar("F", "MpaSocket", "MpaStream")
-
-#: The error of a rejected MPA connection (the same class in every adapter).
-MpaRejectedError = ConnectionRejectedError
 
 
 def _front(config: MpaConfig, role: Role | None, **kwargs: Any) -> tuple[MpaFront, CoreDriver]:
@@ -190,7 +187,7 @@ class MpaStream(_Face):
     ) -> MpaSocket:
         """Switch into MPA startup as ``role``; the socket once in full operation.
 
-        :raises MpaRejectedError: rejected (TCP is closed).
+        :raises ConnectionRejectedError: rejected (TCP is closed).
         :raises MpaError: startup failed (codes 1, 4, 6, 7).
         :raises LocalProtocolError: MPA was started already, or bad private data.
         """
@@ -234,7 +231,7 @@ async def connect(
     ``fallback_to_rev1`` (or ``config.rev1_fallback``): a Rev 2 Request
     answered by a close is retried once as Rev 1 (RFC 6581 §10).
 
-    :raises MpaRejectedError: the Responder (or a local policy) rejected.
+    :raises ConnectionRejectedError: the Responder (or a local policy) rejected.
     :raises MpaError: startup failed (codes 1, 4) or RFC 6581 negotiation did (6, 7).
     :raises LocalProtocolError: the private data is too long for ``config``.
     :raises OSError: the TCP connection could not be opened.

@@ -25,6 +25,7 @@ from iwarp.asyncio.server import FailureHook, open_or_report, run_handler, start
 from iwarp.errors import IwarpError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Reject
+from iwarp.rdma.data_args import ReadInto, WriteData
 from iwarp.rdma.endpoint import QueuePairOptions
 from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import ALL_BITS, CompletionQueueFront, QueuePairFront
@@ -35,7 +36,6 @@ from iwarp.rdma.options import (
     initiator_options,
     responder_options,
 )
-from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
 from iwarp.sockets import LISTEN_BACKLOG
@@ -169,7 +169,7 @@ class QueuePair(QueuePairFront):
         offset: int = 0,
         length: int | None = None,
     ) -> int:
-        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.simple`) to the
+        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.data_args`) to the
         peer's (``remote_stag``, ``remote_to``); returns the octets written."""
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
         return (await self._run(wr)).byte_len
@@ -206,7 +206,7 @@ class QueuePair(QueuePairFront):
         length: int | None = None,
     ) -> int | bytes:
         """RDMA Read from the peer's (``remote_stag``, ``remote_to``) into
-        ``local`` (the forms of :mod:`iwarp.rdma.simple`): returns the octets
+        ``local`` (the forms of :mod:`iwarp.rdma.data_args`): returns the octets
         read, or given an ``int`` length, the octets as bytes.
         """
         target, wr = self._read_wr(local, remote_stag, remote_to, offset, length)

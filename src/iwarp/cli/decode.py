@@ -563,7 +563,12 @@ def decode_capture(
                 packets = meter.wrap(packets)
             if index is not None:
                 packets = index.wrap(packets)
-            for output in analyze_stream(packets, options, settings.limits):
+            outputs = analyze_stream(packets, options, settings.limits)
+            if settings.json and not (tables or streams or live or settings.count or index):
+                # The usual --json, every record: written in batches (the
+                # loop below then finds nothing left).
+                _json_lines(outputs, totals, out)
+            for output in outputs:
                 if isinstance(output, ConnectionReport):
                     _account(totals, output, streams)
                     if index is not None:
@@ -659,6 +664,39 @@ def decode_capture(
             EXIT_PROTOCOL_ERRORS if totals.errors else EXIT_TRUNCATED if stats.truncated_file else 0
         )
     return result
+
+
+#: Lines of --json gathered before they are written.
+_JSON_BATCH = 256
+
+
+def _json_lines(
+    outputs: Iterator[Record | ConnectionReport], totals: CaptureTotals, out: TextIO
+) -> None:
+    """Every record and connection summary as a JSON line, as the loop of
+    :func:`decode_capture` writes them when nothing is filtered, counted or
+    tabled, in batches of lines; the lines decoded before a capture error
+    are written before it goes on."""
+    lines: list[str] = []
+    append = lines.append
+    try:
+        for output in outputs:
+            if isinstance(output, ConnectionReport):
+                _account(totals, output, set())
+                if output.protocol is None and not output.error_count:
+                    continue
+                append(json.dumps(summary_json(output)))
+            else:
+                append(json_line(output))
+            if len(lines) >= _JSON_BATCH:
+                out.write("\n".join(lines) + "\n")
+                lines.clear()
+    except (OSError, CaptureError) as exc:
+        if lines and not isinstance(exc, BrokenPipeError):
+            out.write("\n".join(lines) + "\n")
+        raise
+    if lines:
+        out.write("\n".join(lines) + "\n")
 
 
 def _failed(result: FileResult, exc: BaseException) -> FileResult:

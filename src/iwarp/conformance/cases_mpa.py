@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from iwarp.conformance import craft
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
+from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import Session
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.mpa.wire import (
     FRAME_HEADER_SIZE,
     REPLY_KEY,

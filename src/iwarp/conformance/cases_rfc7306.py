@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from iwarp.conformance import craft
 from iwarp.conformance.errorcase import unknown_stag
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Need, TargetRole, case
+from iwarp.conformance.model import case
 from iwarp.conformance.session import Received, Region, Session, describe_terminate
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.errors import TerminateLayer
 from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode, RemoteProtectionCode
 from iwarp.rdmap.wire import (

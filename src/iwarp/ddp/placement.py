@@ -303,6 +303,15 @@ class DdpReceiver(Generic[C]):
     def tagged_in_progress(self) -> bool:
         return self._tagged_open
 
+    @property
+    def open_tagged(self) -> tuple[int, int, int] | None:
+        """The unfinished tagged message as (STag, next TO, RsvdULP), or
+        None (for a receive lane, :mod:`iwarp.rdma.lanes`, which places its
+        continuation only)."""
+        if not self._tagged_open:
+            return None
+        return self._tag_stag, self._tag_next_to, self._tag_rsvdulp
+
     def continues(self, stag: int, to: int) -> bool:
         """Whether a tagged segment at (``stag``, ``to``) continues the
         unfinished tagged message (RFC 5041 §4.2: same STag, next TO)."""

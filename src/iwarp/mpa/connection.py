@@ -472,6 +472,17 @@ class MpaConnection:
             return None
         return decoder
 
+    def lane_resync(self) -> int:
+        """Octets that would complete the FPDU the decoder holds back, in
+        full operation without an error (0: none held, or not framing): a
+        receive lane hands exactly these to :meth:`receive_data`, after
+        which the decoder holds nothing and the lane can take the next
+        FPDU (:meth:`lane_decoder`)."""
+        decoder = self._decoder
+        if self._state is not MpaState.FULL_OPERATION or decoder is None or decoder.error:
+            return 0
+        return decoder.to_complete()
+
     def _receive(self, data: Buffer) -> None:
         if not data:
             self._end_of_stream()

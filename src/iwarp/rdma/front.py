@@ -26,22 +26,21 @@ from iwarp.contract import FrontDriver
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import MpaParams
-from iwarp.rdma.endpoint import (
-    CompletionQueued,
-    Ended,
-    Established,
-    MessageReceived,
-    QueuePairEndpoint,
-    QueuePairOptions,
-    WorkFinished,
-)
+from iwarp.rdma.data_args import ReadInto, ReadTarget, WriteData, read_target, write_source
+from iwarp.rdma.endpoint import QueuePairEndpoint, QueuePairOptions
 from iwarp.rdma.errors import (
     AtomicsNotSupportedError,
     ConnectionTerminatedError,
     RdmaError,
     refuses_extensions,
 )
-from iwarp.rdma.simple import ReadInto, ReadTarget, WriteData, read_target, write_source
+from iwarp.rdma.events import (
+    CompletionQueued,
+    Ended,
+    Established,
+    MessageQueued,
+    WorkFinished,
+)
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import NO_MASK, TerminateHeader
@@ -132,7 +131,7 @@ _HANDLERS: Final = {
     Established: "_on_established",
     CompletionQueued: "_on_completion",
     WorkFinished: "_on_work",
-    MessageReceived: "_on_message",
+    MessageQueued: "_on_message",
     Ended: "_on_ended",
 }
 
@@ -228,7 +227,7 @@ class QueuePairFront:
     def _on_work(self, event: WorkFinished) -> None:
         self._driver.wake(event.wr_id)
 
-    def _on_message(self, event: MessageReceived) -> None:
+    def _on_message(self, event: MessageQueued) -> None:
         self._driver.wake()
 
     def _on_ended(self, event: Ended) -> None:

@@ -77,14 +77,14 @@ from iwarp.rdmap.memory import ProtectionDomain
 __all__ = [
     "InitiatorSettings",
     "ResponderSettings",
-    "Settings",
+    "QueuePairSettings",
     "domain",
     "initiator_options",
     "responder_options",
 ]
 
 
-class Settings(TypedDict, total=False):
+class QueuePairSettings(TypedDict, total=False):
     """The settings of both roles, as keyword arguments (each documented
     above); ``connect``, ``serve``, ``listen`` take them as ``**settings``."""
 
@@ -95,14 +95,14 @@ class Settings(TypedDict, total=False):
     atomic_ird: int
 
 
-class InitiatorSettings(Settings, total=False):
+class InitiatorSettings(QueuePairSettings, total=False):
     """``connect``'s settings."""
 
     private_data: bytes
     first_send_delay: float
 
 
-class ResponderSettings(Settings, total=False):
+class ResponderSettings(QueuePairSettings, total=False):
     """``serve``'s and ``listen``'s settings."""
 
     decide: Decider | None

@@ -330,5 +330,13 @@ class MpaListener:
         self.close()
 
 
-#: Listen for MPA connections on ``host``:``port`` (0 picks a port): an :class:`MpaListener`.
-listen = MpaListener
+def listen(
+    host: str | None,
+    port: int,
+    *,
+    config: MpaConfig | None = None,
+    decide: Decider | None = None,
+    backlog: int = LISTEN_BACKLOG,
+) -> MpaListener:
+    """Listen for MPA connections on ``host``:``port`` (0 picks a port)."""
+    return MpaListener(host, port, config=config, decide=decide, backlog=backlog)

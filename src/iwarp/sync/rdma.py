@@ -24,6 +24,7 @@ from iwarp._typing import Buffer
 from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Reject
+from iwarp.rdma.data_args import ReadInto, WriteData
 from iwarp.rdma.endpoint import QueuePairOptions
 from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import ALL_BITS, CompletionQueueFront, QueuePairFront
@@ -34,7 +35,6 @@ from iwarp.rdma.options import (
     initiator_options,
     responder_options,
 )
-from iwarp.rdma.simple import ReadInto, WriteData
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
 from iwarp.sockets import LISTEN_BACKLOG, tcp_setup
@@ -203,7 +203,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         length: int | None = None,
         timeout: float | None = None,
     ) -> int:
-        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.simple`) to the
+        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.data_args`) to the
         peer's (``remote_stag``, ``remote_to``); returns the octets written."""
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
         return self._run(wr, timeout).byte_len
@@ -243,7 +243,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         timeout: float | None = None,
     ) -> int | bytes:
         """RDMA Read from the peer's (``remote_stag``, ``remote_to``) into
-        ``local`` (the forms of :mod:`iwarp.rdma.simple`): returns the octets
+        ``local`` (the forms of :mod:`iwarp.rdma.data_args`): returns the octets
         read, or given an ``int`` length, the octets as bytes. After a timeout the
         Read stays outstanding (its completion goes to ``send_cq``) and a
         buffer given to it stays registered until the connection ends.
@@ -495,5 +495,15 @@ class Listener:
         self.close()
 
 
-#: Listen for iWARP connections on ``host``:``port`` (0 picks a port): a :class:`Listener`.
-listen = Listener
+def listen(
+    host: str | None,
+    port: int,
+    *,
+    pd: ProtectionDomain | None = None,
+    config: MpaConfig | None = None,
+    setup: Setup | None = None,
+    backlog: int = LISTEN_BACKLOG,
+    **settings: Unpack[ResponderSettings],
+) -> Listener:
+    """Listen for iWARP connections on ``host``:``port`` (0 picks a port)."""
+    return Listener(host, port, pd=pd, config=config, setup=setup, backlog=backlog, **settings)

@@ -59,7 +59,7 @@ from iwarp.vitcp.handshake import (
     Input,
     State,
 )
-from iwarp.vitcp.memory import LocalBuffer, MemoryRegion, MemoryTable, ViMemoryRegion
+from iwarp.vitcp.memory import LocalBuffer, MemoryTable, ViMemoryRegion
 from iwarp.vitcp.wire import (
     CONNECT_TYPES,
     DESCRIPTORS_MODULUS,
@@ -79,7 +79,7 @@ from iwarp.vitcp.wire import (
     encode_segment,
 )
 
-__all__ = ["LocalBuffer", "MemoryRegion", "OutSegment", "ViMemoryRegion", "VitcpConnection"]
+__all__ = ["LocalBuffer", "OutSegment", "ViMemoryRegion", "VitcpConnection"]
 
 _MASK32: Final = MESSAGE_NUMBER_MODULUS - 1
 _MASK16: Final = DESCRIPTORS_MODULUS - 1
