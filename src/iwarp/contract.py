@@ -47,11 +47,11 @@ Rules every core follows:
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from iwarp._typing import Buffer
 
-__all__ = ["Connection", "EventT", "FrontDriver"]
+__all__ = ["Connection", "DrivenFront", "EventT", "FrontDriver"]
 
 EventT = TypeVar("EventT")
 
@@ -168,4 +168,30 @@ class FrontDriver(Protocol):
 
     def close(self) -> None:
         """Close TCP (FIN) after what is queued."""
+        ...
+
+
+class DrivenFront(Protocol):
+    """What a driver needs of the front it serves (the asyncio
+    :class:`~iwarp.asyncio.driver.CoreDriver` all of it; the blocking
+    driver takes only :meth:`dispatch`, its adapter opens the core)."""
+
+    #: Keep our half open after the peer's FIN (MPA may still send; RFC 5044 §7.2).
+    keep_open_after_eof: bool
+
+    @property
+    def fin_on_clean_close(self) -> bool:
+        """A clean close under us now (no FIN seen) reads as the peer's FIN."""
+        ...
+
+    def open(self, now: float, emss: int) -> Connection[Any]:
+        """TCP is up: make or start the core; returns it."""
+        ...
+
+    def dispatch(self, events: list[Any]) -> None:
+        """Handle the core's events."""
+        ...
+
+    def lost(self) -> None:
+        """TCP is gone and the core was told."""
         ...

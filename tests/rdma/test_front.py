@@ -105,9 +105,9 @@ def test_completions_move_to_the_queues_of_every_attached_queue_pair() -> None:
     shared._waiting.append(lambda: woken.append("a"))
     a.recorder.gone = True
     a.lost()  # TCP gone: the queue's waiting call checks again
-    assert woken == ["a"] and shared._fronts == [c] and shared._live() == [c]
+    assert woken == ["a"] and shared._fronts == [c] and shared._drivers() == [c._driver]
     c.lost()
-    assert shared._live() == [] and shared._why() == "no queue pair uses this queue"
+    assert shared._drivers() == [] and shared._why() == "no queue pair uses this queue"
 
 
 def test_a_shared_cq_option_gives_one_queue_for_both() -> None:

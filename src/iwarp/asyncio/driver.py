@@ -10,9 +10,9 @@ one timer, closing and freeing. The serve bookkeeping is
 :mod:`iwarp.asyncio.server`'s. What each part does and why:
 docs/design.md, "The asyncio driver".
 
-A driver serves one front (:class:`Front`: the MPA, RDMA or VI/TCP
-front of the connection), which makes the core once TCP is up and takes
-its events; the front holds the driver as its
+A driver serves one front (:class:`~iwarp.contract.DrivenFront`: the MPA,
+RDMA or VI/TCP front of the connection), which makes the core once TCP is
+up and takes its events; the front holds the driver as its
 :class:`~iwarp.contract.FrontDriver`.
 """
 
@@ -25,16 +25,16 @@ import threading
 import weakref
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, cast
 
 from iwarp._typing import Buffer
-from iwarp.contract import Connection
+from iwarp.contract import Connection, DrivenFront
 from iwarp.mpa.connection import DEFAULT_EMSS
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import RING_START, LaneCore, LaneState, ReceiveLane, SendLane
 from iwarp.sockets import RECEIVE_BULK, tcp_setup, write_chunks
 
-__all__ = ["CoreDriver", "Front", "wait_until", "wake"]
+__all__ = ["CoreDriver", "wait_until", "wake"]
 
 _local = threading.local()
 
@@ -88,30 +88,6 @@ def _release_transport(transport: asyncio.BaseTransport) -> None:
         attributes["_read_ready_cb"] = _no_read
 
 
-class Front(Protocol):
-    """What a :class:`CoreDriver` needs of the front it serves."""
-
-    #: Keep our half open after the peer's FIN (MPA may still send; RFC 5044 §7.2).
-    keep_open_after_eof: bool
-
-    @property
-    def fin_on_clean_close(self) -> bool:
-        """A clean close under us now (no FIN seen) reads as the peer's FIN."""
-        ...
-
-    def open(self, now: float, emss: int) -> Connection[Any]:
-        """TCP is up: make or start the core; returns it."""
-        ...
-
-    def dispatch(self, events: list[Any]) -> None:
-        """Handle the core's events."""
-        ...
-
-    def lost(self) -> None:
-        """TCP is gone and the core was told."""
-        ...
-
-
 class CoreDriver(asyncio.BufferedProtocol):
     """Runs one sans-IO core on one asyncio TCP transport, for one front
     (held weakly: the front holds its driver, so an ended connection is
@@ -119,7 +95,7 @@ class CoreDriver(asyncio.BufferedProtocol):
 
     core: Connection[Any]
 
-    def __init__(self, front: Front) -> None:
+    def __init__(self, front: DrivenFront) -> None:
         self._loop = asyncio.get_running_loop()
         self._front = weakref.ref(front)
         self._keep_open = front.keep_open_after_eof

@@ -76,7 +76,7 @@ class CompletionQueue(CompletionQueueFront):
             and no completion is left.
         """
         while not self._items:
-            if not self._live():
+            if not self._drivers():
                 raise ConnectionTerminatedError(self._why())
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiting.append(partial(wake, waiter))

@@ -107,9 +107,9 @@ class CompletionQueueFront:
             for callback in waiting:
                 callback()
 
-    def _live(self) -> list[QueuePairFront]:
-        """The attached queue pairs whose TCP connection is not gone."""
-        return [front for front in self._fronts if not front._driver.gone]
+    def _drivers(self) -> list[FrontDriver]:
+        """The drivers of the attached queue pairs whose TCP is not gone."""
+        return [front._driver for front in self._fronts if not front._driver.gone]
 
     def _why(self) -> str:
         """Why no completion can come any more."""

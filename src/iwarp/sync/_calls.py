@@ -4,7 +4,8 @@ Their clock (:data:`clock`), deadlines from ``timeout`` arguments and the
 error when one passes (:class:`WaitTimeoutError`); opening and accepting
 TCP connections with deadlines (:func:`open_tcp`, :class:`TcpListener`);
 ``with`` closing a connection (:class:`CloseOnExit`); the ``busy_poll``
-setting (:class:`BusyPolled`); and the hook a
+setting (:class:`BusyPolled`) and the polls (:func:`spin`, :func:`wait_any`
+on several connections); and the hook a
 capture taps new connections with (:class:`Tap`, :func:`tapping`).
 """
 
@@ -12,14 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import select
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Final, Protocol, Self
+from typing import Any, Final, Protocol, Self
 
 from iwarp._typing import Buffer
+from iwarp.contract import Connection
 from iwarp.errors import IwarpError
 from iwarp.sockets import LISTEN_BACKLOG, listening_socket, tcp_setup
 
@@ -28,15 +31,18 @@ __all__ = [
     "CloseOnExit",
     "Tap",
     "TcpListener",
+    "Waitable",
     "WaitTimeoutError",
     "clock",
     "deadline_after",
     "open_tcp",
     "poll_timeout",
     "sleep_until",
+    "spin",
     "tap_factory",
     "tap_sent",
     "tapping",
+    "wait_any",
 ]
 
 #: The clock every blocking adapter passes to its core as ``now``.
@@ -129,6 +135,23 @@ class BusyPolled:
         if not seconds >= 0:  # also NaN
             raise ValueError(f"busy_poll must be >= 0 seconds, not {seconds}")
         self._polled().busy_poll = seconds
+
+
+class Waitable(Protocol):
+    """What :func:`wait_any` needs of each blocking driver it waits on."""
+
+    core: Connection[Any]
+    busy_poll: float
+
+    def wait(self, deadline: float | None) -> bool: ...
+
+    def interest(self) -> int: ...
+
+    def fileno(self) -> int: ...
+
+    def service(self, revents: int) -> None: ...
+
+    def run_timer(self) -> None: ...
 
 
 def tap_factory(sock: socket.socket) -> Tap | None:
@@ -227,3 +250,53 @@ class TcpListener:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def wait_any(drivers: Sequence[Waitable], deadline: float | None) -> bool:
+    """Wait once on several connections (a completion queue shared by queue
+    pairs); False when none of them can make progress any more."""
+    if len(drivers) == 1:
+        return drivers[0].wait(deadline)
+    poller = select.poll()
+    by_fd: dict[int, Waitable] = {}
+    wake = deadline
+    for driver in drivers:
+        mask = driver.interest()
+        if mask:
+            poller.register(driver.fileno(), mask)
+            by_fd[driver.fileno()] = driver
+        timer = driver.core.get_timer()
+        if timer is not None and (wake is None or timer < wake):
+            wake = timer
+    if not by_fd and wake is deadline and all(d.core.get_timer() is None for d in drivers):
+        return False
+    if by_fd:
+        busy = min(driver.busy_poll for driver in drivers)
+        ready = spin(poller, wake, busy) or poller.poll(poll_timeout(wake))
+    else:
+        ready = sleep_until(wake)
+    for fd, revents in ready:
+        by_fd[fd].service(revents)
+    for driver in drivers:
+        driver.run_timer()
+    return True
+
+
+def spin(poller: Any, wake: float | None, busy_poll: float) -> list[tuple[int, int]]:
+    """Poll without sleeping for up to ``busy_poll`` seconds (not past
+    ``wake``); what became ready, or nothing."""
+    if busy_poll <= 0:
+        return []  # sleep at once: not even a first look
+    poll = poller.poll
+    ready: list[tuple[int, int]] = poll(0)
+    if ready:
+        return ready
+    end = clock() + busy_poll
+    if wake is not None and wake < end:
+        end = wake
+    while not ready and clock() < end:
+        # A runnable process (the peer, on a busy machine) gets the CPU
+        # first: spinning must not delay what it waits for.
+        os.sched_yield()
+        ready = poll(0)
+    return ready

@@ -24,7 +24,7 @@ import os
 import select
 import socket
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, TypeAlias, TypeVar, cast
 
@@ -39,11 +39,12 @@ from iwarp.sync._calls import (
     clock,
     poll_timeout,
     sleep_until,
+    spin,
     tap_factory,
     tap_sent,
 )
 
-__all__ = ["BUSY_POLL", "Core", "Driver", "wait_any"]
+__all__ = ["BUSY_POLL", "Core", "Driver"]
 
 T = TypeVar("T")
 
@@ -398,7 +399,7 @@ class Driver:
             self._answer()
         else:
             if mask:
-                ready = _spin(self._poll, wake, self.busy_poll) or self._poll.poll(
+                ready = spin(self._poll, wake, self.busy_poll) or self._poll.poll(
                     poll_timeout(wake)
                 )
             else:
@@ -490,53 +491,3 @@ class Driver:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
         self.close()
-
-
-def wait_any(drivers: Sequence[Driver], deadline: float | None) -> bool:
-    """Wait once on several connections (a completion queue shared by queue
-    pairs); False when none of them can make progress any more."""
-    if len(drivers) == 1:
-        return drivers[0].wait(deadline)
-    poller = select.poll()
-    by_fd: dict[int, Driver] = {}
-    wake = deadline
-    for driver in drivers:
-        mask = driver.interest()
-        if mask:
-            poller.register(driver.fileno(), mask)
-            by_fd[driver.fileno()] = driver
-        timer = driver.core.get_timer()
-        if timer is not None and (wake is None or timer < wake):
-            wake = timer
-    if not by_fd and wake is deadline and all(d.core.get_timer() is None for d in drivers):
-        return False
-    if by_fd:
-        spin = min(driver.busy_poll for driver in drivers)
-        ready = _spin(poller, wake, spin) or poller.poll(poll_timeout(wake))
-    else:
-        ready = sleep_until(wake)
-    for fd, revents in ready:
-        by_fd[fd].service(revents)
-    for driver in drivers:
-        driver.run_timer()
-    return True
-
-
-def _spin(poller: Any, wake: float | None, busy_poll: float) -> list[tuple[int, int]]:
-    """Poll without sleeping for up to ``busy_poll`` seconds (not past
-    ``wake``); what became ready, or nothing."""
-    if busy_poll <= 0:
-        return []  # sleep at once: not even a first look
-    poll = poller.poll
-    ready: list[tuple[int, int]] = poll(0)
-    if ready:
-        return ready
-    end = clock() + busy_poll
-    if wake is not None and wake < end:
-        end = wake
-    while not ready and clock() < end:
-        # A runnable process (the peer, on a busy machine) gets the CPU
-        # first: spinning must not delay what it waits for.
-        os.sched_yield()
-        ready = poll(0)
-    return ready

@@ -1,15 +1,11 @@
 """RDMA over TCP with blocking calls: verbs as pyverbs and libibverbs users know them.
 
-A :class:`QueuePair` is one iWARP connection (the sans-IO
-:class:`~iwarp.rdma.endpoint.QueuePairEndpoint`) on a plain TCP socket,
-with no thread behind it: the caller's thread moves the octets inside each
-call. Verbs (``post_send``, ``post_recv``, ``poll``/``wait`` on a
-:class:`CompletionQueue`) and simple calls (``send``, ``receive`` from a
-receive pool, ``rdma_write``, ``rdma_read``); what does not wait is
-:class:`~iwarp.rdma.front.QueuePairFront`'s. Every call that can block
-takes ``timeout`` (seconds, None waits without limit) and raises
-:class:`~iwarp.sync.WaitTimeoutError`. The settings of :func:`connect`
-and :func:`listen` are documented in :mod:`iwarp.rdma.options`; usage:
+A :class:`QueuePair` is one iWARP connection on a plain TCP socket, with no
+thread behind it: the caller's thread moves the octets inside each call.
+What does not wait is :class:`~iwarp.rdma.front.QueuePairFront`'s. Every
+call that can block takes ``timeout`` (seconds, None waits without limit)
+and raises :class:`~iwarp.sync.WaitTimeoutError`. The settings of
+:func:`connect` and :func:`listen`: :mod:`iwarp.rdma.options`; usage:
 docs/sync.md.
 """
 
@@ -46,8 +42,9 @@ from iwarp.sync._calls import (
     clock,
     deadline_after,
     open_tcp,
+    wait_any,
 )
-from iwarp.sync._driver import Driver, wait_any
+from iwarp.sync._driver import Driver
 
 __all__ = [
     "Accept",
@@ -70,16 +67,9 @@ Setup = Callable[["QueuePair"], None]
 
 
 class CompletionQueue(CompletionQueueFront):
-    """Completions of work requests, in order (verbs' CQ).
-
-    One queue may serve several queue pairs, and a queue pair's send and
-    receive work: pass it to :func:`connect` or :meth:`Listener.accept` as
-    ``send_cq`` and/or ``recv_cq`` (``shared_cq``: one for both);
-    :meth:`poll` and :meth:`wait` drive the sockets of all of them.
-    """
-
-    def _drivers(self) -> list[Driver]:
-        return [cast(Driver, front._driver) for front in self._live()]
+    """Completions of work requests, in order (verbs' CQ; its semantics:
+    :class:`~iwarp.rdma.front.CompletionQueueFront`); :meth:`poll` and
+    :meth:`wait` drive the sockets of every queue pair it serves."""
 
     def poll(self, max_entries: int | None = None) -> list[Completion]:
         """Take up to ``max_entries`` (default: all) completions; never blocks.
@@ -87,7 +77,7 @@ class CompletionQueue(CompletionQueueFront):
         Reads what the kernel already holds for the attached queue pairs
         first, as ``ibv_poll_cq`` finds what the NIC did meanwhile.
         """
-        drivers = self._drivers()
+        drivers = cast(list[Driver], self._drivers())
         if drivers:
             wait_any(drivers, clock())
         return self._take(max_entries)
@@ -101,7 +91,7 @@ class CompletionQueue(CompletionQueueFront):
         """
         deadline = deadline_after(timeout)
         while not self._items:
-            drivers = self._drivers()
+            drivers = cast(list[Driver], self._drivers())
             if not drivers:
                 raise ConnectionTerminatedError(self._why())
             if deadline is not None and clock() >= deadline:
