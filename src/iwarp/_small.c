@@ -324,7 +324,8 @@ done:
 }
 
 PyMethodDef iw_small_methods[] = {
-    {"small_send", (PyCFunction)(void (*)(void))py_small_send, METH_FASTCALL, "Frame a one-segment Send into its FPDU."},
+    {"small_send", (PyCFunction)(void (*)(void))py_small_send, METH_FASTCALL,
+     "Frame a one-segment Send into its FPDU."},
     {"small_receive", (PyCFunction)(void (*)(void))py_small_receive, METH_FASTCALL,
      "Check a whole FPDU that is a one-segment Send and place it; None otherwise."},
     {NULL, NULL, 0, NULL},

@@ -1,5 +1,5 @@
 """The asyncio driver's own write of a small message's FPDU
-(``CoreDriver.write_frame``, what the asyncio ``QueuePair.send`` hands it
+(``CoreDriver.write``, what the asyncio ``QueuePair.send`` hands it
 from the small-message lane): one ``write`` on the socket while the
 transport holds nothing, else behind what it holds, in order; its reaction
 to input that causes nothing (no pull from the core); and a list of work
@@ -52,15 +52,34 @@ class _Core:
         return []
 
 
-class _Driver(CoreDriver):
-    def start_core(self, now: float, emss: int) -> None:
-        self.core = _Core()  # type: ignore[assignment]
+class _Front:
+    """The front the driver serves: it opens the core and takes its events."""
+
+    keep_open_after_eof = False
+    fin_on_clean_close = False
+
+    def __init__(self) -> None:
+        self.core = _Core()
+
+    def open(self, now: float, emss: int) -> _Core:
+        return self.core
+
+    def dispatch(self, events: list[Any]) -> None:
+        pass
+
+    def lost(self) -> None:
+        pass
 
 
-async def _driver_on(sock: socket.socket) -> _Driver:
+async def _driver_on(sock: socket.socket, front: _Front) -> CoreDriver:
+    """A driver on ``sock`` for ``front`` (the caller keeps the front: the
+    driver holds it weakly)."""
     loop = asyncio.get_running_loop()
-    _, driver = await loop.connect_accepted_socket(_Driver, sock)
-    driver.own_socket()
+    _, driver = await loop.connect_accepted_socket(
+        lambda: CoreDriver(front),  # type: ignore[arg-type]
+        sock,
+    )
+    driver.started()
     assert driver._fd is not None  # writes on the socket itself
     return driver
 
@@ -76,10 +95,11 @@ def test_frames_the_kernel_does_not_take_wait_in_order(loop_factory: LoopFactory
         left, right = socket.socketpair()
         left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         right.setblocking(False)
-        driver = await _driver_on(left)
+        front = _Front()
+        driver = await _driver_on(left, front)
         assert driver.transport is not None
         for frame in frames:
-            driver.write_frame(frame)
+            driver.write(frame)
         assert driver.transport.get_write_buffer_size() > 0  # the kernel was full
         loop = asyncio.get_running_loop()
         got = bytearray()
@@ -98,12 +118,12 @@ def test_a_frame_written_on_a_failed_connection_ends_it(loop_factory: LoopFactor
 
     async def main() -> None:
         left, right = socket.socketpair()
-        driver = await _driver_on(left)
+        front = _Front()
+        driver = await _driver_on(left, front)
         right.close()
-        driver.write_frame(b"x" * 64)
+        driver.write(b"x" * 64)
         await asyncio.wait_for(driver.closed, 10)
-        core = driver.core
-        assert isinstance(core, _Core)
+        core = front.core
         assert core.lost and "TCP connection lost" in core.lost[0]
 
     run(loop_factory, main)
@@ -118,9 +138,9 @@ def test_input_pulls_from_the_core_only_when_it_has_output(
 
     async def main() -> None:
         left, right = socket.socketpair()
-        driver = await _driver_on(left)
-        core = driver.core
-        assert isinstance(core, _Core)
+        front = _Front()
+        driver = await _driver_on(left, front)
+        core = front.core
         pulls = core.pulls
         core.has_data_to_send = output
         driver.feed(b"input")

@@ -134,7 +134,7 @@ def test_a_posted_list_arrives_in_order_and_goes_out_in_one_write() -> None:
             writes.append(len(chunks))
             send(chunks)
 
-        def counted_write(data: bytes) -> None:
+        def counted_write(data: Any) -> None:
             writes.append(1)
             write(data)
 

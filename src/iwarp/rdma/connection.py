@@ -188,14 +188,12 @@ class RdmaConnection:
 
     # -- bytes in -----------------------------------------------------------------
 
-    def receive_data(self, data: Buffer, now: float | None = None) -> list[StackEvent]:
+    def receive_data(self, data: Buffer, now: float) -> list[StackEvent]:
         """Process octets from TCP (``b""`` means FIN); return the events."""
         self._process(self.mpa.receive_data(data, now))
         return self._take()
 
-    def connection_lost(
-        self, now: float | None = None, reason: str = "connection reset"
-    ) -> list[StackEvent]:
+    def connection_lost(self, now: float, reason: str = "connection reset") -> list[StackEvent]:
         """The TCP connection was lost."""
         self._process(self.mpa.connection_lost(now, reason))
         return self._take()
@@ -373,12 +371,9 @@ class RdmaConnection:
     def lane_framing(self) -> FpduDecoder | None:
         """MPA's decoder when a receive lane may take the next FPDUs
         (:mod:`iwarp.rdma.lanes`): full operation, no event waiting,
-        nothing held back, no error, and no markers (the lane walks FPDUs
-        by their length fields). None: the usual path takes the octets."""
-        decoder = self.mpa.lane_decoder()
-        if decoder is None or decoder.markers:
-            return None
-        return decoder
+        nothing held back, no error. None: the usual path takes the
+        octets."""
+        return self.mpa.lane_decoder()
 
     def lane_windows(self) -> LaneWindows | None:
         """Where a receive lane may place (:meth:`RdmapStream.lane_windows
@@ -386,16 +381,19 @@ class RdmaConnection:
         stream = self.stream
         return stream.lane_windows() if stream is not None else None
 
-    def lane_placed(self, records: list[tuple[int, int, int, int, int]], octets: int) -> None:
+    def lane_placed(
+        self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int
+    ) -> None:
         """A receive lane took the next ``octets`` octets of the stream
-        (whole FPDUs, checked) and placed what ``records`` say: MPA's
-        position moves past them and the stream does its bookkeeping
+        (whole FPDUs, checked; the marker phase after them ``phase``) and
+        placed what ``records`` say: MPA's position moves past them and the
+        stream does its bookkeeping
         (:meth:`RdmapStream.lane_placed
         <iwarp.rdmap.stream.RdmapStream.lane_placed>`); the events follow in
         :meth:`take_events`."""
         decoder = self.mpa.lane_decoder()
         assert decoder is not None
-        decoder.advance(octets, decoder.phase)
+        decoder.advance(octets, phase)
         stream = self.stream
         if stream is not None and records:
             stream.lane_placed(records)

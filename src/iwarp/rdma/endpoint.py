@@ -103,7 +103,7 @@ from iwarp.rdmap.work import (
 __all__ = [
     "INITIATOR_CONFIG",
     "SEND_BATCH",
-    "CompletionQueue",
+    "CompletionRecord",
     "QueuePairEndpoint",
 ]
 
@@ -132,8 +132,10 @@ _OPERATIONAL: Final = StreamState.OPERATIONAL
 _WAIT_PEER: Final = StreamState.WAIT_PEER
 
 
-class CompletionQueue:
-    """Completions of one queue pair's send or receive work, in order."""
+class CompletionRecord:
+    """Completions of one queue pair's send or receive work, in order, as the
+    endpoint keeps them (the adapters' completion queues,
+    :class:`~iwarp.rdma.front.CompletionQueueFront`, take them from here)."""
 
     __slots__ = ("_items",)
 
@@ -259,9 +261,9 @@ class QueuePairEndpoint:
         self.role = role
         self.pd = pd
         #: Completions of posted Sends, RDMA Writes and Reads.
-        self.send_cq = CompletionQueue()
+        self.send_cq = CompletionRecord()
         #: Completions of posted receives (the same queue with ``shared_cq``).
-        self.recv_cq = self.send_cq if shared_cq else CompletionQueue()
+        self.recv_cq = self.send_cq if shared_cq else CompletionRecord()
         #: The error that ended the connection, if any.
         self.error: IwarpError | None = None
         #: The Terminate that ended the stream (sent or received), if any.
@@ -515,14 +517,14 @@ class QueuePairEndpoint:
         return stream.lane_write_window(stag) if stream is not None else None
 
     def lane_placed(
-        self, records: list[tuple[int, int, int, int, int]], octets: int, now: float
+        self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int, now: float
     ) -> None:
-        """The lane took the next ``octets`` octets (whole FPDUs, checked)
-        and placed what ``records`` say; the events follow in
-        :meth:`take_events`."""
+        """The lane took the next ``octets`` octets (whole FPDUs, checked;
+        the marker phase after them ``phase``) and placed what ``records``
+        say; the events follow in :meth:`take_events`."""
         self._now = now
         conn = self.conn
-        conn.lane_placed(records, octets)
+        conn.lane_placed(records, octets, phase)
         events = conn.take_events()
         if events:
             self._route(events, now)
