@@ -580,10 +580,12 @@ class Session:
                 if not self.link.ended and time.monotonic() >= limit:
                     self.waited_out = True
                 break
-            self._learn(got)
+            self.learn(got)
         return coop
 
-    def _learn(self, got: Received) -> None:
+    def learn(self, got: Received) -> None:
+        """What ``got`` (an FPDU from the target) tells of its cooperation: it talks, has a
+        receive posted (a Send), advertised a buffer (a 16-octet Send)."""
         coop = self.cooperation
         info = got.info
         coop.talks = True
@@ -650,26 +652,35 @@ class Session:
         data = self.frame_ulpdu(ulpdu, **kw)  # type: ignore[arg-type]
         return self.send_raw(data, what)
 
-    def _stream(self, n: int, deadline: float, markers: list[tuple[int, int]]) -> bytes | None:
-        """``n`` octets of FPDU content, markers removed (and recorded) when they are on."""
+    def _stream(
+        self, n: int, deadline: float, markers: list[tuple[int, int]], wire: bytearray
+    ) -> bytes | None:
+        """``n`` octets of FPDU content, markers removed (and recorded) when they are on;
+        ``wire`` receives the octets as they arrived, markers included."""
         if not self.markers_receive:
             if not self.link.fill(n, deadline):
                 return None
             self._rx_offset += n
-            return self.link.take(n)
+            data = self.link.take(n)
+            wire += data
+            return data
         out = bytearray()
         while len(out) < n:
             if self._rx_offset % MARKER_INTERVAL == 0:
                 if not self.link.fill(MARKER_SIZE, deadline):
                     return None
-                _, ptr = MARKER.unpack(self.link.take(MARKER_SIZE))
+                marker = self.link.take(MARKER_SIZE)
+                wire += marker
+                _, ptr = MARKER.unpack(marker)
                 markers.append((self._rx_offset, ptr))
                 self._rx_offset += MARKER_SIZE
                 continue
             step = min(n - len(out), MARKER_INTERVAL - self._rx_offset % MARKER_INTERVAL)
             if not self.link.fill(step, deadline):
                 return None
-            out += self.link.take(step)
+            data = self.link.take(step)
+            wire += data
+            out += data
             self._rx_offset += step
         return bytes(out)
 
@@ -677,12 +688,13 @@ class Session:
         """The next FPDU from the target; None when it ended or the deadline passed."""
         limit = self.deadline if deadline is None else deadline
         markers: list[tuple[int, int]] = []
+        wire = bytearray()
         start = self._rx_offset
-        head = self._stream(2, limit, markers)
+        head = self._stream(2, limit, markers, wire)
         if head is None:
             return None
         length = int.from_bytes(head, "big")
-        rest = self._stream(length + pad_length(length) + CRC_SIZE, limit, markers)
+        rest = self._stream(length + pad_length(length) + CRC_SIZE, limit, markers, wire)
         if rest is None:
             self.note(
                 f"incomplete FPDU: ULPDU_Length {length}, then "
@@ -694,9 +706,10 @@ class Session:
         (crc,) = CRC_FIELD.unpack_from(rest, len(rest) - CRC_SIZE)
         ok = True
         if self.crc:
-            # With markers, the CRC covers them too (RFC 5044 §6): recompute over the wire form.
-            body = head + ulpdu + pad if not markers else None
-            ok = crc32c(body) == crc if body is not None else True
+            # RFC 5044 §6: the CRC covers the FPDU as sent, with its markers: one just before
+            # the ULPDU_Length field, those inside, and one right after the PAD. The CRC field
+            # is the last thing read, never split by a marker (every offset is 4-aligned).
+            ok = crc32c(bytes(wire[:-CRC_SIZE])) == crc
         got = Received(ulpdu, pad, crc, ok, start, markers)
         self.received.append(got)
         self.note(f"got {got.describe()}")
@@ -771,8 +784,11 @@ class Session:
                 self.note("the target answered with a Reply (R=0) before closing")
 
     def expect_no_fpdu(self, seconds: float, what: str, *, close_ok: bool = True) -> None:
-        """Nothing FPDU-shaped may arrive for ``seconds`` (a close is fine when ``close_ok``)."""
-        before = len(self.link.received)
+        """Nothing FPDU-shaped may arrive for ``seconds`` (a close is fine when ``close_ok``).
+
+        Octets that arrived with what was read last (an FPDU in the Reply's TCP segment)
+        count as arriving now."""
+        before = len(self.link.received) - len(self.link.inbox)
         self.link.settle(min(seconds, max(0.0, self.remaining())))
         extra = bytes(self.link.received[before:])
         if extra:
