@@ -62,6 +62,7 @@ from iwarp.rdmap.wire import (
 
 __all__ = [
     "NO_CRC",
+    "NO_FIRST_FPDU",
     "NO_ENHANCED",
     "NO_FPDU",
     "NO_READ_RTR",
@@ -117,6 +118,12 @@ NO_WRITE_RTR: Final = (
 NO_READ_RTR: Final = (
     "the target does not take a Read RTR; a Responder that does (iwarp listen --rtr "
     "read) enables the case"
+)
+NO_FIRST_FPDU: Final = (
+    "the target (MPA Initiator) sent no FPDU after the Reply, and the tool, its Responder, "
+    'may not send one first (RFC 5044 §7.1.2 rule 4: "MUST receive and validate at least one '
+    'FPDU before sending any FPDUs"); an Initiator that sends first (rping -c, iwarp connect) '
+    "enables the case"
 )
 #: Why a case that needs this is skipped, and what kind of target would enable it.
 NEED_HINTS: Final[dict[Need, str]] = {
@@ -629,7 +636,12 @@ class Session:
         pad: bytes | None = None,
         length: int | None = None,
     ) -> bytes:
-        """The FPDU for ``ulpdu`` at the current send position (markers if the target wants)."""
+        """The FPDU for ``ulpdu`` at the current send position (markers if the target wants).
+
+        Against an Initiator target the tool is the MPA Responder, which "MUST receive and
+        validate at least one FPDU before sending any FPDUs" (RFC 5044 §7.1.2 rule 4): the
+        first FPDU waits for the target's first one (see :meth:`fence`)."""
+        self.fence()
         if self.markers_send:
             if pad is not None or length is not None:
                 raise CaseSkipped("the target asked for markers; this case crafts unmarked FPDUs")
@@ -637,6 +649,17 @@ class Session:
         data = craft.fpdu(ulpdu, crc=self.crc, corrupt_crc=corrupt_crc, pad=pad, length=length)
         self._tx_offset += len(data)
         return data
+
+    def fence(self) -> None:
+        """Target Initiator: wait (at most ``cooperation_wait``) for its first FPDU before the
+        tool sends one; skip the case when none comes, since the tool may not send first."""
+        if self.target is not TargetRole.INITIATOR or self.received:
+            return
+        got = self.next_fpdu(self.within(self.cooperation_wait))
+        if got is None:
+            raise CaseSkipped(NO_FIRST_FPDU)
+        if not got.is_terminate:
+            self.learn(got)
 
     def _marked(self, ulpdu: bytes, corrupt_crc: bool) -> bytes:
         from iwarp.mpa.framing import FpduEncoder
