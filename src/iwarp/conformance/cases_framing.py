@@ -320,6 +320,7 @@ def _garbage_case(number: int, title: str, data: bytes) -> None:
         s.data_phase()
         if not s.crc:
             raise CaseSkipped(NO_CRC)
+        s.fence()  # RFC 5044 §7.1.2 rule 4, as for an FPDU
         s.send_raw(data, "garbage")
         _crc_refused(s, "the garbage")
 
