@@ -1,8 +1,8 @@
-"""``iwarp decode`` on large generated captures: MB/s, peak RSS and tshark's ratio.
+"""``iwarp decode`` on large generated captures: MB/s, peak RSS, tshark's ratio, ``--jobs``.
 
     python bench/decode_bench.py [--size 200M] [--repeat 3] [--keep DIR]
                                  [--kinds default,marked] [--no-tshark]
-                                 [-- DECODE ARGS...]
+                                 [--jobs-files 4] [-- DECODE ARGS...]
 
 Makes two captures with ``bench/make_capture.py`` in a temporary directory
 (deleted afterwards unless ``--keep``): ``default`` (its usual mix, 16
@@ -11,13 +11,26 @@ with markers both ways, every stream cut anywhere by the MSS). Then runs,
 interleaved and ``--repeat`` times, each in a fresh process: ``iwarp
 decode`` once per variant (default: the summary with the receiver replay,
 the summary with ``--no-receiver``, and ``--json``, every record as JSON),
-and tshark with the iWARP dissectors (``-O iwarp_mpa``; when it is
-installed and not ``--no-tshark``). For each it reports wall and CPU
-seconds, MB/s of capture on both clocks (CPU time is what the machine's
-other load changes least), the process's own peak RSS (``wait4``), FPDUs
-found against those the generator sent, and for tshark its FPDUs and "Bad
-CRC32" verdicts; then tshark's CPU time over iwarp's (how many times
+and tshark with the iWARP dissectors three ways (when it is installed and
+not ``--no-tshark``): ``-O iwarp_mpa`` (a line per frame and the MPA
+layer's details: the analyzer's detail), ``-T fields`` with the FPDU
+fields of ``--json`` (one line per FPDU frame: like for like with
+``--json``) and ``-q -Y iwarp_mpa`` (the dissectors without output:
+tshark's floor; ``-q`` alone does not run them). For
+each it reports wall and CPU seconds, MB/s of capture on both clocks (CPU
+time is what the machine's other load changes least), the process's own
+peak RSS (``wait4``), FPDUs found against those the generator sent, and
+for tshark its FPDUs and "Bad CRC32" verdicts; then, for each ``iwarp
+decode`` variant, each tshark's CPU time over iwarp's (how many times
 faster iwarp is). With ``--repeat`` above 1 each figure is a range.
+
+Then ``--jobs`` across files: ``iwarp decode --jobs 1`` and ``--jobs 2``
+over ``--jobs-files`` captures (the ones made, each named more than once),
+interleaved, each ``--repeat`` times: wall and CPU seconds (the workers'
+included), CPU time over wall time (how many cores the run kept busy),
+the speed-up on the wall clock, and how idle the machine's CPUs were
+during each run (``/proc/stat``): a second worker is only as fast as the
+core it finds free.
 """
 
 from __future__ import annotations
@@ -42,9 +55,27 @@ TSHARK_ARGS = (
     "-n",
     *("-o", "tcp.try_heuristic_first:TRUE", "-o", "tcp.desegment_tcp_streams:TRUE"),
     *("--disable-heuristic", "rpcrdma_iwarp", "--disable-heuristic", "smb_direct_iwarp"),
-    *("-O", "iwarp_mpa"),
 )
 DECODE = (sys.executable, "-m", "iwarp", "decode", "--progress", "no")
+#: The FPDU fields of ``iwarp decode --json`` as tshark names them (one
+#: line per frame with an FPDU; several FPDUs' values joined by commas).
+TSHARK_FIELDS = (
+    *("frame.number", "tcp.stream", "tcp.seq", "iwarp_mpa.ulpdulength", "iwarp_mpa.crc"),
+    *("iwarp_mpa.crc_check", "iwarp_mpa.marker_res", "iwarp_mpa.marker_fpduptr"),
+    *("iwarp_ddp.tagged_flag", "iwarp_ddp.last_flag", "iwarp_ddp.stag"),
+    *("iwarp_ddp.tagged_offset", "iwarp_ddp.qn", "iwarp_ddp.msn", "iwarp_ddp.mo"),
+    *("iwarp_rdma.opcode", "_ws.expert.message"),
+)
+#: tshark's variants: name, extra arguments.
+TSHARK_VARIANTS = (
+    ("tshark -O iwarp_mpa", ("-O", "iwarp_mpa")),
+    (
+        "tshark -T fields (FPDU fields)",
+        ("-T", "fields", "-Y", "iwarp_mpa", *(a for f in TSHARK_FIELDS for a in ("-e", f))),
+    ),
+    # -q alone skips the iWARP dissectors; a filter on them makes them run.
+    ("tshark -q -Y iwarp_mpa (dissection, no output)", ("-q", "-Y", "iwarp_mpa")),
+)
 KINDS = {
     "default": {"concurrent": 16, "mix": "default"},
     "marked": {"concurrent": 40, "mix": "marked"},
@@ -60,21 +91,27 @@ class Run:
     cpu: float
     rss_mib: float
     counts: tuple[int, int]
+    #: The share of the machine's CPU time that was idle during the run.
+    idle: float = 0.0
 
 
 def measure(argv: list[str], count: Callable[[TextIO], tuple[int, int]]) -> Run:
     """Run ``argv`` to completion, its output in a file read back line by line
     (this process stays small: a child's peak RSS counts its parent's at the fork)."""
     with tempfile.TemporaryFile("w+") as out:
+        idle_before, total_before = cpu_idle()
         started = time.perf_counter()
         child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - started
+        idle_after, total_after = cpu_idle()
         child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         counts = count(out)
+    # The child's CPU time includes its own children's (the --jobs workers).
     cpu = usage.ru_utime + usage.ru_stime
-    return Run(child.returncode, wall, cpu, usage.ru_maxrss / 1024, counts)
+    idle = (idle_after - idle_before) / max(1, total_after - total_before)
+    return Run(child.returncode, wall, cpu, usage.ru_maxrss / 1024, counts, idle)
 
 
 def iwarp_counts(lines: TextIO) -> tuple[int, int]:
@@ -94,12 +131,28 @@ def iwarp_counts(lines: TextIO) -> tuple[int, int]:
 
 
 def tshark_counts(lines: TextIO) -> tuple[int, int]:
-    """FPDUs tshark decoded and its "Bad CRC32" verdicts."""
+    """FPDUs tshark decoded and its "Bad CRC32" verdicts, from -O output or
+    from -T fields (a ULPDU_Length per FPDU, the expert messages last)."""
     fpdus = bad = 0
     for line in lines:
+        if "\t" in line:
+            lengths = line.split("\t")[3]
+            fpdus += len(lengths.split(",")) if lengths else 0
+            bad += line.count("Bad CRC32")
+            continue
         fpdus += "iWARP Marker Protocol data unit Aligned framing" in line
         bad += "Bad CRC32" in line
     return fpdus, bad
+
+
+def cpu_idle() -> tuple[int, int]:
+    """The machine's idle and total CPU ticks so far (/proc/stat), or zeros."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return ticks[3] + ticks[4], sum(ticks)
 
 
 def make_captures(kinds: list[str], directory: Path, size: str, seed: int) -> dict[str, Any]:
@@ -149,6 +202,28 @@ class Figures:
         )
 
 
+def jobs_scaling(paths: list[Path], repeat: int) -> None:
+    """``iwarp decode --jobs 1`` against ``--jobs 2`` over ``paths``, interleaved."""
+    size = sum(p.stat().st_size for p in paths)
+    runs: dict[int, Figures] = {1: Figures(), 2: Figures()}
+    for _ in range(repeat):
+        for jobs, figures in runs.items():
+            argv = [*DECODE, "--jobs", str(jobs), *map(str, paths)]
+            figures.runs.append(measure(argv, lambda lines: (0, 0)))
+    print(f"\n--jobs over {len(paths)} captures ({size / 1e6:.1f} MB):")
+    for jobs, figures in runs.items():
+        idle = [100 * r.idle for r in figures.runs]
+        busy = [r.cpu / r.wall for r in figures.runs if r.wall]
+        status = sorted({r.status for r in figures.runs})
+        print(
+            f"  iwarp decode --jobs {jobs}: {figures.line(size)}; CPU time over wall time "
+            f"{figures.span(busy, '.2f')} (cores kept busy); the machine's CPUs "
+            f"{figures.span(idle, '.0f')} % idle during the runs; exit {status}"
+        )
+    speedups = [a.wall / b.wall for a, b in zip(runs[1].runs, runs[2].runs, strict=True) if b.wall]
+    print(f"  --jobs 2 over --jobs 1 (wall clock): {runs[1].span(speedups, '.2f')}x")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="200M", help="capture size (K, M, G; default 200M)")
@@ -157,12 +232,19 @@ def main() -> int:
     parser.add_argument("--kinds", default="default,marked", help="captures: default,marked")
     parser.add_argument("--no-tshark", action="store_true", help="do not run tshark")
     parser.add_argument("--keep", metavar="DIR", help="make the captures here and keep them")
+    parser.add_argument(
+        "--jobs-files",
+        type=int,
+        default=4,
+        metavar="N",
+        help="captures for the --jobs 1 / --jobs 2 comparison (0: leave it out; default 4)",
+    )
     parser.add_argument("decode_args", nargs="*", help="one variant of extra decode arguments")
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in KINDS]
-    if unknown or not kinds or args.repeat < 1:
-        parser.error(f"--kinds takes {', '.join(KINDS)}; --repeat at least 1")
+    if unknown or not kinds or args.repeat < 1 or args.jobs_files < 0:
+        parser.error(f"--kinds takes {', '.join(KINDS)}; --repeat at least 1; --jobs-files >= 0")
     tshark = None if args.no_tshark else shutil.which("tshark")
     directory = Path(args.keep or tempfile.mkdtemp(prefix="iwarp-bench-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -197,9 +279,10 @@ def main() -> int:
                     for extra in variants
                 ]
                 if tshark is not None:
-                    commands.append(
-                        ("tshark -O iwarp_mpa", [tshark, *TSHARK_ARGS, "-r", str(path)])
-                    )
+                    commands += [
+                        (name, [tshark, *TSHARK_ARGS, *extra, "-r", str(path)])
+                        for name, extra in TSHARK_VARIANTS
+                    ]
                 for name, argv in commands:
                     counter = tshark_counts if name.startswith("tshark") else iwarp_counts
                     run = measure(argv, counter)
@@ -207,9 +290,11 @@ def main() -> int:
                     counts[(kind, name)] = (*run.counts, run.status)
         for kind, (_path, size, sent) in captures.items():
             print(f"\n{kind} capture ({size / 1e6:.1f} MB, {sent} FPDUs sent):")
-            tshark_cpu = None
+            tshark_cpu: dict[str, list[float]] = {}
             if tshark is not None:
-                tshark_cpu = [r.cpu for r in results[(kind, "tshark -O iwarp_mpa")].runs]
+                tshark_cpu = {
+                    name: [r.cpu for r in results[(kind, name)].runs] for name, _ in TSHARK_VARIANTS
+                }
             for (k, name), figures in results.items():
                 if k != kind:
                     continue
@@ -221,10 +306,18 @@ def main() -> int:
                         f"; {found} FPDUs ({'as sent' if found == sent else f'SENT {sent}'}), "
                         f"{bad} errors, exit {status}"
                     )
-                    if tshark_cpu is not None:
-                        ratios = [t / r.cpu for t, r in zip(tshark_cpu, figures.runs, strict=True)]
-                        tail += f"; {figures.span(ratios, '.2f')}x tshark's speed (CPU)"
+                    speeds = []
+                    for tshark_name, cpus in tshark_cpu.items():
+                        ratios = [t / r.cpu for t, r in zip(cpus, figures.runs, strict=True)]
+                        speeds.append(
+                            f"{figures.span(ratios, '.2f')}x {tshark_name.split(' (')[0]}"
+                        )
+                    if speeds:
+                        tail += "; speed (CPU) over " + ", ".join(speeds)
                 print(f"  {name}: {figures.line(size)}{tail}")
+        if args.jobs_files:
+            paths = [captures[kinds[i % len(kinds)]][0] for i in range(args.jobs_files)]
+            jobs_scaling(paths, args.repeat)
         print(json.dumps({"os_load": os.getloadavg(), "cpus": os.cpu_count()}))
     finally:
         if not args.keep:

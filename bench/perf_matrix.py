@@ -6,11 +6,12 @@ Run: python bench/perf_matrix.py [--netns NAME] [--repeat N] [--size 1M] [--iter
 For each repetition and adapter it runs, one after the other (so the
 compared runs are interleaved and see the same machine): RDMA Write and
 Send of ``--size`` messages with markers off and on, a 64-octet Send/Send
-ping-pong and the message rate of 64-octet Sends kept in flight (100 x
-``--iters`` of them); each run measures raw TCP between the same two
-processes right after the RDMA test (``--compare-raw``), waiting the same
-way (the same event loop for asyncio; busy polling as the queue pairs do
-for ``iwarp.sync``) with one send per message. With ``--netns`` both processes run in that
+ping-pong, the message rate of 64-octet Sends kept in flight (100 x
+``--iters`` of them) and RDMA Read of ``--size`` messages (case 7); each
+run measures raw TCP between the same two processes right after the RDMA
+test (``--compare-raw``), waiting the same way (the same event loop for
+asyncio; busy polling as the queue pairs do for ``iwarp.sync``) with one
+send per message. With ``--netns`` both processes run in that
 network namespace (e.g. one whose loopback MTU is 1500, see
 docs/performance.md). It prints one JSON line per run and then, per case,
 the range of the ratio to raw TCP, the RDMA and raw rates, and the CPU per
@@ -32,6 +33,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("send, markers on", ["--op", "send", "--markers"]),
     ("send/send 64 octets latency", ["--op", "send", "--latency", "--size", "64"]),
     ("message rate, 64-octet sends", ["--op", "send", "--size", "64"]),
+    ("read, markers off", ["--op", "read"]),
 ]
 #: Messages per run as a multiple of --iters.
 SCALE = {"send/send 64 octets latency": 4, "message rate, 64-octet sends": 100}

@@ -47,6 +47,6 @@ def test_a_terminated_connection_is_neither_misuse_nor_violation() -> None:
 
 
 def test_session_errors_are_not_misuse() -> None:
-    from iwarp.cli._ops import SessionError
+    from iwarp.cli._rdma_traffic import SessionError
 
     assert not issubclass(SessionError, LocalProtocolError)

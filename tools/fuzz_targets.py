@@ -409,7 +409,10 @@ def _decode_kernel_call(data: bytes) -> None:
     if packets is None or fpdus is None:
         return  # the pure-Python path: no decode kernels
     draw = _Draw(data)
-    which = draw.octet() % 5
+    which = draw.octet() % 6
+    if which == 5:
+        _fpdu_json_call(draw)
+        return
     buffer = bytes(draw.octets(draw.number(300) % 4096))
     linktype = _LINKTYPES[draw.octet() % len(_LINKTYPES)]
     cache: dict[int, str] = {}
@@ -446,6 +449,19 @@ def _decode_kernel_call(data: bytes) -> None:
                 # (its FPDU starts lie on that grid).
                 if not (markers and phase & 3):
                     raise
+            # The clean FPDUs in a row from the same place: each within the buffer.
+            at = draw.number(len(buffer))
+            taken, stop, need = fpdus.fpdu_walk(
+                bytearray(buffer), at, phase, markers, bool(draw.octet() & 1),
+                bool(draw.octet() & 1), bool(draw.octet() & 1), draw.number(1 << 17),
+                draw.number(1 << 13),
+            )  # fmt: skip
+            if (
+                not at <= stop <= len(buffer)
+                or any(not (at <= t[0] and t[0] + t[1] <= stop) for t in taken)
+                or (need and need <= len(buffer) - stop)
+            ):
+                raise AssertionError(f"a walk from {at} ended at {stop} of {len(buffer)}")
         else:
             fpdus.describe_ulpdu(buffer)
     except _ARGUMENT_ERRORS:
@@ -454,6 +470,139 @@ def _decode_kernel_call(data: bytes) -> None:
         _, pos = result
         if not 0 <= pos <= len(buffer):
             raise AssertionError(f"a decode batch ended at {pos}, outside {len(buffer)} octets")
+
+
+def _fpdu_json_call(draw: _Draw) -> None:
+    """The C line of an FPDU record (fpdu_json) with values at the C types'
+    edges, odd types and long marker lists: None or the pure-Python line."""
+    from iwarp.analyze import records
+    from iwarp.analyze.records import FpduRecord, MarkerRecord
+
+    kernel: Any = records.kernels
+    if kernel is None:
+        return
+    odd: tuple[object, ...] = (None, True, "x", 'q"', "\u00e9", 1.5, b"", [], {"a": 1})
+
+    def value() -> object:
+        kind = draw.octet()
+        return odd[kind % len(odd)] if kind >= 224 else draw.number(1 << 20)
+
+    keys = (*records._DDP_KEYS, *records._RDMAP_KEYS, "other")
+    make: Any = MarkerRecord
+    markers = tuple(
+        make(draw.number(1 << 20), draw.number(0xFFFF), draw.number(0xFFFF), value())
+        for _ in range(draw.number(200) % 200)
+    )
+    fields: list[Any] = [value(), value() if draw.octet() % 4 == 3 else "initiator"]
+    fields += [value() for _ in range(4)]
+    fields += [list(markers) if draw.octet() % 8 == 7 else markers]
+    fields += [bytes(draw.octets(draw.octet() % 8)), draw.number(1 << 32), draw.number(1 << 32)]
+    fields += [(True, False, 1)[draw.octet() % 3]]
+    fields += [{keys[draw.octet() % len(keys)]: value() for _ in range(draw.octet() % 24)}]
+    record = FpduRecord(*fields)
+    line = kernel.fpdu_json(record)
+    if line is None:
+        return
+    saved, records.kernels = records.kernels, None
+    try:
+        expected = records.json_line(record)
+    finally:
+        records.kernels = saved
+    if line != expected:
+        raise AssertionError(f"C line {line!r:.300} != Python line {expected!r:.300}")
+
+
+class _Posted:
+    """A posted receive buffer as the receive lane reads it (a ``view``)."""
+
+    def __init__(self, view: object) -> None:
+        self.view = view
+
+
+def _recv_lane_call(data: bytes) -> None:
+    """The receive lane's kernel (``recv_lane``, C only: it has no pure
+    twin) on hostile arguments: a ring of FPDUs built from drawn DDP/RDMAP
+    headers (Writes, Read Responses and Sends near their windows' edges,
+    TOs and MOs near 2**32 and 2**64), octets changed, start, end, limits,
+    control octets and MSNs at the C types' edges, windows of any size and
+    base, read-only or released buffers, torn tuples. It returns or
+    refuses; what it returns lies in the ring, and no octet outside a
+    window changes (each window is a slice between guard octets)."""
+    try:
+        from iwarp import _speedups
+    except ImportError:
+        return
+    # Zeros (past the input) draw a ring of a whole RDMA Write, Read
+    # Response and Send and a Write again, CRC off, into their windows:
+    # what the lane places; other octets draw edges.
+    draw = _Draw(data)
+    guard = 8
+    memory = bytearray((1 + draw.octet() % 4) * 1024 + 2 * guard)
+    size = len(memory) - 2 * guard
+    window = memoryview(memory)[guard : guard + size]
+    base = draw.number(2**64 - 1)
+    ulpdus = []
+    for k in range(4 - draw.octet() % 5):
+        kind = (k + draw.octet()) % 3
+        n = 64 + draw.number(1500) % 2048
+        control = draw.octet() if draw.octet() & 1 else (0xC1, 0x81, 0x41, 0x01)[draw.octet() % 4]
+        if kind < 2:  # tagged: Write or Read Response
+            ctl = (0x40 + kind, 0x41 - kind, draw.octet())[draw.octet() % 3]
+            to = draw.number(2**64 - 1) if draw.octet() & 1 else base + draw.number(size)
+            head = struct.pack(">BBIQ", control, ctl, draw.number(7) & 0xFFFFFFFF, to % 2**64)
+        else:
+            ctl = (0x43, 0x45, draw.octet())[draw.octet() % 3]
+            head = struct.pack(
+                ">BBIIII", control & 0x7F, ctl, 0, draw.number(2) & 0xFFFFFFFF,
+                draw.number(3) & 0xFFFFFFFF, draw.number(size) & 0xFFFFFFFF,
+            )  # fmt: skip
+        ulpdus.append(head + draw.octets(n))
+    crc = bool(draw.octet() & 1)
+    markers, phase, either = bool(draw.octet() & 1), 4 * draw.number(127), bool(draw.octet() & 1)
+    encoder = FpduEncoder(crc=crc, markers=markers, position=phase)
+    ring = bytearray(b"".join(bytes(p) for u in ulpdus for p in encoder.encode(u)))
+    for _ in range(draw.octet() % 3):
+        if ring:
+            ring[draw.number(len(ring)) % len(ring)] ^= draw.octet() | 1
+    ring += draw.octets(draw.number(64) % 256)
+    end = len(ring) - draw.number(len(ring))
+    start = draw.number(end)
+    writable: object = window if draw.octet() % 4 != 3 else bytes(size)
+    writes: dict[object, object] = {}
+    for stag in range(1 + draw.octet() % 4):
+        writes[stag] = (writable, base) if draw.octet() % 5 != 4 else ("torn",)
+    reads = tuple(
+        (draw.number(7), window[: 64 + draw.number(size)], base, draw.number(size))
+        for _ in range(1 + draw.octet() % 3)
+    )
+    sends = [
+        _Posted(window if draw.octet() % 4 != 3 else b"read-only")
+        for _ in range(1 + draw.octet() % 3)
+    ]
+    tagged = None
+    if draw.octet() & 1:
+        tagged = (draw.number(7), (base + draw.number(size)) % 2**64, draw.number(255))
+    limit, version = 0xFFFF - draw.number(0xFFFF), 1 ^ draw.number(3)
+    controls = [ctl ^ draw.number(255) for ctl in (0x40, 0x41, 0x43, 0x45)]
+    before = bytes(memory)
+    try:
+        result = _speedups.recv_lane(
+            -1, ring, start, end, 0, crc, limit, version, tagged, controls[0], writes,
+            controls[1], reads, not draw.octet() & 1, controls[2], controls[3],
+            draw.number(2**32 - 1), draw.number(size), sends, markers,
+            phase if draw.octet() % 4 else draw.number(2**32), either,
+        )  # fmt: skip
+    except _ARGUMENT_ERRORS:
+        result = None
+    if memory[:guard] != before[:guard] or memory[guard + size :] != before[guard + size :]:
+        raise AssertionError("recv_lane wrote outside its window")
+    if result is not None:
+        new_start, new_end, done, _, records, _, took, _, _ = result
+        if not 0 <= new_start <= done <= new_end <= len(ring) or not 0 <= took <= new_start:
+            raise AssertionError(f"recv_lane returned {result[:3]} for a {len(ring)}-octet ring")
+        for record in records:
+            if record[0] == 1 and record[3] > size:
+                raise AssertionError(f"recv_lane placed {record} past a {size}-octet window")
 
 
 def kernels(data: bytes) -> None:
@@ -466,7 +615,9 @@ def kernels(data: bytes) -> None:
     OverflowError, TypeError, BufferError); reading or writing outside a
     buffer is what the sanitizer build (.ci/sanitize) reports. The same
     octets then draw arguments for one of the analyzer's decode kernels
-    (capture records, frames, FPDU views, ULPDU descriptions)."""
+    (capture records, frames, FPDU views and walks, ULPDU descriptions,
+    FPDU JSON lines) and for the receive lane's kernel (``recv_lane``, C
+    only: no octet outside its windows)."""
     from iwarp import _kernels, _small
 
     pure = _kernel_call(_kernels, _small, data)
@@ -478,6 +629,7 @@ def kernels(data: bytes) -> None:
     if accelerated != pure:
         raise AssertionError(f"C {accelerated!r:.300} != pure Python {pure!r:.300}")
     _decode_kernel_call(data)
+    _recv_lane_call(data)
 
 
 TARGETS: dict[str, Target] = {

@@ -22,7 +22,7 @@ coroutine; the README has the whole program)::
 
 from __future__ import annotations
 
-import importlib
+from iwarp._face import lazy_face
 
 # Not imported from typing: ``import iwarp`` (and the ``iwarp`` command's
 # start-up) stays a few hundred microseconds. Type checkers read it as true.
@@ -104,16 +104,4 @@ if TYPE_CHECKING:
     )
 
 
-def __dir__() -> list[str]:
-    """The module's names with the lazily exported ones, which load on first
-    use (so ``dir(iwarp)`` and completion show them before that)."""
-    return sorted({*globals(), *__all__})
-
-
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'iwarp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS, globals())

@@ -17,7 +17,7 @@ import os
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from iwarp import _kernels
+import iwarp._kernels as _kernels
 
 __all__ = ["ACTIVE", "describe", "kernels", "speedups"]
 
@@ -26,7 +26,7 @@ def _load() -> tuple[object, str]:
     if os.environ.get("IWARP_NO_ACCEL", "") not in ("", "0"):
         return _kernels, "pure Python (IWARP_NO_ACCEL is set)"
     try:
-        from iwarp import _speedups
+        import iwarp._speedups as _speedups
     except ImportError:
         return _kernels, "pure Python (the C accelerator is not built)"
     return _speedups, f"C accelerator ({_speedups.describe()})"

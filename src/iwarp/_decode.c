@@ -21,6 +21,13 @@
  *                      plain (rdmap/wire.py describe_ulpdu: Writes, Sends,
  *                      Read Responses without problems; describe_table
  *                      says which opcodes).
+ *   fpdu_walk(...)     the clean FPDUs in a row from an offset, each as
+ *                      fpdu_view takes it apart (without the ULPDU's octets):
+ *                      those the walk (mpa.py FpduWalker) records with no
+ *                      error or note; it stops at any other.
+ *   fpdu_json(...)     the --json line of an FPDU record when its values are
+ *                      of the usual kinds (records.py _fpdu_line; json_table
+ *                      says which record types and ULPDU keys).
  *
  * Bounds are compared as "size > len - at", never "at + size > len"; every
  * multi-octet field is read octet by octet (no unaligned word reads).
@@ -561,6 +568,21 @@ static PyObject *py_describe_ulpdu(PyObject *self, PyObject *args)
     return out;
 }
 
+/* mpa/framing.py fpdu_wire_size: header, ULPDU, PAD to 4 and CRC, plus the
+ * markers that fall inside from the phase on (lead: a marker first). */
+static Py_ssize_t fpdu_wire(Py_ssize_t length, unsigned int phase, Py_ssize_t lead, int markers)
+{
+    Py_ssize_t content = 6 + length + ((-(2 + length)) & 3);
+    if (!markers)
+        return content;
+    Py_ssize_t first = MARKER_INTERVAL - (((Py_ssize_t)phase + lead) & (MARKER_INTERVAL - 1));
+    Py_ssize_t wire = lead + content;
+    if (first < content)
+        wire += 4 * ((content - first + MARKER_INTERVAL - MARKER_SIZE - 1) /
+                     (MARKER_INTERVAL - MARKER_SIZE));
+    return wire;
+}
+
 /* fpdu_view(chunk, at, phase, markers, either_fpduptr, ddp)
  *     -> (wire_length, ulpdu, pad, crc, crc_expected, markers, ulp) | None
  *
@@ -593,17 +615,7 @@ static PyObject *py_fpdu_view(PyObject *self, PyObject *args)
         goto done;
     }
     Py_ssize_t length = (Py_ssize_t)be16(d + at + lead);
-    /* mpa/framing.py fpdu_wire_size: header, ULPDU, PAD to 4 and CRC, plus
-     * the markers that fall inside from the phase on. */
-    Py_ssize_t content = 6 + length + ((-(2 + length)) & 3);
-    Py_ssize_t wire = content;
-    if (markers) {
-        Py_ssize_t first = MARKER_INTERVAL - (((Py_ssize_t)phase + lead) & (MARKER_INTERVAL - 1));
-        wire = lead + content;
-        if (first < content)
-            wire += 4 * ((content - first + MARKER_INTERVAL - MARKER_SIZE - 1) /
-                         (MARKER_INTERVAL - MARKER_SIZE));
-    }
+    Py_ssize_t wire = fpdu_wire(length, phase, lead, markers);
     if (wire > n - at) {
         out = Py_NewRef(Py_None);
         goto done;
@@ -693,6 +705,590 @@ done:
     return out;
 }
 
+/* --- clean FPDUs in a row (mpa.py FpduWalker) --------------------------- */
+
+/* Most FPDUs the walk of fpdu_walk hands back in one call. */
+#define WALK_MAX 4096
+
+/* fpdu_walk(chunk, at, phase, markers, either_fpduptr, ddp, crc, max_ulpdu, count)
+ *     -> ([(offset, wire_length, ulpdu_length, pad, crc, crc_expected, markers, ulp), ...],
+ *         offset, need)
+ *
+ * The FPDUs from chunk[at] on, in a row, as fpdu_view takes each apart,
+ * while each is whole in the chunk and clean: CRC right (when crc), every
+ * marker's Reserved zero and FPDUPTR exactly the expected value, PAD zero,
+ * ULPDU_Length at most max_ulpdu, and (with ddp) its ULPDU described here
+ * (a plain header). These are the FPDUs the analyzer's walk records with
+ * no error or note, and counts as valid; it takes any other FPDU apart
+ * itself. At most ``count`` (and WALK_MAX) FPDUs; offsets are the chunk's;
+ * ulp is None without ddp. Returns where the walk stopped, and need: the
+ * wire size of the FPDU there when the chunk ends before it does (its
+ * length field in the chunk), else 0 (stopped for any other reason).
+ */
+static PyObject *py_fpdu_walk(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t at, max_ulpdu, count;
+    unsigned int phase;
+    int markers, either, ddp, crc_used;
+    if (!PyArg_ParseTuple(args, "y*nIppppnn:fpdu_walk", &view, &at, &phase, &markers, &either,
+                          &ddp, &crc_used, &max_ulpdu, &count))
+        return NULL;
+    PyObject *list = NULL, *out = NULL;
+    const uint8_t *d = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len;
+    if (at < 0 || at > n || phase >= MARKER_INTERVAL || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "at, phase or count out of range");
+        goto done;
+    }
+    if (count > WALK_MAX)
+        count = WALK_MAX;
+    if ((list = PyList_New(0)) == NULL)
+        goto done;
+    /* The ULPDU's header and the PAD with the markers cut out. */
+    uint8_t head[18 + 8];
+    while (PyList_GET_SIZE(list) < count) {
+        Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
+        if (lead + HEADER_SIZE > n - at)
+            break;
+        Py_ssize_t length = (Py_ssize_t)be16(d + at + lead);
+        if (length > max_ulpdu)
+            break;
+        Py_ssize_t wire = fpdu_wire(length, phase, lead, markers);
+        if (wire > n - at)
+            break;
+        const uint8_t *f = d + at;
+        Py_ssize_t body = wire - CRC_SIZE;
+        uint32_t crc = le32(f + body);
+        uint32_t crc_expected = ~iw_crc32c(0xFFFFFFFFu, f, (size_t)body);
+        if (crc_used && crc != crc_expected)
+            break;
+        Py_ssize_t pad_len = body - lead - HEADER_SIZE - length; /* markers still in */
+        PyObject *marks;
+        /* The octets of the content (header, ULPDU, PAD) wanted: the ULPDU's
+         * first 18 (its DDP/RDMAP header) and the PAD's. */
+        Py_ssize_t want_head = length < 18 ? length : 18;
+        Py_ssize_t got_pad = 0, pad_at = HEADER_SIZE + length;
+        uint8_t pad[4];
+        int clean = 1;
+        if (!markers) {
+            memcpy(head, f + HEADER_SIZE, (size_t)want_head);
+            if (pad_len < 0 || pad_len > 3)
+                break; /* cannot happen with a consistent size */
+            memcpy(pad, f + HEADER_SIZE + length, (size_t)pad_len);
+            got_pad = pad_len;
+            marks = PyTuple_New(0);
+        } else {
+            PyObject *entries = PyList_New(0);
+            if (entries == NULL)
+                goto fail;
+            Py_ssize_t cursor = 0, filled = 0; /* content octets so far */
+            Py_ssize_t m = phase == 0 ? 0 : MARKER_INTERVAL - (Py_ssize_t)phase;
+            for (;; m += MARKER_INTERVAL) {
+                Py_ssize_t stop = m < body ? m : body;
+                /* Content octets [filled, filled + stop - cursor) lie at f[cursor..stop). */
+                Py_ssize_t span = stop - cursor;
+                if (span > 0) {
+                    Py_ssize_t lo = filled, hi = filled + span;
+                    /* ULPDU header: content [2, 2 + want_head). */
+                    Py_ssize_t a = lo > HEADER_SIZE ? lo : HEADER_SIZE;
+                    Py_ssize_t b = hi < HEADER_SIZE + want_head ? hi : HEADER_SIZE + want_head;
+                    if (a < b)
+                        memcpy(head + (a - HEADER_SIZE), f + cursor + (a - lo), (size_t)(b - a));
+                    /* PAD: content [pad_at, ...). */
+                    a = lo > pad_at ? lo : pad_at;
+                    if (a < hi) {
+                        if (hi - pad_at > 3) { /* cannot happen with a consistent size */
+                            clean = 0;
+                            break;
+                        }
+                        memcpy(pad + (a - pad_at), f + cursor + (a - lo), (size_t)(hi - a));
+                    }
+                    filled = hi;
+                }
+                if (m >= body)
+                    break;
+                if (MARKER_SIZE > body - m) { /* never on the 4-octet grid */
+                    clean = 0;
+                    break;
+                }
+                uint32_t reserved = be16(f + m);
+                uint32_t pointer = be16(f + m + 2);
+                Py_ssize_t expected = m == 0 ? 0 : m - lead;
+                if (lead && m && either && (Py_ssize_t)(pointer & FPDUPTR_MASK) == m)
+                    expected = m; /* seeds 000/002: from the FPDU's first octet */
+                if (reserved != 0 || (Py_ssize_t)pointer != expected) {
+                    clean = 0;
+                    break;
+                }
+                PyObject *entry = Py_BuildValue("(nIIn)", m, reserved, pointer, expected);
+                if (entry == NULL || PyList_Append(entries, entry) < 0) {
+                    Py_XDECREF(entry);
+                    Py_DECREF(entries);
+                    goto fail;
+                }
+                Py_DECREF(entry);
+                cursor = m + MARKER_SIZE;
+            }
+            got_pad = filled - pad_at;
+            if (!clean || got_pad < 0 || got_pad > 3) {
+                Py_DECREF(entries);
+                break;
+            }
+            marks = PyList_AsTuple(entries);
+            Py_DECREF(entries);
+        }
+        if (marks == NULL)
+            goto fail;
+        for (Py_ssize_t i = 0; i < got_pad; i++)
+            clean &= pad[i] == 0;
+        PyObject *ulp = NULL;
+        if (clean && ddp) {
+            /* describe reads no further than the header its n allows (at
+             * most 18 octets, all in head). */
+            ulp = describe(head, length);
+            if (ulp == NULL) {
+                Py_DECREF(marks);
+                if (PyErr_Occurred())
+                    goto fail;
+                break; /* not a plain header: the analyzer describes it */
+            }
+        } else if (clean) {
+            ulp = Py_NewRef(Py_None);
+        } else {
+            Py_DECREF(marks);
+            break;
+        }
+        PyObject *entry = Py_BuildValue("(nnny#kkNN)", at, wire, length, (const char *)pad,
+                                        got_pad, (unsigned long)crc, (unsigned long)crc_expected,
+                                        marks, ulp);
+        if (entry == NULL || PyList_Append(list, entry) < 0) {
+            Py_XDECREF(entry);
+            goto fail;
+        }
+        Py_DECREF(entry);
+        at += wire;
+        phase = (unsigned int)(((Py_ssize_t)phase + wire) & (MARKER_INTERVAL - 1));
+    }
+    /* Why the walk stopped: the FPDU at ``at`` not whole yet (its wire size
+     * when its length field is here), or anything else (0). */
+    Py_ssize_t need = 0;
+    if (PyList_GET_SIZE(list) < count) {
+        Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
+        if (lead + HEADER_SIZE <= n - at) {
+            Py_ssize_t wire = fpdu_wire((Py_ssize_t)be16(d + at + lead), phase, lead, markers);
+            if (wire > n - at)
+                need = wire;
+        }
+    }
+    out = Py_BuildValue("(Nnn)", list, at, need);
+    list = NULL;
+    goto done;
+fail:
+    Py_CLEAR(list);
+done:
+    Py_XDECREF(list);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* --- JSON lines (analyze/records.py _fpdu_line) ------------------------- */
+
+/* What json_table registers: the record classes and the ULPDU keys written
+ * under "ddp" and "rdmap" (records.py _DDP_KEYS, _RDMAP_KEYS), each with its
+ * JSON name. */
+#define JSON_KEYS_MAX 32
+typedef struct {
+    Py_ssize_t count;
+    PyObject *key[JSON_KEYS_MAX];
+    char name[JSON_KEYS_MAX][40]; /* "key": */
+    Py_ssize_t name_len[JSON_KEYS_MAX];
+} json_keys;
+static PyTypeObject *json_fpdu_type, *json_marker_type;
+static json_keys json_ddp, json_rdmap;
+enum { A_STREAM, A_DIRECTION, A_SEQ, A_FRAME, A_WIRE, A_LENGTH, A_MARKERS, A_PAD, A_CRC,
+       A_CRC_EXPECTED, A_CRC_CHECKED, A_ULP, A_RESERVED, A_FPDUPTR, A_EXPECTED, A_COUNT };
+static const char *const attr_names[A_COUNT] = {
+    "stream", "direction", "seq", "frame", "wire_length", "ulpdu_length", "markers", "pad",
+    "crc", "crc_expected", "crc_checked", "ulp", "reserved", "fpduptr", "expected"};
+static PyObject *attrs[A_COUNT];
+
+/* A str json.dumps writes as it is between quotes: printable ASCII other
+ * than '"' and '\' (encode_basestring_ascii escapes the rest). */
+static int plain_ascii(PyObject *s)
+{
+    if (!PyUnicode_Check(s) || !PyUnicode_IS_ASCII(s))
+        return 0;
+    const char *c = (const char *)PyUnicode_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (c[i] < 0x20 || c[i] > 0x7E || c[i] == '"' || c[i] == '\\')
+            return 0;
+    }
+    return 1;
+}
+
+static int json_keys_set(json_keys *into, PyObject *tuple)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    if (n > JSON_KEYS_MAX) {
+        PyErr_SetString(PyExc_ValueError, "too many keys");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyTuple_GET_ITEM(tuple, i);
+        if (!plain_ascii(key) || PyUnicode_GET_LENGTH(key) > 30) {
+            PyErr_SetString(PyExc_ValueError, "keys are short printable ASCII str");
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < into->count; i++)
+        Py_CLEAR(into->key[i]);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyTuple_GET_ITEM(tuple, i);
+        Py_ssize_t len = PyUnicode_GET_LENGTH(key);
+        into->key[i] = Py_NewRef(key);
+        into->name[i][0] = '"';
+        memcpy(into->name[i] + 1, PyUnicode_DATA(key), (size_t)len);
+        memcpy(into->name[i] + 1 + len, "\": ", 3);
+        into->name_len[i] = len + 4;
+    }
+    into->count = n;
+    return 0;
+}
+
+/* json_table(fpdu_type, marker_type, ddp_keys, rdmap_keys): what
+ * fpdu_json writes. */
+static PyObject *py_json_table(PyObject *self, PyObject *args)
+{
+    PyObject *fpdu, *marker, *ddp, *rdmap;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!:json_table", &PyType_Type, &fpdu, &PyType_Type, &marker,
+                          &PyTuple_Type, &ddp, &PyTuple_Type, &rdmap))
+        return NULL;
+    for (int a = 0; a < A_COUNT; a++) {
+        if (attrs[a] == NULL && (attrs[a] = PyUnicode_InternFromString(attr_names[a])) == NULL)
+            return NULL;
+    }
+    json_keys ddp_keys = {0}, rdmap_keys = {0};
+    if (json_keys_set(&ddp_keys, ddp) < 0 || json_keys_set(&rdmap_keys, rdmap) < 0) {
+        for (Py_ssize_t i = 0; i < ddp_keys.count; i++)
+            Py_DECREF(ddp_keys.key[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < json_ddp.count; i++)
+        Py_CLEAR(json_ddp.key[i]);
+    for (Py_ssize_t i = 0; i < json_rdmap.count; i++)
+        Py_CLEAR(json_rdmap.key[i]);
+    json_ddp = ddp_keys;
+    json_rdmap = rdmap_keys;
+    Py_XSETREF(json_fpdu_type, (PyTypeObject *)Py_NewRef(fpdu));
+    Py_XSETREF(json_marker_type, (PyTypeObject *)Py_NewRef(marker));
+    Py_RETURN_NONE;
+}
+
+/* A line being written: on the stack while it fits, else on the heap. */
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+    int heap;
+} text;
+
+static int text_add(text *t, const char *s, Py_ssize_t n)
+{
+    if (n > t->cap - t->len) {
+        Py_ssize_t cap = t->cap;
+        while (n > cap - t->len) {
+            if (cap > PY_SSIZE_T_MAX / 4) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            cap *= 2;
+        }
+        char *p = PyMem_Malloc((size_t)cap);
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(p, t->p, (size_t)t->len);
+        if (t->heap)
+            PyMem_Free(t->p);
+        t->p = p;
+        t->cap = cap;
+        t->heap = 1;
+    }
+    memcpy(t->p + t->len, s, (size_t)n);
+    t->len += n;
+    return 0;
+}
+
+#define TEXT_LIT(t, s) text_add((t), (s), (Py_ssize_t)(sizeof(s) - 1))
+
+static int text_u64(text *t, unsigned long long v, int negative)
+{
+    char digits[24];
+    int i = (int)sizeof(digits);
+    do {
+        digits[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    if (negative)
+        digits[--i] = '-';
+    return text_add(t, digits + i, (Py_ssize_t)sizeof(digits) - i);
+}
+
+/* An int as decimal: 1 written, 0 when it does not fit 64 bits (Python
+ * writes the line), -1 on error. */
+static int text_int(text *t, PyObject *v)
+{
+    int overflow;
+    long long s = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (s == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow == 0) {
+        unsigned long long magnitude = s < 0 ? 0ULL - (unsigned long long)s : (unsigned long long)s;
+        return text_u64(t, magnitude, s < 0) < 0 ? -1 : 1;
+    }
+    if (overflow < 0)
+        return 0;
+    unsigned long long u = PyLong_AsUnsignedLongLong(v);
+    if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    return text_u64(t, u, 0) < 0 ? -1 : 1;
+}
+
+/* An exact int (type(v) is int), as _fpdu_line requires of its numbers. */
+static int text_exact_int(text *t, PyObject *v)
+{
+    return PyLong_CheckExact(v) ? text_int(t, v) : 0;
+}
+
+static int text_plain_str(text *t, PyObject *s)
+{
+    if (!plain_ascii(s))
+        return 0;
+    if (TEXT_LIT(t, "\"") < 0 ||
+        text_add(t, (const char *)PyUnicode_DATA(s), PyUnicode_GET_LENGTH(s)) < 0 ||
+        TEXT_LIT(t, "\"") < 0)
+        return -1;
+    return 1;
+}
+
+/* An exact int within 32 bits, for the CRC fields: 1 and *out, 0 if not. */
+static int u32_of(PyObject *v, uint32_t *out)
+{
+    if (!PyLong_CheckExact(v))
+        return 0;
+    int overflow;
+    long long s = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (s == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || s < 0 || s > 0xFFFFFFFFLL)
+        return 0;
+    *out = (uint32_t)s;
+    return 1;
+}
+
+static int text_hex32(text *t, uint32_t v)
+{
+    static const char hex[] = "0123456789abcdef";
+    char s[12] = {'"', '0', 'x'};
+    for (int i = 0; i < 8; i++)
+        s[3 + i] = hex[(v >> (28 - 4 * i)) & 0xF];
+    s[11] = '"';
+    return text_add(t, s, 12);
+}
+
+/* One marker's object (records.py _marker_line). */
+static int text_marker(text *t, PyObject *m)
+{
+    if (Py_TYPE(m) != json_marker_type)
+        return 0;
+    PyObject *v[4] = {NULL, NULL, NULL, NULL};
+    static const int which[4] = {A_SEQ, A_RESERVED, A_FPDUPTR, A_EXPECTED};
+    static const char *const names[4] = {"{\"seq\": ", ", \"reserved\": ", ", \"fpduptr\": ",
+                                         ", \"expected\": "};
+    long long n[4] = {0, 0, 0, 0};
+    int r = 1;
+    for (int i = 0; i < 4 && r == 1; i++) {
+        v[i] = PyObject_GetAttr(m, attrs[which[i]]);
+        if (v[i] == NULL) {
+            r = -1;
+            break;
+        }
+        int overflow = 0;
+        if (!PyLong_CheckExact(v[i]))
+            r = 0;
+        else if ((n[i] = PyLong_AsLongLongAndOverflow(v[i], &overflow)) == -1 && PyErr_Occurred())
+            r = -1;
+        else if (overflow || n[i] < 0)
+            r = 0; /* big or negative: Python writes the line */
+    }
+    for (int i = 0; i < 4 && r == 1; i++) {
+        if (text_add(t, names[i], (Py_ssize_t)strlen(names[i])) < 0 ||
+            text_u64(t, (unsigned long long)n[i], 0) < 0)
+            r = -1;
+    }
+    if (r == 1) {
+        /* MarkerRecord.ok: RFC 5044 §4.3, the two low bits of FPDUPTR as zero. */
+        int ok = n[1] == 0 && (n[2] & FPDUPTR_MASK) == n[3];
+        if ((ok ? TEXT_LIT(t, ", \"ok\": true}") : TEXT_LIT(t, ", \"ok\": false}")) < 0)
+            r = -1;
+    }
+    for (int i = 0; i < 4; i++)
+        Py_XDECREF(v[i]);
+    return r;
+}
+
+/* The members of ``ulp`` named by ``keys`` (records.py _members). */
+static int text_members(text *t, PyObject *ulp, const json_keys *keys)
+{
+    int first = 1;
+    for (Py_ssize_t i = 0; i < keys->count; i++) {
+        PyObject *v = PyDict_GetItemWithError(ulp, keys->key[i]);
+        if (v == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            continue;
+        }
+        if ((!first && TEXT_LIT(t, ", ") < 0) ||
+            text_add(t, keys->name[i], keys->name_len[i]) < 0)
+            return -1;
+        first = 0;
+        int r;
+        if (v == Py_True)
+            r = TEXT_LIT(t, "true") < 0 ? -1 : 1;
+        else if (v == Py_False)
+            r = TEXT_LIT(t, "false") < 0 ? -1 : 1;
+        else if (v == Py_None)
+            r = TEXT_LIT(t, "null") < 0 ? -1 : 1;
+        else if (PyLong_Check(v))
+            r = text_int(t, v);
+        else
+            r = text_plain_str(t, v); /* anything else: Python writes the line */
+        if (r != 1)
+            return r;
+    }
+    return 1;
+}
+
+/* The line of an FPDU record, without its newline: 1 and t filled, 0 when
+ * some value is not of the usual kinds (Python writes the line), -1 on error. */
+static int fpdu_text(text *t, PyObject *record)
+{
+    PyObject *v[A_ULP + 1] = {NULL};
+    int r = 1;
+    for (int a = 0; a <= A_ULP; a++) {
+        if ((v[a] = PyObject_GetAttr(record, attrs[a])) == NULL) {
+            r = -1;
+            goto done;
+        }
+    }
+    uint32_t crc = 0, expected = 0;
+    PyObject *markers = v[A_MARKERS], *pad = v[A_PAD], *ulp = v[A_ULP], *frame = v[A_FRAME];
+    PyObject *checked = v[A_CRC_CHECKED];
+    if ((checked != Py_True && checked != Py_False) || !PyTuple_Check(markers) || !PyBytes_Check(pad) ||
+        !PyDict_CheckExact(ulp) || (frame != Py_None && !PyLong_CheckExact(frame))) {
+        r = 0;
+        goto done;
+    }
+    if ((r = u32_of(v[A_CRC], &crc)) != 1 || (r = u32_of(v[A_CRC_EXPECTED], &expected)) != 1)
+        goto done;
+#define STEP(call)                                                                                \
+    do {                                                                                          \
+        int step_ = (call);                                                                       \
+        if (step_ != 1) {                                                                         \
+            r = step_ < 0 ? -1 : 0;                                                               \
+            goto done;                                                                            \
+        }                                                                                         \
+    } while (0)
+#define LIT(s) STEP(TEXT_LIT(t, s) < 0 ? -1 : 1)
+    LIT("{\"type\": \"fpdu\", \"stream\": ");
+    STEP(text_exact_int(t, v[A_STREAM]));
+    LIT(", \"direction\": ");
+    STEP(text_plain_str(t, v[A_DIRECTION]));
+    LIT(", \"seq\": ");
+    STEP(text_exact_int(t, v[A_SEQ]));
+    LIT(", \"frame\": ");
+    if (frame == Py_None)
+        LIT("null");
+    else
+        STEP(text_int(t, frame));
+    LIT(", \"wire_length\": ");
+    STEP(text_exact_int(t, v[A_WIRE]));
+    LIT(", \"ulpdu_length\": ");
+    STEP(text_exact_int(t, v[A_LENGTH]));
+    if (checked == Py_False)
+        LIT(", \"crc_ok\": null, \"crc\": ");
+    else if (crc == expected)
+        LIT(", \"crc_ok\": true, \"crc\": ");
+    else
+        LIT(", \"crc_ok\": false, \"crc\": ");
+    STEP(text_hex32(t, crc) < 0 ? -1 : 1);
+    LIT(", \"crc_expected\": ");
+    STEP(text_hex32(t, expected) < 0 ? -1 : 1);
+    LIT(", \"pad\": \"");
+    {
+        static const char hex[] = "0123456789abcdef";
+        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(pad);
+        Py_ssize_t n = PyBytes_GET_SIZE(pad);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            char two[2] = {hex[p[i] >> 4], hex[p[i] & 0xF]};
+            STEP(text_add(t, two, 2) < 0 ? -1 : 1);
+        }
+    }
+    LIT("\", \"markers\": [");
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(markers); i++) {
+        if (i)
+            LIT(", ");
+        STEP(text_marker(t, PyTuple_GET_ITEM(markers, i)));
+    }
+    LIT("], \"ddp\": {");
+    STEP(text_members(t, ulp, &json_ddp));
+    LIT("}, \"rdmap\": {");
+    STEP(text_members(t, ulp, &json_rdmap));
+    LIT("}}");
+#undef LIT
+#undef STEP
+done:
+    for (int a = 0; a <= A_ULP; a++)
+        Py_XDECREF(v[a]);
+    return r;
+}
+
+/* fpdu_json(record) -> str | None: the --json line of an FpduRecord as
+ * records.py's _fpdu_line writes it (json.dumps of its to_json()), or None
+ * when a value is not of the usual kinds (big or negative numbers, other
+ * types, strings json.dumps escapes): Python writes that line. */
+static PyObject *py_fpdu_json(PyObject *self, PyObject *record)
+{
+    if (json_fpdu_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "json_table was not called");
+        return NULL;
+    }
+    if (Py_TYPE(record) != json_fpdu_type) {
+        PyErr_SetString(PyExc_TypeError, "an FpduRecord");
+        return NULL;
+    }
+    char stack[1024];
+    text t = {stack, 0, (Py_ssize_t)sizeof(stack), 0};
+    int r = fpdu_text(&t, record);
+    PyObject *out = NULL;
+    if (r == 1) {
+        out = PyUnicode_New(t.len, 127);
+        if (out != NULL)
+            memcpy(PyUnicode_DATA(out), t.p, (size_t)t.len);
+    } else if (r == 0) {
+        out = Py_NewRef(Py_None);
+    }
+    if (t.heap)
+        PyMem_Free(t.p);
+    return out;
+}
+
 PyMethodDef iw_decode_methods[] = {
     {"pcap_batch", py_pcap_batch, METH_VARARGS,
      "Decode the complete records of a pcap buffer down to TCP segments."},
@@ -704,5 +1300,10 @@ PyMethodDef iw_decode_methods[] = {
      "Set the opcodes describe_ulpdu's twin names, with their T bit and queue."},
     {"describe_ulpdu", py_describe_ulpdu, METH_VARARGS,
      "The DDP/RDMAP fields of a ULPDU without problems, or None."},
+    {"fpdu_walk", py_fpdu_walk, METH_VARARGS,
+     "The clean FPDUs in a row from an offset of a buffer, taken apart."},
+    {"json_table", py_json_table, METH_VARARGS,
+     "Set the record types and ULPDU keys fpdu_json writes."},
+    {"fpdu_json", py_fpdu_json, METH_O, "The --json line of an FpduRecord, or None."},
     {NULL, NULL, 0, NULL},
 };

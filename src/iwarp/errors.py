@@ -18,7 +18,10 @@ branches that never mix (no class derives from two of them):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Final
 
 
 class TerminateLayer(IntEnum):
@@ -53,6 +56,66 @@ class MpaErrorCode(IntEnum):
 
 #: RFC 5040 §7.1: the error type of every MPA-layer Terminate.
 MPA_ETYPE = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorTypeNames:
+    """What one error type of one Terminate layer means: its name, the spec
+    section that defines it, and the names of its codes (none for a type
+    without codes, such as local catastrophic).
+
+    Each layer names its own types next to their numbers (MPA's here, DDP's
+    in :mod:`iwarp.ddp.errors`, RDMAP's in :mod:`iwarp.rdmap.errors`);
+    :func:`error_name` words them.
+    """
+
+    name: str
+    spec: str
+    codes: Mapping[int, str] = field(default_factory=dict)
+    #: Codes defined by another section than :attr:`spec` (RFC 6581's MPA codes).
+    code_specs: Mapping[int, str] = field(default_factory=dict)
+
+
+def error_name(types: Mapping[int, ErrorTypeNames], layer: int, etype: int, code: int) -> str:
+    """What a Terminate's layer, error type and code mean, with the spec
+    section that defines them, e.g. ``DDP tagged buffer error: invalid STag
+    (RFC 5041 §7.2)``, from ``types``, the layer's names by error type.
+    Values no spec defines are named as such, with their numbers.
+    """
+    known = types.get(etype)
+    if known is None:
+        layer_name = TerminateLayer(layer).name if layer in _LAYERS else "unknown"
+        return f"{layer_name} layer, unknown error type {etype:#x}, code {code:#04x}"
+    spec = known.code_specs.get(code, known.spec)
+    if not known.codes:
+        suffix = "" if code == 0 else f" (code {code:#04x})"
+        return f"{known.name}{suffix} ({spec})"
+    meaning = known.codes.get(code)
+    if meaning is None:
+        return f"{known.name}: unknown code {code:#04x} ({spec})"
+    return f"{known.name}: {meaning} ({spec})"
+
+
+_LAYERS: Final = frozenset(int(layer) for layer in TerminateLayer)
+
+#: The names of the LLP layer's one error type, MPA (RFC 5040 §4.8 Figure 9).
+MPA_ERROR_NAMES: Final[Mapping[int, ErrorTypeNames]] = {
+    MPA_ETYPE: ErrorTypeNames(
+        "MPA error",
+        "RFC 5044 §8, RFC 6581 §8",
+        {
+            MpaErrorCode.TCP_CLOSED: "TCP connection closed, terminated or lost",
+            MpaErrorCode.CRC_MISMATCH: "received MPA CRC does not match the FPDU",
+            MpaErrorCode.MARKER_MISMATCH: "MPA Marker and ULPDU Length disagree on the FPDU start",
+            MpaErrorCode.INVALID_FRAME: "invalid MPA Request or Reply frame",
+            MpaErrorCode.LOCAL_CATASTROPHIC: "local catastrophic error",
+            MpaErrorCode.INSUFFICIENT_IRD: "insufficient IRD resources",
+            MpaErrorCode.NO_MATCHING_RTR: "no matching RTR option",
+        },
+        {code: "RFC 5044 §8" for code in range(1, 5)}
+        | {code: "RFC 6581 §8" for code in range(5, 8)},
+    )
+}
 
 
 class IwarpError(Exception):

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 import iwarp.rdma.connection
-from adapters.sides import Adapter, AsyncioSide, Side, SyncSide
+import iwarp.rdmap.atomics
+from adapters.sides import Adapter, AsyncioSide, Side, SyncAdapter, SyncSide
 from iwarp.asyncio.rdma import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
 from iwarp.errors import LocalProtocolError
 from iwarp.rdmap.atomics import ATOMIC_DEPTH, MAX_ATOMIC_DEPTH
@@ -375,3 +378,111 @@ def test_atomic_depths_out_of_range_are_refused_before_connecting(depth: int) ->
             asyncio.run(aio.connect("127.0.0.1", 9, **{name: depth}))  # type: ignore[arg-type]
         with pytest.raises(LocalProtocolError, match=name):
             asyncio.run(aio.serve(nothing, "127.0.0.1", 0, **{name: depth}))  # type: ignore[arg-type]
+
+
+#: The FetchAdd of the race below: +1 in the word's low 16-bit field only.
+LOW_FIELD = (1 << 15) | (1 << 31) | (1 << 63)
+WRITERS = 2
+#: Rounds of each writer: Writes of BURST words, then a Read of the word.
+ROUNDS_OF_WRITES = 60
+BURST = 2
+ADDS = 300
+
+
+def written(tag: int) -> int:
+    """The word a writer writes: the tag in the high half, a check of it in
+    bits 16-31 (a word mixing two writes' halves fails it), count 0 below."""
+    return tag << 32 | (((tag * 40503) ^ 0xA5A5) & 0xFFFF) << 16
+
+
+def tag_of(word: int) -> int:
+    """The tag of a word, after checking that its halves belong together."""
+    tag = word >> 32
+    assert word & 0xFFFF0000 == written(tag) & 0xFFFF0000, f"a torn word: {word:#018x}"
+    return tag
+
+
+@pytest.mark.parametrize("widened", [False, True], ids=["as-is", "widened"])
+def test_writes_do_not_come_between_an_atomic_read_and_write(
+    widened: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RFC 7306 §5 with real threads: one client FetchAdds a word while
+    others RDMA Write it, each connection served by a thread of its own
+    (``iwarp.sync``), all in one STag space. Placements hold the Atomic
+    Operations' lock, so the history is one of whole operations: every word
+    seen is a written one plus the adds made since (no torn word, no lost
+    increment), and no Write is lost inside a read-modify-write. The writers
+    take turns (a lock of the clients'), which orders the Writes; a writer
+    reads the word back after its Writes, on the same stream (it must see
+    its last Write), and a FetchAdd begun after that Read was answered must
+    not see an earlier Write's word.
+
+    ``widened``: each FetchAdd sleeps between reading the word and writing
+    it back (the GIL is free), so that a placement not holding the lock
+    would land inside the read-modify-write many times a run."""
+    if widened:
+        compute = iwarp.rdmap.atomics.masked_fetch_add
+
+        def slow(original: int, add: int, mask: int = 0) -> int:
+            time.sleep(0.0002)
+            return compute(original, add, mask)
+
+        monkeypatch.setattr(iwarp.rdmap.atomics, "masked_fetch_add", slow)
+    server = SyncAdapter()
+    client = SyncAdapter()
+    pd = ProtectionDomain()
+    memory = bytearray(WORD.pack(written(0)))
+    word = pd.register(memory, SHARED)
+    turn = threading.Lock()
+    order = {0: 0}  # tag: its Write's place among all Writes
+    read_back: list[tuple[int, int, int]] = []  # (Read done, last tag written, word read)
+    originals: list[tuple[int, int]] = []  # (FetchAdd begun, original)
+
+    def body(qp: Side, index: int) -> None:
+        if index == 0:
+            for _ in range(ADDS):
+                begun = time.monotonic_ns()
+                originals.append((begun, qp.fetch_add(word.stag, 0, 1, mask=LOW_FIELD)))
+            return
+        for round_ in range(ROUNDS_OF_WRITES):
+            with turn:
+                for k in range(BURST):
+                    tag = index << 16 | round_ * BURST + k + 1
+                    order[tag] = len(order)
+                    qp.rdma_write(WORD.pack(written(tag)), word.stag, 0)
+                back = WORD.unpack(bytes(qp.rdma_read(8, word.stag, 0)))[0]
+                read_back.append((time.monotonic_ns(), tag, back))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # thread switches inside a read-modify-write become likely
+    try:
+        errors = run_clients(client, serve_all(server, pd, 1 + WRITERS), body)
+    finally:
+        sys.setswitchinterval(interval)
+        server.finish()
+        client.finish()
+    assert errors == []
+    assert len(originals) == ADDS and len(read_back) == WRITERS * ROUNDS_OF_WRITES
+    for _, tag, back in read_back:
+        assert tag_of(back) == tag, "a writer's Read did not see its Write"
+    # The adder's view: runs of one tag each, in the Writes' order, each
+    # counting 0, 1, 2... from its Write (only this client adds)...
+    previous = (0, -1)
+    for _, value in originals:
+        tag, count = tag_of(value), value & 0xFFFF
+        assert tag in order
+        if tag == previous[0]:
+            assert count == previous[1] + 1, "an increment was lost"
+        else:
+            assert order[tag] > order[previous[0]], "an earlier Write's word came back"
+            assert count == 0, "a Write's word did not start at 0"
+        previous = (tag, count)
+    # ... and never older than a Write a writer had read back before.
+    newest_read = 0
+    reads = iter(sorted(read_back))
+    pending = next(reads, None)
+    for begun, value in originals:
+        while pending is not None and pending[0] < begun:
+            newest_read = max(newest_read, order[pending[1]])
+            pending = next(reads, None)
+        assert order[tag_of(value)] >= newest_read, "a Write was lost"

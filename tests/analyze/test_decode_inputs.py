@@ -281,3 +281,43 @@ def test_progress_line(capsys: pytest.CaptureFixture[str]) -> None:
     meter.clear()
     err = capsys.readouterr().err
     assert " 25.0%" in err and "11.9 MiB/s" in err and "ETA 0:06" in err
+
+
+@pytest.mark.parametrize("batch", [1, 3, 256])
+def test_json_lines_in_batches_are_the_loop_s_even_when_the_capture_breaks(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    batch: int,
+) -> None:
+    # Plain --json writes its lines in batches; with -c (not reached) the
+    # record loop writes them one by one: the same lines, also when a
+    # broken pcapng block stops the capture midway (those decoded before
+    # are out, then the capture's summary).
+    from test_analyzer import to_pcapng
+
+    from iwarp.cli import decode
+
+    monkeypatch.setattr(decode, "_JSON_BATCH", batch)
+    classic = tmp_path / "s.pcap"
+    write_standard(classic)
+    whole = to_pcapng(classic.read_bytes())
+    cut = len(whole) * 2 // 3
+    while struct.unpack_from("<I", whole, cut - 4)[0] % 4 or cut % 4:  # a block boundary
+        cut -= 1
+    broken = whole[:cut] + struct.pack("<III", 6, 7, 0) + whole[cut:]
+    for name, data in (("whole", whole), ("broken", broken)):
+        path = tmp_path / f"{name}.pcapng"
+        path.write_bytes(data)
+        status, batched, err = run(capsys, str(path), "--json")
+        status_loop, looped, _ = run(capsys, str(path), "--json", "-c", str(10**9))
+        assert status == status_loop
+        lines, loop_lines = json_lines(batched), json_lines(looped)
+        for line in (lines[-1], loop_lines[-1]):
+            assert line["type"] == "capture_summary"
+            for key in ("seconds", "mib_per_s"):
+                line.pop(key)
+        assert lines == loop_lines
+        assert sum(1 for line in lines if line["type"] == "fpdu") > 2
+        if name == "broken":
+            assert status == 2 and "block length" in err, (status, err)

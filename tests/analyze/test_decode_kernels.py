@@ -33,7 +33,7 @@ from iwarp.analyze.render import summary_json
 from iwarp.analyze.tcp import StreamWindow
 from iwarp.ddp.wire import TaggedHeader, UntaggedHeader
 from iwarp.mpa.framing import FpduEncoder, fpdu_wire_size
-from iwarp.mpa.wire import MARKER_INTERVAL, MARKER_SIZE
+from iwarp.mpa.wire import MARKER_INTERVAL, MARKER_SIZE, MAX_ULPDU
 from iwarp.rdmap.wire import OPCODE_QUEUE, OPCODE_TAGGED, describe_ulpdu, rdmap_control
 
 pytestmark = pytest.mark.skipif(
@@ -273,6 +273,195 @@ def test_encoded_fpdus_give_the_same_views(markers: bool) -> None:
             assert inspect_fpdu(window, start, framing) == view
 
 
+# -- fpdu_walk: the clean FPDUs in a row --------------------------------------------
+
+
+def expected_walk(
+    chunk: bytes,
+    at: int,
+    phase: int,
+    markers: bool,
+    crc: bool,
+    ddp: bool,
+    either: bool = False,
+    count: int = 1 << 20,
+) -> tuple[list[tuple[Any, ...]], int, int]:
+    """What fpdu_walk must return, from the pure-Python view of each FPDU:
+    those the walk records with no error or note, in a row; where it
+    stopped; and the wire size of the FPDU there if its length field is in
+    the chunk but not its end."""
+    window = StreamWindow(0)
+    window.append(0, chunk, 1)
+    framing = Framing(at - phase, markers, crc, either_fpduptr=either)
+    taken: list[tuple[Any, ...]] = []
+    pos = at
+    count = min(count, 4096)  # the most one call takes (WALK_MAX in _decode.c)
+    while len(taken) < count:
+        with pure_python():
+            view = inspect_fpdu(window, pos, framing)
+        if not isinstance(view, FpduView) or len(view.ulpdu) > MAX_ULPDU:
+            break
+        if not view.valid(framing) or any(view.pad):
+            break
+        if any(p != e for _, _, p, e in view.markers):  # low FPDUPTR bits: a note
+            break
+        ulp = None
+        if ddp:
+            # A plain header C describes; any other ULPDU the analyzer describes.
+            if mpa_kernels().describe_ulpdu(view.ulpdu) is None:
+                break
+            ulp = describe_ulpdu(view.ulpdu)
+        view_fields = (view.wire_length, len(view.ulpdu), view.pad, view.crc, view.crc_expected)
+        taken.append((pos, *view_fields, tuple(view.markers), ulp))
+        pos += view.wire_length
+    need = 0
+    if len(taken) < count:
+        with pure_python():
+            view = inspect_fpdu(window, pos, framing)
+        if isinstance(view, int) and view == len(chunk):  # not whole: the chunk ends first
+            phase_at = (pos - framing.origin) % MARKER_INTERVAL
+            lead = MARKER_SIZE if markers and phase_at == 0 else 0
+            if pos + lead + 2 <= len(chunk):
+                length = int.from_bytes(chunk[pos + lead : pos + lead + 2], "big")
+                need = fpdu_wire_size(length, phase_at, markers=markers)
+    return taken, pos, need
+
+
+def ddp_ulpdu(kind: int, size: int, number: int) -> bytes:
+    """A Write, a Send or a Read Request (which C leaves to Python), or raw octets."""
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    if kind == 0:
+        tagged = TaggedHeader(stag=number, to=number << 20, last=True, rsvdulp=rdmap_control(0))
+        return tagged.pack() + payload
+    if kind == 1:
+        send = UntaggedHeader(qn=0, msn=number, mo=0, last=True, rsvdulp=rdmap_control(3))
+        return send.pack() + payload
+    if kind == 2:
+        read = UntaggedHeader(qn=1, msn=number, mo=0, last=True, rsvdulp=rdmap_control(1))
+        return read.pack() + bytes(28)
+    return payload
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ulpdus=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2000)), min_size=1, max_size=6),
+    markers=st.booleans(),
+    crc=st.booleans(),
+    ddp=st.booleans(),
+    steps=st.integers(0, 200),
+    flip=st.one_of(st.none(), st.integers(0, 1 << 20)),
+    cut=st.integers(0, 1 << 20),
+    skip=st.integers(0, 5),
+)
+def test_the_walk_takes_the_clean_fpdus_in_a_row(
+    ulpdus: list[tuple[int, int]],
+    markers: bool,
+    crc: bool,
+    ddp: bool,
+    steps: int,
+    flip: int | None,
+    cut: int,
+    skip: int,
+) -> None:
+    # Encoded FPDUs (Writes, Sends, Read Requests, raw octets) from any
+    # marker phase, one octet changed somewhere, the stream cut anywhere.
+    origin = 0
+    encoder = FpduEncoder(markers=markers, crc=crc, origin=origin, position=4 * steps)
+    starts = []
+    data = bytearray()
+    for i, (kind, size) in enumerate(ulpdus):
+        starts.append(encoder.position)
+        data += b"".join(bytes(p) for p in encoder.encode(ddp_ulpdu(kind, size, i)))
+    if flip is not None and data:
+        data[flip % len(data)] ^= 1 << (flip % 8)
+    chunk = bytearray(data[: len(data) - cut % (len(data) + 1)])
+    first = min(starts[min(skip, len(starts) - 1)] - 4 * steps, len(chunk))
+    phase = (starts[min(skip, len(starts) - 1)] - origin) % MARKER_INTERVAL
+    walked = mpa_kernels().fpdu_walk(
+        chunk, first, phase, markers, False, ddp, crc, MAX_ULPDU, 1 << 20
+    )
+    assert walked == expected_walk(bytes(chunk), first, phase, markers, crc, ddp)
+    if flip is None and cut % (len(data) + 1) == 0 and not ddp:
+        assert walked[1:] == (len(chunk), 0)  # every FPDU is whole and clean
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    octets=st.binary(max_size=3000),
+    start=st.integers(0, 3000),
+    phase=st.integers(0, 127),
+    flags=st.lists(st.booleans(), min_size=4, max_size=4),
+    length=st.integers(0, 3000),
+)
+def test_the_walk_of_any_octets_is_the_clean_views(
+    octets: bytes, start: int, phase: int, flags: list[bool], length: int
+) -> None:
+    markers, either, ddp, crc = flags
+    chunk = bytearray(octets)
+    at = start % (len(chunk) + 1)
+    phase *= 4  # FPDUs lie on the 4-octet grid from the marker origin
+    lead = MARKER_SIZE if markers and phase == 0 else 0
+    if at + lead + 2 <= len(chunk):  # a ULPDU_Length that may fit what follows
+        chunk[at + lead : at + lead + 2] = length.to_bytes(2, "big")
+    walked = mpa_kernels().fpdu_walk(chunk, at, phase, markers, either, ddp, crc, MAX_ULPDU, 99)
+    assert walked == expected_walk(bytes(chunk), at, phase, markers, crc, ddp, either, 99)
+
+
+@pytest.mark.parametrize("markers", [False, True])
+@pytest.mark.parametrize("either", [False, True])
+def test_the_walk_stops_at_each_kind_of_unclean_fpdu(markers: bool, either: bool) -> None:
+    encoder = FpduEncoder(markers=markers, crc=True, origin=0)
+    sizes = (4096, 1000, MAX_ULPDU - 14, 20)  # the third FPDU as large as may be
+    starts, data = [], bytearray()
+    for i, size in enumerate(sizes):
+        starts.append(encoder.position)
+        data += b"".join(bytes(p) for p in encoder.encode(ddp_ulpdu(0, size, i)))
+    walk = mpa_kernels().fpdu_walk
+    taken, stop, need = walk(bytearray(data), 0, 0, markers, either, True, True, MAX_ULPDU, 100)
+    assert [t[0] for t in taken] == starts and (stop, need) == (len(data), 0)
+    assert all(isinstance(t[7], dict) and not t[7]["problems"] for t in taken)
+    # Cut short: the walk says what the FPDU it stopped at needs.
+    cut = walk(bytearray(data[: starts[3] + 5]), 0, 0, markers, either, True, True, MAX_ULPDU, 9)
+    assert cut[1:] == (starts[3], len(data) - starts[3])
+    # A count, a lower ULPDU limit, a bad CRC, a marker's Reserved field or
+    # FPDUPTR's low bits: the walk stops right there, needing nothing.
+    assert walk(bytearray(data), 0, 0, markers, either, True, True, MAX_ULPDU, 2)[1:] == (
+        starts[2],
+        0,
+    )
+    assert walk(bytearray(data), 0, 0, markers, either, True, True, 64767, 100)[1:] == (
+        starts[2],
+        0,
+    )
+    bad = bytearray(data)
+    bad[starts[2] - 1] ^= 1  # the CRC of the second FPDU
+    assert walk(bad, 0, 0, markers, either, True, True, MAX_ULPDU, 100)[1:] == (starts[1], 0)
+    assert walk(bad, 0, 0, markers, either, True, False, MAX_ULPDU, 100)[1] == len(data)
+    if markers:
+        for offset, change in ((MARKER_INTERVAL, 0x80), (MARKER_INTERVAL + 3, 1)):
+            bad = bytearray(data)
+            bad[offset] ^= change  # the first FPDU's first inner marker
+            assert walk(bad, 0, 0, True, either, False, False, MAX_ULPDU, 100)[1:] == (0, 0)
+    # A described ULPDU with no plain header (a Read Request): left to Python.
+    read = b"".join(
+        bytes(p) for p in FpduEncoder(markers=markers, crc=True).encode(ddp_ulpdu(2, 0, 1))
+    )
+    assert walk(bytearray(read), 0, 0, markers, either, True, True, MAX_ULPDU, 9) == ([], 0, 0)
+    assert len(walk(bytearray(read), 0, 0, markers, either, False, True, MAX_ULPDU, 9)[0]) == 1
+
+
+def test_the_walk_refuses_out_of_range_arguments() -> None:
+    walk = mpa_kernels().fpdu_walk
+    for at, phase, count in ((-1, 0, 1), (5, 0, 1), (0, 512, 1), (0, 0, -1)):
+        with pytest.raises(ValueError, match="out of range"):
+            walk(bytearray(4), at, phase, True, False, True, True, MAX_ULPDU, count)
+    # Off the 4-octet grid a marker may fall across the CRC: fpdu_view
+    # refuses that FPDU, the walk does not take it.
+    with pytest.raises(RuntimeError):
+        mpa_kernels().fpdu_view(bytearray(64), 0, 506, True, False, False)
+    assert walk(bytearray(64), 0, 506, True, False, False, False, MAX_ULPDU, 9) == ([], 0, 0)
+
+
 def decode_all(path: Path) -> list[str]:
     """Every record and report of a capture, as JSON lines."""
     lines = []
@@ -448,3 +637,22 @@ def test_any_segmentation_reordering_and_retransmission_decode_the_same(
         assert decode_all(path) == accelerated
     assert any('"type": "fpdu"' in line for line in accelerated)
     assert not any('"type": "error"' in line for line in accelerated)
+
+
+@pytest.mark.parametrize("markers", [(False, False), (True, True)])
+def test_sequence_numbers_wrapping_inside_fpdus_decode_the_same(
+    tmp_path: Path, markers: tuple[bool, bool]
+) -> None:
+    # Both directions cross 2**32 within their first FPDUs (the walk's
+    # records and their markers count sequence numbers modulo 2**32).
+    cap, sent = standard(*markers).capture(
+        resegmented([1460, 700, 3000]), client_isn=2**32 - 1500, server_isn=2**32 - 900
+    )
+    path = tmp_path / "wrap.pcap"
+    path.write_bytes(cap.to_bytes())
+    accelerated = decode_all(path)
+    with pure_python():
+        assert decode_all(path) == accelerated
+    seqs = [json.loads(line)["seq"] for line in accelerated if '"type": "fpdu"' in line]
+    assert min(seqs) < 2**16 and max(seqs) > 2**32 - 2**16  # both sides of the wrap
+    assert sorted(seqs) == sorted(seq for each in sent.values() for seq in each)

@@ -1,14 +1,27 @@
-"""`iwarp decode --json` lines: json_line(record) is json.dumps(record.to_json()), always."""
+"""`iwarp decode --json` lines: json_line(record) is json.dumps(record.to_json()), always.
+
+The C accelerator writes an FPDU's line when its values are of the usual
+kinds (src/iwarp/_decode.c fpdu_json); the tests here run with it when it
+is built and compare it with the pure-Python line (records.kernels set to
+None, as ``IWARP_NO_ACCEL=1`` does).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from iwarp.analyze import records
+from iwarp.analyze.analyzer import Options, analyze_stream
+from iwarp.analyze.capture import read_tcp_packets
 from iwarp.analyze.records import (
     _DDP_KEYS,
     _RDMAP_KEYS,
@@ -135,3 +148,166 @@ def test_a_typical_fpdu_takes_the_direct_line() -> None:
         "expected": 1020,
         "ok": False,
     }
+
+
+# -- the C line (src/iwarp/_decode.c fpdu_json) ----------------------------------------
+
+needs_c = pytest.mark.skipif(
+    records.kernels is None, reason="the C accelerator is not built or IWARP_NO_ACCEL is set"
+)
+
+
+@contextlib.contextmanager
+def pure_python() -> Iterator[None]:
+    saved = records.kernels
+    records.kernels = None
+    try:
+        yield
+    finally:
+        records.kernels = saved
+
+
+def c_line(record: FpduRecord) -> str | None:
+    kernel: Any = records.kernels
+    line: str | None = kernel.fpdu_json(record)
+    return line
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(fpdus)
+def test_c_line_is_the_python_line_or_none(record: FpduRecord) -> None:
+    # Any record: the C line, when it writes one, is the pure-Python line.
+    line = c_line(record)
+    with pure_python():
+        expected = json_line(record)
+    assert line is None or line == expected
+    assert json_line(record) == expected == json.dumps(record.to_json())
+
+
+plain_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=12).filter(
+    lambda s: '"' not in s and "\\" not in s
+)
+usual_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from(list(Kind)),
+    plain_text,
+)
+usual_markers = st.builds(
+    MarkerRecord,
+    seq=st.integers(0, 2**63 - 1),
+    reserved=st.integers(0, 0xFFFF),
+    fpduptr=st.integers(0, 0xFFFF),
+    expected=st.integers(0, 0xFFFF),
+)
+usual_fpdus = st.builds(
+    FpduRecord,
+    stream=st.integers(0, 2**63 - 1),
+    direction=plain_text,
+    seq=st.integers(0, 2**32 - 1),
+    frame=st.one_of(st.none(), st.integers(0, 2**63 - 1)),
+    wire_length=st.integers(0, 2**64 - 1),
+    ulpdu_length=st.integers(-(2**63), 2**63 - 1),
+    markers=st.lists(usual_markers, max_size=40).map(tuple),
+    pad=st.binary(max_size=8),
+    crc=st.integers(0, 2**32 - 1),
+    crc_expected=st.integers(0, 2**32 - 1),
+    crc_checked=st.booleans(),
+    ulp=st.dictionaries(ulp_keys, usual_values, max_size=20),
+)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(usual_fpdus)
+def test_usual_records_take_the_c_line(record: FpduRecord) -> None:
+    # Numbers within 64 bits, printable strings, bools, None: C writes them
+    # all (markers past the stack buffer too), as json.dumps does.
+    line = c_line(record)
+    assert line is not None
+    assert line == json.dumps(record.to_json())
+    with pure_python():
+        assert json_line(record) == line
+
+
+@needs_c
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"crc_checked": 1},
+        {"crc": 2**32},
+        {"seq": 2**64},
+        {"stream": Kind.ONE},
+        {"frame": True},
+        {"direction": "caf\u00e9"},
+        {"direction": 'a"b'},
+        {"pad": bytearray(b"\1")},
+        {"markers": [MarkerRecord(1, 0, 0, 0)]},
+        {"markers": (MarkerRecord(-1, 0, 0, 0),)},
+        {"ulp": {"stag": 2**64}},
+        {"ulp": {"stag": -(2**63) - 1}},
+        {"ulp": {"opcode_name": "tab\there"}},
+        {"ulp": {"read_request": {"sink_stag": 1}}},
+        {"ulp": {"to": 1.5}},
+    ],
+)
+def test_unusual_values_are_left_to_python(change: dict[str, object]) -> None:
+    fields: dict[str, Any] = {
+        "stream": 1,
+        "direction": "initiator",
+        "seq": 5,
+        "frame": 9,
+        "wire_length": 24,
+        "ulpdu_length": 18,
+        "markers": (),
+        "pad": b"",
+        "crc": 1,
+        "crc_expected": 1,
+        "crc_checked": True,
+        "ulp": {"tagged": False},
+    }
+    fields.update(change)
+    record = FpduRecord(**fields)
+    assert c_line(record) is None
+    assert json_line(record) == json.dumps(record.to_json())
+
+
+@needs_c
+def test_the_c_line_refuses_other_objects() -> None:
+    kernel: Any = records.kernels
+    for other in (None, 1, "fpdu", MarkerRecord(1, 0, 0, 0), NoteRecord(1, "x", 1, None, "m")):
+        with pytest.raises(TypeError):
+            kernel.fpdu_json(other)
+    with pytest.raises(TypeError):
+        kernel.json_table(FpduRecord, MarkerRecord, list(_DDP_KEYS), _RDMAP_KEYS)
+    with pytest.raises(ValueError):
+        kernel.json_table(FpduRecord, MarkerRecord, ('a"b',), _RDMAP_KEYS)
+    with pytest.raises(ValueError):
+        kernel.json_table(FpduRecord, MarkerRecord, tuple(str(i) for i in range(33)), ())
+    # A refused table leaves the one in use as it was.
+    record = FpduRecord(1, "initiator", 5, 9, 24, 18, (), b"", 1, 1, True, {"stag": 7, "qn": 1})
+    assert c_line(record) == json.dumps(record.to_json())
+
+
+@pytest.mark.parametrize("mix", ["default", "marked"])
+def test_generated_captures_give_the_same_lines_both_ways(tmp_path: Path, mix: str) -> None:
+    from test_capture_scale import make_capture_module
+
+    path = tmp_path / f"{mix}.pcap"
+    make_capture_module().make_capture(str(path), 2 << 20, seed=5, concurrent=8, mix=mix)
+    with path.open("rb") as f:
+        outputs = [out for out in analyze_stream(read_tcp_packets(f), Options())]
+    found = [out for out in outputs if isinstance(out, FpduRecord)]
+    assert found
+    lines = [json_line(record) for record in found]
+    with pure_python():
+        assert [json_line(record) for record in found] == lines
+    assert lines == [json.dumps(record.to_json()) for record in found]
+    if records.kernels is not None:
+        # C writes every FPDU's line but those with a nested object (Read
+        # Requests, Terminates, Atomics), which Python writes.
+        nested = [r for r in found if any(isinstance(v, dict) for v in r.ulp.values())]
+        taken = [r for r in found if c_line(r) is not None]
+        assert len(taken) == len(found) - len(nested) > len(nested)

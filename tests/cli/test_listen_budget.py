@@ -18,9 +18,9 @@ import sys
 import pytest
 
 from clitools import IWARP, Listener, by_type, connect, mpa_peer, send_header
-from iwarp.cli._ops import REFUSAL_STAG, format_size, parse_size
+from iwarp.apps.rping import ADVERT
+from iwarp.cli._rdma_traffic import REFUSAL_STAG, format_size, parse_size
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder
-from iwarp.rdma.rping import ADVERT
 
 
 def test_sizes() -> None:

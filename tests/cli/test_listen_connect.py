@@ -11,10 +11,10 @@ import time
 import pytest
 
 from clitools import IWARP, by_type, connect, listen, mpa_peer, read_terminate, send_header
-from iwarp.cli import _ops, main
+from iwarp.apps.rping import ADVERT
+from iwarp.cli import _rdma_traffic, main
 from iwarp.mpa.framing import FpduEncoder
 from iwarp.mpa.wire import REQUEST_KEY
-from iwarp.rdma.rping import ADVERT
 
 
 @pytest.mark.parametrize(
@@ -326,7 +326,7 @@ def test_write_into_a_read_buffer_is_terminated(
     RDMA Write is refused with a Terminate (RFC 5040 §7.2) on both sides.
     (The connector's hello does not name its op, as older ones did not, so
     the listener's op check lets it through to the stack's protection.)"""
-    monkeypatch.setitem(_ops.OP_TAGS, "write", 0)
+    monkeypatch.setitem(_rdma_traffic.OP_TAGS, "write", 0)
     with listen("--connections", "1", "--op", "read") as listener:
         argv = ["connect", "127.0.0.1", str(listener.port), "--json", "--op", "write"]
         rc = main([*argv, "--count", "2"])

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from iwarp.analyze.synth import Direction, TcpCapture
+from iwarp.apps.rping import ADVERT
 from iwarp.cli._receipt import RECEIPT_REQUEST
 from iwarp.mpa.framing import fpdu_wire_size
-from iwarp.rdma.rping import ADVERT
 from tsharkutil import MpaPdu, decode, needs_tshark
 
 pytestmark = [pytest.mark.tshark, needs_tshark]
@@ -232,7 +232,7 @@ def _ddp(pdu: MpaPdu, name: str) -> int:
 @pytest.mark.parametrize("op", ["send", "write", "read"])
 def test_tshark_decodes_the_rdmap_messages_of_each_op(tmp_path: Path, op: str) -> None:
     """Send, RDMA Write, Read Request and Read Response carry the DDP/RDMAP
-    fields of the conversation in iwarp.cli._ops, as tshark decodes them."""
+    fields of the conversation in iwarp.cli._rdma_traffic, as tshark decodes them."""
     path = tmp_path / "ops.pcapng"
     options = ["--op", op]
     if DUMPCAP is not None and os.geteuid() == 0:

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from iwarp.cli import build_parser
-from iwarp.cli._mpa import config_from
+from iwarp.cli._mpa_options import config_from
 from iwarp.mpa.config import Rev0Profile
 from iwarp.mpa.wire import REQUEST_KEY, RtrFlags
 

@@ -26,8 +26,8 @@ from iwarp.cli._perf import (
     OPS,
     SWEEP_SIZES,
     PerfError,
+    PerfResult,
     PerfTest,
-    Result,
     Served,
     Ticker,
     check_word,
@@ -617,7 +617,7 @@ def test_atomic_has_no_sweep(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_lost_increment_is_an_error() -> None:
-    result = Result(PerfTest("atomic", ATOMIC_SIZE, False, False), "asyncio", False, True)
+    result = PerfResult(PerfTest("atomic", ATOMIC_SIZE, False, False), "asyncio", False, True)
     result.iterations = 5
     check_word({"cpu": 0.0, "word": 5}, result)
     for report in ({"cpu": 0.0, "word": 4}, {"cpu": 0.0}, {"word": -1}):
@@ -750,8 +750,8 @@ class _FloodingQueuePair:
         return b'{"cpu": 0.5}'
 
 
-def _flood_result() -> tuple[Result, Ticker]:
-    result = Result(PerfTest("write", 64, False, False), "sync", False, True, limit=3)
+def _flood_result() -> tuple[PerfResult, Ticker]:
+    result = PerfResult(PerfTest("write", 64, False, False), "sync", False, True, limit=3)
     return result, Ticker(result, enabled=False, forced=False, interval=1.0)
 
 

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clitools import IWARP, by_type, connect, listen
-from iwarp.cli._mpa import message
+from iwarp.cli._mpa_options import message
 from iwarp.cli._receipt import RECEIPT_OFFER, RECEIPT_REQUEST, offer_receipts, split_offer
 from iwarp.sync.mpa import listen as mpa_listen
 

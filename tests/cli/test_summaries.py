@@ -13,7 +13,7 @@ import time
 import pytest
 
 from clitools import IWARP, by_type, connect, listen
-from iwarp.cli._mpa import message
+from iwarp.cli._mpa_options import message
 from iwarp.cli._report import format_record
 
 #: A summary line in the human layout: ``summary: key=value ...``.

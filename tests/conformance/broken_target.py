@@ -23,6 +23,7 @@ import iwarp.ddp.segmentation
 import iwarp.mpa.connection
 import iwarp.mpa.framing
 import iwarp.mpa.handshake
+import iwarp.rdmap.atomics
 import iwarp.rdmap.memory
 import iwarp.rdmap.stream
 from iwarp._crc32c import crc32c
@@ -61,7 +62,14 @@ from iwarp.rdmap.errors import (
 )
 from iwarp.rdmap.memory import Access, AccessFault
 from iwarp.rdmap.state import StreamState
-from iwarp.rdmap.wire import INVALIDATE_OPCODES, READ_REQUEST_SIZE, RdmapOpcode, ReadRequest
+from iwarp.rdmap.wire import (
+    INVALIDATE_OPCODES,
+    READ_REQUEST_SIZE,
+    AtomicOpcode,
+    RdmapOpcode,
+    ReadRequest,
+)
+from iwarp.rdmap.work import Completion, CompletionStatus, WorkOpcode
 
 
 def break_crc() -> None:
@@ -926,6 +934,78 @@ def break_marker_ptr() -> None:
     _patch(encoder, "encode_run", encode_run)
 
 
+def break_atomic_response() -> None:
+    """RFC 7306 §5.2.2: the Atomic Response's Original Request Identifier is not the
+    Request's (one more)."""
+    response = _get(iwarp.rdmap.stream, "AtomicResponse")
+
+    class Misnumbered:
+        unpack_from = staticmethod(response.unpack_from)
+
+        def __new__(cls, request_id: int, original: int) -> Any:
+            return response((request_id + 1) & 0xFFFFFFFF, original)
+
+    _patch(iwarp.rdmap.stream, "AtomicResponse", Misnumbered)
+
+
+def break_atomic_fetch_add() -> None:
+    """RFC 7306 §5.1.1: FetchAdd returns the original word but does not store the sum."""
+
+    def unchanged(original: int, add: int, mask: int = 0) -> int:
+        return original
+
+    _patch(iwarp.rdmap.atomics, "masked_fetch_add", unchanged)
+
+
+def break_atomic_cmp_swap() -> None:
+    """RFC 7306 §5.1.2: CmpSwap swaps the masked bits without comparing."""
+
+    def swapped(original: int, compare: int, compare_mask: int, swap: int, swap_mask: int) -> int:
+        return ((original & ~swap_mask) | (swap & swap_mask)) & 0xFFFFFFFFFFFFFFFF
+
+    _patch(iwarp.rdmap.atomics, "masked_cmp_swap", swapped)
+
+
+def break_atomic_opcode() -> None:
+    """RFC 7306 §5.2.1 rule 4: a reserved AOpCode is not refused (every other check is
+    made; it is executed as a CmpSwap)."""
+    checked = _get(iwarp.rdmap.stream, "check_target")
+
+    def check(pd: Any, request: Any, *, ddp_header: bytes | None = None) -> Any:
+        known = dataclasses.replace(request, aopcode=AtomicOpcode.CMP_SWAP)
+        return checked(pd, known, ddp_header=ddp_header)
+
+    _patch(iwarp.rdmap.stream, "check_target", check)
+
+
+def break_atomic_stag() -> None:
+    """RFC 7306 §5 / RFC 5040 §7.2: an Atomic Request for an unknown STag acts on a scratch
+    word (registered for it)."""
+    checked = _get(iwarp.rdmap.stream, "check_target")
+
+    def check(pd: Any, request: Any, *, ddp_header: bytes | None = None) -> Any:
+        if pd.registry.lookup(request.stag) is None:
+            rights = Access.LOCAL_WRITE | Access.REMOTE_ATOMIC
+            return pd.register(bytearray(8), rights, address=request.to)
+        return checked(pd, request, ddp_header=ddp_header)
+
+    _patch(iwarp.rdmap.stream, "check_target", check)
+
+
+def break_immediate_size() -> None:
+    """RFC 7306 §6.3: Immediate Data of any length is taken."""
+    stream = iwarp.rdmap.stream.RdmapStream
+
+    def received(self: Any, segment: Any, opcode: int) -> None:
+        wr, length = segment.buffer.context, segment.message_length
+        data = bytes(segment.buffer.view[:length])
+        self._received(
+            Completion(wr.wr_id, WorkOpcode.RECV, CompletionStatus.SUCCESS, length, immediate=data)
+        )
+
+    _patch(stream, "_immediate_received", received)
+
+
 #: Each switch breaks one MUST rule; a case tagged with the rule in ``covers`` must fail.
 RULES = {
     "crc": break_crc,
@@ -978,6 +1058,12 @@ RULES = {
     "crc-always": break_crc_always,
     "markers": break_markers,
     "marker-ptr": break_marker_ptr,
+    "atomic-response": break_atomic_response,
+    "atomic-fetch-add": break_atomic_fetch_add,
+    "atomic-cmp-swap": break_atomic_cmp_swap,
+    "atomic-opcode": break_atomic_opcode,
+    "atomic-stag": break_atomic_stag,
+    "immediate-size": break_immediate_size,
 }
 
 

@@ -21,9 +21,10 @@ from contextlib import contextmanager
 import pytest
 
 from iwarp.conformance import all_cases
-from iwarp.conformance.model import Result, Status, TargetRole, select
+from iwarp.conformance.model import Result, Status, select
 from iwarp.conformance.report import format_result
 from iwarp.conformance.runner import InitiatorTarget, ResponderTarget, Runner
+from iwarp.conformance.terms import TargetRole
 from iwarp.interop.profiles import PROFILES, cli_options
 
 from .conftest import HERE, TARGET_TIMEOUT, connecting, listening

@@ -6,7 +6,8 @@ import re
 
 from iwarp.cli import main
 from iwarp.conformance import all_cases
-from iwarp.conformance.model import Level, TargetRole, select
+from iwarp.conformance.model import Level, select
+from iwarp.conformance.terms import TargetRole
 
 ID = re.compile(r"^(rfc5044|rfc6581|rfc5041|rfc5040|rfc7306|draft-culley)/[0-9A-Z.]+/\d+$")
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 import pytest
 
 from iwarp.conformance import all_cases
-from iwarp.conformance.model import Case, Result, Status, TargetRole, select
+from iwarp.conformance.model import Case, Result, Status, select
 from iwarp.conformance.report import format_result
 from iwarp.conformance.runner import ResponderTarget, Runner
+from iwarp.conformance.terms import TargetRole
 
 from .broken_target import RULES, VARIANTS
 from .conftest import TARGET_TIMEOUT, switched

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from iwarp.conformance.link import Link
-from iwarp.conformance.model import TargetRole
 from iwarp.conformance.session import Session
+from iwarp.conformance.terms import TargetRole
 from iwarp.mpa.framing import FpduEncoder
 
 #: ULPDU sizes: small ones, and ones that make markers fall inside an FPDU, right before its

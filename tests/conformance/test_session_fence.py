@@ -12,8 +12,8 @@ import pytest
 
 from iwarp.conformance import craft
 from iwarp.conformance.link import Link
-from iwarp.conformance.model import CaseSkipped, TargetRole
 from iwarp.conformance.session import NO_FIRST_FPDU, Session
+from iwarp.conformance.terms import CaseSkipped, TargetRole
 
 
 @contextmanager

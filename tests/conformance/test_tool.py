@@ -13,8 +13,9 @@ import pytest
 
 from iwarp.cli import main
 from iwarp.conformance import all_cases, craft
-from iwarp.conformance.model import Need, Status, matches, select
+from iwarp.conformance.model import Status, matches, select
 from iwarp.conformance.runner import ResponderTarget, Runner
+from iwarp.conformance.terms import Need
 from iwarp.mpa.wire import FRAME_HEADER, FRAME_HEADER_SIZE, REPLY_KEY, FrameFlags
 
 from .conftest import TARGET_TIMEOUT, listening

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from iwarp.interop.host import CliOptions, Need, end_process, missing, offered
+from iwarp.interop.host import CliOptions, HostCommand, end_process, missing, offered
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,13 +48,15 @@ def test_the_real_cli_through_its_help() -> None:
     commands = CliOptions.load()
     assert commands is not None
     assert {"listen", "connect", "ping", "interop"} <= set(commands)
-    assert missing((Need("listen", ("--host", "--port", "--op", "--json")),), commands) is None
-    assert missing((Need("interop", ("peer",)),), commands) is None
     assert (
-        missing((Need("listen", ("--port", "--no-such-option")),), commands)
+        missing((HostCommand("listen", ("--host", "--port", "--op", "--json")),), commands) is None
+    )
+    assert missing((HostCommand("interop", ("peer",)),), commands) is None
+    assert (
+        missing((HostCommand("listen", ("--port", "--no-such-option")),), commands)
         == "'iwarp listen' has no --no-such-option option yet"
     )
-    assert missing((Need("no-such-command"),), commands) == (
+    assert missing((HostCommand("no-such-command"),), commands) == (
         "iwarp has no 'no-such-command' command yet"
     )
 

@@ -293,7 +293,7 @@ def test_bw_client_against_the_server(test: str) -> None:
 def test_ib_write_bw_in_the_guest_against_iwarp(tmp_path: Path) -> None:
     from iwarp.interop.cases import all_cases
     from iwarp.interop.guest import GuestImage
-    from iwarp.interop.suite import Runner, Status
+    from iwarp.interop.suite import InteropRunner, InteropStatus
 
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("SIW GUEST NOT RUN: qemu-system-x86_64 missing")
@@ -301,10 +301,10 @@ def test_ib_write_bw_in_the_guest_against_iwarp(tmp_path: Path) -> None:
     if image is None:
         pytest.skip("SIW GUEST NOT RUN: the guest is not built (run: iwarp interop build)")
     (case,) = [c for c in all_cases() if c.name == "perftest/ib_write_bw"]
-    runner = Runner(image, tmp_path, log=lambda _: None)
+    runner = InteropRunner(image, tmp_path, log=lambda _: None)
     try:
         outcome = runner.run_case(case)
     finally:
         runner.close()
-    assert outcome.status is Status.PASS, outcome.reason
+    assert outcome.status is InteropStatus.PASS, outcome.reason
     assert "BW average" in outcome.reason and "MB/s" in outcome.reason

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import MpaConn, out
 from iwarp.cli import build_parser
-from iwarp.cli._mpa import config_from
+from iwarp.cli._mpa_options import config_from
 from iwarp.errors import LocalProtocolError, MpaErrorCode
 from iwarp.interop.profiles import NOT_EXPRESSIBLE, PROFILES, cli_options, cxgb4, irdma, rfc, siw
 from iwarp.mpa.config import MpaConfig, Role

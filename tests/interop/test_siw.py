@@ -13,7 +13,7 @@ import pytest
 
 from iwarp.interop.cases import all_cases
 from iwarp.interop.guest import GuestImage
-from iwarp.interop.suite import Runner, Status
+from iwarp.interop.suite import InteropRunner, InteropStatus
 from iwarp.interop.vm import Guest
 
 pytestmark = pytest.mark.siw
@@ -44,13 +44,13 @@ def test_guest_boots_with_siw_and_swaps_builds(image: GuestImage, tmp_path: Path
 def test_interop_cases_against_siw(image: GuestImage, tmp_path: Path) -> None:
     wanted = ("mpa/siw-request/listen-nocrc", "mpa/connect/rev2-crc", "control/rping")
     cases = [c for c in all_cases() if c.name in wanted]
-    runner = Runner(image, tmp_path, log=lambda _: None)
+    runner = InteropRunner(image, tmp_path, log=lambda _: None)
     try:
         outcomes = [runner.run_case(c) for c in cases]
     finally:
         runner.close()
     for outcome in outcomes:
-        if outcome.status is Status.NOT_RUN:
+        if outcome.status is InteropStatus.NOT_RUN:
             continue  # the iwarp side is missing: the reason is in the report
-        assert outcome.status is Status.PASS, (outcome.case.name, outcome.reason)
+        assert outcome.status is InteropStatus.PASS, (outcome.case.name, outcome.reason)
     assert runner.boots and runner.facts.rping_min_size > 0

@@ -11,13 +11,13 @@ from iwarp.conformance.expected import load as load_expected
 from iwarp.interop.capture import Verdict
 from iwarp.interop.cases import ATOMIC_PROBE, all_cases, conformance_matches
 from iwarp.interop.guest import VARIANTS
-from iwarp.interop.host import Need, ProcResult, missing
+from iwarp.interop.host import HostCommand, ProcResult, missing
 from iwarp.interop.report import Report
 from iwarp.interop.suite import (
-    Direction,
+    InteropDirection,
+    InteropStatus,
     Outcome,
     Run,
-    Status,
     both_succeed,
     mpa_established,
     order_for_boot,
@@ -41,7 +41,7 @@ def test_catalogue_is_well_formed() -> None:
         if case.blocked:
             continue
         assert case.guest_cmd, case.name
-        if case.direction is Direction.SIW_TO_SIW:
+        if case.direction is InteropDirection.SIW_TO_SIW:
             assert case.guest_server and not case.iwarp_args
         else:
             assert case.iwarp_args and case.needs, case.name
@@ -84,13 +84,13 @@ def test_order_for_boot_groups_variants_default_first() -> None:
 
 def test_missing_names_the_exact_gap() -> None:
     commands = {"listen": {"--host", "--port"}}
-    assert missing((Need("listen", ("--host",)),), commands) is None
-    assert missing((Need("ping", ()),), commands) == "iwarp has no 'ping' command yet"
+    assert missing((HostCommand("listen", ("--host",)),), commands) is None
+    assert missing((HostCommand("ping", ()),), commands) == "iwarp has no 'ping' command yet"
     assert (
-        missing((Need("listen", ("--host", "--echo", "--op")),), commands)
+        missing((HostCommand("listen", ("--host", "--echo", "--op")),), commands)
         == "'iwarp listen' has no --echo, --op option yet"
     )
-    assert missing((Need("listen"),), None) == "the iwarp CLI does not load"
+    assert missing((HostCommand("listen"),), None) == "the iwarp CLI does not load"
 
 
 def test_mpa_established_reads_the_established_line() -> None:
@@ -128,12 +128,14 @@ def test_both_succeed_and_terminate_sent() -> None:
 def _report() -> Report:
     cases = {c.name: c for c in all_cases()}
     not_run = cases["perftest/ib_send_bw"]
-    failed = Outcome(cases["mpa/connect/rev0"], Status.FAIL, "negotiated rev=1 (expected 0)", 2.0)
+    failed = Outcome(
+        cases["mpa/connect/rev0"], InteropStatus.FAIL, "negotiated rev=1 (expected 0)", 2.0
+    )
     failed.commands = {"iwarp": "iwarp connect 127.0.0.1 1"}
     return Report(
         [
-            Outcome(cases["mpa/connect/rev1"], Status.PASS, "MPA established: rev=1", 1.25),
-            Outcome(not_run, Status.NOT_RUN, "iwarp has no 'interop' command yet"),
+            Outcome(cases["mpa/connect/rev1"], InteropStatus.PASS, "MPA established: rev=1", 1.25),
+            Outcome(not_run, InteropStatus.NOT_RUN, "iwarp has no 'interop' command yet"),
             failed,
         ],
         boots=[8.1],
@@ -163,10 +165,10 @@ def test_report_json() -> None:
     assert report.failed
 
 
-@pytest.mark.parametrize("status", list(Status))
-def test_only_failures_fail_the_report(status: Status) -> None:
+@pytest.mark.parametrize("status", list(InteropStatus))
+def test_only_failures_fail_the_report(status: InteropStatus) -> None:
     case = all_cases()[0]
-    assert Report([Outcome(case, status, "x")]).failed == (status is Status.FAIL)
+    assert Report([Outcome(case, status, "x")]).failed == (status is InteropStatus.FAIL)
 
 
 def _conformance_report(record: str, **changes: tuple[str, str]) -> dict[str, object]:

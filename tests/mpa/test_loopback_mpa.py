@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from iwarp.asyncio.mpa import Accept, MpaRejectedError, MpaSocket, Reject, connect, serve
+from iwarp.asyncio.mpa import Accept, ConnectionRejectedError, MpaSocket, Reject, connect, serve
 from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Rev0Profile
 from iwarp.mpa.events import RequestReceived
@@ -124,7 +124,7 @@ async def run_cell(cell: Cell, port: int) -> tuple[str, object]:
     pd = cell.private_data()
     try:
         sock = await connect("127.0.0.1", port, config=cell.init.config(), private_data=pd)
-    except MpaRejectedError as exc:
+    except ConnectionRejectedError as exc:
         assert exc.event.by_peer
         assert exc.private_data == pd[::-1]
         return "rejected", None
@@ -151,7 +151,7 @@ async def run_matrix(all_cells: list[Cell]) -> list[tuple[Cell, str, object]]:
         server_results[key] = results
 
         def on_failure(error: BaseException, peer: object, results: Counter[str] = results) -> None:
-            if isinstance(error, MpaRejectedError):
+            if isinstance(error, ConnectionRejectedError):
                 results["rejected"] += 1
             else:
                 assert isinstance(error, MpaError)

@@ -18,7 +18,7 @@ import pytest
 
 from iwarp.asyncio.mpa import (
     Accept,
-    MpaRejectedError,
+    ConnectionRejectedError,
     MpaSocket,
     MpaStream,
     Reject,
@@ -178,7 +178,7 @@ def test_delayed_startup_reject() -> None:
         await stream.readuntil(b"\n")
         try:
             await stream.start_mpa(Role.RESPONDER, decide=lambda req: Reject(b"not now"))
-        except MpaRejectedError as exc:
+        except ConnectionRejectedError as exc:
             await outcome.put(f"server: {exc.event.reason}")
 
     async def main() -> None:
@@ -186,7 +186,7 @@ def test_delayed_startup_reject() -> None:
         async with server:
             stream = await open_stream("127.0.0.1", port_of(server))
             stream.write(b"upgrade?\n")
-            with pytest.raises(MpaRejectedError) as info:
+            with pytest.raises(ConnectionRejectedError) as info:
                 await stream.start_mpa(Role.INITIATOR)
             assert info.value.private_data == b"not now"
             assert "application" in await outcome.get()

@@ -473,6 +473,87 @@ def test_counts_and_state_equal_receive(
         assert by_count.buffered == 0
 
 
+# -- receive_run: several segments in one call -------------------------------
+#
+# One receiver takes each segment with receive_count() (stopping at an
+# error, as the capture analyzer's replay does), another takes the same
+# segments gathered into runs of segments that continue each other, with
+# receive_run(); after every run they agree on the summed counts, on the
+# most octets held after any segment of the run, and on everything the
+# receiver shows. Corruption and a low ULPDU limit make a run fail midway
+# (receive_run then puts the receiver back and goes segment by segment).
+
+
+def one_by_one(
+    receiver: OutOfOrderReceiver, start: int, group: list[tuple[int, bytes]]
+) -> tuple[int, int, int, int]:
+    passed = ahead = delivered = peak = 0
+    for offset, payload in group:
+        if receiver.error is not None:
+            break
+        p, a, d = receiver.receive_count((start + offset) & MASK, payload)
+        passed, ahead, delivered = passed + p, ahead + a, delivered + d
+        peak = max(peak, receiver.buffered)
+    return passed, ahead, delivered, peak
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ulpdus=ulpdu_lists,
+    start=starts,
+    markers=st.booleans(),
+    crc=st.booleans(),
+    sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=6),
+    seed=st.integers(0, 2**32),
+    swaps=st.integers(0, 2),
+    extra=st.integers(0, 2),
+    flip=st.one_of(st.none(), st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255))),
+    groups=st.lists(st.integers(1, 6), min_size=1, max_size=8),
+    limits=st.sampled_from([(2000, 1 << 30), (1400, 1 << 30), (2000, 2500)]),
+)
+def test_a_run_gives_what_one_call_per_segment_gives(
+    ulpdus: list[bytes],
+    start: int,
+    markers: bool,
+    crc: bool,
+    sizes: list[int],
+    seed: int,
+    swaps: int,
+    extra: int,
+    flip: tuple[float, int] | None,
+    groups: list[int],
+    limits: tuple[int, int],
+) -> None:
+    stream = build(ulpdus, start=start, markers=markers, crc=crc)
+    data = bytearray(stream.data)
+    if flip is not None:
+        data[int(flip[0] * len(data))] ^= flip[1]
+    segments = disturb(cut(bytes(data), sizes), bytes(data), random.Random(seed), swaps, extra)
+    max_ulpdu, window = limits
+    one = OutOfOrderReceiver(
+        start=start, markers=markers, crc=crc, max_ulpdu=max_ulpdu, window=window
+    )
+    run = OutOfOrderReceiver(
+        start=start, markers=markers, crc=crc, max_ulpdu=max_ulpdu, window=window
+    )
+    i = turn = 0
+    while i < len(segments):
+        group = [segments[i]]
+        while len(group) < groups[turn % len(groups)] and i + len(group) < len(segments):
+            offset, payload = segments[i + len(group)]
+            if offset != group[-1][0] + len(group[-1][1]):
+                break
+            group.append((offset, payload))
+        i += len(group)
+        turn += 1
+        expected = one_by_one(one, start, group)
+        got = run.receive_run((start + group[0][0]) & MASK, [p for _, p in group])
+        assert got == expected
+        assert shown(run) == shown(one)
+    if flip is None and not (swaps or extra) and max(map(len, ulpdus)) <= 1400:
+        assert run.error is None and run.delivered_offset == len(data)
+
+
 def test_window_is_kept_on_the_counting_path() -> None:
     stream = build([bytes(1000)] * 4, start=7, markers=False, crc=True)
     receiver = OutOfOrderReceiver(start=7, markers=False, crc=True, window=1500)

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import RequestReceived
-from iwarp.rdma.connection import Event, RdmaConnection
+from iwarp.rdma.connection import RdmaConnection
+from iwarp.rdma.events import StackEvent as Event
 from iwarp.rdmap.memory import MemoryRegistry, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import Completion
@@ -51,7 +52,7 @@ def pump(a: End, b: End, *, rounds: int = 100_000, chunk: int = 1 << 20) -> None
             moved = True
             src.wire.append(data)
             for i in range(0, len(data), chunk):
-                events = dst.conn.receive_data(data[i : i + chunk])
+                events = dst.conn.receive_data(data[i : i + chunk], 0.0)
                 dst.events.extend(events)
                 for event in events:
                     if isinstance(event, RequestReceived):

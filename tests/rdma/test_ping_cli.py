@@ -68,7 +68,7 @@ def test_ping_client_and_server(flags: tuple[str, ...]) -> None:
 
 
 def _payload(n: int, size: int) -> str:
-    from iwarp.rdma.rping import ping_payload
+    from iwarp.apps.rping import ping_payload
 
     return ping_payload(n, size, 65 + n)[: size - 1].decode()
 

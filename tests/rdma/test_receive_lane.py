@@ -18,7 +18,8 @@ from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.framing import fpdu_wire_size
 from iwarp.rdma import endpoint as endpoint_module
 from iwarp.rdma import small
-from iwarp.rdma.endpoint import CompletionQueued, QueuePairEndpoint
+from iwarp.rdma.endpoint import QueuePairEndpoint
+from iwarp.rdma.events import CompletionQueued
 from iwarp.rdmap.memory import Access
 from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WriteWR
 

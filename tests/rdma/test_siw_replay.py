@@ -2,7 +2,7 @@
 
 The evidence folder (``tests/data/siw``) holds what Linux siw really sent and what a hand-made
 peer answered in whole rping exchanges. Here our stack plays that peer with
-the ``iwarp ping`` logic (:mod:`iwarp.rdma.rping`): siw's frames go in, and
+the ``iwarp ping`` logic (:mod:`iwarp.apps.rping`): siw's frames go in, and
 what we send must equal, octet for octet, what siw accepted. Buffers are
 registered at the STags and addresses the recorded peer used so that siw's
 frames (and their CRCs) apply unchanged.
@@ -16,16 +16,17 @@ from typing import Any
 
 import pytest
 
+from iwarp.apps.rping import RpingClient, RpingServer
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import ConnectionEstablished, RequestReceived
 from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma.connection import RdmaConnection
-from iwarp.rdma.rping import RpingClient, RpingServer
+from iwarp.rdmap.events import TerminateReceived
 from iwarp.rdmap.memory import MemoryRegistry
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import describe_ulpdu
-from iwarp.rdmap.work import Completion, TerminateReceived
+from iwarp.rdmap.work import Completion
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "data" / "siw"
 
@@ -57,7 +58,7 @@ class Peer:
                 return
 
     def feed(self, data: bytes) -> None:
-        events = self.conn.receive_data(data)
+        events = self.conn.receive_data(data, 0.0)
         for event in events:
             if isinstance(event, RequestReceived):
                 self.conn.accept()

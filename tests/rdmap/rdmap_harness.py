@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from iwarp.mpa.wire import RtrFlags
+from iwarp.rdmap.events import Event, TerminateReceived, TerminateSent
 from iwarp.rdmap.memory import MemoryRegistry, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
-from iwarp.rdmap.work import Completion, Event, TerminateReceived, TerminateSent
+from iwarp.rdmap.work import Completion
 
 NO_RTR = RtrFlags(0)
 

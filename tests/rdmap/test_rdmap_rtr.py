@@ -9,11 +9,12 @@ import pytest
 from iwarp.ddp.wire import TaggedHeader, UntaggedHeader
 from iwarp.errors import LocalProtocolError, RemoteProtocolError
 from iwarp.mpa.wire import RtrFlags
+from iwarp.rdmap.events import StreamReady
 from iwarp.rdmap.memory import MemoryRegistry
 from iwarp.rdmap.state import LOCAL_INPUTS, TRANSITIONS, StreamInput, StreamState, transition
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import ReadRequest
-from iwarp.rdmap.work import RecvWR, SendWR, Sge, StreamReady, WorkOpcode
+from iwarp.rdmap.work import RecvWR, SendWR, Sge, WorkOpcode
 from rdmap.rdmap_harness import make_pair, pump
 
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clitools import by_type, listen
-from iwarp.cli import _ops, main
+from iwarp.cli import _rdma_traffic, main
 from iwarp.ddp.errors import DdpTaggedCode, DdpTaggedError, DdpUntaggedCode, DdpUntaggedError
 from iwarp.errors import MpaErrorCode, TerminateLayer
 from iwarp.rdmap.errors import (
@@ -71,7 +71,7 @@ def test_cli_records_name_the_terminate(
 ) -> None:
     # A connector whose hello names no op (as older ones), so that its RDMA
     # Writes reach the read listener's buffers and meet their protection.
-    monkeypatch.setitem(_ops.OP_TAGS, "write", 0)
+    monkeypatch.setitem(_rdma_traffic.OP_TAGS, "write", 0)
     with listen("--connections", "1", "--op", "read") as listener:
         argv = ["connect", "127.0.0.1", str(listener.port), "--json", "--op", "write"]
         rc = main([*argv, "--count", "2"])

@@ -120,12 +120,12 @@ def test_a_reject_carries_the_private_data() -> None:
         def serve() -> None:
             try:
                 listener.accept(timeout=T)
-            except aio.MpaRejectedError as exc:
+            except aio.ConnectionRejectedError as exc:
                 failures.append(exc)
 
         thread = threading.Thread(target=serve)
         thread.start()
-        with pytest.raises(aio.MpaRejectedError) as info:
+        with pytest.raises(aio.ConnectionRejectedError) as info:
             mpa.connect("127.0.0.1", listener.port, timeout=T)
         assert info.value.private_data == b"go away"
         thread.join(T)

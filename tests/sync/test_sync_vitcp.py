@@ -13,7 +13,7 @@ import pytest
 import iwarp.asyncio.vitcp as aio
 from iwarp.sync import WaitTimeoutError, vitcp
 from iwarp.vitcp.config import VitcpConfig
-from iwarp.vitcp.events import CompletionStatus, RdmaReadServed, RdmaWriteReceived
+from iwarp.vitcp.events import RdmaReadServed, RdmaWriteReceived, ViCompletionStatus
 from iwarp.vitcp.wire import Reliability
 
 T = 10.0
@@ -56,7 +56,7 @@ def test_every_operation_sync_to_sync(level: Reliability, crc: bool) -> None:
             for size in SIZES:
                 data = bytes([size % 256]) * size
                 done = vi.send(data, immediate=size, timeout=T)
-                assert done.status is CompletionStatus.SUCCESS
+                assert done.status is ViCompletionStatus.SUCCESS
                 vi.rdma_write(data, remote_address=address, memory_handle=handle, timeout=T)
                 assert vi.receive(timeout=T).data == data  # the server's copy of its region
                 if level is not Reliability.UNRELIABLE:
@@ -67,7 +67,7 @@ def test_every_operation_sync_to_sync(level: Reliability, crc: bool) -> None:
                         length=size,
                         timeout=T,
                     )
-                    assert read.status is CompletionStatus.SUCCESS
+                    assert read.status is ViCompletionStatus.SUCCESS
                     assert bytes(local.view[:size]) == data
         thread.join(T)
     assert errors == []

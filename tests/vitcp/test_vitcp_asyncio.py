@@ -28,13 +28,14 @@ from iwarp.asyncio.vitcp import (
 )
 from iwarp.cli import main
 from iwarp.cli.vitcp import payload
-from iwarp.vitcp.config import Role, VitcpConfig
+from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.events import (
-    CompletionStatus,
     ConnectionRequested,
     RdmaReadServed,
     RdmaWriteReceived,
+    SendCompleted,
+    ViCompletionStatus,
 )
 from iwarp.vitcp.wire import Reliability
 
@@ -71,7 +72,7 @@ def test_every_operation_over_loopback(level: Reliability, use_crc: bool, flow: 
             for size in SIZES:
                 data = payload(size, size)
                 done = await client.send(data, immediate=size)
-                assert done.status is CompletionStatus.SUCCESS
+                assert done.status is ViCompletionStatus.SUCCESS
                 message = await server.receive()
                 assert (message.data, message.immediate_data) == (data, size)
                 await client.rdma_write(
@@ -89,7 +90,7 @@ def test_every_operation_over_loopback(level: Reliability, use_crc: bool, flow: 
                     memory_handle=remote.handle,
                     length=size,
                 )
-                assert read.status is CompletionStatus.SUCCESS
+                assert read.status is ViCompletionStatus.SUCCESS
                 assert bytes(local.view[:size]) == data[::-1]
                 (served,) = server.pending_notices()
                 assert isinstance(served, RdmaReadServed) and served.length == size
@@ -112,7 +113,7 @@ def test_sixteen_mebibytes(use_crc: bool) -> None:
         listener, client, server = await pair(config, config)
         data = os.urandom(16 << 20)
         done = await client.send(data)
-        assert done.status is CompletionStatus.SUCCESS
+        assert done.status is ViCompletionStatus.SUCCESS
         assert (await server.receive()).data == data
         if use_crc:  # RDMA Write and Read of 16 MiB too, once
             remote = server.register(bytearray(len(data)))
@@ -128,7 +129,7 @@ def test_sixteen_mebibytes(use_crc: bool) -> None:
                 memory_handle=remote.handle,
                 length=len(data),
             )
-            assert read.status is CompletionStatus.SUCCESS
+            assert read.status is ViCompletionStatus.SUCCESS
             assert bytes(local.view[:4]) == b"read" and local.view[4:] == data[4:]
         await client.close()
         await listener.close()
@@ -559,7 +560,7 @@ def test_keep_posted_descriptors_are_there_before_the_first_message() -> None:
 
     async def passive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
-        core = VitcpConnection(VitcpConfig(), Role.PASSIVE)
+        core = VitcpConnection(VitcpConfig(), ViRole.PASSIVE)
         core.tcp_accepted(loop.time())
         requested = False
         while not requested:
@@ -585,5 +586,28 @@ def test_keep_posted_descriptors_are_there_before_the_first_message() -> None:
                 assert bytes(message.data) == b"right behind the accept"
             finally:
                 await client.close()
+
+    run(body())
+
+
+def test_several_calls_wait_on_one_vi_at_once() -> None:
+    """Sends posted without waiting, a receive and a notice wait side by
+    side: each call wakes when what it waits for is there."""
+
+    async def body() -> None:
+        listener, client, server = await pair(VitcpConfig(), VitcpConfig())
+        try:
+            futures = [client.send_nowait(b"m%d" % i) for i in range(5)]
+            receives = asyncio.gather(*(server.receive() for _ in range(5)))
+            done = await asyncio.gather(*futures)
+            sends = [event for event in done if isinstance(event, SendCompleted)]
+            assert len(sends) == 5 and all(s.status is ViCompletionStatus.SUCCESS for s in sends)
+            numbers = [event.message_number for event in sends]
+            assert numbers == sorted(numbers) and len(set(numbers)) == 5
+            assert [m.data for m in await receives] == [b"m%d" % i for i in range(5)]
+        finally:
+            await client.close()
+            assert await server.wait_closed() is not None
+            await listener.close()
 
     run(body())

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from helpers import out
 from iwarp.errors import RemoteProtocolError
-from iwarp.vitcp.config import Role, VitcpConfig
+from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import LocalBuffer, VitcpConnection
 from iwarp.vitcp.crc import CrcOrder, crc
 from iwarp.vitcp.errors import (
@@ -23,9 +23,7 @@ from iwarp.vitcp.errors import (
     VitcpUsageError,
 )
 from iwarp.vitcp.events import (
-    CompletionStatus,
     Connected,
-    ConnectionClosed,
     Event,
     MessageReceived,
     RdmaReadCompleted,
@@ -33,6 +31,8 @@ from iwarp.vitcp.events import (
     RdmaWriteReceived,
     RemoteErrorReported,
     SendCompleted,
+    ViCompletionStatus,
+    ViConnectionClosed,
 )
 from iwarp.vitcp.handshake import State
 from iwarp.vitcp.wire import (
@@ -57,8 +57,8 @@ class Pair:
     """An active and a passive endpoint joined by an in-memory stream."""
 
     def __init__(self, a_config: VitcpConfig, b_config: VitcpConfig, chunk: int = 0) -> None:
-        self.a = VitcpConnection(a_config, Role.ACTIVE)
-        self.b = VitcpConnection(b_config, Role.PASSIVE)
+        self.a = VitcpConnection(a_config, ViRole.ACTIVE)
+        self.b = VitcpConnection(b_config, ViRole.PASSIVE)
         self.ea: list[Event] = []
         self.eb: list[Event] = []
         self.wire_ab: list[bytes] = []
@@ -77,10 +77,10 @@ class Pair:
 
     def _deliver(self, to: VitcpConnection, data: bytes) -> list[Event]:
         if not self.chunk:
-            return to.receive_data(data)
+            return to.receive_data(data, 0.0)
         events = []
         for i in range(0, len(data), self.chunk):
-            events += to.receive_data(data[i : i + self.chunk])
+            events += to.receive_data(data[i : i + self.chunk], 0.0)
         return events
 
     def pump(self, limit: int = 1000) -> None:
@@ -166,10 +166,10 @@ def test_every_message_type(level: Reliability, use_crc: bool, flow: bool) -> No
     assert sorted(c.message_number for c in completions) == sorted(
         [n_send, n_write, n_write_imm, n_empty]
     )
-    assert all(c.status is CompletionStatus.SUCCESS for c in completions)
+    assert all(c.status is ViCompletionStatus.SUCCESS for c in completions)
     if n_read is not None:
         (read,) = of(p.ea, RdmaReadCompleted)
-        assert read.message_number == n_read and read.status is CompletionStatus.SUCCESS
+        assert read.message_number == n_read and read.status is ViCompletionStatus.SUCCESS
         assert local.view[1:101] == b"r" * 100
         assert of(p.eb, RdmaReadServed)[0].message_number == n_read
     assert p.b.descriptors_posted == 0
@@ -247,7 +247,7 @@ def test_interleaved_read_response_is_accepted() -> None:
         length=100,
     )
     request = out(p.a)
-    p.b.receive_data(request)
+    p.b.receive_data(request, 0.0)
     p.b.take_events()
     response = segments(out(p.b))
     send_number = p.b.send(b"S" * 100)
@@ -261,7 +261,7 @@ def test_interleaved_read_response_is_accepted() -> None:
         for s in response
     ]
     interleaved = raw_send[0] + raw_resp[0] + raw_resp[1] + raw_send[1]
-    events = p.a.receive_data(interleaved)
+    events = p.a.receive_data(interleaved, 0.0)
     (read,) = of(events, RdmaReadCompleted)
     (message,) = of(events, MessageReceived)
     assert read.message_number == number and bytes(local.view) == b"R" * 100
@@ -273,8 +273,8 @@ def test_other_interleaving_is_a_protocol_error() -> None:
     p.b.post_receive(2)
     first = encode_segment(SegmentHeader(SegmentType.SEND, SegmentFlags(0), message_number=1))
     second = encode_segment(SegmentHeader(SegmentType.SEND, message_number=2))
-    events = p.b.receive_data(b"".join(bytes(x) for x in first + second))
-    (closed,) = of(events, ConnectionClosed)
+    events = p.b.receive_data(b"".join(bytes(x) for x in first + second), 0.0)
+    (closed,) = of(events, ViConnectionClosed)
     assert isinstance(closed.error, UnexpectedSegmentError)
     assert state_of(p.b) is State.DISCONNECTED
 
@@ -284,9 +284,9 @@ def test_message_numbers_must_follow() -> None:
     p.b.post_receive(2)
     one = encode_segment(SegmentHeader(SegmentType.SEND, message_number=10))
     three = encode_segment(SegmentHeader(SegmentType.SEND, message_number=12))
-    events = p.b.receive_data(b"".join(bytes(x) for x in one + three))
+    events = p.b.receive_data(b"".join(bytes(x) for x in one + three), 0.0)
     assert of(events, MessageReceived)[0].message_number == 10
-    assert isinstance(of(events, ConnectionClosed)[0].error, UnexpectedSegmentError)
+    assert isinstance(of(events, ViConnectionClosed)[0].error, UnexpectedSegmentError)
 
 
 def test_nop_with_wrong_number_is_an_error() -> None:
@@ -294,8 +294,8 @@ def test_nop_with_wrong_number_is_an_error() -> None:
     p.b.post_receive(1)
     msg = encode_segment(SegmentHeader(SegmentType.SEND, message_number=5))
     nop = encode_segment(SegmentHeader(SegmentType.NOP, message_number=4))
-    events = p.b.receive_data(b"".join(bytes(x) for x in msg + nop))
-    assert isinstance(of(events, ConnectionClosed)[0].error, UnexpectedSegmentError)
+    events = p.b.receive_data(b"".join(bytes(x) for x in msg + nop), 0.0)
+    assert isinstance(of(events, ViConnectionClosed)[0].error, UnexpectedSegmentError)
 
 
 def test_reliable_reception_completes_on_ack() -> None:
@@ -304,12 +304,12 @@ def test_reliable_reception_completes_on_ack() -> None:
     p.b.post_receive(2)
     p.pump()
     number = p.a.send(b"hello")
-    p.b.receive_data(out(p.a))
+    p.b.receive_data(out(p.a), 0.0)
     assert not of(p.a.take_events(), SendCompleted)  # not before the ACK
     ack = out(p.b)  # a NOP carrying Message ACK
     (nop,) = segments(ack)
     assert nop.header.type is SegmentType.NOP and nop.header.message_ack == number
-    (done,) = p.a.receive_data(ack)
+    (done,) = p.a.receive_data(ack, 0.0)
     assert isinstance(done, SendCompleted) and done.message_number == number
     # Idle afterwards: no NOP answers a NOP.
     assert out(p.a) == b"" and out(p.b) == b""
@@ -383,13 +383,13 @@ def test_read_window_is_enforced() -> None:
         )
     wire = out(p.a)
     assert len(segments(wire)) == 2  # two outstanding, two queued
-    p.b.receive_data(wire)
-    done = p.a.receive_data(out(p.b))
+    p.b.receive_data(wire, 0.0)
+    done = p.a.receive_data(out(p.b), 0.0)
     assert len(of(done, RdmaReadCompleted)) == 2
     wire = out(p.a)
     assert len(segments(wire)) == 2  # the window opened again
-    p.b.receive_data(wire)
-    done = p.a.receive_data(out(p.b))
+    p.b.receive_data(wire, 0.0)
+    done = p.a.receive_data(out(p.b), 0.0)
     assert len(of(done, RdmaReadCompleted)) == 2
 
 
@@ -401,8 +401,8 @@ def test_responder_refuses_reads_beyond_window() -> None:
         encode_segment(SegmentHeader(SegmentType.RDMA_READ_REQUEST, message_number=n), rdma=rdma)
         for n in (1, 2)
     ]
-    events = p.b.receive_data(b"".join(bytes(x) for r in reads for x in r))
-    assert isinstance(of(events, ConnectionClosed)[0].error, DescriptorError)
+    events = p.b.receive_data(b"".join(bytes(x) for r in reads for x in r), 0.0)
+    assert isinstance(of(events, ViConnectionClosed)[0].error, DescriptorError)
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -417,20 +417,20 @@ def test_protection_error_per_level(level: Reliability) -> None:
     writes = of(p.eb, RdmaWriteReceived)
     if level is Reliability.UNRELIABLE:
         # Dropped with an error status; the VI goes on.
-        assert writes[0].status is CompletionStatus.PROTECTION_ERROR
+        assert writes[0].status is ViCompletionStatus.PROTECTION_ERROR
         assert of(p.eb, MessageReceived)[0].message_number == after
         assert state_of(p.b) is State.CONNECTED
         assert bytes(region.view) == bytes(10)
         return
-    closed = of(p.eb, ConnectionClosed)[0]
+    closed = of(p.eb, ViConnectionClosed)[0]
     assert isinstance(closed.error, MemoryProtectionError)
     assert state_of(p.b) is State.DISCONNECTED
     if level is Reliability.RECEPTION:
         (report,) = of(p.ea, RemoteErrorReported)
         assert report.message_number == bad and report.vi_error is ViErrorType.MPE
         statuses = {c.message_number: c.status for c in of(p.ea, SendCompleted)}
-        assert statuses[bad] is CompletionStatus.PROTECTION_ERROR
-        assert statuses[after] is CompletionStatus.FLUSHED
+        assert statuses[bad] is ViCompletionStatus.PROTECTION_ERROR
+        assert statuses[after] is ViCompletionStatus.FLUSHED
 
 
 @pytest.mark.parametrize(
@@ -452,8 +452,8 @@ def test_bounds_and_handles(handle_delta: int, address_delta: int, length: int) 
     p.pump()
     (read,) = of(p.ea, RdmaReadCompleted)
     assert read.message_number == number
-    assert read.status is CompletionStatus.PROTECTION_ERROR
-    assert isinstance(of(p.eb, ConnectionClosed)[0].error, MemoryProtectionError)
+    assert read.status is ViCompletionStatus.PROTECTION_ERROR
+    assert isinstance(of(p.eb, ViConnectionClosed)[0].error, MemoryProtectionError)
 
 
 def test_disabled_rdma_and_region_permissions() -> None:
@@ -466,7 +466,7 @@ def test_disabled_rdma_and_region_permissions() -> None:
     region = q.b.register(bytearray(10), remote_write=False)
     q.a.rdma_write(b"x", remote_address=region.address, memory_handle=region.handle)
     q.pump()
-    assert isinstance(of(q.eb, ConnectionClosed)[0].error, MemoryProtectionError)
+    assert isinstance(of(q.eb, ViConnectionClosed)[0].error, MemoryProtectionError)
     with pytest.raises(VitcpUsageError):
         q.b.register(b"readonly")
     with pytest.raises(VitcpUsageError):
@@ -480,14 +480,14 @@ def test_missing_descriptor(level: Reliability) -> None:
     p.pump()
     if level is Reliability.UNRELIABLE:
         (message,) = of(p.eb, MessageReceived)
-        assert message.status is CompletionStatus.DESCRIPTOR_ERROR and message.data == b""
+        assert message.status is ViCompletionStatus.DESCRIPTOR_ERROR and message.data == b""
         assert state_of(p.b) is State.CONNECTED
         return
-    assert isinstance(of(p.eb, ConnectionClosed)[0].error, DescriptorError)
+    assert isinstance(of(p.eb, ViConnectionClosed)[0].error, DescriptorError)
     if level is Reliability.RECEPTION:
         assert of(p.ea, RemoteErrorReported)[0].vi_error is ViErrorType.VDE
         assert of(p.ea, SendCompleted)[0].message_number == number
-        assert of(p.ea, SendCompleted)[0].status is CompletionStatus.DESCRIPTOR_ERROR
+        assert of(p.ea, SendCompleted)[0].status is ViCompletionStatus.DESCRIPTOR_ERROR
 
 
 def test_descriptor_capacity() -> None:
@@ -498,8 +498,8 @@ def test_descriptor_capacity() -> None:
     p.a.send(b"1234")
     p.pump()
     first, second = of(p.eb, MessageReceived)
-    assert first.status is CompletionStatus.DESCRIPTOR_ERROR
-    assert second.data == b"1234" and second.status is CompletionStatus.SUCCESS
+    assert first.status is ViCompletionStatus.DESCRIPTOR_ERROR
+    assert second.data == b"1234" and second.status is ViCompletionStatus.SUCCESS
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -513,9 +513,9 @@ def test_bad_crc_per_level(level: Reliability) -> None:
     number = p.a.send(b"0123456789abcdefghij")
     wire = bytearray(out(p.a))
     wire[HEADER_SIZE + 2] ^= 0x40  # a payload octet of the first segment
-    events = p.b.receive_data(bytes(wire))
+    events = p.b.receive_data(bytes(wire), 0.0)
     (message,) = of(events, MessageReceived)
-    assert message.status is CompletionStatus.TRANSPORT_ERROR
+    assert message.status is ViCompletionStatus.TRANSPORT_ERROR
     assert message.message_number == number
     if level is Reliability.UNRELIABLE:
         assert state_of(p.b) is State.CONNECTED
@@ -525,7 +525,7 @@ def test_bad_crc_per_level(level: Reliability) -> None:
         assert of(p.eb, MessageReceived)[-1].data == b"next"
         return
     assert state_of(p.b) is State.DISCONNECTED
-    assert isinstance(of(events, ConnectionClosed)[0].error, CrcMismatchError)
+    assert isinstance(of(events, ViConnectionClosed)[0].error, CrcMismatchError)
     if level is Reliability.RECEPTION:
         (nop,) = segments(out(p.b), trailer=True)
         assert nop.header.type is SegmentType.NOP
@@ -544,12 +544,12 @@ def test_transmit_error_pads_and_flags() -> None:
     p.pump()
     statuses = {c.message_number: c.status for c in of(p.ea, SendCompleted)}
     assert statuses == {
-        good: CompletionStatus.SUCCESS,
-        bad: CompletionStatus.PROTECTION_ERROR,
+        good: ViCompletionStatus.SUCCESS,
+        bad: ViCompletionStatus.PROTECTION_ERROR,
     }
     first, second = of(p.eb, MessageReceived)
-    assert first.data == b"registered" and first.status is CompletionStatus.SUCCESS
-    assert second.data == bytes(10) and second.status is CompletionStatus.TRANSMIT_ERROR
+    assert first.data == b"registered" and first.status is ViCompletionStatus.SUCCESS
+    assert second.data == bytes(10) and second.status is ViCompletionStatus.TRANSMIT_ERROR
     flagged = [s for s in segments(b"".join(p.wire_ab)) if s.header.flags & SegmentFlags.TRE]
     assert len(flagged) == 3 and all(s.header.message_number == bad for s in flagged)
     assert state_of(p.b) is State.CONNECTED
@@ -577,19 +577,19 @@ def test_close_flushes_outstanding() -> None:
     number = p.a.send(b"pending")
     p.a.close()
     events = p.a.take_events()
-    assert of(events, SendCompleted)[0].status is CompletionStatus.FLUSHED
+    assert of(events, SendCompleted)[0].status is ViCompletionStatus.FLUSHED
     assert of(events, SendCompleted)[0].message_number == number
-    assert of(events, ConnectionClosed)
+    assert of(events, ViConnectionClosed)
     with pytest.raises(VitcpUsageError):
         p.a.send(b"late")
-    assert p.a.receive_data(b"ignored") == []
+    assert p.a.receive_data(b"ignored", 0.0) == []
 
 
 def test_tcp_close_ends_the_vi() -> None:
     p = Pair(cfg(), cfg())
     events = p.b.connection_lost(1.0)
     assert state_of(p.b) is State.DISCONNECTED
-    assert of(events, ConnectionClosed)
+    assert of(events, ViConnectionClosed)
 
 
 @pytest.mark.parametrize(
@@ -606,8 +606,8 @@ def test_tcp_close_ends_the_vi() -> None:
 @pytest.mark.parametrize("level", LEVELS)
 def test_malformed_segment_closes(raw: bytes, level: Reliability) -> None:
     p = Pair(cfg(reliability=level), cfg(reliability=level))
-    events = p.b.receive_data(raw)
-    (closed,) = of(events, ConnectionClosed)
+    events = p.b.receive_data(raw, 0.0)
+    (closed,) = of(events, ViConnectionClosed)
     assert isinstance(closed.error, RemoteProtocolError)
     assert state_of(p.b) is State.DISCONNECTED
     nops = segments(out(p.b))
@@ -625,8 +625,8 @@ def test_write_must_fill_its_rdma_length() -> None:
         rdma=RdmaHeader(region.address, region.handle, 5),
         payload=b"abc",
     )
-    events = p.b.receive_data(b"".join(bytes(x) for x in seg))
-    assert isinstance(of(events, ConnectionClosed)[0].error, MalformedSegmentError)
+    events = p.b.receive_data(b"".join(bytes(x) for x in seg), 0.0)
+    assert isinstance(of(events, ViConnectionClosed)[0].error, MalformedSegmentError)
 
 
 def test_remote_error_with_is_code_is_reported() -> None:
@@ -641,17 +641,17 @@ def test_remote_error_with_is_code_is_reported() -> None:
         vi_error=ViErrorType.VDE,
         is_error_code=0x42,
     )
-    events = p.a.receive_data(nop.pack())
+    events = p.a.receive_data(nop.pack(), 0.0)
     (report,) = of(events, RemoteErrorReported)
     assert report.is_error_code == 0x42 and report.vi_error is ViErrorType.VDE
-    assert of(events, SendCompleted)[0].status is CompletionStatus.DESCRIPTOR_ERROR
+    assert of(events, SendCompleted)[0].status is ViCompletionStatus.DESCRIPTOR_ERROR
     assert state_of(p.a) is State.DISCONNECTED
 
 
 def test_lower_levels_ignore_ack_fields() -> None:
     p = Pair(cfg(), cfg())
     nop = SegmentHeader(SegmentType.NOP, message_ack=77, vi_error=ViErrorType.MPE)
-    events = p.a.receive_data(nop.pack())
+    events = p.a.receive_data(nop.pack(), 0.0)
     assert events == [] and p.a.state is State.CONNECTED
 
 
@@ -730,9 +730,9 @@ def test_hypothesis_round_trips(
             assert bytes(local.view[:size]) == bytes(remote.view[:size])
         p.pump()
     assert [m.data for m in of(p.eb, MessageReceived)] == sent
-    assert all(c.status is CompletionStatus.SUCCESS for c in of(p.ea, SendCompleted))
+    assert all(c.status is ViCompletionStatus.SUCCESS for c in of(p.ea, SendCompleted))
     assert state_of(p.a) is State.CONNECTED and p.b.state is State.CONNECTED
-    assert not of(p.ea, ConnectionClosed) and not of(p.eb, ConnectionClosed)
+    assert not of(p.ea, ViConnectionClosed) and not of(p.eb, ViConnectionClosed)
 
 
 @settings(max_examples=150, deadline=None)
@@ -753,8 +753,8 @@ def test_fuzz_connected_endpoint(
         q = Pair(config, config)
         q.b.register(bytearray(64))
         q.b.post_receive(2)
-        q.b.receive_data(blob[:split])
-        q.b.receive_data(blob[split:])
+        q.b.receive_data(blob[:split], 0.0)
+        q.b.receive_data(blob[split:], 0.0)
         out(q.b)
 
 
@@ -769,21 +769,21 @@ def test_crc_trailer_detected_lsb() -> None:
     (seg,) = segments(wire, trailer=True)
     assert seg.crc_order is CrcOrder.LSB_FIRST
     assert seg.trailer == crc(wire[:-4], CrcOrder.LSB_FIRST)
-    events = p.b.receive_data(wire)
+    events = p.b.receive_data(wire, 0.0)
     assert of(events, MessageReceived)[0].data == b"ethernet order"
 
 
 def test_connected_event_params() -> None:
-    a = VitcpConnection(cfg(), Role.ACTIVE)
-    b = VitcpConnection(cfg(), Role.PASSIVE)
+    a = VitcpConnection(cfg(), ViRole.ACTIVE)
+    b = VitcpConnection(cfg(), ViRole.PASSIVE)
     a.connect(0.0)
     b.tcp_accepted(0.0)
     a.tcp_established(0.0)
-    b.receive_data(out(a))
+    b.receive_data(out(a), 0.0)
     b.take_events()
     b.match()
     b.accept()
-    (connected,) = a.receive_data(out(b))
+    (connected,) = a.receive_data(out(b), 0.0)
     assert isinstance(connected, Connected)
     assert connected.params.reliability is Reliability.DELIVERY
 
@@ -795,15 +795,15 @@ def test_fuzz_establishment(data: bytes, use_crc: bool, split: int) -> None:
     active end awaiting the accept: only events, never an exception."""
     seg_type = [5, 6, 7, 8][split % 4]
     for blob in (data, b"\x01" + bytes([seg_type]) + data[2:]):
-        passive = VitcpConnection(cfg(crc=use_crc), Role.PASSIVE)
+        passive = VitcpConnection(cfg(crc=use_crc), ViRole.PASSIVE)
         passive.tcp_accepted(0.0)
-        active = VitcpConnection(cfg(crc=use_crc), Role.ACTIVE)
+        active = VitcpConnection(cfg(crc=use_crc), ViRole.ACTIVE)
         active.connect(0.0)
         active.tcp_established(0.0)
         out(active)
         for endpoint in (passive, active):
-            endpoint.receive_data(blob[:split])
-            endpoint.receive_data(blob[split:])
+            endpoint.receive_data(blob[:split], 0.0)
+            endpoint.receive_data(blob[split:], 0.0)
             out(endpoint)
         assert state_of(passive) in (State.INCOMING, State.MATCHING, State.DISCONNECTED)
 
@@ -858,8 +858,8 @@ def test_crafted_message_errors(case: str, error: type[Exception]) -> None:
             encode_segment(SegmentHeader(SegmentType.CONNECT_REJECT, message_number=1))
         ),
     }[case]
-    events = p.b.receive_data(wire)
-    (closed,) = of(events, ConnectionClosed)
+    events = p.b.receive_data(wire, 0.0)
+    (closed,) = of(events, ViConnectionClosed)
     assert isinstance(closed.error, error), closed
 
 
@@ -899,12 +899,12 @@ def test_crafted_read_responses(case: str) -> None:
         "transmit error": response(number, 0, b"ab", SegmentFlags.TRE)
         + response(number, 2, b"cd", eom),
     }[case]
-    events = p.a.receive_data(wire)
+    events = p.a.receive_data(wire, 0.0)
     if case == "transmit error":
         (read,) = of(events, RdmaReadCompleted)
-        assert read.status is CompletionStatus.TRANSMIT_ERROR
+        assert read.status is ViCompletionStatus.TRANSMIT_ERROR
         return
-    (closed,) = of(events, ConnectionClosed)
+    (closed,) = of(events, ViConnectionClosed)
     expected = (
         UnexpectedSegmentError if case in ("no read", "wrong number") else (MalformedSegmentError)
     )
@@ -912,11 +912,11 @@ def test_crafted_read_responses(case: str) -> None:
 
 
 def test_active_refuses_data_before_the_accept() -> None:
-    a = VitcpConnection(cfg(), Role.ACTIVE)
+    a = VitcpConnection(cfg(), ViRole.ACTIVE)
     a.connect(0.0)
     a.tcp_established(0.0)
-    events = a.receive_data(send_seg(1))
-    assert isinstance(of(events, ConnectionClosed)[0].error, UnexpectedSegmentError)
+    events = a.receive_data(send_seg(1), 0.0)
+    assert isinstance(of(events, ViConnectionClosed)[0].error, UnexpectedSegmentError)
 
 
 @pytest.mark.parametrize("kind", ["send", "write"])
@@ -934,12 +934,12 @@ def test_bad_crc_in_the_middle_of_a_message(kind: str) -> None:
         )
     wire = bytearray(out(p.a))
     wire[-6] ^= 1  # the last segment's payload
-    events = p.b.receive_data(bytes(wire))
+    events = p.b.receive_data(bytes(wire), 0.0)
     kind_event = MessageReceived if kind == "send" else RdmaWriteReceived
     (delivered,) = of(events, kind_event)
     assert delivered.message_number == number
-    assert delivered.status is CompletionStatus.TRANSPORT_ERROR
-    assert isinstance(of(events, ConnectionClosed)[0].error, CrcMismatchError)
+    assert delivered.status is ViCompletionStatus.TRANSPORT_ERROR
+    assert isinstance(of(events, ViConnectionClosed)[0].error, CrcMismatchError)
 
 
 def test_usage_limits() -> None:
@@ -986,7 +986,7 @@ def test_close_flushes_queued_messages() -> None:
     held = p.a.send(b"held: no credit")
     p.a.close()
     (done,) = of(p.a.take_events(), SendCompleted)
-    assert done.message_number == held and done.status is CompletionStatus.FLUSHED
+    assert done.message_number == held and done.status is ViCompletionStatus.FLUSHED
 
 
 def test_is_error_code_alone_is_reported_once() -> None:
@@ -995,11 +995,11 @@ def test_is_error_code_alone_is_reported_once() -> None:
     number = p.a.send(b"x")
     out(p.a)
     nop = SegmentHeader(SegmentType.NOP, message_ack=number, is_error_code=9).pack()
-    events = p.a.receive_data(nop + nop)
+    events = p.a.receive_data(nop + nop, 0.0)
     (report,) = of(events, RemoteErrorReported)
     assert (report.message_number, report.is_error_code) == (number, 9)
     assert report.vi_error is ViErrorType.NONE
-    assert of(events, SendCompleted)[0].status is CompletionStatus.SUCCESS
+    assert of(events, SendCompleted)[0].status is ViCompletionStatus.SUCCESS
     assert state_of(p.a) is State.CONNECTED
 
 
@@ -1010,6 +1010,6 @@ def test_unbounded_descriptors_still_have_a_limit() -> None:
     p.pump()
     number = p.a.send(bytes(300))
     p.pump()
-    assert isinstance(of(p.eb, ConnectionClosed)[0].error, DescriptorError)
+    assert isinstance(of(p.eb, ViConnectionClosed)[0].error, DescriptorError)
     (report,) = of(p.ea, RemoteErrorReported)
     assert report.message_number == number and report.vi_error is ViErrorType.VDE

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from helpers import out
 from iwarp.statemachine import Machine, TransitionTable
-from iwarp.vitcp.config import Role, VitcpConfig, peer_role
+from iwarp.vitcp.config import ViRole, VitcpConfig, peer_role
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.crc import CrcOrder
 from iwarp.vitcp.errors import (
@@ -24,11 +24,11 @@ from iwarp.vitcp.errors import (
 )
 from iwarp.vitcp.events import (
     Connected,
-    ConnectionClosed,
-    ConnectionRejected,
     ConnectionRequested,
     Event,
     ReconnectNeeded,
+    ViConnectionClosed,
+    ViConnectionRejected,
 )
 from iwarp.vitcp.handshake import (
     ACTIVE_TRANSITIONS,
@@ -121,12 +121,12 @@ def test_docs_draw_the_tables(name: str) -> None:
 def start(
     active: VitcpConfig, passive: VitcpConfig, called: bytes = b"svc"
 ) -> tuple[VitcpConnection, VitcpConnection, list[Event]]:
-    a = VitcpConnection(active, Role.ACTIVE)
-    b = VitcpConnection(passive, Role.PASSIVE)
+    a = VitcpConnection(active, ViRole.ACTIVE)
+    b = VitcpConnection(passive, ViRole.PASSIVE)
     a.connect(0.0, called)
     b.tcp_accepted(0.0)
     a.tcp_established(0.0)
-    events = b.receive_data(out(a))
+    events = b.receive_data(out(a), 0.0)
     return a, b, events
 
 
@@ -141,7 +141,7 @@ def test_request_carries_our_proposal() -> None:
         discriminator=b"me",
         initial_message_number=0xFFFFFFFF,
     )
-    a = VitcpConnection(config, Role.ACTIVE)
+    a = VitcpConnection(config, ViRole.ACTIVE)
     a.connect(1.0, b"you")
     assert state_of(a) is State.CONNECTING
     assert a.get_timer() == 1.0 + config.connect_timeout
@@ -184,7 +184,7 @@ def test_accept_negotiates_down(crc_a: bool, crc_b: bool) -> None:
     assert accept.ce.mtu == 1500 and accept.ce.read_window == 2
     (connected_b,) = [e for e in b.take_events() if isinstance(e, Connected)]
     b_out = accept_wire = encode_again(accept.ce, crc_a and crc_b)
-    events_a = a.receive_data(b_out)
+    events_a = a.receive_data(b_out, 0.0)
     (connected_a,) = events_a
     assert isinstance(connected_a, Connected)
     for params in (connected_a.params, connected_b.params):
@@ -204,7 +204,7 @@ def test_accept_with_larger_mtu_is_cut_down() -> None:
     a, _, _ = start(VitcpConfig(mtu=1000), VitcpConfig())
     out(a)
     ce = CeHeader(Attributes.RELIABLE_DELIVERY, mtu=50000, read_window=99)
-    (connected,) = a.receive_data(encode_again(ce, False))
+    (connected,) = a.receive_data(encode_again(ce, False), 0.0)
     assert isinstance(connected, Connected)
     assert connected.params.mtu == 1000 and connected.params.read_window == 4
 
@@ -222,13 +222,13 @@ def test_passive_rejects_attribute_mismatch(passive: VitcpConfig) -> None:
     assert not b.match()
     assert state_of(b) is State.DISCONNECTED
     (closed,) = b.take_events()
-    assert isinstance(closed, ConnectionClosed)
+    assert isinstance(closed, ViConnectionClosed)
     assert isinstance(closed.error, AttributeMismatchError)
     reject = out(b)
     assert reject[1] & 0x1F == SegmentType.CONNECT_REJECT and len(reject) == HEADER_SIZE
-    events = a.receive_data(reject)
-    assert isinstance(events[0], ConnectionRejected) and not events[0].no_match
-    assert isinstance(events[1], ConnectionClosed)
+    events = a.receive_data(reject, 0.0)
+    assert isinstance(events[0], ViConnectionRejected) and not events[0].no_match
+    assert isinstance(events[1], ViConnectionClosed)
     assert state_of(a) is State.DISCONNECTED
 
 
@@ -240,8 +240,8 @@ def test_flow_control_and_rdma_bits_need_not_match() -> None:
 def test_active_checks_the_accept() -> None:
     a, _, _ = start(VitcpConfig(), VitcpConfig())
     ce = CeHeader(Attributes.RELIABLE_RECEPTION, mtu=1000)
-    events = a.receive_data(encode_again(ce, False))
-    assert isinstance(events[-1], ConnectionClosed)
+    events = a.receive_data(encode_again(ce, False), 0.0)
+    assert isinstance(events[-1], ViConnectionClosed)
     assert isinstance(events[-1].error, AttributeMismatchError)
     assert state_of(a) is State.DISCONNECTED
 
@@ -252,13 +252,13 @@ def test_no_match_and_reject() -> None:
     assert state_of(b) is State.DISCONNECTED
     wire = out(b)
     assert wire[1] & 0x1F == SegmentType.CONNECT_NO_MATCH
-    events = a.receive_data(wire)
-    assert isinstance(events[0], ConnectionRejected) and events[0].no_match
+    events = a.receive_data(wire, 0.0)
+    assert isinstance(events[0], ViConnectionRejected) and events[0].no_match
     a, b, _ = start(VitcpConfig(), VitcpConfig())
     assert b.match()
     b.reject()
-    events = a.receive_data(out(b))
-    assert isinstance(events[0], ConnectionRejected) and not events[0].no_match
+    events = a.receive_data(out(b), 0.0)
+    assert isinstance(events[0], ViConnectionRejected) and not events[0].no_match
 
 
 def test_reject_with_trailer_either_reading() -> None:
@@ -267,32 +267,32 @@ def test_reject_with_trailer_either_reading() -> None:
     for length in (HEADER_SIZE, HEADER_SIZE + 4):
         a, _, _ = start(VitcpConfig(crc=True), VitcpConfig())
         body = SegmentHeader(SegmentType.CONNECT_REJECT, length=length).pack()
-        events = a.receive_data(body + crc(body))
-        assert isinstance(events[0], ConnectionRejected)
+        events = a.receive_data(body + crc(body), 0.0)
+        assert isinstance(events[0], ViConnectionRejected)
 
 
 def test_peer_to_peer_retries_on_no_match_until_timeout() -> None:
     config = VitcpConfig(peer_to_peer=True, connect_timeout=5.0)
-    a = VitcpConnection(config, Role.ACTIVE)
+    a = VitcpConnection(config, ViRole.ACTIVE)
     a.connect(0.0, b"peer")
     for attempt in range(3):
         a.tcp_established(attempt)
         out(a)
-        events = a.receive_data(SegmentHeader(SegmentType.CONNECT_NO_MATCH).pack())
+        events = a.receive_data(SegmentHeader(SegmentType.CONNECT_NO_MATCH).pack(), 0.0)
         assert isinstance(events[0], ReconnectNeeded)
         assert state_of(a) is State.CONNECTING
     a.handle_timer(4.9)
     assert state_of(a) is State.CONNECTING
     events = a.handle_timer(5.0)
     assert state_of(a) is State.DISCONNECTED
-    assert isinstance(events[-1], ConnectionClosed)
+    assert isinstance(events[-1], ViConnectionClosed)
 
 
 def test_peer_role_by_address() -> None:
-    assert peer_role("10.0.0.2", "10.0.0.1") is Role.ACTIVE
-    assert peer_role("10.0.0.1", "10.0.0.2") is Role.PASSIVE
-    assert peer_role("::2", "::1") is Role.ACTIVE
-    assert peer_role("127.0.0.1", "127.0.0.1", b"b", b"a") is Role.ACTIVE
+    assert peer_role("10.0.0.2", "10.0.0.1") is ViRole.ACTIVE
+    assert peer_role("10.0.0.1", "10.0.0.2") is ViRole.PASSIVE
+    assert peer_role("::2", "::1") is ViRole.ACTIVE
+    assert peer_role("127.0.0.1", "127.0.0.1", b"b", b"a") is ViRole.ACTIVE
     with pytest.raises(ValueError, match="same IP version"):
         peer_role("::1", "127.0.0.1")
     with pytest.raises(ValueError, match="different discriminators"):
@@ -315,7 +315,7 @@ def test_timeouts() -> None:
     assert state_of(a) is State.PENDING_ACCEPT
     a.handle_timer(2.0)
     assert state_of(a) is State.DISCONNECTED
-    c = VitcpConnection(VitcpConfig(incoming_timeout=3.0), Role.PASSIVE)
+    c = VitcpConnection(VitcpConfig(incoming_timeout=3.0), ViRole.PASSIVE)
     c.tcp_accepted(10.0)
     assert c.get_timer() == 13.0
     c.handle_timer(13.0)
@@ -324,11 +324,11 @@ def test_timeouts() -> None:
 
 
 def test_tcp_failure() -> None:
-    a = VitcpConnection(VitcpConfig(), Role.ACTIVE)
+    a = VitcpConnection(VitcpConfig(), ViRole.ACTIVE)
     a.connect(0.0)
     a.tcp_failed(0.1)
     assert state_of(a) is State.DISCONNECTED
-    assert isinstance(a.take_events()[0], ConnectionClosed)
+    assert isinstance(a.take_events()[0], ViConnectionClosed)
 
 
 @pytest.mark.parametrize(
@@ -345,23 +345,23 @@ def test_tcp_failure() -> None:
     ],
 )
 def test_passive_closes_on_anything_but_a_request(segment: bytes, error: type) -> None:
-    b = VitcpConnection(VitcpConfig(), Role.PASSIVE)
+    b = VitcpConnection(VitcpConfig(), ViRole.PASSIVE)
     b.tcp_accepted(0.0)
-    events = b.receive_data(segment)
+    events = b.receive_data(segment, 0.0)
     assert state_of(b) is State.DISCONNECTED
-    assert isinstance(events[-1], ConnectionClosed) and type(events[-1].error) is error
+    assert isinstance(events[-1], ViConnectionClosed) and type(events[-1].error) is error
 
 
 def test_bad_crc_on_request_closes() -> None:
-    a = VitcpConnection(VitcpConfig(crc=True), Role.ACTIVE)
+    a = VitcpConnection(VitcpConfig(crc=True), ViRole.ACTIVE)
     a.connect(0.0)
     a.tcp_established(0.0)
     wire = bytearray(out(a))
     wire[-1] ^= 0xFF
-    b = VitcpConnection(VitcpConfig(), Role.PASSIVE)
+    b = VitcpConnection(VitcpConfig(), ViRole.PASSIVE)
     b.tcp_accepted(0.0)
-    events = b.receive_data(wire)
-    assert isinstance(events[-1], ConnectionClosed)
+    events = b.receive_data(wire, 0.0)
+    assert isinstance(events[-1], ViConnectionClosed)
     assert isinstance(events[-1].error, CrcMismatchError)
 
 
@@ -373,26 +373,26 @@ def test_peer_readings_are_detected(order: CrcOrder, includes: bool) -> None:
     assert isinstance(events[0], ConnectionRequested)
     assert b.match()
     b.accept()
-    a.receive_data(out(b))
+    a.receive_data(out(b), 0.0)
     (connected,) = [e for e in b.take_events() if isinstance(e, Connected)]
     assert connected.params.peer_length_includes_trailer is includes
     assert connected.params.crc
     b.post_receive(1)
     assert out(b) == b""  # nothing to acknowledge yet
     a.send(b"x" * 100)
-    (message,) = b.receive_data(out(a))
+    (message,) = b.receive_data(out(a), 0.0)
     assert getattr(message, "data", None) == b"x" * 100
 
 
 def test_usage_errors() -> None:
-    a = VitcpConnection(VitcpConfig(), Role.ACTIVE)
+    a = VitcpConnection(VitcpConfig(), ViRole.ACTIVE)
     with pytest.raises(VitcpUsageError):
         a.accept()
     with pytest.raises(VitcpUsageError):
         a.send(b"early")
     with pytest.raises(VitcpUsageError):
         a.connect(0.0, bytes(65))
-    b = VitcpConnection(VitcpConfig(), Role.PASSIVE)
+    b = VitcpConnection(VitcpConfig(), ViRole.PASSIVE)
     with pytest.raises(VitcpUsageError):
         b.connect(0.0)
 
@@ -408,11 +408,11 @@ def test_config_validation() -> None:
         VitcpConfig(initial_message_number=1 << 32)
 
 
-def _reach(role: Role, target: State) -> VitcpConnection:
+def _reach(role: ViRole, target: State) -> VitcpConnection:
     """An endpoint of ``role`` driven into ``target`` through the public API."""
     config = VitcpConfig(discriminator=b"svc")
-    if role is Role.ACTIVE:
-        a = VitcpConnection(config, Role.ACTIVE)
+    if role is ViRole.ACTIVE:
+        a = VitcpConnection(config, ViRole.ACTIVE)
         if target is State.DISCONNECTED:
             return a
         a.connect(0.0, b"svc")
@@ -421,23 +421,23 @@ def _reach(role: Role, target: State) -> VitcpConnection:
         a.tcp_established(0.0)
         if target is State.PENDING_ACCEPT:
             return a
-        b = VitcpConnection(config, Role.PASSIVE)
+        b = VitcpConnection(config, ViRole.PASSIVE)
         b.tcp_accepted(0.0)
-        b.receive_data(out(a))
+        b.receive_data(out(a), 0.0)
         b.match()
         b.accept()
-        a.receive_data(out(b))
+        a.receive_data(out(b), 0.0)
         return a
-    b = VitcpConnection(config, Role.PASSIVE)
+    b = VitcpConnection(config, ViRole.PASSIVE)
     if target is State.LISTENING:
         return b
     b.tcp_accepted(0.0)
     if target is State.INCOMING:
         return b
-    a = VitcpConnection(config, Role.ACTIVE)
+    a = VitcpConnection(config, ViRole.ACTIVE)
     a.connect(0.0, b"svc")
     a.tcp_established(0.0)
-    b.receive_data(out(a))
+    b.receive_data(out(a), 0.0)
     if target is State.MATCHING:
         return b
     b.match()
@@ -456,8 +456,8 @@ LOCAL_CALLS: dict[Input, Callable[[VitcpConnection], object]] = {
     Input.NO_MATCH: lambda c: c.no_match(),
 }
 REACHABLE = {
-    Role.ACTIVE: [State.DISCONNECTED, State.CONNECTING, State.PENDING_ACCEPT, State.CONNECTED],
-    Role.PASSIVE: [
+    ViRole.ACTIVE: [State.DISCONNECTED, State.CONNECTING, State.PENDING_ACCEPT, State.CONNECTED],
+    ViRole.PASSIVE: [
         State.LISTENING,
         State.INCOMING,
         State.MATCHING,
@@ -467,9 +467,9 @@ REACHABLE = {
 }
 
 
-@pytest.mark.parametrize("role", list(Role))
-def test_endpoint_follows_its_table_for_every_local_input(role: Role) -> None:
-    table = ACTIVE_TRANSITIONS if role is Role.ACTIVE else PASSIVE_TRANSITIONS
+@pytest.mark.parametrize("role", list(ViRole))
+def test_endpoint_follows_its_table_for_every_local_input(role: ViRole) -> None:
+    table = ACTIVE_TRANSITIONS if role is ViRole.ACTIVE else PASSIVE_TRANSITIONS
     for state in REACHABLE[role]:
         for event, call in LOCAL_CALLS.items():
             endpoint = _reach(role, state)
@@ -502,13 +502,13 @@ REMOTE_SEGMENTS: dict[Input, bytes] = {
 }
 
 
-@pytest.mark.parametrize("role", list(Role))
-def test_endpoint_follows_its_table_for_every_peer_segment(role: Role) -> None:
-    table = ACTIVE_TRANSITIONS if role is Role.ACTIVE else PASSIVE_TRANSITIONS
+@pytest.mark.parametrize("role", list(ViRole))
+def test_endpoint_follows_its_table_for_every_peer_segment(role: ViRole) -> None:
+    table = ACTIVE_TRANSITIONS if role is ViRole.ACTIVE else PASSIVE_TRANSITIONS
     for state in REACHABLE[role]:
         for event, segment in REMOTE_SEGMENTS.items():
             endpoint = _reach(role, state)
-            endpoint.receive_data(segment)
+            endpoint.receive_data(segment, 0.0)
             if (state, event) in table:
                 expected = table[state, event]
             elif (state, Input.PROTOCOL_ERROR) in table:
@@ -518,9 +518,9 @@ def test_endpoint_follows_its_table_for_every_peer_segment(role: Role) -> None:
             assert state_of(endpoint) is expected, (state, event)
 
 
-@pytest.mark.parametrize("role", list(Role))
-def test_endpoint_tcp_inputs_in_every_state(role: Role) -> None:
-    table = ACTIVE_TRANSITIONS if role is Role.ACTIVE else PASSIVE_TRANSITIONS
+@pytest.mark.parametrize("role", list(ViRole))
+def test_endpoint_tcp_inputs_in_every_state(role: ViRole) -> None:
+    table = ACTIVE_TRANSITIONS if role is ViRole.ACTIVE else PASSIVE_TRANSITIONS
     calls: dict[Input, Callable[[VitcpConnection], object]] = {
         Input.TCP_ESTABLISHED: lambda c: c.tcp_established(0.0),
         Input.TCP_ACCEPTED: lambda c: c.tcp_accepted(0.0),
@@ -544,20 +544,22 @@ def test_endpoint_tcp_inputs_in_every_state(role: Role) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    role=st.sampled_from(list(Role)),
+    role=st.sampled_from(list(ViRole)),
     pick=st.integers(0, 4),
     data=st.binary(max_size=200),
     split=st.integers(0, 200),
 )
-def test_fuzz_endpoint_during_establishment(role: Role, pick: int, data: bytes, split: int) -> None:
+def test_fuzz_endpoint_during_establishment(
+    role: ViRole, pick: int, data: bytes, split: int
+) -> None:
     """Arbitrary octets in any state before CONNECTED: only events, never an
     exception; a connection closes at most once and is then disconnected."""
     states = [s for s in REACHABLE[role] if s is not State.CONNECTED]
     for blob in (data, b"\x01" + data[1:]):  # the second one passes the version check
         endpoint = _reach(role, states[pick % len(states)])
-        events = endpoint.receive_data(blob[:split]) + endpoint.receive_data(blob[split:])
+        events = endpoint.receive_data(blob[:split], 0.0) + endpoint.receive_data(blob[split:], 0.0)
         out(endpoint)
-        closed = [e for e in events if isinstance(e, ConnectionClosed)]
+        closed = [e for e in events if isinstance(e, ViConnectionClosed)]
         assert len(closed) <= 1
         assert not closed or state_of(endpoint) is State.DISCONNECTED
 

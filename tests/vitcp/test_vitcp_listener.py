@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from helpers import out
-from iwarp.vitcp.config import Role, VitcpConfig
+from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
 from iwarp.vitcp.events import (
     TCP_CLOSED_UNANSWERED,
     Connected,
-    ConnectionClosed,
     ConnectionRequested,
     ReconnectNeeded,
+    ViConnectionClosed,
     ViConnectionRejected,
 )
 from iwarp.vitcp.handshake import State
@@ -25,8 +25,8 @@ from iwarp.vitcp.wire import Reliability, SegmentType
 def incoming(
     called: bytes, config: VitcpConfig | None = None
 ) -> tuple[VitcpConnection, VitcpConnection, ConnectionRequested]:
-    a = VitcpConnection(config or VitcpConfig(), Role.ACTIVE)
-    b = VitcpConnection(VitcpConfig(), Role.PASSIVE)
+    a = VitcpConnection(config or VitcpConfig(), ViRole.ACTIVE)
+    b = VitcpConnection(VitcpConfig(), ViRole.PASSIVE)
     a.connect(0.0, called)
     b.tcp_accepted(0.0)
     a.tcp_established(0.0)
@@ -63,7 +63,7 @@ def test_attribute_mismatch_rejects_and_reports_the_offer() -> None:
     routed = demux.route(b, request)
     assert routed.offer is not None and routed.offer.owner == "waiter" and not routed.accepted
     assert out(b)[1] & 0x1F == SegmentType.CONNECT_REJECT
-    assert [e for e in b.take_events() if isinstance(e, ConnectionClosed)] or b.must_close
+    assert [e for e in b.take_events() if isinstance(e, ViConnectionClosed)] or b.must_close
 
 
 def test_withdrawn_offer_is_not_used() -> None:
@@ -111,7 +111,7 @@ def test_peer_retry_says_why_it_gave_up() -> None:
 
 
 def test_reconnect_at_gives_the_next_attempt_while_time_is_left() -> None:
-    core = VitcpConnection(VitcpConfig(peer_to_peer=True, connect_timeout=1.0), Role.ACTIVE)
+    core = VitcpConnection(VitcpConfig(peer_to_peer=True, connect_timeout=1.0), ViRole.ACTIVE)
     core.connect(0.0, b"x")
     retry = PeerRetry(core.config, 0.0)
     assert retry.reconnect_at(core, 0.0, "ConnectNoMatch", "h", 1) == pytest.approx(0.05)
@@ -119,7 +119,7 @@ def test_reconnect_at_gives_the_next_attempt_while_time_is_left() -> None:
 
 
 def test_reconnect_at_ends_the_core_and_raises_why_when_time_is_up() -> None:
-    core = VitcpConnection(VitcpConfig(peer_to_peer=True, connect_timeout=0.01), Role.ACTIVE)
+    core = VitcpConnection(VitcpConfig(peer_to_peer=True, connect_timeout=0.01), ViRole.ACTIVE)
     core.connect(0.0, b"x")
     retry = PeerRetry(core.config, 0.0)
     with pytest.raises(VitcpClosedError, match="timed out after 1 attempts"):
@@ -128,7 +128,7 @@ def test_reconnect_at_ends_the_core_and_raises_why_when_time_is_up() -> None:
 
 
 def test_after_an_attempt_a_reject_raises_and_a_reconnect_waits() -> None:
-    core = VitcpConnection(VitcpConfig(peer_to_peer=True, connect_timeout=1.0), Role.ACTIVE)
+    core = VitcpConnection(VitcpConfig(peer_to_peer=True, connect_timeout=1.0), ViRole.ACTIVE)
     core.connect(0.0, b"x")
     retry = PeerRetry(core.config, 0.0)
     for no_match in (False, True):
@@ -144,7 +144,7 @@ def test_after_an_attempt_a_reject_raises_and_a_reconnect_waits() -> None:
 
 def test_timed_out_and_tcp_failed_end_the_core_with_the_shared_wording() -> None:
     for fail in ("timeout", "tcp"):
-        core = VitcpConnection(VitcpConfig(connect_timeout=1.0), Role.ACTIVE)
+        core = VitcpConnection(VitcpConfig(connect_timeout=1.0), ViRole.ACTIVE)
         core.connect(0.0, b"x")
         retry = PeerRetry(core.config, 0.0)
         if fail == "timeout":
@@ -159,7 +159,7 @@ def test_timed_out_and_tcp_failed_end_the_core_with_the_shared_wording() -> None
 def test_peer_setup_makes_the_higher_address_active_with_our_discriminator() -> None:
     base = VitcpConfig(connect_timeout=3.0)
     config, role = peer_setup(base, "10.0.0.2", "10.0.0.1", b"me", b"you")
-    assert role is Role.ACTIVE
+    assert role is ViRole.ACTIVE
     assert config.peer_to_peer and config.discriminator == b"me"
     assert config.connect_timeout == 3.0
-    assert peer_setup(None, "10.0.0.1", "10.0.0.2", b"me", b"you")[1] is Role.PASSIVE
+    assert peer_setup(None, "10.0.0.1", "10.0.0.2", b"me", b"you")[1] is ViRole.PASSIVE

@@ -1,6 +1,5 @@
-"""VI/TCP's classes that share a concept's name with MPA or RDMAP are
-distinct classes with Vi names; the plain names docs/vitcp.md uses are
-aliases of them."""
+"""VI/TCP's classes whose concept has a namesake in MPA or RDMAP are
+distinct classes with Vi names, and have no other name."""
 
 from __future__ import annotations
 
@@ -13,22 +12,20 @@ import iwarp.vitcp.events as vi_events
 import iwarp.vitcp.memory as vi_memory
 
 
-def test_vi_classes_are_their_own_and_the_plain_names_alias_them() -> None:
+def test_vi_classes_have_one_name_each_distinct_from_mpa_and_rdmap() -> None:
     pairs = [
-        (vi_config.Role, vi_config.ViRole, mpa_config.Role),
-        (vi_events.CompletionStatus, vi_events.ViCompletionStatus, rdmap_work.CompletionStatus),
-        (vi_events.ConnectionClosed, vi_events.ViConnectionClosed, mpa_events.ConnectionClosed),
-        (
-            vi_events.ConnectionRejected,
-            vi_events.ViConnectionRejected,
-            mpa_events.ConnectionRejected,
-        ),
-        (vi_memory.MemoryRegion, vi_memory.ViMemoryRegion, rdmap_memory.MemoryRegion),
+        (vi_config, "ViRole", mpa_config.Role),
+        (vi_events, "ViCompletionStatus", rdmap_work.CompletionStatus),
+        (vi_events, "ViConnectionClosed", mpa_events.ConnectionClosed),
+        (vi_events, "ViConnectionRejected", mpa_events.ConnectionRejected),
+        (vi_memory, "ViMemoryRegion", rdmap_memory.MemoryRegion),
     ]
-    for plain, vi, other in pairs:
-        assert plain is vi
-        assert vi is not other and vi.__name__ != other.__name__
-        assert vi.__name__.startswith("Vi")
+    for module, name, other in pairs:
+        vi = getattr(module, name)
+        assert vi is not other and vi.__name__ == name
+        # No second, plain name that reads like MPA's or RDMAP's class.
+        assert not hasattr(module, other.__name__), (module.__name__, other.__name__)
+        assert other.__name__ not in module.__all__
 
 
 def test_a_vi_role_is_not_an_mpa_role() -> None:

@@ -485,11 +485,13 @@ class _Connection:
             d.reasm.pending_octets + d.window.held
             for d in self.dirs
             if d.reasm is not None and d.window is not None
-        )
+        ) + sum(d.replay.held for d in self.dirs if d.replay is not None)
 
     def shed(self, why: str) -> None:
         """Hold less: give up holes, decide the protocol now, decode what can be."""
         for d in self.dirs:
+            if d.replay is not None:
+                d.replay.hand_over()  # the segments the replay gathered
             reasm = d.reasm
             if reasm is not None and reasm.pending:
                 lo = reasm.delivered
@@ -710,6 +712,13 @@ class _Connection:
         if d.mode == _WALK:
             walker = d.walker
             assert walker is not None
+            if (
+                type(walker) is FpduWalker
+                and walker.wait_for > window.end
+                and walker.sync is None
+                and not window.final
+            ):
+                return  # inside an FPDU whose end has not come: nothing to walk or drop
             emit = self.emit
             for record in walker.advance():
                 emit(d, record)
@@ -812,11 +821,20 @@ class _Connection:
 
     def emit(self, d: _Direction, record: Record) -> None:
         kind = type(record)
-        summary = d.summary
-        if kind is FpduRecord:
+        if kind is FpduRecord:  # most records: one branch
             assert isinstance(record, FpduRecord)
             self._fpdu(d, record)
-        elif kind is ErrorRecord:
+            if self.owner.collect or self.phase == _PROBE:
+                d.records.append(record)
+            else:
+                self.owner.out.append(record)
+            if record.ulp.get("opcode") in _ATOMIC_OPCODES:
+                self._atomic(d, record)
+            if self.rtr_reply is not None and d.role == INITIATOR:
+                self._rtr(d, record)
+            return
+        summary = d.summary
+        if kind is ErrorRecord:
             assert isinstance(record, ErrorRecord)
             summary.errors += 1
             self.error_count += 1
@@ -839,22 +857,19 @@ class _Connection:
             self.owner.emit(record)
         else:
             d.records.append(record)  # until the roles are known
-        if kind is FpduRecord:
-            assert isinstance(record, FpduRecord)
-            if record.ulp.get("opcode") in _ATOMIC_OPCODES:
-                self._atomic(d, record)
-        if kind is FpduRecord and self.rtr_reply is not None and d.role == INITIATOR:
-            assert isinstance(record, FpduRecord)
-            reply, self.rtr_reply = self.rtr_reply, None
-            problem = check_rtr(reply, record)
-            if problem is not None:
-                code, message = problem
-                self.emit(
-                    d,
-                    ErrorRecord(
-                        self.index, INITIATOR, record.seq, record.frame, code, "mpa", message
-                    ),
-                )
+
+    def _rtr(self, d: _Direction, record: FpduRecord) -> None:
+        """The Initiator's first FPDU against the RTR its Reply asked for."""
+        reply = self.rtr_reply
+        assert reply is not None
+        self.rtr_reply = None
+        problem = check_rtr(reply, record)
+        if problem is not None:
+            code, message = problem
+            self.emit(
+                d,
+                ErrorRecord(self.index, INITIATOR, record.seq, record.frame, code, "mpa", message),
+            )
 
     def _fpdu(self, d: _Direction, record: FpduRecord) -> None:
         summary = d.summary

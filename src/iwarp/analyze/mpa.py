@@ -142,6 +142,35 @@ class _Kernels(Protocol):
         | None
     ): ...
 
+    def fpdu_walk(
+        self,
+        chunk: bytearray,
+        at: int,
+        phase: int,
+        markers: bool,
+        either_fpduptr: bool,
+        ddp: bool,
+        crc: bool,
+        max_ulpdu: int,
+        count: int,
+        /,
+    ) -> tuple[
+        list[
+            tuple[
+                int,
+                int,
+                int,
+                bytes,
+                int,
+                int,
+                tuple[tuple[int, int, int, int], ...],
+                dict[str, object] | None,
+            ]
+        ],
+        int,
+        int,
+    ]: ...
+
     def describe_table(
         self, names: tuple[str | None, ...], tagged: tuple[int, ...], queue: tuple[int, ...], /
     ) -> None: ...
@@ -152,6 +181,8 @@ class _Kernels(Protocol):
 #: The C loop, or None for the pure-Python path (``IWARP_NO_ACCEL=1``); both
 #: give the same views (tests/analyze/test_decode_kernels.py).
 kernels = cast("_Kernels | None", speedups)
+#: Most clean FPDUs one C walk call takes apart (bounds the list it returns).
+WALK_BATCH: Final = 256
 #: Opcodes whose ULPDUs the C loop describes: those describe_ulpdu gives
 #: only DDP header fields for (the others, and any ULPDU with a problem,
 #: go to describe_ulpdu).
@@ -363,6 +394,33 @@ class FpduWalker:
                 return
             if end < self.wait_for and not stream.final:
                 return
+            kernel = kernels
+            if kernel is not None:
+                # The clean FPDUs from pos on, in one C call (the common case):
+                # those the steps below record with no error or note.
+                found = stream.locate(pos)
+                if found is not None:
+                    chunk, at, run_end = found
+                    taken, stop, need = kernel.fpdu_walk(
+                        chunk,
+                        at,
+                        (pos - framing.origin) % MARKER_INTERVAL,
+                        framing.markers,
+                        framing.either_fpduptr,
+                        framing.ddp,
+                        framing.crc,
+                        MAX_ULPDU,
+                        WALK_BATCH,
+                    )
+                    if taken:
+                        yield from _clean_records(stream, pos - at, taken, framing, where)
+                        self.pos = pos = pos - at + stop
+                        self.bad_in_a_row = 0
+                    if need and run_end >= end and not stream.final:
+                        self.wait_for = pos + need
+                        return  # the rest of the FPDU has not arrived yet
+                    if taken:
+                        continue
             view = inspect_fpdu(stream, pos, framing)
             if not isinstance(view, FpduView):
                 stop = pos if view is None else view
@@ -553,6 +611,50 @@ def _fpdu_record(
         if framing.ddp
         else {},
     )
+
+
+def _clean_records(
+    stream: StreamWindow,
+    base: int,
+    taken: list[
+        tuple[
+            int,
+            int,
+            int,
+            bytes,
+            int,
+            int,
+            tuple[tuple[int, int, int, int], ...],
+            dict[str, object] | None,
+        ]
+    ],
+    framing: Framing,
+    where: tuple[int, str],
+) -> Iterator[FpduRecord]:
+    """The records of the clean FPDUs the C walk took apart (offsets from
+    ``base``): what :func:`_fpdu_record` makes of their views."""
+    index, direction = where
+    checked, ddp = framing.crc, framing.ddp
+    frame_at = stream.frame_at
+    seq = stream.seq(base)  # of chunk offset 0; an FPDU's: seq + at, mod 2**32
+    for at, wire, length, pad, crc, crc_expected, markers, ulp in taken:
+        first = seq + at
+        yield FpduRecord(
+            index,
+            direction,
+            first & 0xFFFFFFFF,
+            frame_at(base + at),
+            wire,
+            length,
+            tuple([MarkerRecord((first + m) & 0xFFFFFFFF, r, p, e) for m, r, p, e in markers])
+            if markers
+            else (),
+            pad,
+            crc,
+            crc_expected,
+            checked,
+            ulp if ulp is not None and ddp else {},
+        )
 
 
 def _fpdu_errors(

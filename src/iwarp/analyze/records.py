@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, cast
 
+from iwarp._accel import speedups
 from iwarp.mpa.wire import MpaFrame, RtrFlags
 
 __all__ = [
@@ -277,8 +278,35 @@ def _fpdu_line(r: FpduRecord) -> str:
     )
 
 
+class _JsonKernels(Protocol):
+    """The C accelerator's FPDU line (src/iwarp/_decode.c), twin of :func:`_fpdu_line`
+    for records whose values are of the usual kinds (None for any other)."""
+
+    def json_table(
+        self,
+        fpdu: type[FpduRecord],
+        marker: type[MarkerRecord],
+        ddp_keys: tuple[str, ...],
+        rdmap_keys: tuple[str, ...],
+        /,
+    ) -> None: ...
+
+    def fpdu_json(self, record: FpduRecord, /) -> str | None: ...
+
+
+#: The C line writer, or None for the pure-Python path (``IWARP_NO_ACCEL=1``);
+#: both give json.dumps's text (tests/analyze/test_json_lines.py).
+kernels = cast("_JsonKernels | None", speedups)
+if kernels is not None:
+    kernels.json_table(FpduRecord, MarkerRecord, _DDP_KEYS, _RDMAP_KEYS)
+
+
 def json_line(record: Record) -> str:
     """The record's JSON object as one line of text: ``json.dumps(record.to_json())``."""
     if type(record) is FpduRecord:
+        if kernels is not None:
+            line = kernels.fpdu_json(record)
+            if line is not None:
+                return line
         return _fpdu_line(record)
     return json.dumps(record.to_json())

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from iwarp.analyze.capture import TcpPacket
 from iwarp.errors import MpaError
 from iwarp.mpa.ooo import OutOfOrderReceiver
 
-__all__ = ["ReceiverReplay", "ReplayFeed", "replay_receiver"]
+__all__ = ["RUN_OCTETS", "ReceiverReplay", "ReplayFeed", "replay_receiver"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +46,20 @@ class ReceiverReplay:
         }
 
 
-class ReplayFeed:
-    """A fresh receiver fed one direction's segments in capture order, as they come."""
+#: Octets of in-order segments a replay gathers before handing them to the
+#: receiver in one step (per direction: bounds what it holds).
+RUN_OCTETS: Final = 32 << 10
 
-    __slots__ = ("ahead", "delivered", "passed", "peak", "receiver")
+
+class ReplayFeed:
+    """A fresh receiver fed one direction's segments in capture order.
+
+    Segments that continue each other are gathered (up to :data:`RUN_OCTETS`)
+    and handed over as one run (:meth:`OutOfOrderReceiver.receive_run`),
+    which gives the figures one call per segment would; any other segment
+    first hands over what was gathered."""
+
+    __slots__ = ("ahead", "delivered", "passed", "peak", "receiver", "run", "run_next", "run_size")
 
     def __init__(
         self, start_seq: int, *, markers: bool, crc: bool, either_fpduptr: bool = False
@@ -58,19 +69,46 @@ class ReplayFeed:
             start=start_seq, markers=markers, crc=crc, either_fpduptr=either_fpduptr
         )
         self.passed = self.ahead = self.delivered = self.peak = 0
+        #: The segments gathered, the sequence number right after them, their octets.
+        self.run: list[bytes] = []
+        self.run_next = 0
+        self.run_size = 0
 
     def feed(self, seq: int, payload: bytes) -> None:
-        receiver = self.receiver
-        if not payload or receiver.error is not None:
+        if not payload or self.receiver.error is not None:
             return
-        passed, ahead, delivered = receiver.receive_count(seq, payload)
+        run = self.run
+        if run and seq == self.run_next and self.run_size < RUN_OCTETS:
+            run.append(payload)
+            self.run_size += len(payload)
+            self.run_next = (seq + len(payload)) & 0xFFFFFFFF
+            return
+        self.hand_over()
+        self.run = [payload]
+        self.run_size = len(payload)
+        self.run_next = (seq + len(payload)) & 0xFFFFFFFF
+
+    @property
+    def held(self) -> int:
+        """Octets gathered and not handed over yet."""
+        return self.run_size
+
+    def hand_over(self) -> None:
+        """Give the receiver the segments gathered so far."""
+        run = self.run
+        if not run:
+            return
+        first = (self.run_next - self.run_size) & 0xFFFFFFFF
+        passed, ahead, delivered, peak = self.receiver.receive_run(first, run)
         self.passed += passed
         self.ahead += ahead
         self.delivered += delivered
-        buffered = receiver.buffered
-        self.peak = max(self.peak, buffered)
+        self.peak = max(self.peak, peak)
+        self.run = []
+        self.run_size = 0
 
     def result(self) -> ReceiverReplay:
+        self.hand_over()
         return ReceiverReplay(
             self.passed, self.ahead, self.delivered, self.peak, self.receiver.error
         )

@@ -49,7 +49,7 @@ __all__ = [
     "Printer",
     "Served",
     "RawResult",
-    "Result",
+    "PerfResult",
     "PerfTest",
     "Ticker",
     "latency_stats",
@@ -153,7 +153,7 @@ def post_buffers(
     return sinks, target, None
 
 
-def accept_answer(answer: dict[str, Any], markers: bool, result: Result) -> int:
+def accept_answer(answer: dict[str, Any], markers: bool, result: PerfResult) -> int:
     """The client's reading of the server's answer to its test description:
     the peer's accelerator and adapter go into ``result``; returns its STag.
 
@@ -185,7 +185,7 @@ def raw_server_side(raw: RawResult, message: dict[str, Any]) -> None:
         raw.style = f"client: {raw.style}; server: {theirs}"
 
 
-def check_word(report: dict[str, Any], result: Result) -> None:
+def check_word(report: dict[str, Any], result: PerfResult) -> None:
     """After an atomic test: the server's word (RFC 7306 words are
     big-endian) must have counted every FetchAdd of 1 that completed.
 
@@ -298,7 +298,7 @@ class RawResult:
 
 
 @dataclass
-class Result:
+class PerfResult:
     """What one test measured; the loops fill it in as they go, so an
     interrupted test still has its counts and timings so far."""
 
@@ -376,7 +376,7 @@ def latency_stats(times: array[float] | list[float]) -> dict[str, float]:
     }
 
 
-def summary(result: Result) -> dict[str, Any]:
+def summary(result: PerfResult) -> dict[str, Any]:
     """The result as a JSON-ready dict (what ``--json`` prints, one per test)."""
     test = result.test
     out: dict[str, Any] = {
@@ -549,7 +549,7 @@ class Ticker:
     ``--interval``), called by the test loops once per message: a clock
     read, and a line when one is due."""
 
-    def __init__(self, result: Result, *, enabled: bool, forced: bool, interval: float) -> None:
+    def __init__(self, result: PerfResult, *, enabled: bool, forced: bool, interval: float) -> None:
         self._result = result
         self._stream = sys.stderr
         now = time.monotonic()

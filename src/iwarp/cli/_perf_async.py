@@ -18,9 +18,9 @@ from iwarp.cli._perf import (
     CONTROL_SIZE,
     WINDOW,
     PerfError,
+    PerfResult,
     PerfTest,
     RawResult,
-    Result,
     Served,
     Ticker,
     accept_answer,
@@ -396,7 +396,7 @@ async def _raw_stream(host: str, port: int, test: PerfTest, raw: RawResult) -> N
 
 
 async def run_client(
-    host: str, port: int, config: MpaConfig, result: Result, *, detail: bool, ticker: Ticker
+    host: str, port: int, config: MpaConfig, result: PerfResult, *, detail: bool, ticker: Ticker
 ) -> None:
     """Run ``result.test`` against the server at ``host``:``port``; fills in ``result``."""
     test = result.test
@@ -444,7 +444,12 @@ async def run_client(
 
 
 async def _bandwidth(
-    qp: QueuePair, region: MemoryRegion, stag: int, result: Result, ticker: Ticker, receives: int
+    qp: QueuePair,
+    region: MemoryRegion,
+    stag: int,
+    result: PerfResult,
+    ticker: Ticker,
+    receives: int,
 ) -> dict[str, Any]:
     """Keep WINDOW messages in flight; returns the server's report.
 
@@ -540,7 +545,7 @@ async def _bandwidth(
 
 
 async def _latency(
-    qp: QueuePair, region: MemoryRegion, stag: int, result: Result, ticker: Ticker
+    qp: QueuePair, region: MemoryRegion, stag: int, result: PerfResult, ticker: Ticker
 ) -> None:
     op = result.test.op
     limit = result.limit

@@ -16,9 +16,9 @@ from iwarp.cli._perf import (
     CONTROL_ID,
     CONTROL_SIZE,
     PerfError,
+    PerfResult,
     PerfTest,
     RawResult,
-    Result,
     Served,
     Ticker,
     accept_answer,
@@ -274,7 +274,7 @@ def run_client(
     host: str,
     port: int,
     config: MpaConfig,
-    result: Result,
+    result: PerfResult,
     *,
     detail: bool,
     ticker: Ticker,
@@ -378,7 +378,12 @@ def _message(qp: QueuePair, wait: bool) -> dict[str, Any] | None:
 
 
 def _bandwidth(
-    qp: QueuePair, region: MemoryRegion, stag: int, result: Result, ticker: Ticker, receives: int
+    qp: QueuePair,
+    region: MemoryRegion,
+    stag: int,
+    result: PerfResult,
+    ticker: Ticker,
+    receives: int,
 ) -> dict[str, Any]:
     """Keep WINDOW messages in flight; returns the server's report."""
     test = result.test
@@ -452,7 +457,7 @@ def _bandwidth(
 
 
 def _latency(
-    qp: QueuePair, region: MemoryRegion, stag: int, result: Result, ticker: Ticker
+    qp: QueuePair, region: MemoryRegion, stag: int, result: PerfResult, ticker: Ticker
 ) -> None:
     op = result.test.op
     limit = result.limit

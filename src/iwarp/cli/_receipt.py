@@ -4,7 +4,7 @@ for data the listener refused.
 Bare MPA has no completion that reaches the peer: a ULPDU "completes" when
 TCP takes it. So after its N messages ``connect`` sends a *receipt
 request* (the 16 octets :data:`RECEIPT_REQUEST`, never a test message:
-those are :func:`iwarp.cli._mpa.message`), and ``listen`` answers with a
+those are :func:`iwarp.cli._mpa_options.message`), and ``listen`` answers with a
 *receipt*: :data:`RECEIPT_KEY` then BE64 messages, BE64 octets and the
 SHA-256 of what this connection delivered. ``connect`` reports success
 only when the receipt matches what it sent.
@@ -43,7 +43,7 @@ from typing import Final
 
 from iwarp._typing import Buffer
 from iwarp.asyncio.mpa import MpaSocket
-from iwarp.cli._mpa import Digest
+from iwarp.cli._mpa_options import Digest
 from iwarp.ddp.wire import (
     LAST_FLAG,
     TAGGED_FLAG,

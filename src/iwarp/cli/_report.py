@@ -2,7 +2,7 @@
 
 A command's output is a sequence of *records*, each a ``type`` and fields:
 ``listening``, ``established``, ``operation``, ``summary``, ``error``...
-:class:`Output` prints them as one line each, either ``type: key=value
+:class:`RecordPrinter` prints them as one line each, either ``type: key=value
 key=value`` for people (values with spaces in double quotes) or, with
 ``--json``, as one JSON object per line for scripts. Every hash is printed
 in full, next to a ``sha256_of`` field that says what it covers. Errors go
@@ -26,7 +26,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
-    "Output",
+    "RecordPrinter",
     "format_error",
     "format_record",
     "unreachable",
@@ -76,7 +76,7 @@ def format_error(prog: str, record: dict[str, object]) -> str:
     return f"{prog}: error: {message}" + (f" ({details})" if details else "")
 
 
-class Output:
+class RecordPrinter:
     """Prints records as JSON lines or as ``type: key=value`` lines.
 
     With ``--json`` every record is a line on standard output (errors too:

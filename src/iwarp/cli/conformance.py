@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from iwarp.conformance import all_cases, expected
-from iwarp.conformance.model import Result, TargetRole, matches, select
+from iwarp.conformance.model import Result, matches, select
 from iwarp.conformance.report import (
     format_case,
     format_result,
@@ -28,6 +28,7 @@ from iwarp.conformance.runner import (
     ShellLauncher,
     TargetUnavailableError,
 )
+from iwarp.conformance.terms import TargetRole
 
 __all__ = ["register"]
 

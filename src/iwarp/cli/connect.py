@@ -2,7 +2,7 @@
 
 Moves ``--count`` messages of ``--size`` octets with ``--op`` (RDMAP Sends,
 RDMA Writes into the listener's advertised buffers, RDMA Reads from them,
-or bare MPA ULPDUs; see :mod:`iwarp.cli._ops`), closes gracefully and exits
+or bare MPA ULPDUs; see :mod:`iwarp.cli._rdma_traffic`), closes gracefully and exits
 0; any error (including a reject) exits 1. The summary's ``messages``,
 ``octets`` and ``sha256`` describe the messages sent (read, for ``read``),
 so a script can compare them with the ``iwarp listen`` summary.
@@ -14,11 +14,12 @@ import argparse
 import asyncio
 import signal
 
+from iwarp.apps.rping import ADVERT
 from iwarp.asyncio import rdma
-from iwarp.asyncio.mpa import MpaRejectedError, MpaSocket, MpaStream, connect, open_stream
+from iwarp.asyncio.mpa import ConnectionRejectedError, MpaSocket, MpaStream, connect, open_stream
 from iwarp.cli._args import SIZE_HELP, count, port, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture
-from iwarp.cli._mpa import (
+from iwarp.cli._mpa_options import (
     CULLEY_SWITCH,
     DELAYED_HELLO,
     DELAYED_SWITCH,
@@ -31,7 +32,8 @@ from iwarp.cli._mpa import (
     message,
     params_record,
 )
-from iwarp.cli._ops import (
+from iwarp.cli._progress import Progress, add_progress_options
+from iwarp.cli._rdma_traffic import (
     CONTROL_BUFFERS,
     MAX_COUNT,
     check_stack,
@@ -40,7 +42,6 @@ from iwarp.cli._ops import (
     qp_emss,
     reset,
 )
-from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._receipt import (
     ReceiptError,
     Watcher,
@@ -48,14 +49,13 @@ from iwarp.cli._receipt import (
     split_offer,
     tcp_acknowledged,
 )
-from iwarp.cli._report import EXIT_FAILED, EXIT_USAGE, Output, unreachable
+from iwarp.cli._report import EXIT_FAILED, EXIT_USAGE, RecordPrinter, unreachable
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import ConnectionRejected
 from iwarp.mpa.handshake import build_request
 from iwarp.mpa.wire import MAX_ULPDU
-from iwarp.rdma.rping import ADVERT
 
 #: Seconds ``--op mpa`` waits for the listener's receipt (without --timeout).
 RECEIPT_TIMEOUT = 60.0
@@ -97,7 +97,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Output(args.json, prog="iwarp connect")
+    out = RecordPrinter(args.json, prog="iwarp connect")
     try:
         config = config_from(args)
         _check_size(args)
@@ -114,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
     return run_interruptible(_run(args, config, out, digest), interrupted)
 
 
-async def _run(args: argparse.Namespace, config: MpaConfig, out: Output, digest: Digest) -> int:
+async def _run(
+    args: argparse.Namespace, config: MpaConfig, out: RecordPrinter, digest: Digest
+) -> int:
     progress = Progress(
         digest.counters, forced=args.progress, quiet=args.json, interval=args.interval
     )
@@ -149,7 +151,7 @@ def _check_size(args: argparse.Namespace) -> None:
         raise ValueError(f"--count {args.count} exceeds {MAX_COUNT}")
 
 
-def _rejected(event: ConnectionRejected, out: Output) -> int:
+def _rejected(event: ConnectionRejected, out: RecordPrinter) -> int:
     """Report a reject (the peer's R=1 or our own policy); the exit status."""
     record: dict[str, object] = {"type": "rejected", "reason": event.reason}
     if event.frame is not None:
@@ -158,7 +160,7 @@ def _rejected(event: ConnectionRejected, out: Output) -> int:
     return 1
 
 
-def _not_connected(exc: IwarpError | OSError, out: Output, args: argparse.Namespace) -> int:
+def _not_connected(exc: IwarpError | OSError, out: RecordPrinter, args: argparse.Namespace) -> int:
     """Report why MPA startup or the TCP connect failed; the exit status."""
     if isinstance(exc, IwarpError):
         out.emit(error_record(exc))
@@ -187,7 +189,11 @@ async def _open_qp(args: argparse.Namespace, config: MpaConfig) -> rdma.QueuePai
 
 
 async def _connect_rdma(
-    args: argparse.Namespace, config: MpaConfig, out: Output, digest: Digest, progress: Progress
+    args: argparse.Namespace,
+    config: MpaConfig,
+    out: RecordPrinter,
+    digest: Digest,
+    progress: Progress,
 ) -> int:
     try:
         qp = await _open_qp(args, config)
@@ -270,11 +276,15 @@ async def _switch(stream: MpaStream, args: argparse.Namespace) -> MpaSocket:
 
 
 async def _connect(
-    args: argparse.Namespace, config: MpaConfig, out: Output, digest: Digest, progress: Progress
+    args: argparse.Namespace,
+    config: MpaConfig,
+    out: RecordPrinter,
+    digest: Digest,
+    progress: Progress,
 ) -> int:
     try:
         sock = await _open_mpa(args, config)
-    except MpaRejectedError as exc:
+    except ConnectionRejectedError as exc:
         return _rejected(exc.event, out)
     except (IwarpError, OSError) as exc:
         return _not_connected(exc, out, args)

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TextIO
 
+from iwarp.analyze import records
 from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
 from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
 from iwarp.analyze.fields import ALIASES, FIELDS, Row, field_named, format_value
@@ -32,7 +33,7 @@ from iwarp.analyze.parquet import (
 from iwarp.analyze.parquet import check_available as check_parquet
 from iwarp.analyze.parquet import concatenate as concatenate_parquet
 from iwarp.analyze.plot import PlotUnavailableError, check_available, write_plot
-from iwarp.analyze.records import ErrorRecord, Record, json_line
+from iwarp.analyze.records import ErrorRecord, FpduRecord, Record, json_line
 from iwarp.analyze.render import (
     capture_json,
     summary_json,
@@ -563,7 +564,12 @@ def decode_capture(
                 packets = meter.wrap(packets)
             if index is not None:
                 packets = index.wrap(packets)
-            for output in analyze_stream(packets, options, settings.limits):
+            outputs = analyze_stream(packets, options, settings.limits)
+            if settings.json and not (tables or streams or live or settings.count or index):
+                # The usual --json, every record: written in batches (the
+                # loop below then finds nothing left).
+                _json_lines(outputs, totals, out)
+            for output in outputs:
                 if isinstance(output, ConnectionReport):
                     _account(totals, output, streams)
                     if index is not None:
@@ -659,6 +665,43 @@ def decode_capture(
             EXIT_PROTOCOL_ERRORS if totals.errors else EXIT_TRUNCATED if stats.truncated_file else 0
         )
     return result
+
+
+#: Lines of --json gathered before they are written.
+_JSON_BATCH = 256
+
+
+def _json_lines(
+    outputs: Iterator[Record | ConnectionReport], totals: CaptureTotals, out: TextIO
+) -> None:
+    """Every record and connection summary as a JSON line, as the loop of
+    :func:`decode_capture` writes them when nothing is filtered, counted or
+    tabled, in batches of lines; the lines decoded before a capture error
+    are written before it goes on."""
+    lines: list[str] = []
+    append = lines.append
+    kernel = records.kernels  # the C line of an FPDU record, when built
+    try:
+        for output in outputs:
+            if kernel is not None and type(output) is FpduRecord:
+                line = kernel.fpdu_json(output)
+                append(line if line is not None else json_line(output))
+            elif isinstance(output, ConnectionReport):
+                _account(totals, output, set())
+                if output.protocol is None and not output.error_count:
+                    continue
+                append(json.dumps(summary_json(output)))
+            else:
+                append(json_line(output))
+            if len(lines) >= _JSON_BATCH:
+                out.write("\n".join(lines) + "\n")
+                lines.clear()
+    except (OSError, CaptureError) as exc:
+        if lines and not isinstance(exc, BrokenPipeError):
+            out.write("\n".join(lines) + "\n")
+        raise
+    if lines:
+        out.write("\n".join(lines) + "\n")
 
 
 def _failed(result: FileResult, exc: BaseException) -> FileResult:

@@ -34,7 +34,7 @@ from iwarp.asyncio.rdma import (
 from iwarp.cli._args import SIZE_HELP, count, rate_mib_per_s, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture
 from iwarp.cli._progress import Progress, add_progress_options
-from iwarp.cli._report import Output
+from iwarp.cli._report import RecordPrinter
 from iwarp.cli._run import run_interruptible
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import MpaParams
@@ -98,7 +98,7 @@ class OpResult:
 _VERDICT = {True: "yes", False: "NO", None: "not checked (interrupted)"}
 
 
-def _emit(out: Output, record: dict[str, object]) -> None:
+def _emit(out: RecordPrinter, record: dict[str, object]) -> None:
     if not out.json and "verified" in record:
         record = {**record, "verified": _VERDICT[record["verified"]]}  # type: ignore[index]
     out.emit(record)
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     results: list[OpResult] = []
     current: list[_Op] = []
-    out = Output(args.json)
+    out = RecordPrinter(args.json)
 
     def interrupted(signum: signal.Signals) -> None:
         # What finished was printed; the operation under way was not checked.
@@ -176,14 +176,14 @@ class _Messages:
 
 
 async def _demo(
-    args: argparse.Namespace, out: Output, results: list[OpResult], current: list[_Op]
+    args: argparse.Namespace, out: RecordPrinter, results: list[OpResult], current: list[_Op]
 ) -> int:
     async with pcap_capture(args.pcap):
         return await _run_ops(args, out, results, current)
 
 
 async def _run_ops(
-    args: argparse.Namespace, out: Output, results: list[OpResult], current: list[_Op]
+    args: argparse.Namespace, out: RecordPrinter, results: list[OpResult], current: list[_Op]
 ) -> int:
     size, count = args.size, args.count
     window = max(1, min(count, WINDOW_OCTETS // max(size, 1)))
@@ -296,7 +296,7 @@ def _begin(current: list[_Op], name: str) -> _Op:
     return op
 
 
-def _finished(out: Output, results: list[OpResult], op: _Op) -> None:
+def _finished(out: RecordPrinter, results: list[OpResult], op: _Op) -> None:
     result = op.finish()
     results.append(result)
     _emit(out, result.as_json())
@@ -327,7 +327,9 @@ def _connection(responder: str, params: MpaParams) -> dict[str, object]:
     }
 
 
-def _summary(out: Output, results: list[OpResult], *, interrupted: str | None = None) -> None:
+def _summary(
+    out: RecordPrinter, results: list[OpResult], *, interrupted: str | None = None
+) -> None:
     """The last record: octets, time and rate over the operations, and
     whether every byte was verified (None: not all of it was checked)."""
     verdicts = {r.verified for r in results}

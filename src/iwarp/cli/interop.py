@@ -179,7 +179,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_suite(args: argparse.Namespace) -> int:
     from iwarp.interop.cases import all_cases
     from iwarp.interop.report import Report
-    from iwarp.interop.suite import Outcome, Runner, Status, order_for_boot, select
+    from iwarp.interop.suite import InteropRunner, InteropStatus, Outcome, order_for_boot, select
 
     cases = select(all_cases(), args.case, args.variant)
     if not cases:
@@ -193,11 +193,11 @@ def run_suite(args: argparse.Namespace) -> int:
         _log(f"cannot build the guest: {exc}")
     if image is None:
         reason = "the siw guest is not built (run: iwarp interop build)"
-        report = Report([Outcome(c, Status.NOT_RUN, reason) for c in cases])
+        report = Report([Outcome(c, InteropStatus.NOT_RUN, reason) for c in cases])
         return _finish(report, args, guest_missing=True)
     workdir = args.workdir or cache_root() / "runs" / time.strftime("suite-%Y%m%d-%H%M%S")
     workdir.mkdir(parents=True, exist_ok=True)
-    runner = Runner(image, workdir, log=_log, siw_debug=args.siw_debug)
+    runner = InteropRunner(image, workdir, log=_log, siw_debug=args.siw_debug)
     outcomes: list[Outcome] = []
     by_name = {}
     try:
@@ -205,9 +205,13 @@ def run_suite(args: argparse.Namespace) -> int:
             outcome = runner.run_case(case)
             by_name[case.name] = outcome
             mark = (
-                f"{outcome.status}".upper() if outcome.status is not Status.NOT_RUN else "not run"
+                f"{outcome.status}".upper()
+                if outcome.status is not InteropStatus.NOT_RUN
+                else "not run"
             )
-            time_text = f" {outcome.seconds:.1f}s" if outcome.status is not Status.NOT_RUN else ""
+            time_text = (
+                f" {outcome.seconds:.1f}s" if outcome.status is not InteropStatus.NOT_RUN else ""
+            )
             _log(f"{mark:7} {case.name}{time_text}: {outcome.reason}")
     finally:
         runner.close()

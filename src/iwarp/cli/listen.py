@@ -4,7 +4,7 @@ Serves many connections at once until ``--count`` messages have been
 received in total, or ``--connections`` connections have ended, then prints
 a summary and exits: 0 if no connection failed, 1 otherwise. The messages
 are RDMAP Sends, RDMA Writes into advertised buffers or RDMA Reads from
-them (``--op``, see :mod:`iwarp.cli._ops`), or bare MPA ULPDUs
+them (``--op``, see :mod:`iwarp.cli._rdma_traffic`), or bare MPA ULPDUs
 (``--op mpa``).
 """
 
@@ -18,7 +18,7 @@ import signal
 from iwarp.asyncio import rdma
 from iwarp.asyncio.mpa import (
     Accept,
-    MpaRejectedError,
+    ConnectionRejectedError,
     MpaSocket,
     MpaStream,
     Reject,
@@ -27,7 +27,7 @@ from iwarp.asyncio.mpa import (
 )
 from iwarp.cli._args import SIZE_HELP, count, port, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture
-from iwarp.cli._mpa import (
+from iwarp.cli._mpa_options import (
     CULLEY_SWITCH,
     DELAYED_HELLO,
     DELAYED_SWITCH,
@@ -39,7 +39,8 @@ from iwarp.cli._mpa import (
     frame_record,
     params_record,
 )
-from iwarp.cli._ops import (
+from iwarp.cli._progress import Progress, add_progress_options
+from iwarp.cli._rdma_traffic import (
     DEFAULT_MEMORY_BUDGET,
     ListenSession,
     MemoryBudget,
@@ -50,9 +51,8 @@ from iwarp.cli._ops import (
     op_refusal,
     reset,
 )
-from iwarp.cli._progress import Progress, add_progress_options
 from iwarp.cli._receipt import RECEIPT_REQUEST, offer_receipts, receipt, terminate_for
-from iwarp.cli._report import Output
+from iwarp.cli._report import RecordPrinter
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
@@ -127,7 +127,7 @@ def _peer(sock_or_addr: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Output(args.json, prog="iwarp listen")
+    out = RecordPrinter(args.json, prog="iwarp listen")
     try:
         config = config_from(args)
     except ValueError as exc:
@@ -164,7 +164,7 @@ def _summary(
 async def _listen(
     args: argparse.Namespace,
     config: MpaConfig,
-    out: Output,
+    out: RecordPrinter,
     digest: Digest,
     state: dict[str, int],
 ) -> int:
@@ -175,7 +175,7 @@ async def _listen(
 async def _serve(
     args: argparse.Namespace,
     config: MpaConfig,
-    out: Output,
+    out: RecordPrinter,
     digest: Digest,
     state: dict[str, int],
 ) -> int:
@@ -216,7 +216,7 @@ async def _serve(
         return Accept(offer_receipts(args.private_data, room))
 
     def on_failure(error: BaseException, peer: object) -> None:
-        if isinstance(error, MpaRejectedError):
+        if isinstance(error, ConnectionRejectedError):
             out.emit({"type": "rejected", "peer": _peer(peer), "reason": error.event.reason})
         else:
             state["errors"] += 1

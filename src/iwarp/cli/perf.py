@@ -58,9 +58,9 @@ from iwarp.cli._perf import (
     OPS,
     SWEEP_SIZES,
     PerfError,
+    PerfResult,
     PerfTest,
     Printer,
-    Result,
     Served,
     Ticker,
     summary,
@@ -73,7 +73,7 @@ from iwarp.mpa.config import MpaConfig
 from iwarp.sockets import is_connect_failure
 from iwarp.sync import BUSY_POLL
 
-__all__ = ["DEFAULT_PORT", "PerfError", "Result", "parse_size", "register", "run", "summary"]
+__all__ = ["DEFAULT_PORT", "PerfError", "PerfResult", "parse_size", "register", "run", "summary"]
 
 DEFAULT_PORT: Final = 18515  # perftest's default port, so firewalls set up for it fit
 DEFAULT_SIZE: Final = 1 << 16
@@ -293,18 +293,18 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
     detail = not args.all
     limit = args.iters or (MAX_SAMPLES if args.duration else DEFAULT_ITERS)
     adapter = "sync" if args.sync else "asyncio"
-    current: list[Result] = []
+    current: list[PerfResult] = []
 
-    def begin(size_: int) -> tuple[Result, Ticker]:
+    def begin(size_: int) -> tuple[PerfResult, Ticker]:
         test = PerfTest(args.op, size_, args.latency, args.compare_raw)
-        result = Result(
+        result = PerfResult(
             test, adapter, args.markers, not args.no_crc, limit=limit, duration=args.duration
         )
         current[:] = [result]
         ticker = Ticker(result, enabled=not args.json, forced=args.progress, interval=args.interval)
         return result, ticker
 
-    def end(result: Result) -> None:
+    def end(result: PerfResult) -> None:
         current.clear()
         printer.result(summary(result), detail=detail)
 

@@ -2,7 +2,7 @@
 
 Same flags as rping (``-s``/``-c``, ``-a``, ``-I``, ``-p``, ``-P``, ``-C``,
 ``-S``, ``-V``, ``-v``, ``-d``) and the same conversation on the wire (see
-:mod:`iwarp.rdma.rping`), so it talks to real ``rping`` on Linux siw in
+:mod:`iwarp.apps.rping`), so it talks to real ``rping`` on Linux siw in
 both directions. ``-P``: a persistent server (``--sync``: one client after
 another; asyncio: each client as it comes) until Ctrl-C or SIGTERM, which
 print the clients and pings served. ``-I``: the client's source address.
@@ -19,6 +19,8 @@ import signal
 import sys
 import time
 
+import iwarp.apps.rping_sync as sync_rping
+from iwarp.apps.rping import DEFAULT_SIZE, MIN_SIZE, RpingClient, RpingServer
 from iwarp.asyncio.rdma import (
     ConnectionTerminatedError,
     ProtectionDomain,
@@ -34,10 +36,8 @@ from iwarp.cli._run import run_blocking_interruptible, run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import RtrFlags
-from iwarp.rdma.rping import DEFAULT_SIZE, MIN_SIZE, RpingClient, RpingServer
 from iwarp.rdmap.work import Completion, WorkOpcode
 from iwarp.sockets import is_connect_failure
-from iwarp.sync import rping as sync_rping
 from iwarp.sync.rdma import QueuePair as SyncQueuePair
 
 #: rping's default port.

@@ -36,7 +36,7 @@ from iwarp.asyncio.vitcp import (
 from iwarp.cli._args import SIZE_HELP, count, port, rate_mib_per_s, size
 from iwarp.cli._capture import add_pcap_option, captured
 from iwarp.cli._progress import Progress, add_progress_options
-from iwarp.cli._report import EXIT_FAILED, Output, unreachable
+from iwarp.cli._report import EXIT_FAILED, RecordPrinter, unreachable
 from iwarp.cli._run import run_interruptible
 from iwarp.errors import IwarpError
 from iwarp.vitcp.config import VitcpConfig
@@ -221,7 +221,7 @@ _CONNECTOR_COVERS = {"send": "sent", "write": "written", "read": "read"}
 def _print(summary: dict[str, Any], as_json: bool) -> None:
     """A summary as one JSON line, or as ``summary: key=value`` lines (the
     listener's summary a connector got back on a line of its own)."""
-    out = Output(as_json)
+    out = RecordPrinter(as_json)
     if as_json or not isinstance(summary.get("peer"), dict):
         out.emit(summary)
         return
@@ -423,7 +423,9 @@ async def _serve_one(
 async def _listen(args: argparse.Namespace, overall: _Overall) -> int:
     config = _config(args)
     listener = await VitcpListener.start(args.host, args.port, config=config)
-    Output(args.json).emit({"type": "listening", "host": listener.host, "port": listener.port})
+    RecordPrinter(args.json).emit(
+        {"type": "listening", "host": listener.host, "port": listener.port}
+    )
     received = 0  # messages (Sends, Writes, Reads served) over all connections
     status = 0
     try:
@@ -555,7 +557,7 @@ def _failed(event: Event) -> int:
 
 async def _connect(args: argparse.Namespace, live: dict[str, Any]) -> int:
     config = _config(args)
-    out = Output(args.json, prog="iwarp vitcp connect")
+    out = RecordPrinter(args.json, prog="iwarp vitcp connect")
     try:
         endpoint = await connect(
             args.host,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
 from iwarp.conformance.errorcase import (
     Broken,
@@ -17,11 +18,11 @@ from iwarp.conformance.errorcase import (
     judge_foreign,
     unknown_stag,
 )
-from iwarp.conformance.model import CaseSkipped, Level, Need, TargetRole, case
+from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import NO_BUFFER, NOT_WRITABLE, Region, Session
+from iwarp.conformance.terms import CaseSkipped, Need, TargetRole
 from iwarp.ddp.errors import DdpErrorType, DdpTaggedCode, DdpUntaggedCode
 from iwarp.errors import TerminateLayer
-from iwarp.rdma.rping import ADVERT
 
 DDP = TerminateLayer.DDP
 T = DdpErrorType.TAGGED_BUFFER

@@ -10,8 +10,9 @@ another Terminate).
 
 from __future__ import annotations
 
+from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
+from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import (
     NO_CRC,
     NO_FPDU,
@@ -20,9 +21,9 @@ from iwarp.conformance.session import (
     Session,
     describe_terminate,
 )
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.errors import MpaErrorCode, TerminateLayer
 from iwarp.mpa.wire import MARKER_INTERVAL, FrameFlags
-from iwarp.rdma.rping import ADVERT
 from iwarp.rdmap.wire import RdmapOpcode, ReadRequest
 
 CRC_QUOTE = (

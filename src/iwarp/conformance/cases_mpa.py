@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Final
 
+from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
+from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import NO_FPDU, Session, describe_terminate
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.errors import MpaErrorCode
 from iwarp.mpa.wire import (
     FRAME_HEADER_SIZE,
@@ -16,7 +18,6 @@ from iwarp.mpa.wire import (
     FrameFlags,
     Revision,
 )
-from iwarp.rdma.rping import ADVERT
 from iwarp.rdmap.wire import RdmapOpcode, ReadRequest
 
 R = (TargetRole.RESPONDER,)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
 from iwarp.conformance.errorcase import (
     Broken,
@@ -20,11 +21,11 @@ from iwarp.conformance.errorcase import (
     judge_foreign,
     unknown_stag,
 )
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
+from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import NO_BUFFER, Received, Region, Session, describe_terminate
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.ddp.errors import DdpErrorType, DdpUntaggedCode
 from iwarp.errors import TerminateLayer
-from iwarp.rdma.rping import ADVERT
 from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode, RemoteProtectionCode
 from iwarp.rdmap.wire import RdmapOpcode, ReadRequest, TerminateHeader
 

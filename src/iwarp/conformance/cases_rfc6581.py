@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from iwarp.conformance import craft
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, TargetRole, case
+from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import (
     NO_ENHANCED,
     NO_READ_RTR,
@@ -14,6 +14,7 @@ from iwarp.conformance.session import (
     Session,
     describe_terminate,
 )
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.errors import MpaErrorCode, TerminateLayer
 from iwarp.mpa.wire import IRD_ORD_NONE, EnhancedData, FrameFlags, MpaFrame, Revision, RtrFlags
 from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader

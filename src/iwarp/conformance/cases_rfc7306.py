@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from iwarp.conformance import craft
 from iwarp.conformance.errorcase import unknown_stag
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Need, case
+from iwarp.conformance.model import case
 from iwarp.conformance.session import Received, Region, Session, describe_terminate
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.errors import TerminateLayer
 from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode, RemoteProtectionCode
 from iwarp.rdmap.wire import (
@@ -98,6 +99,7 @@ def _answer(got: Received) -> AtomicResponse:
     'the Queue Number 3" and "The Original Request Identifier is set to the value specified in '
     'the Request Identifier field"',
     needs=(Need.REGION,),
+    covers=("atomic-response",),
 )
 def atomic_response(s: Session) -> None:
     region, to = _target(s)
@@ -124,6 +126,7 @@ def atomic_response(s: Session) -> None:
     'order they were sent"; §5.2.2: "MUST pass Atomic Operation Response Messages to the DDP '
     'layer, in the order that the Atomic Operation Request Messages were received"',
     needs=(Need.REGION,),
+    covers=("atomic-response", "atomic-fetch-add"),
 )
 def atomic_order(s: Session) -> None:
     region, to = _target(s)
@@ -183,7 +186,7 @@ def misaligned(s: Session) -> None:
     "RDMAP layer of an Atomic Operation Request Message with an Atomic Operation Code that the "
     'RNIC does not support"',
     needs=(Need.REGION,),
-    covers=("terminate",),
+    covers=("terminate", "atomic-opcode"),
 )
 def reserved_aopcode(s: Session) -> None:
     region, to = _target(s)
@@ -202,10 +205,19 @@ def reserved_aopcode(s: Session) -> None:
     "an Atomic Request for an STag the target never advertised brings a Terminate",
     'RFC 7306 §5: "Atomic Operation Request Messages use the same remote addressing mechanism '
     'as RDMA Reads and Writes"; RFC 5040 §7.2: "The Data Source STag MUST be valid"',
-    covers=("terminate",),
+    covers=("terminate", "atomic-stag"),
 )
 def unknown_target(s: Session) -> None:
-    s.data_phase()
+    if s.target is TargetRole.INITIATOR:
+        # The tool is the MPA Responder: it may send only after the target's
+        # first FPDU (RFC 5044 §7.1.2 rule 4), its RTR or, without one, its
+        # first message; a target that sends neither leaves no moment this
+        # rule can be checked at.
+        s.data_phase((Need.TALKS,))
+        if s.rtr is None:
+            s.need(Need.TALKS)
+    else:
+        s.data_phase()
     stag = unknown_stag(s)
     _send_atomic(s, AtomicRequest.fetch_add(REQUEST_ID, stag, 0, 0), f"FetchAdd at STag {stag:#x}")
     term = _next_terminate(s)
@@ -222,7 +234,7 @@ def unknown_target(s: Session) -> None:
     'RFC 7306 §6.3: "The Remote Peer MUST check that Immediate Data and Immediate Data with SE '
     'Messages include exactly 8 bytes of data from the DDP layer"',
     needs=(Need.RECEIVE,),
-    covers=("terminate",),
+    covers=("terminate", "immediate-size"),
 )
 def immediate_size(s: Session) -> None:
     s.data_phase()
@@ -232,3 +244,111 @@ def immediate_size(s: Session) -> None:
     term = _next_terminate(s)
     _unsupported(term, "Immediate Data (or calls 7 octets an unexpected opcode)")
     s.note(f"answered {describe_terminate(term)}")
+
+
+#: The bits the CmpSwap case flips: the high half only (its low half is compared).
+HIGH = 0xFFFFFFFF_00000000
+LOW = 0x00000000_FFFFFFFF
+FLIP = 0x5A5A5A5A_00000000
+
+
+def _one(s: Session, request: AtomicRequest, what: str) -> int:
+    """Send one Atomic Request, wait for its Response; the original value."""
+    _send_atomic(s, request, what)
+    (got,) = _responses(s, 1)
+    answer = _answer(got)
+    if answer.request_id != request.request_id:
+        raise CaseFailed(
+            f"Original Request Identifier {answer.request_id:#x} for {what}, "
+            f"the Request had {request.request_id:#x}"
+        )
+    return answer.original
+
+
+@case(
+    "rfc7306/5.1.2/1",
+    "CmpSwap returns the original word and swaps the masked bits only when the compared bits match",
+    'RFC 7306 §5.1.2: "If the two masked compare values are not equal, the contents of the '
+    "Responder's memory are not changed. In either case, the original value read from the ULP "
+    'Buffer address is ... returned to the Requester"; §5.2.1: the Responder "MUST respond with '
+    'a valid Atomic Operation Response Message"',
+    needs=(Need.REGION,),
+    covers=("atomic-response", "atomic-cmp-swap"),
+)
+def cmp_swap(s: Session) -> None:
+    region, to = _target(s)
+    stag = region.stag
+
+    def read(n: int) -> int:
+        return _one(s, AtomicRequest.fetch_add(REQUEST_ID + n, stag, to, 0), "FetchAdd of 0")
+
+    word = read(0)
+    s.note(f"the word at TO {to:#x} holds {word:#x}")
+    steps = [
+        # (request, what, original it must return, word after it)
+        (
+            AtomicRequest.cmp_swap(REQUEST_ID + 1, stag, to, word ^ 1, word ^ FLIP),
+            "CmpSwap whose Compare Data differs in bit 0 (no swap)",
+            word,
+            word,
+        ),
+        (
+            AtomicRequest.cmp_swap(REQUEST_ID + 3, stag, to, word, word ^ FLIP),
+            "CmpSwap whose Compare Data matches (swap)",
+            word,
+            word ^ FLIP,
+        ),
+        (
+            AtomicRequest.cmp_swap(
+                REQUEST_ID + 5,
+                stag,
+                to,
+                ~(word ^ FLIP) & HIGH | word & LOW,
+                word,
+                compare_mask=LOW,
+                swap_mask=HIGH,
+            ),
+            "masked CmpSwap: the low half compared (the high half differs), the high half "
+            "swapped back",
+            word ^ FLIP,
+            word,
+        ),
+    ]
+    for n, (request, what, original, after) in enumerate(steps):
+        got = _one(s, request, what)
+        if got != original:
+            raise CaseFailed(f"{what} returned {got:#x}, the word was {original:#x}")
+        now = read(2 * n + 2)
+        if now != after:
+            raise CaseFailed(f"after {what} the word is {now:#x}, not {after:#x}")
+
+
+@case(
+    "rfc7306/8.2/2",
+    "a CmpSwap at a TO that is not 64-bit aligned brings TERM catastrophic error",
+    'RFC 7306 §8.2: "the RDMAP layer MUST generate a Terminate Message indicating RDMA Layer '
+    "Remote Operation Error with Error Code Name 'Catastrophic error, localized to RDMAP "
+    "Stream'\"",
+    needs=(Need.REGION,),
+    covers=("terminate", "atomic-alignment"),
+)
+def misaligned_cmp_swap(s: Session) -> None:
+    region, to = _target(s)
+    if to + 12 > region.to + region.length:
+        raise CaseSkipped("the advertised buffer is too short for a misaligned word")
+    # Swap Mask 0: a target that executes it anyway changes nothing.
+    request = AtomicRequest.cmp_swap(
+        REQUEST_ID, region.stag, to + 4, 0, 0, compare_mask=0, swap_mask=0
+    )
+    _send_atomic(s, request, f"CmpSwap at TO {to + 4:#x} (4 past an aligned TO), Swap Mask 0")
+    term = _next_terminate(s)
+    _unsupported(term, "Atomic Operations")
+    if (term.layer, term.etype, term.code) != (
+        RDMAP,
+        OPER,
+        RemoteOperationCode.CATASTROPHIC_STREAM,
+    ):
+        raise CaseFailed(
+            f"expected RDMAP remote operation, catastrophic error localized to the stream; got "
+            f"{describe_terminate(term)}"
+        )

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from iwarp.conformance.craft import Segment
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Level, Need, case
+from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import Answer, Region, Session
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need
 
 __all__ = ["Broken", "error_cases", "foreign_region", "judge_foreign", "unknown_stag"]
 

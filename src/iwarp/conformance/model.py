@@ -5,7 +5,8 @@ MUST or SHOULD, a short quote), which end of the connection the target must
 play, and what cooperation it needs beyond MPA (a posted receive, an
 advertised buffer, markers...). Its ``run`` function drives a
 :class:`~iwarp.conformance.session.Session` and returns normally to pass,
-raises :class:`CaseFailed` with what was observed, or :class:`CaseSkipped`
+raises :class:`~iwarp.conformance.terms.CaseFailed` with what was observed, or
+:class:`~iwarp.conformance.terms.CaseSkipped`
 when the target lacks something the case needs. Cases are registered once,
 at import time of the area modules, by :func:`case`.
 """
@@ -17,19 +18,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
+from iwarp.conformance.terms import BOTH, Need, TargetRole
+
 if TYPE_CHECKING:
     from iwarp.conformance.session import Session
 
 __all__ = [
     "REGISTRY",
-    "CaseFailed",
-    "CaseSkipped",
     "Case",
     "Level",
-    "Need",
     "Result",
     "Status",
-    "TargetRole",
     "case",
     "matches",
     "select",
@@ -43,48 +42,10 @@ class Level(StrEnum):
     SHOULD = "SHOULD"
 
 
-class TargetRole(StrEnum):
-    """The MPA role the *target* plays (the tool plays the other one)."""
-
-    #: The target listens; the tool connects and sends the MPA Request.
-    RESPONDER = "responder"
-    #: The target connects and sends the Request; the tool answers.
-    INITIATOR = "initiator"
-
-
-BOTH: Final = frozenset(TargetRole)
-
-
-class Need(StrEnum):
-    """Cooperation a case needs from the target beyond an MPA connection."""
-
-    #: The target has a receive posted for a small (16-octet) Send: it speaks
-    #: a Send-based conversation (iwarp listen/connect, rping).
-    RECEIVE = "receive"
-    #: The target advertised a tagged buffer (STag, TO, length) open to
-    #: remote access: rping -c's first message, iwarp listen --op write/read.
-    REGION = "region"
-    #: The advertised buffer allows remote Write but not remote Read.
-    WRITE_ONLY_REGION = "write-only region"
-    #: The target answers our first message with FPDUs of its own.
-    TALKS = "talks"
-    #: The target takes Rev 2 Requests (RFC 6581 enhanced connection establishment); the
-    #: runner skips these cases for a target that closes on Rev 2 and takes Rev 1.
-    ENHANCED = "rev2"
-
-
 class Status(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     SKIPPED = "skipped"
-
-
-class CaseFailed(Exception):  # noqa: N818 (a verdict, not an error)
-    """The target broke the rule; the message says what was observed."""
-
-
-class CaseSkipped(Exception):  # noqa: N818 (a verdict, not an error)
-    """The target lacks a capability the case needs; the message says which."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,16 +32,9 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from iwarp.conformance.link import Link
-from iwarp.conformance.model import (
-    Case,
-    CaseFailed,
-    CaseSkipped,
-    Need,
-    Result,
-    Status,
-    TargetRole,
-)
+from iwarp.conformance.model import Case, Result, Status
 from iwarp.conformance.session import NEED_HINTS, Session, StartupStyle
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.mpa.wire import Revision
 from iwarp.sockets import connect_failure_reason
 

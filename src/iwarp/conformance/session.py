@@ -25,10 +25,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+import iwarp.conformance.craft as craft
 from iwarp._crc32c import crc32c
-from iwarp.conformance import craft
+from iwarp.apps.rping import ADVERT
 from iwarp.conformance.link import Link
-from iwarp.conformance.model import CaseFailed, CaseSkipped, Need, TargetRole
+from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.ddp.wire import TAGGED_FLAG, UNTAGGED_HEADER_SIZE
 from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig
@@ -50,7 +51,6 @@ from iwarp.mpa.wire import (
     RtrFlags,
     pad_length,
 )
-from iwarp.rdma.rping import ADVERT
 from iwarp.rdmap.wire import (
     READ_REQUEST_SIZE,
     RdmapOpcode,

@@ -8,11 +8,14 @@ copies back to the peer (RFC 5040 §7.1 rule 2).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
+from typing import Final
 
-from iwarp.errors import RemoteProtocolError, TerminateLayer
+from iwarp.errors import ErrorTypeNames, RemoteProtocolError, TerminateLayer, error_name
 
 __all__ = [
+    "DDP_ERROR_NAMES",
     "DdpCatastrophicError",
     "DdpError",
     "DdpErrorType",
@@ -57,6 +60,37 @@ class DdpUntaggedCode(IntEnum):
     INVALID_VERSION = 0x06
 
 
+_SPEC: Final = "RFC 5041 §7.2"
+#: What the DDP layer's error types and codes mean (RFC 5041 §7.2).
+DDP_ERROR_NAMES: Final[Mapping[int, ErrorTypeNames]] = {
+    DdpErrorType.LOCAL_CATASTROPHIC: ErrorTypeNames("DDP local catastrophic error", _SPEC),
+    DdpErrorType.TAGGED_BUFFER: ErrorTypeNames(
+        "DDP tagged buffer error",
+        _SPEC,
+        {
+            DdpTaggedCode.INVALID_STAG: "invalid STag",
+            DdpTaggedCode.BASE_OR_BOUNDS: "base or bounds violation",
+            DdpTaggedCode.STAG_NOT_ASSOCIATED: "STag not associated with DDP Stream",
+            DdpTaggedCode.TO_WRAP: "TO wrap",
+            DdpTaggedCode.INVALID_VERSION: "invalid DDP version",
+        },
+    ),
+    DdpErrorType.UNTAGGED_BUFFER: ErrorTypeNames(
+        "DDP untagged buffer error",
+        _SPEC,
+        {
+            DdpUntaggedCode.INVALID_QN: "invalid QN",
+            DdpUntaggedCode.NO_BUFFER: "invalid MSN, no buffer available",
+            DdpUntaggedCode.MSN_RANGE: "invalid MSN, MSN range is not valid",
+            DdpUntaggedCode.INVALID_MO: "invalid MO",
+            DdpUntaggedCode.MESSAGE_TOO_LONG: "DDP Message too long for available buffer",
+            DdpUntaggedCode.INVALID_VERSION: "invalid DDP version",
+        },
+    ),
+    DdpErrorType.LLP_RESERVED: ErrorTypeNames("DDP error reserved for the LLP", _SPEC),
+}
+
+
 class DdpError(RemoteProtocolError):
     """A DDP segment failed validation at the data sink (RFC 5041 §7.1).
 
@@ -81,9 +115,8 @@ class DdpError(RemoteProtocolError):
         self.segment_length = segment_length
 
     def __str__(self) -> str:
-        from iwarp.rdmap.terminate import terminate_name  # it imports this module
-
-        return f"{terminate_name(self.layer, self.etype, self.code)}: {self.message}"
+        name = error_name(DDP_ERROR_NAMES, self.layer, self.etype, self.code)
+        return f"{name}: {self.message}"
 
 
 class DdpCatastrophicError(DdpError):

@@ -22,6 +22,11 @@ tracking grow). An untagged message is delivered (``message_length``) when
 its L segment has arrived and every octet up to its end is placed, and only
 after every earlier MSN of its queue (§5.3, §5.4).
 
+Placements into memory that another thread may be changing under a lock
+(RFC 7306 Atomic Operations' words) hold that lock: tagged segments whose
+STag is in the receiver's ``guarded`` set, untagged ones into a buffer
+posted with ``guarded=True``, copy their payload inside ``guard``.
+
 On a failed check nothing of the segment is placed and a
 :class:`~iwarp.ddp.errors.DdpError` is raised carrying the offending header
 and segment length; the caller must then drop every later segment (RFC
@@ -32,7 +37,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Container
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -82,6 +88,9 @@ class PostedBuffer(Generic[C]):
 
     view: memoryview
     context: C
+    #: Placements into it hold the receiver's ``guard`` (its memory is
+    #: shared with RFC 7306 Atomic Operations).
+    guarded: bool = False
 
 
 # The two results below are made once per received segment: plain slotted
@@ -207,9 +216,10 @@ class UntaggedQueue(Generic[C]):
         #: :class:`DdpReceiver` while it is not empty.
         self.out_of_order: dict[int, PlacedRuns] = {}
 
-    def post(self, view: memoryview, context: C) -> None:
-        """Add a buffer at the tail of the queue."""
-        self.buffers.append(PostedBuffer(view, context))
+    def post(self, view: memoryview, context: C, *, guarded: bool = False) -> None:
+        """Add a buffer at the tail of the queue (``guarded``: placements
+        into it hold the receiver's ``guard``)."""
+        self.buffers.append(PostedBuffer(view, context, guarded))
 
     @property
     def in_progress(self) -> bool:
@@ -251,6 +261,10 @@ class DdpReceiver(Generic[C]):
 
     :param queues: the untagged queues by QN; any other QN is invalid.
     :param resolver: finds the memory for a tagged segment.
+    :param guarded: STags whose tagged segments are copied inside ``guard``.
+    :param guard: held while a payload is copied into guarded memory
+        (tagged segments of a ``guarded`` STag, untagged ones into a
+        buffer posted with ``guarded=True``).
     """
 
     __slots__ = (
@@ -258,6 +272,8 @@ class DdpReceiver(Generic[C]):
         "_tag_rsvdulp",
         "_tag_stag",
         "_tagged_open",
+        "guard",
+        "guarded",
         "queues",
         "resolver",
         "version",
@@ -269,9 +285,13 @@ class DdpReceiver(Generic[C]):
         resolver: TaggedResolver,
         *,
         version: int = DDP_VERSION,
+        guarded: Container[int] = frozenset(),
+        guard: AbstractContextManager[object] | None = None,
     ) -> None:
         self.queues = queues
         self.resolver = resolver
+        self.guarded = guarded
+        self.guard: AbstractContextManager[object] = guard if guard is not None else nullcontext()
         #: The DV every segment must carry (1; 0 in RFC 5044 Appendix C RDMAC mode).
         self.version = version
         self._tagged_open = False  # an unfinished tagged message is in progress
@@ -282,6 +302,15 @@ class DdpReceiver(Generic[C]):
     @property
     def tagged_in_progress(self) -> bool:
         return self._tagged_open
+
+    @property
+    def open_tagged(self) -> tuple[int, int, int] | None:
+        """The unfinished tagged message as (STag, next TO, RsvdULP), or
+        None (for a receive lane, :mod:`iwarp.rdma.lanes`, which places its
+        continuation only)."""
+        if not self._tagged_open:
+            return None
+        return self._tag_stag, self._tag_next_to, self._tag_rsvdulp
 
     def continues(self, stag: int, to: int) -> bool:
         """Whether a tagged segment at (``stag``, ``to``) continues the
@@ -385,7 +414,11 @@ class DdpReceiver(Generic[C]):
                 raise DdpTaggedError(DdpTaggedCode.TO_WRAP, f"TO {to:#x} + {length} wraps")
             target = self.resolver(stag, to, length, rsvdulp, first)
             if length:
-                target[:] = ulpdu[TAGGED_HEADER_SIZE:]
+                if stag in self.guarded:
+                    with self.guard:
+                        target[:] = ulpdu[TAGGED_HEADER_SIZE:]
+                else:
+                    target[:] = ulpdu[TAGGED_HEADER_SIZE:]
         if last:
             self._tagged_open = False
         else:
@@ -442,7 +475,11 @@ class DdpReceiver(Generic[C]):
         if index == 0 and mo == queue.received and not pending:
             # In order: the common case, one counter.
             if length:
-                buffer.view[mo:end] = ulpdu[UNTAGGED_HEADER_SIZE:]
+                if buffer.guarded:
+                    with self.guard:
+                        buffer.view[mo:end] = ulpdu[UNTAGGED_HEADER_SIZE:]
+                else:
+                    buffer.view[mo:end] = ulpdu[UNTAGGED_HEADER_SIZE:]
             if not last:
                 queue.received = end
                 return UntaggedSegment(qn, msn, mo, length, False, rsvdulp, rsvdulp2, buffer, None)
@@ -458,7 +495,11 @@ class DdpReceiver(Generic[C]):
         runs.add(mo, end)  # may refuse: too many pieces
         pending[msn] = runs
         if length:
-            buffer.view[mo:end] = ulpdu[UNTAGGED_HEADER_SIZE:]
+            if buffer.guarded:
+                with self.guard:
+                    buffer.view[mo:end] = ulpdu[UNTAGGED_HEADER_SIZE:]
+            else:
+                buffer.view[mo:end] = ulpdu[UNTAGGED_HEADER_SIZE:]
         if last:
             runs.last = True
             runs.rsvdulp, runs.rsvdulp2 = rsvdulp, rsvdulp2

@@ -44,7 +44,7 @@ _TCP_GAP_FIELDS: Final = frozenset(
 _ULP_HEURISTICS: Final = ("rpcrdma_iwarp", "smb_direct_iwarp")
 
 
-class CaptureError(RuntimeError):
+class CaptureToolError(RuntimeError):
     """dumpcap or tshark is missing or failed."""
 
 
@@ -61,7 +61,7 @@ class Capture:
     def start(self) -> Capture:
         dumpcap = shutil.which("dumpcap")
         if dumpcap is None:
-            raise CaptureError("dumpcap not found (apt-get install tshark)")
+            raise CaptureToolError("dumpcap not found (apt-get install tshark)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.unlink(missing_ok=True)
         cmd = [dumpcap, "-q", "-i", "lo", "-f", f"tcp port {self.port}", "-w", str(self.path)]
@@ -72,7 +72,7 @@ class Capture:
         while not (self.path.exists() and self.path.stat().st_size > 0):
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise CaptureError(f"dumpcap did not start: {self._log.read_text().strip()}")
+                raise CaptureToolError(f"dumpcap did not start: {self._log.read_text().strip()}")
             time.sleep(0.02)
         return self
 
@@ -179,7 +179,7 @@ def _frames(numbers: list[int]) -> str:
 def tshark_command(pcap: Path) -> list[str]:
     tshark = shutil.which("tshark")
     if tshark is None:
-        raise CaptureError("tshark not found (apt-get install tshark)")
+        raise CaptureToolError("tshark not found (apt-get install tshark)")
     cmd = [tshark, "-n", "-r", str(pcap), "-T", "pdml"]
     # MPA is found only by its TCP heuristic; PDUs spanning segments need desegmenting.
     cmd += ["-o", "tcp.try_heuristic_first:TRUE", "-o", "tcp.desegment_tcp_streams:TRUE"]
@@ -199,15 +199,15 @@ def check_capture(pcap: Path, *, timeout: float = 120.0) -> Verdict:
             verdict = parse_pdml(proc.stdout)
         except ET.ParseError as exc:
             proc.kill()
-            raise CaptureError(f"tshark output unreadable: {exc}") from exc
+            raise CaptureToolError(f"tshark output unreadable: {exc}") from exc
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
-            raise CaptureError(f"tshark took more than {timeout:.0f} s") from None
+            raise CaptureToolError(f"tshark took more than {timeout:.0f} s") from None
         if proc.returncode != 0:
             err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-            raise CaptureError(f"tshark failed ({proc.returncode}): {err}")
+            raise CaptureToolError(f"tshark failed ({proc.returncode}): {err}")
     return verdict
 
 

@@ -16,16 +16,16 @@ from typing import Any, Final
 from iwarp.conformance import all_cases as all_conformance_cases
 from iwarp.conformance.expected import compare, unjudged
 from iwarp.conformance.expected import load as load_expected
-from iwarp.conformance.model import TargetRole
 from iwarp.conformance.model import select as select_cases
-from iwarp.interop.host import Need
+from iwarp.conformance.terms import TargetRole
+from iwarp.interop.host import HostCommand
 from iwarp.interop.perftest import CLIENT_TESTS as PERFTEST_CLIENT_TESTS
 from iwarp.interop.perftest import TESTS as PERFTEST_TESTS
 from iwarp.interop.perftest import parse_report, summarize
 from iwarp.interop.profiles import PROFILES, cli_options
 from iwarp.interop.suite import (
-    Case,
-    Direction,
+    InteropCase,
+    InteropDirection,
     Judge,
     Run,
     all_of,
@@ -35,14 +35,14 @@ from iwarp.interop.suite import (
     terminate_sent,
 )
 
-D = Direction
+D = InteropDirection
 
 _LISTEN: Final = ("listen", "--host", "127.0.0.1", "--port", "{serve_port}", "--json")
 #: Bare MPA: count siw's first FPDU as a message, send nothing back.
 _LISTEN_MPA: Final = (*_LISTEN, "--op", "mpa")
 _CONNECT: Final = ("connect", "127.0.0.1", "{host_port}", "--json")
-_NEED_LISTEN: Final = Need("listen", ("--host", "--port", "--count", "--json", "--op"))
-_NEED_CONNECT: Final = Need("connect", ("--count", "--json"))
+_NEED_LISTEN: Final = HostCommand("listen", ("--host", "--port", "--count", "--json", "--op"))
+_NEED_CONNECT: Final = HostCommand("connect", ("--count", "--json"))
 
 #: rping as siw's MPA Initiator (client) or Responder (server), one exchange.
 _RPING_CLIENT_1: Final = "rping -c -a {host} -p {serve_port} -C 1 -S 64"
@@ -88,15 +88,15 @@ def perftest_measured(run: Run) -> tuple[bool, str]:
     return True, summarize(report)
 
 
-def _mpa_cases() -> list[Case]:
+def _mpa_cases() -> list[InteropCase]:
     """MPA connection setup: siw's own frames against iwarp listen/connect."""
     est: Judge
-    cases: list[Case] = []
+    cases: list[InteropCase] = []
     for crc in (True, False):
         flag = () if crc else ("--no-crc",)
         est = mpa_established(rev=2, crc=True) if crc else mpa_established(rev=2, crc=False)
         cases.append(
-            Case(
+            InteropCase(
                 f"mpa/siw-request/listen-{'crc' if crc else 'nocrc'}",
                 "rping",
                 D.SIW_TO_IWARP,
@@ -104,12 +104,12 @@ def _mpa_cases() -> list[Case]:
                 est,
                 guest_cmd=_RPING_CLIENT_1,
                 iwarp_args=(*_LISTEN_MPA, "--count", "1", *flag),
-                needs=(Need(_NEED_LISTEN.command, _NEED_LISTEN.options + flag),),
+                needs=(HostCommand(_NEED_LISTEN.command, _NEED_LISTEN.options + flag),),
                 timeout=30,
             )
         )
         cases.append(
-            Case(
+            InteropCase(
                 f"mpa/connect/rev2-{'crc' if crc else 'nocrc'}",
                 "rping",
                 D.IWARP_TO_SIW,
@@ -117,13 +117,13 @@ def _mpa_cases() -> list[Case]:
                 est,
                 guest_cmd=_RPING_SERVER_1,
                 iwarp_args=(*_CONNECT, "--count", "0", *flag),
-                needs=(Need(_NEED_CONNECT.command, _NEED_CONNECT.options + flag),),
+                needs=(HostCommand(_NEED_CONNECT.command, _NEED_CONNECT.options + flag),),
                 timeout=30,
             )
         )
     for rev in (1, 0):
         cases.append(
-            Case(
+            InteropCase(
                 f"mpa/connect/rev{rev}",
                 "rping",
                 D.IWARP_TO_SIW,
@@ -131,12 +131,12 @@ def _mpa_cases() -> list[Case]:
                 mpa_established(rev=rev),
                 guest_cmd=_RPING_SERVER_1,
                 iwarp_args=(*_CONNECT, "--count", "0", "--mpa-rev", str(rev)),
-                needs=(Need("connect", (*_NEED_CONNECT.options, "--mpa-rev")),),
+                needs=(HostCommand("connect", (*_NEED_CONNECT.options, "--mpa-rev")),),
                 timeout=30,
             )
         )
     cases += [
-        Case(
+        InteropCase(
             "mpa/connect/markers-refused",
             "rping",
             D.IWARP_TO_SIW,
@@ -144,10 +144,10 @@ def _mpa_cases() -> list[Case]:
             refused(iwarp_words=("reject",)),
             guest_cmd=_RPING_SERVER_1,
             iwarp_args=(*_CONNECT, "--count", "0", "--markers"),
-            needs=(Need("connect", (*_NEED_CONNECT.options, "--markers")),),
+            needs=(HostCommand("connect", (*_NEED_CONNECT.options, "--markers")),),
             timeout=30,
         ),
-        Case(
+        InteropCase(
             "mpa/listen/markers-refused",
             "rping",
             D.SIW_TO_IWARP,
@@ -156,10 +156,10 @@ def _mpa_cases() -> list[Case]:
             serves=True,
             guest_cmd=_RPING_CLIENT_1,
             iwarp_args=(*_LISTEN_MPA, "--count", "1", "--markers"),
-            needs=(Need("listen", (*_NEED_LISTEN.options, "--markers")),),
+            needs=(HostCommand("listen", (*_NEED_LISTEN.options, "--markers")),),
             timeout=30,
         ),
-        Case(
+        InteropCase(
             "mpa/listen/crc-required",
             "rping",
             D.SIW_TO_IWARP,
@@ -168,10 +168,10 @@ def _mpa_cases() -> list[Case]:
             serves=True,
             guest_cmd=_RPING_CLIENT_1,
             iwarp_args=(*_LISTEN_MPA, "--count", "1", "--crc-required"),
-            needs=(Need("listen", (*_NEED_LISTEN.options, "--crc-required")),),
+            needs=(HostCommand("listen", (*_NEED_LISTEN.options, "--crc-required")),),
             timeout=30,
         ),
-        Case(
+        InteropCase(
             "mpa/siw-crc/listen-nocrc",
             "rping",
             D.SIW_TO_IWARP,
@@ -180,10 +180,10 @@ def _mpa_cases() -> list[Case]:
             variant="crc",
             guest_cmd=_RPING_CLIENT_1,
             iwarp_args=(*_LISTEN_MPA, "--count", "1", "--no-crc"),
-            needs=(Need("listen", (*_NEED_LISTEN.options, "--no-crc")),),
+            needs=(HostCommand("listen", (*_NEED_LISTEN.options, "--no-crc")),),
             timeout=30,
         ),
-        Case(
+        InteropCase(
             "mpa/siw-crc/connect-nocrc",
             "rping",
             D.IWARP_TO_SIW,
@@ -194,10 +194,10 @@ def _mpa_cases() -> list[Case]:
             variant="crc",
             guest_cmd=_RPING_SERVER_1,
             iwarp_args=(*_CONNECT, "--count", "0", "--no-crc"),
-            needs=(Need("connect", (*_NEED_CONNECT.options, "--no-crc")),),
+            needs=(HostCommand("connect", (*_NEED_CONNECT.options, "--no-crc")),),
             timeout=30,
         ),
-        Case(
+        InteropCase(
             "mpa/siw-v1/listen",
             "rping",
             D.SIW_TO_IWARP,
@@ -213,7 +213,7 @@ def _mpa_cases() -> list[Case]:
     # RFC 6581 §9.2: siw as peer-to-peer Initiator; iwarp (responder) echoes A and picks one RTR.
     for variant, rtr in (("p2p", "write"), ("p2p-write", "write"), ("p2p-read", "read")):
         cases.append(
-            Case(
+            InteropCase(
                 f"p2p/siw-{variant}/listen",
                 "rping",
                 D.SIW_TO_IWARP,
@@ -237,11 +237,11 @@ VARIANT_RTRS: Final = {"p2p": "Write+Read", "p2p-write": "Write", "p2p-read": "R
 P2P_RESPONDER: Final = {"write": "write", "read": "read", "send": None}
 
 
-def _p2p_initiator_cases() -> list[Case]:
+def _p2p_initiator_cases() -> list[InteropCase]:
     # Write and Read RTRs are covered with real RTR messages and data by
     # rping/iwarp-client/p2p-*; here only the negotiation that must fail.
     return [
-        Case(
+        InteropCase(
             "p2p/connect-rtr-send",
             "rping",
             D.IWARP_TO_SIW,
@@ -249,7 +249,7 @@ def _p2p_initiator_cases() -> list[Case]:
             refused(iwarp_words=("rtr",)),
             guest_cmd=_RPING_SERVER_1,
             iwarp_args=(*_CONNECT, "--count", "0", "--p2p", "--rtr", "send"),
-            needs=(Need("connect", (*_NEED_CONNECT.options, "--p2p", "--rtr")),),
+            needs=(HostCommand("connect", (*_NEED_CONNECT.options, "--p2p", "--rtr")),),
             timeout=30,
         )
     ]
@@ -260,7 +260,7 @@ def _ping(role: str, port: str, *options: str) -> tuple[str, ...]:
     return ("ping", role, "-a", "127.0.0.1", "-p", port, *options)
 
 
-def _rping_cases() -> list[Case]:
+def _rping_cases() -> list[InteropCase]:
     """rping both ways against iwarp ping: counts 1 and 100, smallest to largest buffer."""
     cases = []
     shapes = (
@@ -276,7 +276,7 @@ def _rping_cases() -> list[Case]:
             common = ("-C", count, "-S", size, "-V", *crc_flag)
             iwarp_opts = " ".join(crc_flag)
             cases.append(
-                Case(
+                InteropCase(
                     f"rping/iwarp-client/{label}",
                     "rping",
                     D.IWARP_TO_SIW,
@@ -284,12 +284,12 @@ def _rping_cases() -> list[Case]:
                     both_succeed,
                     guest_cmd=f"rping -s -a 0.0.0.0 -p {{guest_port}} -C {count} -S {size} -V",
                     iwarp_args=_ping("-c", "{host_port}", *common),
-                    needs=(Need("ping", ("-c", "-a", "-p", "-C", "-S", "-V", *crc_flag)),),
+                    needs=(HostCommand("ping", ("-c", "-a", "-p", "-C", "-S", "-V", *crc_flag)),),
                     timeout=120,
                 )
             )
             cases.append(
-                Case(
+                InteropCase(
                     f"rping/iwarp-server/{label}",
                     "rping",
                     D.SIW_TO_IWARP,
@@ -297,7 +297,7 @@ def _rping_cases() -> list[Case]:
                     both_succeed,
                     guest_cmd=f"rping -c -a {{host}} -p {{serve_port}} -C {count} -S {size} -V",
                     iwarp_args=_ping("-s", "{serve_port}", *common),
-                    needs=(Need("ping", ("-s", "-a", "-p", "-C", "-S", "-V", *crc_flag)),),
+                    needs=(HostCommand("ping", ("-s", "-a", "-p", "-C", "-S", "-V", *crc_flag)),),
                     timeout=120,
                 )
             )
@@ -305,7 +305,7 @@ def _rping_cases() -> list[Case]:
     for rtr, outcome in P2P_RESPONDER.items():
         judge = both_succeed if outcome else all_of(refused(), terminate_sent("i>r", 2, 7))
         cases.append(
-            Case(
+            InteropCase(
                 f"rping/iwarp-client/p2p-{rtr}",
                 "rping",
                 D.IWARP_TO_SIW,
@@ -318,13 +318,13 @@ def _rping_cases() -> list[Case]:
                 judge,
                 guest_cmd="rping -s -a 0.0.0.0 -p {guest_port} -C 10 -S 1024 -V",
                 iwarp_args=_ping("-c", "{host_port}", "-C", "10", "-S", "1024", "-V", "--p2p", rtr),
-                needs=(Need("ping", ("-c", "-C", "-S", "-V", "--p2p")),),
+                needs=(HostCommand("ping", ("-c", "-C", "-S", "-V", "--p2p")),),
                 timeout=60,
             )
         )
     for variant in ("p2p", "p2p-read"):
         cases.append(
-            Case(
+            InteropCase(
                 f"rping/iwarp-server/siw-{variant}",
                 "rping",
                 D.SIW_TO_IWARP,
@@ -333,12 +333,12 @@ def _rping_cases() -> list[Case]:
                 variant=variant,
                 guest_cmd="rping -c -a {host} -p {serve_port} -C 10 -S 1024 -V",
                 iwarp_args=_ping("-s", "{serve_port}", "-C", "10", "-S", "1024", "-V"),
-                needs=(Need("ping", ("-s", "-C", "-S", "-V")),),
+                needs=(HostCommand("ping", ("-s", "-C", "-S", "-V")),),
                 timeout=60,
             )
         )
     cases.append(
-        Case(
+        InteropCase(
             "rping/iwarp-client/markers-refused",
             "rping",
             D.IWARP_TO_SIW,
@@ -346,7 +346,7 @@ def _rping_cases() -> list[Case]:
             refused(iwarp_words=("reject",)),
             guest_cmd="rping -s -a 0.0.0.0 -p {guest_port} -C 1 -S 64 -V",
             iwarp_args=_ping("-c", "{host_port}", "-C", "1", "--markers"),
-            needs=(Need("ping", ("-c", "-a", "-p", "-C", "--markers")),),
+            needs=(HostCommand("ping", ("-c", "-a", "-p", "-C", "--markers")),),
             timeout=30,
         )
     )
@@ -365,10 +365,10 @@ def _peer(name: str, port: str, *options: str) -> tuple[str, ...]:
     return ("interop", "peer", name, "--port", port, *options)
 
 
-def _rdmacm_cases() -> list[Case]:
+def _rdmacm_cases() -> list[InteropCase]:
     """ucmatose, rdma_server/rdma_client and perftest: siw↔siw controls, then against iwarp."""
     cases = [
-        Case(
+        InteropCase(
             "control/rping",
             "rping",
             D.SIW_TO_SIW,
@@ -377,7 +377,7 @@ def _rdmacm_cases() -> list[Case]:
             guest_server="rping -s -a {guest_ip} -p {guest_port} -C 10 -S 1024 -V",
             guest_cmd="rping -c -a {guest_ip} -p {guest_port} -C 10 -S 1024 -V",
         ),
-        Case(
+        InteropCase(
             f"control/ucmatose-c{UCMA_CONNECTIONS}",
             "ucmatose",
             D.SIW_TO_SIW,
@@ -387,7 +387,7 @@ def _rdmacm_cases() -> list[Case]:
             guest_cmd=f"ucmatose -s {{guest_ip}} -p {{guest_port}} -c {UCMA_CONNECTIONS}",
             timeout=120,
         ),
-        Case(
+        InteropCase(
             "control/rdma_server",
             "rdma_server/rdma_client",
             D.SIW_TO_SIW,
@@ -400,7 +400,7 @@ def _rdmacm_cases() -> list[Case]:
     for test in ("send_bw", "write_bw", "read_bw", "send_lat", "write_lat", "read_lat"):
         opts = "-R -d siw0 -F -n 50 -s 4096 -p {guest_port}"
         cases.append(
-            Case(
+            InteropCase(
                 f"control/ib_{test}",
                 f"ib_{test}",
                 D.SIW_TO_SIW,
@@ -417,7 +417,7 @@ def _rdmacm_cases() -> list[Case]:
             )
         )
     cases += [
-        Case(
+        InteropCase(
             f"ucmatose/siw-client/c{UCMA_CONNECTIONS}-p2p",
             "ucmatose",
             D.SIW_TO_IWARP,
@@ -430,10 +430,10 @@ def _rdmacm_cases() -> list[Case]:
             variant="p2p",
             guest_cmd=f"ucmatose -s {{host}} -p {{serve_port}} -c {UCMA_CONNECTIONS}",
             iwarp_args=_peer("ucmatose-server", "{serve_port}", "-c", str(UCMA_CONNECTIONS)),
-            needs=(Need("interop", ("peer",)),),
+            needs=(HostCommand("interop", ("peer",)),),
             timeout=120,
         ),
-        Case(
+        InteropCase(
             f"ucmatose/siw-server/c{UCMA_CONNECTIONS}",
             "ucmatose",
             D.IWARP_TO_SIW,
@@ -442,10 +442,10 @@ def _rdmacm_cases() -> list[Case]:
             both_succeed,
             guest_cmd=f"ucmatose -b 0.0.0.0 -p {{guest_port}} -c {UCMA_CONNECTIONS}",
             iwarp_args=_peer("ucmatose-client", "{host_port}", "-c", str(UCMA_CONNECTIONS)),
-            needs=(Need("interop", ("peer",)),),
+            needs=(HostCommand("interop", ("peer",)),),
             timeout=120,
         ),
-        Case(
+        InteropCase(
             "rdma_server/iwarp-client",
             "rdma_server",
             D.IWARP_TO_SIW,
@@ -453,10 +453,10 @@ def _rdmacm_cases() -> list[Case]:
             guest_succeeds,
             guest_cmd="rdma_server -s 0.0.0.0 -p {guest_port}",
             iwarp_args=(*_CONNECT, "--op", "send", "--count", "0"),
-            needs=(Need("connect", ("--json", "--count", "--size", "--op")),),
+            needs=(HostCommand("connect", ("--json", "--count", "--size", "--op")),),
             timeout=30,
         ),
-        Case(
+        InteropCase(
             "rdma_client/iwarp-server",
             "rdma_client",
             D.SIW_TO_IWARP,
@@ -464,7 +464,7 @@ def _rdmacm_cases() -> list[Case]:
             both_succeed,
             guest_cmd="rdma_client -s {host} -p {serve_port}",
             iwarp_args=_peer("echo-server", "{serve_port}", "-C", "1"),
-            needs=(Need("interop", ("peer",)),),
+            needs=(HostCommand("interop", ("peer",)),),
             timeout=30,
         ),
     ]
@@ -472,7 +472,7 @@ def _rdmacm_cases() -> list[Case]:
         size = 4096
         opts = f"-R -d siw0 -F -n {PERFTEST_ITERS} -s {size}"
         cases.append(
-            Case(
+            InteropCase(
                 f"perftest/ib_{test}",
                 f"ib_{test}",
                 D.SIW_TO_IWARP,
@@ -492,7 +492,7 @@ def _rdmacm_cases() -> list[Case]:
                     "-n",
                     str(PERFTEST_ITERS),
                 ),
-                needs=(Need("interop", ("peer",)),),
+                needs=(HostCommand("interop", ("peer",)),),
                 timeout=120,
             )
         )
@@ -500,7 +500,7 @@ def _rdmacm_cases() -> list[Case]:
     for test in PERFTEST_CLIENT_TESTS:
         peer = f"perftest-{test.replace('_', '-')}-client"
         cases.append(
-            Case(
+            InteropCase(
                 f"perftest/ib_{test}/siw-server",
                 f"ib_{test}",
                 D.IWARP_TO_SIW,
@@ -509,14 +509,14 @@ def _rdmacm_cases() -> list[Case]:
                 perftest_measured,
                 guest_cmd=f"ib_{test} {opts} -p {{guest_port}}",
                 iwarp_args=_peer(peer, "{host_port}", "-s", "4096", "-n", str(PERFTEST_ITERS)),
-                needs=(Need("interop", ("peer",)),),
+                needs=(HostCommand("interop", ("peer",)),),
                 timeout=120,
             )
         )
     return cases
 
 
-def _profile_cases() -> list[Case]:
+def _profile_cases() -> list[InteropCase]:
     """iwarp configured as each peer profile, against siw, both roles."""
     cases = []
     # What siw does with each profile's Request (it echoes Rev 2, follows C,
@@ -537,7 +537,7 @@ def _profile_cases() -> list[Case]:
         opts = cli_options(make())
         shown = " ".join(opts)
         cases.append(
-            Case(
+            InteropCase(
                 f"profile/{name}/connect",
                 "rping",
                 D.IWARP_TO_SIW,
@@ -545,7 +545,7 @@ def _profile_cases() -> list[Case]:
                 mpa_established(**connect_expect[name]),
                 guest_cmd=_RPING_SERVER_1,
                 iwarp_args=(*_CONNECT, "--count", "0", *opts),
-                needs=(Need("connect", (*_NEED_CONNECT.options, *_option_names(opts))),),
+                needs=(HostCommand("connect", (*_NEED_CONNECT.options, *_option_names(opts))),),
                 timeout=30,
             )
         )
@@ -557,7 +557,7 @@ def _profile_cases() -> list[Case]:
             listen_judge = all_of(refused(iwarp_words=("peer-to-peer",)), guest_refused)
             until = ("--connections", "1")
         cases.append(
-            Case(
+            InteropCase(
                 f"profile/{name}/listen",
                 "rping",
                 D.SIW_TO_IWARP,
@@ -565,13 +565,15 @@ def _profile_cases() -> list[Case]:
                 listen_judge,
                 guest_cmd=_RPING_CLIENT_1,
                 iwarp_args=(*_LISTEN_MPA, *until, *opts),
-                needs=(Need("listen", (*_NEED_LISTEN.options, until[0], *_option_names(opts))),),
+                needs=(
+                    HostCommand("listen", (*_NEED_LISTEN.options, until[0], *_option_names(opts))),
+                ),
                 timeout=30,
             )
         )
     opts = cli_options(PROFILES["cxgb4"]())
     cases.append(
-        Case(
+        InteropCase(
             "profile/cxgb4/listen-siw-p2p",
             "rping",
             D.SIW_TO_IWARP,
@@ -580,14 +582,14 @@ def _profile_cases() -> list[Case]:
             variant="p2p",
             guest_cmd=_RPING_CLIENT_1,
             iwarp_args=(*_LISTEN_MPA, "--count", "1", *opts),
-            needs=(Need("listen", (*_NEED_LISTEN.options, *_option_names(opts))),),
+            needs=(HostCommand("listen", (*_NEED_LISTEN.options, *_option_names(opts))),),
             timeout=30,
         )
     )
     return cases
 
 
-def _sync_ping_cases() -> list[Case]:
+def _sync_ping_cases() -> list[InteropCase]:
     """rping both ways against ``iwarp ping --sync``: the blocking adapter
     (iwarp.sync) carrying the same conversation as the asyncio one."""
     cases = []
@@ -597,7 +599,7 @@ def _sync_ping_cases() -> list[Case]:
         common = ("-C", count, "-S", size, "-V", "--sync", *crc_flag)
         opts = " ".join(("--sync", *crc_flag))
         cases += [
-            Case(
+            InteropCase(
                 f"rping/sync-client/{label}",
                 "rping",
                 D.IWARP_TO_SIW,
@@ -605,10 +607,10 @@ def _sync_ping_cases() -> list[Case]:
                 both_succeed,
                 guest_cmd=f"rping -s -a 0.0.0.0 -p {{guest_port}} -C {count} -S {size} -V",
                 iwarp_args=_ping("-c", "{host_port}", *common),
-                needs=(Need("ping", ("-c", "-C", "-S", "-V", "--sync", *crc_flag)),),
+                needs=(HostCommand("ping", ("-c", "-C", "-S", "-V", "--sync", *crc_flag)),),
                 timeout=120,
             ),
-            Case(
+            InteropCase(
                 f"rping/sync-server/{label}",
                 "rping",
                 D.SIW_TO_IWARP,
@@ -616,7 +618,7 @@ def _sync_ping_cases() -> list[Case]:
                 both_succeed,
                 guest_cmd=f"rping -c -a {{host}} -p {{serve_port}} -C {count} -S {size} -V",
                 iwarp_args=_ping("-s", "{serve_port}", *common),
-                needs=(Need("ping", ("-s", "-C", "-S", "-V", "--sync", *crc_flag)),),
+                needs=(HostCommand("ping", ("-s", "-C", "-S", "-V", "--sync", *crc_flag)),),
                 timeout=120,
             ),
         ]
@@ -701,10 +703,10 @@ _KILLS_RPING_P: Final = (
 )
 
 
-def _conformance_cases() -> list[Case]:
+def _conformance_cases() -> list[InteropCase]:
     """``iwarp conformance`` against siw: rping -s as Responder, a loop of rping -c as Initiator."""
     return [
-        Case(
+        InteropCase(
             "conformance/siw-responder",
             "rping",
             D.IWARP_TO_SIW,
@@ -719,11 +721,11 @@ def _conformance_cases() -> list[Case]:
                 "--json",
                 *(arg for case_id in _KILLS_RPING_P for arg in ("--exclude", case_id)),
             ),
-            needs=(Need("conformance", ("--json", "--exclude")),),
+            needs=(HostCommand("conformance", ("--json", "--exclude")),),
             timeout=400,
             wire_check=False,
         ),
-        Case(
+        InteropCase(
             "conformance/siw-initiator",
             "rping",
             D.SIW_TO_IWARP,
@@ -742,7 +744,7 @@ def _conformance_cases() -> list[Case]:
                 "--json",
                 *(arg for case_id in _WEDGES_SIW for arg in ("--exclude", case_id)),
             ),
-            needs=(Need("conformance", ("--listen", "--json", "--exclude")),),
+            needs=(HostCommand("conformance", ("--listen", "--json", "--exclude")),),
             timeout=400,
             wire_check=False,
             guest_feeds=True,
@@ -754,7 +756,7 @@ def _option_names(options: list[str]) -> tuple[str, ...]:
     return tuple(o for o in options if o.startswith("--"))
 
 
-def all_cases() -> list[Case]:
+def all_cases() -> list[InteropCase]:
     """Every case, in report order."""
     return [
         *_mpa_cases(),

@@ -106,14 +106,16 @@ class CliOptions(Mapping[str, frozenset[str]]):
 
 
 @dataclass(frozen=True, slots=True)
-class Need:
+class HostCommand:
     """An iwarp subcommand a case runs, with the options it passes."""
 
     command: str
     options: tuple[str, ...] = ()
 
 
-def missing(needs: tuple[Need, ...], commands: Mapping[str, AbstractSet[str]] | None) -> str | None:
+def missing(
+    needs: tuple[HostCommand, ...], commands: Mapping[str, AbstractSet[str]] | None
+) -> str | None:
     """Why ``needs`` cannot be met (a precise sentence), or None when they can."""
     if commands is None:
         return "the iwarp CLI does not load"

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from iwarp.interop.suite import Outcome, Status
+from iwarp.interop.suite import InteropStatus, Outcome
 
 _COLUMNS = ("case", "tool", "direction", "siw", "result", "time", "options / reason")
 
@@ -20,20 +20,20 @@ class Report:
     total_seconds: float = 0.0
     guest: dict[str, Any] = field(default_factory=dict)
 
-    def counts(self) -> Counter[Status]:
+    def counts(self) -> Counter[InteropStatus]:
         return Counter(o.status for o in self.outcomes)
 
     @property
     def failed(self) -> bool:
-        return self.counts()[Status.FAIL] > 0
+        return self.counts()[InteropStatus.FAIL] > 0
 
     def as_dict(self) -> dict[str, Any]:
         counts = self.counts()
         return {
             "summary": {
-                "passed": counts[Status.PASS],
-                "failed": counts[Status.FAIL],
-                "not_run": counts[Status.NOT_RUN],
+                "passed": counts[InteropStatus.PASS],
+                "failed": counts[InteropStatus.FAIL],
+                "not_run": counts[InteropStatus.NOT_RUN],
                 "boots_seconds": [round(b, 2) for b in self.boots],
                 "total_seconds": round(self.total_seconds, 1),
             },
@@ -48,8 +48,8 @@ class Report:
         rows = [_COLUMNS]
         for o in self.outcomes:
             c = o.case
-            note = o.shown_options if o.status is Status.PASS else o.reason
-            seconds = f"{o.seconds:.1f}s" if o.status is not Status.NOT_RUN else "-"
+            note = o.shown_options if o.status is InteropStatus.PASS else o.reason
+            seconds = f"{o.seconds:.1f}s" if o.status is not InteropStatus.NOT_RUN else "-"
             rows.append(
                 (c.name, c.tool, str(c.direction), c.variant, _mark(o.status), seconds, note)
             )
@@ -64,16 +64,16 @@ class Report:
         boots = ", ".join(f"{b:.1f}s" for b in self.boots) or "none"
         lines.append("")
         lines.append(
-            f"{counts[Status.PASS]} passed, {counts[Status.FAIL]} failed, "
-            f"{counts[Status.NOT_RUN]} not run; guest boots: {boots}; "
+            f"{counts[InteropStatus.PASS]} passed, {counts[InteropStatus.FAIL]} failed, "
+            f"{counts[InteropStatus.NOT_RUN]} not run; guest boots: {boots}; "
             f"total {self.total_seconds:.0f}s"
         )
-        not_run = [o for o in self.outcomes if o.status is Status.NOT_RUN]
+        not_run = [o for o in self.outcomes if o.status is InteropStatus.NOT_RUN]
         if not_run:
             lines.append("")
             lines.append("NOT RUN (with the reason):")
             lines.extend(f"  {o.case.name}: {o.reason}" for o in not_run)
-        failed = [o for o in self.outcomes if o.status is Status.FAIL]
+        failed = [o for o in self.outcomes if o.status is InteropStatus.FAIL]
         if failed:
             lines.append("")
             lines.append("FAILED:")
@@ -86,8 +86,12 @@ class Report:
         return "\n".join(lines) + "\n"
 
 
-def _mark(status: Status) -> str:
-    return {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.NOT_RUN: "not run"}[status]
+def _mark(status: InteropStatus) -> str:
+    return {
+        InteropStatus.PASS: "PASS",
+        InteropStatus.FAIL: "FAIL",
+        InteropStatus.NOT_RUN: "not run",
+    }[status]
 
 
 def _clip(text: str, width: int) -> str:
@@ -97,6 +101,6 @@ def _clip(text: str, width: int) -> str:
 def summary_line(outcomes: Sequence[Outcome]) -> str:
     counts = Counter(o.status for o in outcomes)
     return (
-        f"{counts[Status.PASS]} passed, {counts[Status.FAIL]} failed, "
-        f"{counts[Status.NOT_RUN]} not run"
+        f"{counts[InteropStatus.PASS]} passed, {counts[InteropStatus.FAIL]} failed, "
+        f"{counts[InteropStatus.NOT_RUN]} not run"
     )

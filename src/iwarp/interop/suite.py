@@ -30,12 +30,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
-from iwarp.interop.capture import Capture, CaptureError, Verdict, check_capture
+from iwarp.interop.capture import Capture, CaptureToolError, Verdict, check_capture
 from iwarp.interop.guest import VARIANTS, GuestImage
 from iwarp.interop.host import (
     CliOptions,
+    HostCommand,
     IwarpProcess,
-    Need,
     ProcResult,
     missing,
     port_listening,
@@ -43,13 +43,13 @@ from iwarp.interop.host import (
 from iwarp.interop.vm import GUEST_IP, HOST_ALIAS, Guest, GuestError, JobResult
 
 
-class Status(StrEnum):
+class InteropStatus(StrEnum):
     PASS = "pass"
     FAIL = "fail"
     NOT_RUN = "not run"
 
 
-class Direction(StrEnum):
+class InteropDirection(StrEnum):
     SIW_TO_IWARP = "siw→iwarp"
     IWARP_TO_SIW = "iwarp→siw"
     SIW_TO_SIW = "siw↔siw"
@@ -70,12 +70,13 @@ Judge = Callable[[Run], tuple[bool, str]]
 
 
 @dataclass(frozen=True, slots=True)
-class Case:
-    """One interop case; ``guest_cmd``/``iwarp_args`` are templates (see :meth:`Runner.fill`)."""
+class InteropCase:
+    """One interop case; ``guest_cmd``/``iwarp_args`` are templates (see
+    :meth:`InteropRunner.fill`)."""
 
     name: str
     tool: str
-    direction: Direction
+    direction: InteropDirection
     options: str
     judge: Judge
     variant: str = "default"
@@ -83,7 +84,7 @@ class Case:
     #: Guest server for a guest-to-guest control case.
     guest_server: str = ""
     iwarp_args: tuple[str, ...] = ()
-    needs: tuple[Need, ...] = ()
+    needs: tuple[HostCommand, ...] = ()
     #: A reason the case cannot run whatever iwarp offers (e.g. a tool absent from the guest).
     blocked: str = ""
     timeout: float = 60.0
@@ -100,8 +101,8 @@ class Case:
 
 @dataclass(slots=True)
 class Outcome:
-    case: Case
-    status: Status
+    case: InteropCase
+    status: InteropStatus
     reason: str
     seconds: float = 0.0
     capture: str = ""
@@ -274,7 +275,7 @@ class Facts:
     info: str = ""
 
 
-class Runner:
+class InteropRunner:
     """Runs cases on one guest boot (rebooting only if the guest dies)."""
 
     def __init__(
@@ -369,23 +370,23 @@ class Runner:
         """Substitute ``{port}``, ``{host}``, ``{min_size}``... in a template."""
         return text.format(**values)
 
-    def run_case(self, case: Case) -> Outcome:
+    def run_case(self, case: InteropCase) -> Outcome:
         why = case.blocked or missing(case.needs, self.commands)
         if why:
-            return Outcome(case, Status.NOT_RUN, why)
+            return Outcome(case, InteropStatus.NOT_RUN, why)
         t0 = time.monotonic()
         try:
             guest = self.ensure_guest(case.variant)
             tools = [w for w in case.tool.replace("/", " ").split() if w in self.facts.tools]
             absent = [t for t in tools if not self.facts.tools[t]]
             if absent:
-                return Outcome(case, Status.NOT_RUN, f"{', '.join(absent)} not in the guest")
-            if case.direction is Direction.SIW_TO_SIW:
+                return Outcome(case, InteropStatus.NOT_RUN, f"{', '.join(absent)} not in the guest")
+            if case.direction is InteropDirection.SIW_TO_SIW:
                 outcome = self._guest_only(guest, case)
             else:
                 outcome = self._with_iwarp(guest, case)
-        except (GuestError, CaptureError, OSError) as exc:
-            outcome = Outcome(case, Status.FAIL, f"harness: {exc}")
+        except (GuestError, CaptureToolError, OSError) as exc:
+            outcome = Outcome(case, InteropStatus.FAIL, f"harness: {exc}")
         outcome.seconds = time.monotonic() - t0
         try:
             outcome.options = case.options.format(**self._last_values)
@@ -407,7 +408,7 @@ class Runner:
         }
         return self._last_values
 
-    def _guest_only(self, guest: Guest, case: Case) -> Outcome:
+    def _guest_only(self, guest: Guest, case: InteropCase) -> Outcome:
         v = self._values(guest)
         port = v["guest_port"]
         server_cmd, client_cmd = self.fill(case.guest_server, v), self.fill(case.guest_cmd, v)
@@ -415,15 +416,17 @@ class Runner:
         listening = guest.run(f"wait-listen {port} 20", timeout=25)
         if not listening.ok:
             srv = server.wait(5, kill=True)
-            return Outcome(case, Status.FAIL, f"guest server never listened: {_tail(srv.output)}")
+            return Outcome(
+                case, InteropStatus.FAIL, f"guest server never listened: {_tail(srv.output)}"
+            )
         client = guest.run(client_cmd, timeout=case.timeout)
         run = Run(guest=client, guest_server=server.wait(10, kill=True))
         ok, reason = case.judge(run)
-        out = Outcome(case, Status.PASS if ok else Status.FAIL, reason)
+        out = Outcome(case, InteropStatus.PASS if ok else InteropStatus.FAIL, reason)
         out.commands = {"guest server": server_cmd, "guest": client_cmd}
         return out
 
-    def _with_iwarp(self, guest: Guest, case: Case) -> Outcome:
+    def _with_iwarp(self, guest: Guest, case: InteropCase) -> Outcome:
         v = self._values(guest)
         args = [self.fill(a, v) for a in case.iwarp_args]
         safe = case.name.replace("/", "_")
@@ -432,7 +435,7 @@ class Runner:
         log.parent.mkdir(parents=True, exist_ok=True)
         run = Run()
         guest_cmd = self.fill(case.guest_cmd, v)
-        if case.direction is Direction.SIW_TO_IWARP:
+        if case.direction is InteropDirection.SIW_TO_IWARP:
             port = v["serve_port"]
             with Capture(pcap, port):
                 proc = IwarpProcess(args, log)
@@ -441,7 +444,9 @@ class Runner:
                     time.sleep(0.05)
                 if not port_listening(port):
                     res = proc.wait(1)
-                    return Outcome(case, Status.FAIL, f"iwarp never listened: {_tail(res.output)}")
+                    return Outcome(
+                        case, InteropStatus.FAIL, f"iwarp never listened: {_tail(res.output)}"
+                    )
                 if case.guest_feeds:
                     feeder = guest.spawn(guest_cmd, timeout=case.timeout)
                     run.iwarp = proc.wait(case.timeout)
@@ -457,7 +462,7 @@ class Runner:
             if not listening.ok:
                 srv = server.wait(5, kill=True)
                 return Outcome(
-                    case, Status.FAIL, f"guest server never listened: {_tail(srv.output)}"
+                    case, InteropStatus.FAIL, f"guest server never listened: {_tail(srv.output)}"
                 )
             with Capture(pcap, port):
                 proc = IwarpProcess(args, log)
@@ -465,19 +470,21 @@ class Runner:
                 run.guest = server.wait(15 if run.iwarp.rc == 0 else 3, kill=True)
         run.verdict = check_capture(pcap)
         ok, reason = case.judge(run)
-        status = Status.PASS if ok else Status.FAIL
+        status = InteropStatus.PASS if ok else InteropStatus.FAIL
         if not case.wire_check:
             pass
         elif ok and not run.verdict.ok:
-            status, reason = Status.FAIL, "tshark: " + "; ".join(run.verdict.problems())
+            status, reason = InteropStatus.FAIL, "tshark: " + "; ".join(run.verdict.problems())
         elif ok and not run.verdict.decoded:
-            status, reason = Status.FAIL, run.verdict.summary()
+            status, reason = InteropStatus.FAIL, run.verdict.summary()
         out = Outcome(case, status, reason, capture=str(pcap), tshark=run.verdict.as_dict())
         out.commands = {"iwarp": "iwarp " + shlex.join(args), "guest": guest_cmd}
         return out
 
 
-def select(cases: Iterable[Case], patterns: Sequence[str], variants: Sequence[str]) -> list[Case]:
+def select(
+    cases: Iterable[InteropCase], patterns: Sequence[str], variants: Sequence[str]
+) -> list[InteropCase]:
     """Cases whose name matches one of ``patterns`` (glob, or substring) and variant is listed."""
     chosen = []
     for case in cases:
@@ -495,7 +502,7 @@ def _matches(name: str, pattern: str) -> bool:
     return pattern in name
 
 
-def order_for_boot(cases: Sequence[Case]) -> list[Case]:
+def order_for_boot(cases: Sequence[InteropCase]) -> list[InteropCase]:
     """Group cases by siw build (default first) so the guest switches builds least often."""
     rank = {name: i for i, name in enumerate(VARIANTS)}
     return sorted(cases, key=lambda c: rank.get(c.variant, len(rank)))

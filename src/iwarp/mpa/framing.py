@@ -495,6 +495,23 @@ class FpduDecoder(_Framer):
         """Octets held back as the start of an incomplete FPDU."""
         return len(self._pending)
 
+    def to_complete(self) -> int:
+        """Octets that would complete the held-back FPDU (its length field
+        first, when that is not all here yet); 0 when nothing is held. A
+        receive lane hands exactly these to :meth:`feed_batch`, so that the
+        decoder then holds nothing and the next octet starts an FPDU."""
+        pending = self._pending
+        if not pending:
+            return 0
+        header = (4 if self.markers and self._phase == 0 else 0) + 2
+        if len(pending) < header:
+            return header - len(pending)
+        lead = header - 2
+        n: int = _unpack_length(pending, lead)[0]
+        if n > self.max_ulpdu:
+            return 1  # feed_batch reports it
+        return fpdu_wire_size(n, self._phase, markers=self.markers) - len(pending)
+
     def take_whole(self, data: memoryview) -> memoryview | None:
         """The ULPDU of ``data`` when ``data`` is exactly one whole, valid
         FPDU without markers (length within the limit, CRC right) and

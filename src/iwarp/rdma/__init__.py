@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from iwarp.rdma.connection import Event, RdmaConnection
+from iwarp.rdma.connection import RdmaConnection
+from iwarp.rdma.events import StackEvent
 
-__all__ = ["Event", "RdmaConnection"]
+__all__ = ["RdmaConnection", "StackEvent"]

@@ -24,8 +24,8 @@ went out or came in, :attr:`RdmaConnection.must_close` turns True: flush
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeAlias
 
+import iwarp.rdma.lanes as lanes
 from iwarp._typing import Buffer
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode, RemoteProtocolError
 from iwarp.mpa.config import MpaConfig, Role
@@ -42,31 +42,22 @@ from iwarp.mpa.events import (
     UlpduReceived,
 )
 from iwarp.mpa.events import Event as MpaEvent
+from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.wire import RtrFlags
-from iwarp.rdma import lanes
+from iwarp.rdma.events import StackEvent
 from iwarp.rdma.lanes import LANE_MIN, LANE_MIN_SEGMENT, SendLane
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.state import StreamState
-from iwarp.rdmap.stream import RdmapStream
+from iwarp.rdmap.stream import LaneWindows, RdmapStream
 from iwarp.rdmap.work import (
-    Completion,
     RecvWR,
     SendQueueWR,
-    StreamReady,
-    TerminateReceived,
-    TerminateSent,
 )
 
-__all__ = ["Event", "RdmaConnection"]
+__all__ = ["RdmaConnection"]
 
-#: Everything :meth:`RdmaConnection.receive_data` reports.
-Event: TypeAlias = (
-    "RequestReceived | ConnectionEstablished | ConnectionRejected | ConnectionFailed"
-    " | NegotiationFailed | ConnectionClosed | StreamReady | Completion | TerminateReceived"
-    " | TerminateSent"
-)
 
 #: MPA states in which the stream's ULPDUs may be framed.
 _SENDING = (MpaState.FULL_OPERATION, MpaState.AWAIT_FIRST_FPDU, MpaState.SEND_ONLY)
@@ -116,7 +107,7 @@ class RdmaConnection:
         )
         self.stream: RdmapStream | None = None
         self.on_stream = on_stream
-        self._events: list[Event] = []
+        self._events: list[StackEvent] = []
 
     # -- properties ---------------------------------------------------------------
 
@@ -185,7 +176,7 @@ class RdmaConnection:
         lane beside the cores does, :mod:`iwarp.rdma.small`)."""
         return bool(self._events)
 
-    def take_events(self) -> list[Event]:
+    def take_events(self) -> list[StackEvent]:
         """Events produced outside :meth:`receive_data` (send completions)."""
         if self.stream is not None:
             self._events.extend(self.stream.take_events())
@@ -193,14 +184,12 @@ class RdmaConnection:
 
     # -- bytes in -----------------------------------------------------------------
 
-    def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
+    def receive_data(self, data: Buffer, now: float) -> list[StackEvent]:
         """Process octets from TCP (``b""`` means FIN); return the events."""
         self._process(self.mpa.receive_data(data, now))
         return self._take()
 
-    def connection_lost(
-        self, now: float | None = None, reason: str = "connection reset"
-    ) -> list[Event]:
+    def connection_lost(self, now: float, reason: str = "connection reset") -> list[StackEvent]:
         """The TCP connection was lost."""
         self._process(self.mpa.connection_lost(now, reason))
         return self._take()
@@ -209,7 +198,7 @@ class RdmaConnection:
         """When :meth:`handle_timer` must be called next (MPA startup), or None."""
         return self.mpa.get_timer()
 
-    def handle_timer(self, now: float) -> list[Event]:
+    def handle_timer(self, now: float) -> list[StackEvent]:
         """Act on an expired MPA startup timeout; return the events."""
         self._process(self.mpa.handle_timer(now))
         return self._take()
@@ -237,7 +226,7 @@ class RdmaConnection:
         if self.stream is not None and params is not None:
             self.stream.set_mulpdu(params.mulpdu)
 
-    def close(self) -> list[Event]:
+    def close(self) -> list[StackEvent]:
         """Close locally: outstanding work is flushed."""
         if self.stream is not None and self.stream.state is not StreamState.CLOSED:
             self._events.extend(self.stream.close())
@@ -375,6 +364,37 @@ class RdmaConnection:
         encoder.advance(lane.total, lane.end_phase)
         return lane
 
+    def lane_framing(self) -> FpduDecoder | None:
+        """MPA's decoder when a receive lane may take the next FPDUs
+        (:mod:`iwarp.rdma.lanes`): full operation, no event waiting,
+        nothing held back, no error. None: the usual path takes the
+        octets."""
+        return self.mpa.lane_decoder()
+
+    def lane_windows(self) -> LaneWindows | None:
+        """Where a receive lane may place (:meth:`RdmapStream.lane_windows
+        <iwarp.rdmap.stream.RdmapStream.lane_windows>`), or None."""
+        stream = self.stream
+        return stream.lane_windows() if stream is not None else None
+
+    def lane_placed(
+        self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int
+    ) -> None:
+        """A receive lane took the next ``octets`` octets of the stream
+        (whole FPDUs, checked; the marker phase after them ``phase``) and
+        placed what ``records`` say: MPA's position moves past them and the
+        stream does its bookkeeping
+        (:meth:`RdmapStream.lane_placed
+        <iwarp.rdmap.stream.RdmapStream.lane_placed>`); the events follow in
+        :meth:`take_events`."""
+        decoder = self.mpa.lane_decoder()
+        assert decoder is not None
+        decoder.advance(octets, phase)
+        stream = self.stream
+        if stream is not None and records:
+            stream.lane_placed(records)
+            self._events.extend(stream.take_events())
+
     def lane_sent(self, lane: SendLane) -> None:
         """Every octet of ``lane`` is with TCP: its work request completes
         (:meth:`take_events`)."""
@@ -395,7 +415,7 @@ class RdmaConnection:
             stream is not None and stream.has_data_to_send and self.mpa.state in _SENDING
         )
 
-    def _take(self) -> list[Event]:
+    def _take(self) -> list[StackEvent]:
         events, self._events = self._events, []
         return events
 

@@ -38,7 +38,7 @@ It keeps the connection contract (:class:`iwarp.contract.Connection`)::
     ep = QueuePairEndpoint(Role.INITIATOR, ProtectionDomain(), now=clock())
     sock.sendmsg(ep.data_to_send())
     for event in ep.receive_data(sock.recv(65536), clock()):
-        ...   # Established, CompletionQueued, WorkFinished, MessageReceived, Ended
+        ...   # Established, CompletionQueued, WorkFinished, MessageQueued, Ended
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final
 
 from iwarp._typing import Buffer
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
@@ -64,17 +64,30 @@ from iwarp.mpa.events import (
     NegotiationFailed,
     RequestReceived,
 )
+from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.policy import ConnectionRejectedError, Decider, answer_request
-from iwarp.rdma.connection import Event as StackEvent
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.errors import ConnectionTerminatedError, describe_terminate
+from iwarp.rdma.events import (
+    CompletionQueued,
+    Ended,
+    Established,
+    Event,
+    MessageQueued,
+    StackEvent,
+    WorkFinished,
+)
 from iwarp.rdma.lanes import SendLane
 from iwarp.rdma.small import receive_small, send_small
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.errors import LocalCatastrophicError
+from iwarp.rdmap.events import (
+    TerminateReceived,
+    TerminateSent,
+)
 from iwarp.rdmap.memory import MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamState
-from iwarp.rdmap.stream import RdmapStream
+from iwarp.rdmap.stream import LaneWindows, RdmapStream
 from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import (
     Completion,
@@ -84,22 +97,14 @@ from iwarp.rdmap.work import (
     SendQueueWR,
     SendWR,
     Sge,
-    TerminateReceived,
-    TerminateSent,
     WorkOpcode,
 )
 
 __all__ = [
     "INITIATOR_CONFIG",
     "SEND_BATCH",
-    "CompletionQueue",
-    "CompletionQueued",
-    "Ended",
-    "Established",
-    "Event",
-    "MessageReceived",
+    "CompletionRecord",
     "QueuePairEndpoint",
-    "WorkFinished",
 ]
 
 #: ULPDU octets pulled from the stream per :meth:`QueuePairEndpoint.data_to_send`
@@ -124,8 +129,10 @@ INITIATOR_CONFIG: Final = MpaConfig(peer_to_peer=True)
 _log = logging.getLogger("iwarp")
 
 
-class CompletionQueue:
-    """Completions of one queue pair's send or receive work, in order."""
+class CompletionRecord:
+    """Completions of one queue pair's send or receive work, in order, as the
+    endpoint keeps them (the adapters' completion queues,
+    :class:`~iwarp.rdma.front.CompletionQueueFront`, take them from here)."""
 
     __slots__ = ("_items",)
 
@@ -197,48 +204,6 @@ class QueuePairOptions:
         )
 
 
-# -- events ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Established:
-    """MPA is in full operation and RFC 6581 negotiation succeeded."""
-
-    params: MpaParams
-
-
-@dataclass(frozen=True, slots=True)
-class CompletionQueued:
-    """A completion was added to ``queue`` (:attr:`QueuePairEndpoint.send_cq`
-    or :attr:`~QueuePairEndpoint.recv_cq`)."""
-
-    queue: CompletionQueue
-
-
-@dataclass(frozen=True, slots=True)
-class WorkFinished:
-    """A tracked work request completed: :meth:`QueuePairEndpoint.result`."""
-
-    wr_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class MessageReceived:
-    """A message arrived in the receive pool: :meth:`QueuePairEndpoint.take_message`."""
-
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class Ended:
-    """The connection is over; ``error`` is the cause (None: closed cleanly)."""
-
-    error: IwarpError | None
-    reason: str
-
-
-Event: TypeAlias = "Established | CompletionQueued | WorkFinished | MessageReceived | Ended"
-
 #: Called once MPA is in full operation, before any message is processed.
 Setup = Callable[[], None]
 
@@ -287,9 +252,9 @@ class QueuePairEndpoint:
         self.role = role
         self.pd = pd
         #: Completions of posted Sends, RDMA Writes and Reads.
-        self.send_cq = CompletionQueue()
+        self.send_cq = CompletionRecord()
         #: Completions of posted receives (the same queue with ``shared_cq``).
-        self.recv_cq = self.send_cq if shared_cq else CompletionQueue()
+        self.recv_cq = self.send_cq if shared_cq else CompletionRecord()
         #: The error that ended the connection, if any.
         self.error: IwarpError | None = None
         #: The Terminate that ended the stream (sent or received), if any.
@@ -513,6 +478,48 @@ class QueuePairEndpoint:
             self._received(*taken)
         return self._take()
 
+    # -- the receive lane (iwarp.rdma.lanes.ReceiveLane.pump drives these) -----
+
+    def lane_target(self) -> tuple[FpduDecoder | None, LaneWindows | None]:
+        """What a receive lane may do now: MPA's decoder when it may walk
+        the next FPDUs (else None: the octets go to :meth:`lane_feed`
+        whole), and where it may place (the stream's windows, or None)."""
+        conn = self.conn
+        decoder = conn.lane_framing()
+        return decoder, (conn.lane_windows() if decoder is not None else None)
+
+    def lane_write_window(self, stag: int) -> MemoryRegion | None:
+        """The region RDMA Writes to ``stag`` may be placed in by the lane
+        (:meth:`RdmapStream.lane_write_window
+        <iwarp.rdmap.stream.RdmapStream.lane_write_window>`), or None."""
+        stream = self.conn.stream
+        return stream.lane_write_window(stag) if stream is not None else None
+
+    def lane_placed(
+        self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int, now: float
+    ) -> None:
+        """The lane took the next ``octets`` octets (whole FPDUs, checked;
+        the marker phase after them ``phase``) and placed what ``records``
+        say; the events follow in :meth:`take_events`."""
+        self._now = now
+        conn = self.conn
+        conn.lane_placed(records, octets, phase)
+        events = conn.take_events()
+        if events:
+            self._route(events, now)
+
+    def lane_resync(self) -> int:
+        """Octets that complete the FPDU MPA holds back (0: none), which the
+        lane hands to :meth:`lane_feed` before it walks again."""
+        return self.conn.mpa.lane_resync()
+
+    def lane_feed(self, data: Buffer, now: float) -> None:
+        """Octets the lane leaves to the usual path, in stream order (the
+        first FPDU it is not sure of and all after it); consumed before
+        returning. The events follow in :meth:`take_events`."""
+        self._now = now
+        self._route(self.conn.receive_data(data, now), now)
+
     def data_to_send(self, limit: int | None = SEND_BATCH) -> list[Buffer]:
         if self._hold_until is not None:
             limit = 0
@@ -717,7 +724,7 @@ class QueuePairEndpoint:
                 del self._pool[wr.wr_id]
                 region.deregister()
                 self._post_pool_buffer(stream)
-        self._events.append(MessageReceived(len(data)))
+        self._events.append(MessageQueued(len(data)))
 
     def _on_request(self, event: RequestReceived, now: float | None) -> None:
         try:

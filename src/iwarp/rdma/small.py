@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from iwarp import _accel, _small
+import iwarp._accel as _accel
+import iwarp._small as _small
 from iwarp._typing import Buffer
 from iwarp.mpa.connection import MpaConnection
 from iwarp.rdmap.stream import RdmapStream

@@ -127,8 +127,9 @@ def execute(region: MemoryRegion, request: AtomicRequest) -> int:
     """Perform a checked request on its word; returns the original value.
 
     The read-modify-write holds the lock of the region's STag space, so no
-    other Atomic Operation of any stream on it comes between its read and
-    its write (RFC 7306 §5.3).
+    other Atomic Operation of any stream on it, and no placement into the
+    region (they hold the lock too), comes between its read and its write
+    (RFC 7306 §5, §5.3).
 
     :raises LocalCatastrophicError: the region was invalidated or
         deregistered since it was checked (nothing is modified).
@@ -148,5 +149,8 @@ def execute(region: MemoryRegion, request: AtomicRequest) -> int:
                 original, request.compare, request.compare_mask, request.data, request.mask
             )
         if value != original:
-            _WORD.pack_into(word, 0, value)
+            # One 8-octet copy (struct's pack_into stores octet by octet): a
+            # send lane reading the word without the GIL and without the
+            # lock sees the old or the new word where such a copy is one store.
+            word[:] = _WORD.pack(value)
     return int(original)

@@ -10,11 +10,14 @@ header; remote operation errors copy the DDP header.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
+from typing import Final
 
-from iwarp.errors import RemoteProtocolError, TerminateLayer
+from iwarp.errors import ErrorTypeNames, RemoteProtocolError, TerminateLayer, error_name
 
 __all__ = [
+    "RDMAP_ERROR_NAMES",
     "LocalCatastrophicError",
     "RdmapError",
     "RdmapErrorType",
@@ -58,6 +61,39 @@ class RemoteOperationCode(IntEnum):
     UNSPECIFIED = 0xFF
 
 
+_SPEC: Final = "RFC 5040 §4.8"
+#: What the RDMAP layer's error types and codes mean (RFC 5040 §4.8 Figure 9).
+RDMAP_ERROR_NAMES: Final[Mapping[int, ErrorTypeNames]] = {
+    RdmapErrorType.LOCAL_CATASTROPHIC: ErrorTypeNames("RDMAP local catastrophic error", _SPEC),
+    RdmapErrorType.REMOTE_PROTECTION: ErrorTypeNames(
+        "RDMAP remote protection error",
+        _SPEC,
+        {
+            RemoteProtectionCode.INVALID_STAG: "invalid STag",
+            RemoteProtectionCode.BASE_OR_BOUNDS: "base or bounds violation",
+            RemoteProtectionCode.ACCESS_RIGHTS: "access rights violation",
+            RemoteProtectionCode.STAG_NOT_ASSOCIATED: "STag not associated with RDMAP Stream",
+            RemoteProtectionCode.TO_WRAP: "TO wrap",
+            RemoteProtectionCode.CANNOT_INVALIDATE: "STag cannot be invalidated",
+            RemoteProtectionCode.UNSPECIFIED: "unspecified error",
+        },
+    ),
+    RdmapErrorType.REMOTE_OPERATION: ErrorTypeNames(
+        "RDMAP remote operation error",
+        _SPEC,
+        {
+            RemoteOperationCode.INVALID_VERSION: "invalid RDMAP version",
+            RemoteOperationCode.UNEXPECTED_OPCODE: "unexpected opcode",
+            RemoteOperationCode.CATASTROPHIC_STREAM: "catastrophic error, localized to RDMAP "
+            "Stream",
+            RemoteOperationCode.CATASTROPHIC_GLOBAL: "catastrophic error, global",
+            RemoteOperationCode.CANNOT_INVALIDATE: "STag cannot be invalidated",
+            RemoteOperationCode.UNSPECIFIED: "unspecified error",
+        },
+    ),
+}
+
+
 class RdmapError(RemoteProtocolError):
     """An incoming RDMA message failed an RDMAP check (RFC 5040 §7.2).
 
@@ -85,9 +121,8 @@ class RdmapError(RemoteProtocolError):
         self.rdmap_header = rdmap_header
 
     def __str__(self) -> str:
-        from iwarp.rdmap.terminate import terminate_name  # it imports this module
-
-        return f"{terminate_name(self.layer, self.etype, self.code)}: {self.message}"
+        name = error_name(RDMAP_ERROR_NAMES, self.layer, self.etype, self.code)
+        return f"{name}: {self.message}"
 
 
 class LocalCatastrophicError(RdmapError):

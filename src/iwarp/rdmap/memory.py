@@ -180,12 +180,21 @@ class MemoryRegistry:
     so STags 0 and 1 (the RFC 6581 RTR STags) never name a region.
     """
 
-    __slots__ = ("_key", "_next_index", "_regions", "atomic_lock")
+    __slots__ = ("_key", "_next_index", "_regions", "atomic_lock", "atomic_stags")
 
     def __init__(self) -> None:
         #: Held by every RFC 7306 Atomic Operation's read-modify-write on a
-        #: region of this STag space (:func:`iwarp.rdmap.atomics.execute`).
+        #: region of this STag space (:func:`iwarp.rdmap.atomics.execute`),
+        #: and by every placement into a region of :attr:`atomic_stags`
+        #: (RDMA Write and Read Response segments, Sends into its receive
+        #: buffers), so none comes between an Atomic Operation's read and
+        #: its write (RFC 7306 §5).
         self.atomic_lock = threading.Lock()
+        #: The STags of the registered regions with
+        #: :attr:`Access.REMOTE_ATOMIC`: placements into them take
+        #: :attr:`atomic_lock`; placements into other regions test this set
+        #: only.
+        self.atomic_stags: set[int] = set()
         self._regions: dict[int, MemoryRegion] = {}
         self._next_index = 1
         self._key = 0
@@ -230,8 +239,11 @@ class MemoryRegistry:
                     break
         region = MemoryRegion(pd, view, access, stag, address)
         self._regions[stag] = region
+        if access & Access.REMOTE_ATOMIC:
+            self.atomic_stags.add(stag)
         return region
 
     def _forget(self, region: MemoryRegion) -> None:
         if self._regions.get(region.stag) is region:
             del self._regions[region.stag]
+            self.atomic_stags.discard(region.stag)

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from iwarp._accel import kernels
 from iwarp._typing import Buffer
@@ -49,6 +49,7 @@ from iwarp.ddp.errors import (
 from iwarp.ddp.placement import (
     DdpReceiver,
     PlacedRuns,
+    PostedBuffer,
     TaggedSegment,
     UntaggedQueue,
     UntaggedSegment,
@@ -83,6 +84,12 @@ from iwarp.rdmap.errors import (
     RemoteProtectionCode,
     RemoteProtectionError,
 )
+from iwarp.rdmap.events import (
+    Event,
+    StreamReady,
+    TerminateReceived,
+    TerminateSent,
+)
 from iwarp.rdmap.memory import Access, AccessFault, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamInput, StreamState, transition
 from iwarp.rdmap.terminate import (
@@ -115,16 +122,13 @@ from iwarp.rdmap.work import (
     CompareSwapWR,
     Completion,
     CompletionStatus,
-    Event,
     FetchAddWR,
     ImmediateWR,
     ReadWR,
     RecvWR,
+    SendQueueWR,
     SendWR,
     Sge,
-    StreamReady,
-    TerminateReceived,
-    TerminateSent,
     WorkOpcode,
     WriteWR,
 )
@@ -216,6 +220,39 @@ class _Outgoing:
     atomic: bool = False
 
 
+#: Reads whose sinks a receive lane is given at once (the head first).
+_LANE_READS: Final = 4
+#: Record kinds of a receive lane (``recv_lane`` in src/iwarp/_lanes.c).
+_LANE_WRITE: Final = 1
+_LANE_READ: Final = 2
+
+
+class LaneWindows(NamedTuple):
+    """What a receive lane may place (:meth:`RdmapStream.lane_windows`), as
+    the ``recv_lane`` kernel takes it."""
+
+    #: DDP DV and RDMAP RV of every segment.
+    version: int
+    #: The unfinished tagged message: (STag, next TO, RsvdULP), or None.
+    tagged: tuple[int, int, int] | None
+    #: The RDMAP control octet of an RDMA Write.
+    write_ctl: int
+    #: That of an RDMA Read Response.
+    read_ctl: int
+    #: The outstanding Reads' sinks: (STag, sink octets, sink TO, placed).
+    reads: tuple[tuple[int, memoryview, int, int], ...]
+    #: Plain Sends may be placed into :attr:`sends`.
+    send_ok: bool
+    #: The control octets of Send and Send with Solicited Event.
+    send_ctl: int
+    send_se_ctl: int
+    #: The head posted buffer's MSN and the octets of its message placed.
+    msn: int
+    received: int
+    #: The posted receive queue (items with a ``view``), head first.
+    sends: deque[PostedBuffer[RecvWR | None]]
+
+
 def _released(stag: int, to: int, length: int, rsvdulp: int, first: bool) -> memoryview:
     raise LocalProtocolError("the stream was released")
 
@@ -304,8 +341,17 @@ class RdmapStream:
             for _ in range(atomic_ord):
                 self._answers.post(memoryview(bytearray(ATOMIC_RESPONSE_SIZE)), None)
             queues[QueueNumber.ATOMIC_RESPONSE] = self._answers
+        registry = pd.registry
+        #: RFC 7306 §5: placements into regions with REMOTE_ATOMIC (these
+        #: STags) hold the lock of the Atomic Operations' read-modify-write.
+        self._atomic_stags = registry.atomic_stags
+        self._atomic_lock = registry.atomic_lock
         self._ddp: DdpReceiver[RecvWR | None] = DdpReceiver(
-            queues, self._resolve_tagged, version=version
+            queues,
+            self._resolve_tagged,
+            version=version,
+            guarded=registry.atomic_stags,
+            guard=registry.atomic_lock,
         )
         #: Opcodes accepted, with the Tagged flag each must have (RFC 7306:
         #: Atomic Requests only when we answer them, Responses when we ask).
@@ -343,9 +389,7 @@ class RdmapStream:
 
     # -- posting (local input) ----------------------------------------------
 
-    def post_send(
-        self, wr: SendWR | WriteWR | ReadWR | FetchAddWR | CompareSwapWR | ImmediateWR
-    ) -> None:
+    def post_send(self, wr: SendQueueWR) -> None:
         """Queue a Send, RDMA Write, RDMA Read, or an RFC 7306 FetchAdd,
         CmpSwap or Immediate Data.
 
@@ -363,7 +407,7 @@ class RdmapStream:
         if self.state is not StreamState.OPERATIONAL:  # the same state after a POST
             self.state = transition(self.state, StreamInput.POST)
         view = self._local(wr.local, _LOCAL_WRITE)
-        self._recv.post(view, wr)
+        self._recv.post(view, wr, guarded=wr.local.region.stag in self._atomic_stags)
 
     def repost_recv(self, wr: RecvWR, view: memoryview) -> None:
         """:meth:`post_recv` again for a buffer it took and checked before,
@@ -378,7 +422,7 @@ class RdmapStream:
             raise LocalProtocolError(f"STag {region.stag:#010x} is invalidated or deregistered")
         if self.state is not StreamState.OPERATIONAL:
             self.state = transition(self.state, StreamInput.POST)
-        self._recv.post(view, wr)
+        self._recv.post(view, wr, guarded=region.stag in self._atomic_stags)
 
     def claim_send(
         self,
@@ -879,7 +923,11 @@ class RdmapStream:
             target = self.pd.registry.access(stag, self.pd, to, octets, _REMOTE_WRITE)
             if isinstance(target, AccessFault):
                 return 0  # segment by segment: the failing one is reported
-            kernels.place_run(buffer, records, index, count, TAGGED_HEADER_SIZE, target)
+            if stag in self._atomic_stags:
+                with self._atomic_lock:
+                    kernels.place_run(buffer, records, index, count, TAGGED_HEADER_SIZE, target)
+            else:
+                kernels.place_run(buffer, records, index, count, TAGGED_HEADER_SIZE, target)
             if first:
                 self._rx_tagged_opcode = RdmapOpcode.RDMA_WRITE
             ddp.tagged_placed(stag, to, octets, self._write_rdmap, last)
@@ -887,7 +935,14 @@ class RdmapStream:
         # Send segments before the message's last (the last completes the
         # receive, segment by segment).
         queue = self._recv
-        if n <= UNTAGGED_HEADER_SIZE or not queue.buffers or queue.out_of_order:
+        # A guarded buffer (shared with Atomic Operations) goes segment by
+        # segment, through DDP, which places under the lock.
+        if (
+            n <= UNTAGGED_HEADER_SIZE
+            or not queue.buffers
+            or queue.out_of_order
+            or queue.buffers[0].guarded
+        ):
             return 0
         count, octets, _ = kernels.segment_run(
             buffer,
@@ -988,7 +1043,11 @@ class RdmapStream:
         target = self.pd.registry.access(stag, self.pd, to, length, _REMOTE_WRITE)
         if isinstance(target, AccessFault):
             return False
-        target[:] = view[TAGGED_HEADER_SIZE:]
+        if stag in self._atomic_stags:
+            with self._atomic_lock:
+                target[:] = view[TAGGED_HEADER_SIZE:]
+        else:
+            target[:] = view[TAGGED_HEADER_SIZE:]
         if first:
             self._rx_tagged_opcode = RdmapOpcode.RDMA_WRITE
         ddp.tagged_placed(stag, to, length, rdmap, bool(control & LAST_FLAG))
@@ -1018,7 +1077,9 @@ class RdmapStream:
         (DDP version, its MSN, the RDMAP control octets of Send and Send with
         Solicited Event, the head receive buffer). None while the lane must
         not take one: not in full operation, events waiting (they come
-        first), no buffer posted, or a message in progress or out of order."""
+        first), no buffer posted, a message in progress or out of order, or
+        a head buffer shared with Atomic Operations (placed under their
+        lock, by :meth:`handle_ulpdu`)."""
         queue = self._recv
         if (
             self.state is not StreamState.OPERATIONAL
@@ -1026,6 +1087,7 @@ class RdmapStream:
             or not queue.buffers
             or queue.received
             or queue.out_of_order
+            or queue.buffers[0].guarded
         ):
             return None
         return (
@@ -1035,6 +1097,110 @@ class RdmapStream:
             self._send_se_rdmap,
             queue.buffers[0].view,
         )
+
+    def lane_windows(self) -> LaneWindows | None:
+        """What a receive lane (:mod:`iwarp.rdma.lanes`) may place now,
+        after this stream's own checks: the unfinished tagged message, the
+        sinks of the outstanding Reads (in order, each in order, while
+        nothing of it arrived out of order) and the posted receive queue
+        for plain Sends in order. None while it may place nothing (not in
+        full operation). The windows are the stream's live objects; RDMA
+        Write windows are asked for by STag (:meth:`lane_write_window`)."""
+        if self.state is not StreamState.OPERATIONAL:
+            return None
+        reads: list[tuple[int, memoryview, int, int]] = []
+        for work in self._orq:
+            req, sink = work.request, work.sink
+            if (
+                req is None
+                or sink is None
+                or not sink.valid
+                or sink.stag in self._atomic_stags  # placed under the atomics' lock
+                or work.placed is not None
+                or work.last_seen
+                or req.size == 0
+                or len(reads) == _LANE_READS
+            ):
+                break
+            reads.append(
+                (req.sink_stag, sink.slice(req.sink_to, req.size), req.sink_to, work.received)
+            )
+        queue = self._recv
+        return LaneWindows(
+            self.version,
+            self._ddp.open_tagged,
+            self._write_rdmap,
+            self._control[RdmapOpcode.RDMA_READ_RESPONSE],
+            tuple(reads),
+            bool(queue.buffers) and not queue.out_of_order,
+            self._send_rdmap,
+            self._send_se_rdmap,
+            queue.next_msn,
+            queue.received,
+            queue.buffers,
+        )
+
+    def lane_write_window(self, stag: int) -> MemoryRegion | None:
+        """The region an RDMA Write to ``stag`` may be placed in by a
+        receive lane: valid, of this stream's PD, with REMOTE_WRITE (bounds
+        are checked per segment). None: the lane leaves such segments to
+        the usual path, which reports the fault. Nor regions with
+        REMOTE_ATOMIC: placements into them hold the Atomic Operations'
+        lock, which the usual path takes."""
+        region = self.pd.registry.lookup(stag)
+        if (
+            region is None
+            or not region.valid
+            or region.pd is not self.pd
+            or not region.allows(_REMOTE_WRITE)
+            or stag in self._atomic_stags  # placed under the atomics' lock (RFC 7306 §5)
+        ):
+            return None
+        return region
+
+    def lane_placed(self, records: list[tuple[int, int, int, int, int]]) -> None:
+        """A receive lane placed what ``records`` say, in order (windows
+        from :meth:`lane_windows`): what DDP and RDMAP do after placing
+        those segments themselves. Write runs: (1, STag, TO, octets, last);
+        Read Response runs of the head Read: (2, index, TO, octets, last);
+        Sends into the head posted buffer: (3, index, MO end, solicited,
+        last). Completions are made here, in order, as the usual path
+        makes them."""
+        ddp = self._ddp
+        for kind, a, b, c, last in records:
+            if kind == _LANE_WRITE:
+                if not ddp.tagged_in_progress:
+                    self._rx_tagged_opcode = RdmapOpcode.RDMA_WRITE
+                ddp.tagged_placed(a, b, c, self._write_rdmap, bool(last))
+            elif kind == _LANE_READ:
+                work = self._orq[0]
+                req = work.request
+                assert req is not None
+                if not ddp.tagged_in_progress:
+                    self._rx_tagged_opcode = RdmapOpcode.RDMA_READ_RESPONSE
+                ddp.tagged_placed(
+                    req.sink_stag, b, c, self._control[RdmapOpcode.RDMA_READ_RESPONSE], bool(last)
+                )
+                work.received += c
+                if last:
+                    work.last_seen = True
+                    self._orq.popleft()
+                    self._done(work, CompletionStatus.SUCCESS, work.received)
+            else:
+                queue = self._recv
+                if not last:
+                    queue.received = b
+                    continue
+                head = queue.buffers.popleft()
+                queue.next_msn = (queue.next_msn + 1) & MAX_MSN
+                queue.received = 0
+                wr = head.context
+                assert wr is not None
+                self._received(
+                    Completion(
+                        wr.wr_id, WorkOpcode.RECV, CompletionStatus.SUCCESS, b, solicited=bool(c)
+                    )
+                )
 
     def send_taken(self) -> RecvWR:
         """The lane placed a whole Send into the buffer :meth:`send_target`
@@ -1068,8 +1234,10 @@ class RdmapStream:
             return False
         end = mo + n - UNTAGGED_HEADER_SIZE
         head = buffers[0]
-        if end > len(head.view):
-            return False  # DDP reports the message too long (RFC 5041 §7.1)
+        if end > len(head.view) or head.guarded:
+            # DDP reports the message too long (RFC 5041 §7.1), or places
+            # into a buffer shared with Atomic Operations under their lock.
+            return False
         if end > mo:
             head.view[mo:end] = view[UNTAGGED_HEADER_SIZE:]
         if not control & LAST_FLAG:

@@ -11,9 +11,10 @@ which completion status.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
-from iwarp.ddp.errors import DdpError, DdpErrorType, DdpTaggedCode, DdpUntaggedCode
+from iwarp.ddp.errors import DDP_ERROR_NAMES, DdpError, DdpTaggedCode
 from iwarp.ddp.wire import (
     TAGGED_FLAG,
     TAGGED_HEADER_SIZE,
@@ -21,11 +22,17 @@ from iwarp.ddp.wire import (
     UNTAGGED_HEADER_SIZE,
     QueueNumber,
 )
-from iwarp.errors import MPA_ETYPE, MpaErrorCode, RemoteProtocolError, TerminateLayer
+from iwarp.errors import (
+    MPA_ERROR_NAMES,
+    ErrorTypeNames,
+    RemoteProtocolError,
+    TerminateLayer,
+    error_name,
+)
 from iwarp.rdmap.errors import (
+    RDMAP_ERROR_NAMES,
     RdmapError,
     RdmapErrorType,
-    RemoteOperationCode,
     RemoteProtectionCode,
 )
 from iwarp.rdmap.memory import AccessFault
@@ -61,93 +68,11 @@ READ_FAULTS: Final = {
 
 # -- names: what a Terminate's layer, type and code mean -----------------------------
 
-_RDMAP_SPEC: Final = "RFC 5040 §4.8"
-_LAYER_NAMES: Final = {int(layer): layer.name for layer in TerminateLayer}
-_DDP_SPEC: Final = "RFC 5041 §7.2"
-
-#: (layer, error type) -> (name of the type, spec section, code names). A
-#: type without code names (local catastrophic) carries no code.
-_TYPES: Final[dict[tuple[int, int], tuple[str, str, dict[int, str]]]] = {
-    (TerminateLayer.RDMAP, RdmapErrorType.LOCAL_CATASTROPHIC): (
-        "RDMAP local catastrophic error",
-        _RDMAP_SPEC,
-        {},
-    ),
-    (TerminateLayer.RDMAP, RdmapErrorType.REMOTE_PROTECTION): (
-        "RDMAP remote protection error",
-        _RDMAP_SPEC,
-        {
-            RemoteProtectionCode.INVALID_STAG: "invalid STag",
-            RemoteProtectionCode.BASE_OR_BOUNDS: "base or bounds violation",
-            RemoteProtectionCode.ACCESS_RIGHTS: "access rights violation",
-            RemoteProtectionCode.STAG_NOT_ASSOCIATED: "STag not associated with RDMAP Stream",
-            RemoteProtectionCode.TO_WRAP: "TO wrap",
-            RemoteProtectionCode.CANNOT_INVALIDATE: "STag cannot be invalidated",
-            RemoteProtectionCode.UNSPECIFIED: "unspecified error",
-        },
-    ),
-    (TerminateLayer.RDMAP, RdmapErrorType.REMOTE_OPERATION): (
-        "RDMAP remote operation error",
-        _RDMAP_SPEC,
-        {
-            RemoteOperationCode.INVALID_VERSION: "invalid RDMAP version",
-            RemoteOperationCode.UNEXPECTED_OPCODE: "unexpected opcode",
-            RemoteOperationCode.CATASTROPHIC_STREAM: "catastrophic error, localized to RDMAP "
-            "Stream",
-            RemoteOperationCode.CATASTROPHIC_GLOBAL: "catastrophic error, global",
-            RemoteOperationCode.CANNOT_INVALIDATE: "STag cannot be invalidated",
-            RemoteOperationCode.UNSPECIFIED: "unspecified error",
-        },
-    ),
-    (TerminateLayer.DDP, DdpErrorType.LOCAL_CATASTROPHIC): (
-        "DDP local catastrophic error",
-        _DDP_SPEC,
-        {},
-    ),
-    (TerminateLayer.DDP, DdpErrorType.TAGGED_BUFFER): (
-        "DDP tagged buffer error",
-        _DDP_SPEC,
-        {
-            DdpTaggedCode.INVALID_STAG: "invalid STag",
-            DdpTaggedCode.BASE_OR_BOUNDS: "base or bounds violation",
-            DdpTaggedCode.STAG_NOT_ASSOCIATED: "STag not associated with DDP Stream",
-            DdpTaggedCode.TO_WRAP: "TO wrap",
-            DdpTaggedCode.INVALID_VERSION: "invalid DDP version",
-        },
-    ),
-    (TerminateLayer.DDP, DdpErrorType.UNTAGGED_BUFFER): (
-        "DDP untagged buffer error",
-        _DDP_SPEC,
-        {
-            DdpUntaggedCode.INVALID_QN: "invalid QN",
-            DdpUntaggedCode.NO_BUFFER: "invalid MSN, no buffer available",
-            DdpUntaggedCode.MSN_RANGE: "invalid MSN, MSN range is not valid",
-            DdpUntaggedCode.INVALID_MO: "invalid MO",
-            DdpUntaggedCode.MESSAGE_TOO_LONG: "DDP Message too long for available buffer",
-            DdpUntaggedCode.INVALID_VERSION: "invalid DDP version",
-        },
-    ),
-    (TerminateLayer.DDP, DdpErrorType.LLP_RESERVED): (
-        "DDP error reserved for the LLP",
-        _DDP_SPEC,
-        {},
-    ),
-    (TerminateLayer.LLP, MPA_ETYPE): (
-        "MPA error",
-        "RFC 5044 §8, RFC 6581 §8",
-        {
-            MpaErrorCode.TCP_CLOSED: "TCP connection closed, terminated or lost",
-            MpaErrorCode.CRC_MISMATCH: "received MPA CRC does not match the FPDU",
-            MpaErrorCode.MARKER_MISMATCH: "MPA Marker and ULPDU Length disagree on the FPDU start",
-            MpaErrorCode.INVALID_FRAME: "invalid MPA Request or Reply frame",
-            MpaErrorCode.LOCAL_CATASTROPHIC: "local catastrophic error",
-            MpaErrorCode.INSUFFICIENT_IRD: "insufficient IRD resources",
-            MpaErrorCode.NO_MATCHING_RTR: "no matching RTR option",
-        },
-    ),
-}
-_MPA_SPECS: Final = {code: "RFC 5044 §8" for code in range(1, 5)} | {
-    code: "RFC 6581 §8" for code in range(5, 8)
+#: Each layer's names by error type (the layers name their own codes).
+_NAMES: Final[dict[int, Mapping[int, ErrorTypeNames]]] = {
+    TerminateLayer.RDMAP: RDMAP_ERROR_NAMES,
+    TerminateLayer.DDP: DDP_ERROR_NAMES,
+    TerminateLayer.LLP: MPA_ERROR_NAMES,
 }
 
 
@@ -155,23 +80,12 @@ def terminate_name(layer: int, etype: int, code: int) -> str:
     """What a Terminate's layer, error type and code mean, with the spec
     section that defines them, e.g. ``DDP tagged buffer error: invalid STag
     (RFC 5041 §7.2)``. Values no spec defines are named as such, with their
-    numbers. The one table of these names: errors, CLI records and the
-    analyzer all use it.
+    numbers. Each layer names its own codes (:data:`~iwarp.errors.MPA_ERROR_NAMES`,
+    :data:`~iwarp.ddp.errors.DDP_ERROR_NAMES`,
+    :data:`~iwarp.rdmap.errors.RDMAP_ERROR_NAMES`); this puts them together for
+    the CLI's records and the analyzer.
     """
-    known = _TYPES.get((layer, etype))
-    if known is None:
-        layer_name = _LAYER_NAMES.get(layer, "unknown")
-        return f"{layer_name} layer, unknown error type {etype:#x}, code {code:#04x}"
-    name, spec, codes = known
-    if layer == TerminateLayer.LLP:
-        spec = _MPA_SPECS.get(code, spec)
-    if not codes:
-        suffix = "" if code == 0 else f" (code {code:#04x})"
-        return f"{name}{suffix} ({spec})"
-    meaning = codes.get(code)
-    if meaning is None:
-        return f"{name}: unknown code {code:#04x} ({spec})"
-    return f"{name}: {meaning} ({spec})"
+    return error_name(_NAMES.get(layer, {}), layer, etype, code)
 
 
 def terminate_header(exc: RemoteProtocolError, view: memoryview) -> TerminateHeader:

@@ -1,4 +1,5 @@
-"""Work requests, completions and events of the RDMAP core (verbs-shaped).
+"""Work requests and completions of the RDMAP core (verbs-shaped; its events
+are :mod:`iwarp.rdmap.events`).
 
 Work requests name local memory by :class:`Sge` (a registered region, an
 offset and a length), as verbs does by lkey/address/length; a Send or an
@@ -15,15 +16,12 @@ from enum import Enum
 from typing import NamedTuple, TypeAlias
 
 from iwarp._typing import Buffer
-from iwarp.errors import RemoteProtocolError
 from iwarp.rdmap.memory import MemoryRegion
-from iwarp.rdmap.wire import TerminateHeader
 
 __all__ = [
     "CompareSwapWR",
     "Completion",
     "CompletionStatus",
-    "Event",
     "FetchAddWR",
     "ImmediateData",
     "ImmediateWR",
@@ -32,9 +30,6 @@ __all__ = [
     "SendQueueWR",
     "SendWR",
     "Sge",
-    "StreamReady",
-    "TerminateReceived",
-    "TerminateSent",
     "WorkOpcode",
     "WriteWR",
 ]
@@ -207,30 +202,3 @@ class Completion(NamedTuple):
     @property
     def ok(self) -> bool:
         return self.status is CompletionStatus.SUCCESS
-
-
-@dataclass(frozen=True, slots=True)
-class StreamReady:
-    """Full operation began: messages may flow both ways.
-
-    The responder reports it when the initiator's first message (the RFC
-    6581 RTR when negotiated) arrived; the initiator at once.
-    """
-
-
-@dataclass(frozen=True, slots=True)
-class TerminateReceived:
-    """The peer sent a Terminate; the stream is over (RFC 5040 §5.4)."""
-
-    header: TerminateHeader
-
-
-@dataclass(frozen=True, slots=True)
-class TerminateSent:
-    """We detected ``error`` and queued a Terminate describing it."""
-
-    error: RemoteProtocolError
-    header: TerminateHeader
-
-
-Event: TypeAlias = "Completion | StreamReady | TerminateReceived | TerminateSent"

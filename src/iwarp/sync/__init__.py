@@ -5,49 +5,62 @@ work, polling or waiting for completions, receiving); every call that can
 block takes ``timeout`` in seconds and raises :class:`WaitTimeoutError`
 (a :class:`TimeoutError`) when it runs out. See docs/sync.md.
 
-* :mod:`iwarp.sync.rdma` (re-exported here): queue pairs with verbs names,
+* :mod:`iwarp.sync.rdma`: queue pairs with verbs names,
   ``connect``/``listen``, ``ProtectionDomain``, ``CompletionQueue``,
   ``post_send``/``post_recv``/``poll``/``wait`` and the simple ``send``,
   ``receive``, ``rdma_write``, ``rdma_read``.
 * :mod:`iwarp.sync.mpa`: a blocking MPA socket (FPDUs, no DDP/RDMAP), and
   delayed startup or culley-02 on a live connection (``open_stream``).
 * :mod:`iwarp.sync.vitcp`: a blocking VI/TCP endpoint and listener.
+
+This face re-exports the RDMA names, the same ones :mod:`iwarp.asyncio`
+exports (``tests/test_faces.py`` compares them), except each adapter's own
+way of waiting: ``listen``/``Listener``, :data:`BUSY_POLL` and
+:class:`WaitTimeoutError` here, ``serve`` there. They are imported on first
+use.
 """
 
 from __future__ import annotations
 
-from iwarp.mpa.config import MpaConfig
-from iwarp.rdmap.work import (
-    Completion,
-    CompletionStatus,
-    ReadWR,
-    RecvWR,
-    SendWR,
-    Sge,
-    WorkOpcode,
-    WriteWR,
-)
-from iwarp.sync._driver import BUSY_POLL, WaitTimeoutError
-from iwarp.sync.rdma import (
-    Accept,
-    Access,
-    CompletionQueue,
-    ConnectionRejectedError,
-    ConnectionTerminatedError,
-    Listener,
-    MemoryRegion,
-    ProtectionDomain,
-    QueuePair,
-    RdmaError,
-    Reject,
-    connect,
-    listen,
-)
+from iwarp._face import lazy_face
+
+# Not imported from typing: the face stays cheap. Type checkers read it as true.
+TYPE_CHECKING = False
+
+#: Public name -> module that defines it.
+_EXPORTS = {
+    "Accept": "iwarp.mpa.policy",
+    "Access": "iwarp.rdmap.memory",
+    "AtomicsNotSupportedError": "iwarp.rdma.errors",
+    "BUSY_POLL": "iwarp.sync._driver",
+    "Completion": "iwarp.rdmap.work",
+    "CompletionQueue": "iwarp.sync.rdma",
+    "CompletionStatus": "iwarp.rdmap.work",
+    "ConnectionRejectedError": "iwarp.mpa.policy",
+    "ConnectionTerminatedError": "iwarp.rdma.errors",
+    "Listener": "iwarp.sync.rdma",
+    "MemoryRegion": "iwarp.rdmap.memory",
+    "MpaConfig": "iwarp.mpa.config",
+    "ProtectionDomain": "iwarp.rdmap.memory",
+    "QueuePair": "iwarp.sync.rdma",
+    "RdmaError": "iwarp.rdma.errors",
+    "ReadWR": "iwarp.rdmap.work",
+    "RecvWR": "iwarp.rdmap.work",
+    "Reject": "iwarp.mpa.policy",
+    "SendWR": "iwarp.rdmap.work",
+    "Sge": "iwarp.rdmap.work",
+    "WaitTimeoutError": "iwarp.sync._calls",
+    "WorkOpcode": "iwarp.rdmap.work",
+    "WriteWR": "iwarp.rdmap.work",
+    "connect": "iwarp.sync.rdma",
+    "listen": "iwarp.sync.rdma",
+}
 
 __all__ = [
     "BUSY_POLL",
     "Accept",
     "Access",
+    "AtomicsNotSupportedError",
     "Completion",
     "CompletionQueue",
     "CompletionStatus",
@@ -70,3 +83,24 @@ __all__ = [
     "connect",
     "listen",
 ]
+
+if TYPE_CHECKING:
+    from iwarp.mpa.config import MpaConfig
+    from iwarp.mpa.policy import Accept, ConnectionRejectedError, Reject
+    from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
+    from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
+    from iwarp.rdmap.work import (
+        Completion,
+        CompletionStatus,
+        ReadWR,
+        RecvWR,
+        SendWR,
+        Sge,
+        WorkOpcode,
+        WriteWR,
+    )
+    from iwarp.sync._calls import WaitTimeoutError
+    from iwarp.sync._driver import BUSY_POLL
+    from iwarp.sync.rdma import CompletionQueue, Listener, QueuePair, connect, listen
+
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS, globals())

@@ -22,7 +22,7 @@ from iwarp.vitcp.wire import (
     Reliability,
 )
 
-__all__ = ["MAX_MTU", "Negotiated", "Role", "ViRole", "VitcpConfig", "peer_role"]
+__all__ = ["MAX_MTU", "Negotiated", "ViRole", "VitcpConfig", "peer_role"]
 
 #: The largest segment payload the 16-bit Segment Length allows for every
 #: segment type, even when the length counts the trailer.
@@ -167,8 +167,3 @@ class Negotiated:
     @property
     def peer_rdma_read(self) -> bool:
         return bool(self.peer_attributes & Attributes.RDMA_READ)
-
-
-# The name docs/vitcp.md documents; the class is ViRole so that it is never
-# mistaken for MPA's iwarp.mpa.config.Role.
-Role = ViRole

@@ -11,9 +11,6 @@ from iwarp.vitcp.wire import Attributes, SegmentType, ViErrorType
 
 __all__ = [
     "TCP_CLOSED_UNANSWERED",
-    "CompletionStatus",
-    "ConnectionClosed",
-    "ConnectionRejected",
     "ConnectionRequested",
     "Connected",
     "Event",
@@ -183,11 +180,3 @@ class RemoteErrorReported(Event):
     message_number: int
     vi_error: ViErrorType
     is_error_code: int
-
-
-# The names docs/vitcp.md documents. The classes carry the "Vi" prefix so they
-# are never mistaken for RDMAP's CompletionStatus or MPA's connection events:
-# the concepts differ (see each docstring), only the plain words coincide.
-CompletionStatus = ViCompletionStatus
-ConnectionRejected = ViConnectionRejected
-ConnectionClosed = ViConnectionClosed

@@ -15,7 +15,7 @@ from typing import Final
 from iwarp._typing import Buffer
 from iwarp.vitcp.errors import VitcpUsageError
 
-__all__ = ["LocalBuffer", "MemoryRegion", "MemoryTable", "ViMemoryRegion"]
+__all__ = ["LocalBuffer", "MemoryTable", "ViMemoryRegion"]
 
 #: Where synthetic region addresses start, and the gap between regions.
 ADDRESS_BASE: Final = 0x1000_0000
@@ -109,8 +109,3 @@ class MemoryTable:
         all inside one registered region."""
         region = self._regions.get(handle)
         return None if region is None else region.slice(address, length)
-
-
-# The name docs/vitcp.md documents; the class is ViMemoryRegion so that it is
-# never mistaken for RDMAP's (STag-named) iwarp.rdmap.memory.MemoryRegion.
-MemoryRegion = ViMemoryRegion

@@ -1,5 +1,5 @@
 """Options and counters shared by ``iwarp listen`` and ``iwarp connect``
-(their records are printed by :class:`iwarp.cli._report.Output`)."""
+(their records are printed by :class:`iwarp.cli._report.RecordPrinter`)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Over the composed stack (:mod:`iwarp.asyncio.rdma`: MPA + DDP + RDMAP) the
 two commands hold a small conversation. Every control message is an RDMAP
 Send of 16 octets laid out as rping's buffer advertisement
-(:data:`iwarp.rdma.rping.ADVERT`: BE64 tagged offset, BE32 STag, BE32
+(:data:`iwarp.apps.rping.ADVERT`: BE64 tagged offset, BE32 STag, BE32
 length):
 
 1. ``connect`` → ``listen``, *hello*: (OP << 48 | N, 0, S), "N messages of
@@ -47,7 +47,7 @@ hello announces); a hello whose one buffer does not fit the budget is
 refused with a :class:`SessionError`. The listener never has more messages in
 flight than buffers posted, so an untagged Send never finds its queue empty
 (RFC 5041 §7.2 would terminate the stream). Messages are
-:func:`iwarp.cli._mpa.message` ``(i, S)`` for every op, so the listener's
+:func:`iwarp.cli._mpa_options.message` ``(i, S)`` for every op, so the listener's
 and the connector's ``sha256`` agree, and agree across ops.
 """
 
@@ -60,9 +60,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from iwarp.apps.rping import ADVERT
 from iwarp.asyncio.rdma import Access, ConnectionTerminatedError, QueuePair
 from iwarp.cli._args import parse_size  # the one size parser, re-exported
-from iwarp.cli._mpa import Digest, message
+from iwarp.cli._mpa_options import Digest, message
 from iwarp.ddp.wire import (
     LAST_FLAG,
     TAGGED_FLAG,
@@ -72,7 +73,6 @@ from iwarp.ddp.wire import (
     pack_control,
 )
 from iwarp.errors import IwarpError, MpaError, MpaErrorCode
-from iwarp.rdma.rping import ADVERT
 from iwarp.rdmap.memory import MemoryRegion
 from iwarp.rdmap.terminate import terminate_name
 from iwarp.rdmap.wire import RdmapOpcode, rdmap_control, split_control

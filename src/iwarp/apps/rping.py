@@ -30,6 +30,7 @@ from iwarp.rdmap.work import (
     CompletionStatus,
     ReadWR,
     RecvWR,
+    SendQueueWR,
     SendWR,
     Sge,
     WorkOpcode,
@@ -54,7 +55,7 @@ _RDMA_ID: Final = 3
 class WorkPoster(Protocol):
     """What the rping logic posts to: an RdmapStream or an RdmaConnection."""
 
-    def post_send(self, wr: SendWR | WriteWR | ReadWR) -> None: ...
+    def post_send(self, wr: SendQueueWR) -> None: ...
 
     def post_recv(self, wr: RecvWR) -> None: ...
 

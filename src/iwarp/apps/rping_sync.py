@@ -1,6 +1,6 @@
 """rping's conversation on the blocking adapter (``iwarp ping --sync``).
 
-The rping logic itself is sans-IO (:mod:`iwarp.rdma.rping`: it posts work
+The rping logic itself is sans-IO (:mod:`iwarp.apps.rping`: it posts work
 and reacts to completions); here a sync :class:`~iwarp.sync.rdma.QueuePair`
 carries it, the caller's thread waiting on one shared completion queue, as
 rping itself does with one CQ per connection.
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from iwarp.apps.rping import MIN_SIZE, RpingClient, RpingServer
 from iwarp.mpa.config import MpaConfig
-from iwarp.rdma.rping import MIN_SIZE, RpingClient, RpingServer
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.work import Completion
-from iwarp.sync._driver import clock, deadline_after
+from iwarp.sync._calls import clock, deadline_after
 from iwarp.sync.rdma import (
     CompletionQueue,
     ConnectionTerminatedError,
