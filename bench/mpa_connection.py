@@ -30,10 +30,10 @@ def handshakes(seconds: float) -> float:
         for _ in range(200):
             init = MpaConnection(Role.INITIATOR, private_data=b"bench")
             resp = MpaConnection(Role.RESPONDER)
-            resp.receive_data(b"".join(init.data_to_send()))
+            resp.receive_data(b"".join(init.data_to_send()), 0.0)
             resp.accept(b"ok")
             resp.take_events()
-            init.receive_data(b"".join(resp.data_to_send()))
+            init.receive_data(b"".join(resp.data_to_send()), 0.0)
         done += 200
     return done / (time.perf_counter() - start)
 

@@ -62,10 +62,10 @@ def core_pair(config: VitcpConfig) -> tuple[VitcpConnection, VitcpConnection]:
     a.connect(0.0)
     b.tcp_accepted(0.0)
     a.tcp_established(0.0)
-    b.receive_data(out(a))
+    b.receive_data(out(a), 0.0)
     b.match()
     b.accept()
-    a.receive_data(out(b))
+    a.receive_data(out(b), 0.0)
     return a, b
 
 
@@ -79,11 +79,11 @@ def core_rates(seconds: float) -> None:
             b.post_receive(1)
             ack = out(b)
             if ack:  # b"" would mean FIN
-                a.receive_data(ack)
+                a.receive_data(ack, 0.0)
             a.send(message)
             wire = out(a)
             for i in range(0, len(wire), READ_SIZE):
-                b.receive_data(wire[i : i + READ_SIZE])
+                b.receive_data(wire[i : i + READ_SIZE], 0.0)
             return len(message)
 
         r = rate(one, seconds)

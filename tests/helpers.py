@@ -39,7 +39,7 @@ class MpaConn(MpaConnection):
         self._kept: list[Event] = []
         super().__init__(*args, **kwargs)
 
-    def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
+    def receive_data(self, data: Buffer, now: float) -> list[Event]:
         events = super().receive_data(data, now)
         self._kept.extend(events)
         return events
@@ -49,9 +49,7 @@ class MpaConn(MpaConnection):
         self._kept.extend(events)
         return events
 
-    def connection_lost(
-        self, now: float | None = None, reason: str = "connection reset"
-    ) -> list[Event]:
+    def connection_lost(self, now: float, reason: str = "connection reset") -> list[Event]:
         events = super().connection_lost(now, reason)
         self._kept.extend(events)
         return events
@@ -64,3 +62,40 @@ class MpaConn(MpaConnection):
 def out(conn: Any) -> bytes:
     """Everything ``conn`` (any core) has to send, joined."""
     return b"".join(bytes(chunk) for chunk in conn.data_to_send())
+
+
+class RecordingDriver:
+    """A :class:`iwarp.contract.FrontDriver` without I/O for a front under
+    test: it counts what the front asks of it; ``flush`` and ``write`` keep
+    nothing (the test moves the core's octets itself)."""
+
+    def __init__(self) -> None:
+        self.gone = False
+        self.calls: list[str] = []
+        self.written: list[bytes] = []
+        self.woken: list[object] = []
+        self.reading = True
+
+    def now(self) -> float:
+        return 0.0
+
+    def flush(self) -> None:
+        self.calls.append("flush")
+
+    def write(self, data: Buffer) -> None:
+        self.written.append(bytes(data))
+
+    def wake(self, key: object = None) -> None:
+        self.woken.append(key)
+
+    def started(self) -> None:
+        self.calls.append("started")
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def close(self) -> None:
+        self.calls.append("close")

@@ -26,7 +26,8 @@ any of them::
 Rules every core follows:
 
 * **Time is passed in.** Each input takes ``now`` (seconds, any monotonic
-  clock the driver chooses); the core never reads a clock.
+  clock the driver chooses), always: no input has a default time, and the
+  core never reads a clock.
 * **Inputs return the events they caused**, oldest first. Calls made by
   the application (accept, post a work request, close) may produce events
   too; :meth:`Connection.take_events` hands those out. An event is returned
@@ -34,6 +35,19 @@ Rules every core follows:
 * **Output is a list of buffers**, ready for ``sendmsg``/``writelines``
   (vectored I/O, no joining copy). The core keeps no reference to a buffer
   after handing it out; the driver must send them in order and whole.
+* **Direct output, one case.** Besides :meth:`Connection.data_to_send`, an
+  application call may return octets ready for TCP: the small-message lane's
+  :meth:`QueuePairEndpoint.send_now
+  <iwarp.rdma.endpoint.QueuePairEndpoint.send_now>` frames a Send at once
+  and returns its FPDU. It does so only while nothing waits in
+  ``data_to_send``; whoever called writes the octets at once, before
+  anything ``data_to_send`` gives later (a driver's ``write``). No other
+  call hands out octets.
+* **Input borrowing.** :attr:`Connection.borrows_input` says whether the
+  core is done with the buffer ``receive_data`` got when the call returns
+  (it keeps no view of it): then a driver may pass a view of a receive
+  buffer it reuses; otherwise it passes octets the core may keep (a copy
+  sized to what arrived).
 * **One timer.** :meth:`Connection.get_timer` is the next deadline (or
   None); the driver calls :meth:`Connection.handle_timer` at or after it.
   Any call may move the deadline: ask again after every call.
@@ -47,11 +61,11 @@ Rules every core follows:
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from iwarp._typing import Buffer
 
-__all__ = ["Connection", "EventT"]
+__all__ = ["Connection", "DrivenFront", "EventT", "FrontDriver"]
 
 EventT = TypeVar("EventT")
 
@@ -63,6 +77,10 @@ class Connection(Protocol[EventT]):
     ``EventT`` is the core's event union (``iwarp.mpa.events.Event``,
     ``iwarp.rdma.events.Event``, ``iwarp.vitcp.events.Event``).
     """
+
+    #: ``receive_data`` is done with its buffer when it returns (see
+    #: "Input borrowing" above): a class attribute of every core.
+    borrows_input: bool
 
     def receive_data(self, data: Buffer, now: float) -> list[EventT]:
         """Octets read from TCP; ``b""`` means the peer sent FIN.
@@ -111,4 +129,87 @@ class Connection(Protocol[EventT]):
 
     def set_emss(self, emss: int) -> None:
         """Report the TCP effective MSS (from ``TCP_MAXSEG``), which sizes MULPDU."""
+        ...
+
+
+class FrontDriver(Protocol):
+    """What a protocol's front (:class:`~iwarp.mpa.front.MpaFront`,
+    :class:`~iwarp.rdma.front.QueuePairFront`, :class:`~iwarp.vitcp.front.ViFront`)
+    needs of the driver that moves its core's octets.
+
+    The front holds one (composition): it handles the core's events, keeps
+    the state an application reads and decides every policy (when to pause
+    reading, when to close, what wakes a waiting call); the driver only
+    moves octets and wakes. The asyncio driver
+    (:class:`iwarp.asyncio.driver.CoreDriver`) and the blocking one
+    (:class:`iwarp.sync._driver.Driver`) implement it; an adapter for
+    another event loop writes one of these and the calls that wait.
+    """
+
+    @property
+    def gone(self) -> bool:
+        """TCP is gone: nothing more is read or written."""
+        ...
+
+    def now(self) -> float:
+        """The driver's clock, the core's ``now``."""
+        ...
+
+    def flush(self) -> None:
+        """Write what the core queued, as far as TCP takes it now (the
+        events that causes go to the front); close TCP once the core must."""
+        ...
+
+    def write(self, data: Buffer) -> None:
+        """Octets the core handed out directly (the small-message lane),
+        ahead of its next ``data_to_send``: written as far as TCP takes them
+        now, the rest in order; dropped once TCP is going."""
+        ...
+
+    def wake(self, key: object = None) -> None:
+        """A waiting call may go on: the one waiting for ``key`` (a work
+        request or descriptor), or with None every call waiting for input."""
+        ...
+
+    def started(self) -> None:
+        """Startup is over (full operation): the driver may write on its
+        fastest path from now on."""
+        ...
+
+    def pause_reading(self) -> None:
+        """Stop reading from TCP (the front holds too much unread)."""
+        ...
+
+    def resume_reading(self) -> None:
+        """Read from TCP again."""
+        ...
+
+    def close(self) -> None:
+        """Close TCP (FIN) after what is queued."""
+        ...
+
+
+class DrivenFront(Protocol):
+    """What a driver needs of the front it serves (the asyncio
+    :class:`~iwarp.asyncio.driver.CoreDriver` all of it; the blocking
+    driver takes only :meth:`dispatch`, its adapter opens the core)."""
+
+    #: Keep our half open after the peer's FIN (MPA may still send; RFC 5044 §7.2).
+    keep_open_after_eof: bool
+
+    @property
+    def fin_on_clean_close(self) -> bool:
+        """A clean close under us now (no FIN seen) reads as the peer's FIN."""
+        ...
+
+    def open(self, now: float, emss: int) -> Connection[Any]:
+        """TCP is up: make or start the core; returns it."""
+        ...
+
+    def dispatch(self, events: list[Any]) -> None:
+        """Handle the core's events."""
+        ...
+
+    def lost(self) -> None:
+        """TCP is gone and the core was told."""
         ...

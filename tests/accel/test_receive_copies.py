@@ -76,7 +76,7 @@ def allocated_per_mib(op: str, markers: bool) -> float:
             receive[: len(piece)] = piece
             before, _ = tracemalloc.get_traced_memory()
             tracemalloc.reset_peak()
-            b.conn.receive_data(memoryview(receive)[: len(piece)])
+            b.conn.receive_data(memoryview(receive)[: len(piece)], 0.0)
             total += tracemalloc.get_traced_memory()[1] - before
     finally:
         tracemalloc.stop()

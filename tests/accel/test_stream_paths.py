@@ -83,7 +83,7 @@ def run(
     for i in range(0, len(stream_bytes), chunk):
         piece = stream_bytes[i : i + chunk]
         receive[: len(piece)] = piece
-        events += b.conn.receive_data(memoryview(receive)[: len(piece)])
+        events += b.conn.receive_data(memoryview(receive)[: len(piece)], 0.0)
         receive[:] = bytes(len(receive))
     answer = b"".join(bytes(x) for x in b.conn.data_to_send())
     return wire, [repr(e) for e in events], bytes(region), [bytes(s) for s in sinks], answer

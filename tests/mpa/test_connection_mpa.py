@@ -45,7 +45,7 @@ def pair(
     """An Initiator and a Responder, the Request delivered to the Responder."""
     init = MpaConn(Role.INITIATOR, icfg or MpaConfig(), private_data=pd)
     resp = MpaConn(Role.RESPONDER, rcfg or MpaConfig())
-    resp.receive_data(out(init))
+    resp.receive_data(out(init), 0.0)
     return init, resp
 
 
@@ -54,7 +54,7 @@ def established(
 ) -> tuple[MpaConnection, MpaConnection]:
     init, resp = pair(icfg, rcfg)
     resp.accept()
-    init.receive_data(out(resp))
+    init.receive_data(out(resp), 0.0)
     assert init.state is MpaState.FULL_OPERATION
     return init, resp
 
@@ -75,41 +75,41 @@ def in_state(role: Role, state: MpaState) -> MpaConnection:
         if state is MpaState.AWAIT_REPLY:
             return init
         resp = MpaConn(Role.RESPONDER)
-        resp.receive_data(out(init))
+        resp.receive_data(out(init), 0.0)
         if state is MpaState.EXITED:
             resp.reject()
-            init.receive_data(out(resp))
+            init.receive_data(out(resp), 0.0)
         elif state is MpaState.FAILED:
-            init.receive_data(b"garbage!")
+            init.receive_data(b"garbage!", 0.0)
         elif state is MpaState.CLOSED:
             init.close()
         else:
             resp.accept()
-            init.receive_data(out(resp))
+            init.receive_data(out(resp), 0.0)
             if state is MpaState.SEND_ONLY:
-                init.receive_data(b"")
+                init.receive_data(b"", 0.0)
     else:
         resp = MpaConn(Role.RESPONDER)
         if state is MpaState.AWAIT_REQUEST:
             return resp
         if state is MpaState.FAILED:
-            resp.receive_data(b"garbage!")
+            resp.receive_data(b"garbage!", 0.0)
             return resp
         if state is MpaState.CLOSED:
             resp.close()
             return resp
         init = MpaConn(Role.INITIATOR)
-        resp.receive_data(out(init))
+        resp.receive_data(out(init), 0.0)
         if state is MpaState.EXITED:
             resp.reject()
         elif state is not MpaState.AWAIT_DECISION:
             resp.accept()
-            init.receive_data(out(resp))
+            init.receive_data(out(resp), 0.0)
             if state is not MpaState.AWAIT_FIRST_FPDU:
                 init.send_ulpdu(b"first")
-                resp.receive_data(out(init))
+                resp.receive_data(out(init), 0.0)
                 if state is MpaState.SEND_ONLY:
-                    resp.receive_data(b"")
+                    resp.receive_data(b"", 0.0)
     conn = init if role is Role.INITIATOR else resp
     assert conn.state is state, (role, state, conn.state)
     return conn
@@ -195,7 +195,7 @@ def _request() -> bytes:
 
 def _reply(*, reject: bool = False, crc: bool = True) -> bytes:
     resp = MpaConn(Role.RESPONDER, MpaConfig(crc=crc))
-    resp.receive_data(_request())
+    resp.receive_data(_request(), 0.0)
     if reject:
         resp.reject()
     else:
@@ -205,15 +205,15 @@ def _reply(*, reject: bool = False, crc: bool = True) -> bytes:
 
 # (state, remote input) -> how to produce it, for every remote transition.
 REMOTE_STIMULI: dict[MpaInput, Callable[[MpaConnection], object]] = {
-    MpaInput.STREAM_DATA: lambda c: c.receive_data(b"stream"),
-    MpaInput.REQUEST: lambda c: c.receive_data(_request()),
-    MpaInput.REPLY_ACCEPT: lambda c: c.receive_data(_reply()),
-    MpaInput.REPLY_REJECT: lambda c: c.receive_data(_reply(reject=True)),
-    MpaInput.BAD_FRAME: lambda c: c.receive_data(b"NOT an MPA frame"),
-    MpaInput.FPDU: lambda c: c.receive_data(fpdu()),
-    MpaInput.BAD_FPDU: lambda c: c.receive_data(fpdu(bad=True)),
-    MpaInput.PEER_CLOSED: lambda c: c.receive_data(b""),
-    MpaInput.CONNECTION_LOST: lambda c: c.connection_lost(),
+    MpaInput.STREAM_DATA: lambda c: c.receive_data(b"stream", 0.0),
+    MpaInput.REQUEST: lambda c: c.receive_data(_request(), 0.0),
+    MpaInput.REPLY_ACCEPT: lambda c: c.receive_data(_reply(), 0.0),
+    MpaInput.REPLY_REJECT: lambda c: c.receive_data(_reply(reject=True), 0.0),
+    MpaInput.BAD_FRAME: lambda c: c.receive_data(b"NOT an MPA frame", 0.0),
+    MpaInput.FPDU: lambda c: c.receive_data(fpdu(), 0.0),
+    MpaInput.BAD_FPDU: lambda c: c.receive_data(fpdu(bad=True), 0.0),
+    MpaInput.PEER_CLOSED: lambda c: c.receive_data(b"", 0.0),
+    MpaInput.CONNECTION_LOST: lambda c: c.connection_lost(0.0),
     MpaInput.TIMEOUT: lambda c: c.handle_timer(1e9),
 }
 
@@ -228,11 +228,11 @@ def test_remote_transitions_through_the_api(role: Role) -> None:
         conn: MpaConnection
         if (state, event) == (MpaState.AWAIT_DECISION, MpaInput.BAD_FRAME):
             conn = MpaConn(Role.RESPONDER, MpaConfig(receive_buffer_limit=100))
-            conn.receive_data(_request())
-            conn.receive_data(bytes(101))
+            conn.receive_data(_request(), 0.0)
+            conn.receive_data(bytes(101), 0.0)
         elif event is MpaInput.REPLY_REFUSED:
             conn = MpaConn(Role.INITIATOR, MpaConfig(crc_required=True))
-            conn.receive_data(_reply(crc=False))
+            conn.receive_data(_reply(crc=False), 0.0)
         else:
             conn = in_state(role, state)
             REMOTE_STIMULI[event](conn)
@@ -253,7 +253,7 @@ def test_immediate_startup_with_private_data() -> None:
     (req,) = resp.take_events()
     assert isinstance(req, RequestReceived) and req.private_data == b"hello"
     params = resp.accept(b"welcome")
-    init.receive_data(out(resp))
+    init.receive_data(out(resp), 0.0)
     (est,) = init.take_events()
     assert isinstance(est, ConnectionEstablished)
     assert est.params.peer_private_data == b"welcome"
@@ -272,12 +272,12 @@ def test_fpdu_in_the_same_chunk_as_the_reply() -> None:
         conn = MpaConn(Role.INITIATOR)
         got: list[Event] = []
         for piece in filter(None, pieces):  # b"" would mean FIN
-            conn.receive_data(piece)
+            conn.receive_data(piece, 0.0)
             got += conn.take_events()
         assert kinds(got) == ["ConnectionEstablished", "UlpduReceived"]
         assert isinstance(got[1], UlpduReceived) and bytes(got[1].data) == b"early"
         # The next FPDU continues the same stream (markers/CRC state kept).
-        conn.receive_data(FpduEncoder(position=encoder.position).encode_bytes(b"late"))
+        conn.receive_data(FpduEncoder(position=encoder.position).encode_bytes(b"late"), 0.0)
         (late,) = conn.take_events()
         assert isinstance(late, UlpduReceived) and bytes(late.data) == b"late"
 
@@ -287,7 +287,7 @@ def test_request_and_fpdu_in_one_chunk_held_until_accept() -> None:
     request = out(init)
     data = request + fpdu(b"soon")
     resp = MpaConn(Role.RESPONDER)
-    resp.receive_data(data)
+    resp.receive_data(data, 0.0)
     assert kinds(resp.take_events()) == ["RequestReceived"]
     resp.accept()
     ev = resp.take_events()
@@ -303,17 +303,17 @@ def test_responder_fencing() -> None:
     resp.send_ulpdu(b"held 2")
     assert resp.fenced
     assert out(resp) == b""  # rule 4
-    init.receive_data(reply)
+    init.receive_data(reply, 0.0)
     init.send_ulpdu(b"")  # e.g. an RTR: any valid FPDU lifts the fence
     wire = out(init)
-    resp.receive_data(wire[:3])
+    resp.receive_data(wire[:3], 0.0)
     assert resp.fenced
     assert out(resp) == b""
-    resp.receive_data(wire[3:])
+    resp.receive_data(wire[3:], 0.0)
     assert not resp.fenced
     ev = resp.take_events()
     assert kinds(ev)[-1] == "UlpduReceived"
-    init.receive_data(out(resp))
+    init.receive_data(out(resp), 0.0)
     got = [bytes(e.data) for e in init.take_events() if isinstance(e, UlpduReceived)]
     assert got == [b"held 1", b"held 2"]
 
@@ -323,7 +323,7 @@ def test_bad_first_fpdu_keeps_fence() -> None:
     resp.accept()
     out(resp)
     resp.send_ulpdu(b"never")
-    resp.receive_data(fpdu(bad=True))
+    resp.receive_data(fpdu(bad=True), 0.0)
     (failed,) = [e for e in resp.take_events() if isinstance(e, ConnectionFailed)]
     assert failed.error.mpa_code is MpaErrorCode.CRC_MISMATCH and not failed.close
     assert resp.state is MpaState.FAILED and out(resp) == b""
@@ -347,12 +347,12 @@ def test_data_flows_as_negotiated(markers: tuple[bool, bool], crc: tuple[bool, b
     marker_count = -(-len(wire) // 512) if markers[1] else 0
     assert len(wire) == unmarked + 4 * marker_count
     for piece in chunked(wire, [1, 7, 300, 1500]):
-        resp.receive_data(piece)
+        resp.receive_data(piece, 0.0)
     got = [bytes(e.data) for e in resp.take_events() if isinstance(e, UlpduReceived)]
     assert got == messages
     for m in messages:
         resp.send_ulpdu(m)
-    init.receive_data(out(resp))
+    init.receive_data(out(resp), 0.0)
     back = [bytes(e.data) for e in init.take_events() if isinstance(e, UlpduReceived)]
     assert back == messages
     params = init.params
@@ -367,7 +367,7 @@ def test_reject_leaves_stream_open() -> None:
     _, rej = resp.take_events()
     assert isinstance(rej, ConnectionRejected) and not rej.by_peer
     resp.send_stream(b"bye\n")
-    init.receive_data(out(resp))
+    init.receive_data(out(resp), 0.0)
     ev = init.take_events()
     assert kinds(ev) == ["ConnectionRejected", "StreamDataReceived"]
     assert isinstance(ev[0], ConnectionRejected) and ev[0].by_peer
@@ -380,7 +380,7 @@ def test_policy_refusal_sends_reject() -> None:
     init, resp = pair(MpaConfig(crc=False), MpaConfig(crc_required=True))
     (ev,) = resp.take_events()
     assert isinstance(ev, ConnectionRejected) and "crc_required" in ev.reason
-    init.receive_data(out(resp))
+    init.receive_data(out(resp), 0.0)
     (rej,) = init.take_events()
     assert isinstance(rej, ConnectionRejected) and rej.by_peer
 
@@ -392,7 +392,7 @@ def test_non_permissive_rev0_request_gets_reply_then_close() -> None:
     assert "Appendix C.2.1" in failed.error.message and resp.must_close
     reply = out(resp)
     assert reply[:16] == REPLY_KEY and reply[17] == 1
-    init.receive_data(reply)
+    init.receive_data(reply, 0.0)
     (ifail,) = init.take_events()
     assert isinstance(ifail, ConnectionFailed) and ifail.error.mpa_code == 4
 
@@ -401,7 +401,7 @@ def test_negotiation_failure_follows_establishment() -> None:
     icfg = MpaConfig(peer_to_peer=True, rtr_types=RtrFlags.SEND)
     init, resp = pair(icfg, MpaConfig(rtr_types=RtrFlags.READ))
     resp.accept()
-    init.receive_data(out(resp))
+    init.receive_data(out(resp), 0.0)
     ev = init.take_events()
     assert kinds(ev) == ["ConnectionEstablished", "NegotiationFailed"]
     assert isinstance(ev[1], NegotiationFailed) and ev[1].error.code == 7
@@ -415,12 +415,12 @@ def test_delayed_startup_with_last_streaming_message_and_read_ahead() -> None:
     a = MpaConn(None)  # will be the Initiator
     b = MpaConn(None)  # will be the Responder
     a.send_stream(b"HELLO let's go MPA\n")
-    b.receive_data(out(a))
+    b.receive_data(out(a), 0.0)
     assert kinds(b.take_events()) == ["StreamDataReceived"]
     b.start(Role.RESPONDER, last_streaming=b"HELLO-ACK\n")
     wire = out(b)
     assert wire == b"HELLO-ACK\n"
-    a.receive_data(wire)
+    a.receive_data(wire, 0.0)
     (ack,) = a.take_events()
     assert isinstance(ack, StreamDataReceived)
     a.start(Role.INITIATOR, private_data=b"pd")
@@ -428,12 +428,12 @@ def test_delayed_startup_with_last_streaming_message_and_read_ahead() -> None:
     # The Responder's application read the Request together with the last
     # streaming data it was waiting for: it hands the surplus back.
     c = MpaConn(None)
-    c.receive_data(b"HELLO let's go MPA\n" + request[:10])
+    c.receive_data(b"HELLO let's go MPA\n" + request[:10], 0.0)
     (sd,) = c.take_events()
     assert isinstance(sd, StreamDataReceived)
     surplus = sd.data[len(b"HELLO let's go MPA\n") :]
     c.start(Role.RESPONDER, read_ahead=surplus)
-    c.receive_data(request[10:])
+    c.receive_data(request[10:], 0.0)
     (req,) = c.take_events()
     assert isinstance(req, RequestReceived) and req.private_data == b"pd"
 
@@ -446,7 +446,7 @@ def test_culley_both_directions() -> None:
     a.send_ulpdu(b"one")
     wire = out(a)
     assert wire[:4] == bytes(4)  # seed 002 §8.1: the first four octets are a zero marker
-    b.receive_data(wire)
+    b.receive_data(wire, 0.0)
     got = [bytes(e.data) for e in b.take_events() if isinstance(e, UlpduReceived)]
     assert got == [b"one"]
     assert a.params is not None and a.params.markers_send and a.params.crc
@@ -458,13 +458,13 @@ def test_culley_one_direction_at_a_time() -> None:
     b.start_framed(send=False, receive=True)
     a.send_ulpdu(b"framed")
     b.send_stream(b"still streaming")
-    b.receive_data(out(a))
-    a.receive_data(out(b))
+    b.receive_data(out(a), 0.0)
+    a.receive_data(out(b), 0.0)
     assert [type(e) for e in a.take_events()] == [ConnectionEstablished, StreamDataReceived]
     b.start_framed(send=True)
     a.start_framed(receive=True)
     b.send_ulpdu(b"back")
-    a.receive_data(out(b))
+    a.receive_data(out(b), 0.0)
     got = [bytes(e.data) for e in a.take_events() if isinstance(e, UlpduReceived)]
     assert got == [b"back"]
     with pytest.raises(LocalProtocolError):
@@ -501,8 +501,8 @@ def test_slow_frame_times_out_with_error_4() -> None:
 @pytest.mark.parametrize("cut", [0, 5, 19, 21])
 def test_fin_during_startup_is_error_1(cut: int) -> None:
     resp = MpaConn(Role.RESPONDER)
-    resp.receive_data(_request()[:cut])
-    resp.receive_data(b"")
+    resp.receive_data(_request()[:cut], 0.0)
+    resp.receive_data(b"", 0.0)
     (ev,) = resp.take_events()
     assert isinstance(ev, ConnectionFailed) and ev.error.mpa_code is MpaErrorCode.TCP_CLOSED
 
@@ -512,24 +512,24 @@ def test_fin_in_full_operation() -> None:
     resp.take_events()
     init.send_ulpdu(b"abc")
     wire = out(init)
-    resp.receive_data(wire + b"")
-    resp.receive_data(b"")
+    resp.receive_data(wire + b"", 0.0)
+    resp.receive_data(b"", 0.0)
     assert kinds(resp.take_events())[-1] == "ConnectionClosed"
     assert resp.state is MpaState.SEND_ONLY
     resp.send_ulpdu(b"last words")  # half-close: the other half still sends
     # FIN in the middle of an FPDU is error 1.
     init2, resp2 = established()
     init2.send_ulpdu(b"abcdef")
-    resp2.receive_data(out(init2)[:5])
-    resp2.receive_data(b"")
+    resp2.receive_data(out(init2)[:5], 0.0)
+    resp2.receive_data(b"", 0.0)
     ev = resp2.take_events()[-1]
     assert isinstance(ev, ConnectionFailed) and ev.error.mpa_code is MpaErrorCode.TCP_CLOSED
 
 
 def test_closed_once() -> None:
     conn = MpaConn(None)
-    conn.receive_data(b"")
-    conn.receive_data(b"")
+    conn.receive_data(b"", 0.0)
+    conn.receive_data(b"", 0.0)
     assert kinds(conn.take_events()) == ["ConnectionClosed"]
 
 
@@ -554,7 +554,7 @@ def test_any_chunking_gives_the_same_events(
     request = out(init)
     resp = MpaConn(Role.RESPONDER, MpaConfig(markers=not markers))
     for piece in chunked(request, sizes):
-        resp.receive_data(piece)
+        resp.receive_data(piece, 0.0)
     assert kinds(resp.take_events()) == ["RequestReceived"]
     resp.accept(b"r")
     assert out(resp) == reply
@@ -564,13 +564,13 @@ def test_any_chunking_gives_the_same_events(
     stream = reply
     got: list[Event] = []
     for piece in chunked(stream, sizes):
-        init.receive_data(piece)
+        init.receive_data(piece, 0.0)
         got += init.take_events()
     assert kinds(got) == ["ConnectionEstablished"]
     init.send_ulpdu(b"rtr")
-    resp.receive_data(out(init))
+    resp.receive_data(out(init), 0.0)
     for piece in chunked(out(resp), sizes):
-        init.receive_data(piece)
+        init.receive_data(piece, 0.0)
     assert [bytes(e.data) for e in init.take_events() if isinstance(e, UlpduReceived)] == payloads
 
 
@@ -579,9 +579,9 @@ def test_any_chunking_gives_the_same_events(
 def test_arbitrary_input_gives_only_events(data: bytes, role: Role, step: int) -> None:
     conn = MpaConn(role)
     for piece in chunked(data, [step]):
-        conn.receive_data(piece)
+        conn.receive_data(piece, 0.0)
     conn.handle_timer(1e9)
-    conn.receive_data(b"")
+    conn.receive_data(b"", 0.0)
     for ev in conn.take_events():
         if isinstance(ev, ConnectionFailed):
             assert ev.error.mpa_code in (1, 4)
@@ -593,8 +593,8 @@ def test_garbage_after_establishment(data: bytes, responder_side: bool) -> None:
     init, resp = established(MpaConfig(markers=True), MpaConfig(markers=True))
     conn = resp if responder_side else init
     conn.take_events()
-    conn.receive_data(data)
-    conn.receive_data(b"")
+    conn.receive_data(data, 0.0)
+    conn.receive_data(b"", 0.0)
     for ev in conn.take_events():
         if isinstance(ev, ConnectionFailed):
             assert ev.error.mpa_code in (1, 2, 3)
@@ -637,7 +637,7 @@ class PairMachine(RuleBasedStateMachine):
         if self.i2r:
             chunk = bytes(self.i2r[:n])
             del self.i2r[:n]
-            self.resp.receive_data(chunk)
+            self.resp.receive_data(chunk, 0.0)
         self._collect()
 
     @rule(n=st.integers(1, 700))
@@ -646,7 +646,7 @@ class PairMachine(RuleBasedStateMachine):
         if self.r2i:
             chunk = bytes(self.r2i[:n])
             del self.r2i[:n]
-            self.init.receive_data(chunk)
+            self.init.receive_data(chunk, 0.0)
         self._collect()
 
     @precondition(lambda self: self.resp.state is MpaState.AWAIT_DECISION)

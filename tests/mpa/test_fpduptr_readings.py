@@ -162,7 +162,7 @@ def test_the_connection_reads_seed_pointers_only_in_rev0(rev: int) -> None:
     conn = MpaConnection(Role.INITIATOR, MpaConfig(revision=rev, markers=True))
     conn.data_to_send()
     reply = MpaFrame(False, FrameFlags.MARKERS | FrameFlags.CRC, rev).pack()
-    events = conn.receive_data(reply + seeded)
+    events = conn.receive_data(reply + seeded, 0.0)
     params = conn.params
     assert params is not None and params.revision == rev and params.markers_receive
     got = [bytes(e.data) for e in events if isinstance(e, UlpduReceived)]

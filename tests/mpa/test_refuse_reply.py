@@ -21,7 +21,7 @@ REPLY = MpaFrame(False, FrameFlags.CRC, 1, b"nope").pack()
 def established_initiator(after_reply: bytes = b"") -> MpaConnection:
     conn = MpaConnection(Role.INITIATOR, MpaConfig(revision=1), private_data=b"hi")
     conn.data_to_send()
-    events = conn.receive_data(REPLY + after_reply)
+    events = conn.receive_data(REPLY + after_reply, 0.0)
     (done,) = [e for e in events if isinstance(e, ConnectionEstablished)]
     assert done.params.peer_private_data == b"nope"
     return conn
@@ -36,7 +36,7 @@ def test_refusing_the_reply_leaves_a_streaming_connection() -> None:
     ]
     conn.send_stream(b"plain octets")
     assert b"".join(bytes(b) for b in conn.data_to_send()) == b"plain octets"
-    events = conn.receive_data(b"more")
+    events = conn.receive_data(b"more", 0.0)
     assert events == [StreamDataReceived(data=b"more")]
     with pytest.raises(LocalProtocolError):
         conn.send_ulpdu(b"no more FPDUs")
@@ -50,7 +50,7 @@ def test_too_late_or_wrong_role() -> None:
     assert conn.state is MpaState.FULL_OPERATION
     responder = MpaConnection(Role.RESPONDER, MpaConfig(revision=1))
     request = MpaConnection(Role.INITIATOR, MpaConfig(revision=1)).data_to_send()
-    for event in responder.receive_data(b"".join(bytes(b) for b in request)):
+    for event in responder.receive_data(b"".join(bytes(b) for b in request), 0.0):
         if isinstance(event, RequestReceived):
             responder.accept(b"")
     with pytest.raises(LocalProtocolError):

@@ -52,7 +52,7 @@ def pump(a: End, b: End, *, rounds: int = 100_000, chunk: int = 1 << 20) -> None
             moved = True
             src.wire.append(data)
             for i in range(0, len(data), chunk):
-                events = dst.conn.receive_data(data[i : i + chunk])
+                events = dst.conn.receive_data(data[i : i + chunk], 0.0)
                 dst.events.extend(events)
                 for event in events:
                     if isinstance(event, RequestReceived):

@@ -8,13 +8,10 @@ from typing import Any
 
 import pytest
 
-from iwarp.contract import Connection
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.connection import MpaConnection
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Reject
 from iwarp.mpa.wire import RtrFlags
-from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.endpoint import (
     FENCE_WARNING,
     QueuePairEndpoint,
@@ -29,8 +26,6 @@ from iwarp.rdma.events import (
 )
 from iwarp.rdmap.memory import Access, MemoryRegistry
 from iwarp.rdmap.work import CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WorkOpcode, WriteWR
-from iwarp.vitcp.config import ViRole, VitcpConfig
-from iwarp.vitcp.connection import VitcpConnection
 
 
 class Wire:
@@ -69,19 +64,6 @@ def pair(
     a = QueuePairEndpoint(Role.INITIATOR, registry.alloc_pd(), initiator, **kwargs.get("a", {}))
     b = QueuePairEndpoint(Role.RESPONDER, registry.alloc_pd(), responder, **kwargs.get("b", {}))
     return Wire(a, b)
-
-
-def test_every_core_keeps_the_contract() -> None:
-    registry = MemoryRegistry()
-    cores: list[object] = [
-        MpaConnection(Role.INITIATOR),
-        RdmaConnection(Role.INITIATOR, registry.alloc_pd()),
-        QueuePairEndpoint(Role.INITIATOR, registry.alloc_pd()),
-        VitcpConnection(VitcpConfig(), ViRole.ACTIVE),
-    ]
-    for core in cores:
-        assert isinstance(core, Connection), type(core).__name__
-        assert isinstance(core.data_to_send(), list)
 
 
 def test_receive_pool_delivers_in_order_and_reposts() -> None:

@@ -111,9 +111,9 @@ def test_crc_error_is_answered_with_a_terminate() -> None:
     a.conn.post_send(SendWR(b"corrupt me"))
     data = bytearray(b"".join(bytes(x) for x in a.conn.data_to_send()))
     data[-1] ^= 0xFF  # the CRC field
-    b.events.extend(b.conn.receive_data(bytes(data)))
+    b.events.extend(b.conn.receive_data(bytes(data), 0.0))
     out = b"".join(bytes(x) for x in b.conn.data_to_send())
-    a.events.extend(a.conn.receive_data(out))
+    a.events.extend(a.conn.receive_data(out, 0.0))
     (received,) = [e for e in a.events if isinstance(e, TerminateReceived)]
     assert (received.header.layer, received.header.etype, received.header.code) == (2, 0, 2)
     assert b.conn.must_close and a.conn.must_close
@@ -131,11 +131,11 @@ def _recorded_initiator_stream(markers: bool) -> tuple[bytes, bytes, list[bytes]
     """The octets an initiator sends: Request, then Sends and a Write (after the Reply)."""
     a, b = make_ends(MpaConfig(markers=markers), MpaConfig(markers=markers))
     request = b"".join(bytes(x) for x in a.conn.data_to_send())
-    for event in b.conn.receive_data(request):
+    for event in b.conn.receive_data(request, 0.0):
         if isinstance(event, RequestReceived):
             b.conn.accept()
     reply = b"".join(bytes(x) for x in b.conn.data_to_send())
-    a.conn.receive_data(reply)
+    a.conn.receive_data(reply, 0.0)
     messages = [os.urandom(n) for n in (0, 5, 3000, 700)]
     for message in messages:
         a.conn.post_send(SendWR(message))
@@ -159,7 +159,7 @@ def test_any_cut_of_the_byte_stream_gives_the_same_result(markers: bool, sizes: 
     _, b = make_ends(MpaConfig(markers=markers), MpaConfig(markers=markers), on_stream=on_stream)
     events = []
     for piece in chunked(wire, sizes):
-        for event in b.conn.receive_data(piece):
+        for event in b.conn.receive_data(piece, 0.0):
             if isinstance(event, RequestReceived):
                 b.conn.accept()
                 events += b.conn.take_events()
@@ -180,8 +180,8 @@ def test_arbitrary_octets_after_startup_give_only_events(garbage: bytes, crc: bo
     pump(a, b)
     assert b.conn.stream is not None
     b.conn.post_recv(RecvWR(Sge(b.pd.register(bytearray(64)))))
-    events = b.conn.receive_data(garbage)
-    events += b.conn.receive_data(garbage)
+    events = b.conn.receive_data(garbage, 0.0)
+    events += b.conn.receive_data(garbage, 0.0)
     b.conn.data_to_send()
     terms = [e for e in events + b.conn.take_events() if isinstance(e, TerminateSent)]
     assert len(terms) <= 1

@@ -59,7 +59,7 @@ def exchange(a: End, b: End, wire: Wire) -> None:
                 continue
             moved = True
             wire.send(direction, data)
-            events = dst.conn.receive_data(data)
+            events = dst.conn.receive_data(data, 0.0)
             for event in events:
                 if isinstance(event, RequestReceived):
                     dst.conn.accept()

@@ -70,7 +70,7 @@ def setup(ops: list[Op], markers: bool, crc: bool, emss: int) -> tuple[End, End,
     requests = b"".join(bytes(x) for x in b.conn.data_to_send())
     b.events.extend(b.conn.take_events())
     if requests:  # (b"" would be the peer's FIN)
-        a.events.extend(a.conn.receive_data(requests))
+        a.events.extend(a.conn.receive_data(requests, 0.0))
     return a, b, region
 
 
@@ -143,8 +143,8 @@ def test_lanes_give_the_queues_octets_and_completions(
     assert wire == reference
     assert lane_completions == completions
     # What the peer makes of it (placement, completions, Terminates) is the same.
-    events1 = [repr(e) for e in b1.conn.receive_data(reference)]
-    events2 = [repr(e) for e in b2.conn.receive_data(wire)]
+    events1 = [repr(e) for e in b1.conn.receive_data(reference, 0.0)]
+    events2 = [repr(e) for e in b2.conn.receive_data(wire, 0.0)]
     assert events1 == events2
     assert region1 == region2
 
@@ -171,7 +171,7 @@ def test_a_one_mib_write_takes_one_lane_and_arrives() -> None:
     a.conn.lane_sent(lane)
     completions = [e for e in a.conn.take_events() if isinstance(e, Completion)]
     assert [(c.wr_id, c.byte_len) for c in completions] == [(5, len(data))]
-    b.conn.receive_data(bytes(wire))
+    b.conn.receive_data(bytes(wire), 0.0)
     assert bytes(region) == data
 
 

@@ -58,7 +58,7 @@ class Peer:
                 return
 
     def feed(self, data: bytes) -> None:
-        events = self.conn.receive_data(data)
+        events = self.conn.receive_data(data, 0.0)
         for event in events:
             if isinstance(event, RequestReceived):
                 self.conn.accept()

@@ -77,10 +77,10 @@ class Pair:
 
     def _deliver(self, to: VitcpConnection, data: bytes) -> list[Event]:
         if not self.chunk:
-            return to.receive_data(data)
+            return to.receive_data(data, 0.0)
         events = []
         for i in range(0, len(data), self.chunk):
-            events += to.receive_data(data[i : i + self.chunk])
+            events += to.receive_data(data[i : i + self.chunk], 0.0)
         return events
 
     def pump(self, limit: int = 1000) -> None:
@@ -247,7 +247,7 @@ def test_interleaved_read_response_is_accepted() -> None:
         length=100,
     )
     request = out(p.a)
-    p.b.receive_data(request)
+    p.b.receive_data(request, 0.0)
     p.b.take_events()
     response = segments(out(p.b))
     send_number = p.b.send(b"S" * 100)
@@ -261,7 +261,7 @@ def test_interleaved_read_response_is_accepted() -> None:
         for s in response
     ]
     interleaved = raw_send[0] + raw_resp[0] + raw_resp[1] + raw_send[1]
-    events = p.a.receive_data(interleaved)
+    events = p.a.receive_data(interleaved, 0.0)
     (read,) = of(events, RdmaReadCompleted)
     (message,) = of(events, MessageReceived)
     assert read.message_number == number and bytes(local.view) == b"R" * 100
@@ -273,7 +273,7 @@ def test_other_interleaving_is_a_protocol_error() -> None:
     p.b.post_receive(2)
     first = encode_segment(SegmentHeader(SegmentType.SEND, SegmentFlags(0), message_number=1))
     second = encode_segment(SegmentHeader(SegmentType.SEND, message_number=2))
-    events = p.b.receive_data(b"".join(bytes(x) for x in first + second))
+    events = p.b.receive_data(b"".join(bytes(x) for x in first + second), 0.0)
     (closed,) = of(events, ViConnectionClosed)
     assert isinstance(closed.error, UnexpectedSegmentError)
     assert state_of(p.b) is State.DISCONNECTED
@@ -284,7 +284,7 @@ def test_message_numbers_must_follow() -> None:
     p.b.post_receive(2)
     one = encode_segment(SegmentHeader(SegmentType.SEND, message_number=10))
     three = encode_segment(SegmentHeader(SegmentType.SEND, message_number=12))
-    events = p.b.receive_data(b"".join(bytes(x) for x in one + three))
+    events = p.b.receive_data(b"".join(bytes(x) for x in one + three), 0.0)
     assert of(events, MessageReceived)[0].message_number == 10
     assert isinstance(of(events, ViConnectionClosed)[0].error, UnexpectedSegmentError)
 
@@ -294,7 +294,7 @@ def test_nop_with_wrong_number_is_an_error() -> None:
     p.b.post_receive(1)
     msg = encode_segment(SegmentHeader(SegmentType.SEND, message_number=5))
     nop = encode_segment(SegmentHeader(SegmentType.NOP, message_number=4))
-    events = p.b.receive_data(b"".join(bytes(x) for x in msg + nop))
+    events = p.b.receive_data(b"".join(bytes(x) for x in msg + nop), 0.0)
     assert isinstance(of(events, ViConnectionClosed)[0].error, UnexpectedSegmentError)
 
 
@@ -304,12 +304,12 @@ def test_reliable_reception_completes_on_ack() -> None:
     p.b.post_receive(2)
     p.pump()
     number = p.a.send(b"hello")
-    p.b.receive_data(out(p.a))
+    p.b.receive_data(out(p.a), 0.0)
     assert not of(p.a.take_events(), SendCompleted)  # not before the ACK
     ack = out(p.b)  # a NOP carrying Message ACK
     (nop,) = segments(ack)
     assert nop.header.type is SegmentType.NOP and nop.header.message_ack == number
-    (done,) = p.a.receive_data(ack)
+    (done,) = p.a.receive_data(ack, 0.0)
     assert isinstance(done, SendCompleted) and done.message_number == number
     # Idle afterwards: no NOP answers a NOP.
     assert out(p.a) == b"" and out(p.b) == b""
@@ -383,13 +383,13 @@ def test_read_window_is_enforced() -> None:
         )
     wire = out(p.a)
     assert len(segments(wire)) == 2  # two outstanding, two queued
-    p.b.receive_data(wire)
-    done = p.a.receive_data(out(p.b))
+    p.b.receive_data(wire, 0.0)
+    done = p.a.receive_data(out(p.b), 0.0)
     assert len(of(done, RdmaReadCompleted)) == 2
     wire = out(p.a)
     assert len(segments(wire)) == 2  # the window opened again
-    p.b.receive_data(wire)
-    done = p.a.receive_data(out(p.b))
+    p.b.receive_data(wire, 0.0)
+    done = p.a.receive_data(out(p.b), 0.0)
     assert len(of(done, RdmaReadCompleted)) == 2
 
 
@@ -401,7 +401,7 @@ def test_responder_refuses_reads_beyond_window() -> None:
         encode_segment(SegmentHeader(SegmentType.RDMA_READ_REQUEST, message_number=n), rdma=rdma)
         for n in (1, 2)
     ]
-    events = p.b.receive_data(b"".join(bytes(x) for r in reads for x in r))
+    events = p.b.receive_data(b"".join(bytes(x) for r in reads for x in r), 0.0)
     assert isinstance(of(events, ViConnectionClosed)[0].error, DescriptorError)
 
 
@@ -513,7 +513,7 @@ def test_bad_crc_per_level(level: Reliability) -> None:
     number = p.a.send(b"0123456789abcdefghij")
     wire = bytearray(out(p.a))
     wire[HEADER_SIZE + 2] ^= 0x40  # a payload octet of the first segment
-    events = p.b.receive_data(bytes(wire))
+    events = p.b.receive_data(bytes(wire), 0.0)
     (message,) = of(events, MessageReceived)
     assert message.status is ViCompletionStatus.TRANSPORT_ERROR
     assert message.message_number == number
@@ -582,7 +582,7 @@ def test_close_flushes_outstanding() -> None:
     assert of(events, ViConnectionClosed)
     with pytest.raises(VitcpUsageError):
         p.a.send(b"late")
-    assert p.a.receive_data(b"ignored") == []
+    assert p.a.receive_data(b"ignored", 0.0) == []
 
 
 def test_tcp_close_ends_the_vi() -> None:
@@ -606,7 +606,7 @@ def test_tcp_close_ends_the_vi() -> None:
 @pytest.mark.parametrize("level", LEVELS)
 def test_malformed_segment_closes(raw: bytes, level: Reliability) -> None:
     p = Pair(cfg(reliability=level), cfg(reliability=level))
-    events = p.b.receive_data(raw)
+    events = p.b.receive_data(raw, 0.0)
     (closed,) = of(events, ViConnectionClosed)
     assert isinstance(closed.error, RemoteProtocolError)
     assert state_of(p.b) is State.DISCONNECTED
@@ -625,7 +625,7 @@ def test_write_must_fill_its_rdma_length() -> None:
         rdma=RdmaHeader(region.address, region.handle, 5),
         payload=b"abc",
     )
-    events = p.b.receive_data(b"".join(bytes(x) for x in seg))
+    events = p.b.receive_data(b"".join(bytes(x) for x in seg), 0.0)
     assert isinstance(of(events, ViConnectionClosed)[0].error, MalformedSegmentError)
 
 
@@ -641,7 +641,7 @@ def test_remote_error_with_is_code_is_reported() -> None:
         vi_error=ViErrorType.VDE,
         is_error_code=0x42,
     )
-    events = p.a.receive_data(nop.pack())
+    events = p.a.receive_data(nop.pack(), 0.0)
     (report,) = of(events, RemoteErrorReported)
     assert report.is_error_code == 0x42 and report.vi_error is ViErrorType.VDE
     assert of(events, SendCompleted)[0].status is ViCompletionStatus.DESCRIPTOR_ERROR
@@ -651,7 +651,7 @@ def test_remote_error_with_is_code_is_reported() -> None:
 def test_lower_levels_ignore_ack_fields() -> None:
     p = Pair(cfg(), cfg())
     nop = SegmentHeader(SegmentType.NOP, message_ack=77, vi_error=ViErrorType.MPE)
-    events = p.a.receive_data(nop.pack())
+    events = p.a.receive_data(nop.pack(), 0.0)
     assert events == [] and p.a.state is State.CONNECTED
 
 
@@ -753,8 +753,8 @@ def test_fuzz_connected_endpoint(
         q = Pair(config, config)
         q.b.register(bytearray(64))
         q.b.post_receive(2)
-        q.b.receive_data(blob[:split])
-        q.b.receive_data(blob[split:])
+        q.b.receive_data(blob[:split], 0.0)
+        q.b.receive_data(blob[split:], 0.0)
         out(q.b)
 
 
@@ -769,7 +769,7 @@ def test_crc_trailer_detected_lsb() -> None:
     (seg,) = segments(wire, trailer=True)
     assert seg.crc_order is CrcOrder.LSB_FIRST
     assert seg.trailer == crc(wire[:-4], CrcOrder.LSB_FIRST)
-    events = p.b.receive_data(wire)
+    events = p.b.receive_data(wire, 0.0)
     assert of(events, MessageReceived)[0].data == b"ethernet order"
 
 
@@ -779,11 +779,11 @@ def test_connected_event_params() -> None:
     a.connect(0.0)
     b.tcp_accepted(0.0)
     a.tcp_established(0.0)
-    b.receive_data(out(a))
+    b.receive_data(out(a), 0.0)
     b.take_events()
     b.match()
     b.accept()
-    (connected,) = a.receive_data(out(b))
+    (connected,) = a.receive_data(out(b), 0.0)
     assert isinstance(connected, Connected)
     assert connected.params.reliability is Reliability.DELIVERY
 
@@ -802,8 +802,8 @@ def test_fuzz_establishment(data: bytes, use_crc: bool, split: int) -> None:
         active.tcp_established(0.0)
         out(active)
         for endpoint in (passive, active):
-            endpoint.receive_data(blob[:split])
-            endpoint.receive_data(blob[split:])
+            endpoint.receive_data(blob[:split], 0.0)
+            endpoint.receive_data(blob[split:], 0.0)
             out(endpoint)
         assert state_of(passive) in (State.INCOMING, State.MATCHING, State.DISCONNECTED)
 
@@ -858,7 +858,7 @@ def test_crafted_message_errors(case: str, error: type[Exception]) -> None:
             encode_segment(SegmentHeader(SegmentType.CONNECT_REJECT, message_number=1))
         ),
     }[case]
-    events = p.b.receive_data(wire)
+    events = p.b.receive_data(wire, 0.0)
     (closed,) = of(events, ViConnectionClosed)
     assert isinstance(closed.error, error), closed
 
@@ -899,7 +899,7 @@ def test_crafted_read_responses(case: str) -> None:
         "transmit error": response(number, 0, b"ab", SegmentFlags.TRE)
         + response(number, 2, b"cd", eom),
     }[case]
-    events = p.a.receive_data(wire)
+    events = p.a.receive_data(wire, 0.0)
     if case == "transmit error":
         (read,) = of(events, RdmaReadCompleted)
         assert read.status is ViCompletionStatus.TRANSMIT_ERROR
@@ -915,7 +915,7 @@ def test_active_refuses_data_before_the_accept() -> None:
     a = VitcpConnection(cfg(), ViRole.ACTIVE)
     a.connect(0.0)
     a.tcp_established(0.0)
-    events = a.receive_data(send_seg(1))
+    events = a.receive_data(send_seg(1), 0.0)
     assert isinstance(of(events, ViConnectionClosed)[0].error, UnexpectedSegmentError)
 
 
@@ -934,7 +934,7 @@ def test_bad_crc_in_the_middle_of_a_message(kind: str) -> None:
         )
     wire = bytearray(out(p.a))
     wire[-6] ^= 1  # the last segment's payload
-    events = p.b.receive_data(bytes(wire))
+    events = p.b.receive_data(bytes(wire), 0.0)
     kind_event = MessageReceived if kind == "send" else RdmaWriteReceived
     (delivered,) = of(events, kind_event)
     assert delivered.message_number == number
@@ -995,7 +995,7 @@ def test_is_error_code_alone_is_reported_once() -> None:
     number = p.a.send(b"x")
     out(p.a)
     nop = SegmentHeader(SegmentType.NOP, message_ack=number, is_error_code=9).pack()
-    events = p.a.receive_data(nop + nop)
+    events = p.a.receive_data(nop + nop, 0.0)
     (report,) = of(events, RemoteErrorReported)
     assert (report.message_number, report.is_error_code) == (number, 9)
     assert report.vi_error is ViErrorType.NONE

@@ -126,7 +126,7 @@ def start(
     a.connect(0.0, called)
     b.tcp_accepted(0.0)
     a.tcp_established(0.0)
-    events = b.receive_data(out(a))
+    events = b.receive_data(out(a), 0.0)
     return a, b, events
 
 
@@ -184,7 +184,7 @@ def test_accept_negotiates_down(crc_a: bool, crc_b: bool) -> None:
     assert accept.ce.mtu == 1500 and accept.ce.read_window == 2
     (connected_b,) = [e for e in b.take_events() if isinstance(e, Connected)]
     b_out = accept_wire = encode_again(accept.ce, crc_a and crc_b)
-    events_a = a.receive_data(b_out)
+    events_a = a.receive_data(b_out, 0.0)
     (connected_a,) = events_a
     assert isinstance(connected_a, Connected)
     for params in (connected_a.params, connected_b.params):
@@ -204,7 +204,7 @@ def test_accept_with_larger_mtu_is_cut_down() -> None:
     a, _, _ = start(VitcpConfig(mtu=1000), VitcpConfig())
     out(a)
     ce = CeHeader(Attributes.RELIABLE_DELIVERY, mtu=50000, read_window=99)
-    (connected,) = a.receive_data(encode_again(ce, False))
+    (connected,) = a.receive_data(encode_again(ce, False), 0.0)
     assert isinstance(connected, Connected)
     assert connected.params.mtu == 1000 and connected.params.read_window == 4
 
@@ -226,7 +226,7 @@ def test_passive_rejects_attribute_mismatch(passive: VitcpConfig) -> None:
     assert isinstance(closed.error, AttributeMismatchError)
     reject = out(b)
     assert reject[1] & 0x1F == SegmentType.CONNECT_REJECT and len(reject) == HEADER_SIZE
-    events = a.receive_data(reject)
+    events = a.receive_data(reject, 0.0)
     assert isinstance(events[0], ViConnectionRejected) and not events[0].no_match
     assert isinstance(events[1], ViConnectionClosed)
     assert state_of(a) is State.DISCONNECTED
@@ -240,7 +240,7 @@ def test_flow_control_and_rdma_bits_need_not_match() -> None:
 def test_active_checks_the_accept() -> None:
     a, _, _ = start(VitcpConfig(), VitcpConfig())
     ce = CeHeader(Attributes.RELIABLE_RECEPTION, mtu=1000)
-    events = a.receive_data(encode_again(ce, False))
+    events = a.receive_data(encode_again(ce, False), 0.0)
     assert isinstance(events[-1], ViConnectionClosed)
     assert isinstance(events[-1].error, AttributeMismatchError)
     assert state_of(a) is State.DISCONNECTED
@@ -252,12 +252,12 @@ def test_no_match_and_reject() -> None:
     assert state_of(b) is State.DISCONNECTED
     wire = out(b)
     assert wire[1] & 0x1F == SegmentType.CONNECT_NO_MATCH
-    events = a.receive_data(wire)
+    events = a.receive_data(wire, 0.0)
     assert isinstance(events[0], ViConnectionRejected) and events[0].no_match
     a, b, _ = start(VitcpConfig(), VitcpConfig())
     assert b.match()
     b.reject()
-    events = a.receive_data(out(b))
+    events = a.receive_data(out(b), 0.0)
     assert isinstance(events[0], ViConnectionRejected) and not events[0].no_match
 
 
@@ -267,7 +267,7 @@ def test_reject_with_trailer_either_reading() -> None:
     for length in (HEADER_SIZE, HEADER_SIZE + 4):
         a, _, _ = start(VitcpConfig(crc=True), VitcpConfig())
         body = SegmentHeader(SegmentType.CONNECT_REJECT, length=length).pack()
-        events = a.receive_data(body + crc(body))
+        events = a.receive_data(body + crc(body), 0.0)
         assert isinstance(events[0], ViConnectionRejected)
 
 
@@ -278,7 +278,7 @@ def test_peer_to_peer_retries_on_no_match_until_timeout() -> None:
     for attempt in range(3):
         a.tcp_established(attempt)
         out(a)
-        events = a.receive_data(SegmentHeader(SegmentType.CONNECT_NO_MATCH).pack())
+        events = a.receive_data(SegmentHeader(SegmentType.CONNECT_NO_MATCH).pack(), 0.0)
         assert isinstance(events[0], ReconnectNeeded)
         assert state_of(a) is State.CONNECTING
     a.handle_timer(4.9)
@@ -347,7 +347,7 @@ def test_tcp_failure() -> None:
 def test_passive_closes_on_anything_but_a_request(segment: bytes, error: type) -> None:
     b = VitcpConnection(VitcpConfig(), ViRole.PASSIVE)
     b.tcp_accepted(0.0)
-    events = b.receive_data(segment)
+    events = b.receive_data(segment, 0.0)
     assert state_of(b) is State.DISCONNECTED
     assert isinstance(events[-1], ViConnectionClosed) and type(events[-1].error) is error
 
@@ -360,7 +360,7 @@ def test_bad_crc_on_request_closes() -> None:
     wire[-1] ^= 0xFF
     b = VitcpConnection(VitcpConfig(), ViRole.PASSIVE)
     b.tcp_accepted(0.0)
-    events = b.receive_data(wire)
+    events = b.receive_data(wire, 0.0)
     assert isinstance(events[-1], ViConnectionClosed)
     assert isinstance(events[-1].error, CrcMismatchError)
 
@@ -373,14 +373,14 @@ def test_peer_readings_are_detected(order: CrcOrder, includes: bool) -> None:
     assert isinstance(events[0], ConnectionRequested)
     assert b.match()
     b.accept()
-    a.receive_data(out(b))
+    a.receive_data(out(b), 0.0)
     (connected,) = [e for e in b.take_events() if isinstance(e, Connected)]
     assert connected.params.peer_length_includes_trailer is includes
     assert connected.params.crc
     b.post_receive(1)
     assert out(b) == b""  # nothing to acknowledge yet
     a.send(b"x" * 100)
-    (message,) = b.receive_data(out(a))
+    (message,) = b.receive_data(out(a), 0.0)
     assert getattr(message, "data", None) == b"x" * 100
 
 
@@ -423,10 +423,10 @@ def _reach(role: ViRole, target: State) -> VitcpConnection:
             return a
         b = VitcpConnection(config, ViRole.PASSIVE)
         b.tcp_accepted(0.0)
-        b.receive_data(out(a))
+        b.receive_data(out(a), 0.0)
         b.match()
         b.accept()
-        a.receive_data(out(b))
+        a.receive_data(out(b), 0.0)
         return a
     b = VitcpConnection(config, ViRole.PASSIVE)
     if target is State.LISTENING:
@@ -437,7 +437,7 @@ def _reach(role: ViRole, target: State) -> VitcpConnection:
     a = VitcpConnection(config, ViRole.ACTIVE)
     a.connect(0.0, b"svc")
     a.tcp_established(0.0)
-    b.receive_data(out(a))
+    b.receive_data(out(a), 0.0)
     if target is State.MATCHING:
         return b
     b.match()
@@ -508,7 +508,7 @@ def test_endpoint_follows_its_table_for_every_peer_segment(role: ViRole) -> None
     for state in REACHABLE[role]:
         for event, segment in REMOTE_SEGMENTS.items():
             endpoint = _reach(role, state)
-            endpoint.receive_data(segment)
+            endpoint.receive_data(segment, 0.0)
             if (state, event) in table:
                 expected = table[state, event]
             elif (state, Input.PROTOCOL_ERROR) in table:
@@ -557,7 +557,7 @@ def test_fuzz_endpoint_during_establishment(
     states = [s for s in REACHABLE[role] if s is not State.CONNECTED]
     for blob in (data, b"\x01" + data[1:]):  # the second one passes the version check
         endpoint = _reach(role, states[pick % len(states)])
-        events = endpoint.receive_data(blob[:split]) + endpoint.receive_data(blob[split:])
+        events = endpoint.receive_data(blob[:split], 0.0) + endpoint.receive_data(blob[split:], 0.0)
         out(endpoint)
         closed = [e for e in events if isinstance(e, ViConnectionClosed)]
         assert len(closed) <= 1

@@ -72,7 +72,7 @@ def sync_pcap_capture(path: Path | str | None, *, initiator: bool) -> Iterator[N
     """The same for the blocking adapter (``iwarp.sync``): every connection
     whose driver starts inside the block, seen from the end that connected
     (``initiator``) or accepted."""
-    from iwarp.sync._driver import Tap, tapping  # the CLI's other paths do not need it
+    from iwarp.sync._calls import Tap, tapping  # the CLI's other paths do not need it
 
     if path is None:
         yield

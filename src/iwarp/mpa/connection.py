@@ -446,11 +446,14 @@ class MpaConnection:
 
     # -- receiving ----------------------------------------------------------------
 
-    def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
+    #: ``receive_data`` may keep views of its input (ULPDUs are handed out
+    #: as views of a copy; startup frames wait in a buffer): not borrowed.
+    borrows_input = False
+
+    def receive_data(self, data: Buffer, now: float) -> list[Event]:
         """Process received octets (``b""`` means the peer sent FIN); return
         the events, oldest first (with any not taken before)."""
-        if now is not None:
-            self._now = now
+        self._now = now
         self._receive(data)
         return self.take_events()
 
@@ -516,12 +519,9 @@ class MpaConnection:
             self._events.append(StreamDataReceived(data=bytes(data)))
         # SEND_ONLY, CLOSED, FAILED: RFC 5044 §8, nothing more is delivered.
 
-    def connection_lost(
-        self, now: float | None = None, reason: str = "connection reset"
-    ) -> list[Event]:
+    def connection_lost(self, now: float, reason: str = "connection reset") -> list[Event]:
         """The TCP connection was reset or lost (error 1); return the events."""
-        if now is not None:
-            self._now = now
+        self._now = now
         if self._state not in _OVER:
             self._fail(MpaInput.CONNECTION_LOST, MpaError(MpaErrorCode.TCP_CLOSED, reason))
         return self.take_events()

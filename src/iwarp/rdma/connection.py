@@ -184,14 +184,12 @@ class RdmaConnection:
 
     # -- bytes in -----------------------------------------------------------------
 
-    def receive_data(self, data: Buffer, now: float | None = None) -> list[StackEvent]:
+    def receive_data(self, data: Buffer, now: float) -> list[StackEvent]:
         """Process octets from TCP (``b""`` means FIN); return the events."""
         self._process(self.mpa.receive_data(data, now))
         return self._take()
 
-    def connection_lost(
-        self, now: float | None = None, reason: str = "connection reset"
-    ) -> list[StackEvent]:
+    def connection_lost(self, now: float, reason: str = "connection reset") -> list[StackEvent]:
         """The TCP connection was lost."""
         self._process(self.mpa.connection_lost(now, reason))
         return self._take()

@@ -103,7 +103,7 @@ from iwarp.rdmap.work import (
 __all__ = [
     "INITIATOR_CONFIG",
     "SEND_BATCH",
-    "CompletionQueue",
+    "CompletionRecord",
     "QueuePairEndpoint",
 ]
 
@@ -129,8 +129,10 @@ INITIATOR_CONFIG: Final = MpaConfig(peer_to_peer=True)
 _log = logging.getLogger("iwarp")
 
 
-class CompletionQueue:
-    """Completions of one queue pair's send or receive work, in order."""
+class CompletionRecord:
+    """Completions of one queue pair's send or receive work, in order, as the
+    endpoint keeps them (the adapters' completion queues,
+    :class:`~iwarp.rdma.front.CompletionQueueFront`, take them from here)."""
 
     __slots__ = ("_items",)
 
@@ -250,9 +252,9 @@ class QueuePairEndpoint:
         self.role = role
         self.pd = pd
         #: Completions of posted Sends, RDMA Writes and Reads.
-        self.send_cq = CompletionQueue()
+        self.send_cq = CompletionRecord()
         #: Completions of posted receives (the same queue with ``shared_cq``).
-        self.recv_cq = self.send_cq if shared_cq else CompletionQueue()
+        self.recv_cq = self.send_cq if shared_cq else CompletionRecord()
         #: The error that ended the connection, if any.
         self.error: IwarpError | None = None
         #: The Terminate that ended the stream (sent or received), if any.

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, Final, Protocol, cast
 
@@ -50,7 +51,9 @@ __all__ = [
     "LaneState",
     "ReceiveLane",
     "SendLane",
+    "lane_finished",
     "lane_kernels",
+    "lane_taker",
 ]
 
 #: Messages of at least this many payload octets take the send lane; smaller
@@ -134,6 +137,22 @@ ACTIVE: Final = _KERNELS is not None
 #: ``IWARP_NO_RECEIVE_LANE=1`` turns it off alone (to compare with the send
 #: lanes still on).
 RECEIVE_ACTIVE: Final = ACTIVE and os.environ.get("IWARP_NO_RECEIVE_LANE", "") in ("", "0")
+
+
+def lane_taker(core: object) -> Callable[[], SendLane | None] | None:
+    """What a driver calls for the core's next lane: the core's
+    ``take_lane``, or None when lanes do not run (no accelerator) or the
+    core has none (everything then goes through ``data_to_send``)."""
+    take: Callable[[], SendLane | None] | None = getattr(core, "take_lane", None)
+    return take if ACTIVE else None
+
+
+def lane_finished(core: Any, lane: SendLane) -> list[Any]:
+    """A lane's message is all out: the core completes it (``lane_sent``);
+    returns the events that caused (the work request's completion)."""
+    core.lane_sent(lane)
+    events: list[Any] = core.take_events()
+    return events
 
 
 def lane_kernels() -> _LaneKernels:

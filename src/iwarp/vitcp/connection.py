@@ -360,9 +360,7 @@ class VitcpConnection:
         self._machine.process(Input.DISCONNECT)
         self._closed("disconnected by the consumer")
 
-    def connection_lost(
-        self, now: float | None = None, reason: str = "TCP connection closed"
-    ) -> list[Event]:
+    def connection_lost(self, now: float, reason: str = "TCP connection closed") -> list[Event]:
         """TCP closed or failed under us; returns the events."""
         if self.state is State.DISCONNECTED or not self._machine.can(Input.TCP_CLOSED):
             return self.take_events()
@@ -695,7 +693,11 @@ class VitcpConnection:
 
     # --- receiving -----------------------------------------------------------
 
-    def receive_data(self, data: Buffer, now: float | None = None) -> list[Event]:
+    #: ``receive_data`` keeps the tail of a segment that spans reads (and
+    #: hands out message data it copied): the driver passes a copy.
+    borrows_input = False
+
+    def receive_data(self, data: Buffer, now: float) -> list[Event]:
         """Octets TCP delivered (``b""``: the peer closed, which ends the VI:
         VI/TCP has no half close); returns the events they caused."""
         if not data:
