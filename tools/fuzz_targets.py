@@ -32,8 +32,7 @@ from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdmap.memory import Access, MemoryRegistry
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import RecvWR, Sge
-from iwarp.vitcp.config import Role as ViRole
-from iwarp.vitcp.config import VitcpConfig
+from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.wire import decode_segment
 
@@ -558,7 +557,8 @@ def _recv_lane_call(data: bytes) -> None:
             )  # fmt: skip
         ulpdus.append(head + draw.octets(n))
     crc = bool(draw.octet() & 1)
-    markers, phase, either = bool(draw.octet() & 1), 4 * draw.number(127), bool(draw.octet() & 1)
+    markers, either = bool(draw.octet() & 1), bool(draw.octet() & 1)
+    phase = 4 * (draw.number(127) % 128)  # the encoder's; the kernel's may be anything
     encoder = FpduEncoder(crc=crc, markers=markers, position=phase)
     ring = bytearray(b"".join(bytes(p) for u in ulpdus for p in encoder.encode(u)))
     for _ in range(draw.octet() % 3):
