@@ -10,7 +10,7 @@ import asyncio
 import socket
 import time
 import weakref
-from typing import Any
+from typing import Any, cast
 
 from iwarp.asyncio.rdma import Access, QueuePair, connect, serve
 from iwarp.cli._perf import (
@@ -201,7 +201,8 @@ class _RawServer(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # A stream transport (uvloop's are not asyncio.Transport subclasses).
+        transport = cast(asyncio.Transport, transport)
         if self._listener.transport is not None or self._result.done():
             transport.abort()  # the test's connection came already
             return
