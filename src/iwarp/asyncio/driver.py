@@ -20,36 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
-import threading
 import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, cast
 
 from iwarp._typing import Buffer
+from iwarp.asyncio._transport import receive_buffer, release_transport
 from iwarp.contract import Connection, DrivenFront
 from iwarp.mpa.connection import DEFAULT_EMSS
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import RING_START, LaneCore, LaneState, ReceiveLane, SendLane
-from iwarp.sockets import RECEIVE_BULK, tcp_setup, write_chunks
+from iwarp.sockets import tcp_setup, write_chunks
 
 __all__ = ["CoreDriver", "wait_until", "wake"]
-
-_local = threading.local()
-
-#: asyncio before 3.12 keeps a closed transport in a reference cycle
-#: (:func:`_release_transport`).
-_CACHES_READ_CALLBACK: Final = sys.version_info < (3, 12)
-
-
-def _receive_buffer() -> memoryview:
-    """The thread's one receive buffer, shared by its connections: each read
-    is copied out (sized to what arrived) or consumed before the next one."""
-    buffer: memoryview | None = getattr(_local, "buffer", None)
-    if buffer is None:
-        buffer = _local.buffer = memoryview(bytearray(RECEIVE_BULK))
-    return buffer
 
 
 def wake(waiter: asyncio.Future[None] | None) -> None:
@@ -63,29 +47,6 @@ async def wait_until(driver: CoreDriver, ready: Callable[[], bool], key: object 
     (for ``key``); returns when TCP is gone too (the caller checks why)."""
     while not ready() and not driver.gone:
         await driver.woken(key)
-
-
-def _no_read() -> None:
-    """Stands in for a closed transport's read callback (never called)."""
-
-
-def _release_transport(transport: asyncio.BaseTransport) -> None:
-    """Break the reference cycle asyncio 3.11 leaves in a closed transport.
-
-    The selector transport keeps a bound method of itself as its read
-    callback (``_read_ready_cb``): transport -> method -> transport. Closed,
-    it holds its socket object, address tuples and buffers (about 3 KB per
-    connection), which only the cyclic GC would free: 10,000 idle
-    connections closed by their startup timeout kept 32 MB for as long as
-    no full collection ran. CPython 3.12 drops the callback itself on close
-    (gh-100348); asyncio offers no public way to do it, so on older versions
-    we do the same once the transport has called ``connection_lost`` and
-    reads no more (its reader was removed before). A plain function, not a
-    method, stands in, so a stray call could do no harm.
-    """
-    attributes = getattr(transport, "__dict__", None)
-    if attributes is not None and "_read_ready_cb" in attributes:
-        attributes["_read_ready_cb"] = _no_read
 
 
 class CoreDriver(asyncio.BufferedProtocol):
@@ -156,7 +117,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         lane = self._recv_lane
         if lane is not None:
             return lane.room()
-        return _receive_buffer()
+        return receive_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         lane = self._recv_lane
@@ -164,7 +125,7 @@ class CoreDriver(asyncio.BufferedProtocol):
             lane.arrived(nbytes)
             self._feed_lane(lane)
             return
-        view = _receive_buffer()[:nbytes]
+        view = receive_buffer()[:nbytes]
         if self.core.borrows_input:
             self.feed(view)  # consumed before feed returns: no copy here
             if nbytes >= RING_START and self._fd is not None and lanes.RECEIVE_ACTIVE:
@@ -226,8 +187,8 @@ class CoreDriver(asyncio.BufferedProtocol):
         if front is not None:
             front.lost()
         self._wake_all()
-        if _CACHES_READ_CALLBACK and self.transport is not None:
-            _release_transport(self.transport)
+        if self.transport is not None:
+            release_transport(self.transport)
         self.transport = None
         self._wake_drain()
 

@@ -39,6 +39,7 @@ __all__ = [
     "poll_timeout",
     "sleep_until",
     "spin",
+    "spin_read",
     "tap_factory",
     "tap_sent",
     "tapping",
@@ -300,3 +301,20 @@ def spin(poller: Any, wake: float | None, busy_poll: float) -> list[tuple[int, i
         os.sched_yield()
         ready = poll(0)
     return ready
+
+
+def spin_read(read: Callable[[], bool], wake: float | None, busy_poll: float) -> bool:
+    """Busy polling when only input is awaited: ``read()`` (one system call
+    per look; True once something was read, then handled) without sleeping,
+    for up to ``busy_poll`` seconds (not past ``wake``): the message is in as
+    soon as it is seen. False when nothing came."""
+    end = clock() + busy_poll
+    if wake is not None and wake < end:
+        end = wake
+    while not read():
+        if clock() >= end:
+            return False
+        # A runnable process (the peer, on a busy machine) gets the CPU
+        # first: spinning must not delay what it waits for.
+        os.sched_yield()
+    return True

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import select
 import socket
 from collections import deque
@@ -40,6 +39,7 @@ from iwarp.sync._calls import (
     poll_timeout,
     sleep_until,
     spin,
+    spin_read,
     tap_factory,
     tap_sent,
 )
@@ -408,7 +408,7 @@ class Driver:
         if mask != self._mask:
             self._mask = mask
             self._poll.modify(self._fd, mask)
-        if mask == _POLLIN and self.busy_poll > 0 and self._spin_read(wake):
+        if mask == _POLLIN and self.busy_poll > 0 and spin_read(self._read, wake, self.busy_poll):
             self._answer()
         else:
             if mask:
@@ -422,22 +422,6 @@ class Driver:
         if timer is not None:
             # A timer started by what was just read is armed by the next wait.
             self.run_timer()
-        return True
-
-    def _spin_read(self, wake: float | None) -> bool:
-        """Busy polling when only input is awaited: try to read, without
-        sleeping, for up to :attr:`busy_poll` seconds (not past ``wake``).
-        True once something was read (then handled); one system call per
-        look, and the message is in as soon as it is seen."""
-        end = clock() + self.busy_poll
-        if wake is not None and wake < end:
-            end = wake
-        while not self._read():
-            if clock() >= end:
-                return False
-            # A runnable process (the peer, on a busy machine) gets the CPU
-            # first: spinning must not delay what it waits for.
-            os.sched_yield()
         return True
 
     def check_stalled(self, what: str) -> None:
