@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import signal
@@ -428,11 +429,20 @@ async def _listen(args: argparse.Namespace, overall: _Overall) -> int:
     )
     received = 0  # messages (Sends, Writes, Reads served) over all connections
     status = 0
+
+    def wait_next() -> asyncio.Future[VitcpEndpoint]:
+        # A VI waits for the next connection while one is served: a request
+        # finding none would be answered ConnectNoMatch (§4.3), and a
+        # connector's next connection may come before the last one's summary.
+        return asyncio.ensure_future(listener.accept(config.discriminator, keep_posted=DESCRIPTORS))
+
+    waiting = wait_next()
     try:
         while args.count <= 0 or received < args.count:
             try:
-                endpoint = await listener.accept(config.discriminator, keep_posted=DESCRIPTORS)
+                endpoint = await waiting
             except VitcpRejectedError:
+                waiting = wait_next()
                 # §3.3: reliability level or peer-to-peer differ; ConnectReject sent.
                 status = 1
                 rejected = {"role": "listener", "messages": 0, "octets": 0}
@@ -440,6 +450,7 @@ async def _listen(args: argparse.Namespace, overall: _Overall) -> int:
                 rejected.update(status="rejected")
                 _print({"type": "summary", **rejected}, args.json)
                 continue
+            waiting = wait_next()
             summary = await _serve_one(endpoint, args.max_size, overall)
             received += summary["messages"]
             summary["type"] = "summary"
@@ -447,6 +458,9 @@ async def _listen(args: argparse.Namespace, overall: _Overall) -> int:
             if summary["status"] != "ok":
                 status = 1
     finally:
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, IwarpError, OSError):
+            await waiting
         await listener.close()
     return status
 
