@@ -32,8 +32,7 @@ from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdmap.memory import Access, MemoryRegistry
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import RecvWR, Sge
-from iwarp.vitcp.config import Role as ViRole
-from iwarp.vitcp.config import VitcpConfig
+from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
 from iwarp.vitcp.wire import decode_segment
 
@@ -206,7 +205,7 @@ def vitcp_connection(data: bytes) -> None:
     conn = VitcpConnection(VitcpConfig(), ViRole.PASSIVE)
     conn.tcp_accepted(0.0)
     for chunk in _chunks(data[2:], data[1]):
-        conn.receive_data(chunk)
+        conn.receive_data(chunk, 0.0)
         if data[0] & 1 and conn.take_events():
             try:
                 conn.match()
