@@ -62,3 +62,40 @@ class MpaConn(MpaConnection):
 def out(conn: Any) -> bytes:
     """Everything ``conn`` (any core) has to send, joined."""
     return b"".join(bytes(chunk) for chunk in conn.data_to_send())
+
+
+class RecordingDriver:
+    """A :class:`iwarp.contract.FrontDriver` without I/O for a front under
+    test: it counts what the front asks of it; ``flush`` and ``write`` keep
+    nothing (the test moves the core's octets itself)."""
+
+    def __init__(self) -> None:
+        self.gone = False
+        self.calls: list[str] = []
+        self.written: list[bytes] = []
+        self.woken: list[object] = []
+        self.reading = True
+
+    def now(self) -> float:
+        return 0.0
+
+    def flush(self) -> None:
+        self.calls.append("flush")
+
+    def write(self, data: Buffer) -> None:
+        self.written.append(bytes(data))
+
+    def wake(self, key: object = None) -> None:
+        self.woken.append(key)
+
+    def started(self) -> None:
+        self.calls.append("started")
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def close(self) -> None:
+        self.calls.append("close")

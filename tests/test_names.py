@@ -26,10 +26,9 @@ SRC: Final = Path(iwarp.__file__).resolve().parent
 TWINS: Final = frozenset(
     {"CompletionQueue", "MpaSocket", "MpaStream", "QueuePair", "VitcpEndpoint", "VitcpListener"}
 )
-#: Further definitions allowed beside a twin. The core's completion queue
-#: (``iwarp.rdma.endpoint``) keeps the adapters' name until the work on the
-#: adapter-independent fronts gives it a distinct one; remove the entry then.
-BESIDE_TWINS: Final = {"CompletionQueue": frozenset({"iwarp.rdma.endpoint"})}
+#: Further definitions allowed beside a twin (none: the core's completion
+#: list is ``iwarp.rdma.endpoint.CompletionRecord``).
+BESIDE_TWINS: Final[dict[str, frozenset[str]]] = {}
 #: A name every package's ``events.py`` defines for the union of its events
 #: (``iwarp.mpa.events.Event``, ``iwarp.rdma.events.Event``...).
 PER_PACKAGE: Final = frozenset({"Event"})

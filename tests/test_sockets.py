@@ -56,7 +56,7 @@ def test_send_chunks_returns_exactly_what_the_kernel_did_not_take(
 
 _OUT_OF_DESCRIPTORS = r"""
 import os, resource, sys
-from iwarp.sync._driver import TcpListener, WaitTimeoutError, clock
+from iwarp.sync._calls import TcpListener, WaitTimeoutError, clock
 
 listener = TcpListener("127.0.0.1", 0)
 print(listener.address[1], flush=True)

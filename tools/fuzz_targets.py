@@ -557,7 +557,9 @@ def _recv_lane_call(data: bytes) -> None:
             )  # fmt: skip
         ulpdus.append(head + draw.octets(n))
     crc = bool(draw.octet() & 1)
-    encoder = FpduEncoder(crc=crc)
+    markers, either = bool(draw.octet() & 1), bool(draw.octet() & 1)
+    phase = 4 * (draw.number(127) % 128)  # the encoder's; the kernel's may be anything
+    encoder = FpduEncoder(crc=crc, markers=markers, position=phase)
     ring = bytearray(b"".join(bytes(p) for u in ulpdus for p in encoder.encode(u)))
     for _ in range(draw.octet() % 3):
         if ring:
@@ -587,14 +589,15 @@ def _recv_lane_call(data: bytes) -> None:
         result = _speedups.recv_lane(
             -1, ring, start, end, 0, crc, limit, version, tagged, controls[0], writes,
             controls[1], reads, not draw.octet() & 1, controls[2], controls[3],
-            draw.number(2**32 - 1), draw.number(size), sends,
+            draw.number(2**32 - 1), draw.number(size), sends, markers,
+            phase if draw.octet() % 4 else draw.number(2**32), either,
         )  # fmt: skip
     except _ARGUMENT_ERRORS:
         result = None
     if memory[:guard] != before[:guard] or memory[guard + size :] != before[guard + size :]:
         raise AssertionError("recv_lane wrote outside its window")
     if result is not None:
-        new_start, new_end, done, _, records, _, took, _ = result
+        new_start, new_end, done, _, records, _, took, _, _ = result
         if not 0 <= new_start <= done <= new_end <= len(ring) or not 0 <= took <= new_start:
             raise AssertionError(f"recv_lane returned {result[:3]} for a {len(ring)}-octet ring")
         for record in records:

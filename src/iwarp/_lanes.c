@@ -489,8 +489,9 @@ PyMethodDef iw_lane_methods[] = {
      "(sent, total, end_phase, state): a message's FPDUs written with sendmsg."},
     {"recv_lane", py_recv_lane, METH_VARARGS,
      "recv_lane(fd, ring, start, end, wait_ms, crc, limit, version, tagged, write_ctl, writes, "
-     "read_ctl, reads, send_ok, send_ctl, send_se_ctl, msn, received, sends) -> "
-     "(start, end, done, state, records, need, took, got): a ring's FPDUs checked and placed."},
+     "read_ctl, reads, send_ok, send_ctl, send_se_ctl, msn, received, sends, markers=False, "
+     "phase=0, either=False) -> (start, end, done, state, records, need, took, got, phase): "
+     "a ring's FPDUs checked and placed."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -621,19 +622,62 @@ static int rl_record(PyObject *records, int kind, unsigned long long a, unsigned
     return rc;
 }
 
+/* Where the FPDU that starts at `phase` (mod 512 from the marker origin)
+ * puts its parts (RFC 5044 §4.1, §4.3): a leading marker when it starts on
+ * a marker position, the content (ULPDU_Length, ULPDU, PAD, CRC) split by a
+ * marker every 508 octets from `first` (content offset of the first one). */
+typedef struct {
+    size_t lead, first, count, wire;
+} RlFrame;
+
+static RlFrame rl_frame(size_t n, unsigned phase, int markers)
+{
+    RlFrame f = {0, SIZE_MAX, 0, 0};
+    size_t content = 6 + n + ((4 - ((2 + n) & 3)) & 3);
+    f.wire = content;
+    if (markers) {
+        f.lead = phase == 0 ? 4 : 0;
+        f.first = LANE_MARKER_INTERVAL - ((phase + f.lead) & LANE_PHASE_MASK);
+        if (f.first < content)
+            f.count = (content - f.first + LANE_MARKER_STRIDE - 1) / LANE_MARKER_STRIDE;
+        f.wire = f.lead + content + 4 * f.count;
+    }
+    return f;
+}
+
+/* Copy `len` content octets from content offset `c` of the FPDU whose
+ * ULPDU_Length field is at `h` to `dst`, around the markers. */
+static void rl_gather(const uint8_t *h, const RlFrame *f, size_t c, size_t len, uint8_t *dst)
+{
+    while (len) {
+        size_t before = c < f->first ? 0 : (c - f->first) / LANE_MARKER_STRIDE + 1;
+        size_t next = c < f->first ? f->first : f->first + before * LANE_MARKER_STRIDE;
+        size_t piece = next - c < len ? next - c : len;
+        memcpy(dst, h + c + 4 * before, piece);
+        dst += piece;
+        c += piece;
+        len -= piece;
+    }
+}
+
 /* The wire end of the complete FPDUs from `at` (their length fields only):
  * where the Python path's handover ends. A length above the limit: `end`
  * (that path reports it). */
-static size_t rl_complete(const uint8_t *ring, size_t at, size_t end, size_t limit)
+static size_t rl_complete(const uint8_t *ring, size_t at, size_t end, size_t limit, int markers,
+                          unsigned phase)
 {
-    while (end - at >= 2) {
-        size_t n = ((size_t)ring[at] << 8) | ring[at + 1];
+    for (;;) {
+        size_t lead = markers && phase == 0 ? 4 : 0;
+        if (end - at < lead + 2)
+            break;
+        size_t n = ((size_t)ring[at + lead] << 8) | ring[at + lead + 1];
         if (n > limit)
             return end;
-        size_t wire = (n + 9) & ~(size_t)3;
+        size_t wire = rl_frame(n, phase, markers).wire;
         if (wire > end - at)
             break;
         at += wire;
+        phase = (unsigned)((phase + wire) & LANE_PHASE_MASK);
     }
     return at;
 }
@@ -641,8 +685,9 @@ static size_t rl_complete(const uint8_t *ring, size_t at, size_t end, size_t lim
 /*
  * recv_lane(fd, ring, start, end, wait_ms, crc, limit, version,
  *           tagged, write_ctl, writes, read_ctl, reads,
- *           send_ok, send_ctl, send_se_ctl, msn, received, sends)
- *   -> (start, end, done, state, records, need, took, got)
+ *           send_ok, send_ctl, send_se_ctl, msn, received, sends,
+ *           markers=False, phase=0, either=False)
+ *   -> (start, end, done, state, records, need, took, got, phase)
  *
  * ring      the connection's ring (a writable buffer); data at [start, end).
  *           When less room than the largest FPDU is left after `end` (or
@@ -659,6 +704,11 @@ static size_t rl_complete(const uint8_t *ring, size_t at, size_t end, size_t lim
  * write_ctl, read_ctl, send_ctl, send_se_ctl: the RDMAP control octets of
  *           RDMA Write, Read Response, Send, Send with Solicited Event
  *           (-1: none of that kind is placed).
+ * markers   MPA markers (RFC 5044 §4.3) in the stream; `phase` is ring[start]'s
+ *           position past a marker position (mod 512); every marker's
+ *           FPDUPTR is checked (low two bits ignored; `either`: also the
+ *           count to the FPDU's start, Rev 0 and culley-02 peers) and each
+ *           header and payload is gathered around them.
  * send_ok   Sends may be placed: `sends` is the posted receive queue (items
  *           with a `view` buffer; one whose `guarded` is true is not placed
  *           into: its placements hold the RFC 7306 atomics' lock), the head's MSN `msn`, `received` octets
@@ -672,7 +722,8 @@ static size_t rl_complete(const uint8_t *ring, size_t at, size_t end, size_t lim
  * the records of what was placed, in order, `need`: an RDMA Write's
  * STag without a window at `start` (-1: none), `took`: the octets the lane
  * consumed (whole FPDUs, from the old `start` on) and `got`: the octets
- * read from the socket.
+ * read from the socket, and the marker phase at the new `start` (0 without
+ * markers).
  *
  * Records: (1, stag, to, octets, last) a run of one RDMA Write's segments;
  * (2, index, to, octets, last) of the Read of `reads[index]`;
@@ -682,14 +733,16 @@ static size_t rl_complete(const uint8_t *ring, size_t at, size_t end, size_t lim
 static PyObject *py_recv_lane(PyObject *self, PyObject *args)
 {
     int fd, wait_ms, crc, version, write_ctl, read_ctl, send_ok, send_ctl, send_se_ctl;
+    int markers = 0, either = 0;
+    unsigned phase = 0;
     Py_ssize_t start, end, limit;
     unsigned long msn_arg;
     Py_ssize_t received;
     PyObject *ring_obj, *tagged, *writes, *reads, *sends;
-    if (!PyArg_ParseTuple(args, "iOnnipniOiOiO!piiknO:recv_lane", &fd, &ring_obj, &start, &end,
-                          &wait_ms, &crc, &limit, &version, &tagged, &write_ctl, &writes,
+    if (!PyArg_ParseTuple(args, "iOnnipniOiOiO!piiknO|pIp:recv_lane", &fd, &ring_obj, &start,
+                          &end, &wait_ms, &crc, &limit, &version, &tagged, &write_ctl, &writes,
                           &read_ctl, &PyTuple_Type, &reads, &send_ok, &send_ctl, &send_se_ctl,
-                          &msn_arg, &received, &sends))
+                          &msn_arg, &received, &sends, &markers, &phase, &either))
         return NULL;
     Py_buffer ring;
     if (PyObject_GetBuffer(ring_obj, &ring, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
@@ -706,7 +759,8 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args)
         version < 0 || version > 3 || write_ctl < -1 || write_ctl > 0xFF || read_ctl < -1 ||
         read_ctl > 0xFF || send_ctl < -1 || send_ctl > 0xFF || send_se_ctl < -1 ||
         send_se_ctl > 0xFF || msn_arg > 0xFFFFFFFFul || received < 0 || wait_ms < -1 ||
-        (tagged != Py_None && !PyTuple_Check(tagged)) || !PyDict_Check(writes)) {
+        (tagged != Py_None && !PyTuple_Check(tagged)) || !PyDict_Check(writes) ||
+        (phase & 3) || phase > LANE_PHASE_MASK) {
         PyErr_SetString(PyExc_ValueError, "recv_lane: inconsistent arguments");
         goto done;
     }
@@ -786,15 +840,17 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args)
     size_t at = s0;
     size_t lim = (size_t)limit;
     for (;;) {
-        if (e0 - at < 2)
+        size_t lead = markers && phase == 0 ? 4 : 0;
+        if (e0 - at < lead + 2)
             break;
-        size_t n = ((size_t)buf[at] << 8) | buf[at + 1];
+        const uint8_t *h = buf + at + lead; /* the ULPDU_Length field */
+        size_t n = ((size_t)h[0] << 8) | h[1];
         if (n > lim)
             break; /* the Python path reports it */
-        size_t wire = (n + 9) & ~(size_t)3;
+        RlFrame frame = rl_frame(n, phase, markers);
+        size_t wire = frame.wire;
         if (wire > e0 - at)
             break;
-        const uint8_t *u = buf + at + 2; /* the ULPDU, n octets */
         if (crc) {
             uint32_t computed = ~iw_crc32c(0xFFFFFFFFu, buf + at, wire - 4);
             const uint8_t *f = buf + at + wire - 4;
@@ -803,6 +859,24 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args)
             if (field != computed)
                 break;
         }
+        /* RFC 5044 §4.3: the markers' FPDUPTRs (low two bits ignored), as
+         * the usual path checks them (and reports them when wrong). */
+        if (lead && (((unsigned)buf[at + 2] << 8 | buf[at + 3]) & 0xFFFCu))
+            break;
+        int marked = 1;
+        for (size_t k = 0; k < frame.count; k++) {
+            size_t m = frame.first + LANE_MARKER_INTERVAL * k; /* from `h` */
+            size_t found = ((size_t)h[m + 2] << 8 | h[m + 3]) & 0xFFFCu;
+            if (found != m && !(either && lead && found == m + lead)) {
+                marked = 0;
+                break;
+            }
+        }
+        if (!marked)
+            break;
+        /* The DDP/RDMAP header, gathered around markers. */
+        uint8_t u[RL_UNTAGGED_HEADER] = {0};
+        rl_gather(h, &frame, 2, n < sizeof u ? n : sizeof u, u);
         if (n < 2 || (u[0] & RL_VERSION_MASK) != (unsigned)version)
             break;
         int last = (u[0] & RL_LAST_FLAG) != 0;
@@ -881,8 +955,7 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args)
             if (to < win->base || to - win->base > win->len || len > win->len - (to - win->base))
                 break;
             uint8_t *dst = (uint8_t *)win->view.buf + (to - win->base);
-            const uint8_t *src = u + RL_TAGGED_HEADER;
-            memcpy(dst, src, (size_t)len);
+            rl_gather(h, &frame, 2 + RL_TAGGED_HEADER, (size_t)len, dst);
             if (run_kind == kind && run_stag == stag && run_to + run_octets == to) {
                 run_octets += len;
             } else {
@@ -958,7 +1031,8 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args)
             if (mo > (uint64_t)send_buf.len || len > (uint64_t)send_buf.len - mo)
                 break; /* too long: the Python path reports it */
             if (len)
-                memcpy((uint8_t *)send_buf.buf + mo, u + RL_UNTAGGED_HEADER, (size_t)len);
+                rl_gather(h, &frame, 2 + RL_UNTAGGED_HEADER, (size_t)len,
+                          (uint8_t *)send_buf.buf + mo);
             /* A Send between tagged segments ends the current record. */
             if (run_kind && rl_record(records, run_kind,
                                       run_kind == RL_WRITE ? run_stag : (uint64_t)read_index,
@@ -975,6 +1049,7 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args)
             }
         }
         at += wire;
+        phase = (unsigned)((phase + wire) & LANE_PHASE_MASK);
     }
     if (run_kind && rl_record(records, run_kind,
                               run_kind == RL_WRITE ? run_stag : (uint64_t)read_index, run_to,
@@ -985,9 +1060,10 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args)
         if (mo && rl_record(records, RL_SEND, (uint64_t)send_at, mo, 0, 0) < 0)
             goto done;
     }
-    size_t complete = rl_complete(buf, at, e0, lim);
-    result = Py_BuildValue("(nnniOLnn)", (Py_ssize_t)at, (Py_ssize_t)e0, (Py_ssize_t)complete,
-                           state, records, need, (Py_ssize_t)(at - s0), (Py_ssize_t)got);
+    size_t complete = rl_complete(buf, at, e0, lim, markers, phase);
+    result = Py_BuildValue("(nnniOLnnI)", (Py_ssize_t)at, (Py_ssize_t)e0, (Py_ssize_t)complete,
+                           state, records, need, (Py_ssize_t)(at - s0), (Py_ssize_t)got,
+                           markers ? phase : 0u);
 done:
     rl_release(&write_win.view);
     for (int k = 0; k < RL_READ_WINDOWS; k++)

@@ -61,11 +61,11 @@ Rules every core follows:
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from iwarp._typing import Buffer
 
-__all__ = ["Connection", "EventT"]
+__all__ = ["Connection", "DrivenFront", "EventT", "FrontDriver"]
 
 EventT = TypeVar("EventT")
 
@@ -129,4 +129,87 @@ class Connection(Protocol[EventT]):
 
     def set_emss(self, emss: int) -> None:
         """Report the TCP effective MSS (from ``TCP_MAXSEG``), which sizes MULPDU."""
+        ...
+
+
+class FrontDriver(Protocol):
+    """What a protocol's front (:class:`~iwarp.mpa.front.MpaFront`,
+    :class:`~iwarp.rdma.front.QueuePairFront`, :class:`~iwarp.vitcp.front.ViFront`)
+    needs of the driver that moves its core's octets.
+
+    The front holds one (composition): it handles the core's events, keeps
+    the state an application reads and decides every policy (when to pause
+    reading, when to close, what wakes a waiting call); the driver only
+    moves octets and wakes. The asyncio driver
+    (:class:`iwarp.asyncio.driver.CoreDriver`) and the blocking one
+    (:class:`iwarp.sync._driver.Driver`) implement it; an adapter for
+    another event loop writes one of these and the calls that wait.
+    """
+
+    @property
+    def gone(self) -> bool:
+        """TCP is gone: nothing more is read or written."""
+        ...
+
+    def now(self) -> float:
+        """The driver's clock, the core's ``now``."""
+        ...
+
+    def flush(self) -> None:
+        """Write what the core queued, as far as TCP takes it now (the
+        events that causes go to the front); close TCP once the core must."""
+        ...
+
+    def write(self, data: Buffer) -> None:
+        """Octets the core handed out directly (the small-message lane),
+        ahead of its next ``data_to_send``: written as far as TCP takes them
+        now, the rest in order; dropped once TCP is going."""
+        ...
+
+    def wake(self, key: object = None) -> None:
+        """A waiting call may go on: the one waiting for ``key`` (a work
+        request or descriptor), or with None every call waiting for input."""
+        ...
+
+    def started(self) -> None:
+        """Startup is over (full operation): the driver may write on its
+        fastest path from now on."""
+        ...
+
+    def pause_reading(self) -> None:
+        """Stop reading from TCP (the front holds too much unread)."""
+        ...
+
+    def resume_reading(self) -> None:
+        """Read from TCP again."""
+        ...
+
+    def close(self) -> None:
+        """Close TCP (FIN) after what is queued."""
+        ...
+
+
+class DrivenFront(Protocol):
+    """What a driver needs of the front it serves (the asyncio
+    :class:`~iwarp.asyncio.driver.CoreDriver` all of it; the blocking
+    driver takes only :meth:`dispatch`, its adapter opens the core)."""
+
+    #: Keep our half open after the peer's FIN (MPA may still send; RFC 5044 §7.2).
+    keep_open_after_eof: bool
+
+    @property
+    def fin_on_clean_close(self) -> bool:
+        """A clean close under us now (no FIN seen) reads as the peer's FIN."""
+        ...
+
+    def open(self, now: float, emss: int) -> Connection[Any]:
+        """TCP is up: make or start the core; returns it."""
+        ...
+
+    def dispatch(self, events: list[Any]) -> None:
+        """Handle the core's events."""
+        ...
+
+    def lost(self) -> None:
+        """TCP is gone and the core was told."""
         ...

@@ -10,7 +10,7 @@ Nothing here waits or touches a socket:
   whose connections end runs a full collection (see
   docs/performance.md, "Idle connections before MPA startup").
 
-The asyncio servers (:func:`iwarp.asyncio.driver.start_server` and the
+The asyncio servers (:func:`iwarp.asyncio.server.start_server` and the
 ``serve`` calls built on it) use both; the blocking adapter has no server
 loop (its listeners accept one connection per call).
 """

@@ -26,6 +26,7 @@ __all__ = [
     "SheddingSocket",
     "connect_failure_reason",
     "is_connect_failure",
+    "LISTEN_BACKLOG",
     "listening_socket",
     "listening_socket_for",
     "send_chunks",
@@ -258,6 +259,11 @@ def _nofile_limit() -> str:
         return str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     except (ImportError, OSError, ValueError):
         return "unknown"
+
+
+#: The listen backlog of every server and listener (asyncio's ``serve``,
+#: the blocking ``listen``, VI/TCP's listeners), unless one is given.
+LISTEN_BACKLOG: Final = 1024
 
 
 def listening_socket(family: int, address: Any, backlog: int) -> SheddingSocket:

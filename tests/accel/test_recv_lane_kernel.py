@@ -174,10 +174,10 @@ def test_the_ring_is_compacted_only_when_room_runs_short() -> None:
             -1, ring, 10, 10 + len(fpdu), 0, True, 0xFFFF, 1, None, WRITE, {5: (window, 0)},
             READ, (), False, SEND, SEND_SE, 1, 0, (),
         )  # fmt: skip
-        start, end, done, _, records, need, took, got = result
+        start, end, done, _, records, need, took, got, phase = result
         shift = 10 if not moved else 0
         assert (start, end, done) == (shift + len(fpdu),) * 3, room
-        assert (took, got, need, len(records)) == (len(fpdu), 0, -1, 1)
+        assert (took, got, need, len(records), phase) == (len(fpdu), 0, -1, 1, 0)
         assert ring[shift : shift + len(fpdu)] == fpdu
 
 
@@ -217,3 +217,85 @@ def test_windows_it_cannot_use_stop_it_without_an_error() -> None:
     assert (start, records) == (0, [])
     start, _, _, _, records, _ = call(ring_of(send(1, 0, b"b")), send_ok=True, sends=[])
     assert (start, records) == (0, [])
+
+
+def marked(*ulpdus: bytes, phase: int, crc: bool = True) -> tuple[bytearray, int]:
+    """FPDUs with markers, the first at ``phase``; and the phase after."""
+    encoder = FpduEncoder(crc=crc, markers=True, position=phase)
+    ring = bytearray(b"".join(bytes(p) for u in ulpdus for p in encoder.encode(u)))
+    return ring, encoder.phase
+
+
+def call_marked(ring: bytearray, phase: int, either: bool = False, **kw: Any) -> tuple[Any, ...]:
+    _, window = kw.pop("window")
+    return lanes.lane_kernels().recv_lane(
+        -1, ring, 0, len(ring), 0, True, 0xFFFF, 1, None, WRITE, {5: (window, 0)}, READ, (),
+        True, SEND, SEND_SE, 1, 0, kw.get("sends", ()), True, phase, either,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("phase", [0, 4, 252, 500, 508])
+@pytest.mark.parametrize("size", [1, 490, 1000, 3000])
+def test_with_markers_headers_and_payloads_are_gathered_around_them(phase: int, size: int) -> None:
+    """RFC 5044 §4.3: a marker every 512 octets of the stream, wherever it
+    falls (in the DDP header, the payload, before the CRC): the lane checks
+    each FPDUPTR, places the payload without the markers and returns the
+    phase after the FPDUs."""
+    memory, window = guarded(2 * size + 64)
+    buffer_memory, buffer = guarded(size + 8)
+    first = bytes(range(256)) * (size // 256 + 1)
+    ring, after = marked(
+        tagged(5, 0, first[:size], last=False),
+        tagged(5, size, b"\x77" * size),
+        send(1, 0, first[1 : size + 1]),
+        phase=phase,
+    )
+    start, _, done, _, records, need, took, _, got_phase = call_marked(
+        ring, phase, window=(memory, window), sends=[Posted(buffer)]
+    )
+    assert (start, done, took, need, got_phase) == (len(ring), len(ring), len(ring), -1, after)
+    assert records == [(1, 5, 0, 2 * size, 1), (3, 0, size, 0, 1)]
+    assert bytes(window[: 2 * size]) == first[:size] + b"\x77" * size
+    assert bytes(buffer[:size]) == first[1 : size + 1]
+    for m in (memory, buffer_memory):
+        assert m[:GUARD] == bytes(GUARD) and m[-GUARD:] == bytes(GUARD)
+
+
+@pytest.mark.parametrize("phase", [0, 12])
+def test_a_wrong_fpduptr_stops_the_lane_there(phase: int) -> None:
+    memory = guarded(4096)
+    good, mid = marked(tagged(5, 0, b"a" * 1200), phase=phase)
+    bad, _ = marked(tagged(5, 0, b"b" * 1200), phase=mid)
+    at = (512 - mid) % 512 or 512  # the first marker of the second FPDU (past a leading one)
+    corrupted = bytearray(bad)
+    corrupted[at + 3] ^= 0x10  # its FPDUPTR (the CRC is off below, so only it is wrong)
+    ring = bytearray(good) + corrupted
+    result = lanes.lane_kernels().recv_lane(
+        -1, ring, 0, len(ring), 0, False, 0xFFFF, 1, None, WRITE, {5: (memory[1], 0)}, READ, (),
+        False, SEND, SEND_SE, 1, 0, (), True, phase, False,
+    )  # fmt: skip
+    assert result[0] == len(good) and result[2] == len(ring) and result[8] == mid
+    assert len(result[4]) == 1
+
+
+def test_either_fpduptr_reading_of_rev0_peers() -> None:
+    """An FPDU that starts on a marker: its inner markers may count back to
+    the FPDU's start (4 more), with ``either`` only."""
+    memory = guarded(4096)
+    ring, _ = marked(tagged(5, 0, b"c" * 1000), phase=0)
+    assert ring[514:516] == b"\x01\xfc"  # the first inner marker's FPDUPTR: 508
+    ring[514:516] = b"\x02\x00"  # 512: counted from the leading marker
+    for either, placed in ((False, False), (True, True)):
+        result = lanes.lane_kernels().recv_lane(
+            -1, bytearray(ring), 0, len(ring), 0, False, 0xFFFF, 1, None, WRITE,
+            {5: (memory[1], 0)}, READ, (), False, SEND, SEND_SE, 1, 0, (), True, 0, either,
+        )  # fmt: skip
+        assert (result[0] == len(ring)) is placed
+
+
+def test_a_phase_off_the_grid_is_refused() -> None:
+    with pytest.raises(ValueError):
+        lanes.lane_kernels().recv_lane(
+            -1, bytearray(64), 0, 0, 0, True, 0xFFFF, 1, None, WRITE, {}, READ, (), False,
+            SEND, SEND_SE, 1, 0, (), True, 2, False,
+        )  # fmt: skip

@@ -348,7 +348,12 @@ class Adapter(Protocol):
         setup: Setup | None = None,
         atomic_ord: int = ATOMIC_DEPTH,
         atomic_ird: int = ATOMIC_DEPTH,
+        cq: Any = None,
+        shared_cq: bool = False,
     ) -> Side: ...
+
+    def completion_queue(self) -> Any:
+        """A completion queue of this adapter, for ``connect(cq=...)``."""
 
     def take_failures(self) -> list[BaseException]: ...
 
@@ -423,6 +428,8 @@ class SyncAdapter:
         setup: Setup | None = None,
         atomic_ord: int = ATOMIC_DEPTH,
         atomic_ird: int = ATOMIC_DEPTH,
+        cq: Any = None,
+        shared_cq: bool = False,
     ) -> Side:
         qp = sync.connect(
             "127.0.0.1",
@@ -435,8 +442,14 @@ class SyncAdapter:
             timeout=CALL_TIMEOUT,
             atomic_ord=atomic_ord,
             atomic_ird=atomic_ird,
+            send_cq=cq,
+            recv_cq=cq,
+            shared_cq=shared_cq,
         )
         return SyncSide(qp)
+
+    def completion_queue(self) -> sync.CompletionQueue:
+        return sync.CompletionQueue()
 
     def take_failures(self) -> list[BaseException]:
         """Wait for the server handlers; their failures (now forgotten)."""
@@ -526,6 +539,8 @@ class AsyncioAdapter(LoopThread):
         setup: Setup | None = None,
         atomic_ord: int = ATOMIC_DEPTH,
         atomic_ird: int = ATOMIC_DEPTH,
+        cq: Any = None,
+        shared_cq: bool = False,
     ) -> Side:
         loop = self.loop
         qp = self._call(
@@ -539,9 +554,15 @@ class AsyncioAdapter(LoopThread):
                 setup=None if setup is None else lambda qp: setup(AsyncioSide(qp, loop)),
                 atomic_ord=atomic_ord,
                 atomic_ird=atomic_ird,
+                send_cq=cq,
+                recv_cq=cq,
+                shared_cq=shared_cq,
             )
         )
         return AsyncioSide(qp, loop)
+
+    def completion_queue(self) -> aio.CompletionQueue:
+        return aio.CompletionQueue()
 
     def take_failures(self) -> list[BaseException]:
         """Wait for the server handlers; their failures (now forgotten)."""

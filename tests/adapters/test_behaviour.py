@@ -367,3 +367,53 @@ def test_posted_sends_are_delivered_before_the_close(pair: tuple[Adapter, Adapte
     qp.close()  # graceful: everything posted goes out first
     assert server.take_failures() == []
     assert got == [i.to_bytes(2, "big") * 1000 for i in range(count)]
+
+
+def _completions(side: Side, count: int) -> list[tuple[int, WorkOpcode, CompletionStatus, int]]:
+    entries = [side.wait_send() for _ in range(count)]
+    return [(c.wr_id, c.opcode, c.status, c.byte_len) for c in entries]
+
+
+def _echo(qp: Side) -> None:
+    qp.send(b"re:" + qp.receive())
+    qp.wait_closed()
+
+
+def test_a_completion_queue_shared_by_two_queue_pairs(pair: tuple[Adapter, Adapter]) -> None:
+    """One queue for the send and receive work of two queue pairs: its
+    entries come in the order the work completed, whichever queue pair and
+    adapter; once both queue pairs are over, a wait says so."""
+    client, server = pair
+    ports = [server.serve(_echo, receive_buffers=1) for _ in range(2)]
+    cq = client.completion_queue()
+    a, b = (client.connect(port, cq=cq) for port in ports)
+    sinks = [bytearray(16), bytearray(16)]
+    for side, sink, base in ((a, sinks[0], 10), (b, sinks[1], 20)):
+        side.post_recv(RecvWR(Sge(side.register(sink), 0, 16), wr_id=base))
+        side.post_send(SendWR(b"hello" * (base // 10), wr_id=base + 1))
+        assert _completions(side, 2) == [
+            (base + 1, WorkOpcode.SEND, CompletionStatus.SUCCESS, 5 * (base // 10)),
+            (base, WorkOpcode.RECV, CompletionStatus.SUCCESS, 3 + 5 * (base // 10)),
+        ]
+    assert bytes(sinks[0][:8]) == b"re:hello" and bytes(sinks[1][:13]) == b"re:hellohello"
+    a.close()
+    b.post_send(SendWR(b"", wr_id=99))
+    assert _completions(b, 1) == [(99, WorkOpcode.SEND, CompletionStatus.SUCCESS, 0)]
+    b.close()
+    with pytest.raises(ConnectionTerminatedError):
+        b.wait_send()
+
+
+def test_shared_cq_puts_send_and_receive_work_in_one_queue(pair: tuple[Adapter, Adapter]) -> None:
+    client, server = pair
+    port = server.serve(_echo, receive_buffers=1)
+    qp = client.connect(port, shared_cq=True)
+    sink = bytearray(8)
+    qp.post_recv(RecvWR(Sge(qp.register(sink), 0, 8), wr_id=1))
+    qp.post_send(SendWR(b"ping", wr_id=2))
+    assert _completions(qp, 2) == [
+        (2, WorkOpcode.SEND, CompletionStatus.SUCCESS, 4),
+        (1, WorkOpcode.RECV, CompletionStatus.SUCCESS, 7),
+    ]
+    assert bytes(sink[:7]) == b"re:ping"
+    qp.close()

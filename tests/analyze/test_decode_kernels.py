@@ -637,3 +637,22 @@ def test_any_segmentation_reordering_and_retransmission_decode_the_same(
         assert decode_all(path) == accelerated
     assert any('"type": "fpdu"' in line for line in accelerated)
     assert not any('"type": "error"' in line for line in accelerated)
+
+
+@pytest.mark.parametrize("markers", [(False, False), (True, True)])
+def test_sequence_numbers_wrapping_inside_fpdus_decode_the_same(
+    tmp_path: Path, markers: tuple[bool, bool]
+) -> None:
+    # Both directions cross 2**32 within their first FPDUs (the walk's
+    # records and their markers count sequence numbers modulo 2**32).
+    cap, sent = standard(*markers).capture(
+        resegmented([1460, 700, 3000]), client_isn=2**32 - 1500, server_isn=2**32 - 900
+    )
+    path = tmp_path / "wrap.pcap"
+    path.write_bytes(cap.to_bytes())
+    accelerated = decode_all(path)
+    with pure_python():
+        assert decode_all(path) == accelerated
+    seqs = [json.loads(line)["seq"] for line in accelerated if '"type": "fpdu"' in line]
+    assert min(seqs) < 2**16 and max(seqs) > 2**32 - 2**16  # both sides of the wrap
+    assert sorted(seqs) == sorted(seq for each in sent.values() for seq in each)

@@ -20,6 +20,7 @@ from iwarp.analyze import analyzer, replay
 from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
 from iwarp.analyze.capture import read_tcp_packets
 from iwarp.analyze.render import summary_json
+from iwarp.analyze.tcp import Limits
 
 
 class OneByOne(replay.ReplayFeed):
@@ -84,3 +85,46 @@ def test_a_run_is_bounded() -> None:
         feed.feed(1000 * i, bytes(1000))  # in order, never a whole FPDU
         assert feed.run_size <= replay.RUN_OCTETS + 1000
     assert feed.result().passed == 0
+
+
+def test_what_a_run_holds_is_counted_and_handed_over_when_memory_is_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The octets a replay gathers count in what a connection holds (the
+    # limit on all connections together); shedding hands them over, which
+    # changes no figure.
+    feed = replay.ReplayFeed(0, markers=False, crc=True)
+    feed.feed(0, (1000).to_bytes(2, "big") + bytes(98))  # an FPDU of 1008 octets begins
+    feed.feed(100, bytes(50))
+    assert feed.held == 150
+    feed.hand_over()
+    assert feed.held == 0 and feed.receiver.buffered == 150
+
+    path = tmp_path / "many.pcap"
+    make_capture_module().make_capture(str(path), 12 << 20, seed=9, concurrent=8, mix="default")
+    handed: list[int] = []
+    shed = analyzer._Connection.shed
+
+    def shedding(self: analyzer._Connection, why: str) -> None:
+        handed.extend(d.replay.held for d in self.dirs if d.replay is not None)
+        held = self.held()
+        shed(self, why)
+        assert all(d.replay is None or d.replay.held == 0 for d in self.dirs)
+        assert self.held() <= held
+
+    monkeypatch.setattr(analyzer._Connection, "shed", shedding)
+
+    def reports(limits: Limits) -> list[object]:
+        with path.open("rb") as f:
+            outs = analyze_stream(read_tcp_packets(f), Options(), limits)
+            return [
+                [d.receiver for d in out.directions]
+                for out in outs
+                if isinstance(out, ConnectionReport)
+            ]
+
+    usual = reports(Limits())
+    handed.clear()
+    tight = reports(Limits(total=200 << 10))
+    assert tight == usual
+    assert any(handed)  # shedding handed gathered octets over

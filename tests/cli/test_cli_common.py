@@ -341,3 +341,43 @@ def test_the_connector_learns_of_a_full_memory_budget() -> None:
     assert str(error["message"]).startswith(
         "the listener refused: no room for a buffer of 102400 octets in its --memory-budget"
     )
+
+
+@pytest.mark.parametrize("choice", ["", "asyncio"])
+def test_version_names_the_event_loop(choice: str) -> None:
+    import importlib.util
+    import os
+
+    env = {**os.environ, "IWARP_LOOP": choice}
+    proc = subprocess.run(
+        [*IWARP, "--version"], capture_output=True, text=True, timeout=30, check=True, env=env
+    )
+    loop = proc.stdout.splitlines()[4]
+    if choice == "asyncio":
+        assert loop == "event loop: asyncio's own (IWARP_LOOP=asyncio)"
+    elif importlib.util.find_spec("uvloop") is not None:
+        assert loop.startswith("event loop: uvloop ") and "IWARP_LOOP=asyncio" in loop
+    else:
+        assert loop.startswith("event loop: asyncio's own (uvloop is not installed")
+
+
+@pytest.mark.parametrize("choice", ["uvloop", "asyncio"])
+def test_commands_run_on_the_loop_chosen(choice: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_loop (what every asyncio command runs through) uses uvloop's loop
+    unless IWARP_LOOP=asyncio, and returns the coroutine's result."""
+    import asyncio
+
+    from iwarp.cli._run import run_loop
+
+    if choice == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+    monkeypatch.setenv("IWARP_LOOP", choice)
+
+    async def loop_type() -> type:
+        return type(asyncio.get_running_loop())
+
+    kind = run_loop(loop_type())
+    if choice == "uvloop":
+        assert issubclass(kind, uvloop.Loop)
+    else:
+        assert kind.__module__.startswith("asyncio")

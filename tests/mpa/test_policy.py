@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from helpers import out
-from iwarp.errors import MpaError, MpaErrorCode
+from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import MpaConnection
 from iwarp.mpa.events import ConnectionEstablished, ConnectionRejected, RequestReceived
-from iwarp.mpa.policy import Accept, Reject, answer_request, rev1_fallback
+from iwarp.mpa.policy import Accept, Attempts, Reject, answer_request, rev1_fallback
 from iwarp.mpa.wire import Revision
 
 
@@ -61,3 +61,28 @@ def test_rev1_fallback_from_the_config() -> None:
     config = MpaConfig(rev1_fallback=True)
     retry = rev1_fallback(config, MpaError(MpaErrorCode.TCP_CLOSED, "x"), requested=False)
     assert retry is not None and retry.revision == Revision.REV1
+
+
+def test_attempts_retry_once_as_rev1_then_raise() -> None:
+    closed = MpaError(MpaErrorCode.TCP_CLOSED, "closed on our Rev 2 Request")
+    attempts = Attempts(MpaConfig(), b"pd", fallback=True)
+    assert attempts.config.revision == Revision.REV2
+    attempts.failed(closed)  # a retry follows
+    assert attempts.config.revision == Revision.REV1
+    with pytest.raises(MpaError) as raised:
+        attempts.failed(closed)  # once only
+    assert raised.value is closed
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_attempts_raise_what_is_not_the_fallback_case(fallback: bool) -> None:
+    bad = MpaError(MpaErrorCode.INVALID_FRAME, "a bad Reply")
+    attempts = Attempts(MpaConfig(), b"", fallback=fallback)
+    with pytest.raises(MpaError) as raised:
+        attempts.failed(bad)
+    assert raised.value is bad and attempts.config.revision == Revision.REV2
+
+
+def test_attempts_check_the_private_data_before_any_connection() -> None:
+    with pytest.raises(LocalProtocolError):
+        Attempts(MpaConfig(), bytes(600), fallback=True)

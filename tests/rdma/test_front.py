@@ -1,5 +1,7 @@
 """QueuePairFront, the half of a queue pair both adapters share: its event
-table, the simple calls' bookkeeping and its errors, on in-memory endpoints."""
+table, the policy it applies through its driver (reading paused and
+resumed, startup outcome, completion queues), the simple calls'
+bookkeeping and its errors, on in-memory endpoints and a recording driver."""
 
 from __future__ import annotations
 
@@ -7,42 +9,33 @@ from typing import Any
 
 import pytest
 
+from helpers import RecordingDriver
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
-from iwarp.mpa.config import Role
-from iwarp.rdma.endpoint import (
-    QueuePairEndpoint,
-)
+from iwarp.mpa.config import MpaConfig, Role
+from iwarp.mpa.connection import DEFAULT_EMSS
+from iwarp.rdma import front as front_module
+from iwarp.rdma.endpoint import QueuePairOptions
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
-from iwarp.rdma.events import (
-    CompletionQueued,
-    Established,
-    MessageQueued,
-    WorkFinished,
-)
-from iwarp.rdma.front import QueuePairFront
-from iwarp.rdmap.memory import MemoryRegistry
-from iwarp.rdmap.work import SendWR, WriteWR
+from iwarp.rdma.front import CompletionQueueFront, QueuePairFront
+from iwarp.rdmap.memory import Access, MemoryRegistry
+from iwarp.rdmap.work import RecvWR, SendWR, Sge, WriteWR
 
 
 class Front(QueuePairFront):
-    """A front that records its events and writes through a wire."""
+    """A front on a recording driver; the test moves the octets."""
 
     _opened_by = "the test"
 
-    def __init__(self, role: Role, **options: Any) -> None:
-        self.pd = MemoryRegistry().alloc_pd()
-        self._endpoint = QueuePairEndpoint(role, self.pd, **options)
-        self.seen: list[type] = []
-        self.outputs = 0
-
-    def _output(self) -> None:
-        self.outputs += 1
-
-    def _on_established(self, event: Established) -> None:
-        self.seen.append(Established)
-
-    def _on_message(self, event: MessageQueued) -> None:
-        self.seen.append(MessageQueued)
+    def __init__(
+        self, role: Role, send_cq: CompletionQueueFront | None = None, **options: Any
+    ) -> None:
+        options.setdefault("receive_buffers", 0)
+        settings = QueuePairOptions(MpaConfig(), **options)
+        pd = MemoryRegistry().alloc_pd()
+        super().__init__(role, pd, settings, send_cq=send_cq)
+        self.recorder = RecordingDriver()
+        self._driver = self.recorder
+        self.open(0.0, DEFAULT_EMSS)
 
 
 def pump(a: Front, b: Front) -> None:
@@ -51,12 +44,14 @@ def pump(a: Front, b: Front) -> None:
     for _ in range(1000):
         moved = False
         for src, dst in ((a, b), (b, a)):
-            src._dispatch(src.endpoint.take_events())
-            data = b"".join(bytes(c) for c in src.endpoint.data_to_send())
-            src._dispatch(src.endpoint.take_events())
+            src.dispatch(src.endpoint.take_events())
+            data = b"".join(bytes(c) for c in src.recorder.written)
+            src.recorder.written.clear()
+            data += b"".join(bytes(c) for c in src.endpoint.data_to_send())
+            src.dispatch(src.endpoint.take_events())
             if data:
                 moved = True
-                dst._dispatch(dst.endpoint.receive_data(data, 0.0))
+                dst.dispatch(dst.endpoint.receive_data(data, 0.0))
         if not moved:
             return
     raise AssertionError("did not settle")
@@ -68,50 +63,124 @@ def fronts(**b_options: Any) -> tuple[Front, Front]:
     return a, b
 
 
-def test_events_go_to_the_subclass_handlers_and_the_rest_to_no_ops() -> None:
+def test_the_event_table_drives_the_driver() -> None:
     a, b = fronts(receive_buffers=1)
-    assert a.seen == [Established] and b.seen == [Established]
-    a._dispatch([CompletionQueued(a.endpoint.send_cq), WorkFinished(1)])  # defaults: nothing
-    wr = SendWR(b"hi", a.endpoint.next_wr_id())
+    for front in (a, b):
+        assert front.recorder.calls == ["started"] and front.recorder.woken == [None]
+        assert front._startup_over()
+        front._opened()  # in full operation: nothing happens
+    region = b.register(bytearray(8), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    wr = WriteWR(b"hi", region.stag, 0, a.endpoint.next_wr_id())
     assert a._post_tracked(wr) is None  # its completion comes with the endpoint's events
-    assert a.outputs == 1
+    assert a.recorder.calls == ["started", "flush"]  # post_send flushed
     pump(a, b)
+    assert wr.wr_id in a.recorder.woken  # the simple call waiting for it
     completion = a.endpoint.result(wr.wr_id)
     assert completion is not None and a._checked(completion) is completion
-    assert a.endpoint.send_cq.poll() == []  # tracked: not on the queue
-    assert b.seen == [Established, MessageQueued]
-    assert b._take_message(closed=False) == b"hi"
-    assert b._take_message(closed=False) is None  # a wait may bring one
+    assert len(a.send_cq) == 0 and bytes(region.view[:2]) == b"hi"  # tracked: not queued
+    assert a._sent_at_once(b"hello", False, None)  # the small-message lane: written at once
+    pump(a, b)
+    assert b.recorder.woken[-1] is None  # the message wakes the receive
+    assert b._take_message() == b"hello"
+    assert b._take_message() is None  # a wait may bring one
+
+
+def test_completions_move_to_the_queues_of_every_attached_queue_pair() -> None:
+    shared = CompletionQueueFront()
+    a = Front(Role.INITIATOR, send_cq=shared)
+    c = Front(Role.INITIATOR, send_cq=shared)
+    b, d = Front(Role.RESPONDER), Front(Role.RESPONDER)
+    pump(a, b)
+    pump(c, d)
+    assert shared._fronts == [a, c] and a.recv_cq is not shared
+    region = d.register(bytearray(8), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    a.post_recv(RecvWR(Sge(a.register(bytearray(8)), 0, 8), wr_id=7))
+    a.post_send(WriteWR(b"one", 0x99, 0, wr_id=1))
+    c.post_send(WriteWR(b"two", region.stag, 0, wr_id=2))
+    for x, y in ((c, d), (a, b)):
+        pump(x, y)
+    assert [entry.wr_id for entry in shared._take(None)] == [2, 1]
+    assert len(a.recv_cq) == 1  # flushed when the peer's Terminate ended the stream
+    woken: list[str] = []
+    shared._waiting.append(lambda: woken.append("a"))
+    a.recorder.gone = True
+    a.lost()  # TCP gone: the queue's waiting call checks again
+    assert woken == ["a"] and shared._fronts == [c] and shared._drivers() == [c._driver]
+    c.lost()
+    assert shared._drivers() == [] and shared._why() == "no queue pair uses this queue"
+
+
+def test_a_shared_cq_option_gives_one_queue_for_both() -> None:
+    front = Front(Role.INITIATOR, shared_cq=True)
+    assert front.recv_cq is front.send_cq
+
+
+def test_reading_pauses_above_the_high_water_mark_and_resumes_below_a_quarter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(front_module, "RECEIVE_HIGH_WATER", 8)
+    a, b = fronts(receive_buffers=4)
+    for message in (b"12345", b"67890", b"abcde"):
+        assert a._sent_at_once(message, False, None)
+        pump(a, b)
+    assert not b.recorder.reading  # 15 octets unread > 8
+    assert b._take_message() == b"12345" and not b.recorder.reading  # 10 left, not < 2
+    assert b._take_message() == b"67890" and not b.recorder.reading  # 5 left
+    assert b._take_message() == b"abcde" and b.recorder.reading
+
+
+def test_a_failed_startup_closes_tcp_and_raises_why() -> None:
+    a = Front(Role.INITIATOR)
+    assert not a._startup_over()
+    a.recorder.gone = True
+    assert a._startup_over()
+    with pytest.raises(MpaError, match="connection closed during MPA startup"):
+        a._opened()
+    assert a.recorder.calls[-2:] == ["flush", "close"] and a.send_cq._fronts == []
 
 
 def test_take_message_names_the_adapters_call_without_a_pool() -> None:
     a, _ = fronts()
     with pytest.raises(LocalProtocolError, match="pass receive_buffers to the test"):
-        a._take_message(closed=False)
+        a._take_message()
 
 
 def test_take_message_after_the_end_raises_terminated() -> None:
     _, b = fronts(receive_buffers=1)
+    b.recorder.gone = True
     with pytest.raises(ConnectionTerminatedError):
-        b._take_message(closed=True)
-    b._dispatch(b.endpoint.connection_lost(0.0, "gone"))
+        b._take_message()
+    b.recorder.gone = False
+    b.dispatch(b.endpoint.connection_lost(0.0, "gone"))
     with pytest.raises(ConnectionTerminatedError):
-        b._take_message(closed=False)
+        b._take_message()
+
+
+def test_a_tracked_result_after_tcp_is_gone_raises_terminated() -> None:
+    a, _ = fronts()
+    wr = WriteWR(b"x", 0x1234, 0, a.endpoint.next_wr_id())
+    assert a._post_tracked(wr) is None and a._finished(wr.wr_id) is None
+    a.recorder.gone = True
+    with pytest.raises(ConnectionTerminatedError):
+        a._finished(wr.wr_id)
+    a._abandon(wr.wr_id)
+    assert wr.wr_id not in a.endpoint.tracked()
 
 
 def test_a_failed_post_is_untracked_and_a_failed_completion_raises() -> None:
     a, _ = fronts(receive_buffers=1)
-    a._dispatch(a.endpoint.connection_lost(0.0, "gone"))
+    a.dispatch(a.endpoint.connection_lost(0.0, "gone"))
     wr = SendWR(b"late", a.endpoint.next_wr_id())
     with pytest.raises(ConnectionTerminatedError):
         a._post_tracked(wr)
     assert wr.wr_id not in a.endpoint.tracked()
-    flushed = a.endpoint.send_cq.poll()
-    assert all(c.wr_id != wr.wr_id for c in flushed)
+    assert all(c.wr_id != wr.wr_id for c in a.send_cq._take(None))
 
 
 def test_startup_error_without_an_endpoint_error_is_tcp_closed() -> None:
-    front = Front(Role.INITIATOR)
+    front = QueuePairFront(
+        Role.INITIATOR, MemoryRegistry().alloc_pd(), QueuePairOptions(MpaConfig())
+    )
     error = front._startup_error()
     assert isinstance(error, MpaError) and error.code == MpaErrorCode.TCP_CLOSED
     assert "connection closed during MPA startup" in str(error)
@@ -124,7 +193,7 @@ def test_a_failed_completion_raises_rdma_error() -> None:
     # (a small Send on an idle queue pair would complete while posted).
     wr = WriteWR(b"x", 0x1234, 0, a.endpoint.next_wr_id())
     assert a._post_tracked(wr) is None
-    a._dispatch(a.endpoint.connection_lost(0.0, "gone"))  # flushes the tracked Write
+    a.dispatch(a.endpoint.connection_lost(0.0, "gone"))  # flushes the tracked Write
     completion = a.endpoint.result(wr.wr_id)
     assert completion is not None and not completion.ok
     with pytest.raises(RdmaError):

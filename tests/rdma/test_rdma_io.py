@@ -106,7 +106,7 @@ def test_peer_reset_with_output_queued_ends_the_queue_pair() -> None:
         for i in range(64):
             qp.post_send(WriteWR(bytes(size), stag, 0, wr_id=i))
         await qp.closed
-        assert qp._driver is not None and qp._driver._lane is None and not qp._driver._out
+        assert qp._driver._lane is None and not qp._driver._out
         with pytest.raises(ConnectionTerminatedError):
             qp.post_send(WriteWR(b"late", stag, 0, wr_id=99))
         server.close()

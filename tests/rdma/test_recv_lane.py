@@ -321,9 +321,9 @@ def test_the_lane_equals_the_usual_path(
 
 
 def test_the_lane_places_writes_sends_and_reads() -> None:
-    """Not vacuous: without markers the lane itself takes the stream of
-    Writes, Sends and Read Responses (all but the first FPDU, which ends
-    MPA's wait for it), in any chunking, into a 64 KiB ring."""
+    """Not vacuous: the lane itself takes the stream of Writes, Sends and
+    Read Responses, markers on or off, in any chunking, into a 64 KiB
+    ring."""
     script: list[Op] = [
         ("read", 2000, 0, False),
         ("write", 2900, 1, False),
@@ -331,12 +331,13 @@ def test_the_lane_places_writes_sends_and_reads() -> None:
         ("write", 1000, 2, False),
         ("send", 100, 1, False),
     ]
-    for sizes in ([], [1], [3, 700], [5000]):
-        lane, placed = _lane(None, 536, script, sizes, None)
-        assert lane == _usual(None, 536, script, sizes, None)
-        world = World(None, 536)
-        wire, _ = world.script(script)
-        assert placed > len(wire) * 0.9, sizes
+    for config in (None, MpaConfig(markers=True)):
+        for sizes in ([], [1], [3, 700], [5000]):
+            lane, placed = _lane(config, 536, script, sizes, None)
+            assert lane == _usual(config, 536, script, sizes, None)
+            world = World(config, 536)
+            wire, _ = world.script(script)
+            assert placed > len(wire) * 0.9, (config, sizes)
 
 
 def test_a_ring_smaller_than_the_stream_reads_again() -> None:

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import iwarp.sync as rdma
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError
 from iwarp.mpa.config import MpaConfig
+from iwarp.rdma.front import RECEIVE_HIGH_WATER
 from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WorkOpcode
-from iwarp.sync.rdma import RECEIVE_HIGH_WATER
 
 REMOTE = rdma.Access.LOCAL_WRITE | rdma.Access.REMOTE_WRITE | rdma.Access.REMOTE_READ
 T = 10.0  # no step of a test may take longer
@@ -405,7 +405,7 @@ def test_connect_falls_back_to_rev1_against_an_unenhanced_responder() -> None:
         timeout=T,
     ) as qp:
         assert qp.params.revision == 1 and not qp.params.enhanced
-        assert cq._qps == [qp]  # the failed Rev 2 attempt left the queue
+        assert cq._fronts == [qp]  # the failed Rev 2 attempt left the queue
         qp.send(b"after fallback", timeout=T)
         assert qp.receive(timeout=T) == b"after fallback"
     thread.join(T)

@@ -34,6 +34,7 @@ from iwarp.vitcp.events import (
     ConnectionRequested,
     RdmaReadServed,
     RdmaWriteReceived,
+    SendCompleted,
     ViCompletionStatus,
 )
 from iwarp.vitcp.wire import Reliability
@@ -585,5 +586,28 @@ def test_keep_posted_descriptors_are_there_before_the_first_message() -> None:
                 assert bytes(message.data) == b"right behind the accept"
             finally:
                 await client.close()
+
+    run(body())
+
+
+def test_several_calls_wait_on_one_vi_at_once() -> None:
+    """Sends posted without waiting, a receive and a notice wait side by
+    side: each call wakes when what it waits for is there."""
+
+    async def body() -> None:
+        listener, client, server = await pair(VitcpConfig(), VitcpConfig())
+        try:
+            futures = [client.send_nowait(b"m%d" % i) for i in range(5)]
+            receives = asyncio.gather(*(server.receive() for _ in range(5)))
+            done = await asyncio.gather(*futures)
+            sends = [event for event in done if isinstance(event, SendCompleted)]
+            assert len(sends) == 5 and all(s.status is ViCompletionStatus.SUCCESS for s in sends)
+            numbers = [event.message_number for event in sends]
+            assert numbers == sorted(numbers) and len(set(numbers)) == 5
+            assert [m.data for m in await receives] == [b"m%d" % i for i in range(5)]
+        finally:
+            await client.close()
+            assert await server.wait_closed() is not None
+            await listener.close()
 
     run(body())

@@ -485,11 +485,13 @@ class _Connection:
             d.reasm.pending_octets + d.window.held
             for d in self.dirs
             if d.reasm is not None and d.window is not None
-        )
+        ) + sum(d.replay.held for d in self.dirs if d.replay is not None)
 
     def shed(self, why: str) -> None:
         """Hold less: give up holes, decide the protocol now, decode what can be."""
         for d in self.dirs:
+            if d.replay is not None:
+                d.replay.hand_over()  # the segments the replay gathered
             reasm = d.reasm
             if reasm is not None and reasm.pending:
                 lo = reasm.delivered

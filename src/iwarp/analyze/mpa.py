@@ -635,17 +635,18 @@ def _clean_records(
     ``base``): what :func:`_fpdu_record` makes of their views."""
     index, direction = where
     checked, ddp = framing.crc, framing.ddp
-    seq_of, frame_at = stream.seq, stream.frame_at
+    frame_at = stream.frame_at
+    seq = stream.seq(base)  # of chunk offset 0; an FPDU's: seq + at, mod 2**32
     for at, wire, length, pad, crc, crc_expected, markers, ulp in taken:
-        pos = base + at
+        first = seq + at
         yield FpduRecord(
             index,
             direction,
-            seq_of(pos),
-            frame_at(pos),
+            first & 0xFFFFFFFF,
+            frame_at(base + at),
             wire,
             length,
-            tuple([MarkerRecord(seq_of(pos + m), r, p, e) for m, r, p, e in markers])
+            tuple([MarkerRecord((first + m) & 0xFFFFFFFF, r, p, e) for m, r, p, e in markers])
             if markers
             else (),
             pad,

@@ -83,12 +83,18 @@ class ReplayFeed:
             self.run_size += len(payload)
             self.run_next = (seq + len(payload)) & 0xFFFFFFFF
             return
-        self._hand_over()
+        self.hand_over()
         self.run = [payload]
         self.run_size = len(payload)
         self.run_next = (seq + len(payload)) & 0xFFFFFFFF
 
-    def _hand_over(self) -> None:
+    @property
+    def held(self) -> int:
+        """Octets gathered and not handed over yet."""
+        return self.run_size
+
+    def hand_over(self) -> None:
+        """Give the receiver the segments gathered so far."""
         run = self.run
         if not run:
             return
@@ -102,7 +108,7 @@ class ReplayFeed:
         self.run_size = 0
 
     def result(self) -> ReceiverReplay:
-        self._hand_over()
+        self.hand_over()
         return ReceiverReplay(
             self.passed, self.ahead, self.delivered, self.peak, self.receiver.error
         )

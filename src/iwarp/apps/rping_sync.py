@@ -14,7 +14,7 @@ from iwarp.apps.rping import MIN_SIZE, RpingClient, RpingServer
 from iwarp.mpa.config import MpaConfig
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.work import Completion
-from iwarp.sync._driver import clock, deadline_after
+from iwarp.sync._calls import clock, deadline_after
 from iwarp.sync.rdma import (
     CompletionQueue,
     ConnectionTerminatedError,

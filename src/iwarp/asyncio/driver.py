@@ -1,80 +1,39 @@
 """One asyncio driver for every sans-IO core (:class:`iwarp.contract.Connection`).
 
-:class:`CoreDriver` is the ``asyncio.BufferedProtocol`` the MPA, RDMA and
-VI/TCP adapters derive from; it does what is asyncio's and nothing else:
-reads into the thread's one receive buffer, writes (``writev`` and send
-lanes on the transport's own socket after startup, the transport taking
-what the kernel did not), backpressure both ways, waking the
-adapter's waiting call, the core's one timer, closing and freeing. The
-serve bookkeeping runs handlers (:func:`run_handler`,
-:func:`open_or_report`) and listens (:func:`start_server`); what it
-reports and when it collects is :mod:`iwarp.serving`'s. What each part
-does and why: docs/design.md, "The asyncio driver".
+:class:`CoreDriver` is the ``asyncio.BufferedProtocol`` of every
+connection the MPA, RDMA and VI/TCP adapters open or accept; it does what
+is asyncio's and nothing else: reads into the thread's one receive
+buffer, writes (``writev`` and send lanes on the transport's own socket
+after startup, the transport taking what the kernel did not),
+backpressure both ways, waking the adapter's waiting calls, the core's
+one timer, closing and freeing. The serve bookkeeping is
+:mod:`iwarp.asyncio.server`'s. What each part does and why:
+docs/design.md, "The asyncio driver".
 
-Subclasses make the core in :meth:`CoreDriver.start_core` and react to its
-events in :meth:`CoreDriver.handle_events`.
+A driver serves one front (:class:`~iwarp.contract.DrivenFront`: the MPA,
+RDMA or VI/TCP front of the connection), which makes the core once TCP is
+up and takes its events; the front holds the driver as its
+:class:`~iwarp.contract.FrontDriver`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import sys
-import threading
-from collections.abc import Awaitable, Callable, Coroutine
+import weakref
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, cast
 
 from iwarp._typing import Buffer
-from iwarp.contract import Connection
-from iwarp.errors import IwarpError
+from iwarp.asyncio._transport import receive_buffer, release_transport
+from iwarp.contract import Connection, DrivenFront
 from iwarp.mpa.connection import DEFAULT_EMSS
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import RING_START, LaneCore, LaneState, ReceiveLane, SendLane
-from iwarp.serving import BurstRelease, FailureHook, handler_failed, report
-from iwarp.sockets import (
-    RECEIVE_BULK,
-    RECEIVE_CHUNK,
-    listening_socket_for,
-    tcp_setup,
-    write_chunks,
-)
+from iwarp.sockets import tcp_setup, write_chunks
 
-__all__ = [
-    "RECEIVE_CHUNK",
-    "CoreDriver",
-    "FailureHook",
-    "fail",
-    "open_or_report",
-    "report",
-    "run_handler",
-    "start_server",
-    "tcp_emss",
-    "wake",
-]
-
-T = TypeVar("T")
-
-_local = threading.local()
-
-#: asyncio before 3.12 keeps a closed transport in a reference cycle
-#: (:func:`_release_transport`).
-_CACHES_READ_CALLBACK: Final = sys.version_info < (3, 12)
-
-
-def _receive_buffer() -> memoryview:
-    """The thread's one receive buffer, shared by its connections: each read
-    is copied out (sized to what arrived) or consumed before the next one."""
-    buffer: memoryview | None = getattr(_local, "buffer", None)
-    if buffer is None:
-        buffer = _local.buffer = memoryview(bytearray(RECEIVE_BULK))
-    return buffer
-
-
-def tcp_emss(transport: asyncio.BaseTransport) -> int:
-    """Turn Nagle off (RFC 5044 §5.3) and read the EMSS MULPDU is sized from."""
-    return tcp_setup(transport.get_extra_info("socket"))
+__all__ = ["CoreDriver", "wait_until", "wake"]
 
 
 def wake(waiter: asyncio.Future[None] | None) -> None:
@@ -83,49 +42,25 @@ def wake(waiter: asyncio.Future[None] | None) -> None:
         waiter.set_result(None)
 
 
-def fail(future: asyncio.Future[Any], error: BaseException) -> None:
-    """Fail ``future`` unless it is done, marked retrieved: nobody may await
-    it (no "exception was never retrieved" log); the error is kept elsewhere."""
-    if not future.done():
-        future.set_exception(error)
-        future.exception()
-
-
-def _no_read() -> None:
-    """Stands in for a closed transport's read callback (never called)."""
-
-
-def _release_transport(transport: asyncio.BaseTransport) -> None:
-    """Break the reference cycle asyncio 3.11 leaves in a closed transport.
-
-    The selector transport keeps a bound method of itself as its read
-    callback (``_read_ready_cb``): transport -> method -> transport. Closed,
-    it holds its socket object, address tuples and buffers (about 3 KB per
-    connection), which only the cyclic GC would free: 10,000 idle
-    connections closed by their startup timeout kept 32 MB for as long as
-    no full collection ran. CPython 3.12 drops the callback itself on close
-    (gh-100348); asyncio offers no public way to do it, so on older versions
-    we do the same once the transport has called ``connection_lost`` and
-    reads no more (its reader was removed before). A plain function, not a
-    method, stands in, so a stray call could do no harm.
-    """
-    attributes = getattr(transport, "__dict__", None)
-    if attributes is not None and "_read_ready_cb" in attributes:
-        attributes["_read_ready_cb"] = _no_read
+async def wait_until(driver: CoreDriver, ready: Callable[[], bool], key: object = None) -> None:
+    """Wait until ``ready()``, checked whenever the front wakes ``driver``
+    (for ``key``); returns when TCP is gone too (the caller checks why)."""
+    while not ready() and not driver.gone:
+        await driver.woken(key)
 
 
 class CoreDriver(asyncio.BufferedProtocol):
-    """Runs one sans-IO core on one asyncio TCP transport."""
-
-    #: Received-but-unconsumed octets above which reading pauses.
-    receive_high_water = 4 << 20
-    #: Keep our half open after the peer's FIN (MPA may still send; RFC 5044 §7.2).
-    keep_open_after_eof = True
+    """Runs one sans-IO core on one asyncio TCP transport, for one front
+    (held weakly: the front holds its driver, so an ended connection is
+    freed by reference counting alone)."""
 
     core: Connection[Any]
 
-    def __init__(self) -> None:
+    def __init__(self, front: DrivenFront) -> None:
         self._loop = asyncio.get_running_loop()
+        self._front = weakref.ref(front)
+        self._keep_open = front.keep_open_after_eof
+        self._eof = False
         self.transport: asyncio.Transport | None = None
         #: Resolved once TCP is gone.
         self.closed: asyncio.Future[None] = self._loop.create_future()
@@ -136,7 +71,9 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._write_paused = False
         self._reading_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        self._waiter: asyncio.Future[None] | None = None
+        #: Calls waiting for input (any), and for one key each.
+        self._waiters: list[asyncio.Future[None]] = []
+        self._keyed: dict[object, asyncio.Future[None]] = {}
         #: The transport's socket, which we write on ourselves (``writev``,
         #: send lanes) while the transport holds nothing to write.
         self._fd: int | None = None
@@ -149,20 +86,11 @@ class CoreDriver(asyncio.BufferedProtocol):
         #: The receive lane, once a bulk transfer arrives (_start_recv_lane).
         self._recv_lane: ReceiveLane | None = None
 
-    # -- for subclasses -----------------------------------------------------------
-
-    def start_core(self, now: float, emss: int) -> None:
-        """Make (or start) ``self.core`` once TCP is up."""
-
     def handle_events(self, events: list[Any]) -> None:
-        """React to the core's events."""
-
-    def lost(self, exc: BaseException | None) -> None:
-        """TCP is gone and the core was told; wake whoever waits."""
-
-    def backlog(self) -> int:
-        """Octets received and not consumed by the application yet."""
-        return 0
+        """The core's events to the front (if anyone still holds it)."""
+        front = self._front()
+        if front is not None:
+            front.dispatch(events)
 
     # -- transport callbacks --------------------------------------------------------
 
@@ -176,15 +104,20 @@ class CoreDriver(asyncio.BufferedProtocol):
         # empty, so nothing piles up there (asyncio moves its whole buffer
         # on every partial send).
         stream.set_write_buffer_limits(high=0)
-        self.emss = tcp_emss(transport)
-        self.start_core(self._loop.time(), self.emss)
+        self.emss = tcp_setup(transport.get_extra_info("socket"))  # Nagle off (RFC 5044 §5.3)
+        front = self._front()
+        if front is None:
+            stream.abort()  # nobody waits for this connection any more
+            return
+        self.core = front.open(self._loop.time(), self.emss)
+        front.dispatch(self.core.take_events())
         self.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         lane = self._recv_lane
         if lane is not None:
             return lane.room()
-        return _receive_buffer()
+        return receive_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         lane = self._recv_lane
@@ -192,7 +125,7 @@ class CoreDriver(asyncio.BufferedProtocol):
             lane.arrived(nbytes)
             self._feed_lane(lane)
             return
-        view = _receive_buffer()[:nbytes]
+        view = receive_buffer()[:nbytes]
         if self.core.borrows_input:
             self.feed(view)  # consumed before feed returns: no copy here
             if nbytes >= RING_START and self._fd is not None and lanes.RECEIVE_ACTIVE:
@@ -212,14 +145,10 @@ class CoreDriver(asyncio.BufferedProtocol):
             self._recv_lane = ReceiveLane()
 
     def _feed_lane(self, lane: ReceiveLane) -> None:
-        """What the transport read into the lane's ring, to the core."""
+        """What the transport read into the lane's ring, to the core (the
+        front pauses reading when it holds too much)."""
         self.handle_events(lane.pump(cast(LaneCore, self.core), -1, self._loop.time()))
         self.flush()
-        if not self._reading_paused and self.backlog() > self.receive_high_water:
-            transport = self.transport
-            if transport is not None and not transport.is_closing():
-                self._reading_paused = True
-                transport.pause_reading()
 
     def data_received(self, data: bytes) -> None:
         self.feed(data)
@@ -227,14 +156,10 @@ class CoreDriver(asyncio.BufferedProtocol):
     def feed(self, data: Buffer) -> None:
         """Octets from TCP to the core (``b""``: FIN)."""
         self.handle_events(self.core.receive_data(data, self._loop.time()))
-        self.flush()
-        if not self._reading_paused and self.backlog() > self.receive_high_water:
-            transport = self.transport
-            if transport is not None and not transport.is_closing():
-                self._reading_paused = True
-                transport.pause_reading()
+        self._answer()
 
     def eof_received(self) -> bool:
+        self._eof = True
         lane = self._recv_lane
         if lane is not None and lane.held:
             # The start of an FPDU the FIN cut: the core sees it first.
@@ -243,20 +168,27 @@ class CoreDriver(asyncio.BufferedProtocol):
             self.handle_events(core.take_events())
         self.feed(b"")
         transport = self.transport
-        return self.keep_open_after_eof and transport is not None and not transport.is_closing()
+        return self._keep_open and transport is not None and not transport.is_closing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        front = self._front()
+        if exc is None and not self._eof and front is not None and front.fin_on_clean_close:
+            self._eof = True
+            self.feed(b"")  # closed cleanly under us: as a FIN
         self._drop_output()
         self._fd = None
         cause = exc or self._write_error
         reason = f"TCP connection lost: {cause}" if cause else "TCP connection closed"
-        self.handle_events(self.core.connection_lost(self._loop.time(), reason))
+        if hasattr(self, "core"):
+            self.handle_events(self.core.connection_lost(self._loop.time(), reason))
         self._cancel_timer()
         if not self.closed.done():
             self.closed.set_result(None)
-        self.lost(cause)
-        if _CACHES_READ_CALLBACK and self.transport is not None:
-            _release_transport(self.transport)
+        if front is not None:
+            front.lost()
+        self._wake_all()
+        if self.transport is not None:
+            release_transport(self.transport)
         self.transport = None
         self._wake_drain()
 
@@ -268,35 +200,59 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._wake_drain()
         self.flush()
 
-    # -- for the adapters --------------------------------------------------------------
+    # -- the front's driver (iwarp.contract.FrontDriver) ------------------------------
+
+    @property
+    def gone(self) -> bool:
+        """TCP is gone."""
+        return self.closed.done()
 
     def now(self) -> float:
         """The loop's clock, the cores' ``now``."""
         return self._loop.time()
 
-    def applied(self) -> None:
-        """After an application call on the core: its events, then its output."""
-        self.handle_events(self.core.take_events())
-        self.flush()
+    def wake(self, key: object = None) -> None:
+        """Let the calls waiting in :meth:`woken` (for ``key``) check again."""
+        if key is None:
+            if self._waiters:
+                waiters, self._waiters = self._waiters, []
+                for waiter in waiters:
+                    wake(waiter)
+        else:
+            wake(self._keyed.pop(key, None))
 
-    def wake(self) -> None:
-        """Let the call waiting in :meth:`woken` check again."""
-        wake(self._waiter)
+    async def woken(self, key: object = None) -> None:
+        """Wait for the next :meth:`wake` (of ``key``; one waiting call per key)."""
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        if key is None:
+            self._waiters.append(waiter)
+        else:
+            self._keyed[key] = waiter
+        await waiter
 
-    async def woken(self) -> None:
-        """Wait for the next :meth:`wake` (one waiting call at a time)."""
-        self._waiter = self._loop.create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
+    def _wake_all(self) -> None:
+        self.wake()
+        keyed, self._keyed = self._keyed, {}
+        for waiter in keyed.values():
+            wake(waiter)
 
-    def consumed(self) -> None:
-        """The application took received data: resume reading below the low mark."""
-        if self._reading_paused and self.backlog() < self.receive_high_water // 4:
+    def pause_reading(self) -> None:
+        """Stop reading until :meth:`resume_reading`."""
+        transport = self.transport
+        if not self._reading_paused and transport is not None and not transport.is_closing():
+            self._reading_paused = True
+            transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read again (after :meth:`pause_reading`)."""
+        if self._reading_paused:
             self._reading_paused = False
             if self.transport is not None:
                 self.transport.resume_reading()
+
+    def started(self) -> None:
+        """Startup is over: write on the transport's own socket (:meth:`own_socket`)."""
+        self.own_socket()
 
     def own_socket(self) -> None:
         """From now on write on the transport's own socket ourselves while
@@ -324,9 +280,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is None:
             return
-        take_lane: Callable[[], SendLane | None] | None = (
-            getattr(core, "take_lane", None) if lanes.ACTIVE and self._fd is not None else None
-        )
+        take_lane = lanes.lane_taker(core) if self._fd is not None else None
         while True:
             if self._lane is not None:
                 if self._write_paused:
@@ -340,33 +294,74 @@ class CoreDriver(asyncio.BufferedProtocol):
                     continue
             chunks = core.data_to_send()
             if chunks and not transport.is_closing():
-                self.write(chunks)
+                self._write_chunks(chunks)
             events = core.take_events()
             if events:
                 self.handle_events(events)
             if self._write_paused or not core.has_data_to_send:
                 break
-        if self._drain_waiter is not None and not self.output_waiting():
-            self._wake_drain()
+        if self._drain_waiter is not None:
+            self._wake_drain()  # drain checks again what it waits for
         if core.must_close and not transport.is_closing():
-            self.close_transport()
+            self.close()
         if self._timer is not None or core.get_timer() is not None:
             self._arm_timer()
 
+    def _answer(self) -> None:
+        """:meth:`flush` after input, when it may have something to do: the
+        input caused output (a Reply, a Read Response), a close or a timer,
+        or output or a drain waits. Most received messages cause none of
+        these, and the core says so without a pull."""
+        core = self.core
+        if (
+            self._lane is not None
+            or self._drain_waiter is not None
+            or self._timer is not None
+            or core.has_data_to_send
+            or core.must_close
+            or core.get_timer() is not None
+        ):
+            self.flush()
+
     def output_waiting(self) -> bool:
-        """Output waits for the kernel or for the core to produce it."""
+        """Output waits for the kernel (or behind a send lane's message)."""
         return self._write_paused or self._lane is not None
 
-    async def drain(self) -> None:
-        """Wait until output no longer waits (or TCP is gone)."""
-        while self.output_waiting() and not self.closed.done():
+    async def drain(self, waiting: Callable[[], bool] | None = None) -> None:
+        """Wait until output no longer waits, nor ``waiting()`` says it does
+        (the core's own queue), or TCP is gone."""
+        while (self.output_waiting() or (waiting is not None and waiting())) and not self.gone:
             self._drain_waiter = self._loop.create_future()
             try:
                 await self._drain_waiter
             finally:
                 self._drain_waiter = None
 
-    def write(self, chunks: list[Buffer]) -> None:
+    def write(self, data: Buffer) -> None:
+        """Octets the core handed out directly (a small message's FPDU),
+        ahead of its next ``data_to_send`` (dropped once TCP is going): one
+        ``os.write`` on the socket while it is ours and the transport holds
+        nothing (it runs per message), else as the core's output."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        fd = self._fd
+        if fd is None or self._lane is not None or transport.get_write_buffer_size():
+            self._write_chunks([data])
+            return
+        try:
+            sent = os.write(fd, data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._failed(exc)
+            return
+        size = len(data) if type(data) is bytes else memoryview(data).nbytes
+        if sent < size:
+            # The transport buffers what the kernel did not take and pauses us.
+            transport.write(memoryview(data).cast("B")[sent:])
+
+    def _write_chunks(self, chunks: list[Buffer]) -> None:
         transport = self.transport
         if transport is None or not chunks:
             return
@@ -419,17 +414,15 @@ class CoreDriver(asyncio.BufferedProtocol):
             if not lane.done:
                 return False
         self._lane = None
-        lane_sent: Callable[[SendLane], None] = getattr(self.core, "lane_sent")  # noqa: B009
-        lane_sent(lane)
-        self.handle_events(self.core.take_events())
+        self.handle_events(lanes.lane_finished(self.core, lane))
         if self._out and self.transport is not None:
             chunks, self._out = self._out, []
-            self.write(chunks)
+            self._write_chunks(chunks)
         if self._close_when_sent and self.transport is not None:
             self.transport.close()
         return True
 
-    def close_transport(self) -> None:
+    def close(self) -> None:
         """Close TCP (FIN) once our queued output is out (the transport's
         own close waits for what it holds)."""
         transport = self.transport
@@ -487,95 +480,3 @@ class CoreDriver(asyncio.BufferedProtocol):
 #: full (copied once): enough to keep the socket busy until the transport
 #: drained it and the lane goes on.
 _LANE_PIECE: Final = 64 * 1024
-
-
-async def run_handler(
-    handler: Callable[[Any], Awaitable[None]],
-    face: Any,
-    peer: object,
-    on_failure: FailureHook | None,
-) -> bool:
-    """Run an application's handler for one connection.
-
-    Its exception is reported once, with the peer's address
-    (:func:`~iwarp.serving.handler_failed`; never left for "Task exception
-    was never retrieved"). Returns False when the handler raised;
-    cancellation goes on.
-    """
-    try:
-        await handler(face)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        handler_failed(on_failure, exc, peer)
-        return False
-    return True
-
-
-async def open_or_report(
-    driver: CoreDriver, opening: Awaitable[T], on_failure: FailureHook | None
-) -> T | None:
-    """Wait for an accepted connection to open (``opening``: MPA in full
-    operation, or TCP up). None when it ended before (bad frames, timeouts,
-    rejects): TCP is closed and the error reported (:func:`~iwarp.serving.report`)."""
-    try:
-        return await opening
-    except IwarpError as exc:
-        exc.__traceback__ = None  # kept by the connection: no cycle through this frame
-        driver.close_transport()  # after a reject, MPA leaves TCP open
-        report(on_failure, exc, driver.peer())
-        return None
-
-
-async def _listening_socket(host: str | None, port: int, backlog: int) -> socket.socket | None:
-    """One listening :class:`~iwarp.sockets.SheddingSocket` when ``host`` names exactly
-    one address; None when it names several (asyncio then binds them all)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
-    )
-    return listening_socket_for(infos, backlog)
-
-
-async def start_server(
-    accept: Callable[[], tuple[CoreDriver, Coroutine[Any, Any, None]]],
-    host: str | None,
-    port: int,
-    *,
-    backlog: int = 1024,
-) -> asyncio.Server:
-    """Listen on TCP; for each connection ``accept()`` gives its driver and
-    the coroutine that serves it, run as a task the server keeps (so it is
-    not collected while it runs).
-
-    When ``host`` names one address, the listening socket closes
-    connections it has no file descriptor for at once instead of leaving
-    them in the backlog (:class:`~iwarp.sockets.SheddingSocket`); each accepted
-    connection's startup timeout runs from its accept.
-
-    After a burst of connections, a few full collections run as they end
-    (:class:`~iwarp.serving.BurstRelease`, :data:`~iwarp.serving.RELEASE_AFTER`).
-    """
-    loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[None]] = set()
-    release = BurstRelease()
-
-    def ended(task: asyncio.Task[None]) -> None:
-        tasks.discard(task)
-        release.ended(len(tasks))
-
-    def factory() -> CoreDriver:
-        driver, job = accept()
-        task = loop.create_task(job)
-        tasks.add(task)
-        task.add_done_callback(ended)
-        release.opened(len(tasks))
-        return driver
-
-    sock = await _listening_socket(host, port, backlog)
-    if sock is None:
-        return await loop.create_server(factory, host, port, backlog=backlog)
-    try:
-        return await loop.create_server(factory, sock=sock, backlog=backlog)
-    except BaseException:
-        sock.close()
-        raise

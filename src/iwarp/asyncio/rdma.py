@@ -13,47 +13,32 @@ Negative ``wr_id`` values are reserved for the simple calls.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
+from functools import partial
 from types import TracebackType
-from typing import Any, overload
+from typing import Any, Unpack, overload
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import (
-    CoreDriver,
-    FailureHook,
-    fail,
-    open_or_report,
-    run_handler,
-    start_server,
-    wake,
-)
-from iwarp.errors import MpaError
+from iwarp.asyncio.driver import CoreDriver, wait_until, wake
+from iwarp.asyncio.server import FailureHook, open_or_report, run_handler, start_server
+from iwarp.errors import IwarpError, MpaError
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.events import MpaParams
-from iwarp.mpa.handshake import build_request
-from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
+from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Reject
 from iwarp.rdma.data_args import ReadInto, WriteData
-from iwarp.rdma.endpoint import (
-    DEFAULT_RECEIVE_SIZE,
-    QueuePairEndpoint,
-    QueuePairOptions,
-)
-from iwarp.rdma.endpoint import CompletionQueue as _Queue
+from iwarp.rdma.endpoint import QueuePairOptions
 from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
-from iwarp.rdma.events import (
-    CompletionQueued,
-    Ended,
-    Established,
-    MessageQueued,
-    WorkFinished,
+from iwarp.rdma.front import ALL_BITS, CompletionQueueFront, QueuePairFront
+from iwarp.rdma.options import (
+    InitiatorSettings,
+    ResponderSettings,
+    domain,
+    initiator_options,
+    responder_options,
 )
-from iwarp.rdma.front import ALL_BITS, QueuePairFront
-from iwarp.rdma.options import domain, initiator_options, responder_options
-from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
+from iwarp.sockets import LISTEN_BACKLOG
 
 __all__ = [
     "Accept",
@@ -72,79 +57,34 @@ __all__ = [
 ]
 
 
-class CompletionQueue:
-    """A queue pair's send or receive completions, to poll or to await."""
+class CompletionQueue(CompletionQueueFront):
+    """Completions of work requests, in order (verbs' CQ), to poll or to await.
 
-    def __init__(self, queue: _Queue, loop: asyncio.AbstractEventLoop) -> None:
-        self._queue = queue
-        self._loop = loop
-        self._waiter: asyncio.Future[None] | None = None
-        self._closed = False
-
-    def __len__(self) -> int:
-        return len(self._queue)
+    One queue may serve several queue pairs, and a queue pair's send and
+    receive work: pass it to :func:`connect` or :func:`serve` as
+    ``send_cq`` and/or ``recv_cq`` (``shared_cq``: one for both).
+    """
 
     def poll(self, max_entries: int | None = None) -> list[Completion]:
         """Take up to ``max_entries`` (default: all) completions without waiting."""
-        return self._queue.poll(max_entries)
+        return self._take(max_entries)
 
     async def wait(self) -> Completion:
         """The next completion.
 
-        :raises ConnectionTerminatedError: the connection is over and no
-            completion is left.
+        :raises ConnectionTerminatedError: every attached queue pair is over
+            and no completion is left.
         """
-        while not len(self._queue):
-            if self._closed:
-                raise ConnectionTerminatedError("the queue pair is closed")
-            self._waiter = self._loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._queue.poll(1)[0]
-
-    def wake(self, *, closed: bool = False) -> None:
-        self._closed = self._closed or closed
-        wake(self._waiter)
+        while not self._items:
+            if not self._drivers():
+                raise ConnectionTerminatedError(self._why())
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting.append(partial(wake, waiter))
+            await waiter
+        return self._items.popleft()
 
 
 Setup = Callable[["QueuePair"], None]
-
-
-class _Driver(CoreDriver):
-    """Runs the endpoint of one :class:`QueuePair` on its transport."""
-
-    core: QueuePairEndpoint
-
-    def __init__(self, qp: QueuePair, make: Callable[[float, int], QueuePairEndpoint]) -> None:
-        super().__init__()
-        # Weak: the queue pair holds its driver, not the other way round, so
-        # an ended connection is freed by reference counting alone.
-        self._qp = weakref.ref(qp)
-        self._make: Callable[[float, int], QueuePairEndpoint] | None = make
-
-    def start_core(self, now: float, emss: int) -> None:
-        qp = self._qp()
-        assert qp is not None and self._make is not None
-        self.core = qp._endpoint = self._make(now, emss)
-        self._make = None
-
-    def handle_events(self, events: list[Any]) -> None:
-        qp = self._qp()
-        if qp is not None:  # else nobody holds the queue pair: nobody waits for its events
-            qp._dispatch(events)
-
-    def lost(self, exc: BaseException | None) -> None:
-        qp = self._qp()
-        if qp is not None:
-            qp._lost()
-
-    def backlog(self) -> int:
-        return self.core.message_octets
-
-    def output_waiting(self) -> bool:
-        return self._write_paused or self.core.unsent
 
 
 class QueuePair(QueuePairFront):
@@ -153,67 +93,64 @@ class QueuePair(QueuePairFront):
     Made by :func:`connect` and :func:`serve`; ``async with`` closes it.
     """
 
-    def __init__(self, pd: ProtectionDomain) -> None:
-        self._loop = asyncio.get_running_loop()
-        self.pd = pd
-        self._endpoint = None
-        self._driver: _Driver | None = None
-        self._send_cq: CompletionQueue | None = None
-        self._recv_cq: CompletionQueue | None = None
-        self.established: asyncio.Future[MpaParams] = self._loop.create_future()
-        self._futures: dict[int, asyncio.Future[Completion]] = {}
+    _driver: CoreDriver
+    _cq_type = CompletionQueue
+
+    def __init__(
+        self,
+        role: Role,
+        pd: ProtectionDomain,
+        options: QueuePairOptions,
+        setup: Setup | None,
+        send_cq: CompletionQueue | None,
+        recv_cq: CompletionQueue | None,
+    ) -> None:
+        super().__init__(role, pd, options, setup, send_cq, recv_cq)
+        self._driver = CoreDriver(self)
 
     # -- state ------------------------------------------------------------------
 
-    @property
-    def send_cq(self) -> CompletionQueue:
-        """Completions of posted Sends, RDMA Writes and Reads."""
-        assert self._send_cq is not None
-        return self._send_cq
-
-    @property
-    def recv_cq(self) -> CompletionQueue:
-        """Completions of posted receives (the same queue with ``shared_cq``)."""
-        assert self._recv_cq is not None
-        return self._recv_cq
+    send_cq: CompletionQueue
+    recv_cq: CompletionQueue
 
     @property
     def closed(self) -> asyncio.Future[None]:
         """Resolved once the TCP connection is gone."""
-        assert self._driver is not None
         return self._driver.closed
 
     @property
     def peer(self) -> object:
         """The peer's address."""
-        return None if self._driver is None else self._driver.peer()
+        return self._driver.peer()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         """The transport's ``get_extra_info`` (``"socket"``, ``"peername"``...)."""
-        transport = None if self._driver is None else self._driver.transport
+        transport = self._driver.transport
         return default if transport is None else transport.get_extra_info(name, default)
 
-    def _output(self) -> None:
-        assert self._driver is not None
-        self._driver.flush()
+    async def _open(self) -> QueuePair:
+        """Wait for MPA startup; the queue pair in full operation.
 
-    def _write(self, frame: bytes) -> None:
-        driver = self._driver
-        assert driver is not None
-        transport = driver.transport
-        if transport is not None and not transport.is_closing():  # as flush: else TCP is going
-            driver.write([frame])
+        :raises IwarpError: startup failed (TCP is closed).
+        """
+        await wait_until(self._driver, self._startup_over)
+        self._opened()
+        return self
 
     # -- simple API -----------------------------------------------------------------
 
     async def _run(self, wr: SendQueueWR) -> Completion:
         # A Send or Write that TCP took at once completed while it was
-        # posted: no future, no trip through the event loop.
+        # posted: no trip through the event loop.
         completion = self._post_tracked(wr)
         if completion is None:
-            future: asyncio.Future[Completion] = self._loop.create_future()
-            self._futures[wr.wr_id] = future
-            completion = await future
+            wr_id = wr.wr_id
+            try:
+                while (completion := self._finished(wr_id)) is None:
+                    await self._driver.woken(wr_id)
+            except BaseException:
+                self._abandon(wr_id)
+                raise
         return self._checked(completion)
 
     async def send(
@@ -339,38 +276,31 @@ class QueuePair(QueuePairFront):
         :raises LocalProtocolError: the queue pair has no receive pool.
         :raises ConnectionTerminatedError: the connection ended first.
         """
-        driver = self._driver
-        assert driver is not None
-        while (data := self._take_message(driver.closed.done())) is None:
-            await driver.woken()
-        driver.consumed()
+        while (data := self._take_message()) is None:
+            await self._driver.woken()
         return data
 
     async def flush(self) -> None:
         """Wait until every posted message was handed to TCP (RDMA Reads
         beyond ORD go out as earlier ones complete)."""
-        assert self._driver is not None
-        await self._driver.drain()
+        endpoint = self._endpoint
+        await self._driver.drain(None if endpoint is None else lambda: endpoint.unsent)
 
     async def close(self) -> None:
         """Graceful close: send what is posted, then FIN; outstanding work is flushed."""
         await self.flush()
-        if self._endpoint is not None:
-            self._dispatch(self._endpoint.close())
+        self._close_endpoint()
         await self._shut()
 
     async def _shut(self) -> None:
         """Write what is queued, then FIN; wait until TCP is gone."""
-        driver = self._driver
-        assert driver is not None
-        driver.flush()
-        driver.close_transport()
-        await driver.closed
+        self._driver.flush()
+        self._driver.close()
+        await self._driver.closed
 
     def abort(self) -> None:
         """Close at once (RST)."""
-        if self._driver is not None:
-            self._driver.abort()
+        self._driver.abort()
 
     async def __aenter__(self) -> QueuePair:
         return self
@@ -383,66 +313,6 @@ class QueuePair(QueuePairFront):
     ) -> None:
         await self.close()
 
-    # -- the endpoint's events (QueuePairFront._dispatch) ------------------------------
-
-    def _on_established(self, event: Established) -> None:
-        assert self._driver is not None
-        self._driver.own_socket()
-        if not self.established.done():
-            self.established.set_result(event.params)
-
-    def _on_completion(self, event: CompletionQueued) -> None:
-        cq = self._send_cq if event.queue is self.endpoint.send_cq else self._recv_cq
-        if cq is not None:
-            cq.wake()
-
-    def _on_work(self, event: WorkFinished) -> None:
-        future = self._futures.pop(event.wr_id, None)
-        if future is not None and not future.done():
-            completion = self.endpoint.result(event.wr_id)
-            assert completion is not None
-            future.set_result(completion)
-
-    def _on_message(self, event: MessageQueued) -> None:
-        self._wake_reader()
-
-    def _on_ended(self, event: Ended) -> None:
-        if not self.established.done():
-            fail(self.established, self._startup_error(event.reason))  # also in .error
-        self._wake_reader()
-
-    def _wake_reader(self) -> None:
-        if self._driver is not None:
-            self._driver.wake()
-
-    def _lost(self) -> None:
-        for future in self._futures.values():
-            fail(future, ConnectionTerminatedError(self.end_reason))
-        self._futures.clear()
-        for cq in (self._send_cq, self._recv_cq):
-            if cq is not None:
-                cq.wake(closed=True)
-        self._wake_reader()
-
-
-def _queue_pair(
-    role: Role, pd: ProtectionDomain, options: QueuePairOptions, setup: Setup | None
-) -> tuple[QueuePair, _Driver]:
-    qp = QueuePair(pd)
-
-    def make(now: float, emss: int) -> QueuePairEndpoint:
-        # setup is cleared by the endpoint once called: no cycle through qp
-        endpoint = options.endpoint(
-            role, pd, now, emss, None if setup is None else lambda: setup(qp)
-        )
-        qp._send_cq = CompletionQueue(endpoint.send_cq, qp._loop)
-        shared = options.shared_cq
-        qp._recv_cq = qp._send_cq if shared else CompletionQueue(endpoint.recv_cq, qp._loop)
-        return endpoint
-
-    driver = qp._driver = _Driver(qp, make)
-    return qp, driver
-
 
 async def connect(
     host: str,
@@ -450,20 +320,18 @@ async def connect(
     *,
     pd: ProtectionDomain | None = None,
     config: MpaConfig | None = None,
-    private_data: bytes = b"",
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
-    first_send_delay: float = 0.0,
-    shared_cq: bool = False,
+    send_cq: CompletionQueue | None = None,
+    recv_cq: CompletionQueue | None = None,
     fallback_to_rev1: bool = False,
     local_address: tuple[str, int] | None = None,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
+    **settings: Unpack[InitiatorSettings],
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
-    The settings are documented in :mod:`iwarp.rdma.options`.
+    The settings (and ``settings``: ``private_data``, ``receive_buffers``,
+    ``receive_size``, ``first_send_delay``, ``shared_cq``, ``atomic_ord``,
+    ``atomic_ird``) are documented in :mod:`iwarp.rdma.options`.
 
     :raises ConnectionRejectedError: the peer rejected the connection (R=1).
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
@@ -471,48 +339,33 @@ async def connect(
     :raises LocalProtocolError: the private data is too long for ``config``.
     :raises OSError: the TCP connection could not be opened.
     """
-    options = initiator_options(
-        config,
-        private_data=private_data,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        first_send_delay=first_send_delay,
-        shared_cq=shared_cq,
-        atomic_ord=atomic_ord,
-        atomic_ird=atomic_ird,
-    )
-    build_request(options.config, private_data)  # LocalProtocolError before any connection
+    options = initiator_options(config, **settings)
+    attempts = Attempts(options.config, options.private_data, fallback=fallback_to_rev1)
     qp_domain = domain(pd)
-    try:
-        return await _connect_once(host, port, qp_domain, options, setup, local_address)
-    except MpaError as exc:
-        retry = rev1_fallback(options.config, exc, requested=fallback_to_rev1)
-        if retry is None:
-            raise
-    retried = replace(options, config=retry)
-    return await _connect_once(host, port, qp_domain, retried, setup, local_address)
-
-
-async def _connect_once(
-    host: str,
-    port: int,
-    pd: ProtectionDomain,
-    options: QueuePairOptions,
-    setup: Setup | None,
-    local_address: tuple[str, int] | None = None,
-) -> QueuePair:
     loop = asyncio.get_running_loop()
-    qp, driver = _queue_pair(Role.INITIATOR, pd, options, setup)
-    await loop.create_connection(lambda: driver, host, port, local_addr=local_address)
-    try:
-        await qp.established
-    except BaseException:
-        driver.close_transport()  # sends what is queued (a Terminate), then FIN
-        # The error (also kept in the endpoint) carries this frame in its
-        # traceback: without these locals no reference cycle holds the queue pair.
-        del qp, driver
-        raise
-    return qp
+    while True:
+        qp = QueuePair(
+            Role.INITIATOR,
+            qp_domain,
+            replace(options, config=attempts.config),
+            setup,
+            send_cq,
+            recv_cq,
+        )
+        driver = qp._driver
+        await loop.create_connection(lambda d=driver: d, host, port, local_addr=local_address)
+        try:
+            return await qp._open()
+        except BaseException as exc:
+            driver.close()  # sends what is queued (a Terminate), then FIN
+            # The error is also the endpoint's: without these locals and the
+            # frames that raised it no reference cycle holds the queue pair.
+            del qp, driver
+            if isinstance(exc, IwarpError):
+                exc.__traceback__ = None
+            if not isinstance(exc, MpaError):
+                raise
+            attempts.failed(exc)
 
 
 async def serve(
@@ -522,49 +375,40 @@ async def serve(
     *,
     pd: ProtectionDomain | None = None,
     config: MpaConfig | None = None,
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
-    shared_cq: bool = False,
-    decide: Decider | None = None,
+    send_cq: CompletionQueue | None = None,
+    recv_cq: CompletionQueue | None = None,
     on_failure: FailureHook | None = None,
-    backlog: int = 1024,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
+    backlog: int = LISTEN_BACKLOG,
+    **settings: Unpack[ResponderSettings],
 ) -> asyncio.Server:
     """Accept iWARP connections as MPA Responder; run ``handler`` for each
     queue pair in full operation, in a task of its own.
 
-    The settings are documented in :mod:`iwarp.rdma.options`. When the
-    handler returns, the queue pair is closed gracefully; when it raises,
-    the exception is reported once with the peer's address (to
-    ``on_failure``, else logged) and the connection ends with a Terminate
-    (docs/rdmap.md, "When a handler returns"). Connections that end before
+    The settings (and ``settings``: ``receive_buffers``, ``receive_size``,
+    ``shared_cq``, ``decide``, ``atomic_ord``, ``atomic_ird``) are
+    documented in :mod:`iwarp.rdma.options`. When the handler returns, the
+    queue pair is closed gracefully; when it raises, the exception is
+    reported once with the peer's address (to ``on_failure``, else logged)
+    and the connection ends with a Terminate (docs/rdmap.md, "When a
+    handler returns"). Connections that end before
     full operation (bad frames, timeouts, rejects) are closed and reported
     to ``on_failure``.
     """
 
-    async def run(qp: QueuePair, driver: _Driver) -> None:
-        if await open_or_report(driver, qp.established, on_failure) is None:
+    async def run(qp: QueuePair) -> None:
+        if await open_or_report(qp._driver, qp._open(), on_failure) is None:
             return
-        if await run_handler(handler, qp, driver.peer(), on_failure):
+        if await run_handler(handler, qp, qp.peer, on_failure):
             await qp.close()
             return
         qp._handler_failed()
         await qp._shut()
 
-    options = responder_options(
-        config,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        shared_cq=shared_cq,
-        decide=decide,
-        atomic_ord=atomic_ord,
-        atomic_ird=atomic_ird,
-    )
+    options = responder_options(config, **settings)
 
-    def accept() -> tuple[_Driver, Coroutine[Any, Any, None]]:
-        qp, driver = _queue_pair(Role.RESPONDER, domain(pd), options, setup)
-        return driver, run(qp, driver)
+    def accept() -> tuple[CoreDriver, Coroutine[Any, Any, None]]:
+        qp = QueuePair(Role.RESPONDER, domain(pd), options, setup, send_cq, recv_cq)
+        return qp._driver, run(qp)
 
     return await start_server(accept, host, port, backlog=backlog)

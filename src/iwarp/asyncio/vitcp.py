@@ -1,29 +1,28 @@
 """VI/TCP over asyncio: :func:`connect`, :class:`VitcpListener`, :class:`VitcpEndpoint`.
 
 A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection`: what
-a VI keeps is :class:`~iwarp.vitcp.endpoint.ViEndpointState`'s, its calls
-that never wait :class:`~iwarp.vitcp.front.ViEndpointFront`'s, which VI a
-connection goes to (§2.2.2.2.1) and when a peer-to-peer connect retries
-:mod:`iwarp.vitcp.listener`'s; this module adds the futures that wait on
-them and sends urgent octets with MSG_OOB where §3.7 allows it. Usage and
-urgent data: docs/vitcp.md.
+a VI keeps and its calls that never wait are
+:class:`~iwarp.vitcp.front.ViFront`'s, which VI a connection goes to
+(§2.2.2.2.1) and when a peer-to-peer connect retries
+:mod:`iwarp.vitcp.listener`'s; this module adds the calls that wait and
+sends urgent octets with MSG_OOB where §3.7 allows it. Usage and urgent
+data: docs/vitcp.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import ipaddress
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import CoreDriver, fail, run_handler
-from iwarp.sockets import send_urgent, urgent_pointer_exact, vitcp_setup
+from iwarp.asyncio.driver import CoreDriver, wait_until
+from iwarp.asyncio.server import run_handler
+from iwarp.sockets import LISTEN_BACKLOG, send_urgent, urgent_pointer_exact, vitcp_setup
 from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
-from iwarp.vitcp.endpoint import RECEIVE_HIGH_WATER, Outcome, ViEndpointState
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
 from iwarp.vitcp.events import (
     Connected,
@@ -33,7 +32,7 @@ from iwarp.vitcp.events import (
     RdmaReadCompleted,
     SendCompleted,
 )
-from iwarp.vitcp.front import ViEndpointFront
+from iwarp.vitcp.front import ViFront
 from iwarp.vitcp.handshake import State
 from iwarp.vitcp.listener import Demultiplexer, PeerRetry, peer_setup, start_connect
 from iwarp.vitcp.memory import LocalBuffer, ViMemoryRegion
@@ -48,77 +47,29 @@ __all__ = [
 ]
 
 
-def _resolve(futures: dict[int, asyncio.Future[Event]], number: int, event: Event) -> None:
-    """Hand a completion to the future awaiting it (ViEndpointState's hook)."""
-    future = futures.pop(number, None)
-    if future is not None and not future.done():
-        future.set_result(event)
-
-
-class _VitcpProtocol(CoreDriver):
-    """Drives one VitcpConnection from transport callbacks; the VI's state is
-    :class:`~iwarp.vitcp.endpoint.ViEndpointState`'s, this adds the futures."""
+class _UrgentDriver(CoreDriver):
+    """The asyncio driver, sending a segment's urgent octet with MSG_OOB
+    (§3.7) when nothing is queued ahead of it."""
 
     core: VitcpConnection
-    receive_high_water = RECEIVE_HIGH_WATER
-    keep_open_after_eof = False  # VI/TCP has no half close: closing TCP closes the VI
 
-    def __init__(self, core: VitcpConnection, *, keep_posted: int = 0) -> None:
-        super().__init__()
-        self.core = core
-        #: Completions awaited, by message number.
-        self.completions: dict[int, asyncio.Future[Event]] = {}
-        # The hook holds the futures, not self: no reference cycle to outlive TCP.
-        self.state = ViEndpointState(
-            core,
-            keep_posted=keep_posted,
-            on_completion=functools.partial(_resolve, self.completions),
-        )
-        self.outcome: asyncio.Future[Outcome] = self._loop.create_future()
-        self.on_request: Callable[[_VitcpProtocol, ConnectionRequested], None] | None = None
+    def __init__(self, front: ViFront) -> None:
+        super().__init__(front)
+        #: Segments whose first octet went as TCP urgent data.
         self.urgent_sent = 0
         self._oob: socket.socket | None = None
 
-    # -- the driver's hooks --
-
-    def start_core(self, now: float, emss: int) -> None:
-        assert self.transport is not None
-        sock = self.transport.get_extra_info("socket")
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A duplicate to send MSG_OOB with (asyncio's transport cannot).
+        sock = transport.get_extra_info("socket")
         self._oob = vitcp_setup(sock, send_urgent=urgent_pointer_exact())
-        if self.core.role is ViRole.ACTIVE:
-            self.core.tcp_established(now)
-        else:
-            self.core.tcp_accepted(now)
-        self.applied()
+        super().connection_made(transport)
 
-    def handle_events(self, events: list[Event]) -> None:
-        state = self.state
-        if state.handle(events):
-            self.wake()
-        if self.on_request is not None:
-            request = state.take_request()
-            if request is not None:
-                self.on_request(self, request)
-        if not self.outcome.done():
-            if state.outcome is not None:
-                self.outcome.set_result(state.outcome)
-            elif state.close_reason is not None:
-                fail(self.outcome, state.close_reason)
-        if state.close_reason is not None and self.completions:
-            for future in self.completions.values():
-                fail(future, state.close_reason)
-            self.completions.clear()
-
-    def backlog(self) -> int:
-        return self.state.buffered
-
-    def lost(self, exc: BaseException | None) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         if self._oob is not None:
             self._oob.close()
             self._oob = None
-        fail(self.outcome, VitcpClosedError("TCP connection closed"))
-        self.wake()
+        super().connection_lost(exc)
 
     def flush(self) -> None:
         if self._oob is None:
@@ -134,10 +85,10 @@ class _VitcpProtocol(CoreDriver):
                 batch = []
                 continue
             batch.extend(segment.parts)
-        self.write(batch)
+        self._write_chunks(batch)
         self.handle_events(self.core.take_events())
         if self.core.must_close:
-            self.close_transport()
+            self.close()
         self._arm_timer()
 
     def _send_urgent(self, batch: list[Buffer], parts: list[Buffer]) -> bool:
@@ -145,7 +96,7 @@ class _VitcpProtocol(CoreDriver):
         queued ahead of it; False to send it normally."""
         transport = self.transport
         assert transport is not None and self._oob is not None
-        self.write(batch)
+        self._write_chunks(batch)
         if transport.get_write_buffer_size():
             return False
         sent, rest = send_urgent(self._oob, parts)
@@ -154,51 +105,54 @@ class _VitcpProtocol(CoreDriver):
         transport.write(rest)
         return True
 
-    async def wait_until(self, ready: Callable[[], bool]) -> None:
-        """Wait until ``ready()`` (checked after each batch of arrivals)."""
-        while not ready():
-            await self.woken()
+
+def _retrieved(future: asyncio.Future[Event]) -> None:
+    """Mark a completion's error retrieved (no "exception was never retrieved")."""
+    if not future.cancelled():
+        future.exception()
 
 
-class VitcpEndpoint(ViEndpointFront):
+class VitcpEndpoint(ViFront):
     """A connected VI: post descriptors, send, RDMA, receive (§3.2-§3.4)."""
 
-    def __init__(self, protocol: _VitcpProtocol) -> None:
-        self._protocol = protocol
-        self._state = protocol.state
-        self._core = protocol.core
+    _driver: _UrgentDriver
 
-    def _output(self) -> None:
-        self._protocol.applied()
+    def __init__(self, core: VitcpConnection, *, keep_posted: int = 0) -> None:
+        super().__init__(core, keep_posted=keep_posted)
+        self._driver = _UrgentDriver(self)
 
     @property
     def urgent_sent(self) -> int:
         """Segments whose first octet went as TCP urgent data."""
-        return self._protocol.urgent_sent
+        return self._driver.urgent_sent
 
     @property
     def peer(self) -> object:
         """The peer's address."""
-        return self._protocol.peer()
+        return self._driver.peer()
 
-    def _track(self, number: int) -> asyncio.Future[Event]:
-        future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
-        self._protocol.completions[number] = future
-        self._protocol.applied()
-        return future
+    async def _completion(self, number: int) -> Event:
+        await wait_until(self._driver, lambda: self.completion_ready(number))
+        return self.take_completion(number)
 
     def send_nowait(
         self, data: Buffer | LocalBuffer, *, immediate: int | None = None, urgent: bool = False
     ) -> asyncio.Future[Event]:
         """Post a Send; the future completes with its :class:`SendCompleted`."""
-        return self._track(self._state.post_send(data, immediate=immediate, urgent=urgent))
+        number = self.post_send(data, immediate=immediate, urgent=urgent)
+        self.applied()
+        future = asyncio.ensure_future(self._completion(number))
+        future.add_done_callback(_retrieved)  # an error nobody awaits is close_reason's
+        return future
 
     async def send(
         self, data: Buffer | LocalBuffer, *, immediate: int | None = None, urgent: bool = False
     ) -> SendCompleted:
         """Send a message and wait for its descriptor to complete."""
-        event = await self.send_nowait(data, immediate=immediate, urgent=urgent)
-        await self._protocol.drain()
+        number = self.post_send(data, immediate=immediate, urgent=urgent)
+        self.applied()
+        event = await self._completion(number)
+        await self._driver.drain()
         assert isinstance(event, SendCompleted)
         return event
 
@@ -211,11 +165,12 @@ class VitcpEndpoint(ViEndpointFront):
         immediate: int | None = None,
     ) -> SendCompleted:
         """RDMA Write into the peer's registered memory."""
-        number = self._state.post_rdma_write(
+        number = self.post_rdma_write(
             data, remote_address=remote_address, memory_handle=memory_handle, immediate=immediate
         )
-        event = await self._track(number)
-        await self._protocol.drain()
+        self.applied()
+        event = await self._completion(number)
+        await self._driver.drain()
         assert isinstance(event, SendCompleted)
         return event
 
@@ -229,47 +184,44 @@ class VitcpEndpoint(ViEndpointFront):
         length: int,
     ) -> RdmaReadCompleted:
         """RDMA Read from the peer into ``local`` (at its start by default)."""
-        number = self._state.post_rdma_read(
+        number = self.post_rdma_read(
             local=local,
             local_address=local_address,
             remote_address=remote_address,
             memory_handle=memory_handle,
             length=length,
         )
-        event = await self._track(number)
+        self.applied()
+        event = await self._completion(number)
         assert isinstance(event, RdmaReadCompleted)
         return event
 
     async def drain(self) -> None:
         """Wait until TCP takes more (the transport's write buffer drained)."""
-        await self._protocol.drain()
+        await self._driver.drain()
 
     async def receive(self) -> MessageReceived:
         """The next Send message; raises :class:`VitcpClosedError` at the end."""
-        state = self._state
-        await self._protocol.wait_until(state.receive_ready)
-        message = state.take_message()
-        self._protocol.consumed()
-        return message
+        await wait_until(self._driver, self.receive_ready)
+        return self.take_message()
 
     async def next_notice(self) -> Event:
         """The next other event (RDMA Write received, read served, remote error)."""
-        state = self._state
-        await self._protocol.wait_until(state.notice_ready)
-        return state.take_notice()
+        await wait_until(self._driver, self.notice_ready)
+        return self.take_notice()
 
     async def close(self) -> None:
         """VipDisconnect: send what is queued, close TCP, wait for it."""
-        if self._core.state is not State.DISCONNECTED:
-            self._core.close()
-            self._protocol.applied()
-        self._protocol.close_transport()
-        await self._protocol.closed
+        if self.core.state is not State.DISCONNECTED:
+            self.core.close()
+            self.applied()
+        self._driver.close()
+        await self._driver.closed
 
     async def wait_closed(self) -> VitcpClosedError | None:
         """Wait until the peer or an error ends the VI; returns why."""
-        await self._protocol.closed
-        return self._state.close_reason
+        await self._driver.closed
+        return self.close_reason
 
 
 async def connect(
@@ -292,22 +244,26 @@ async def connect(
     core = start_connect(config, remote_discriminator, loop.time(), keep_posted=keep_posted)
     retry = PeerRetry(config, loop.time())
     while True:
-        protocol = _VitcpProtocol(core, keep_posted=keep_posted)
+        endpoint = VitcpEndpoint(core, keep_posted=keep_posted)
+        driver = endpoint._driver
         try:
             await asyncio.wait_for(
-                loop.create_connection(lambda p=protocol: p, host, port, local_addr=local_address),
+                loop.create_connection(lambda d=driver: d, host, port, local_addr=local_address),
                 max(retry.deadline - loop.time(), 0.001),
             )
         except TimeoutError:
             raise retry.timed_out(core, loop.time()) from None
         except OSError as exc:
             raise retry.tcp_failed(core, loop.time(), exc) from exc
-        outcome = await protocol.outcome
+        await wait_until(driver, endpoint.settled)
+        outcome = endpoint.outcome
         if isinstance(outcome, Connected):
-            return VitcpEndpoint(protocol)
+            return endpoint
+        driver.close()
+        if outcome is None:
+            raise endpoint.closed_error()
         # Rejected, or ReconnectNeeded: drop this TCP connection (§4.2, §4).
-        protocol.close_transport()
-        await protocol.closed
+        await driver.closed
         at = retry.after(core, loop.time(), outcome, host, port)
         await asyncio.sleep(at - loop.time())
 
@@ -324,7 +280,8 @@ class VitcpListener:
         self._server: asyncio.Server | None = None
         self._demux: Demultiplexer[Any] = Demultiplexer(self.config)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._protocols: set[_VitcpProtocol] = set()
+        #: Every connection's VI until its TCP connection is gone.
+        self._endpoints: set[VitcpEndpoint] = set()
 
     @classmethod
     async def start(
@@ -333,7 +290,9 @@ class VitcpListener:
         """Listen on ``host``:``port`` (port 0 picks one)."""
         listener = cls(config)
         loop = asyncio.get_running_loop()
-        listener._server = await loop.create_server(listener._protocol_factory, host, port)
+        listener._server = await loop.create_server(
+            listener._driver_factory, host, port, backlog=LISTEN_BACKLOG
+        )
         return listener
 
     @property
@@ -346,12 +305,12 @@ class VitcpListener:
         assert self._server is not None
         return str(self._server.sockets[0].getsockname()[0])
 
-    def _protocol_factory(self) -> _VitcpProtocol:
-        protocol = _VitcpProtocol(VitcpConnection(self.config, ViRole.PASSIVE))
-        protocol.on_request = self._on_request
-        self._protocols.add(protocol)
-        protocol.closed.add_done_callback(lambda _: self._protocols.discard(protocol))
-        return protocol
+    def _driver_factory(self) -> CoreDriver:
+        endpoint = VitcpEndpoint(VitcpConnection(self.config, ViRole.PASSIVE))
+        endpoint.on_request = self._on_request
+        self._endpoints.add(endpoint)
+        endpoint._driver.closed.add_done_callback(lambda _: self._endpoints.discard(endpoint))
+        return endpoint._driver
 
     async def accept(
         self,
@@ -382,8 +341,8 @@ class VitcpListener:
             discriminator, handler, config=config, keep_posted=keep_posted, every=True
         )
 
-    def _on_request(self, protocol: _VitcpProtocol, request: ConnectionRequested) -> None:
-        core = protocol.core
+    def _on_request(self, endpoint: VitcpEndpoint, request: ConnectionRequested) -> None:
+        core = endpoint.core
         routed = self._demux.route(core, request)
         owner = None if routed.offer is None else routed.offer.owner
         if isinstance(owner, asyncio.Future) and not routed.accepted:
@@ -393,8 +352,7 @@ class VitcpListener:
         if owner is None or not routed.accepted:
             return
         assert routed.offer is not None and core.params is not None
-        protocol.state.keep_posted = routed.offer.keep_posted
-        endpoint = VitcpEndpoint(protocol)
+        endpoint.keep_posted = routed.offer.keep_posted
         if isinstance(owner, asyncio.Future):
             if not owner.done():
                 owner.set_result(endpoint)
@@ -415,8 +373,8 @@ class VitcpListener:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-        for protocol in list(self._protocols):
-            protocol.close_transport()
+        for endpoint in list(self._endpoints):
+            endpoint._driver.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -43,11 +43,13 @@ INTERRUPTED = 130
 
 def version_text() -> str:
     """``iwarp --version``: the package, the path that runs the per-FPDU
-    loops (C accelerator or pure Python), Python and crc32c versions."""
+    loops (C accelerator or pure Python), Python and crc32c versions, and the
+    event loop the asyncio commands run on."""
     import importlib.metadata
     import platform
 
     from iwarp import __version__, _accel
+    from iwarp.cli._run import describe_loop
 
     try:
         crc = importlib.metadata.version("crc32c")
@@ -58,7 +60,8 @@ def version_text() -> str:
         f"iwarp {__version__}\n"
         f"accelerator: {_accel.describe()}\n"
         f"Python: {python} ({sys.executable})\n"
-        f"crc32c: {crc}"
+        f"crc32c: {crc}\n"
+        f"event loop: {describe_loop()}"
     )
 
 

@@ -20,7 +20,7 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from iwarp.analyze.origin import application_name
 from iwarp.analyze.pcapng import PcapngWriter, TcpFlow
@@ -72,7 +72,7 @@ def sync_pcap_capture(path: Path | str | None, *, initiator: bool) -> Iterator[N
     """The same for the blocking adapter (``iwarp.sync``): every connection
     whose driver starts inside the block, seen from the end that connected
     (``initiator``) or accepted."""
-    from iwarp.sync._driver import Tap, tapping  # the CLI's other paths do not need it
+    from iwarp.sync._calls import Tap, tapping  # the CLI's other paths do not need it
 
     if path is None:
         yield
@@ -187,7 +187,7 @@ class _TapProtocol(asyncio.Protocol):
             flow = TcpFlow(self._writer, local, remote, initiator=self._initiator)
             self.flow = flow
             self._flows.append(flow)
-            _tap_writes(transport, flow)
+            transport = _tap_writes(transport, flow)
         self.inner.connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -233,41 +233,47 @@ class _BufferedTap(_TapProtocol, asyncio.BufferedProtocol):
         inner.buffer_updated(nbytes)
 
 
-def _tap_writes(transport: asyncio.BaseTransport, flow: TcpFlow) -> None:
-    """Record what goes through ``write`` and ``writelines`` (instance
-    attributes over the class's methods; ``writelines`` may call ``write``),
-    and through a protocol's own duplicate of the socket (vectored sends)."""
-    target: Any = transport
-    write = target.write
-    writelines = target.writelines
-    get_extra_info = target.get_extra_info
+def _tap_writes(transport: asyncio.BaseTransport, flow: TcpFlow) -> asyncio.BaseTransport:
+    """A stand-in for ``transport`` that records what goes through ``write``
+    and ``writelines`` (``writelines`` may call ``write``), and through a
+    protocol's own duplicate of the socket (vectored sends). A wrapper, not
+    patched attributes: uvloop's transports have read-only methods."""
+    tapped: Any = _TappedTransport(transport, flow)
+    return cast(asyncio.BaseTransport, tapped)
 
-    def tapped_extra_info(name: str, default: Any = None) -> Any:
-        value = get_extra_info(name, default)
+
+class _TappedTransport:
+    """``transport`` with its writes recorded in ``flow``; every other
+    attribute is the transport's own."""
+
+    def __init__(self, transport: asyncio.BaseTransport, flow: TcpFlow) -> None:
+        self._transport: Any = transport
+        self._flow = flow
+        self._inside = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        value = self._transport.get_extra_info(name, default)
         if name == "socket" and value is not None:
-            return _SocketTap(value, flow)
+            return _SocketTap(value, self._flow)
         return value
 
-    inside = [False]
+    def write(self, data: Any) -> None:
+        if not self._inside:
+            self._flow.sent(data)
+        self._transport.write(data)
 
-    def tapped_write(data: Any) -> None:
-        if not inside[0]:
-            flow.sent(data)
-        write(data)
-
-    def tapped_writelines(chunks: Iterable[Any]) -> None:
+    def writelines(self, chunks: Iterable[Any]) -> None:
         chunks = list(chunks)
         for chunk in chunks:
-            flow.sent(chunk)
-        inside[0] = True
+            self._flow.sent(chunk)
+        self._inside = True
         try:
-            writelines(chunks)
+            self._transport.writelines(chunks)
         finally:
-            inside[0] = False
-
-    target.write = tapped_write
-    target.writelines = tapped_writelines
-    target.get_extra_info = tapped_extra_info
+            self._inside = False
 
 
 class _SocketTap:

@@ -241,11 +241,7 @@ class Watcher:
         :raises ReceiptError: the peer sent a Terminate first, or reset the
             connection (its ULP aborted: it did not take the messages).
         """
-        raw = self.sock.get_extra_info("socket")
-        shutdown = getattr(raw, "shutdown", None)
-        if callable(shutdown):
-            with contextlib.suppress(OSError):
-                shutdown(socket.SHUT_WR)
+        _shut_write(self.sock.get_extra_info("socket"))
         try:
             async with asyncio.timeout(timeout):
                 while (task := self._task) is not None:
@@ -359,3 +355,18 @@ async def peer_failure(sock: MpaSocket, wait: float = 1.0) -> ReceiptError | Non
     except (IwarpError, TimeoutError):
         pass
     return None
+
+
+def _shut_write(raw: object) -> None:
+    """Send our FIN on the connection's socket, through its descriptor: the
+    transport's socket object may not offer ``shutdown`` (uvloop's does not)."""
+    fileno = getattr(raw, "fileno", None)
+    fd = fileno() if callable(fileno) else -1
+    if not isinstance(fd, int) or fd < 0:
+        return
+    borrowed = socket.socket(fileno=fd)
+    try:
+        with contextlib.suppress(OSError):
+            borrowed.shutdown(socket.SHUT_WR)
+    finally:
+        borrowed.detach()  # the descriptor stays the transport's

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TextIO
 
+from iwarp.analyze import records
 from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
 from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
 from iwarp.analyze.fields import ALIASES, FIELDS, Row, field_named, format_value
@@ -32,7 +33,7 @@ from iwarp.analyze.parquet import (
 from iwarp.analyze.parquet import check_available as check_parquet
 from iwarp.analyze.parquet import concatenate as concatenate_parquet
 from iwarp.analyze.plot import PlotUnavailableError, check_available, write_plot
-from iwarp.analyze.records import ErrorRecord, Record, json_line
+from iwarp.analyze.records import ErrorRecord, FpduRecord, Record, json_line
 from iwarp.analyze.render import (
     capture_json,
     summary_json,
@@ -679,9 +680,13 @@ def _json_lines(
     are written before it goes on."""
     lines: list[str] = []
     append = lines.append
+    kernel = records.kernels  # the C line of an FPDU record, when built
     try:
         for output in outputs:
-            if isinstance(output, ConnectionReport):
+            if kernel is not None and type(output) is FpduRecord:
+                line = kernel.fpdu_json(output)
+                append(line if line is not None else json_line(output))
+            elif isinstance(output, ConnectionReport):
                 _account(totals, output, set())
                 if output.protocol is None and not output.error_count:
                     continue

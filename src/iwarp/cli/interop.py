@@ -271,9 +271,9 @@ def run_guest(args: argparse.Namespace) -> int:
 
 
 def run_peer(args: argparse.Namespace) -> int:
-    import asyncio
     import json
 
+    from iwarp.cli._run import run_loop
     from iwarp.interop import peers
     from iwarp.mpa.config import MpaConfig
 
@@ -295,7 +295,7 @@ def run_peer(args: argparse.Namespace) -> int:
             size=args.size,
             **common,
         )
-    result = asyncio.run(job)
+    result = run_loop(job)
     summary = {
         "type": "summary",
         "peer": args.peer,
@@ -310,9 +310,9 @@ def run_peer(args: argparse.Namespace) -> int:
 
 def _run_perftest_peer(args: argparse.Namespace, config: MpaConfig) -> int:
     """``iwarp interop peer perftest-write-bw[-client]``: perftest -R's server or client side."""
-    import asyncio
     import json
 
+    from iwarp.cli._run import run_loop
     from iwarp.interop.perftest import perftest_client, perftest_server
 
     name = args.peer.removeprefix("perftest-")
@@ -327,9 +327,9 @@ def _run_perftest_peer(args: argparse.Namespace, config: MpaConfig) -> int:
     }
     bandwidth = None
     if client:
-        result, bandwidth = asyncio.run(perftest_client(args.host, args.port, **common))
+        result, bandwidth = run_loop(perftest_client(args.host, args.port, **common))
     else:
-        result = asyncio.run(perftest_server(args.host, args.port, **common))
+        result = run_loop(perftest_server(args.host, args.port, **common))
     summary: dict[str, Any] = {
         "type": "summary",
         "peer": args.peer,

@@ -4,7 +4,8 @@
   each with optional RFC 6581 IRD/ORD, applied by :func:`answer_request`.
 * The Initiator's Rev 1 fallback (RFC 6581 §10): :func:`rev1_fallback`
   says whether a failed Rev 2 startup is retried, on a new TCP connection,
-  with a plain Rev 1 Request, and gives the config to retry with.
+  with a plain Rev 1 Request, and gives the config to retry with;
+  :class:`Attempts` runs it for every ``connect``.
 
 The asyncio adapters, the blocking adapter and the CLI call these; none of
 them decides on its own.
@@ -19,11 +20,12 @@ from typing import Protocol
 from iwarp.errors import IwarpError, MpaError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.events import ConnectionRejected, RequestReceived
-from iwarp.mpa.handshake import retry_as_rev1
+from iwarp.mpa.handshake import build_request, retry_as_rev1
 from iwarp.mpa.wire import Revision
 
 __all__ = [
     "Accept",
+    "Attempts",
     "ConnectionRejectedError",
     "Decider",
     "Reject",
@@ -114,3 +116,38 @@ def rev1_fallback(config: MpaConfig, error: MpaError, *, requested: bool) -> Mpa
     if not (requested or config.rev1_fallback) or not retry_as_rev1(config, error):
         return None
     return replace(config, revision=Revision.REV1)
+
+
+class Attempts:
+    """An Initiator's startup attempts, as every ``connect`` makes them:
+    the first with ``config``; after a failure, once more as Rev 1 when
+    :func:`rev1_fallback` says so (``fallback`` or the config's
+    ``rev1_fallback``), on a new TCP connection::
+
+        attempts = Attempts(config, private_data, fallback=fallback_to_rev1)
+        while True:
+            try:
+                return connect_once(attempts.config)
+            except MpaError as exc:
+                attempts.failed(exc)  # raises it unless a retry follows
+
+    :raises LocalProtocolError: the private data does not fit ``config``
+        (before any connection is opened).
+    """
+
+    __slots__ = ("_fallback", "config")
+
+    def __init__(self, config: MpaConfig, private_data: bytes, *, fallback: bool) -> None:
+        build_request(config, private_data)
+        #: The config of the next attempt.
+        self.config = config
+        self._fallback = fallback
+
+    def failed(self, error: MpaError) -> None:
+        """The attempt with :attr:`config` failed with ``error``: raises it,
+        unless a Rev 1 attempt follows (then :attr:`config` is its config)."""
+        retry = rev1_fallback(self.config, error, requested=self._fallback)
+        if retry is None:
+            raise error
+        self.config = retry
+        self._fallback = False  # rev1_fallback gives None for a Rev 1 config: once

@@ -24,6 +24,7 @@ went out or came in, :attr:`RdmaConnection.must_close` turns True: flush
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 import iwarp.rdma.lanes as lanes
 from iwarp._typing import Buffer
@@ -61,6 +62,9 @@ __all__ = ["RdmaConnection"]
 
 #: MPA states in which the stream's ULPDUs may be framed.
 _SENDING = (MpaState.FULL_OPERATION, MpaState.AWAIT_FIRST_FPDU, MpaState.SEND_ONLY)
+#: Looked up once: the checks that use them run per message.
+_FULL_OPERATION: Final = MpaState.FULL_OPERATION
+_OPERATIONAL: Final = StreamState.OPERATIONAL
 
 #: Octets of ULPDUs pulled from the stream per :meth:`data_to_send` call by default.
 DEFAULT_SEND_BATCH = 1 << 20
@@ -126,8 +130,8 @@ class RdmaConnection:
         stream = self.stream
         if (
             stream is not None
-            and stream.state is StreamState.OPERATIONAL
-            and self.mpa.state is MpaState.FULL_OPERATION
+            and stream.state is _OPERATIONAL
+            and self.mpa.state is _FULL_OPERATION
         ):
             return False  # the common case, checked first: it runs per message
         if self.mpa.must_close or self.mpa.state in (MpaState.FAILED, MpaState.CLOSED):
@@ -367,12 +371,9 @@ class RdmaConnection:
     def lane_framing(self) -> FpduDecoder | None:
         """MPA's decoder when a receive lane may take the next FPDUs
         (:mod:`iwarp.rdma.lanes`): full operation, no event waiting,
-        nothing held back, no error, and no markers (the lane walks FPDUs
-        by their length fields). None: the usual path takes the octets."""
-        decoder = self.mpa.lane_decoder()
-        if decoder is None or decoder.markers:
-            return None
-        return decoder
+        nothing held back, no error. None: the usual path takes the
+        octets."""
+        return self.mpa.lane_decoder()
 
     def lane_windows(self) -> LaneWindows | None:
         """Where a receive lane may place (:meth:`RdmapStream.lane_windows
@@ -380,16 +381,19 @@ class RdmaConnection:
         stream = self.stream
         return stream.lane_windows() if stream is not None else None
 
-    def lane_placed(self, records: list[tuple[int, int, int, int, int]], octets: int) -> None:
+    def lane_placed(
+        self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int
+    ) -> None:
         """A receive lane took the next ``octets`` octets of the stream
-        (whole FPDUs, checked) and placed what ``records`` say: MPA's
-        position moves past them and the stream does its bookkeeping
+        (whole FPDUs, checked; the marker phase after them ``phase``) and
+        placed what ``records`` say: MPA's position moves past them and the
+        stream does its bookkeeping
         (:meth:`RdmapStream.lane_placed
         <iwarp.rdmap.stream.RdmapStream.lane_placed>`); the events follow in
         :meth:`take_events`."""
         decoder = self.mpa.lane_decoder()
         assert decoder is not None
-        decoder.advance(octets, decoder.phase)
+        decoder.advance(octets, phase)
         stream = self.stream
         if stream is not None and records:
             stream.lane_placed(records)

@@ -57,7 +57,7 @@ StackEvent: TypeAlias = (
 
 class CompletionSource(Protocol):
     """The queue a :class:`CompletionQueued` names: the endpoint's send or
-    receive completion queue (:class:`iwarp.rdma.endpoint.CompletionQueue`)."""
+    receive completion queue (:class:`iwarp.rdma.endpoint.CompletionRecord`)."""
 
     def __len__(self) -> int: ...
 

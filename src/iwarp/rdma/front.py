@@ -1,25 +1,33 @@
-"""What a queue pair offers whatever drives it.
+"""A queue pair's front: what it offers and decides whatever drives it.
 
-The asyncio and the blocking ``QueuePair`` differ only in how they wait;
-what they report, the verbs that never wait, the table that hands the
-endpoint's events to them and the bookkeeping of the simple calls (which
-work request is theirs, when it failed, why a receive cannot wait) are
-here, once, on top of the sans-IO
-:class:`~iwarp.rdma.endpoint.QueuePairEndpoint`.
+:class:`QueuePairFront` runs one sans-IO
+:class:`~iwarp.rdma.endpoint.QueuePairEndpoint` through a driver it holds
+(:class:`~iwarp.contract.FrontDriver`): it makes the endpoint once TCP is
+up, hands each of the endpoint's events to its handler (a table), keeps the
+startup outcome, the completion queues and the receive high-water mark,
+offers the verbs that never wait (``post_send``, ``post_recv``,
+``register``) and the simple calls' bookkeeping (which work request is
+theirs, when it failed, why a receive cannot wait). The asyncio and the
+blocking ``QueuePair`` derive from it and add only the calls that wait.
+
+:class:`CompletionQueueFront` is the one semantics of a completion queue
+in every adapter: a queue may serve several queue pairs and both kinds of
+their work; entries are moved into it as the endpoints complete them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Final
 
 from iwarp._typing import Buffer
+from iwarp.contract import FrontDriver
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
+from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import MpaParams
 from iwarp.rdma.data_args import ReadInto, ReadTarget, WriteData, read_target, write_source
-from iwarp.rdma.endpoint import (
-    QueuePairEndpoint,
-)
+from iwarp.rdma.endpoint import QueuePairEndpoint, QueuePairOptions
 from iwarp.rdma.errors import (
     AtomicsNotSupportedError,
     ConnectionTerminatedError,
@@ -50,12 +58,73 @@ from iwarp.rdmap.work import (
     WriteWR,
 )
 
-__all__ = ["QueuePairFront"]
+__all__ = ["ALL_BITS", "RECEIVE_HIGH_WATER", "CompletionQueueFront", "QueuePairFront", "Setup"]
 
 #: Completions of RFC 7306 Atomic Operations.
 _ATOMIC_OPCODES: Final = frozenset({WorkOpcode.ATOMIC_FETCH_ADD, WorkOpcode.ATOMIC_CMP_SWAP})
 #: Compare and swap every bit (RFC 7306 §5.1.2 without masks).
 ALL_BITS: Final = NO_MASK
+#: Octets received into the receive pool and not taken above which the
+#: driver stops reading from TCP; it reads again below a quarter of it.
+RECEIVE_HIGH_WATER: Final = 4 << 20
+
+#: What ``setup`` gets: the queue pair, to post its receives on.
+Setup = Callable[[Any], None]
+
+
+class CompletionQueueFront:
+    """Completions of work requests, in order (verbs' CQ), in every adapter.
+
+    One queue may serve several queue pairs, and a queue pair's send and
+    receive work (pass it as ``send_cq`` and/or ``recv_cq``; ``shared_cq``
+    makes one for both). Each completion is moved here from the endpoint
+    that made it, so :meth:`poll` returns entries of every attached queue
+    pair in the order they completed. The adapters add ``wait``.
+    """
+
+    def __init__(self) -> None:
+        self._items: deque[Completion] = deque()
+        self._fronts: list[QueuePairFront] = []
+        #: One-shot callbacks of waiting calls: run when entries arrive or
+        #: an attached queue pair's TCP connection is gone.
+        self._waiting: list[Callable[[], None]] = []
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _take(self, max_entries: int | None) -> list[Completion]:
+        items = self._items
+        n = len(items) if max_entries is None else min(max_entries, len(items))
+        return [items.popleft() for _ in range(n)]
+
+    def _push(self, completions: list[Completion]) -> None:
+        self._items.extend(completions)
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            for callback in waiting:
+                callback()
+
+    def _drivers(self) -> list[FrontDriver]:
+        """The drivers of the attached queue pairs whose TCP is not gone."""
+        return [front._driver for front in self._fronts if not front._driver.gone]
+
+    def _why(self) -> str:
+        """Why no completion can come any more."""
+        reasons = {front.end_reason for front in self._fronts}
+        return "; ".join(sorted(reasons)) if reasons else "no queue pair uses this queue"
+
+    def _attach(self, front: QueuePairFront) -> None:
+        if front not in self._fronts:
+            self._fronts.append(front)
+
+    def _detach(self, front: QueuePairFront) -> None:
+        if front in self._fronts:
+            self._fronts.remove(front)
+        self._notify()
+
 
 #: Which method of a queue pair takes each of its endpoint's events.
 _HANDLERS: Final = {
@@ -68,24 +137,132 @@ _HANDLERS: Final = {
 
 
 class QueuePairFront:
-    """The adapter-independent half of a queue pair.
+    """The adapter-independent half of a queue pair, on the driver it holds.
 
-    An adapter sets ``pd`` and, once the TCP connection exists, ``_endpoint``
-    (before that the state reads as "not connected"); it implements
-    :meth:`_output` and overrides the ``_on_*`` handlers of the events it
-    waits for.
+    :param role: MPA Initiator or Responder.
+    :param pd: the protection domain of the queue pair.
+    :param options: connect's or serve/listen's settings (:mod:`iwarp.rdma.options`).
+    :param setup: called with the queue pair once in full operation.
+    :param send_cq: where Send, Write, Read and atomic completions go
+        (default: a queue of its own).
+    :param recv_cq: where receive completions go (default: ``send_cq``
+        with ``options.shared_cq``, else a queue of its own).
+
+    Both queues may be shared with other queue pairs.
+
+    The adapter sets ``_driver`` before TCP is up; the driver calls
+    :meth:`open`, :meth:`dispatch` and :meth:`lost`.
     """
 
-    pd: ProtectionDomain
-    _endpoint: QueuePairEndpoint | None = None
+    #: RDMAP closes both halves at once (a FIN ends the stream).
+    keep_open_after_eof = True
+    fin_on_clean_close = False
     #: What :meth:`_take_message`'s error names to get a receive pool.
     _opened_by = "connect/serve"
-    #: Each event type's handler, resolved per class (:meth:`_dispatch`).
-    _handlers: ClassVar[dict[type, Callable[[Any, Any], None]]]
+    #: The adapter's completion queue class, for the queues made by default.
+    _cq_type: ClassVar[type[CompletionQueueFront]] = CompletionQueueFront
+    _endpoint: QueuePairEndpoint | None = None
+    #: The driver that moves the endpoint's octets.
+    _driver: FrontDriver
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._handlers = {kind: getattr(cls, name) for kind, name in _HANDLERS.items()}
+    def __init__(
+        self,
+        role: Role,
+        pd: ProtectionDomain,
+        options: QueuePairOptions,
+        setup: Setup | None = None,
+        send_cq: CompletionQueueFront | None = None,
+        recv_cq: CompletionQueueFront | None = None,
+    ) -> None:
+        self.role = role
+        self.pd = pd
+        self.config: MpaConfig = options.config
+        self._options = options
+        self._setup = setup
+        self._established = False
+        #: Completions of posted Sends, RDMA Writes and Reads.
+        self.send_cq = self._cq_type() if send_cq is None else send_cq
+        if recv_cq is None:
+            recv_cq = self.send_cq if options.shared_cq else self._cq_type()
+        #: Completions of posted receives.
+        self.recv_cq = recv_cq
+        self.send_cq._attach(self)
+        recv_cq._attach(self)
+
+    # -- for the driver ------------------------------------------------------------
+
+    def open(self, now: float, emss: int) -> QueuePairEndpoint:
+        """TCP is up: make the endpoint (MPA startup begins)."""
+        setup, self._setup = self._setup, None
+        # The endpoint drops its setup once called: no cycle through self.
+        call = None if setup is None else lambda: setup(self)
+        self._endpoint = self._options.endpoint(self.role, self.pd, now, emss, call)
+        return self._endpoint
+
+    def dispatch(self, events: list[Any]) -> None:
+        """Hand each of the endpoint's events to its handler; pause reading
+        while the receive pool holds more than :data:`RECEIVE_HIGH_WATER`."""
+        for event in events:
+            _TABLE[type(event)](self, event)
+        endpoint = self._endpoint
+        if endpoint is not None and endpoint.message_octets > RECEIVE_HIGH_WATER:
+            self._driver.pause_reading()
+
+    def lost(self) -> None:
+        """TCP is gone: the completion queues' waiting calls check again."""
+        self.send_cq._detach(self)
+        self.recv_cq._detach(self)
+
+    def _on_established(self, event: Established) -> None:
+        self._established = True
+        self._driver.started()
+        self._driver.wake()
+
+    def _on_completion(self, event: CompletionQueued) -> None:
+        endpoint = self._endpoint
+        assert endpoint is not None
+        cq = self.send_cq if event.queue is endpoint.send_cq else self.recv_cq
+        cq._push(event.queue.poll())
+
+    def _on_work(self, event: WorkFinished) -> None:
+        self._driver.wake(event.wr_id)
+
+    def _on_message(self, event: MessageQueued) -> None:
+        self._driver.wake()
+
+    def _on_ended(self, event: Ended) -> None:
+        self._driver.wake()
+
+    # -- startup ---------------------------------------------------------------------
+
+    def _startup_over(self) -> bool:
+        """MPA startup ended: in full operation, failed, or TCP is gone."""
+        endpoint = self._endpoint
+        return (
+            self._established
+            or self._driver.gone
+            or (endpoint is not None and endpoint.ended is not None)
+        )
+
+    def _opened(self) -> None:
+        """After startup: nothing, in full operation; else TCP closes (after
+        what is queued: a Terminate, a reject's Reply) and the startup error
+        is raised.
+
+        :raises IwarpError: why startup did not complete.
+        """
+        endpoint = self._endpoint
+        if self._established and endpoint is not None and endpoint.ended is None:
+            return
+        self._driver.flush()
+        self._driver.close()
+        self.lost()
+        ended = None if endpoint is None else endpoint.ended
+        raise self._startup_error(
+            "connection closed during MPA startup" if ended is None else ended.reason
+        )
+
+    # -- state ------------------------------------------------------------------------
 
     @property
     def endpoint(self) -> QueuePairEndpoint:
@@ -148,42 +325,27 @@ class QueuePairFront:
         :raises ConnectionTerminatedError: the connection has ended.
         """
         self.endpoint.post_send(wr)
-        self._output()
+        self._driver.flush()
 
-    # -- for the adapters --------------------------------------------------------
+    def post_send_list(self, wrs: Iterable[SendQueueWR]) -> None:
+        """Post several work requests, in order, as verbs' ``ibv_post_send``
+        takes a list of them: what TCP takes of all of them is written once,
+        after the last (small messages kept in flight go out in one
+        ``sendmsg`` instead of one ``send`` each). Each completes as if
+        posted alone. A bad request raises as :meth:`post_send` would: the
+        ones before it stay posted (and are written), the rest are not
+        posted.
 
-    def _output(self) -> None:
-        """Write what the endpoint queued, as far as TCP takes it now."""
-        raise NotImplementedError
+        :raises ConnectionTerminatedError: the connection has ended.
+        """
+        endpoint = self.endpoint
+        try:
+            for wr in wrs:
+                endpoint.post_send(wr)
+        finally:
+            self._driver.flush()
 
-    def _write(self, frame: bytes) -> None:
-        """Write octets the endpoint handed out directly, ahead of its next
-        ``data_to_send``, as far as TCP takes them now (the rest waits, in order)."""
-        raise NotImplementedError
-
-    def _dispatch(self, events: list[Any]) -> None:
-        """Hand each of the endpoint's events to its ``_on_*`` handler."""
-        handlers = self._handlers
-        for event in events:
-            handlers[type(event)](self, event)
-
-    # The handlers an adapter overrides for what it waits on; by default an
-    # event needs nothing (the endpoint keeps the state: results, ended...).
-
-    def _on_established(self, event: Established) -> None:
-        """MPA is in full operation."""
-
-    def _on_completion(self, event: CompletionQueued) -> None:
-        """A completion was queued on ``event.queue``."""
-
-    def _on_work(self, event: WorkFinished) -> None:
-        """A tracked work request (a simple call's) finished."""
-
-    def _on_message(self, event: MessageQueued) -> None:
-        """A message arrived in the receive pool."""
-
-    def _on_ended(self, event: Ended) -> None:
-        """The connection ended (before or after full operation)."""
+    # -- for the adapters' calls ----------------------------------------------------
 
     def _handler_failed(self) -> None:
         """The application's handler raised: unless the connection ended
@@ -192,19 +354,22 @@ class QueuePairFront:
         endpoint = self.endpoint
         if endpoint.ended is None:
             endpoint.abort(IwarpError("the handler failed"))
-            self._dispatch(endpoint.take_events())
+            self.dispatch(endpoint.take_events())
 
     def _startup_error(self, reason: str = "connection closed during MPA startup") -> IwarpError:
         """Why MPA startup did not complete: the endpoint's error, else TCP
         closed with ``reason``."""
-        return self.endpoint.error or MpaError(MpaErrorCode.TCP_CLOSED, reason)
+        error = None if self._endpoint is None else self._endpoint.error
+        return error or MpaError(MpaErrorCode.TCP_CLOSED, reason)
 
-    def _take_message(self, closed: bool) -> bytes | None:
-        """The next message of the receive pool; None while a wait may bring one.
+    def _take_message(self) -> bytes | None:
+        """The next message of the receive pool; None while a wait may bring
+        one. Reading resumes once the pool holds less than a quarter of
+        :data:`RECEIVE_HIGH_WATER`.
 
         :raises LocalProtocolError: the queue pair has no receive pool.
         :raises ConnectionTerminatedError: the connection ended (or TCP is
-            gone: ``closed``) and no message is left.
+            gone) and no message is left.
         """
         endpoint = self.endpoint
         data = endpoint.take_message()
@@ -213,8 +378,10 @@ class QueuePairFront:
                 raise LocalProtocolError(
                     f"no receive pool: pass receive_buffers to {self._opened_by}"
                 )
-            if closed or endpoint.ended is not None:
+            if endpoint.ended is not None or self._driver.gone:
                 raise ConnectionTerminatedError(self.end_reason)
+        elif endpoint.message_octets < RECEIVE_HIGH_WATER // 4:
+            self._driver.resume_reading()
         return data
 
     # -- the simple calls' work requests (the adapters post them and wait) --
@@ -229,7 +396,7 @@ class QueuePairFront:
         frame = self.endpoint.send_now(data, solicited=solicited, invalidate_stag=invalidate_stag)
         if frame is None:
             return False
-        self._write(frame)
+        self._driver.write(frame)
         return True
 
     def _post_tracked(self, wr: SendQueueWR) -> Completion | None:
@@ -245,6 +412,28 @@ class QueuePairFront:
             endpoint.untrack(wr.wr_id)
             raise
         return endpoint.result(wr.wr_id)
+
+    def _finished(self, wr_id: int) -> Completion | None:
+        """A tracked work request's completion once it finished; None while
+        a wait may bring it.
+
+        :raises ConnectionTerminatedError: TCP is gone without it.
+        """
+        completion = self.endpoint.result(wr_id)
+        if completion is None and self._driver.gone:
+            raise ConnectionTerminatedError(self.end_reason)
+        return completion
+
+    def _abandon(self, wr_id: int) -> None:
+        """A simple call stopped waiting (timed out, cancelled): its
+        completion goes to ``send_cq``."""
+        if self._endpoint is not None:
+            self._endpoint.untrack(wr_id)
+
+    def _close_endpoint(self) -> None:
+        """Close the queue pair: outstanding work is flushed (status FLUSHED)."""
+        if self._endpoint is not None:
+            self.dispatch(self._endpoint.close())
 
     def _checked(self, completion: Completion) -> Completion:
         """A simple call's completion.
@@ -293,3 +482,9 @@ class QueuePairFront:
     ) -> tuple[ReadTarget, ReadWR]:
         target = read_target(self.pd, local, offset, length)
         return target, ReadWR(target.sge, remote_stag, remote_to, self.endpoint.next_wr_id())
+
+
+#: Each event type's handler (:meth:`QueuePairFront.dispatch`).
+_TABLE: Final[dict[type, Callable[[QueuePairFront, Any], None]]] = {
+    kind: getattr(QueuePairFront, name) for kind, name in _HANDLERS.items()
+}

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, Final, Protocol, cast
 
@@ -50,7 +51,9 @@ __all__ = [
     "LaneState",
     "ReceiveLane",
     "SendLane",
+    "lane_finished",
     "lane_kernels",
+    "lane_taker",
 ]
 
 #: Messages of at least this many payload octets take the send lane; smaller
@@ -111,8 +114,11 @@ class _LaneKernels(Protocol):
         msn: int,
         received: int,
         sends: object,
+        markers: bool = False,
+        phase: int = 0,
+        either: bool = False,
         /,
-    ) -> tuple[int, int, int, int, list[tuple[int, int, int, int, int]], int, int, int]: ...
+    ) -> tuple[int, int, int, int, list[tuple[int, int, int, int, int]], int, int, int, int]: ...
 
 
 def _load() -> _LaneKernels | None:
@@ -131,6 +137,22 @@ ACTIVE: Final = _KERNELS is not None
 #: ``IWARP_NO_RECEIVE_LANE=1`` turns it off alone (to compare with the send
 #: lanes still on).
 RECEIVE_ACTIVE: Final = ACTIVE and os.environ.get("IWARP_NO_RECEIVE_LANE", "") in ("", "0")
+
+
+def lane_taker(core: object) -> Callable[[], SendLane | None] | None:
+    """What a driver calls for the core's next lane: the core's
+    ``take_lane``, or None when lanes do not run (no accelerator) or the
+    core has none (everything then goes through ``data_to_send``)."""
+    take: Callable[[], SendLane | None] | None = getattr(core, "take_lane", None)
+    return take if ACTIVE else None
+
+
+def lane_finished(core: Any, lane: SendLane) -> list[Any]:
+    """A lane's message is all out: the core completes it (``lane_sent``);
+    returns the events that caused (the work request's completion)."""
+    core.lane_sent(lane)
+    events: list[Any] = core.take_events()
+    return events
 
 
 def lane_kernels() -> _LaneKernels:
@@ -262,7 +284,7 @@ class LaneCore(Protocol):
     def lane_write_window(self, stag: int) -> MemoryRegion | None: ...
 
     def lane_placed(
-        self, records: list[tuple[int, int, int, int, int]], octets: int, now: float
+        self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int, now: float
     ) -> None: ...
 
     def lane_resync(self) -> int: ...
@@ -359,23 +381,25 @@ class ReceiveLane:
 
     def walk(
         self, fd: int, wait_ms: int, decoder: FpduDecoder | None, windows: LaneWindows | None
-    ) -> tuple[list[tuple[int, int, int, int, int]], int, int, int]:
+    ) -> tuple[list[tuple[int, int, int, int, int]], int, int, int, int]:
         """One kernel call: read ``fd`` (-1: do not), then check and place
         what ``windows`` allow (None: nothing; with ``decoder`` None the
         octets are not FPDUs the lane may walk). Returns (records, octets
         the lane took, the STag of a Write without a window or -1, the end
-        of the complete FPDUs after those it took)."""
+        of the complete FPDUs after those it took, the marker phase after
+        them)."""
         for region in self._regions:
             if not region.valid:
                 self.withdraw()
                 break
         if decoder is None:
-            crc, limit = False, 0
+            crc, limit, markers, phase, either = False, 0, False, 0, False
         else:
             crc, limit = decoder.crc, decoder.max_ulpdu
+            markers, phase, either = decoder.markers, decoder.phase, decoder.either_fpduptr
         if windows is None:
             windows = _NO_WINDOWS
-        start, end, done, state, records, need, took, got = lane_kernels().recv_lane(
+        start, end, done, state, records, need, took, got, after = lane_kernels().recv_lane(
             fd,
             self.ring,
             self.start,
@@ -395,6 +419,9 @@ class ReceiveLane:
             windows.msn,
             windows.received,
             windows.sends,
+            markers,
+            phase,
+            either,
         )
         if fd >= 0:
             self.got = got
@@ -403,8 +430,8 @@ class ReceiveLane:
             self.error = state >> 8
         self.start, self.end = start, end
         if decoder is None:
-            return records, 0, -1, end
-        return records, took, need, done
+            return records, 0, -1, end, 0
+        return records, took, need, done, after
 
     def pump(self, core: LaneCore, fd: int, now: float, wait_ms: int = 0) -> list[Any]:
         """Read the socket ``fd`` into the ring (until it is empty or the
@@ -426,10 +453,10 @@ class ReceiveLane:
         asked: set[int] = set()
         while True:
             decoder, windows = core.lane_target()
-            records, took, need, done = self.walk(read, wait_ms, decoder, windows)
+            records, took, need, done, phase = self.walk(read, wait_ms, decoder, windows)
             read, wait_ms = -1, 0
             if took:
-                core.lane_placed(records, took, now)
+                core.lane_placed(records, took, phase, now)
             if need >= 0 and windows is not None and need not in asked:
                 asked.add(need)
                 if self.publish(need, core.lane_write_window(need)):

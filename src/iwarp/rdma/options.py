@@ -32,11 +32,12 @@ are chosen here, once.
 ``first_send_delay``
     ``connect``: seconds to hold our first FPDU after the Reply (0.5
     against Linux siw, whose responder may miss an early FPDU).
-``shared_cq``
-    asyncio: one completion queue for send and receive work. The blocking
-    calls take ``send_cq`` and ``recv_cq`` instead: completion queues of
-    the application's (one per queue pair by default; pass the same queue
-    for both to share it, or to several queue pairs).
+``shared_cq``, ``send_cq``, ``recv_cq``
+    Where completions go (:class:`~iwarp.rdma.front.CompletionQueueFront`,
+    the same in every adapter): by default the queue pair has its own
+    ``send_cq`` and ``recv_cq``; ``shared_cq`` makes one queue for both;
+    ``send_cq``/``recv_cq`` take completion queues of the application's
+    (``CompletionQueue()``), which may also serve several queue pairs.
 ``decide``
     ``serve``/``listen``: sees each valid Request and returns
     :class:`~iwarp.mpa.policy.Accept` or :class:`~iwarp.mpa.policy.Reject`
@@ -64,66 +65,74 @@ are chosen here, once.
 
 from __future__ import annotations
 
+from typing import TypedDict, Unpack
+
 from iwarp.errors import LocalProtocolError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.policy import Decider
-from iwarp.rdma.endpoint import DEFAULT_RECEIVE_SIZE, INITIATOR_CONFIG, QueuePairOptions
-from iwarp.rdmap.atomics import ATOMIC_DEPTH, MAX_ATOMIC_DEPTH
+from iwarp.rdma.endpoint import INITIATOR_CONFIG, QueuePairOptions
+from iwarp.rdmap.atomics import MAX_ATOMIC_DEPTH
 from iwarp.rdmap.memory import ProtectionDomain
 
-__all__ = ["domain", "initiator_options", "responder_options"]
+__all__ = [
+    "InitiatorSettings",
+    "ResponderSettings",
+    "QueuePairSettings",
+    "domain",
+    "initiator_options",
+    "responder_options",
+]
+
+
+class QueuePairSettings(TypedDict, total=False):
+    """The settings of both roles, as keyword arguments (each documented
+    above); ``connect``, ``serve``, ``listen`` take them as ``**settings``."""
+
+    receive_buffers: int | None
+    receive_size: int
+    shared_cq: bool
+    atomic_ord: int
+    atomic_ird: int
+
+
+class InitiatorSettings(QueuePairSettings, total=False):
+    """``connect``'s settings."""
+
+    private_data: bytes
+    first_send_delay: float
+
+
+class ResponderSettings(QueuePairSettings, total=False):
+    """``serve``'s and ``listen``'s settings."""
+
+    decide: Decider | None
 
 
 def initiator_options(
-    config: MpaConfig | None,
-    *,
-    private_data: bytes = b"",
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
-    first_send_delay: float = 0.0,
-    shared_cq: bool = False,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
+    config: MpaConfig | None, **settings: Unpack[InitiatorSettings]
 ) -> QueuePairOptions:
     """``connect``'s settings (the module's documentation says what each means).
 
     :raises LocalProtocolError: an atomic depth out of range.
     """
-    return QueuePairOptions(
-        config if config is not None else INITIATOR_CONFIG,
-        private_data=private_data,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        first_send_delay=first_send_delay,
-        shared_cq=shared_cq,
-        atomic_ord=_depth("atomic_ord", atomic_ord),
-        atomic_ird=_depth("atomic_ird", atomic_ird),
-    )
+    options = QueuePairOptions(config if config is not None else INITIATOR_CONFIG, **settings)
+    return _checked(options)
 
 
 def responder_options(
-    config: MpaConfig | None,
-    *,
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
-    shared_cq: bool = False,
-    decide: Decider | None = None,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
+    config: MpaConfig | None, **settings: Unpack[ResponderSettings]
 ) -> QueuePairOptions:
     """``serve``'s and ``listen``'s settings (see the module's documentation).
 
     :raises LocalProtocolError: an atomic depth out of range.
     """
-    return QueuePairOptions(
-        config if config is not None else MpaConfig(),
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        shared_cq=shared_cq,
-        decide=decide,
-        atomic_ord=_depth("atomic_ord", atomic_ord),
-        atomic_ird=_depth("atomic_ird", atomic_ird),
-    )
+    return _checked(QueuePairOptions(config if config is not None else MpaConfig(), **settings))
+
+
+def _checked(options: QueuePairOptions) -> QueuePairOptions:
+    _depth("atomic_ord", options.atomic_ord)
+    _depth("atomic_ird", options.atomic_ird)
+    return options
 
 
 def _depth(name: str, value: int) -> int:

@@ -49,7 +49,7 @@ _EXPORTS = {
     "Reject": "iwarp.mpa.policy",
     "SendWR": "iwarp.rdmap.work",
     "Sge": "iwarp.rdmap.work",
-    "WaitTimeoutError": "iwarp.sync._driver",
+    "WaitTimeoutError": "iwarp.sync._calls",
     "WorkOpcode": "iwarp.rdmap.work",
     "WriteWR": "iwarp.rdmap.work",
     "connect": "iwarp.sync.rdma",
@@ -99,7 +99,8 @@ if TYPE_CHECKING:
         WorkOpcode,
         WriteWR,
     )
-    from iwarp.sync._driver import BUSY_POLL, WaitTimeoutError
+    from iwarp.sync._calls import WaitTimeoutError
+    from iwarp.sync._driver import BUSY_POLL
     from iwarp.sync.rdma import CompletionQueue, Listener, QueuePair, connect, listen
 
 __getattr__, __dir__ = lazy_face(__name__, _EXPORTS, globals())

@@ -10,59 +10,48 @@ buffer and feeds the core. Nothing runs in the background: no thread, no
 signal. Between calls the kernel's socket buffers hold whatever arrives;
 the next call picks it up.
 
-It knows no protocol. The adapter gives it a core that keeps the
-connection contract (:class:`iwarp.contract.Connection`) and a function
-that handles the core's events.
+It knows no protocol: a front gives it a core (:class:`iwarp.contract.Connection`)
+and the function that handles its events, and holds it as its
+:class:`~iwarp.contract.FrontDriver`. Clock, deadlines, opening TCP:
+:mod:`iwarp.sync._calls`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import select
 import socket
-import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from functools import partial
-from types import TracebackType
-from typing import Any, Final, Protocol, Self, TypeAlias, cast
+from typing import Any, Final, TypeAlias, TypeVar, cast
 
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
-from iwarp.errors import IwarpError, LocalProtocolError
+from iwarp.errors import LocalProtocolError
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LaneCore, LaneState, ReceiveLane, SendLane
-from iwarp.sockets import (
-    RECEIVE_BULK,
-    RECEIVE_CHUNK,
-    listening_socket,
-    send_chunks,
-    tcp_setup,
+from iwarp.sockets import RECEIVE_BULK, RECEIVE_CHUNK, send_chunks
+from iwarp.sync._calls import (
+    WaitTimeoutError,
+    clock,
+    poll_timeout,
+    sleep_until,
+    spin,
+    spin_read,
+    tap_factory,
+    tap_sent,
 )
 
-__all__ = [
-    "BUSY_POLL",
-    "RECEIVE_CHUNK",
-    "BusyPolled",
-    "CloseOnExit",
-    "Core",
-    "Driver",
-    "Tap",
-    "WaitTimeoutError",
-    "deadline_after",
-    "open_tcp",
-    "tapping",
-    "wait_any",
-]
+__all__ = ["BUSY_POLL", "Core", "Driver"]
+
+T = TypeVar("T")
 
 _POLLIN: Final = select.POLLIN | select.POLLPRI
 _POLLOUT: Final = select.POLLOUT
 _POLLEND: Final = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
-#: The clock every blocking adapter passes to its core as ``now``.
-clock: Final = time.monotonic
 #: Seconds a blocking wait keeps polling the socket before it sleeps in
 #: ``poll`` (busy polling, as verbs applications spin on ``ibv_poll_cq``).
 #: Waking a process that slept costs more than a small message's whole
@@ -72,121 +61,8 @@ clock: Final = time.monotonic
 BUSY_POLL: Final = 200e-6
 
 
-class WaitTimeoutError(IwarpError, TimeoutError):
-    """A blocking call ran out of time (its ``timeout``, in seconds).
-
-    Nothing was lost: what was posted stays posted and what arrives later
-    is delivered by the next call. It is also a :class:`TimeoutError`, so
-    ``except TimeoutError`` catches it.
-    """
-
-
 #: The connection contract every core keeps (any core's events).
 Core: TypeAlias = Connection[Any]
-
-
-class CloseOnExit:
-    """``with`` for a blocking connection: :meth:`close` (graceful) when the
-    block ends normally, :meth:`abort` (RST) when an exception leaves it."""
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def abort(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self.abort()
-
-
-class BusyPolled:
-    """The ``busy_poll`` setting of a blocking connection (:data:`BUSY_POLL`)."""
-
-    def _polled(self) -> Driver:
-        raise NotImplementedError
-
-    @property
-    def busy_poll(self) -> float:
-        """Seconds each blocking wait polls before it sleeps (0: sleeps at once)."""
-        return self._polled().busy_poll
-
-    @busy_poll.setter
-    def busy_poll(self, seconds: float) -> None:
-        if not seconds >= 0:  # also NaN
-            raise ValueError(f"busy_poll must be >= 0 seconds, not {seconds}")
-        self._polled().busy_poll = seconds
-
-
-class Tap(Protocol):
-    """Sees one connection's octets (``iwarp ping --sync --pcap`` records
-    them; :class:`iwarp.analyze.pcapng.TcpFlow` is one)."""
-
-    def sent(self, data: Buffer) -> None:
-        """Octets the kernel took, in stream order."""
-
-    def received(self, data: Buffer) -> None:
-        """Octets read, in stream order."""
-
-    def close(self) -> None:
-        """The socket was closed."""
-
-
-#: While one is set (:func:`tapping`), every new :class:`Driver` asks it for a tap
-#: on its socket. One process-wide hook: the blocking adapters have no loop
-#: to hang it on, and a capture wants every connection of the run.
-_tap_factories: list[Callable[[socket.socket], Tap | None]] = []
-
-
-@contextlib.contextmanager
-def tapping(factory: Callable[[socket.socket], Tap | None]) -> Iterator[None]:
-    """Connections whose driver starts inside the block get ``factory(sock)``
-    as their tap (None: not tapped)."""
-    _tap_factories.append(factory)
-    try:
-        yield
-    finally:
-        _tap_factories.remove(factory)
-
-
-def deadline_after(timeout: float | None) -> float | None:
-    """The clock value ``timeout`` seconds from now (None: wait forever)."""
-    if timeout is None:
-        return None
-    if timeout < 0 or math.isnan(timeout):
-        raise ValueError(f"timeout must be >= 0 seconds, not {timeout}")
-    return clock() + timeout
-
-
-def open_tcp(
-    host: str,
-    port: int,
-    deadline: float | None,
-    local_address: tuple[str, int] | None = None,
-) -> socket.socket:
-    """A connected TCP socket, non-blocking, with TCP_NODELAY.
-
-    :raises WaitTimeoutError: the connection was not set up in time.
-    :raises OSError: it was refused or failed.
-    """
-    remaining = None if deadline is None else max(deadline - clock(), 0.0)
-    try:
-        sock = socket.create_connection((host, port), remaining, source_address=local_address)
-    except TimeoutError as exc:  # socket.timeout: the deadline, not a protocol timer
-        raise WaitTimeoutError(f"TCP connection to {host}:{port} timed out") from exc
-    sock.setblocking(False)
-    tcp_setup(sock)
-    return sock
 
 
 class Driver:
@@ -219,16 +95,14 @@ class Driver:
         self.reading = True
         #: The socket error that ended the connection, if any.
         self.error: OSError | None = None
-        self._tap = _tap_factories[-1](sock) if _tap_factories else None
+        self._tap = tap_factory(sock)
         #: Seconds :meth:`wait` polls before it sleeps (:data:`BUSY_POLL`).
         self.busy_poll = BUSY_POLL
         #: The core's send lanes (large messages written by one C call,
         #: :mod:`iwarp.rdma.lanes`); None: everything goes through
         #: ``data_to_send`` (no accelerator, a core without lanes, or a tap,
         #: which must see every octet).
-        take_lane: Callable[[], SendLane | None] | None = getattr(core, "take_lane", None)
-        self._take_lane = take_lane if lanes.ACTIVE and self._tap is None else None
-        self._lane_sent: Callable[[SendLane], None] = getattr(core, "lane_sent", _no_lane)
+        self._take_lane = lanes.lane_taker(core) if self._tap is None else None
         #: The message being written by its lane, ahead of ``_out``.
         self._lane: SendLane | None = None
         self._lane_state = LaneState.DONE
@@ -257,6 +131,28 @@ class Driver:
 
     def fileno(self) -> int:
         return self._fd
+
+    # -- the front's driver (iwarp.contract.FrontDriver) ------------------------------
+
+    gone = closed
+
+    def now(self) -> float:
+        """The blocking adapters' clock (:data:`clock`)."""
+        return clock()
+
+    def wake(self, key: object = None) -> None:
+        """Nothing: a blocking call checks what it waits for after each input."""
+
+    def started(self) -> None:
+        """Nothing to do: the blocking driver has one write path."""
+
+    def pause_reading(self) -> None:
+        """Stop reading (a wait then looks for output and timers only)."""
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        """Read again."""
+        self.reading = True
 
     # -- output -------------------------------------------------------------------
 
@@ -299,16 +195,29 @@ class Driver:
         """Octets the core handed out directly, ahead of its next
         ``data_to_send``: sent now, as far as the kernel takes them, behind
         whatever waits (dropped when the socket is closed)."""
+        sock = self.sock
         if self._out or self._lane is not None:
             self._out.append(data)
-        elif self.sock is not None:
+        elif sock is not None and self._tap is None:
+            # One send, no gathering (a small message's FPDU, per message).
+            try:
+                sent = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self._lost(exc)
+                return
+            size = len(data) if type(data) is bytes else memoryview(data).nbytes
+            if sent < size:
+                self._out.append(memoryview(data).cast("B")[sent:])
+        elif sock is not None:
             self._send([data])
 
     def _send(self, chunks: list[Buffer]) -> None:
         assert self.sock is not None
         tap = self._tap
         try:
-            left = send_chunks(self.sock, chunks, None if tap is None else partial(_tap_sent, tap))
+            left = send_chunks(self.sock, chunks, None if tap is None else partial(tap_sent, tap))
         except OSError as exc:
             self._lost(exc)
             return
@@ -333,9 +242,7 @@ class Driver:
         if state is not LaneState.DONE:
             return False
         self._lane = None
-        core = self.core
-        self._lane_sent(lane)
-        events = core.take_events()
+        events = lanes.lane_finished(self.core, lane)
         if events:
             self._dispatch(events)
         return True
@@ -501,36 +408,20 @@ class Driver:
         if mask != self._mask:
             self._mask = mask
             self._poll.modify(self._fd, mask)
-        if mask == _POLLIN and self.busy_poll > 0 and self._spin_read(wake):
+        if mask == _POLLIN and self.busy_poll > 0 and spin_read(self._read, wake, self.busy_poll):
             self._answer()
         else:
             if mask:
-                ready = _spin(self._poll, wake, self.busy_poll) or self._poll.poll(
-                    _poll_timeout(wake)
+                ready = spin(self._poll, wake, self.busy_poll) or self._poll.poll(
+                    poll_timeout(wake)
                 )
             else:
-                ready = _sleep_until(wake)
+                ready = sleep_until(wake)
             for _, revents in ready:
                 self.service(revents)
         if timer is not None:
             # A timer started by what was just read is armed by the next wait.
             self.run_timer()
-        return True
-
-    def _spin_read(self, wake: float | None) -> bool:
-        """Busy polling when only input is awaited: try to read, without
-        sleeping, for up to :attr:`busy_poll` seconds (not past ``wake``).
-        True once something was read (then handled); one system call per
-        look, and the message is in as soon as it is seen."""
-        end = clock() + self.busy_poll
-        if wake is not None and wake < end:
-            end = wake
-        while not self._read():
-            if clock() >= end:
-                return False
-            # A runnable process (the peer, on a busy machine) gets the CPU
-            # first: spinning must not delay what it waits for.
-            os.sched_yield()
         return True
 
     def check_stalled(self, what: str) -> None:
@@ -545,19 +436,31 @@ class Driver:
             )
 
     def run_until(self, done: Callable[[], bool], deadline: float | None, what: str) -> None:
-        """Drive the connection until ``done()`` or the deadline.
+        """Drive the connection until ``done()``, or nothing more can happen
+        (the caller checks why); raises as :meth:`run_for`."""
+        self.run_for(lambda: done() or None, deadline, what)
 
-        Returns when ``done()`` is true or nothing more can happen (the
-        socket is closed and no timer runs; the caller checks why).
+    def send_all(self, deadline: float | None, what: str) -> None:
+        """:meth:`flush`, then drive the connection until the kernel took
+        everything (or the socket is closed); raises as :meth:`run_until`."""
+        self.flush()
+        if self._out or self._lane is not None:
+            self.run_until(lambda: not self.unsent or self.sock is None, deadline, what)
+
+    def run_for(self, take: Callable[[], T | None], deadline: float | None, what: str) -> T | None:
+        """Drive the connection until ``take()`` gives something (not None)
+        and return it; None when nothing more can happen first (the socket
+        is closed and no timer runs).
 
         :raises WaitTimeoutError: the deadline passed first.
         """
-        while not done():
+        while (got := take()) is None:
             if deadline is not None and clock() >= deadline:
                 raise WaitTimeoutError(f"timed out waiting for {what}")
             if not self.wait(deadline):
                 self.check_stalled(what)
-                return
+                return take()
+        return got
 
     # -- closing -------------------------------------------------------------------
 
@@ -585,119 +488,3 @@ class Driver:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
         self.close()
-
-
-def wait_any(drivers: Sequence[Driver], deadline: float | None) -> bool:
-    """Wait once on several connections (a completion queue shared by queue
-    pairs); False when none of them can make progress any more."""
-    if len(drivers) == 1:
-        return drivers[0].wait(deadline)
-    poller = select.poll()
-    by_fd: dict[int, Driver] = {}
-    wake = deadline
-    for driver in drivers:
-        mask = driver.interest()
-        if mask:
-            poller.register(driver.fileno(), mask)
-            by_fd[driver.fileno()] = driver
-        timer = driver.core.get_timer()
-        if timer is not None and (wake is None or timer < wake):
-            wake = timer
-    if not by_fd and wake is deadline and all(d.core.get_timer() is None for d in drivers):
-        return False
-    if by_fd:
-        spin = min(driver.busy_poll for driver in drivers)
-        ready = _spin(poller, wake, spin) or poller.poll(_poll_timeout(wake))
-    else:
-        ready = _sleep_until(wake)
-    for fd, revents in ready:
-        by_fd[fd].service(revents)
-    for driver in drivers:
-        driver.run_timer()
-    return True
-
-
-def _spin(poller: Any, wake: float | None, busy_poll: float) -> list[tuple[int, int]]:
-    """Poll without sleeping for up to ``busy_poll`` seconds (not past
-    ``wake``); what became ready, or nothing."""
-    if busy_poll <= 0:
-        return []  # sleep at once: not even a first look
-    poll = poller.poll
-    ready: list[tuple[int, int]] = poll(0)
-    if ready:
-        return ready
-    end = clock() + busy_poll
-    if wake is not None and wake < end:
-        end = wake
-    while not ready and clock() < end:
-        # A runnable process (the peer, on a busy machine) gets the CPU
-        # first: spinning must not delay what it waits for.
-        os.sched_yield()
-        ready = poll(0)
-    return ready
-
-
-def _poll_timeout(wake: float | None) -> float | None:
-    """``poll``'s timeout in milliseconds (it rounds up) until ``wake``."""
-    if wake is None:
-        return None
-    return max((wake - clock()) * 1000.0, 0.0)
-
-
-def _sleep_until(wake: float | None) -> list[tuple[int, int]]:
-    if wake is not None:
-        time.sleep(max(wake - clock(), 0.0))
-    return []
-
-
-def _no_lane(lane: SendLane) -> None:
-    """Stands in for ``lane_sent`` of a core without lanes (never called)."""
-
-
-def _tap_sent(tap: Tap, batch: list[Buffer], sent: int) -> None:
-    """The first ``sent`` octets of ``batch`` to ``tap``."""
-    for chunk in batch:
-        if sent <= 0:
-            return
-        view = memoryview(chunk).cast("B")
-        tap.sent(view[:sent])
-        sent -= len(view)
-
-
-class TcpListener:
-    """A listening TCP socket whose :meth:`accept` waits no longer than asked.
-
-    Out of file descriptors, it closes waiting connections at once instead
-    of leaving them in the backlog (:class:`~iwarp.sockets.SheddingSocket`).
-    """
-
-    def __init__(self, host: str | None, port: int, backlog: int = 128) -> None:
-        family = socket.AF_INET6 if host is not None and ":" in host else socket.AF_INET
-        self.sock = listening_socket(family, (host or "", port), backlog)
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self.sock.getsockname()[:2]
-        return str(host), int(port)
-
-    def accept(self, deadline: float | None) -> socket.socket:
-        """The next TCP connection: non-blocking, TCP_NODELAY.
-
-        :raises WaitTimeoutError: none arrived before the deadline.
-        """
-        poller = select.poll()
-        poller.register(self.sock.fileno(), select.POLLIN)
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                if deadline is not None and clock() >= deadline:
-                    raise WaitTimeoutError("timed out waiting for a connection") from None
-                poller.poll(_poll_timeout(deadline))
-                continue
-            conn.setblocking(False)
-            tcp_setup(conn)
-            return conn
-
-    def close(self) -> None:
-        self.sock.close()

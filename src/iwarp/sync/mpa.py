@@ -2,9 +2,9 @@
 and delayed startup or culley-02 on a live connection (:func:`open_stream`,
 :meth:`MpaListener.accept_stream`, :class:`MpaStream`).
 
-The per-connection state is :class:`~iwarp.mpa.session.MpaSession`'s and the
-I/O is :class:`~iwarp.sync._driver.Driver`'s, run by the caller's thread
-inside each call; this module only waits. Every call that waits takes a
+The per-connection state and policy are :class:`~iwarp.mpa.front.MpaFront`'s,
+the I/O is :class:`~iwarp.sync._driver.Driver`'s (the front's driver), run
+by the caller's thread inside each call; this module only waits. Every call that waits takes a
 ``timeout`` in seconds (None: no limit) and raises
 :class:`~iwarp.sync.WaitTimeoutError` when it runs out. Usage: docs/sync.md.
 """
@@ -17,20 +17,11 @@ from typing import Any, TypeVar
 from iwarp._typing import Buffer
 from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.events import Event
-from iwarp.mpa.handshake import build_request
-from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
-from iwarp.mpa.session import RECEIVE_HIGH_WATER, IncompleteReadError, MpaFace, MpaSession
-from iwarp.sockets import tcp_setup
-from iwarp.sync._driver import (
-    BusyPolled,
-    CloseOnExit,
-    Driver,
-    TcpListener,
-    clock,
-    deadline_after,
-    open_tcp,
-)
+from iwarp.mpa.front import IncompleteReadError, MpaFace, MpaFront
+from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Decider, Reject
+from iwarp.sockets import LISTEN_BACKLOG, tcp_setup
+from iwarp.sync._calls import BusyPolled, CloseOnExit, TcpListener, clock, deadline_after, open_tcp
+from iwarp.sync._driver import Driver
 
 __all__ = [
     "Accept",
@@ -48,108 +39,83 @@ __all__ = [
 T = TypeVar("T")
 
 
-class _Link:
-    """One TCP socket, its driver and its MpaSession: what both faces wait on."""
+def _front(sock: Any, config: MpaConfig, role: Role | None, **kwargs: Any) -> MpaFront:
+    """An MPA front on a connected socket, driven in the caller's thread;
+    with a ``role``, MPA startup has begun."""
+    emss = tcp_setup(sock)
+    front = MpaFront(config, role=role, emss=emss, **kwargs)
+    front._driver = Driver(sock, front.core, front.dispatch)
+    front.open(clock(), emss)
+    front.applied()
+    return front
 
-    def __init__(self, sock: Any, config: MpaConfig, decide: Decider | None = None) -> None:
-        self.emss = tcp_setup(sock)
-        self.session = MpaSession(config, decide=decide, emss=self.emss)
-        self.core = self.session.core
-        self.driver = Driver(sock, self.core, self.dispatch)
-        self.socket: MpaSocket | None = None
 
-    def now(self) -> float:
-        return clock()
+def _driver(front: MpaFront) -> Driver:
+    driver = front._driver
+    assert isinstance(driver, Driver)
+    return driver
 
-    def dispatch(self, events: list[Event]) -> None:
-        if self.session.handle(events):
-            self.driver.flush()  # e.g. the Reply of a reject, then FIN (RFC 5044 §8)
-            self.driver.close()
-        if self.session.backlog > RECEIVE_HIGH_WATER:
-            self.driver.reading = False
 
-    def applied(self) -> None:
-        """After an application call on the core: its events, then its output."""
-        self.dispatch(self.core.take_events())
-        self.driver.flush()
-
-    def wait_for(self, take: Callable[[], T | None], timeout: float | None, what: str) -> T:
-        """``take()`` once it gives something (at the latest when TCP is gone)."""
+def _wait_for(front: MpaFront, take: Callable[[], T | None], timeout: float | None, what: str) -> T:
+    """``take()`` once it gives something (at the latest when TCP is gone)."""
+    got = _driver(front).run_for(take, deadline_after(timeout), what)
+    if got is None:
+        front.lost()  # TCP is gone: nothing more arrives
         got = take()
-        if got is None:
-            box: list[T] = []
-
-            def done() -> bool:
-                got = take()
-                if got is not None:
-                    box.append(got)
-                return got is not None
-
-            self.driver.run_until(done, deadline_after(timeout), what)
-            if box:
-                got = box[0]
-            else:
-                self.session.eof = True  # TCP is gone: nothing more arrives
-                got = take()
-                assert got is not None
-        if not self.driver.reading and self.session.backlog < RECEIVE_HIGH_WATER // 4:
-            self.driver.reading = True
-        return got
-
-    def write(self, timeout: float | None) -> None:
-        driver = self.driver
-        driver.flush()
-        if driver.unsent:
-            driver.run_until(lambda: not driver.unsent, deadline_after(timeout), "the send")
-
-    def establish(self, deadline: float | None) -> MpaSocket:
-        """Run MPA startup to full operation; close TCP and raise on failure."""
-        session, driver = self.session, self.driver
-        try:
-            driver.run_until(
-                lambda: (
-                    session.error is not None or (session.params is not None and not driver.unsent)
-                ),
-                deadline,
-                "MPA startup",
-            )
-        except BaseException:
-            driver.close()
-            raise
-        if not session.established:
-            session.error = session.startup_error()
-            driver.close()
-            raise session.error
-        if self.socket is None:
-            self.socket = MpaSocket(self)
-        return self.socket
+        assert got is not None
+    front.consumed()
+    return got
 
 
-class _Face(MpaFace[_Link], BusyPolled, CloseOnExit):
+def _write(front: MpaFront, timeout: float | None) -> None:
+    _driver(front).send_all(deadline_after(timeout), "the send")
+
+
+def _establish(front: MpaFront, deadline: float | None) -> MpaSocket:
+    """Run MPA startup to full operation (its Reply written); close TCP
+    and raise on failure."""
+    driver = _driver(front)
+    try:
+        driver.run_until(
+            lambda: front.startup_over() and (front.error is not None or not driver.unsent),
+            deadline,
+            "MPA startup",
+        )
+    except BaseException:
+        driver.close()
+        raise
+    front.opened()
+    if front.socket is None:
+        front.socket = MpaSocket(front)
+    socket: MpaSocket = front.socket
+    return socket
+
+
+class _Face(MpaFace, BusyPolled, CloseOnExit):
     """What MpaSocket and MpaStream share: closing, the descriptor."""
 
     def fileno(self) -> int:
         """The TCP socket's descriptor (for the application's own ``select``)."""
-        return self._link.driver.fileno()
+        return _driver(self._front).fileno()
 
     def _polled(self) -> Driver:
-        return self._link.driver
+        return _driver(self._front)
 
     def close(self, *, timeout: float | None = 5.0) -> None:
         """Graceful close: write what is queued (for at most ``timeout``
         seconds), then FIN."""
-        link = self._link
-        if link.driver.closed:
+        driver = _driver(self._front)
+        if driver.closed:
             return
-        link.session.close()
+        self._front.close()
         try:
-            link.write(timeout)
+            _write(self._front, timeout)
         finally:
-            link.driver.close()
+            driver.close()
 
     def abort(self) -> None:
         """Close at once (RST), dropping unsent data."""
-        self._link.driver.abort()
+        _driver(self._front).abort()
 
 
 class MpaSocket(_Face):
@@ -162,13 +128,13 @@ class MpaSocket(_Face):
         :raises WaitTimeoutError: the kernel did not take it in time (it stays
             queued and goes out during later calls).
         """
-        self._link.core.send_ulpdu(ulpdu)
-        self._link.write(timeout)
+        self._front.core.send_ulpdu(ulpdu)
+        _write(self._front, timeout)
 
     def send_many(self, ulpdus: Iterable[Buffer], *, timeout: float | None = None) -> None:
         """Frame several ULPDUs and write them with one ``sendmsg``."""
         self._queue(ulpdus)
-        self._link.write(timeout)
+        _write(self._front, timeout)
 
     def receive(self, *, timeout: float | None = None) -> bytes | None:
         """The next ULPDU, or None after the peer closed cleanly.
@@ -177,9 +143,9 @@ class MpaSocket(_Face):
             ULPDUs that arrived before the error come first.
         :raises WaitTimeoutError: nothing arrived in time.
         """
-        session = self._link.session
-        self._link.wait_for(lambda: session.readable or None, timeout, "an FPDU")
-        return session.take_ulpdu()
+        front = self._front
+        _wait_for(front, lambda: front.readable or None, timeout, "an FPDU")
+        return front.take_ulpdu()
 
     def __iter__(self) -> Iterator[bytes]:
         """ULPDUs until the peer closes (each wait without a time limit)."""
@@ -193,7 +159,7 @@ class MpaSocket(_Face):
         :raises LocalProtocolError: not an Initiator, or ULPDUs were exchanged.
         """
         self._refuse_reply()
-        return MpaStream(self._link)
+        return MpaStream(self._front)
 
 
 class MpaStream(_Face):
@@ -206,24 +172,23 @@ class MpaStream(_Face):
 
         :raises LocalProtocolError: MPA owns the send direction.
         """
-        self._link.session.send_stream(data)
-        self._link.write(timeout)
+        self._front.send_stream(data)
+        _write(self._front, timeout)
 
     def read(self, n: int = -1, *, timeout: float | None = None) -> bytes:
         """Up to ``n`` (default: all available) octets; ``b""`` at end of stream."""
-        session = self._link.session
-        return self._link.wait_for(lambda: session.stream_read(n), timeout, "streaming data")
+        front = self._front
+        return _wait_for(front, lambda: front.stream_read(n), timeout, "streaming data")
 
     def readexactly(self, n: int, *, timeout: float | None = None) -> bytes:
         """Exactly ``n`` octets. :raises IncompleteReadError: the stream ended first."""
-        session = self._link.session
-        return self._link.wait_for(lambda: session.stream_exactly(n), timeout, f"{n} octets")
+        front = self._front
+        return _wait_for(front, lambda: front.stream_exactly(n), timeout, f"{n} octets")
 
     def readuntil(self, separator: bytes = b"\n", *, timeout: float | None = None) -> bytes:
         """Up to and including ``separator``. :raises IncompleteReadError: ended first."""
-        session = self._link.session
-        take = lambda: session.stream_until(separator)  # noqa: E731
-        return self._link.wait_for(take, timeout, f"{separator!r}")
+        front = self._front
+        return _wait_for(front, lambda: front.stream_until(separator), timeout, f"{separator!r}")
 
     def start_mpa(
         self,
@@ -243,7 +208,7 @@ class MpaStream(_Face):
         """
         deadline = deadline_after(timeout)
         self._start_mpa(role, private_data, last_streaming, decide)
-        return self._link.establish(deadline)
+        return _establish(self._front, deadline)
 
     def start_framed(
         self, *, send: bool = True, receive: bool = True, timeout: float | None = None
@@ -253,7 +218,7 @@ class MpaStream(_Face):
         ``timeout`` bounds writing what is still queued."""
         deadline = deadline_after(timeout)
         self._start_framed(send, receive)
-        return self._link.establish(deadline)
+        return _establish(self._front, deadline)
 
 
 def connect(
@@ -277,19 +242,15 @@ def connect(
     :raises OSError: the TCP connection could not be opened.
     """
     cfg = config if config is not None else MpaConfig()
-    build_request(cfg, private_data)  # LocalProtocolError before any connection
+    attempts = Attempts(cfg, private_data, fallback=fallback_to_rev1)
     deadline = deadline_after(timeout)
     while True:
-        link = _Link(open_tcp(host, port, deadline, local_address), cfg)
-        link.session.start(Role.INITIATOR, now=clock(), private_data=private_data)
-        link.driver.flush()
+        sock = open_tcp(host, port, deadline, local_address)
+        front = _front(sock, attempts.config, Role.INITIATOR, private_data=private_data)
         try:
-            return link.establish(deadline)
+            return _establish(front, deadline)
         except MpaError as exc:
-            retry = rev1_fallback(cfg, exc, requested=fallback_to_rev1)  # None for Rev 1
-            if retry is None:
-                raise
-            cfg = retry
+            attempts.failed(exc)
 
 
 def open_stream(
@@ -306,7 +267,7 @@ def open_stream(
     :raises OSError: the TCP connection could not be opened.
     """
     sock = open_tcp(host, port, deadline_after(timeout), local_address)
-    return MpaStream(_Link(sock, config if config is not None else MpaConfig()))
+    return MpaStream(_front(sock, config if config is not None else MpaConfig(), None))
 
 
 class MpaListener:
@@ -319,7 +280,7 @@ class MpaListener:
         *,
         config: MpaConfig | None = None,
         decide: Decider | None = None,
-        backlog: int = 128,
+        backlog: int = LISTEN_BACKLOG,
     ) -> None:
         self.config = config if config is not None else MpaConfig()
         self._decide = decide
@@ -345,9 +306,9 @@ class MpaListener:
         :raises WaitTimeoutError: ``timeout`` passed first.
         """
         deadline = deadline_after(timeout)
-        link = _Link(self._tcp.accept(deadline), self.config, decide or self._decide)
-        link.session.start(Role.RESPONDER, now=clock())
-        return link.establish(deadline)
+        sock = self._tcp.accept(deadline)
+        front = _front(sock, self.config, Role.RESPONDER, decide=decide or self._decide)
+        return _establish(front, deadline)
 
     def accept_stream(self, *, timeout: float | None = None) -> MpaStream:
         """The next TCP connection in streaming mode, to switch into MPA later
@@ -356,7 +317,7 @@ class MpaListener:
         :raises WaitTimeoutError: none arrived in time.
         """
         sock = self._tcp.accept(deadline_after(timeout))
-        return MpaStream(_Link(sock, self.config, self._decide))
+        return MpaStream(_front(sock, self.config, None, decide=self._decide))
 
     def close(self) -> None:
         """Stop listening (accepted connections stay open)."""
@@ -375,7 +336,7 @@ def listen(
     *,
     config: MpaConfig | None = None,
     decide: Decider | None = None,
-    backlog: int = 128,
+    backlog: int = LISTEN_BACKLOG,
 ) -> MpaListener:
     """Listen for MPA connections on ``host``:``port`` (0 picks a port)."""
     return MpaListener(host, port, config=config, decide=decide, backlog=backlog)

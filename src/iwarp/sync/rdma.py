@@ -1,52 +1,42 @@
 """RDMA over TCP with blocking calls: verbs as pyverbs and libibverbs users know them.
 
-A :class:`QueuePair` is one iWARP connection (the sans-IO
-:class:`~iwarp.rdma.endpoint.QueuePairEndpoint`) on a plain TCP socket,
-with no thread behind it: the caller's thread moves the octets inside each
-call. Verbs (``post_send``, ``post_recv``, ``poll``/``wait`` on a
-:class:`CompletionQueue`) and simple calls (``send``, ``receive`` from a
-receive pool, ``rdma_write``, ``rdma_read``); what does not wait is
-:class:`~iwarp.rdma.front.QueuePairFront`'s. Every call that can block
-takes ``timeout`` (seconds, None waits without limit) and raises
-:class:`~iwarp.sync.WaitTimeoutError`. The settings of :func:`connect`
-and :func:`listen` are documented in :mod:`iwarp.rdma.options`; usage:
+A :class:`QueuePair` is one iWARP connection on a plain TCP socket, with no
+thread behind it: the caller's thread moves the octets inside each call.
+What does not wait is :class:`~iwarp.rdma.front.QueuePairFront`'s. Every
+call that can block takes ``timeout`` (seconds, None waits without limit)
+and raises :class:`~iwarp.sync.WaitTimeoutError`. The settings of
+:func:`connect` and :func:`listen`: :mod:`iwarp.rdma.options`; usage:
 docs/sync.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Final, overload
+from typing import Any, Unpack, cast, overload
 
 from iwarp._typing import Buffer
 from iwarp.errors import MpaError
 from iwarp.mpa.config import MpaConfig, Role
-from iwarp.mpa.handshake import build_request
-from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject, rev1_fallback
+from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Reject
 from iwarp.rdma.data_args import ReadInto, WriteData
-from iwarp.rdma.endpoint import (
-    DEFAULT_RECEIVE_SIZE,
-    QueuePairOptions,
-)
+from iwarp.rdma.endpoint import QueuePairOptions
 from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
-from iwarp.rdma.events import (
-    CompletionQueued,
-    Established,
-    MessageQueued,
+from iwarp.rdma.front import ALL_BITS, CompletionQueueFront, QueuePairFront
+from iwarp.rdma.options import (
+    InitiatorSettings,
+    ResponderSettings,
+    domain,
+    initiator_options,
+    responder_options,
 )
-from iwarp.rdma.front import ALL_BITS, QueuePairFront
-from iwarp.rdma.options import domain, initiator_options, responder_options
-from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
-from iwarp.sockets import tcp_setup
-from iwarp.sync._driver import (
+from iwarp.sockets import LISTEN_BACKLOG, tcp_setup
+from iwarp.sync._calls import (
     BusyPolled,
     CloseOnExit,
-    Driver,
     TcpListener,
     WaitTimeoutError,
     clock,
@@ -54,6 +44,7 @@ from iwarp.sync._driver import (
     open_tcp,
     wait_any,
 )
+from iwarp.sync._driver import Driver
 
 __all__ = [
     "Accept",
@@ -72,28 +63,13 @@ __all__ = [
     "listen",
 ]
 
-#: Received-but-unread octets of the simple receive path above which the
-#: queue pair stops reading from TCP until the application catches up.
-RECEIVE_HIGH_WATER: Final = 4 << 20
-
 Setup = Callable[["QueuePair"], None]
 
 
-class CompletionQueue:
-    """Completions of work requests, in order (verbs' CQ).
-
-    One queue may serve several queue pairs, and a queue pair's send and
-    receive work (pass it to :func:`connect` or :meth:`Listener.accept` as
-    ``send_cq`` and/or ``recv_cq``); :meth:`poll` and :meth:`wait` drive
-    the sockets of all of them.
-    """
-
-    def __init__(self) -> None:
-        self._items: deque[Completion] = deque()
-        self._qps: list[QueuePair] = []
-
-    def __len__(self) -> int:
-        return len(self._items)
+class CompletionQueue(CompletionQueueFront):
+    """Completions of work requests, in order (verbs' CQ; its semantics:
+    :class:`~iwarp.rdma.front.CompletionQueueFront`); :meth:`poll` and
+    :meth:`wait` drive the sockets of every queue pair it serves."""
 
     def poll(self, max_entries: int | None = None) -> list[Completion]:
         """Take up to ``max_entries`` (default: all) completions; never blocks.
@@ -101,12 +77,10 @@ class CompletionQueue:
         Reads what the kernel already holds for the attached queue pairs
         first, as ``ibv_poll_cq`` finds what the NIC did meanwhile.
         """
-        drivers = [qp._driver for qp in self._qps if not qp._driver.closed]
+        drivers = cast(list[Driver], self._drivers())
         if drivers:
             wait_any(drivers, clock())
-        items = self._items
-        n = len(items) if max_entries is None else min(max_entries, len(items))
-        return [items.popleft() for _ in range(n)]
+        return self._take(max_entries)
 
     def wait(self, *, timeout: float | None = None) -> Completion:
         """The next completion, waiting for it.
@@ -117,7 +91,7 @@ class CompletionQueue:
         """
         deadline = deadline_after(timeout)
         while not self._items:
-            drivers = [qp._driver for qp in self._qps if not qp._driver.closed]
+            drivers = cast(list[Driver], self._drivers())
             if not drivers:
                 raise ConnectionTerminatedError(self._why())
             if deadline is not None and clock() >= deadline:
@@ -127,18 +101,6 @@ class CompletionQueue:
                     driver.check_stalled("a completion")
                 raise ConnectionTerminatedError(self._why())
         return self._items.popleft()
-
-    def _why(self) -> str:
-        reasons = {qp.end_reason for qp in self._qps}
-        return "; ".join(sorted(reasons)) if reasons else "no queue pair uses this queue"
-
-    def _attach(self, qp: QueuePair) -> None:
-        if qp not in self._qps:
-            self._qps.append(qp)
-
-    def _detach(self, qp: QueuePair) -> None:
-        if qp in self._qps:
-            self._qps.remove(qp)
 
 
 class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
@@ -150,6 +112,10 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     """
 
     _opened_by = "connect/listen"
+    _driver: Driver
+    _cq_type = CompletionQueue
+    send_cq: CompletionQueue
+    recv_cq: CompletionQueue
 
     def __init__(
         self,
@@ -162,25 +128,15 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         send_cq: CompletionQueue | None = None,
         recv_cq: CompletionQueue | None = None,
     ) -> None:
-        self.pd = pd
-        self.role = role
-        self.config = options.config
-        #: Completions of posted Sends, RDMA Writes and Reads.
-        self.send_cq = send_cq if send_cq is not None else CompletionQueue()
-        #: Completions of posted receives.
-        self.recv_cq = recv_cq if recv_cq is not None else CompletionQueue()
-        self._established = False
+        super().__init__(role, pd, options, setup, send_cq, recv_cq)
         try:
-            self._endpoint = endpoint = options.endpoint(
-                role, pd, clock(), tcp_setup(sock), None if setup is None else lambda: setup(self)
-            )
+            endpoint = self.open(clock(), tcp_setup(sock))
         except BaseException:
             sock.close()  # bad options (LocalProtocolError): the socket is nobody's yet
+            self.lost()
             raise
-        self._driver = Driver(sock, endpoint, self._dispatch)
-        self.send_cq._attach(self)
-        self.recv_cq._attach(self)
-        self._dispatch(endpoint.take_events())
+        self._driver = Driver(sock, endpoint, self.dispatch)
+        self.dispatch(endpoint.take_events())
         self._driver.flush()
 
     # -- properties ---------------------------------------------------------------
@@ -197,40 +153,23 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     def _polled(self) -> Driver:
         return self._driver
 
-    def _output(self) -> None:
-        self._driver.flush()
-
-    def _write(self, frame: bytes) -> None:
-        self._driver.write(frame)
-
     # -- simple API -----------------------------------------------------------------
 
     def _run(self, wr: SendQueueWR, timeout: float | None) -> Completion:
         # A Send or Write that TCP took at once completed while posted.
         completion = self._post_tracked(wr)
         if completion is None:
+            wr_id = wr.wr_id
             try:
-                completion = self._await(wr.wr_id, timeout)
+                completion = self._driver.run_for(
+                    lambda: self._finished(wr_id), deadline_after(timeout), f"work request {wr_id}"
+                )
+                if completion is None:
+                    raise ConnectionTerminatedError(self.end_reason)
             except BaseException:
-                self.endpoint.untrack(wr.wr_id)  # timed out or failed: it goes to send_cq
+                self._abandon(wr.wr_id)  # timed out or failed: it goes to send_cq
                 raise
         return self._checked(completion)
-
-    def _await(self, wr_id: int, timeout: float | None) -> Completion:
-        endpoint = self.endpoint
-        done: list[Completion] = []
-
-        def finished() -> bool:
-            completion = endpoint.result(wr_id)
-            if completion is not None:
-                done.append(completion)
-                return True
-            return self._driver.closed
-
-        self._driver.run_until(finished, deadline_after(timeout), f"work request {wr_id}")
-        if not done:
-            raise ConnectionTerminatedError(self.end_reason)
-        return done[0]
 
     def send(
         self,
@@ -310,15 +249,8 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     def fetch_add(
         self, stag: int, to: int, add: int, *, mask: int = 0, timeout: float | None = None
     ) -> int:
-        """RFC 7306 FetchAdd: add ``add`` to the peer's 64-bit word at
-        (``stag``, ``to``), a 64-bit aligned TO in a region registered with
-        ``Access.REMOTE_ATOMIC``; returns the word's original value. Each
-        bit set in ``mask`` ends a field whose carry is dropped (0: one
-        64-bit addition). Like verbs' ``ibv_wr_atomic_fetch_add``.
-
-        :raises AtomicsNotSupportedError: the peer has no RFC 7306 atomics.
-        :raises RdmaError: the peer refused it (STag, rights, bounds, alignment).
-        """
+        """RFC 7306 FetchAdd, as :meth:`iwarp.asyncio.rdma.QueuePair.fetch_add`;
+        returns the word's original value."""
         wr = self._fetch_add_wr(stag, to, add, mask)
         return self._original(self._run(wr, timeout))
 
@@ -333,33 +265,21 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         swap_mask: int = ALL_BITS,
         timeout: float | None = None,
     ) -> int:
-        """RFC 7306 CmpSwap: where the ``compare_mask`` bits of the peer's
-        word at (``stag``, ``to``) equal those of ``compare``, its
-        ``swap_mask`` bits take those of ``swap``; returns the original word
-        (the swap happened when it matches ``compare`` under the mask). Like
-        verbs' ``ibv_wr_atomic_cmp_swp``. Raises as :meth:`fetch_add`.
-        """
+        """RFC 7306 CmpSwap, as :meth:`iwarp.asyncio.rdma.QueuePair.compare_swap`;
+        returns the original word."""
         wr = self._compare_swap_wr(stag, to, compare, swap, compare_mask, swap_mask)
         return self._original(self._run(wr, timeout))
 
     def send_immediate(
         self, data: bytes, *, solicited: bool = False, timeout: float | None = None
     ) -> None:
-        """Send RFC 7306 Immediate Data: exactly 8 octets into the peer's
-        next receive buffer (``solicited``: with Solicited Event); wait
-        until it completed. The peer's ``receive()`` gives them as
-        :class:`~iwarp.rdmap.work.ImmediateData`, a receive completion has
-        them in ``immediate``."""
+        """Send RFC 7306 Immediate Data (exactly 8 octets), as
+        :meth:`iwarp.asyncio.rdma.QueuePair.send_immediate`."""
         self._run(self._immediate_wr(data, solicited), timeout)
 
     def supports_atomics(self, stag: int, to: int, *, timeout: float | None = None) -> bool:
-        """Probe the peer for RFC 7306 Atomic Operations with a FetchAdd of 0
-        on its word at (``stag``, ``to``), which changes nothing (§1.1).
-        True: it answered. False: it refused the opcode as a peer without
-        them does, which terminated the connection.
-
-        :raises RdmaError: it refused the target (STag, rights, bounds, alignment).
-        """
+        """Probe the peer for RFC 7306 Atomic Operations, as
+        :meth:`iwarp.asyncio.rdma.QueuePair.supports_atomics`."""
         try:
             self.fetch_add(stag, to, 0, timeout=timeout)
         except AtomicsNotSupportedError:
@@ -373,32 +293,20 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         :raises ConnectionTerminatedError: the connection ended first.
         :raises WaitTimeoutError: nothing arrived in time.
         """
-        endpoint = self.endpoint
-        driver = self._driver
-        data = self._take_message(driver.closed)
-        if data is None:
-            # Driver.run_until's loop, without a closure per call: this is
-            # the hot wait of a ping-pong.
-            deadline = deadline_after(timeout)
-            while data is None:
-                if deadline is not None and clock() >= deadline:
-                    raise WaitTimeoutError("timed out waiting for a message")
-                if not driver.wait(deadline):
-                    driver.check_stalled("a message")
-                    raise ConnectionTerminatedError(self.end_reason)
-                data = self._take_message(driver.closed)
-        if not driver.reading and endpoint.message_octets < RECEIVE_HIGH_WATER // 4:
-            driver.reading = True
+        data = self._take_message()
+        if data is None:  # (no closure: this is the hot wait of a ping-pong)
+            data = self._driver.run_for(self._take_message, deadline_after(timeout), "a message")
+            if data is None:
+                raise ConnectionTerminatedError(self.end_reason)
         return data
-
-    def _unsent(self) -> bool:
-        return not self._driver.closed and (self.endpoint.unsent or self._driver.unsent)
 
     def flush(self, *, timeout: float | None = None) -> None:
         """Wait until every posted message was handed to TCP (RDMA Reads
         beyond ORD go out as earlier ones complete)."""
-        self._driver.flush()
-        self._driver.run_until(lambda: not self._unsent(), deadline_after(timeout), "the flush")
+        driver = self._driver
+        driver.flush()
+        sent = lambda: driver.closed or not (self.endpoint.unsent or driver.unsent)  # noqa: E731
+        driver.run_until(sent, deadline_after(timeout), "the flush")
 
     def progress(self, *, timeout: float | None = 0.0) -> None:
         """Move octets once: read what arrived, write what is queued, run
@@ -427,60 +335,30 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
             if not driver.closed:
                 self.flush(timeout=None if deadline is None else max(deadline - clock(), 0.0))
         finally:
-            self._dispatch(self.endpoint.close())
-            if not driver.closed:
-                driver.flush()
-                if driver.unsent:
-                    with contextlib.suppress(WaitTimeoutError):
-                        driver.run_until(lambda: not driver.unsent, deadline, "the close")
+            self._close_endpoint()
+            with contextlib.suppress(WaitTimeoutError):
+                driver.send_all(deadline, "the close")
             driver.close()
-            self._leave_cqs()
+            self.lost()
 
     def abort(self) -> None:
         """Close at once (RST); outstanding work is flushed."""
         self._driver.abort()
-        self._dispatch(self.endpoint.connection_lost(clock(), "aborted by the application"))
-        self._leave_cqs()
-
-    def _leave_cqs(self) -> None:
-        """The completion queues wait on this queue pair no more."""
-        self.send_cq._detach(self)
-        self.recv_cq._detach(self)
-
-    # -- the endpoint's events (QueuePairFront._dispatch) ------------------------------
-
-    def _on_established(self, event: Established) -> None:
-        self._established = True
-
-    def _on_completion(self, event: CompletionQueued) -> None:
-        cq = self.send_cq if event.queue is self.endpoint.send_cq else self.recv_cq
-        cq._items.extend(event.queue.poll())
-
-    def _on_message(self, event: MessageQueued) -> None:
-        if self.endpoint.message_octets > RECEIVE_HIGH_WATER:
-            self._driver.reading = False
+        if self._endpoint is not None:
+            self.dispatch(self._endpoint.connection_lost(clock(), "aborted by the application"))
+        self.lost()
 
     # -- startup -----------------------------------------------------------------------
 
-    def _handshake(self, deadline: float | None) -> None:
-        driver = self._driver
-        endpoint = self.endpoint
+    def _handshake(self, deadline: float | None) -> QueuePair:
         try:
-            driver.run_until(
-                lambda: self._established or endpoint.ended is not None,
-                deadline,
-                "MPA startup",
-            )
+            self._driver.run_until(self._startup_over, deadline, "MPA startup")
         except BaseException:
-            driver.close()
-            self._leave_cqs()
+            self._driver.close()
+            self.lost()
             raise
-        if not self._established or endpoint.ended is not None:
-            # e.g. the Terminate of a failed RFC 6581 negotiation, a reject's Reply
-            driver.flush()
-            driver.close()
-            self._leave_cqs()
-            raise self._startup_error()
+        self._opened()
+        return self
 
 
 def connect(
@@ -489,24 +367,21 @@ def connect(
     *,
     pd: ProtectionDomain | None = None,
     config: MpaConfig | None = None,
-    private_data: bytes = b"",
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
     send_cq: CompletionQueue | None = None,
     recv_cq: CompletionQueue | None = None,
-    first_send_delay: float = 0.0,
     fallback_to_rev1: bool = False,
     timeout: float | None = None,
     local_address: tuple[str, int] | None = None,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
+    **settings: Unpack[InitiatorSettings],
 ) -> QueuePair:
     """Connect as MPA Initiator and return the queue pair in full operation.
 
-    The settings are documented in :mod:`iwarp.rdma.options`; ``timeout``
-    bounds TCP connection setup and MPA startup together (both attempts,
-    with ``fallback_to_rev1``).
+    The settings (and ``settings``: ``private_data``, ``receive_buffers``,
+    ``receive_size``, ``first_send_delay``, ``shared_cq``, ``atomic_ord``,
+    ``atomic_ird``) are documented in :mod:`iwarp.rdma.options`;
+    ``timeout`` bounds TCP connection setup and MPA startup together (both
+    attempts, with ``fallback_to_rev1``).
 
     :raises ConnectionRejectedError: the peer rejected the connection.
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
@@ -517,38 +392,31 @@ def connect(
     :raises OSError: the TCP connection could not be opened.
     """
     deadline = deadline_after(timeout)
-    options = initiator_options(
-        config,
-        private_data=private_data,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        first_send_delay=first_send_delay,
-        atomic_ord=atomic_ord,
-        atomic_ird=atomic_ird,
-    )
-    build_request(options.config, private_data)  # LocalProtocolError before any connection
+    options = initiator_options(config, **settings)
+    attempts = Attempts(options.config, options.private_data, fallback=fallback_to_rev1)
     qp_domain = domain(pd)
-
-    def attempt(options: QueuePairOptions) -> QueuePair:
+    while True:
         sock = open_tcp(host, port, deadline, local_address)
         qp = QueuePair(
-            sock, Role.INITIATOR, qp_domain, options, setup=setup, send_cq=send_cq, recv_cq=recv_cq
+            sock,
+            Role.INITIATOR,
+            qp_domain,
+            replace(options, config=attempts.config),
+            setup=setup,
+            send_cq=send_cq,
+            recv_cq=recv_cq,
         )
-        qp._handshake(deadline)
-        return qp
-
-    try:
-        return attempt(options)
-    except MpaError as exc:
-        retry = rev1_fallback(options.config, exc, requested=fallback_to_rev1)
-        if retry is None:
-            raise
-    return attempt(replace(options, config=retry))
+        try:
+            return qp._handshake(deadline)
+        except MpaError as exc:
+            attempts.failed(exc)
 
 
 class Listener:
-    """Accepts iWARP connections as MPA Responder (:func:`listen`; its
-    settings: :mod:`iwarp.rdma.options`)."""
+    """Accepts iWARP connections as MPA Responder (:func:`listen`; the
+    settings, and ``settings``: ``receive_buffers``, ``receive_size``,
+    ``shared_cq``, ``decide``, ``atomic_ord``, ``atomic_ird``, are
+    documented in :mod:`iwarp.rdma.options`)."""
 
     def __init__(
         self,
@@ -557,24 +425,13 @@ class Listener:
         *,
         pd: ProtectionDomain | None = None,
         config: MpaConfig | None = None,
-        receive_buffers: int | None = None,
-        receive_size: int = DEFAULT_RECEIVE_SIZE,
         setup: Setup | None = None,
-        decide: Decider | None = None,
-        backlog: int = 128,
-        atomic_ord: int = ATOMIC_DEPTH,
-        atomic_ird: int = ATOMIC_DEPTH,
+        backlog: int = LISTEN_BACKLOG,
+        **settings: Unpack[ResponderSettings],
     ) -> None:
         self.pd = pd
-        self.config = config if config is not None else MpaConfig()
-        self._options = responder_options(
-            self.config,
-            receive_buffers=receive_buffers,
-            receive_size=receive_size,
-            decide=decide,
-            atomic_ord=atomic_ord,
-            atomic_ird=atomic_ird,
-        )
+        self._options = responder_options(config, **settings)
+        self.config = self._options.config
         self._setup = setup
         self._tcp = TcpListener(host, port, backlog)
 
@@ -615,8 +472,7 @@ class Listener:
             send_cq=send_cq,
             recv_cq=recv_cq,
         )
-        qp._handshake(deadline)
-        return qp
+        return qp._handshake(deadline)
 
     def close(self) -> None:
         """Stop listening (accepted queue pairs stay open)."""
@@ -635,25 +491,9 @@ def listen(
     *,
     pd: ProtectionDomain | None = None,
     config: MpaConfig | None = None,
-    receive_buffers: int | None = None,
-    receive_size: int = DEFAULT_RECEIVE_SIZE,
     setup: Setup | None = None,
-    decide: Decider | None = None,
-    backlog: int = 128,
-    atomic_ord: int = ATOMIC_DEPTH,
-    atomic_ird: int = ATOMIC_DEPTH,
+    backlog: int = LISTEN_BACKLOG,
+    **settings: Unpack[ResponderSettings],
 ) -> Listener:
     """Listen for iWARP connections on ``host``:``port`` (0 picks a port)."""
-    return Listener(
-        host,
-        port,
-        pd=pd,
-        config=config,
-        receive_buffers=receive_buffers,
-        receive_size=receive_size,
-        setup=setup,
-        decide=decide,
-        backlog=backlog,
-        atomic_ord=atomic_ord,
-        atomic_ird=atomic_ird,
-    )
+    return Listener(host, port, pd=pd, config=config, setup=setup, backlog=backlog, **settings)

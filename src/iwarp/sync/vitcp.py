@@ -1,8 +1,8 @@
 """VI/TCP with blocking calls: :func:`connect`, :class:`VitcpListener`, :class:`VitcpEndpoint`.
 
 A thin shell around :class:`~iwarp.vitcp.connection.VitcpConnection` and
-what the asyncio adapter shares (:class:`~iwarp.vitcp.endpoint.ViEndpointState`,
-:class:`~iwarp.vitcp.front.ViEndpointFront`, :mod:`iwarp.vitcp.listener`),
+what the asyncio adapter shares (:class:`~iwarp.vitcp.front.ViFront`,
+:mod:`iwarp.vitcp.listener`),
 driven by the caller's thread (:mod:`iwarp.sync._driver`); each call that
 waits takes ``timeout`` (seconds) and raises
 :class:`~iwarp.sync.WaitTimeoutError` when it runs out. A listener owns
@@ -20,19 +20,18 @@ import time
 
 from iwarp._typing import Buffer
 from iwarp.sockets import vitcp_setup
-from iwarp.sync._driver import (
+from iwarp.sync._calls import (
     BusyPolled,
     CloseOnExit,
-    Driver,
     TcpListener,
     WaitTimeoutError,
     clock,
     deadline_after,
     open_tcp,
 )
+from iwarp.sync._driver import Driver
 from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
-from iwarp.vitcp.endpoint import RECEIVE_HIGH_WATER, ViEndpointState
 from iwarp.vitcp.errors import VitcpClosedError, VitcpRejectedError
 from iwarp.vitcp.events import (
     Connected,
@@ -41,7 +40,7 @@ from iwarp.vitcp.events import (
     RdmaReadCompleted,
     SendCompleted,
 )
-from iwarp.vitcp.front import ViEndpointFront
+from iwarp.vitcp.front import ViFront
 from iwarp.vitcp.handshake import State
 from iwarp.vitcp.listener import Demultiplexer, PeerRetry, peer_setup, start_connect
 from iwarp.vitcp.memory import LocalBuffer, ViMemoryRegion
@@ -56,25 +55,22 @@ __all__ = [
 ]
 
 
-class VitcpEndpoint(ViEndpointFront, BusyPolled, CloseOnExit):
+class VitcpEndpoint(ViFront, BusyPolled, CloseOnExit):
     """A VI on one TCP connection: post descriptors, send, RDMA, receive
     (§3.2-§3.4). Made by :func:`connect` and :meth:`VitcpListener.accept`.
 
-    The VI's state is :class:`~iwarp.vitcp.endpoint.ViEndpointState`'s; this
-    drives its connection in the caller's thread until what a call waits for
-    is there."""
+    What the VI keeps is :class:`~iwarp.vitcp.front.ViFront`'s; this drives
+    its connection in the caller's thread until what a call waits for is
+    there."""
+
+    _driver: Driver
 
     def __init__(self, sock: socket.socket, core: VitcpConnection, keep_posted: int = 0) -> None:
-        self._core = core
-        self._state = ViEndpointState(core, keep_posted=keep_posted)
+        super().__init__(core, keep_posted=keep_posted)
         vitcp_setup(sock, send_urgent=False)  # urgent data is never sent (module docstring)
-        self._driver = Driver(sock, core, self._dispatch)
-
-    def _output(self) -> None:
-        self._driver.flush()
-
-    def _read_arrived(self) -> None:
-        self._driver.wait(clock())
+        self._driver = Driver(sock, core, self.dispatch)
+        self.open(clock(), 0)
+        self.applied()
 
     def fileno(self) -> int:
         return self._driver.fileno()
@@ -82,22 +78,18 @@ class VitcpEndpoint(ViEndpointFront, BusyPolled, CloseOnExit):
     def _polled(self) -> Driver:
         return self._driver
 
-    # -- events ------------------------------------------------------------------------
-
-    def _dispatch(self, events: list[Event]) -> None:
-        self._state.handle(events)
-        if self._state.buffered > RECEIVE_HIGH_WATER:
-            self._driver.reading = False
+    def pending_notices(self) -> list[Event]:
+        """Other events received so far (RDMA Write received, read served,
+        remote error), without waiting (what the kernel holds is read first)."""
+        self._driver.wait(clock())
+        return super().pending_notices()
 
     # -- posting -----------------------------------------------------------------------
 
     def _await(self, number: int, timeout: float | None, what: str) -> Event:
         self._driver.flush()
-        state = self._state
-        self._driver.run_until(
-            lambda: state.completion_ready(number), deadline_after(timeout), what
-        )
-        return state.take_completion(number)
+        self._driver.run_until(lambda: self.completion_ready(number), deadline_after(timeout), what)
+        return self.take_completion(number)
 
     def send(
         self,
@@ -107,7 +99,7 @@ class VitcpEndpoint(ViEndpointFront, BusyPolled, CloseOnExit):
         timeout: float | None = None,
     ) -> SendCompleted:
         """Send a message and wait for its descriptor to complete."""
-        number = self._state.post_send(data, immediate=immediate)
+        number = self.post_send(data, immediate=immediate)
         event = self._await(number, timeout, f"Send {number}")
         assert isinstance(event, SendCompleted)
         return event
@@ -122,7 +114,7 @@ class VitcpEndpoint(ViEndpointFront, BusyPolled, CloseOnExit):
         timeout: float | None = None,
     ) -> SendCompleted:
         """RDMA Write into the peer's registered memory."""
-        number = self._state.post_rdma_write(
+        number = self.post_rdma_write(
             data, remote_address=remote_address, memory_handle=memory_handle, immediate=immediate
         )
         event = self._await(number, timeout, f"RDMA Write {number}")
@@ -140,7 +132,7 @@ class VitcpEndpoint(ViEndpointFront, BusyPolled, CloseOnExit):
         timeout: float | None = None,
     ) -> RdmaReadCompleted:
         """RDMA Read from the peer into ``local`` (at its start by default)."""
-        number = self._state.post_rdma_read(
+        number = self.post_rdma_read(
             local=local,
             local_address=local_address,
             remote_address=remote_address,
@@ -159,30 +151,23 @@ class VitcpEndpoint(ViEndpointFront, BusyPolled, CloseOnExit):
         :raises VitcpClosedError: the VI ended first.
         :raises WaitTimeoutError: nothing arrived in time.
         """
-        state = self._state
-        self._driver.run_until(state.receive_ready, deadline_after(timeout), "a message")
-        message = state.take_message()
-        if not self._driver.reading and state.buffered < RECEIVE_HIGH_WATER // 4:
-            self._driver.reading = True
-        return message
+        self._driver.run_until(self.receive_ready, deadline_after(timeout), "a message")
+        return self.take_message()
 
     def next_notice(self, *, timeout: float | None = None) -> Event:
         """The next other event (RDMA Write received, read served, remote error)."""
-        state = self._state
-        self._driver.run_until(state.notice_ready, deadline_after(timeout), "a notice")
-        return state.take_notice()
+        self._driver.run_until(self.notice_ready, deadline_after(timeout), "a notice")
+        return self.take_notice()
 
     # -- closing --------------------------------------------------------------------------
 
     def close(self, *, timeout: float | None = 5.0) -> None:
         """VipDisconnect: send what is queued (at most ``timeout`` seconds), close TCP."""
         driver = self._driver
-        if self._core.state is not State.DISCONNECTED:
-            self._core.close()
-        driver.flush()
-        if driver.unsent:
-            with contextlib.suppress(WaitTimeoutError):
-                driver.run_until(lambda: not driver.unsent, deadline_after(timeout), "the close")
+        if self.core.state is not State.DISCONNECTED:
+            self.core.close()
+        with contextlib.suppress(WaitTimeoutError):
+            driver.send_all(deadline_after(timeout), "the close")
         driver.close()
 
     def wait_closed(self, *, timeout: float | None = None) -> VitcpClosedError | None:
@@ -228,21 +213,19 @@ def connect(
             raise retry.timed_out(core, clock()) from None
         except OSError as exc:
             raise retry.tcp_failed(core, clock(), exc) from exc
-        core.tcp_established(clock())
         endpoint = VitcpEndpoint(sock, core, keep_posted)
-        state, driver = endpoint._state, endpoint._driver
-        driver.flush()
+        driver = endpoint._driver
         try:
-            driver.run_until(state.settled, user_deadline, "VI/TCP connection establishment")
+            driver.run_until(endpoint.settled, user_deadline, "VI/TCP connection establishment")
         except BaseException:
             driver.close()
             raise
-        outcome = state.outcome
+        outcome = endpoint.outcome
         if isinstance(outcome, Connected):
             return endpoint
         driver.close()
         if outcome is None:
-            raise state.closed_error()
+            raise endpoint.closed_error()
         # Rejected, or ReconnectNeeded: a new TCP connection after the shared
         # schedule's pause (§4.2, §4).
         at = retry.after(core, clock(), outcome, host, port)
@@ -296,9 +279,9 @@ class VitcpListener:
                 endpoint = self._next_request(deadline)
                 if endpoint is None:
                     continue  # closed or timed out before its ConnectRequest
-                request = endpoint._state.take_request()
+                request = endpoint.take_request()
                 assert request is not None
-                routed = self._demux.route(endpoint._core, request)
+                routed = self._demux.route(endpoint.core, request)
                 driver = endpoint._driver
                 driver.flush()  # ConnectAccept, ConnectReject or ConnectNoMatch
                 if routed.offer is None:
@@ -315,16 +298,14 @@ class VitcpListener:
     def _next_request(self, deadline: float | None) -> VitcpEndpoint | None:
         """The next TCP connection, once its ConnectRequest arrived."""
         sock = self._tcp.accept(deadline)
-        core = VitcpConnection(self.config, ViRole.PASSIVE)
-        core.tcp_accepted(clock())
-        endpoint = VitcpEndpoint(sock, core)
+        endpoint = VitcpEndpoint(sock, VitcpConnection(self.config, ViRole.PASSIVE))
         driver = endpoint._driver
         try:
-            driver.run_until(endpoint._state.requested, deadline, "a ConnectRequest")
+            driver.run_until(endpoint.requested, deadline, "a ConnectRequest")
         except BaseException:
             driver.close()
             raise
-        if endpoint._state.request is None:
+        if endpoint.request is None:
             driver.close()
             return None
         return endpoint

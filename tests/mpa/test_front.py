@@ -1,5 +1,5 @@
-"""The adapter-independent MPA socket state (iwarp.mpa.session), without I/O:
-two sessions wired to each other in memory."""
+"""The adapter-independent MPA front (iwarp.mpa.front), without I/O: two
+fronts wired to each other in memory, each on a recording driver."""
 
 from __future__ import annotations
 
@@ -7,24 +7,39 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import RecordingDriver
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
+from iwarp.mpa import front as front_module
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import StreamDataReceived
+from iwarp.mpa.front import IncompleteReadError, MpaFace, MpaFront
 from iwarp.mpa.policy import Accept, ConnectionRejectedError, Decider, Reject
-from iwarp.mpa.session import IncompleteReadError, MpaFace, MpaSession
 
 
-def octets(session: MpaSession) -> bytes:
+def make(config: MpaConfig, *, decide: Decider | None = None, emss: int = 1460) -> MpaFront:
+    """A front on a recording driver."""
+    front = MpaFront(config, decide=decide, emss=emss)
+    front._driver = RecordingDriver()
+    return front
+
+
+def recorder(front: MpaFront) -> RecordingDriver:
+    driver = front._driver
+    assert isinstance(driver, RecordingDriver)
+    return driver
+
+
+def octets(session: MpaFront) -> bytes:
     return b"".join(bytes(b) for b in session.core.data_to_send())
 
 
-def deliver(src: MpaSession, dst: MpaSession, now: float = 0.0) -> bool:
+def deliver(src: MpaFront, dst: MpaFront, now: float = 0.0) -> bool:
     """What ``src`` queued, into ``dst``; True when ``dst`` must close TCP."""
     return dst.handle(dst.core.receive_data(octets(src), now))
 
 
-def started(decide: Decider | None = None) -> tuple[MpaSession, MpaSession]:
-    init, resp = MpaSession(MpaConfig()), MpaSession(MpaConfig(), decide=decide)
+def started(decide: Decider | None = None) -> tuple[MpaFront, MpaFront]:
+    init, resp = make(MpaConfig()), make(MpaConfig(), decide=decide)
     init.start(Role.INITIATOR, now=0.0, private_data=b"hi")
     resp.start(Role.RESPONDER, now=0.0)
     return init, resp
@@ -76,7 +91,7 @@ def test_a_reject_asks_to_close_and_is_not_a_receive_error() -> None:
 
 def test_a_decision_with_bad_private_data_closes() -> None:
     _, resp = started(decide=lambda r: Accept(bytes(600)))
-    init = MpaSession(MpaConfig())
+    init = make(MpaConfig())
     init.start(Role.INITIATOR, now=0.0)
     assert deliver(init, resp)
     assert isinstance(resp.error, LocalProtocolError)
@@ -84,13 +99,13 @@ def test_a_decision_with_bad_private_data_closes() -> None:
 
 
 def test_startup_error_without_a_cause_is_tcp_closed() -> None:
-    session = MpaSession(MpaConfig())
+    session = make(MpaConfig())
     error = session.startup_error()
     assert isinstance(error, MpaError) and error.mpa_code is MpaErrorCode.TCP_CLOSED
 
 
 def test_unread_octets_are_mpa_input_at_the_switch() -> None:
-    init, resp = MpaSession(MpaConfig()), MpaSession(MpaConfig())
+    init, resp = make(MpaConfig()), make(MpaConfig())
     init.send_stream(b"HELLO\n")
     init.start(Role.INITIATOR, now=0.0)
     deliver(init, resp)  # streaming hello and the Request in one read
@@ -109,7 +124,7 @@ def test_unread_octets_are_mpa_input_at_the_switch() -> None:
 def test_stream_readers_at_every_split(chunks: list[bytes], separator: bytes) -> None:
     """Streaming octets in any chunking read as the whole would."""
     whole = b"".join(chunks)
-    session = MpaSession(MpaConfig())
+    session = make(MpaConfig())
     lines: list[bytes] = []
     for chunk in chunks:
         if chunk:
@@ -123,7 +138,7 @@ def test_stream_readers_at_every_split(chunks: list[bytes], separator: bytes) ->
 
 
 def test_stream_end_cuts_reads_short() -> None:
-    session = MpaSession(MpaConfig())
+    session = make(MpaConfig())
     session.handle([StreamDataReceived(data=b"abc")])
     assert session.stream_exactly(4) is None and session.stream_until(b"\n") is None
     session.give_back(b">")
@@ -139,27 +154,66 @@ def test_stream_end_cuts_reads_short() -> None:
     assert (info.value.partial, info.value.expected) == (b"x", None)
 
 
-class Link:
-    """What a driver gives an MpaFace, without a driver: no clock, no output."""
-
-    def __init__(self, session: MpaSession, emss: int) -> None:
-        self.session = session
-        self.emss = emss
-        self.applied_calls = 0
-
-    def now(self) -> float:
-        return 0.0
-
-    def applied(self) -> None:
-        self.applied_calls += 1
-
-
 def test_face_reports_emss_and_gives_back_octets_before_the_unread_ones() -> None:
-    link = Link(MpaSession(MpaConfig()), emss=1234)
-    face = MpaFace(link)
+    front = make(MpaConfig(), emss=1234)
+    face = MpaFace(front)
     assert face.emss == 1234
-    link.session.handle([StreamDataReceived(data=b"world")])
+    front.handle([StreamDataReceived(data=b"world")])
     face.unread(b"hello ")
-    assert link.session.stream_read(-1) == b"hello world"
+    assert front.stream_read(-1) == b"hello world"
     face._start_mpa(Role.INITIATOR, b"", b"", None)
-    assert link.applied_calls == 1 and link.session.core.params is None
+    assert recorder(front).calls == ["flush"] and front.core.params is None
+
+
+def test_dispatch_closes_tcp_when_mpa_must_and_tells_the_driver_once_started() -> None:
+    init, resp = started(decide=lambda r: Reject(b"no"))
+    resp.dispatch(resp.core.receive_data(octets(init), 0.0))
+    assert recorder(resp).calls == ["flush", "close"]  # the Reply, then FIN (RFC 5044 §7.1.2)
+    init, resp = started()
+    resp.dispatch(resp.core.receive_data(octets(init), 0.0))
+    init.dispatch(init.core.receive_data(octets(resp), 0.0))
+    for front in (init, resp):
+        assert recorder(front).calls == ["started"] and recorder(front).woken
+        assert front.startup_over()
+        front.opened()  # in full operation: nothing happens
+        front.dispatch([])
+        assert recorder(front).calls == ["started"]  # once
+
+
+def test_a_failed_startup_closes_tcp_and_raises_why() -> None:
+    front = make(MpaConfig())
+    assert not front.startup_over()
+    recorder(front).gone = True
+    assert front.startup_over()
+    with pytest.raises(MpaError, match="connection closed during MPA startup"):
+        front.opened()
+    assert recorder(front).calls == ["close"] and front.error is not None
+
+
+def test_reading_pauses_above_the_high_water_mark_and_resumes_below_a_quarter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(front_module, "RECEIVE_HIGH_WATER", 8)
+    front = make(MpaConfig())
+    front.dispatch([StreamDataReceived(data=b"0123456789")])
+    assert not recorder(front).reading
+    assert front.stream_exactly(4) == b"0123"
+    front.consumed()
+    assert not recorder(front).reading  # 6 left
+    assert front.stream_exactly(5) == b"45678"
+    front.consumed()
+    assert recorder(front).reading
+
+
+def test_open_sets_emss_and_starts_in_the_role_given() -> None:
+    front = MpaFront(MpaConfig(), role=Role.INITIATOR, private_data=b"pd")
+    front._driver = RecordingDriver()
+    assert front.open(0.0, 1000) is front.core
+    assert front.emss == 1000 and front.core.state is not None
+    assert b"pd" in octets(front)  # the Request with its private data
+    bad = MpaFront(MpaConfig(), role=Role.INITIATOR, private_data=bytes(600))
+    bad._driver = RecordingDriver()
+    bad.open(0.0, 1000)
+    assert isinstance(bad.error, LocalProtocolError)
+    bad.dispatch([])
+    assert recorder(bad).calls == ["flush", "close"]

@@ -1,27 +1,32 @@
-"""What an MPA socket keeps per connection, whichever driver runs it.
+"""An MPA connection's front: what it keeps and decides whatever drives it.
 
-:class:`MpaSession` wraps one :class:`~iwarp.mpa.connection.MpaConnection`
-with the state an application-facing socket needs and no I/O: the queue
-of received ULPDUs, the streaming octets not read yet (delayed startup,
-seed 000 §6.1.2/§6.1.4, and draft-culley-iwarp-mpa-02 §8.1), the error
-that ended the connection, the negotiated parameters once in full
-operation, and the Responder's decision (:func:`~iwarp.mpa.policy.answer_request`).
-The core's events reach that state through one table.
+:class:`MpaFront` runs one :class:`~iwarp.mpa.connection.MpaConnection`
+through a driver it holds (:class:`~iwarp.contract.FrontDriver`), with the
+state an application-facing socket needs and no I/O: the queue of
+received ULPDUs, the streaming octets not read yet (delayed startup, seed
+000 §6.1.2/§6.1.4, and draft-culley-iwarp-mpa-02 §8.1), the error that
+ended the connection, the negotiated parameters once in full operation,
+the Responder's decision (:func:`~iwarp.mpa.policy.answer_request`), when
+TCP must close and when reading pauses. The core's events reach that
+state through one table.
 
-The asyncio adapter (:mod:`iwarp.asyncio.mpa`) and the blocking one
-(:mod:`iwarp.sync.mpa`) feed it the core's events and only wait and wake:
-a call that would wait checks :attr:`MpaSession.readable` (or one of the
-``stream_*`` readers, which give None while more octets are needed) and
-waits for the next input when it is false. See docs/mpa-connection.md.
+:class:`MpaFace` is what an MPA socket and a streaming-mode stream (two
+faces of one connection) do without waiting. The asyncio adapter
+(:mod:`iwarp.asyncio.mpa`) and the blocking one (:mod:`iwarp.sync.mpa`)
+add only the calls that wait: such a call checks :attr:`MpaFront.readable`
+(or one of the ``stream_*`` readers, which give None while more octets
+are needed) and waits for the next input when it is false. See
+docs/mpa-connection.md.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final
 
 from iwarp._typing import Buffer
+from iwarp.contract import FrontDriver
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import DEFAULT_EMSS, MpaConnection
@@ -41,7 +46,7 @@ from iwarp.mpa.events import (
 from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.policy import ConnectionRejectedError, Decider, answer_request
 
-__all__ = ["RECEIVE_HIGH_WATER", "IncompleteReadError", "MpaFace", "MpaLink", "MpaSession"]
+__all__ = ["RECEIVE_HIGH_WATER", "IncompleteReadError", "MpaFace", "MpaFront"]
 
 #: Received-but-unread octets (ULPDUs and streaming octets) above which a
 #: driver stops reading from TCP; it reads again below a quarter of it.
@@ -61,33 +66,64 @@ class IncompleteReadError(IwarpError, EOFError):
         self.expected = expected
 
 
-class MpaSession:
-    """The adapter-independent state of one MPA socket.
+class MpaFront:
+    """The adapter-independent half of one MPA connection, on the driver it holds.
 
     :param config: what MPA offers and accepts.
+    :param role: the role MPA startup runs in once TCP is up (None:
+        streaming mode until :meth:`start` or :meth:`start_framed`).
+    :param private_data: the Initiator's Request private data.
     :param decide: the Responder's decision on a Request (default: accept).
-    :param emss: the TCP effective MSS, for MULPDU.
+    :param emss: the TCP effective MSS, for MULPDU (:meth:`open` sets it).
+
+    The adapter sets ``_driver`` before TCP is up; the driver calls
+    :meth:`open`, :meth:`dispatch` and :meth:`lost`.
     """
 
     __slots__ = (
+        "__weakref__",
         "_close",
+        "_driver",
+        "_private_data",
         "_received",
         "_received_octets",
+        "_role",
         "_scanned",
+        "_started",
         "core",
         "decide",
+        "emss",
         "eof",
         "error",
         "params",
+        "socket",
         "unread",
     )
 
+    #: Keep our half open after the peer's FIN (MPA may still send; RFC 5044 §7.2).
+    keep_open_after_eof = True
+
+    _driver: FrontDriver
+
     def __init__(
-        self, config: MpaConfig, *, decide: Decider | None = None, emss: int = DEFAULT_EMSS
+        self,
+        config: MpaConfig,
+        *,
+        role: Role | None = None,
+        private_data: bytes = b"",
+        decide: Decider | None = None,
+        emss: int = DEFAULT_EMSS,
     ) -> None:
         #: The sans-IO core; in streaming mode until started.
         self.core = MpaConnection(None, config, emss=emss)
+        #: The TCP effective MSS (TCP_MAXSEG) MULPDU was sized from.
+        self.emss = emss
         self.decide = decide
+        self._role = role
+        self._private_data = private_data
+        self._started = False
+        #: The adapter's socket once MPA is in full operation (one per connection).
+        self.socket: Any = None
         #: The error that ended the connection (the first one), if any.
         self.error: IwarpError | None = None
         #: What startup negotiated, once MPA is in full operation.
@@ -100,6 +136,56 @@ class MpaSession:
         self._received_octets = 0
         self._close = False
         self._scanned = 0  # octets of ``unread`` searched for a separator already
+
+    # -- for the driver --------------------------------------------------------------
+
+    @property
+    def fin_on_clean_close(self) -> bool:
+        """In full operation a clean close under us reads as the peer's FIN
+        (the application sees the end, not an error)."""
+        return self.core.params is not None and not self.eof
+
+    def open(self, now: float, emss: int) -> MpaConnection:
+        """TCP is up: MULPDU from ``emss``; MPA startup begins in the role
+        given (a bad private data fails it: TCP closes)."""
+        self.emss = emss
+        self.core.set_emss(emss)
+        if self._role is not None:
+            try:
+                self.start(self._role, now=now, private_data=self._private_data)
+            except LocalProtocolError as exc:
+                self._fail(exc, close=True)
+        return self.core
+
+    def dispatch(self, events: list[Event]) -> None:
+        """Apply the core's events; close TCP when MPA requires it, tell the
+        driver when startup is over, wake the waiting call, pause reading
+        above :data:`RECEIVE_HIGH_WATER` unread octets."""
+        driver = self._driver
+        if self.handle(events):
+            driver.flush()  # e.g. the Reply of a reject, then FIN (RFC 5044 §8)
+            driver.close()
+        if not self._started and self.established:
+            self._started = True
+            driver.started()
+        driver.wake()
+        if self.backlog > RECEIVE_HIGH_WATER:
+            driver.pause_reading()
+
+    def lost(self) -> None:
+        """TCP is gone: nothing more arrives."""
+        self.eof = True
+
+    def applied(self) -> None:
+        """After an application call on the core: its events, then its output."""
+        self.dispatch(self.core.take_events())
+        self._driver.flush()
+
+    def consumed(self) -> None:
+        """The application took received octets: reading resumes below a
+        quarter of :data:`RECEIVE_HIGH_WATER`."""
+        if self.backlog < RECEIVE_HIGH_WATER // 4:
+            self._driver.resume_reading()
 
     # -- the core's events ---------------------------------------------------------
 
@@ -170,6 +256,21 @@ class MpaSession:
         return self.error or MpaError(
             MpaErrorCode.TCP_CLOSED, "connection closed during MPA startup"
         )
+
+    def startup_over(self) -> bool:
+        """Startup ended: in full operation, failed, or TCP is gone."""
+        return self.error is not None or self.params is not None or self._driver.gone
+
+    def opened(self) -> None:
+        """After startup: nothing in full operation; else TCP closes and
+        the startup error is raised (it is :attr:`error` from then on).
+
+        :raises IwarpError: why startup did not complete.
+        """
+        if not self.established:
+            self.error = self.startup_error()
+            self._driver.close()
+            raise self.error
 
     def start(
         self,
@@ -288,48 +389,30 @@ class MpaSession:
         return self._take(len(self.unread))
 
 
-_HANDLERS: dict[type, Callable[[MpaSession, Any], None]] = {
-    UlpduReceived: MpaSession._on_ulpdu,
-    UlpduBatchReceived: MpaSession._on_batch,
-    RequestReceived: MpaSession._on_request,
-    ConnectionEstablished: MpaSession._on_established,
-    ConnectionRejected: MpaSession._on_rejected,
-    ConnectionFailed: MpaSession._on_failed,
-    NegotiationFailed: MpaSession._on_failed,
-    ConnectionClosed: MpaSession._on_closed,
-    StreamDataReceived: MpaSession._on_stream_data,
+_HANDLERS: dict[type, Callable[[MpaFront, Any], None]] = {
+    UlpduReceived: MpaFront._on_ulpdu,
+    UlpduBatchReceived: MpaFront._on_batch,
+    RequestReceived: MpaFront._on_request,
+    ConnectionEstablished: MpaFront._on_established,
+    ConnectionRejected: MpaFront._on_rejected,
+    ConnectionFailed: MpaFront._on_failed,
+    NegotiationFailed: MpaFront._on_failed,
+    ConnectionClosed: MpaFront._on_closed,
+    StreamDataReceived: MpaFront._on_stream_data,
 }
 
 
-class MpaLink(Protocol):
-    """What a driver gives the sockets and streams it makes."""
+class MpaFace:
+    """What an MPA socket or stream does without waiting, in every adapter
+    (both faces of one connection hold its :class:`MpaFront`)."""
 
-    session: MpaSession
-    #: The TCP effective MSS (TCP_MAXSEG) MULPDU was sized from.
-    emss: int
-
-    def now(self) -> float:
-        """The driver's clock, for the core."""
-        ...
-
-    def applied(self) -> None:
-        """After an application call on the core: handle its events, write its output."""
-        ...
-
-
-L = TypeVar("L", bound=MpaLink)
-
-
-class MpaFace(Generic[L]):
-    """What an MPA socket or stream does without waiting, in every adapter."""
-
-    def __init__(self, link: L) -> None:
-        self._link = link
+    def __init__(self, front: MpaFront) -> None:
+        self._front = front
 
     @property
     def connection(self) -> MpaConnection:
         """The sans-IO core (for inspection; drive it only through this object)."""
-        return self._link.session.core
+        return self._front.core
 
     @property
     def params(self) -> MpaParams:
@@ -337,7 +420,7 @@ class MpaFace(Generic[L]):
 
         :raises LocalProtocolError: MPA is not in full operation.
         """
-        params = self._link.session.core.params or self._link.session.params
+        params = self._front.core.params or self._front.params
         if params is None:
             raise LocalProtocolError("MPA is not in full operation")
         return params
@@ -345,41 +428,41 @@ class MpaFace(Generic[L]):
     @property
     def error(self) -> IwarpError | None:
         """The error that ended the connection, if any (``.code`` for MPA)."""
-        return self._link.session.error
+        return self._front.error
 
     @property
     def emss(self) -> int:
         """The TCP effective MSS (TCP_MAXSEG) MULPDU was sized from."""
-        return self._link.emss
+        return self._front.emss
 
     def unread(self, data: bytes) -> None:
         """Put streaming octets back in front of the unread ones (they go to
         MPA at the switch)."""
-        self._link.session.give_back(data)
+        self._front.give_back(data)
 
     def _queue(self, ulpdus: Iterable[Buffer]) -> None:
-        core = self._link.session.core
+        core = self._front.core
         for ulpdu in ulpdus:
             core.send_ulpdu(ulpdu)
 
     def _refuse_reply(self) -> None:
-        self._link.session.core.refuse_reply()
-        self._link.applied()
+        self._front.core.refuse_reply()
+        self._front.applied()
 
     def _start_mpa(
         self, role: Role, private_data: bytes, last_streaming: bytes, decide: Decider | None
     ) -> None:
-        link = self._link
-        link.session.start(
+        front = self._front
+        front.start(
             role,
-            now=link.now(),
+            now=front._driver.now(),
             private_data=private_data,
             last_streaming=last_streaming,
             decide=decide,
         )
-        link.applied()
+        front.applied()
 
     def _start_framed(self, send: bool, receive: bool) -> None:
-        link = self._link
-        link.session.start_framed(send=send, receive=receive, now=link.now())
-        link.applied()
+        front = self._front
+        front.start_framed(send=send, receive=receive, now=front._driver.now())
+        front.applied()

@@ -1,14 +1,14 @@
-"""ViEndpointState: the VI's queues, completions, establishment outcome, close
-reason and keep-posted rule, shared by the asyncio and blocking adapters."""
+"""ViFront's state: the VI's queues, completions, establishment outcome,
+close reason and keep-posted rule, shared by the asyncio and blocking
+adapters (each front on a recording driver)."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import out
+from helpers import RecordingDriver, out
 from iwarp.vitcp.config import ViRole, VitcpConfig
 from iwarp.vitcp.connection import VitcpConnection
-from iwarp.vitcp.endpoint import RECEIVE_HIGH_WATER, ViEndpointState
 from iwarp.vitcp.errors import MalformedSegmentError, VitcpClosedError
 from iwarp.vitcp.events import (
     TCP_CLOSED_UNANSWERED,
@@ -25,14 +25,22 @@ from iwarp.vitcp.events import (
     ViConnectionClosed,
     ViConnectionRejected,
 )
+from iwarp.vitcp.front import RECEIVE_HIGH_WATER, ViFront
 from iwarp.vitcp.handshake import State
 from iwarp.vitcp.wire import SegmentType, ViErrorType
 
 
-def connected(keep_posted: int = 0) -> tuple[ViEndpointState, ViEndpointState]:
+def make(core: VitcpConnection, *, keep_posted: int = 0) -> ViFront:
+    """A VI front on a recording driver."""
+    front = ViFront(core, keep_posted=keep_posted)
+    front._driver = RecordingDriver()
+    return front
+
+
+def connected(keep_posted: int = 0) -> tuple[ViFront, ViFront]:
     """An active and a passive state on two cores joined in memory, connected."""
-    a = ViEndpointState(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
-    b = ViEndpointState(VitcpConnection(VitcpConfig(discriminator=b"svc"), ViRole.PASSIVE))
+    a = make(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
+    b = make(VitcpConnection(VitcpConfig(discriminator=b"svc"), ViRole.PASSIVE))
     a.core.connect(0.0, b"svc")
     b.core.tcp_accepted(0.0)
     a.core.tcp_established(0.0)
@@ -49,14 +57,14 @@ def connected(keep_posted: int = 0) -> tuple[ViEndpointState, ViEndpointState]:
     return a, b
 
 
-def pump(src: ViEndpointState, dst: ViEndpointState) -> bool:
+def pump(src: ViFront, dst: ViFront) -> bool:
     """Move ``src``'s output to ``dst``; what ``dst.handle`` said."""
     src.handle(src.core.take_events())
     return dst.handle(dst.core.receive_data(out(src.core), 1.0))
 
 
 def test_buffered_octets_cross_the_high_water_mark() -> None:
-    state = ViEndpointState(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
+    state = make(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
     big = MessageReceived(1, bytes(RECEIVE_HIGH_WATER // 2 + 1), None)
     state.handle([big, MessageReceived(2, bytes(RECEIVE_HIGH_WATER // 2), None)])
     assert state.buffered > RECEIVE_HIGH_WATER  # a driver pauses reading here
@@ -113,7 +121,7 @@ def test_rdma_write_reposts_only_with_immediate_data() -> None:
 
 def test_no_repost_once_the_vi_is_not_connected() -> None:
     core = VitcpConnection(VitcpConfig(), ViRole.ACTIVE)
-    state = ViEndpointState(core, keep_posted=3)
+    state = make(core, keep_posted=3)
     state.handle([MessageReceived(1, b"late", None)])
     assert core.state is not State.CONNECTED and core.descriptors_posted == 0
     assert state.take_message().data == b"late"
@@ -145,17 +153,15 @@ def test_completions_wait_by_number_until_taken() -> None:
     assert isinstance(served, RdmaReadServed)
 
 
-def test_a_completion_hook_takes_completions_instead() -> None:
-    seen: list[tuple[int, Event]] = []
-    core = VitcpConnection(VitcpConfig(), ViRole.ACTIVE)
-    state = ViEndpointState(core, on_completion=lambda n, e: seen.append((n, e)))
+def test_completions_wait_by_message_number() -> None:
+    state = make(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
     done = SendCompleted(5, SegmentType.SEND)
     assert not state.handle([done])
-    assert seen == [(5, done)] and not state.completed
+    assert state.completion_ready(5) and state.take_completion(5) is done
 
 
 def test_events_without_a_handler_are_notices() -> None:
-    state = ViEndpointState(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
+    state = make(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
     served = RdmaReadServed(1, 0, 2, 3)
     remote = RemoteErrorReported(2, ViErrorType.MPE, 0)
     assert state.handle([served, remote])
@@ -174,7 +180,7 @@ def test_events_without_a_handler_are_notices() -> None:
     ],
 )
 def test_the_first_establishment_outcome_counts(first: Event) -> None:
-    state = ViEndpointState(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
+    state = make(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
     assert not state.settled()
     assert not state.handle([first, ViConnectionRejected(no_match=False)])
     assert state.outcome is first and state.settled()
@@ -182,7 +188,7 @@ def test_the_first_establishment_outcome_counts(first: Event) -> None:
 
 def test_a_connect_request_is_kept_until_taken_once() -> None:
     _, b = connected()
-    state = ViEndpointState(VitcpConnection(VitcpConfig(), ViRole.PASSIVE))
+    state = make(VitcpConnection(VitcpConfig(), ViRole.PASSIVE))
     request = ConnectionRequested(b"svc", b"me", b.core.config.attributes, 1024, 4, False)
     assert not state.requested()
     state.handle([request])
@@ -212,5 +218,5 @@ def test_close_reason_ends_every_wait_and_refuses_new_work() -> None:
 
 
 def test_without_a_close_event_the_end_is_tcp_closing() -> None:
-    state = ViEndpointState(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
+    state = make(VitcpConnection(VitcpConfig(), ViRole.ACTIVE))
     assert str(state.closed_error()) == "TCP connection closed"
