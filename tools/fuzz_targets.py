@@ -205,7 +205,7 @@ def vitcp_connection(data: bytes) -> None:
     conn = VitcpConnection(VitcpConfig(), ViRole.PASSIVE)
     conn.tcp_accepted(0.0)
     for chunk in _chunks(data[2:], data[1]):
-        conn.receive_data(chunk)
+        conn.receive_data(chunk, 0.0)
         if data[0] & 1 and conn.take_events():
             try:
                 conn.match()
