@@ -105,17 +105,69 @@ static void sm_put(SmEmit *e, size_t lead, const uint8_t *src, size_t len)
     }
 }
 
-static PyObject *py_small_send(PyObject *self, PyObject *args)
+/* The arguments, converted as PyArg_ParseTuple's formats would ("y*" and
+ * "w*": a contiguous buffer, writable for "w*", else TypeError; "p": truth;
+ * "n": an integer as Py_ssize_t, OverflowError beyond), without a tuple:
+ * these kernels run per small message. */
+static int sm_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) == 0)
+        return 1;
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be a %sbytes-like object, not '%.100s'", what,
+                 writable ? "writable " : "", Py_TYPE(obj)->tp_name);
+    return 0;
+}
+
+static int sm_ints(PyObject *const *args, Py_ssize_t n, Py_ssize_t *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = PyNumber_AsSsize_t(args[i], PyExc_OverflowError);
+        if (out[i] == -1 && PyErr_Occurred())
+            return 0;
+    }
+    return 1;
+}
+
+static int sm_flags(PyObject *const *args, Py_ssize_t n, int *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = PyObject_IsTrue(args[i]);
+        if (out[i] < 0)
+            return 0;
+    }
+    return 1;
+}
+
+static int sm_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *name)
+{
+    if (nargs == want)
+        return 1;
+    PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", name, want,
+                 nargs);
+    return 0;
+}
+
+static PyObject *py_small_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer header, payload;
-    int markers, crc;
+    int flags[2];
     Py_ssize_t phase_arg;
     (void)self;
     /* Integers as Py_ssize_t, as the other kernels take them: one outside
      * its range raises OverflowError, as in the pure twin. */
-    if (!PyArg_ParseTuple(args, "y*y*ppn:small_send", &header, &payload, &markers, &crc,
-                          &phase_arg))
+    if (!sm_nargs(nargs, 5, "small_send") || !sm_buffer(args[0], &header, 0, "header"))
         return NULL;
+    if (!sm_buffer(args[1], &payload, 0, "payload")) {
+        PyBuffer_Release(&header);
+        return NULL;
+    }
+    if (!sm_flags(args + 2, 2, flags) || !sm_ints(args + 4, 1, &phase_arg)) {
+        PyBuffer_Release(&header);
+        PyBuffer_Release(&payload);
+        return NULL;
+    }
+    int markers = flags[0], crc = flags[1];
     PyObject *result = NULL;
     size_t hlen = (size_t)header.len, plen = (size_t)payload.len;
     if (phase_arg < 0 || phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
@@ -185,18 +237,26 @@ static void sm_gather(const uint8_t *wire, const SmShape *s, int markers, size_t
     }
 }
 
-static PyObject *py_small_receive(PyObject *self, PyObject *args)
+static PyObject *py_small_receive(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer data, head;
-    int markers, crc;
-    Py_ssize_t phase_arg, limit, version, msn, send, send_se;
+    int flags[2];
+    Py_ssize_t ints[6];
     (void)self;
     /* Integers as Py_ssize_t (OverflowError beyond, as in the pure twin),
      * each compared as Python compares it: a negative limit takes nothing,
-     * a value outside its field never matches, the MSN counts modulo 2**32. */
-    if (!PyArg_ParseTuple(args, "y*ppnnnnnnw*:small_receive", &data, &markers, &crc, &phase_arg,
-                          &limit, &version, &msn, &send, &send_se, &head))
+     * a value outside its field never matches, the MSN counts modulo 2**32.
+     * Converted in argument order: data, the flags and integers, head. */
+    if (!sm_nargs(nargs, 10, "small_receive") || !sm_buffer(args[0], &data, 0, "data"))
         return NULL;
+    if (!sm_flags(args + 1, 2, flags) || !sm_ints(args + 3, 6, ints) ||
+        !sm_buffer(args[9], &head, 1, "head")) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    int markers = flags[0], crc = flags[1];
+    Py_ssize_t phase_arg = ints[0], limit = ints[1], version = ints[2], msn = ints[3],
+               send = ints[4], send_se = ints[5];
     PyObject *result = NULL;
     if (phase_arg < 0 || phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
         PyErr_SetString(PyExc_ValueError, "phase must be a multiple of 4 below 512");
@@ -264,8 +324,9 @@ done:
 }
 
 PyMethodDef iw_small_methods[] = {
-    {"small_send", py_small_send, METH_VARARGS, "Frame a one-segment Send into its FPDU."},
-    {"small_receive", py_small_receive, METH_VARARGS,
+    {"small_send", (PyCFunction)(void (*)(void))py_small_send, METH_FASTCALL,
+     "Frame a one-segment Send into its FPDU."},
+    {"small_receive", (PyCFunction)(void (*)(void))py_small_receive, METH_FASTCALL,
      "Check a whole FPDU that is a one-segment Send and place it; None otherwise."},
     {NULL, NULL, 0, NULL},
 };

@@ -14,6 +14,7 @@ position) stay with the cores; these only check and move octets.
 
 from __future__ import annotations
 
+from operator import index
 from typing import Final
 
 from iwarp._crc32c import crc32c
@@ -46,6 +47,7 @@ _unpack_header = UNTAGGED_HEADER.unpack_from
 
 def _check_phase(phase: int) -> None:
     if not 0 <= phase <= _PHASE_MASK or phase & 3:
+        index(phase)  # TypeError for a non-integer, as the C function's conversion
         _ssize(phase)  # OverflowError first, as the C function's argument parsing
         raise ValueError("phase must be a multiple of 4 below 512")
 
@@ -68,6 +70,8 @@ def small_send(
     :raises ValueError: ``phase`` is not a multiple of 4 below 512, or the
         ULPDU does not fit the 16-bit length field.
     :raises OverflowError: ``phase`` is outside the C ``Py_ssize_t`` range.
+    :raises TypeError: ``phase`` is not an integer, or the octets are not a
+        buffer.
     """
     _check_phase(phase)
     n = len(header) + len(payload)
@@ -155,18 +159,29 @@ def small_receive(
         ``head`` and ``data`` are views of one object (the C function also
         refuses any other overlap of their memory).
     :raises OverflowError: an integer is outside the C ``Py_ssize_t`` range.
-    :raises TypeError: ``head`` is not writable.
+    :raises TypeError: ``head`` is not writable, or an integer argument
+        is not an integer (a float, None...).
     """
     # In the C function's order: data, the integers, head, then the phase.
     view = memoryview(data).cast("B")
     if not (
-        _MIN_SSIZE <= phase <= _MAX_SSIZE
+        type(phase) is int
+        and type(limit) is int
+        and type(version) is int
+        and type(msn) is int
+        and type(send) is int
+        and type(send_se) is int
+        and _MIN_SSIZE <= phase <= _MAX_SSIZE
         and _MIN_SSIZE <= limit <= _MAX_SSIZE
         and _MIN_SSIZE <= version <= _MAX_SSIZE
         and _MIN_SSIZE <= msn <= _MAX_SSIZE
         and _MIN_SSIZE <= send <= _MAX_SSIZE
         and _MIN_SSIZE <= send_se <= _MAX_SSIZE
     ):  # (inline: this runs per small message)
+        # Integers only, as the C function's conversion takes them (a float
+        # is a TypeError; a bool or an IntEnum is its integer).
+        for value in (phase, limit, version, msn, send, send_se):
+            index(value)
         _ssize(phase, limit, version, msn, send, send_se)
     target = memoryview(head)
     if target.readonly:

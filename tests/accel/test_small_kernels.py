@@ -252,3 +252,44 @@ def test_small_receive_refuses_a_head_over_its_data(kernel: Any, at: int) -> Non
             data, True, True, 256, 0xFFFF, 1, 1, SEND, SEND_SE, memoryview(data)[at:]
         )
     assert data == frame
+
+
+#: Arguments of the wrong kind for some position (True: a bool is its
+#: integer where an integer is taken, as for the C conversion).
+_WRONG_KINDS: list[Any] = ["text", None, 4.0, 600.0, object(), [1, 2], True]
+
+
+@pytest.mark.skipif(
+    len(KERNELS) < 2, reason="no C kernels to compare (not built, or IWARP_NO_ACCEL)"
+)
+@pytest.mark.parametrize(
+    "wrong", _WRONG_KINDS, ids=["str", "None", "float", "float-large", "object", "list", "bool"]
+)
+def test_both_kernels_refuse_the_same_kinds_of_argument(wrong: Any) -> None:
+    """An argument of the wrong kind in any position (a text for octets, a
+    float or None for an integer, a read-only or missing buffer), or a
+    wrong number of arguments: the same refusal (or, for the flags, which
+    take any truth value, the same result) from both kernels, with the
+    same memory."""
+    good = _small.small_send(_header(1), b"data", False, True, 0)[0]
+    sends: list[Any] = [_header(1), b"data", False, True, 0]
+    for at in range(len(sends)):
+        args = list(sends)
+        args[at] = wrong
+        outcomes = [_outcome(k.small_send, *args) for k in KERNELS]
+        assert outcomes[0] == outcomes[1], at
+    receives: list[Any] = [good, False, True, 0, 0xFFFF, 1, 1, SEND, SEND_SE, None]
+    for at in range(len(receives)):
+        answers = []
+        for kernel in KERNELS:
+            head = bytearray(8)
+            args = list(receives)
+            args[-1] = head
+            args[at] = wrong
+            answers.append((_outcome(kernel.small_receive, *args), bytes(head)))
+        assert answers[0] == answers[1], at
+    for kernel in KERNELS:
+        with pytest.raises(TypeError):
+            kernel.small_send(*sends[:-1])
+        with pytest.raises(TypeError):
+            kernel.small_receive(*receives[:-1])

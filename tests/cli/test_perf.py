@@ -737,6 +737,12 @@ class _FloodingQueuePair:
     def post_send(self, wr: object) -> None:
         pass
 
+    def post_send_list(self, wrs: object) -> None:
+        pass
+
+    def poll(self) -> list[object]:  # the send completion queue's: none at once
+        return []
+
     def wait(self) -> object:  # the send completion queue's
         return type("Done", (), {"status": CompletionStatus.SUCCESS})()
 

@@ -26,8 +26,10 @@ import iwarp.mpa.handshake
 import iwarp.rdmap.atomics
 import iwarp.rdmap.memory
 import iwarp.rdmap.stream
+from iwarp._crc32c import crc32c
 from iwarp.ddp.errors import DdpTaggedCode, DdpTaggedError, DdpUntaggedCode, DdpUntaggedError
 from iwarp.ddp.wire import (
+    LAST_FLAG,
     TAGGED_FLAG,
     TAGGED_HEADER,
     TAGGED_HEADER_SIZE,
@@ -37,7 +39,21 @@ from iwarp.ddp.wire import (
     QueueNumber,
     fits_to_space,
 )
-from iwarp.mpa.wire import REPLY_KEY, REQUEST_KEY, RESERVED_FLAGS
+from iwarp.errors import MpaError, MpaErrorCode
+from iwarp.mpa.config import Role
+from iwarp.mpa.handshake import MpaState, RequestVerdict
+from iwarp.mpa.wire import (
+    CRC_FIELD,
+    ENHANCED_SIZE,
+    IRD_ORD_NONE,
+    MARKER,
+    REPLY_KEY,
+    REQUEST_KEY,
+    RESERVED_FLAGS,
+    EnhancedData,
+    FrameFlags,
+    RtrFlags,
+)
 from iwarp.rdmap.errors import (
     RemoteOperationCode,
     RemoteOperationError,
@@ -46,7 +62,13 @@ from iwarp.rdmap.errors import (
 )
 from iwarp.rdmap.memory import Access, AccessFault
 from iwarp.rdmap.state import StreamState
-from iwarp.rdmap.wire import INVALIDATE_OPCODES, AtomicOpcode, RdmapOpcode
+from iwarp.rdmap.wire import (
+    INVALIDATE_OPCODES,
+    READ_REQUEST_SIZE,
+    AtomicOpcode,
+    RdmapOpcode,
+    ReadRequest,
+)
 from iwarp.rdmap.work import Completion, CompletionStatus, WorkOpcode
 
 
@@ -327,6 +349,591 @@ def break_atomic_alignment() -> None:
     _patch(iwarp.rdmap.stream, "check_target", check)
 
 
+# --- the MPA startup frames (RFC 5044 §7.1, RFC 6581) -------------------------------------
+
+
+class _PackedAs:
+    """A Reply frame whose octets are rewritten by ``fix`` when packed (every other attribute
+    is the real frame's)."""
+
+    def __init__(self, frame: Any, fix: Any) -> None:
+        self._frame, self._fix = frame, fix
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._frame, name)
+
+    def pack(self) -> bytes:
+        data = bytearray(self._frame.pack())
+        self._fix(data)
+        return bytes(data)
+
+
+def _rewrite_reply(fix: Any, *, frame: Any = None) -> None:
+    """Every Reply built by ``build_reply`` goes out rewritten: ``frame(reply, request)`` may
+    return another MpaFrame, ``fix(octets)`` changes its packed octets in place."""
+    original = _get(iwarp.mpa.connection, "build_reply")
+
+    def build(config: Any, request: Any, **kwargs: Any) -> Any:
+        reply, params = original(config, request, **kwargs)
+        if frame is not None:
+            reply = frame(reply, request)
+        return (_PackedAs(reply, fix) if fix is not None else reply), params
+
+    _patch(iwarp.mpa.connection, "build_reply", build)
+
+
+def break_reply_key() -> None:
+    """RFC 5044 §7.1.1 Key: the Reply carries the Request's key (every Reply is wrong, so
+    every case that reads a Reply fails)."""
+
+    def fix(data: bytearray) -> None:
+        data[:16] = REQUEST_KEY
+
+    _rewrite_reply(fix)
+
+
+def break_reply_flags() -> None:
+    """RFC 5044 §7.1.1 Res: the Reply sets a reserved flag bit (0x01)."""
+
+    def fix(data: bytearray) -> None:
+        data[16] |= 0x01
+
+    _rewrite_reply(fix)
+
+
+def break_reply_rev() -> None:
+    """RFC 5044 §7.1.1 Rev: the Reply always carries the Responder's own revision (2), even
+    to a Rev 1 Request."""
+    _rewrite_reply(None, frame=lambda reply, request: dataclasses.replace(reply, revision=2))
+
+
+def break_reply_pd() -> None:
+    """RFC 5044 §7.1.1 Private Data: the Reply carries 600 octets of private data (every case
+    that reads a Reply fails: the tool refuses a Reply over 512 octets)."""
+
+    def frame(reply: Any, request: Any) -> Any:
+        return dataclasses.replace(reply, private_data=reply.private_data + bytes(600))
+
+    _rewrite_reply(None, frame=frame)
+
+
+def break_request_r() -> None:
+    """RFC 5044 §7.1.1 R: the R bit of a Request is checked on reception (the Responder
+    closes on it)."""
+    original = _get(iwarp.mpa.connection, "parse_frame")
+
+    def parse(data: Any, config: Any, *, expect_request: bool) -> Any:
+        if expect_request and len(data) > 16 and data[16] & FrameFlags.REJECT:
+            raise MpaError(MpaErrorCode.INVALID_FRAME, "R bit set in a Request (mutant)")
+        return original(data, config, expect_request=expect_request)
+
+    _patch(iwarp.mpa.connection, "parse_frame", parse)
+
+
+def break_reply_to_invalid() -> None:
+    """RFC 5044 §7.1.2 rule 2: an improperly formatted Request is answered with an accepting
+    Reply (Rev 1, C=1) before the close, as by a Responder that replies before validating."""
+    connection = iwarp.mpa.connection.MpaConnection
+    original = connection._startup
+    parse = _get(iwarp.mpa.connection, "parse_frame")
+    reply = REPLY_KEY + bytes([FrameFlags.CRC, 1, 0, 0])
+
+    def startup(self: Any) -> None:
+        if self.role is Role.RESPONDER:
+            try:
+                parse(self._rx, self.config, expect_request=True)
+            except MpaError:
+                self._out.append(reply)
+        original(self)
+
+    _patch(connection, "_startup", startup)
+
+
+def break_fin_startup() -> None:
+    """RFC 5044 §8 code 4: a Request cut short by FIN is not closed at once; the Responder
+    waits for its startup timeout."""
+    connection = iwarp.mpa.connection.MpaConnection
+    original = connection._end_of_stream
+
+    def end(self: Any) -> None:
+        if self.state in (MpaState.AWAIT_REQUEST, MpaState.AWAIT_REPLY):
+            self._peer_closed = True
+            return
+        original(self)
+
+    _patch(connection, "_end_of_stream", end)
+
+
+def break_rev0() -> None:
+    """RFC 5044 Appendix C.2.1: a Rev 0 Request is answered with a Rev 1 Reply and the
+    connection stays open (neither RDMAC mode nor the close)."""
+    checked = _get(iwarp.mpa.connection, "check_request")
+
+    def check(config: Any, request: Any) -> Any:
+        verdict, why = checked(config, request)
+        if verdict is RequestVerdict.INCOMPATIBLE:
+            return RequestVerdict.DELIVER, ""
+        return verdict, why
+
+    _patch(iwarp.mpa.connection, "check_request", check)
+    original = _get(iwarp.mpa.connection, "build_reply")
+
+    def build(config: Any, request: Any, **kwargs: Any) -> Any:
+        if request.revision == 0:
+            request = dataclasses.replace(request, revision=1)
+        return original(config, request, **kwargs)
+
+    _patch(iwarp.mpa.connection, "build_reply", build)
+
+
+def break_responder_first() -> None:
+    """RFC 5044 §7.1.2 rule 4: the Responder sends an FPDU (a zero-length RDMA Write) right
+    after its accepting Reply, before any FPDU from the Initiator."""
+    connection = iwarp.mpa.connection.MpaConnection
+    original = connection.accept
+    write = bytes([TAGGED_FLAG | LAST_FLAG | 1, 0x40]) + bytes(12)  # DV 1, RV 1, STag 0, TO 0
+
+    def accept(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, *args, **kwargs)
+        if self._encoder is not None:
+            self._out.extend(self._encoder.encode(write))
+        return out
+
+    _patch(connection, "accept", accept)
+
+
+def _enhanced_reply(change: Any) -> None:
+    """The Reply's enhanced data (RFC 6581) rewritten by ``change(reply, request)``."""
+    _rewrite_reply(None, frame=change)
+
+
+def break_enhanced_reply() -> None:
+    """RFC 6581 §10: an enhanced Request gets an unenhanced Reply (S=0, no IRD/ORD)."""
+
+    def change(reply: Any, request: Any) -> Any:
+        if reply.enhanced is None:
+            return reply
+        return dataclasses.replace(
+            reply,
+            flags=reply.flags & ~FrameFlags.ENHANCED,
+            private_data=reply.private_data[ENHANCED_SIZE:],
+        )
+
+    _enhanced_reply(change)
+
+
+def break_unenhanced_reply() -> None:
+    """RFC 6581 §10: an unenhanced Rev 2 Request (S=0) gets an enhanced Reply."""
+
+    def change(reply: Any, request: Any) -> Any:
+        if reply.enhanced is not None or reply.revision < 2:
+            return reply
+        return dataclasses.replace(
+            reply,
+            flags=reply.flags | FrameFlags.ENHANCED,
+            private_data=EnhancedData(16, 16).pack() + reply.private_data,
+        )
+
+    _enhanced_reply(change)
+
+
+def break_rev1() -> None:
+    """RFC 6581 §10: Rev 1 Requests are no longer accepted (closed as improperly formatted)."""
+    original = _get(iwarp.mpa.connection, "parse_frame")
+
+    def parse(data: Any, config: Any, *, expect_request: bool) -> Any:
+        if expect_request and len(data) > 17 and data[17] == 1:
+            raise MpaError(MpaErrorCode.INVALID_FRAME, "Rev 1 Request refused (mutant)")
+        return original(data, config, expect_request=expect_request)
+
+    _patch(iwarp.mpa.connection, "parse_frame", parse)
+
+
+def break_short_enhanced() -> None:
+    """RFC 6581 §9 / RFC 5044 rule 9: S=1 with fewer than 4 octets of private data is taken
+    as an unenhanced Request."""
+    original = _get(iwarp.mpa.connection, "parse_frame")
+
+    def parse(data: Any, config: Any, *, expect_request: bool) -> Any:
+        short = len(data) >= 20 and int.from_bytes(bytes(data[18:20]), "big") < ENHANCED_SIZE
+        if expect_request and short and data[17] == 2 and data[16] & FrameFlags.ENHANCED:
+            data = bytearray(data)
+            data[16] &= ~FrameFlags.ENHANCED
+        return original(data, config, expect_request=expect_request)
+
+    _patch(iwarp.mpa.connection, "parse_frame", parse)
+
+
+def _enhanced_fields(change: Any) -> None:
+    """The Reply's IRD/ORD replaced by ``change(reply_enhanced, request_enhanced)``."""
+
+    def frame(reply: Any, request: Any) -> Any:
+        if reply.enhanced is None or request.enhanced is None:
+            return reply
+        enhanced = change(reply.enhanced, request.enhanced)
+        rest = reply.private_data[ENHANCED_SIZE:]
+        return dataclasses.replace(reply, private_data=enhanced.pack() + rest)
+
+    _enhanced_reply(frame)
+
+
+def break_ord() -> None:
+    """RFC 6581 §9.1: the Responder's ORD is its own (16), not limited to the Initiator's IRD."""
+    _enhanced_fields(
+        lambda ours, theirs: (
+            dataclasses.replace(ours, ord=16)
+            if IRD_ORD_NONE not in (ours.ord, theirs.ird)
+            else ours
+        )
+    )
+
+
+def break_ird_ord_none() -> None:
+    """RFC 6581 §9.1: 0x3FFF is taken as a number (the Reply carries the Responder's own
+    IRD and ORD, 16, instead of 0x3FFF)."""
+
+    def change(ours: Any, theirs: Any) -> Any:
+        ird = 16 if ours.ird == IRD_ORD_NONE else ours.ird
+        ord_ = 16 if ours.ord == IRD_ORD_NONE else ours.ord
+        return dataclasses.replace(ours, ird=ird, ord=ord_)
+
+    _enhanced_fields(change)
+
+
+def break_peer_to_peer() -> None:
+    """RFC 6581 §9.2: the A bit of a Request is ignored (the Reply has A=0, no RTR type)."""
+    _enhanced_fields(lambda ours, theirs: dataclasses.replace(ours, flags=RtrFlags.NONE))
+
+
+def break_rtr_bits() -> None:
+    """RFC 6581 §9.2: with A=0 the Reply still sets the RTR types it supports (C and D)."""
+
+    def change(ours: Any, theirs: Any) -> Any:
+        if RtrFlags.PEER_TO_PEER in ours.flags:
+            return ours
+        return dataclasses.replace(ours, flags=RtrFlags.WRITE | RtrFlags.READ)
+
+    _enhanced_fields(change)
+
+
+def break_write_rtr() -> None:
+    """RFC 6581 §9.2: the Write RTR (a zero-length RDMA Write) is not recognised as an RTR
+    (the Responder that offered it answers it with TERM code 7)."""
+    _patch(iwarp.rdmap.stream.RdmapStream, "_is_tagged_rtr", lambda self, view: False)
+
+
+def break_zero_read() -> None:
+    """RFC 5040 §5.2.1: a zero-length Read Request is not answered."""
+    stream = iwarp.rdmap.stream.RdmapStream
+    original = stream._read_request
+
+    def read_request(self: Any, segment: Any) -> None:
+        raw = bytes(segment.buffer.view[:READ_REQUEST_SIZE])
+        if len(raw) == READ_REQUEST_SIZE and ReadRequest.unpack_from(raw).size == 0:
+            return
+        original(self, segment)
+
+    _patch(stream, "_read_request", read_request)
+
+
+def break_zero_read_stag() -> None:
+    """RFC 5040 §5.2.1: the STag of a zero-length Read Request is validated (an unknown one
+    brings TERM invalid STag)."""
+    stream = iwarp.rdmap.stream.RdmapStream
+    original = stream._read_request
+
+    def read_request(self: Any, segment: Any) -> None:
+        raw = bytes(segment.buffer.view[:READ_REQUEST_SIZE])
+        if len(raw) == READ_REQUEST_SIZE:
+            req = ReadRequest.unpack_from(raw)
+            if req.size == 0 and self.pd.registry.lookup(req.src_stag) is None:
+                raise RemoteProtectionError(
+                    RemoteProtectionCode.INVALID_STAG,
+                    f"zero-length Read of STag {req.src_stag:#x} (mutant)",
+                    rdmap_header=raw,
+                )
+        original(self, segment)
+
+    _patch(stream, "_read_request", read_request)
+
+
+def break_read_sink() -> None:
+    """RFC 5040 §5.2.2: a Read Response goes 8 octets past the Read Request's sink TO."""
+    original = _get(iwarp.rdmap.stream, "_Response")
+
+    def response(source: Any, request: Any) -> Any:
+        if request.size:
+            request = dataclasses.replace(request, sink_to=request.sink_to + 8)
+        return original(source, request)
+
+    _patch(iwarp.rdmap.stream, "_Response", response)
+
+
+def break_read_data() -> None:
+    """RFC 5040 §5.1/§5.2: what a Read returns is not what was placed (its first octet is
+    inverted). Buffers are open to remote Read and Write (``read-write``), so that the case
+    can write and read back."""
+    read_write()
+    registry = iwarp.rdmap.memory.MemoryRegistry
+    original = registry.access
+
+    def access(self: Any, stag: int, pd: Any, to: int, length: int, want: int) -> Any:
+        got = original(self, stag, pd, to, length, want)
+        if want == int(Access.REMOTE_READ) and not isinstance(got, AccessFault) and length:
+            copy = bytearray(got)
+            copy[0] ^= 0xFF
+            return memoryview(copy)
+        return got
+
+    _patch(registry, "access", access)
+
+
+def _no_fast_paths() -> None:
+    """Every segment takes the checked path (the fast paths make their own checks)."""
+    rdmap = iwarp.rdmap.stream.RdmapStream
+    _patch(rdmap, "_place_send", lambda self, view: False)
+    _patch(rdmap, "_place_write", lambda self, view: False)
+    _patch(rdmap, "_place_run", lambda self, buffer, records, index: 0)
+
+
+def break_ddp_reserved() -> None:
+    """RFC 5041 §4.1 Rsvd: reserved DDP control bits are checked (reported as a wrong DDP
+    version)."""
+    receiver = iwarp.ddp.placement.DdpReceiver
+    original = receiver.check_header
+
+    def check(self: Any, ulpdu: Any) -> None:
+        if len(ulpdu) and ulpdu[0] & 0x3C:
+            if ulpdu[0] & TAGGED_FLAG:
+                raise DdpTaggedError(DdpTaggedCode.INVALID_VERSION, "reserved DDP bits (mutant)")
+            raise DdpUntaggedError(DdpUntaggedCode.INVALID_VERSION, "reserved DDP bits (mutant)")
+        original(self, ulpdu)
+
+    _patch(receiver, "check_header", check)
+    _no_fast_paths()
+
+
+def break_write_segments() -> None:
+    """RFC 5041 §5.2: a tagged segment without the Last flag is refused (base or bounds)."""
+    receiver = iwarp.ddp.placement.DdpReceiver
+    original = receiver.check_header
+
+    def check(self: Any, ulpdu: Any) -> None:
+        if len(ulpdu) > TAGGED_HEADER_SIZE and ulpdu[0] & TAGGED_FLAG and not ulpdu[0] & LAST_FLAG:
+            raise DdpTaggedError(DdpTaggedCode.BASE_OR_BOUNDS, "L=0 segment refused (mutant)")
+        original(self, ulpdu)
+
+    _patch(receiver, "check_header", check)
+    _no_fast_paths()
+
+
+def break_write_placed() -> None:
+    """RFC 5041 §5.1.1: an RDMA Write at the start of a valid buffer is refused (base or
+    bounds: an off-by-one base check)."""
+    registry = iwarp.rdmap.memory.MemoryRegistry
+    original = registry.access
+
+    def access(self: Any, stag: int, pd: Any, to: int, length: int, want: int) -> Any:
+        got = original(self, stag, pd, to, length, want)
+        region = self.lookup(stag)
+        if (
+            want == int(Access.REMOTE_WRITE)
+            and length
+            and not isinstance(got, AccessFault)
+            and region is not None
+            and to == region.address
+        ):
+            return AccessFault.BASE_OR_BOUNDS
+        return got
+
+    _patch(registry, "access", access)
+    _no_fast_paths()
+
+
+_ALL_REGISTRIES: list[Any] = []
+
+
+def break_stag_scope() -> None:
+    """RFC 5041 §7.2 / RFC 5040 §7.2: an STag of another connection is refused with the wrong
+    code, base or bounds (STags numbered apart per connection). Letting it through is no
+    violation (RFC 5040 §8.1.1 leaves an STag's scope to the implementation: the cases skip)."""
+    distinct_stags()
+    registry = iwarp.rdmap.memory.MemoryRegistry
+    init = registry.__init__
+    original = registry.access
+
+    def new_init(self: Any) -> None:
+        init(self)
+        _ALL_REGISTRIES.append(self)
+
+    def access(self: Any, stag: int, pd: Any, to: int, length: int, want: int) -> Any:
+        if self.lookup(stag) is None:
+            for other in _ALL_REGISTRIES:
+                region = other.lookup(stag)
+                if other is not self and region is not None:
+                    return AccessFault.BASE_OR_BOUNDS
+        return original(self, stag, pd, to, length, want)
+
+    _patch(registry, "__init__", new_init)
+    _patch(registry, "access", access)
+
+
+# --- the FPDU stream (RFC 5044 §4) ------------------------------------------------------------
+
+
+def _no_lanes() -> None:
+    """FPDUs go only through the queue of MpaConnection (no send or receive lane)."""
+    connection = iwarp.mpa.connection.MpaConnection
+    _patch(connection, "lane_encoder", lambda self: None)
+    _patch(connection, "lane_decoder", lambda self: None)
+
+
+class _FpduCutter:
+    """Finds the FPDUs of an unmarked stream that starts with one startup frame and hands each
+    complete one (with its 2-octet length, PAD and CRC) to ``fix`` (which may change it)."""
+
+    def __init__(self, fix: Any) -> None:
+        self.fix = fix
+        self.pending = bytearray()
+        self.frame_done = False
+
+    def feed(self, data: bytes) -> bytes:
+        self.pending += data
+        out = bytearray()
+        if not self.frame_done:
+            if len(self.pending) < 20:
+                return b""
+            end = 20 + int.from_bytes(self.pending[18:20], "big")
+            if len(self.pending) < end:
+                return b""
+            out += self.pending[:end]
+            del self.pending[:end]
+            self.frame_done = True
+        while len(self.pending) >= 2:
+            length = int.from_bytes(self.pending[:2], "big")
+            size = 2 + length + (-(2 + length) % 4) + 4
+            if len(self.pending) < size:
+                break
+            fpdu = bytearray(self.pending[:size])
+            del self.pending[:size]
+            self.fix(fpdu)
+            out += fpdu
+        return bytes(out)
+
+
+def _recrc(fpdu: bytearray) -> None:
+    CRC_FIELD.pack_into(fpdu, len(fpdu) - 4, crc32c(bytes(fpdu[:-4])))
+
+
+def _rewrite_sent(fix: Any) -> None:
+    """Every FPDU the Responder sends (no markers) is rewritten by ``fix`` before it goes out."""
+    _no_lanes()
+    connection = iwarp.mpa.connection.MpaConnection
+    original = connection.data_to_send
+
+    def data_to_send(self: Any) -> list[Any]:
+        pieces = original(self)
+        if self.role is not Role.RESPONDER or (self.params and self.params.markers_send):
+            return pieces
+        cutter = vars(self).setdefault("_mutant_cutter", _FpduCutter(fix))
+        data = cutter.feed(b"".join(bytes(p) for p in pieces))
+        return [data] if data else []
+
+    _patch(connection, "data_to_send", data_to_send)
+    _patch(connection, "has_data_to_send", property(lambda self: bool(self._out)))
+
+
+def break_pad_sent() -> None:
+    """RFC 5044 §4.1 PAD: the Responder's PAD octets are 0xff (the CRC covers them)."""
+
+    def fix(fpdu: bytearray) -> None:
+        length = int.from_bytes(fpdu[:2], "big")
+        pad = len(fpdu) - 4 - 2 - length
+        if pad:
+            fpdu[2 + length : 2 + length + pad] = b"\xff" * pad
+            _recrc(fpdu)
+
+    _rewrite_sent(fix)
+
+
+def break_crc_sent() -> None:
+    """RFC 5044 §4.4: the Responder's FPDUs carry a wrong CRC."""
+
+    def fix(fpdu: bytearray) -> None:
+        fpdu[-1] ^= 0x01
+
+    _rewrite_sent(fix)
+
+
+def break_pad_checked() -> None:
+    """RFC 5044 §4.1 PAD: non-zero PAD octets are refused (as a CRC error), though a good
+    CRC covers them."""
+    _no_lanes()
+    connection = iwarp.mpa.connection.MpaConnection
+    original = connection._feed
+
+    def fix(fpdu: bytearray) -> None:
+        length = int.from_bytes(fpdu[:2], "big")
+        if fpdu[2 + length : -4].strip(b"\0"):
+            fpdu[-1] ^= 0x01
+
+    def feed(self: Any, data: Any) -> None:
+        if self.params is None or self.params.markers_receive or not self.params.crc:
+            original(self, data)
+            return
+        cutter = vars(self).get("_mutant_cutter")
+        if cutter is None:
+            cutter = self._mutant_cutter = _FpduCutter(fix)
+            cutter.frame_done = True
+        out = cutter.feed(bytes(data))
+        if out:
+            original(self, out)
+
+    _patch(connection, "_feed", feed)
+
+
+def break_crc_always() -> None:
+    """RFC 5044 §7.1.1 C: the CRC is checked even when CRCs are not in use."""
+    decoder = iwarp.mpa.framing.FpduDecoder
+    original = decoder.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["crc"] = True
+        original(self, *args, **kwargs)
+
+    decoder.__init__ = init  # type: ignore[method-assign]
+
+
+def break_markers() -> None:
+    """RFC 5044 §4.3 and §7.1.2 rule 7: the Responder's markers are placed from a stream
+    origin 4 octets before Full Operation (the first octets are not a marker, and every
+    marker is 4 octets early)."""
+    base = iwarp.mpa.framing.FpduEncoder
+
+    class Shifted(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if kwargs.get("markers"):
+                kwargs.setdefault("origin", (-4) & 0xFFFFFFFF)
+                kwargs.setdefault("position", 0)
+            super().__init__(*args, **kwargs)
+
+    _patch(iwarp.mpa.connection, "FpduEncoder", Shifted)
+
+
+def break_marker_ptr() -> None:
+    """RFC 5044 §4.3: the FPDUPTR of every marker inside an FPDU is 4 too large (the first
+    marker, 0 between FPDUs, is right)."""
+    _no_lanes()
+    _patch(iwarp.mpa.framing, "_pack_marker", lambda reserved, ptr: MARKER.pack(reserved, ptr + 4))
+    encoder = iwarp.mpa.framing.FpduEncoder
+
+    def encode_run(self: Any, run: Any) -> list[Any]:
+        # Runs are framed by a kernel with markers of its own: one ULPDU at a time instead.
+        return [piece for ulpdu in run.ulpdus() for piece in self.encode(ulpdu)]
+
+    _patch(encoder, "encode_run", encode_run)
+
+
 def break_atomic_response() -> None:
     """RFC 7306 §5.2.2: the Atomic Response's Original Request Identifier is not the
     Request's (one more)."""
@@ -419,6 +1026,38 @@ RULES = {
     "invalidate-valid": break_invalidate_valid,
     "terminate-queue": break_terminate_queue,
     "atomic-alignment": break_atomic_alignment,
+    "reply-key": break_reply_key,
+    "reply-flags": break_reply_flags,
+    "reply-rev": break_reply_rev,
+    "reply-pd": break_reply_pd,
+    "request-r": break_request_r,
+    "reply-to-invalid": break_reply_to_invalid,
+    "fin-startup": break_fin_startup,
+    "rev0": break_rev0,
+    "responder-first": break_responder_first,
+    "enhanced-reply": break_enhanced_reply,
+    "unenhanced-reply": break_unenhanced_reply,
+    "rev1": break_rev1,
+    "short-enhanced": break_short_enhanced,
+    "ord": break_ord,
+    "ird-ord-none": break_ird_ord_none,
+    "peer-to-peer": break_peer_to_peer,
+    "rtr-bits": break_rtr_bits,
+    "write-rtr": break_write_rtr,
+    "zero-read": break_zero_read,
+    "zero-read-stag": break_zero_read_stag,
+    "read-sink": break_read_sink,
+    "read-data": break_read_data,
+    "ddp-reserved": break_ddp_reserved,
+    "write-segments": break_write_segments,
+    "write-placed": break_write_placed,
+    "stag-scope": break_stag_scope,
+    "pad-sent": break_pad_sent,
+    "crc-sent": break_crc_sent,
+    "pad-checked": break_pad_checked,
+    "crc-always": break_crc_always,
+    "markers": break_markers,
+    "marker-ptr": break_marker_ptr,
     "atomic-response": break_atomic_response,
     "atomic-fetch-add": break_atomic_fetch_add,
     "atomic-cmp-swap": break_atomic_cmp_swap,
@@ -506,8 +1145,24 @@ def distinct_stags() -> None:
     _patch(registry, "__init__", init)
 
 
+def read_write() -> None:
+    """Every buffer registered for remote access is open to remote Read and Write (``iwarp
+    listen --op write`` advertises a write-only buffer, ``--op read`` a read-only one)."""
+    domain = iwarp.rdmap.memory.ProtectionDomain
+    original = domain.register
+    remote = Access.REMOTE_READ | Access.REMOTE_WRITE
+
+    def register(self: Any, buffer: Any, access: Any = Access.LOCAL_WRITE, **kwargs: Any) -> Any:
+        if access & remote:
+            access |= remote
+        return original(self, buffer, access, **kwargs)
+
+    _patch(domain, "register", register)
+
+
 VARIANTS = {
     "ddp-first": ddp_first,
+    "read-write": read_write,
     "distinct-stags": distinct_stags,
     "invalidate-operation": invalidate_as_operation,
 }

@@ -32,8 +32,21 @@ pytestmark = pytest.mark.slow
 
 #: Rules the older test (test_against_iwarp) proves in both roles, strict included.
 BOTH_ROLES = {"crc", "pd-length", "terminate"}
-#: The buffer a mutant's listener advertises: Read cases need a readable one.
-OP = {"read-bounds": "read"}
+#: The listener's options for a mutant whose cases need more than a writable buffer: a
+#: readable one (Read cases; a 1-octet Read brings the padded FPDU of rfc5044/4.1/1), CRC
+#: off (rfc5044/4.1/3).
+OPTIONS = {
+    "read-bounds": ["--op", "read"],
+    "read-sink": ["--op", "read"],
+    "pad-sent": ["--op", "read"],
+    "crc-always": ["--op", "write", "--no-crc"],
+    "markers": ["--op", "write", "--permissive"],
+    "marker-ptr": ["--op", "read"],
+}
+#: Mutants that break every Reply built for a Request the target takes: every case that reads
+#: one fails, each for the Reply; a case that passes never read a Reply (it only needed a
+#: close). A skip (a Rev 1 Reply to a Rev 0 Request, built apart) judges nothing.
+EVERY_REPLY = {"reply-key", "reply-pd"}
 #: Tags that name no rule of the RFCs (how a case learns a buffer's rights).
 NOT_RULES = {"rights-by-terminate"}
 
@@ -42,8 +55,13 @@ def _must(role: TargetRole = TargetRole.RESPONDER) -> list[Case]:
     return select(all_cases(), role=role)
 
 
-def _run(switch: str, cases: list[Case], op: str = "write") -> list[Result]:
-    with switched(switch, ["--op", op, "--timeout", TARGET_TIMEOUT]) as port:
+def _options(rule: str) -> list[str]:
+    return OPTIONS.get(rule, ["--op", "write"])
+
+
+def _run(switch: str, cases: list[Case], options: list[str] | None = None) -> list[Result]:
+    options = ["--op", "write"] if options is None else options
+    with switched(switch, [*options, "--timeout", TARGET_TIMEOUT]) as port:
         return Runner(ResponderTarget("127.0.0.1", port), timeout=2.0).run(cases)
 
 
@@ -66,7 +84,7 @@ def test_every_rule_a_case_covers_has_a_mutant() -> None:
 def test_a_mutant_fails_the_cases_of_its_rule(rule: str) -> None:
     covered = [c for c in _must() if rule in c.covers]
     assert covered, f"no MUST case covers {rule}"
-    results = _run(rule, _sample(covered), OP.get(rule, "write"))
+    results = _run(rule, _sample(covered), _options(rule))
     not_failed = [r for r in results if r.status is not Status.FAILED]
     assert not not_failed, _show(not_failed)
 
@@ -88,7 +106,7 @@ def test_stags_of_another_connection_are_refused() -> None:
     """With STags numbered apart per connection, another connection's STag is judged."""
     cases = select(all_cases(), ["rfc5041/7.2/18", "rfc5040/7.2/17"])
     for op in ("write", "read"):
-        results = _run("distinct-stags", cases, op)
+        results = _run("distinct-stags", cases, ["--op", op])
         passed = {r.case.id for r in results if r.status is Status.PASSED}
         assert passed == {c.id for c in cases}, _show(results)
 
@@ -107,9 +125,18 @@ def test_the_whole_matrix_mutant(rule: str) -> None:
     """Every MUST Responder case against the mutant: exactly its rule's cases fail, and
     none of them is skipped (the rules proven in both roles elsewhere may skip some)."""
     must = _must()
-    results = _run(rule, must, OP.get(rule, "write"))
+    results = _run(rule, must, _options(rule))
     failed = {r.case.id for r in results if r.status is Status.FAILED}
     covered = {c.id for c in must if rule in c.covers}
+    if rule in EVERY_REPLY:
+        assert covered <= failed, sorted(covered - failed)
+        for r in results:
+            got_reply = any("got MPA Reply" in line for line in r.observed)
+            if r.status is Status.FAILED:
+                assert "MPA Reply" in r.reason, _show([r])
+            elif r.status is Status.PASSED:
+                assert not got_reply, _show([r])
+        return
     skipped = {r.case.id for r in results if r.status is Status.SKIPPED} & covered
     if rule == "terminate":
         covered |= {
@@ -130,7 +157,30 @@ def test_the_whole_matrix_variant(variant: str, op: str) -> None:
     """Every Responder case, SHOULD included, against the variant (with a writable and
     a readable buffer): none fails."""
     cases = select(all_cases(), strict=True, role=TargetRole.RESPONDER)
-    results = _run(variant, cases, op)
+    results = _run(variant, cases, ["--op", op])
     failed = [r for r in results if r.status is Status.FAILED]
     assert not failed, _show(failed)
     assert sum(r.status is Status.PASSED for r in results) > len(cases) // 2
+
+
+REV0 = ["rfc5044/C/4", "rfc5044/C/5"]
+
+
+@pytest.mark.parametrize("options", [["--permissive"], ["--mpa-rev", "0"]])
+def test_rev0_data_transfer_passes_a_target_that_runs_rev0(options: list[str]) -> None:
+    """A permissive RFC 5044 Responder (RDMAC mode) and a Rev 0 one pass the Rev 0 data
+    cases; the CRC is checked over the markers both ways."""
+    results = _run("read-write", select(all_cases(), REV0), ["--op", "write", *options])
+    assert [r.status for r in results] == [Status.PASSED] * len(REV0), _show(results)
+
+
+def test_rev0_data_transfer_skips_a_non_permissive_target() -> None:
+    (first, second) = _run("read-write", select(all_cases(), REV0), ["--op", "write"])
+    for result in (first, second):
+        assert result.status is Status.SKIPPED, _show([result])
+        assert "iwarp listen --permissive" in result.reason
+
+
+def test_rev0_data_transfer_fails_a_target_without_a_crc_check() -> None:
+    (result,) = _run("crc", select(all_cases(), ["rfc5044/C/5"]), ["--op", "write", "--permissive"])
+    assert result.status is Status.FAILED, _show([result])

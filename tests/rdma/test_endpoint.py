@@ -158,7 +158,7 @@ def test_a_peer_invalidating_the_pool_buffers_stags_only_replaces_them() -> None
         w.pump()
         assert w.b.take_message() == b"kill %d" % i
         assert len(w.b._pool) == 2 and len(regions) == before
-        assert all(region.valid for region, _ in w.b._pool.values())
+        assert all(region.valid for region, _, _ in w.b._pool.values())
     w.a.post_send(SendWR(b"after", wr_id=99))
     w.pump()
     assert w.b.take_message() == b"after"

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.framing import fpdu_wire_size
-from iwarp.rdma import endpoint as endpoint_module
 from iwarp.rdma import small
 from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdma.events import CompletionQueued
@@ -173,14 +172,14 @@ def test_a_whole_send_takes_the_lane(monkeypatch: pytest.MonkeyPatch) -> None:
     is taken by the lane (markers on or off), one in pieces is not; and the
     sender's lane frames what it is given."""
     taken: list[bool] = []
-    receive_small = small.receive_small
+    receive = small.SmallLane.receive
 
-    def spy(*args: Any) -> Any:
-        result = receive_small(*args)
+    def spy(lane: small.SmallLane, data: Any) -> Any:
+        result = receive(lane, data)
         taken.append(result is not None)
         return result
 
-    monkeypatch.setattr(endpoint_module, "receive_small", spy)
+    monkeypatch.setattr(small.SmallLane, "receive", spy)
     # The Responder's first FPDU ends MPA's wait for it (the full path).
     script: list[Op] = [("send", 5, False), ("send", 7, True), ("invalidate", 3, False)]
     for config in (None, MpaConfig(markers=True, crc=False)):
@@ -220,18 +219,18 @@ def test_a_posted_send_on_an_idle_queue_pair_takes_the_lane(
     The wire octets, completions and messages are those of the send
     queue's way for both."""
     taken: list[bool] = []
-    send_small = small.send_small
+    send = small.SmallLane.send
 
-    def spy(*args: Any) -> Any:
-        frame = send_small(*args)
+    def spy(lane: small.SmallLane, *args: Any) -> Any:
+        frame = send(lane, *args)
         taken.append(frame is not None)
         return frame
 
-    monkeypatch.setattr(endpoint_module, "send_small", spy)
+    monkeypatch.setattr(small.SmallLane, "send", spy)
     lane = _posted_sends(config)
     assert taken == [True, False]
     assert lane[1:] == ([1, 2], [b"one", b"two" * 5])
-    monkeypatch.setattr(endpoint_module, "send_small", lambda *args: None)
+    monkeypatch.setattr(small.SmallLane, "send", lambda *args: None)
     assert _posted_sends(config) == lane
 
 

@@ -195,7 +195,7 @@ class CoreDriver(asyncio.BufferedProtocol):
     def feed(self, data: Buffer) -> None:
         """Octets from TCP to the core (``b""``: FIN)."""
         self.handle_events(self.core.receive_data(data, self._loop.time()))
-        self.flush()
+        self._answer()
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -346,6 +346,22 @@ class CoreDriver(asyncio.BufferedProtocol):
         if self._timer is not None or core.get_timer() is not None:
             self._arm_timer()
 
+    def _answer(self) -> None:
+        """:meth:`flush` after input, when it may have something to do: the
+        input caused output (a Reply, a Read Response), a close or a timer,
+        or output or a drain waits. Most received messages cause none of
+        these, and the core says so without a pull."""
+        core = self.core
+        if (
+            self._lane is not None
+            or self._drain_waiter is not None
+            or self._timer is not None
+            or core.has_data_to_send
+            or core.must_close
+            or core.get_timer() is not None
+        ):
+            self.flush()
+
     def output_waiting(self) -> bool:
         """Output waits for the kernel (or behind a send lane's message)."""
         return self._write_paused or self._lane is not None
@@ -361,11 +377,28 @@ class CoreDriver(asyncio.BufferedProtocol):
                 self._drain_waiter = None
 
     def write(self, data: Buffer) -> None:
-        """Octets the core handed out directly, ahead of its next
-        ``data_to_send`` (dropped once TCP is going)."""
+        """Octets the core handed out directly (a small message's FPDU),
+        ahead of its next ``data_to_send`` (dropped once TCP is going): one
+        ``os.write`` on the socket while it is ours and the transport holds
+        nothing (it runs per message), else as the core's output."""
         transport = self.transport
-        if transport is not None and not transport.is_closing():
+        if transport is None or transport.is_closing():
+            return
+        fd = self._fd
+        if fd is None or self._lane is not None or transport.get_write_buffer_size():
             self._write_chunks([data])
+            return
+        try:
+            sent = os.write(fd, data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._failed(exc)
+            return
+        size = len(data) if type(data) is bytes else memoryview(data).nbytes
+        if sent < size:
+            # The transport buffers what the kernel did not take and pauses us.
+            transport.write(memoryview(data).cast("B")[sent:])
 
     def _write_chunks(self, chunks: list[Buffer]) -> None:
         transport = self.transport

@@ -265,6 +265,7 @@ for _n, _dv in ((16, 0), (17, 2)):
     "reserved DDP control bits set are not checked",
     'RFC 5041 §4.1 Rsvd: "This field MUST be set to zero on transmit, and not checked on receive"',
     needs=(Need.REGION,),
+    covers=("ddp-reserved", "write-placed"),
 )
 def ddp_reserved(s: Session) -> None:
     s.data_phase()
@@ -292,6 +293,7 @@ def zero_length_tagged(s: Session) -> None:
     "an RDMA Write inside the advertised buffer is placed without error",
     'RFC 5041 §5.1.1: "the Data Sink ... places the payload at the TO of the Tagged Buffer"',
     needs=(Need.REGION,),
+    covers=("write-placed",),
 )
 def write_ok(s: Session) -> None:
     s.data_phase()
@@ -309,6 +311,7 @@ def write_ok(s: Session) -> None:
     "an RDMA Write in two segments (L=0, then L=1) is placed without error",
     'RFC 5041 §5.2: "the DDP Message is segmented ... the Last flag set on the last segment"',
     needs=(Need.REGION,),
+    covers=("write-segments", "write-placed"),
 )
 def write_two_segments(s: Session) -> None:
     s.data_phase()
@@ -330,6 +333,7 @@ def write_two_segments(s: Session) -> None:
     'associated with DDP Stream"',
     roles=(TargetRole.RESPONDER,),
     needs=(Need.REGION,),
+    covers=("stag-scope",),
 )
 def write_foreign_stag(s: Session) -> None:
     other, region = foreign_region(s)

@@ -177,16 +177,33 @@ def nothing_after_term(s: Session) -> None:
     "the target's PAD octets are zero",
     'RFC 5044 §4.1 PAD: "The pad data MUST be set to zero by the sender"',
     needs=(Need.TALKS,),
+    covers=("pad-sent",),
 )
 def pad_zero(s: Session) -> None:
     s.data_phase()
     if not s.received:
         raise CaseSkipped(NO_FPDU)
+    region = s.cooperation.region
+    if not any(got.pad for got in s.received) and region is not None:
+        # The target's own FPDUs need no PAD (iwarp's are 2 octets short of a multiple of
+        # 4): a 1-octet Read of its buffer brings a 15-octet Read Response, 3 octets of PAD.
+        request = ReadRequest(SINK, 0, 1, region.stag, region.to)
+        s.send_ulpdu(
+            craft.read_request(request, msn=s.next_msn(1))[0].octets,
+            "Read Request of 1 octet (its Read Response needs PAD)",
+        )
+        deadline = s.within(1.0)
+        while (got := s.next_fpdu(deadline)) is not None and not got.is_terminate:
+            if got.pad:
+                break
     for got in s.received:
         if got.pad.strip(b"\0"):
             raise CaseFailed(f"PAD {got.pad.hex()} in {got.describe()}")
     if not any(got.pad for got in s.received):
-        raise CaseSkipped("none of the target's FPDUs had PAD")
+        raise CaseSkipped(
+            "none of the target's FPDUs had PAD; a target with a buffer open to remote Read "
+            "(iwarp listen --op read, rping -c) enables the case"
+        )
 
 
 @case(
@@ -194,6 +211,7 @@ def pad_zero(s: Session) -> None:
     "non-zero PAD octets covered by a good CRC are ignored",
     'RFC 5044 §4.1 PAD: "ignored by the receiver (except for CRC checking)"',
     needs=(Need.REGION,),
+    covers=("pad-checked", "write-placed"),
 )
 def pad_ignored(s: Session) -> None:
     s.data_phase()
@@ -210,6 +228,7 @@ def pad_ignored(s: Session) -> None:
     "the target's FPDUs carry a correct CRC",
     'RFC 5044 §4.1 CRC: "When CRCs are enabled, this field contains a CRC32c check value"',
     needs=(Need.TALKS,),
+    covers=("crc-sent",),
 )
 def crc_correct(s: Session) -> None:
     s.data_phase()
@@ -226,6 +245,7 @@ def crc_correct(s: Session) -> None:
     'RFC 5044 §7.1.1 C: "When CRCs are not in use, the CRC field MUST be considered valid for '
     'FPDU checking regardless of its contents"',
     roles=(TargetRole.RESPONDER,),
+    covers=("crc-always",),
 )
 def crc_off(s: Session) -> None:
     reply = s.initiate(s.default_request(flags=s.base_flags() & ~FrameFlags.CRC))
@@ -301,6 +321,7 @@ def _garbage_case(number: int, title: str, data: bytes) -> None:
         s.data_phase()
         if not s.crc:
             raise CaseSkipped(NO_CRC)
+        s.fence()  # RFC 5044 §7.1.2 rule 4, as for an FPDU
         s.send_raw(data, "garbage")
         _crc_refused(s, "the garbage")
 
@@ -354,18 +375,27 @@ def _markers_wanted(s: Session) -> None:
         raise CaseSkipped("the target sent no FPDU to look at")
 
 
+def _crc_checked(s: Session) -> None:
+    """RFC 5044 §4.4/§6: with markers on, each FPDU's CRC covers its markers too."""
+    for got in s.received:
+        if s.crc and not got.crc_ok:
+            raise CaseFailed(f"{got.describe()} (the CRC covers the FPDU's markers)")
+
+
 @case(
     "rfc5044/7.1.2/15",
     "with markers on, the target's first octets are a zero Marker",
     'RFC 5044 §7.1.2 rule 7: "if Markers are enabled, the first octets sent are the special '
     'Marker 0x00000000"',
     needs=(Need.TALKS,),
+    covers=("markers",),
 )
 def first_marker(s: Session) -> None:
     _markers_wanted(s)
     first = s.received[0]
     if not first.markers or first.markers[0] != (0, 0):
         raise CaseFailed(f"first marker {first.markers[:1]} (expected 0 at offset 0)")
+    _crc_checked(s)
 
 
 @case(
@@ -374,12 +404,37 @@ def first_marker(s: Session) -> None:
     'RFC 5044 §4.3: "The FPDUPTR ... is the relative pointer, in octets, from the Marker to the '
     'ULPDU Length field of the FPDU"',
     needs=(Need.TALKS,),
+    covers=("marker-ptr", "markers"),
 )
 def marker_ptrs(s: Session) -> None:
     _markers_wanted(s)
     s.link.settle(0.3)
     while s.next_fpdu(s.within(0.2)) is not None:
         pass
+    for seen in s.received:
+        if not seen.is_terminate:
+            s.learn(seen)  # an advertised buffer, if any
+    region = s.cooperation.region
+    if not any(offset for got in s.received for offset, _ in got.markers) and region:
+        # Short FPDUs never reach the marker at 512: a Read of 1100 octets of the
+        # target's buffer brings a Read Response that spans two more.
+        size = min(region.length, 1100)
+        request = ReadRequest(SINK, 0, size, region.stag, region.to)
+        s.send_ulpdu(
+            craft.read_request(request, msn=s.next_msn(1))[0].octets,
+            f"Read Request of {size} octets (its Read Response spans markers)",
+        )
+        deadline = s.within(1.0)
+        while (got := s.next_fpdu(deadline)) is not None and not got.is_terminate:
+            if got.info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE:
+                break
+    _crc_checked(s)
+    if not any(offset for got in s.received for offset, _ in got.markers):
+        raise CaseSkipped(
+            "the target's FPDUs never reached a marker past the first (the stream stayed "
+            "under 512 octets); a target with a buffer open to remote Read (iwarp listen "
+            "--op read, rping -c) enables the case"
+        )
     for got in s.received:
         for offset, ptr in got.markers:
             if offset == 0:

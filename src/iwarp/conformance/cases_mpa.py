@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Final
+
+from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
 from iwarp.conformance.model import Level, case
-from iwarp.conformance.session import Session
+from iwarp.conformance.session import NO_FPDU, Session, describe_terminate
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
+from iwarp.errors import MpaErrorCode
 from iwarp.mpa.wire import (
     FRAME_HEADER_SIZE,
     REPLY_KEY,
@@ -14,6 +18,7 @@ from iwarp.mpa.wire import (
     FrameFlags,
     Revision,
 )
+from iwarp.rdmap.wire import RdmapOpcode, ReadRequest
 
 R = (TargetRole.RESPONDER,)
 I = (TargetRole.INITIATOR,)  # noqa: E741
@@ -52,6 +57,7 @@ def _accepted(s: Session, request: bytes, what: str) -> None:
     '§7.1.1 Key: "Responder mode senders MUST set this field to the fixed value '
     '"MPA ID Rep Frame""',
     roles=R,
+    covers=("reply-key",),
 )
 def reply_key(s: Session) -> None:
     s.initiate()
@@ -62,6 +68,7 @@ def reply_key(s: Session) -> None:
     "the Reply's reserved flag bits are zero",
     '§7.1.1 Res: "It MUST be set to zero when sending"',
     roles=R,
+    covers=("reply-flags",),
 )
 def reply_res_zero(s: Session) -> None:
     reply = s.initiate()
@@ -74,7 +81,7 @@ def reply_res_zero(s: Session) -> None:
     "a Request with reserved bits set is accepted, and the Reply's are zero",
     '§7.1.1 Res: "MUST be set to zero when sending, and not checked on reception"',
     roles=R,
-    covers=("reply-reserved",),
+    covers=("reply-reserved", "reply-flags"),
 )
 def request_res_set(s: Session) -> None:
     req = s.default_request(flags=s.base_flags() | RESERVED_FLAGS)
@@ -93,6 +100,7 @@ def request_res_set(s: Session) -> None:
     "a Request with the R bit set is accepted",
     '§7.1.1 R: "This bit is set to zero, and not checked on reception in the MPA Request Frame"',
     roles=R,
+    covers=("request-r",),
 )
 def request_r_set(s: Session) -> None:
     _accepted(
@@ -107,6 +115,7 @@ def request_r_set(s: Session) -> None:
     "a Rev 1 Request is answered with Rev 1",
     '§7.1.1 Rev: "For this version of the specification, senders MUST set this field to one"',
     roles=R,
+    covers=("reply-rev", "rev1"),
 )
 def rev1_reply(s: Session) -> None:
     reply = s.initiate(craft.request(revision=Revision.REV1))
@@ -119,6 +128,7 @@ def rev1_reply(s: Session) -> None:
     "the Reply's PD_Length stays within 512 octets",
     '§7.1.1 Private Data: "The Private Data field MUST be between 0 and 512 octets in length"',
     roles=R,
+    covers=("reply-pd",),
 )
 def reply_pd_limit(s: Session) -> None:
     reply = s.initiate()
@@ -153,7 +163,7 @@ def _bad_key_case(number: int, index: int) -> None:
         f"a Request whose key octet {index} is {key[index]:#04x} is closed without a Reply",
         KEY_QUOTE,
         roles=R,
-        covers=("key",),
+        covers=("key", "reply-to-invalid"),
     )
     def run(s: Session) -> None:
         s.send_raw(s.default_request(key=bytes(key)), f"Request with key {bytes(key)!r}")
@@ -169,7 +179,7 @@ for _i in range(16):
     "a Request with an all-zero key is closed without a Reply",
     KEY_QUOTE,
     roles=R,
-    covers=("key",),
+    covers=("key", "reply-to-invalid"),
 )
 def zero_key(s: Session) -> None:
     s.send_raw(s.default_request(key=bytes(16)), "Request with a zero key")
@@ -181,7 +191,7 @@ def zero_key(s: Session) -> None:
     "a Request with a lower-case key is closed without a Reply",
     KEY_QUOTE,
     roles=R,
-    covers=("key",),
+    covers=("key", "reply-to-invalid"),
 )
 def lower_key(s: Session) -> None:
     s.send_raw(s.default_request(key=REQUEST_KEY.lower()), "Request with a lower-case key")
@@ -217,7 +227,7 @@ def rev255(s: Session) -> None:
     "a Request with 513 octets of private data is closed without a Reply",
     PD_QUOTE,
     roles=R,
-    covers=("pd-length",),
+    covers=("pd-length", "reply-to-invalid"),
 )
 def pd_513(s: Session) -> None:
     s.send_raw(
@@ -232,7 +242,7 @@ def pd_513(s: Session) -> None:
     "a Rev 2 Request with PD_Length 513 is closed without a Reply",
     PD_QUOTE,
     roles=R,
-    covers=("pd-length",),
+    covers=("pd-length", "reply-to-invalid"),
 )
 def pd_513_rev2(s: Session) -> None:
     s.send_raw(s.default_request(private_data=bytes(509)), "Rev 2 Request, PD_Length 513")
@@ -244,7 +254,7 @@ def pd_513_rev2(s: Session) -> None:
     "a Request with PD_Length 65535 is closed without a Reply",
     PD_QUOTE,
     roles=R,
-    covers=("pd-length",),
+    covers=("pd-length", "reply-to-invalid"),
 )
 def pd_65535(s: Session) -> None:
     data = craft.request(revision=1, private_data=bytes(1024), pd_length=0xFFFF)
@@ -257,7 +267,7 @@ def pd_65535(s: Session) -> None:
     "a Request with PD_Length 600 is refused on its header alone",
     '§7.1.2 rule 9: "MPA implementations MUST validate the PD_Length field"',
     roles=R,
-    covers=("pd-length",),
+    covers=("pd-length", "reply-to-invalid"),
 )
 def pd_600_header(s: Session) -> None:
     s.send_raw(craft.request(revision=1, pd_length=600), "Rev 1 Request header, PD_Length 600")
@@ -438,6 +448,7 @@ def valid_request(s: Session) -> None:
     '§7.1.2 rule 4: "MPA Responder mode implementations MUST receive and validate at least one '
     'FPDU before sending any FPDUs or Markers"',
     roles=R,
+    covers=("responder-first",),
 )
 def responder_fence(s: Session) -> None:
     reply = s.initiate()
@@ -471,6 +482,7 @@ def initiator_rejected(s: Session) -> None:
     '§7.1.2 rule 8: "MPA implementations MUST use the difference between the MPA Request Frame '
     "and the MPA Reply Frame to check for incorrect 'Initiator/Initiator' startups\"",
     roles=R,
+    covers=("reply-to-invalid",),
 )
 def responder_gets_reply(s: Session) -> None:
     s.send_raw(craft.reply(), "a Reply frame instead of a Request")
@@ -496,6 +508,7 @@ def initiator_gets_request(s: Session) -> None:
     '§7.1.2 rule 2: "If the MPA Request Frame is improperly formatted, the implementation MUST '
     'close the TCP connection and exit MPA"',
     roles=R,
+    covers=("reply-to-invalid",),
 )
 def garbage_request(s: Session) -> None:
     s.send_raw(b"GET / HTTP/1.1\r\nHost: iwarp\r\n\r\n", "an HTTP request")
@@ -508,7 +521,7 @@ def garbage_request(s: Session) -> None:
     '§7.1.2 rule 2: "MUST wait until an MPA Request Frame is received and validated before '
     'entering Full MPA/DDP Operation"',
     roles=R,
-    covers=("key",),
+    covers=("key", "reply-to-invalid"),
 )
 def fpdu_first(s: Session) -> None:
     s.send_raw(craft.fpdu(craft.send(b"hello", msn=1).octets) * 4, "FPDUs, no Request")
@@ -639,6 +652,7 @@ def reply_private_data(s: Session) -> None:
     '§8 code 4: "Invalid MPA Request Frame or MPA Response Frame received. In this case, the TCP '
     'connection MUST be immediately closed"',
     roles=R,
+    covers=("fin-startup",),
 )
 def request_then_fin(s: Session) -> None:
     s.send_raw(craft.request()[: FRAME_HEADER_SIZE - 2], "18 octets of a Request")
@@ -646,7 +660,8 @@ def request_then_fin(s: Session) -> None:
 
     s.link.sock.shutdown(_socket.SHUT_WR)
     s.note("sent FIN")
-    s.expect_closed("a truncated Request")
+    # "immediately closed": not left to the Responder's startup timeout.
+    s.expect_closed("a truncated Request", within=1.0)
 
 
 # --- Appendix C: Rev 0 peers -----------------------------------------------------------
@@ -658,6 +673,7 @@ def request_then_fin(s: Session) -> None:
     'RFC 5044 Appendix C.2.1: the Non-permissive IETF RNIC "would send an MPA Reply Frame with '
     'the Rev field equal to one and then gracefully close the connection"',
     roles=R,
+    covers=("rev0",),
 )
 def rev0_request(s: Session) -> None:
     s.send_raw(
@@ -674,8 +690,8 @@ def rev0_request(s: Session) -> None:
                     f"a Rev 0 Reply (permissive) must have M=1 and C=1, got flags {flags:#04x}"
                 )
             raise CaseSkipped(
-                "the target runs Rev 0 peers in RDMAC mode (permissive); "
-                "the tool does not speak DDP version 0"
+                "the target runs Rev 0 peers in RDMAC mode (permissive), which this case "
+                "does not judge: rfc5044/C/4 and /5 test that mode"
             )
         if s.link.ended is None:
             raise CaseFailed(f"a Rev {rev} Reply to a Rev 0 Request, and the connection stays open")
@@ -726,3 +742,116 @@ def rev1_reply_to_rev2(s: Session) -> None:
         if s.link.ended:
             raise CaseSkipped("the target closed after a Rev 1 Reply to its Rev 2 Request")
         raise CaseSkipped("the target sent no FPDU after the Reply")
+
+
+# --- Rev 0 data transfer (RFC 5044 Appendix C, draft-ietf-rddp-mpa-02 §5) --------------
+
+REV0_QUOTE = (
+    'RFC 5044 Appendix C.2.1: a permissive Responder "would send an MPA Reply Frame with the '
+    'Rev field equal to zero and then run in RDMAC mode"; draft-ietf-rddp-mpa-02 §5.1: "the MPA '
+    "markers MUST be inserted immediately following MPA connection establishment, and at every "
+    '512th octet of the TCP octet stream thereafter"'
+)
+#: Why a Rev 0 data transfer case skips a target that does not run Rev 0.
+NO_REV0: Final = (
+    "the target does not run Rev 0 (RDMAC mode): {why}; a permissive or Rev 0 Responder "
+    "(iwarp listen --permissive, iwarp listen --mpa-rev 0) enables the case"
+)
+#: The sink STag of the zero-length Read Request a Rev 0 FPDU with a bad CRC carries.
+REV0_SINK = 0x52_30_00_01
+
+
+def _rev0_start(s: Session) -> None:
+    """A Rev 0 Request (M=1, C=1); the target must answer Rev 0 (draft-ietf-rddp-mpa-02 or
+    RFC 5044 Appendix C's RDMAC mode). Our M=1 asks for its markers, our C=1 makes CRCs
+    generated and checked both ways (§6.1.1); its own M bit asks for ours. Then the tool's
+    hello, in DDP and RDMAP version 0."""
+    s.require(TargetRole.RESPONDER)
+    try:
+        reply = s.initiate(
+            craft.request(revision=0, flags=FrameFlags.MARKERS | FrameFlags.CRC, enhanced=None)
+        )
+    except CaseFailed:
+        if s.link.ended and not s.link.received:
+            # RFC 5044 Appendix C: a close without a Reply refuses Rev 0 (rfc5044/C/1).
+            why = f"it closed the connection ({s.link.ended}) on a Rev 0 Request"
+            raise CaseSkipped(NO_REV0.format(why=why)) from None
+        raise
+    if reply.revision != 0:
+        raise CaseSkipped(
+            NO_REV0.format(why=f"it answered a Rev 0 Request with Rev {reply.revision}")
+        )
+    if reply.reject:
+        raise CaseSkipped(NO_REV0.format(why="it rejected the Rev 0 Request (R=1)"))
+    hello = craft.send(ADVERT.pack(64, 0, 4096), msn=s.next_msn(0), rdmap_version=0, ddp_version=0)
+    s.send_ulpdu(hello.octets, "hello Send, DDP and RDMAP version 0, markers as asked")
+
+
+@case(
+    "rfc5044/C/4",
+    "Rev 0: the target's FPDUs start with a zero Marker, carry a Marker every 512 octets, "
+    "a CRC that covers them and DDP version 0",
+    REV0_QUOTE,
+    roles=R,
+    needs=(Need.TALKS,),
+    covers=("markers",),
+)
+def rev0_target_fpdus(s: Session) -> None:
+    _rev0_start(s)
+    deadline = s.within(1.0)
+    while s.next_fpdu(deadline) is not None:
+        pass
+    if not s.received:
+        raise CaseSkipped(NO_FPDU)
+    first = s.received[0]
+    if not first.markers or first.markers[0] != (0, 0):
+        raise CaseFailed(f"first marker {first.markers[:1]} (expected FPDUPTR 0 at offset 0)")
+    for got in s.received:
+        if not got.crc_ok:
+            raise CaseFailed(f"{got.describe()} (the CRC covers the FPDU's markers)")
+        if got.ulpdu and got.ulpdu[0] & 0x03:
+            raise CaseFailed(f"DDP version {got.ulpdu[0] & 0x03} in RDMAC mode: {got.describe()}")
+        for offset, ptr in got.markers:
+            expect = offset - got.offset if offset > got.offset else 0
+            if ptr & 0xFFFC != expect:
+                raise CaseFailed(
+                    f"marker at {offset}: FPDUPTR {ptr}, expected {expect} (FPDU at {got.offset})"
+                )
+
+
+@case(
+    "rfc5044/C/5",
+    "Rev 0: a marked FPDU with a wrong CRC is refused: TERM code 2, a close or a silent drop",
+    'draft-ietf-rddp-mpa-02 §5.2: CRCs "MUST be generated and checked by both endpoints" when '
+    "C=1, the marker included in the CRC; RFC 5044 §8 code 2",
+    roles=R,
+    covers=("crc",),
+)
+def rev0_bad_crc(s: Session) -> None:
+    _rev0_start(s)
+    request = ReadRequest(REV0_SINK, 0, 0, 0x7E57_005A, 0)
+    carrier = craft.send(
+        request.pack(),
+        msn=s.next_msn(1),
+        opcode=RdmapOpcode.RDMA_READ_REQUEST,
+        rdmap_version=0,
+        ddp_version=0,
+    )
+    s.send_ulpdu(
+        carrier.octets, "zero-length Read Request (version 0), wrong CRC", corrupt_crc=True
+    )
+    while True:
+        got = s.next_fpdu()
+        if got is None:
+            return  # a close or silence: the FPDU was not taken
+        if got.is_terminate:
+            term = got.terminate()
+            if (term.layer, term.etype, term.code) != (2, 0, MpaErrorCode.CRC_MISMATCH):
+                raise CaseFailed(
+                    f"the FPDU with a wrong CRC was taken: {describe_terminate(term)}, not "
+                    "layer 2 type 0 code 0x02"
+                )
+            return
+        info = got.info
+        if info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE and info.get("stag") == REV0_SINK:
+            raise CaseFailed(f"the FPDU with a wrong CRC was taken: {got.describe()}")

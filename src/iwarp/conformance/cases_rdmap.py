@@ -299,6 +299,7 @@ error_cases(
     'Figure 9 code 03X "STag not associated with RDMAP Stream"',
     roles=(TargetRole.RESPONDER,),
     needs=(Need.REGION,),
+    covers=("stag-scope",),
 )
 def read_foreign_stag(s: Session) -> None:
     other, region = foreign_region(s)
@@ -381,6 +382,7 @@ def _responses(s: Session, count: int, *, wrote: bool = False) -> list[Received]
     'RFC 5040 §5.2.1: for a zero-length Read the Data Source "MUST NOT '
     'validate the Data Source STag and Data Source Tagged Offset" and "MUST respond with a '
     'zero-length RDMA Read Response Message"',
+    covers=("zero-read", "zero-read-stag"),
 )
 def zero_read(s: Session) -> None:
     s.data_phase()
@@ -399,7 +401,7 @@ def zero_read(s: Session) -> None:
     'RFC 5040 §5.2.2: the Read Response carries "the Data Sink STag and Data Sink '
     'Tagged Offset" of the Read Request',
     needs=(Need.REGION,),
-    covers=("rights-by-terminate",),
+    covers=("rights-by-terminate", "read-sink"),
 )
 def read_response(s: Session) -> None:
     region = _readable(s)
@@ -424,7 +426,7 @@ def read_response(s: Session) -> None:
     'RFC 5040 §5.2.1: "The Remote Peer MUST process the RDMA Read Request Messages in the order '
     'they were sent"',
     needs=(Need.REGION,),
-    covers=("rights-by-terminate",),
+    covers=("rights-by-terminate", "read-sink"),
 )
 def read_order(s: Session) -> None:
     region = _readable(s)
@@ -449,7 +451,7 @@ def read_order(s: Session) -> None:
     'RFC 5040 §5.1: "the RDMA Write ... places the data into the Tagged Buffer"; §5.2: the Read '
     "returns it",
     needs=(Need.REGION,),
-    covers=("rights-by-terminate",),
+    covers=("rights-by-terminate", "read-data", "write-placed"),
 )
 def write_read_back(s: Session) -> None:
     region = _readable(s)

@@ -50,6 +50,7 @@ def _enhanced_reply(s: Session, ird: int, ord_: int, flags: RtrFlags = RtrFlags.
     'MPA message"',
     roles=R,
     needs=REV2,
+    covers=("enhanced-reply",),
 )
 def enhanced_reply(s: Session) -> None:
     reply = _enhanced_reply(s, 16, 16)
@@ -64,6 +65,7 @@ def enhanced_reply(s: Session) -> None:
     'respond with an unenhanced MPA message"',
     roles=R,
     needs=REV2,
+    covers=("unenhanced-reply",),
 )
 def unenhanced_reply(s: Session) -> None:
     reply = s.initiate(craft.request(flags=FrameFlags.CRC, enhanced=None))
@@ -76,6 +78,7 @@ def unenhanced_reply(s: Session) -> None:
     "a Rev 1 Request is accepted with an unenhanced Reply",
     '§10: "The responder MUST continue to accept unenhanced connection requests"',
     roles=R,
+    covers=("rev1",),
 )
 def rev1_accepted(s: Session) -> None:
     reply = s.initiate(craft.request(revision=Revision.REV1))
@@ -107,6 +110,7 @@ def request_enhanced(s: Session) -> None:
     '"the startup frame MUST be considered improperly formatted"',
     roles=R,
     needs=REV2,
+    covers=("reply-to-invalid", "short-enhanced"),
 )
 def short_enhanced(s: Session) -> None:
     s.send_raw(
@@ -124,6 +128,7 @@ def short_enhanced(s: Session) -> None:
     '§9.1: "The responder MUST set its ORD at most to the initiator IRD"',
     roles=R,
     needs=REV2,
+    covers=("ord", "enhanced-reply"),
 )
 def ord_le_ird(s: Session) -> None:
     reply = _enhanced_reply(s, 2, 2)
@@ -138,6 +143,7 @@ def ord_le_ird(s: Session) -> None:
     '§9.1: "The responder MUST set its ORD at most to the initiator IRD"',
     roles=R,
     needs=REV2,
+    covers=("ord", "enhanced-reply"),
 )
 def ird_zero(s: Session) -> None:
     reply = _enhanced_reply(s, 0, 1)
@@ -153,6 +159,7 @@ def ird_zero(s: Session) -> None:
     'endpoint IRD value unchanged and setting the IRD to 0x3FFF in its reply message"',
     roles=R,
     needs=REV2,
+    covers=("ird-ord-none", "enhanced-reply"),
 )
 def ord_none(s: Session) -> None:
     reply = _enhanced_reply(s, 8, IRD_ORD_NONE)
@@ -168,6 +175,7 @@ def ord_none(s: Session) -> None:
     'endpoint ORD value unchanged, and setting ORD to 0x3FFF in its reply message"',
     roles=R,
     needs=REV2,
+    covers=("ird-ord-none", "enhanced-reply"),
 )
 def ird_none(s: Session) -> None:
     reply = _enhanced_reply(s, IRD_ORD_NONE, 8)
@@ -183,6 +191,7 @@ def ird_none(s: Session) -> None:
     'not desired"',
     roles=R,
     needs=REV2,
+    covers=("ird-ord-none", "enhanced-reply"),
 )
 def both_none(s: Session) -> None:
     reply = _enhanced_reply(s, IRD_ORD_NONE, IRD_ORD_NONE)
@@ -282,6 +291,7 @@ def _p2p_case(number: int, offer: RtrFlags, title: str) -> None:
         'least one RTR indication type option it supports"',
         roles=R,
         needs=REV2,
+        covers=("peer-to-peer", "enhanced-reply"),
     )
     def run(s: Session) -> None:
         reply = _enhanced_reply(s, 16, 16, A | offer)
@@ -309,6 +319,7 @@ _p2p_case(5, RTRS, "A=1 offering all three: the Reply has A=1 and an RTR")
     'If Control Flag A is set to 0, then Control Flags B, C, and D MUST also be set to 0"',
     roles=R,
     needs=REV2,
+    covers=("rtr-bits", "enhanced-reply"),
 )
 def a_zero(s: Session) -> None:
     if s.style.peer_to_peer:
@@ -326,6 +337,7 @@ def a_zero(s: Session) -> None:
     'ignored"',
     roles=R,
     needs=REV2,
+    covers=("rtr-bits", "enhanced-reply"),
 )
 def bcd_without_a(s: Session) -> None:
     if s.style.peer_to_peer:
@@ -345,6 +357,7 @@ def bcd_without_a(s: Session) -> None:
     'generate one of the negotiated RTR indications"',
     roles=R,
     needs=REV2,
+    covers=("write-rtr", "enhanced-reply"),
 )
 def write_rtr(s: Session) -> None:
     reply = _enhanced_reply(s, 16, 16, A | RtrFlags.WRITE)
@@ -363,6 +376,7 @@ def write_rtr(s: Session) -> None:
     'zero-length RDMA Read Response Message"',
     roles=R,
     needs=REV2,
+    covers=("zero-read", "zero-read-stag", "enhanced-reply"),
 )
 def read_rtr(s: Session) -> None:
     reply = _enhanced_reply(s, 16, 16, A | RtrFlags.READ)

@@ -62,6 +62,7 @@ from iwarp.rdmap.wire import (
 
 __all__ = [
     "NO_CRC",
+    "NO_FIRST_FPDU",
     "NO_ENHANCED",
     "NO_FPDU",
     "NO_READ_RTR",
@@ -117,6 +118,12 @@ NO_WRITE_RTR: Final = (
 NO_READ_RTR: Final = (
     "the target does not take a Read RTR; a Responder that does (iwarp listen --rtr "
     "read) enables the case"
+)
+NO_FIRST_FPDU: Final = (
+    "the target (MPA Initiator) sent no FPDU after the Reply, and the tool, its Responder, "
+    'may not send one first (RFC 5044 §7.1.2 rule 4: "MUST receive and validate at least one '
+    'FPDU before sending any FPDUs"); an Initiator that sends first (rping -c, iwarp connect) '
+    "enables the case"
 )
 #: Why a case that needs this is skipped, and what kind of target would enable it.
 NEED_HINTS: Final[dict[Need, str]] = {
@@ -580,10 +587,12 @@ class Session:
                 if not self.link.ended and time.monotonic() >= limit:
                     self.waited_out = True
                 break
-            self._learn(got)
+            self.learn(got)
         return coop
 
-    def _learn(self, got: Received) -> None:
+    def learn(self, got: Received) -> None:
+        """What ``got`` (an FPDU from the target) tells of its cooperation: it talks, has a
+        receive posted (a Send), advertised a buffer (a 16-octet Send)."""
         coop = self.cooperation
         info = got.info
         coop.talks = True
@@ -627,7 +636,12 @@ class Session:
         pad: bytes | None = None,
         length: int | None = None,
     ) -> bytes:
-        """The FPDU for ``ulpdu`` at the current send position (markers if the target wants)."""
+        """The FPDU for ``ulpdu`` at the current send position (markers if the target wants).
+
+        Against an Initiator target the tool is the MPA Responder, which "MUST receive and
+        validate at least one FPDU before sending any FPDUs" (RFC 5044 §7.1.2 rule 4): the
+        first FPDU waits for the target's first one (see :meth:`fence`)."""
+        self.fence()
         if self.markers_send:
             if pad is not None or length is not None:
                 raise CaseSkipped("the target asked for markers; this case crafts unmarked FPDUs")
@@ -635,6 +649,17 @@ class Session:
         data = craft.fpdu(ulpdu, crc=self.crc, corrupt_crc=corrupt_crc, pad=pad, length=length)
         self._tx_offset += len(data)
         return data
+
+    def fence(self) -> None:
+        """Target Initiator: wait (at most ``cooperation_wait``) for its first FPDU before the
+        tool sends one; skip the case when none comes, since the tool may not send first."""
+        if self.target is not TargetRole.INITIATOR or self.received:
+            return
+        got = self.next_fpdu(self.within(self.cooperation_wait))
+        if got is None:
+            raise CaseSkipped(NO_FIRST_FPDU)
+        if not got.is_terminate:
+            self.learn(got)
 
     def _marked(self, ulpdu: bytes, corrupt_crc: bool) -> bytes:
         from iwarp.mpa.framing import FpduEncoder
@@ -650,26 +675,35 @@ class Session:
         data = self.frame_ulpdu(ulpdu, **kw)  # type: ignore[arg-type]
         return self.send_raw(data, what)
 
-    def _stream(self, n: int, deadline: float, markers: list[tuple[int, int]]) -> bytes | None:
-        """``n`` octets of FPDU content, markers removed (and recorded) when they are on."""
+    def _stream(
+        self, n: int, deadline: float, markers: list[tuple[int, int]], wire: bytearray
+    ) -> bytes | None:
+        """``n`` octets of FPDU content, markers removed (and recorded) when they are on;
+        ``wire`` receives the octets as they arrived, markers included."""
         if not self.markers_receive:
             if not self.link.fill(n, deadline):
                 return None
             self._rx_offset += n
-            return self.link.take(n)
+            data = self.link.take(n)
+            wire += data
+            return data
         out = bytearray()
         while len(out) < n:
             if self._rx_offset % MARKER_INTERVAL == 0:
                 if not self.link.fill(MARKER_SIZE, deadline):
                     return None
-                _, ptr = MARKER.unpack(self.link.take(MARKER_SIZE))
+                marker = self.link.take(MARKER_SIZE)
+                wire += marker
+                _, ptr = MARKER.unpack(marker)
                 markers.append((self._rx_offset, ptr))
                 self._rx_offset += MARKER_SIZE
                 continue
             step = min(n - len(out), MARKER_INTERVAL - self._rx_offset % MARKER_INTERVAL)
             if not self.link.fill(step, deadline):
                 return None
-            out += self.link.take(step)
+            data = self.link.take(step)
+            wire += data
+            out += data
             self._rx_offset += step
         return bytes(out)
 
@@ -677,12 +711,13 @@ class Session:
         """The next FPDU from the target; None when it ended or the deadline passed."""
         limit = self.deadline if deadline is None else deadline
         markers: list[tuple[int, int]] = []
+        wire = bytearray()
         start = self._rx_offset
-        head = self._stream(2, limit, markers)
+        head = self._stream(2, limit, markers, wire)
         if head is None:
             return None
         length = int.from_bytes(head, "big")
-        rest = self._stream(length + pad_length(length) + CRC_SIZE, limit, markers)
+        rest = self._stream(length + pad_length(length) + CRC_SIZE, limit, markers, wire)
         if rest is None:
             self.note(
                 f"incomplete FPDU: ULPDU_Length {length}, then "
@@ -694,9 +729,10 @@ class Session:
         (crc,) = CRC_FIELD.unpack_from(rest, len(rest) - CRC_SIZE)
         ok = True
         if self.crc:
-            # With markers, the CRC covers them too (RFC 5044 §6): recompute over the wire form.
-            body = head + ulpdu + pad if not markers else None
-            ok = crc32c(body) == crc if body is not None else True
+            # RFC 5044 §6: the CRC covers the FPDU as sent, with its markers: one just before
+            # the ULPDU_Length field, those inside, and one right after the PAD. The CRC field
+            # is the last thing read, never split by a marker (every offset is 4-aligned).
+            ok = crc32c(bytes(wire[:-CRC_SIZE])) == crc
         got = Received(ulpdu, pad, crc, ok, start, markers)
         self.received.append(got)
         self.note(f"got {got.describe()}")
@@ -771,8 +807,11 @@ class Session:
                 self.note("the target answered with a Reply (R=0) before closing")
 
     def expect_no_fpdu(self, seconds: float, what: str, *, close_ok: bool = True) -> None:
-        """Nothing FPDU-shaped may arrive for ``seconds`` (a close is fine when ``close_ok``)."""
-        before = len(self.link.received)
+        """Nothing FPDU-shaped may arrive for ``seconds`` (a close is fine when ``close_ok``).
+
+        Octets that arrived with what was read last (an FPDU in the Reply's TCP segment)
+        count as arriving now."""
+        before = len(self.link.received) - len(self.link.inbox)
         self.link.settle(min(seconds, max(0.0, self.remaining())))
         extra = bytes(self.link.received[before:])
         if extra:

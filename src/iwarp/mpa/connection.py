@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Final
 
 from iwarp._typing import Buffer
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
@@ -104,6 +105,9 @@ _STARTUP = (MpaState.AWAIT_REQUEST, MpaState.AWAIT_REPLY)
 _FRAMING = (MpaState.AWAIT_FIRST_FPDU, MpaState.FULL_OPERATION)
 _STREAMING = (MpaState.IDLE, MpaState.EXITED)
 _OVER = (MpaState.CLOSED, MpaState.FAILED)
+#: Looked up once: an enum member's attribute lookup costs more than the
+#: rest of a per-message check (the small-message lane's).
+_FULL_OPERATION: Final = MpaState.FULL_OPERATION
 
 
 class MpaConnection:
@@ -391,7 +395,7 @@ class MpaConnection:
         Whoever writes them tells it (:meth:`FpduEncoder.advance
         <iwarp.mpa.framing.FpduEncoder.advance>`) before anything else is
         framed."""
-        if self._state is not MpaState.FULL_OPERATION or self._out:
+        if self._state is not _FULL_OPERATION or self._out:
             return None
         return self._encoder
 
@@ -466,7 +470,7 @@ class MpaConnection:
         received."""
         decoder = self._decoder
         if (
-            self._state is not MpaState.FULL_OPERATION
+            self._state is not _FULL_OPERATION
             or decoder is None
             or self._events
             or decoder.buffered

@@ -24,6 +24,7 @@ went out or came in, :attr:`RdmaConnection.must_close` turns True: flush
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 import iwarp.rdma.lanes as lanes
 from iwarp._typing import Buffer
@@ -61,6 +62,9 @@ __all__ = ["RdmaConnection"]
 
 #: MPA states in which the stream's ULPDUs may be framed.
 _SENDING = (MpaState.FULL_OPERATION, MpaState.AWAIT_FIRST_FPDU, MpaState.SEND_ONLY)
+#: Looked up once: the checks that use them run per message.
+_FULL_OPERATION: Final = MpaState.FULL_OPERATION
+_OPERATIONAL: Final = StreamState.OPERATIONAL
 
 #: Octets of ULPDUs pulled from the stream per :meth:`data_to_send` call by default.
 DEFAULT_SEND_BATCH = 1 << 20
@@ -126,8 +130,8 @@ class RdmaConnection:
         stream = self.stream
         if (
             stream is not None
-            and stream.state is StreamState.OPERATIONAL
-            and self.mpa.state is MpaState.FULL_OPERATION
+            and stream.state is _OPERATIONAL
+            and self.mpa.state is _FULL_OPERATION
         ):
             return False  # the common case, checked first: it runs per message
         if self.mpa.must_close or self.mpa.state in (MpaState.FAILED, MpaState.CLOSED):

@@ -78,7 +78,7 @@ from iwarp.rdma.events import (
     WorkFinished,
 )
 from iwarp.rdma.lanes import SendLane
-from iwarp.rdma.small import receive_small, send_small
+from iwarp.rdma.small import SmallLane
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.errors import LocalCatastrophicError
 from iwarp.rdmap.events import (
@@ -127,6 +127,9 @@ FENCE_WARNING: Final = 1.0
 INITIATOR_CONFIG: Final = MpaConfig(peer_to_peer=True)
 
 _log = logging.getLogger("iwarp")
+#: Looked up once (per message, an enum member's lookup is not free).
+_OPERATIONAL: Final = StreamState.OPERATIONAL
+_WAIT_PEER: Final = StreamState.WAIT_PEER
 
 
 class CompletionRecord:
@@ -204,6 +207,12 @@ class QueuePairOptions:
         )
 
 
+#: The MessageQueued event of each message size met, made once (events are
+#: immutable values; a frozen dataclass costs more to make than the rest of
+#: a small message's receive bookkeeping). At most this many sizes are kept.
+_MESSAGE_EVENTS: dict[int, MessageQueued] = {}
+_MESSAGE_EVENTS_KEPT: Final = 4096
+
 #: Called once MPA is in full operation, before any message is processed.
 Setup = Callable[[], None]
 
@@ -271,7 +280,8 @@ class QueuePairEndpoint:
         self._fence_warned = False
         self._ids = itertools.count(-1, -1)
         self._tracked: dict[int, Completion | None] = {}
-        self._pool: dict[int, tuple[MemoryRegion, RecvWR]] = {}
+        #: The receive pool's buffers by wr_id: region, work request, the region's view.
+        self._pool: dict[int, tuple[MemoryRegion, RecvWR, memoryview]] = {}
         self._messages: deque[bytes] | None = None  # made on the first message
         #: Octets of received messages not taken yet (drivers pause reading above a mark).
         self.message_octets = 0
@@ -281,6 +291,8 @@ class QueuePairEndpoint:
         self._in_setup = False
         self._setup_error: BaseException | None = None
         self._events: list[Event] = []
+        #: The small-message lane, once the RDMAP stream exists.
+        self._lane: SmallLane | None = None
         self.conn = RdmaConnection(
             role,
             pd,
@@ -353,7 +365,7 @@ class QueuePairEndpoint:
         :raises LocalProtocolError: not connected yet, or a bad request.
         """
         stream = self._stream()
-        if type(wr) is SendWR and self._hold_until is None and self._sent_small(stream, wr):
+        if type(wr) is SendWR and self._hold_until is None and self._sent_small(wr):
             return
         stream.post_send(wr)
         if (
@@ -363,16 +375,18 @@ class QueuePairEndpoint:
         ):
             self._fence_warn_at = self._now + FENCE_WARNING
 
-    def _sent_small(self, stream: RdmapStream, wr: SendWR) -> bool:
+    def _sent_small(self, wr: SendWR) -> bool:
         """A posted Send on an idle queue pair, by the small-message lane
-        (:func:`~iwarp.rdma.small.send_small`): its FPDU queued for
-        :meth:`data_to_send`, its completion made at once by the stream
-        (nothing after framing can fail it). False: nothing was done."""
-        mpa = self.conn.mpa
-        frame = send_small(mpa, stream, wr.data, wr.solicited, wr.invalidate_stag, wr.wr_id)
+        (:meth:`SmallLane.send <iwarp.rdma.small.SmallLane.send>`): its FPDU
+        queued for :meth:`data_to_send`, its completion made at once by the
+        stream (nothing after framing can fail it). False: nothing was done."""
+        lane = self._lane
+        if lane is None:
+            return False
+        frame = lane.send(wr.data, wr.solicited, wr.invalidate_stag, wr.wr_id)
         if frame is None:
             return False
-        mpa.send_lane_fpdus(frame)
+        self.conn.mpa.send_lane_fpdus(frame)
         return True
 
     def send_now(
@@ -383,22 +397,27 @@ class QueuePairEndpoint:
         invalidate_stag: int | None = None,
     ) -> bytes | None:
         """The simple API's Send on an idle queue pair, by the small-message
-        lane (:func:`~iwarp.rdma.small.send_small`): framed now and complete
-        (no work request, no completion: nothing can fail it later). Returns
-        its FPDU, which the caller writes to TCP before anything
-        :meth:`data_to_send` gives later (nothing waits there now). None:
-        nothing was done; post a :class:`SendWR` instead (the queue pair is
-        busy, the message needs more than one segment, or the first send is
-        held back).
+        lane (:meth:`SmallLane.send <iwarp.rdma.small.SmallLane.send>`):
+        framed now and complete (no work request, no completion: nothing can
+        fail it later). Returns its FPDU, which the caller writes to TCP
+        before anything :meth:`data_to_send` gives later (nothing waits
+        there now). None: nothing was done; post a :class:`SendWR` instead
+        (the queue pair is busy, the message needs more than one segment,
+        or the first send is held back).
 
         :raises ConnectionTerminatedError: the connection has ended.
         :raises LocalProtocolError: not connected yet, bad data or a bad
             Invalidate STag.
         """
-        stream = self._stream()
-        if self._hold_until is not None:
-            return None
-        return send_small(self.conn.mpa, stream, data, solicited, invalidate_stag)
+        lane = self._lane
+        if lane is not None and self._ended is None and self._hold_until is None:
+            # The lane frames only in full operation with the stream
+            # operational, where _stream() has nothing to refuse.
+            frame = lane.send(data, solicited, invalidate_stag)
+            if frame is not None:
+                return frame
+        self._stream()  # why not: not connected, or ended
+        return None
 
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive buffer; it completes in ``recv_cq``.
@@ -461,22 +480,24 @@ class QueuePairEndpoint:
     def receive_data(self, data: Buffer, now: float) -> list[Event]:
         self._now = now
         conn = self.conn
-        view = memoryview(data)
         # A receive that is one whole FPDU carrying a one-segment Send for
         # the head buffer (most small messages) takes the small-message
         # lane: checked and placed in one kernel call, completed without an
         # event (_received). Anything else goes the full path.
-        stream = conn.stream
-        taken = (
-            receive_small(conn.mpa, stream, view)
-            if stream is not None and view.format == "B" and not conn.events_waiting
-            else None
-        )
+        lane = self._lane
+        taken = None if lane is None or conn.events_waiting else lane.receive(data)
         if taken is None:
             self._route(conn.receive_data(data, now), now)
         else:
-            self._received(*taken)
-        return self._take()
+            wr, length, solicited = taken
+            wr_id = wr.wr_id
+            entry = self._pool.get(wr_id)
+            if entry is None or wr_id in self._tracked:
+                self._received(wr_id, length, solicited)
+            else:
+                self._pool_message(entry, length)
+        events, self._events = self._events, []
+        return events
 
     # -- the receive lane (iwarp.rdma.lanes.ReceiveLane.pump drives these) -----
 
@@ -559,6 +580,8 @@ class QueuePairEndpoint:
 
     def get_timer(self) -> float | None:
         timer = self.conn.get_timer()
+        if self._hold_until is None and self._fence_warn_at is None:
+            return timer  # the common case: every blocking wait asks
         for own in (self._hold_until, self._fence_warn_at):
             if own is not None and (timer is None or own < timer):
                 timer = own
@@ -621,6 +644,7 @@ class QueuePairEndpoint:
         return events
 
     def _on_stream(self, stream: RdmapStream) -> None:
+        self._lane = SmallLane(self.conn.mpa, stream)
         if self.receive_buffers:
             # Each pool message is copied out and its buffer reposted as the
             # stream completes it, not after the whole receive: a receive
@@ -649,7 +673,7 @@ class QueuePairEndpoint:
         """Register and post one more buffer of the receive pool."""
         region = self.pd.register(bytearray(self.receive_size))
         wr = RecvWR(Sge(region), wr_id=next(self._ids))
-        self._pool[wr.wr_id] = (region, wr)
+        self._pool[wr.wr_id] = (region, wr, region.view)
         stream.post_recv(wr)
 
     def _route(self, events: list[StackEvent], now: float | None) -> None:
@@ -687,44 +711,49 @@ class QueuePairEndpoint:
         self._pool_message(entry, completion.byte_len, completion.immediate is not None)
         return True
 
-    def _received(self, wr: RecvWR, length: int, solicited: bool) -> None:
-        """A receive the small-message lane completed without an event
-        (:func:`~iwarp.rdma.small.receive_small`): what :meth:`_on_completion` does
-        with its successful completion."""
-        wr_id = wr.wr_id
-        entry = self._pool.get(wr_id)
-        if entry is None or wr_id in self._tracked:
-            completion = Completion(
-                wr_id, WorkOpcode.RECV, CompletionStatus.SUCCESS, length, solicited=solicited
-            )
-            self._on_completion(completion, self._now)
-        else:
-            self._pool_message(entry, length)
+    def _received(self, wr_id: int, length: int, solicited: bool) -> None:
+        """A receive outside the pool that the small-message lane completed
+        without an event (:meth:`SmallLane.receive
+        <iwarp.rdma.small.SmallLane.receive>`; the pool's own go to
+        :meth:`_pool_message` at once): what :meth:`_on_completion` does with
+        its successful completion."""
+        completion = Completion(
+            wr_id, WorkOpcode.RECV, CompletionStatus.SUCCESS, length, solicited=solicited
+        )
+        self._on_completion(completion, self._now)
 
     def _pool_message(
-        self, entry: tuple[MemoryRegion, RecvWR], length: int, immediate: bool = False
+        self, entry: tuple[MemoryRegion, RecvWR, memoryview], length: int, immediate: bool = False
     ) -> None:
         """A receive pool buffer holds a message: copy it out (RFC 7306
         Immediate Data as :class:`~iwarp.rdmap.work.ImmediateData`), post the
         buffer again."""
-        region, wr = entry
-        data = ImmediateData(region.view[:length]) if immediate else bytes(region.view[:length])
-        if self._messages is None:
-            self._messages = deque()
-        self._messages.append(data)
-        self.message_octets += len(data)
+        region, wr, view = entry
+        data = ImmediateData(view[:length]) if immediate else bytes(view[:length])
+        messages = self._messages
+        if messages is None:
+            messages = self._messages = deque()
+        messages.append(data)
+        self.message_octets += length
         stream = self.conn.stream
-        if stream is not None and stream.state in (StreamState.OPERATIONAL, StreamState.WAIT_PEER):
-            if region.valid:
-                stream.repost_recv(wr, region.view)  # the whole region: Sge(region)
-            else:
-                # The peer invalidated this buffer's STag (a Send with
-                # Invalidate may name any STag of the PD, as siw allows): a
-                # fresh region takes its place, and the old one is forgotten.
-                del self._pool[wr.wr_id]
-                region.deregister()
-                self._post_pool_buffer(stream)
-        self._events.append(MessageQueued(len(data)))
+        if stream is not None:
+            state = stream.state
+            if state is _OPERATIONAL or state is _WAIT_PEER:
+                if region.valid:
+                    stream.repost_recv(wr, view)  # the whole region: Sge(region)
+                else:
+                    # The peer invalidated this buffer's STag (a Send with
+                    # Invalidate may name any STag of the PD, as siw allows):
+                    # a fresh region takes its place, the old one is forgotten.
+                    del self._pool[wr.wr_id]
+                    region.deregister()
+                    self._post_pool_buffer(stream)
+        event = _MESSAGE_EVENTS.get(length)
+        if event is None:
+            event = MessageQueued(length)
+            if len(_MESSAGE_EVENTS) < _MESSAGE_EVENTS_KEPT:
+                _MESSAGE_EVENTS[length] = event
+        self._events.append(event)
 
     def _on_request(self, event: RequestReceived, now: float | None) -> None:
         try:

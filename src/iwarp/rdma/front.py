@@ -18,7 +18,7 @@ their work; entries are moved into it as the endpoints complete them.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Final
 
 from iwarp._typing import Buffer
@@ -326,6 +326,24 @@ class QueuePairFront:
         """
         self.endpoint.post_send(wr)
         self._driver.flush()
+
+    def post_send_list(self, wrs: Iterable[SendQueueWR]) -> None:
+        """Post several work requests, in order, as verbs' ``ibv_post_send``
+        takes a list of them: what TCP takes of all of them is written once,
+        after the last (small messages kept in flight go out in one
+        ``sendmsg`` instead of one ``send`` each). Each completes as if
+        posted alone. A bad request raises as :meth:`post_send` would: the
+        ones before it stay posted (and are written), the rest are not
+        posted.
+
+        :raises ConnectionTerminatedError: the connection has ended.
+        """
+        endpoint = self.endpoint
+        try:
+            for wr in wrs:
+                endpoint.post_send(wr)
+        finally:
+            self._driver.flush()
 
     # -- for the adapters' calls ----------------------------------------------------
 

@@ -161,6 +161,9 @@ _REMOTE_WRITE = int(Access.REMOTE_WRITE)
 _REMOTE_READ = int(Access.REMOTE_READ)
 #: The small-message lane's Send header (RFC 5041 §4.3): queue 0, as an int.
 _SEND_QUEUE: Final = int(QueueNumber.SEND)
+#: Looked up once: an enum member's attribute lookup costs more than the
+#: rest of a per-message check (the small-message lane's).
+_OPERATIONAL: Final = StreamState.OPERATIONAL
 _pack_untagged = UNTAGGED_HEADER.pack
 
 
@@ -420,9 +423,10 @@ class RdmapStream:
         region = wr.local.region
         if not region.valid:
             raise LocalProtocolError(f"STag {region.stag:#010x} is invalidated or deregistered")
-        if self.state is not StreamState.OPERATIONAL:
+        if self.state is not _OPERATIONAL:
             self.state = transition(self.state, StreamInput.POST)
-        self._recv.post(view, wr, guarded=region.stag in self._atomic_stags)
+        # UntaggedQueue.post, inline: it runs per message of a receive pool.
+        self._recv.buffers.append(PostedBuffer(view, wr, region.stag in self._atomic_stags))
 
     def claim_send(
         self,
@@ -447,7 +451,7 @@ class RdmapStream:
         :raises LocalProtocolError: as :meth:`post_send`.
         """
         if (
-            self.state is not StreamState.OPERATIONAL
+            self.state is not _OPERATIONAL
             or self._sq
             or self._inflight
             or self._irq
@@ -577,10 +581,9 @@ class RdmapStream:
     @property
     def has_data_to_send(self) -> bool:
         """Whether :meth:`ulpdus_to_send` would return something now."""
-        if self.state is StreamState.TERMINATING:
-            return True
-        if self.state is not StreamState.OPERATIONAL:
-            return False
+        state = self.state
+        if state is not _OPERATIONAL:  # checked first: it runs per message
+            return state is StreamState.TERMINATING
         if self._current is not None:
             return True
         if self._irq:
@@ -1082,7 +1085,7 @@ class RdmapStream:
         lock, by :meth:`handle_ulpdu`)."""
         queue = self._recv
         if (
-            self.state is not StreamState.OPERATIONAL
+            self.state is not _OPERATIONAL
             or self._events
             or not queue.buffers
             or queue.received

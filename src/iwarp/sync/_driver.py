@@ -195,9 +195,22 @@ class Driver:
         """Octets the core handed out directly, ahead of its next
         ``data_to_send``: sent now, as far as the kernel takes them, behind
         whatever waits (dropped when the socket is closed)."""
+        sock = self.sock
         if self._out or self._lane is not None:
             self._out.append(data)
-        elif self.sock is not None:
+        elif sock is not None and self._tap is None:
+            # One send, no gathering (a small message's FPDU, per message).
+            try:
+                sent = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self._lost(exc)
+                return
+            size = len(data) if type(data) is bytes else memoryview(data).nbytes
+            if sent < size:
+                self._out.append(memoryview(data).cast("B")[sent:])
+        elif sock is not None:
             self._send([data])
 
     def _send(self, chunks: list[Buffer]) -> None:
