@@ -1,12 +1,13 @@
 """The receive path alone: the receive lane against the usual path.
 
 Run: python bench/recv_lane_bench.py [--op write|send|read|all] [--emss N]
-     [--size BYTES] [--mib N] [--repeat N] [--chunk BYTES]
+     [--size BYTES] [--mib N] [--repeat N] [--chunk BYTES] [--ring BYTES] [--markers]
 
 Two endpoints in memory make the wire octets of ``--mib`` MiB of 1 MiB
 messages once (RDMA Writes into one region, Sends into 64 posted 1 MiB
 buffers, or the Read Responses of RDMA Reads), at segments sized by
-``--emss`` (1448: MTU 1500; 65483: MTU 65536), CRC on, markers off. Then,
+``--emss`` (1448: MTU 1500; 65483: MTU 65536), CRC on, markers off (or on
+with ``--markers``). Then,
 for each path in turn (interleaved, ``--repeat`` rounds), a fresh receiver
 gets them over a loopback TCP connection: ``--chunk`` octets are written,
 then the receiver reads until it has them all, timed with the thread's CPU
@@ -30,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from iwarp.mpa.config import Role
+from iwarp.mpa.config import MpaConfig, Role
 from iwarp.rdma import lanes
 from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdma.lanes import RING_SIZE, ReceiveLane
@@ -62,10 +63,11 @@ class Setup:
     """A connected pair; the receiver's memory, and the wire octets of the
     messages for it."""
 
-    def __init__(self, op: str, emss: int, size: int, count: int) -> None:
+    def __init__(self, op: str, emss: int, size: int, count: int, markers: bool = False) -> None:
         registry = MemoryRegistry()
-        a = QueuePairEndpoint(Role.INITIATOR, registry.alloc_pd())
-        b = QueuePairEndpoint(Role.RESPONDER, registry.alloc_pd())
+        config = MpaConfig(markers=markers)
+        a = QueuePairEndpoint(Role.INITIATOR, registry.alloc_pd(), config)
+        b = QueuePairEndpoint(Role.RESPONDER, registry.alloc_pd(), config)
         a.set_emss(emss)
         b.set_emss(emss)
         pump(a, b)
@@ -170,6 +172,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--chunk", type=int, default=MIB)
     parser.add_argument("--ring", type=int, default=RING_SIZE, help="the lane's ring octets")
+    parser.add_argument("--markers", action="store_true", help="MPA markers on (both ways)")
     args = parser.parse_args()
     if not lanes.ACTIVE:
         sys.exit("the receive lane needs the C accelerator (and IWARP_NO_LANES unset)")
@@ -181,14 +184,15 @@ def main() -> None:
             memory: dict[str, list[bytes]] = {}
             for _ in range(args.repeat):
                 for path in ("usual", "lane"):
-                    setup = Setup(op, emss, args.size, count)
+                    setup = Setup(op, emss, args.size, count, args.markers)
                     cpu = run(setup, args.chunk, path, args.ring)
                     figures[path].append(cpu * 1e6 / (len(setup.wire) / MIB))
                     memory[path] = [bytes(r.view) for r in setup.sinks]
             if memory["usual"] != memory["lane"]:
                 sys.exit(f"{op} at EMSS {emss}: the two paths placed different octets")
             line = ", ".join(f"{path} {min(v):.0f}-{max(v):.0f}" for path, v in figures.items())
-            print(f"{op:5} EMSS {emss:5}: us of CPU per MiB received: {line}", flush=True)
+            marked = " markers" if args.markers else ""
+            print(f"{op:5} EMSS {emss:5}{marked}: us of CPU per MiB received: {line}", flush=True)
 
 
 if __name__ == "__main__":

@@ -110,7 +110,8 @@ def test_writes_sends_and_reads_arrive_by_the_lane(
     assert bytes(target.view) == written
     assert received == payloads
     if lanes.RECEIVE_ACTIVE:
-        assert sum(took for _, took in reads) > 3 * SIZE
+        # Most of the 16 MiB: all after the first read of 256 KiB or more.
+        assert sum(took for _, took in reads) > 2 * SIZE
         # Reads of 256 KiB and more per wake-up once the lane reads (the ring's room).
         assert max(got for got, _ in reads) >= RING_START
     else:

@@ -93,8 +93,9 @@ def test_writes_sends_and_reads_arrive_by_the_lane(
     assert not errors, errors
     assert received == payloads
     if lanes.RECEIVE_ACTIVE:
-        # Write, Sends and the Read Response: > 3 * 4 MiB by the lane.
-        assert sum(taken) > 3 * SIZE, sum(taken)
+        # Of the 16 MiB of Writes, Sends and Read Responses, the lane takes
+        # most: all after the first read that fills the driver's buffer.
+        assert sum(taken) > 2 * SIZE, sum(taken)
     else:
         assert sum(taken) == 0
 
