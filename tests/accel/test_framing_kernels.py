@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from iwarp import _accel, _kernels
 from iwarp.errors import LocalProtocolError
 from iwarp.mpa import framing
-from iwarp.mpa.framing import FpduDecoder, FpduEncoder, SegmentRun
+from iwarp.mpa.framing import FpduDecoder, FpduEncoder
+from iwarp.mpa.runs import SegmentRun
 
 pytestmark = pytest.mark.skipif(not _accel.ACTIVE, reason="the C accelerator is not active")
 

@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from iwarp.ddp.wire import LAST_FLAG
-from iwarp.mpa.framing import FpduEncoder, SegmentRun
+from iwarp.mpa.framing import FpduEncoder
+from iwarp.mpa.runs import SegmentRun
 from iwarp.mpa.wire import MAX_ULPDU
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LaneState, SendLane

@@ -226,7 +226,8 @@ def test_a_piece_the_transport_sends_at_once_does_not_stall_the_lane() -> None:
 
     from iwarp.asyncio.driver import CoreDriver
     from iwarp.ddp.wire import LAST_FLAG
-    from iwarp.mpa.framing import FpduEncoder, SegmentRun
+    from iwarp.mpa.framing import FpduEncoder
+    from iwarp.mpa.runs import SegmentRun
     from iwarp.rdma.lanes import SendLane
 
     size = 1 << 20

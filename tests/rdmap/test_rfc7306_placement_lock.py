@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp.mpa.framing import UlpduBatch
+from iwarp.mpa.runs import UlpduBatch
 from iwarp.rdmap.memory import Access, MemoryRegistry, ProtectionDomain
 from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import Completion, CompletionStatus, ReadWR, RecvWR, SendWR, Sge, WriteWR

@@ -6,7 +6,7 @@ exactly one segment.
 
 :class:`OutgoingMessage` describes a message's segments without building
 them: :meth:`~OutgoingMessage.next_run` hands out
-:class:`~iwarp.mpa.framing.SegmentRun` s (header template, payload slice,
+:class:`~iwarp.mpa.runs.SegmentRun` s (header template, payload slice,
 segment size) that MPA frames in one call (with the C accelerator, straight
 from the caller's buffer into the FPDUs: the one copy of the send path).
 Runs are made lazily, a batch at a time, so a 16 MiB RDMA Write never sits
@@ -31,7 +31,7 @@ from iwarp.ddp.wire import (
     fits_to_space,
 )
 from iwarp.errors import LocalProtocolError
-from iwarp.mpa.framing import SegmentRun
+from iwarp.mpa.runs import SegmentRun
 
 __all__ = ["MAX_MESSAGE", "OutgoingMessage", "tagged_segments", "untagged_segments"]
 

@@ -80,7 +80,7 @@ from iwarp.mpa.events import (
     UlpduBatchReceived,
     UlpduReceived,
 )
-from iwarp.mpa.framing import FpduDecoder, FpduEncoder, SegmentRun
+from iwarp.mpa.framing import FpduDecoder, FpduEncoder
 from iwarp.mpa.handshake import (
     MpaInput,
     MpaState,
@@ -94,6 +94,7 @@ from iwarp.mpa.handshake import (
     transition,
     transitions_for,
 )
+from iwarp.mpa.runs import SegmentRun
 from iwarp.mpa.wire import MAX_ULPDU, MpaFrame, mulpdu
 
 __all__ = ["DEFAULT_EMSS", "MpaConnection"]

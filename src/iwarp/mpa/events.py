@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iwarp.errors import MpaError
-from iwarp.mpa.framing import UlpduBatch
+from iwarp.mpa.runs import UlpduBatch
 from iwarp.mpa.wire import EnhancedData, MpaFrame, RtrFlags
 
 __all__ = [

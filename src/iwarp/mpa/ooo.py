@@ -39,7 +39,8 @@ from typing import Final, TypeAlias
 
 from iwarp._typing import Buffer
 from iwarp.errors import MpaError, MpaErrorCode
-from iwarp.mpa.framing import FpduDecoder, UlpduBatch, fpdu_wire_size
+from iwarp.mpa.framing import FpduDecoder, fpdu_wire_size
+from iwarp.mpa.runs import UlpduBatch
 from iwarp.mpa.wire import (
     FPDUPTR_MASK,
     HEADER_SIZE,

@@ -3,7 +3,7 @@
 As on an RNIC, the protocol's decisions stay in the sans-IO cores and the
 loop that moves octets runs below them. For a message whose work request is
 validated, the RDMA core hands out one :class:`SendLane`: the message's
-segments as one :class:`~iwarp.mpa.framing.SegmentRun` (header template,
+segments as one :class:`~iwarp.mpa.runs.SegmentRun` (header template,
 payload buffer and range, room per segment, TO or MO base) and the MPA send
 state it starts from (marker phase, markers and CRC on or off). The C
 accelerator's ``send_lane`` builds each FPDU's head (marker, ULPDU_Length,
@@ -36,7 +36,8 @@ from typing import Any, Final, Protocol, cast
 
 import iwarp._accel as _accel
 from iwarp._typing import Buffer
-from iwarp.mpa.framing import FpduDecoder, SegmentRun
+from iwarp.mpa.framing import FpduDecoder
+from iwarp.mpa.runs import SegmentRun
 from iwarp.rdmap.memory import MemoryRegion
 from iwarp.rdmap.stream import LaneWindows
 

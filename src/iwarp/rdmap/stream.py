@@ -74,7 +74,7 @@ from iwarp.errors import (
     MpaErrorCode,
     RemoteProtocolError,
 )
-from iwarp.mpa.framing import SegmentRun, UlpduBatch
+from iwarp.mpa.runs import SegmentRun, UlpduBatch
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdmap.atomics import ATOMIC_DEPTH, check_target, execute
 from iwarp.rdmap.errors import (
@@ -618,7 +618,7 @@ class RdmapStream:
         return [ulpdu for run in self.runs_to_send(limit) for ulpdu in run.ulpdus()]
 
     def runs_to_send(self, limit: int | None = None) -> list[SegmentRun]:
-        """The next segments as runs (:class:`~iwarp.mpa.framing.SegmentRun`),
+        """The next segments as runs (:class:`~iwarp.mpa.runs.SegmentRun`),
         about ``limit`` octets of ULPDUs at most (at least one segment; a
         segment that would not fit what is left of ``limit`` waits for the
         next call).
