@@ -320,7 +320,7 @@ def _kernel_call(module: Any, small: Any, data: bytes) -> tuple[object, ...]:
     draw = _Draw(data)
     which = draw.octet() % 7
     buffer = draw.octets(draw.number(300) % 4096)
-    written: list[object] = [buffer]
+    written: list[Any] = [buffer]
     try:
         if which == 0:
             result: object = module.crc32c(
@@ -531,6 +531,7 @@ def _recv_lane_call(data: bytes) -> None:
         from iwarp import _speedups
     except ImportError:
         return
+    lane: Any = _speedups  # recv_lane is C only (typed in iwarp.rdma.lanes)
     # Zeros (past the input) draw a ring of a whole RDMA Write, Read
     # Response and Send and a Write again, CRC off, into their windows:
     # what the lane places; other octets draw edges.
@@ -586,7 +587,7 @@ def _recv_lane_call(data: bytes) -> None:
     controls = [ctl ^ draw.number(255) for ctl in (0x40, 0x41, 0x43, 0x45)]
     before = bytes(memory)
     try:
-        result = _speedups.recv_lane(
+        result = lane.recv_lane(
             -1, ring, start, end, 0, crc, limit, version, tagged, controls[0], writes,
             controls[1], reads, not draw.octet() & 1, controls[2], controls[3],
             draw.number(2**32 - 1), draw.number(size), sends, markers,
