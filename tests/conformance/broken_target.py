@@ -1006,6 +1006,111 @@ def break_immediate_size() -> None:
     _patch(stream, "_immediate_received", received)
 
 
+# --- the checks of RFC 5041 §7.1 and RFC 5040 §7.2 that only the Terminate showed before -----
+
+
+def _untagged_room(ddp: Any, ulpdu: Any) -> tuple[int, int, int] | None:
+    """(MO, payload length, size of the buffer the segment's MSN selects) of an untagged
+    segment on a queue with a buffer posted; None for anything else (left to the checks)."""
+    if len(ulpdu) < UNTAGGED_HEADER_SIZE or ulpdu[0] & TAGGED_FLAG:
+        return None
+    _, _, _, qn, msn, mo = UNTAGGED_HEADER.unpack_from(ulpdu, 0)
+    queue = ddp.queues.get(qn)
+    if queue is None or not queue.buffers:
+        return None
+    index = (msn - queue.next_msn) & 0xFFFFFFFF
+    if index >= len(queue.buffers):
+        return None
+    return mo, len(ulpdu) - UNTAGGED_HEADER_SIZE, len(queue.buffers[index].view)
+
+
+def break_mo() -> None:
+    """RFC 5041 §7.1 untagged check 3: an MO beyond the buffer is not refused (the segment
+    is placed at MO 0 instead; check 4, the sum of MO and length, is still made)."""
+
+    def fix(self: Any, ulpdu: Any) -> Any:
+        room = _untagged_room(self, ulpdu)
+        if room is None or room[0] <= room[2]:
+            return ulpdu
+        out = bytearray(ulpdu)
+        UNTAGGED_HEADER.pack_into(out, 0, *UNTAGGED_HEADER.unpack_from(out, 0)[:5], 0)
+        return memoryview(out)
+
+    _rewrite_first("receive", fix)
+
+
+def break_message_length() -> None:
+    """RFC 5041 §7.1 untagged check 4: a segment whose MO plus length passes the end of the
+    buffer is not refused (what fits is placed, the rest dropped; check 3 is still made)."""
+
+    def fix(self: Any, ulpdu: Any) -> Any:
+        room = _untagged_room(self, ulpdu)
+        if room is None:
+            return ulpdu
+        mo, length, size = room
+        if mo > size or mo + length <= size:
+            return ulpdu
+        return ulpdu[: UNTAGGED_HEADER_SIZE + size - mo]
+
+    _rewrite_first("receive", fix)
+
+
+def _rewrite_tagged_opcode(when: Any) -> None:
+    """RdmapStream._receive: a tagged segment for which ``when(stream, opcode)`` holds is
+    taken as an RDMA Write (its opcode rewritten before any check)."""
+    stream = iwarp.rdmap.stream.RdmapStream
+    original = stream._receive
+
+    def receive(self: Any, view: Any) -> None:
+        if len(view) > 1 and view[0] & TAGGED_FLAG and when(self, view[1] & 0x0F):
+            out = bytearray(view)
+            out[1] = (out[1] & 0xF0) | RdmapOpcode.RDMA_WRITE
+            view = memoryview(out)
+        original(self, view)
+
+    _patch(stream, "_receive", receive)
+
+
+def break_tagged_opcode() -> None:
+    """RFC 5040 §7.2 check 2 for tagged segments: an opcode that is not a tagged one (a
+    Send, a Read Request, an unknown one) is taken as an RDMA Write."""
+    _rewrite_tagged_opcode(lambda self, opcode: self._opcode_tagged.get(opcode) is not True)
+
+
+def break_read_response() -> None:
+    """RFC 5040 §5.2.2 / §7.2 check 2: an RDMA Read Response that answers no outstanding
+    Read Request is placed as an RDMA Write (into the STag it names, if writable)."""
+
+    def unrequested(self: Any, opcode: int) -> bool:
+        if opcode != RdmapOpcode.RDMA_READ_RESPONSE:
+            return False
+        work = self._orq[0] if self._orq else None
+        return work is None or work.request is None
+
+    _rewrite_tagged_opcode(unrequested)
+
+
+def break_read_stag() -> None:
+    """RFC 5040 §7.2 rule 4.a: a Read Request of an unknown Data Source STag is answered
+    (with scratch octets) instead of refused."""
+    _scratch_on({AccessFault.INVALID_STAG}, int(Access.REMOTE_READ))
+
+
+def break_ird() -> None:
+    """RFC 5040 §6.1 with RFC 5041 §7.1 check 2: a Read Request beyond the IRD the Responder
+    stated is dropped without a word (no Read Response, no Terminate: a silent stall).
+    (A mutant that answers it instead cannot be told from a Responder that keeps pace.)"""
+    stream = iwarp.rdmap.stream.RdmapStream
+    original = stream._deliver
+
+    def deliver(self: Any, segment: Any, opcode: int) -> None:
+        if opcode == RdmapOpcode.RDMA_READ_REQUEST and self._inbound[0] >= self.ird:
+            return
+        original(self, segment, opcode)
+
+    _patch(stream, "_deliver", deliver)
+
+
 #: Each switch breaks one MUST rule; a case tagged with the rule in ``covers`` must fail.
 RULES = {
     "crc": break_crc,
@@ -1064,6 +1169,12 @@ RULES = {
     "atomic-opcode": break_atomic_opcode,
     "atomic-stag": break_atomic_stag,
     "immediate-size": break_immediate_size,
+    "mo": break_mo,
+    "message-length": break_message_length,
+    "tagged-opcode": break_tagged_opcode,
+    "read-response": break_read_response,
+    "read-stag": break_read_stag,
+    "ird": break_ird,
 }
 
 

@@ -42,6 +42,7 @@ OPTIONS = {
     "crc-always": ["--op", "write", "--no-crc"],
     "markers": ["--op", "write", "--permissive"],
     "marker-ptr": ["--op", "read"],
+    "ird": ["--op", "read"],
 }
 #: Mutants that break every Reply built for a Request the target takes: every case that reads
 #: one fails, each for the Reply; a case that passes never read a Reply (it only needed a

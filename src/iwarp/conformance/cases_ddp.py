@@ -120,6 +120,7 @@ error_cases(
     UNTAGGED_QUOTE + "3. The MO falls in the range of legal offsets associated with the Untagged "
     'Buffer"',
     skip=NO_BUFFER,
+    covers=("mo",),
     layer=DDP,
     etype=U,
     codes=(DdpUntaggedCode.INVALID_MO, DdpUntaggedCode.MESSAGE_TOO_LONG),
@@ -135,6 +136,7 @@ error_cases(
     UNTAGGED_QUOTE + "4. The sum of the DDP Segment payload length and the MO falls in the range "
     'of legal offsets associated with the Untagged Buffer"',
     skip=NO_BUFFER,
+    covers=("message-length",),
     layer=DDP,
     etype=U,
     codes=(DdpUntaggedCode.MESSAGE_TOO_LONG, DdpUntaggedCode.INVALID_MO),

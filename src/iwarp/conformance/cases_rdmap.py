@@ -149,6 +149,7 @@ error_cases(
     "rfc5040/4.8/6",
     "a Send opcode in a tagged segment brings TERM unexpected opcode (or a tagged buffer error)",
     'RFC 5040 §4.1 Figure 4: Send is Untagged; §7.2: "2. The RDMA OpCode MUST be valid"',
+    covers=("tagged-opcode",),
     layer=RDMAP,
     etype=OPER,
     codes=RemoteOperationCode.UNEXPECTED_OPCODE,
@@ -162,6 +163,7 @@ error_cases(
     "a Read Response nobody asked for brings TERM unexpected opcode",
     "RFC 5040 §5.2.2 an RDMA Read Response answers an RDMA Read Request; §4.8 Figure 9 "
     'code 06X "Unexpected OpCode"',
+    covers=("read-response",),
     layer=RDMAP,
     etype=OPER,
     codes=RemoteOperationCode.UNEXPECTED_OPCODE,
@@ -186,6 +188,7 @@ error_cases(
     "rfc5040/4.8/10",
     "a Read Request of an unknown STag brings TERM RDMAP/remote protection/invalid STag",
     READ_QUOTE + READ_ITEM["a"],
+    covers=("read-stag",),
     layer=RDMAP,
     etype=PROT,
     codes=RemoteProtectionCode.INVALID_STAG,
@@ -474,7 +477,7 @@ def write_read_back(s: Session) -> None:
     '"Invalid MSN - no buffer available"',
     needs=(Need.REGION,),
     timeout=10.0,
-    covers=("terminate",),
+    covers=("terminate", "ird"),
 )
 def ird_exceeded(s: Session) -> None:
     region = _readable(s)
