@@ -1111,6 +1111,28 @@ def break_ird() -> None:
     _patch(stream, "_deliver", deliver)
 
 
+def break_crc_sent_marked() -> None:
+    """draft-culley-iwarp-mpa-02 §7.2 (RFC 5044 §4.4 with markers): the Responder's FPDUs
+    with markers carry a wrong CRC (its last octet changed; FPDUs without markers keep theirs)."""
+    _no_lanes()
+    encoder = iwarp.mpa.framing.FpduEncoder
+    original = encoder.encode
+
+    def encode(self: Any, ulpdu: Any) -> list[Any]:
+        pieces = original(self, ulpdu)
+        if self.markers and self.crc:
+            crc = bytearray(pieces[-1])
+            crc[-1] ^= 0x01
+            pieces[-1] = bytes(crc)
+        return pieces
+
+    def encode_run(self: Any, run: Any) -> list[Any]:
+        return [piece for ulpdu in run.ulpdus() for piece in self.encode(ulpdu)]
+
+    _patch(encoder, "encode", encode)
+    _patch(encoder, "encode_run", encode_run)
+
+
 #: Each switch breaks one MUST rule; a case tagged with the rule in ``covers`` must fail.
 RULES = {
     "crc": break_crc,
@@ -1175,6 +1197,7 @@ RULES = {
     "read-response": break_read_response,
     "read-stag": break_read_stag,
     "ird": break_ird,
+    "crc-sent-marked": break_crc_sent_marked,
 }
 
 

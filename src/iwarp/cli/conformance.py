@@ -22,6 +22,7 @@ from iwarp.conformance.report import (
 )
 from iwarp.conformance.runner import (
     DEFAULT_TIMEOUT,
+    MPA_MODES,
     InitiatorTarget,
     ResponderTarget,
     Runner,
@@ -41,6 +42,9 @@ examples:
                                       rfc5044/7.1.1/1: that case only)
   iwarp conformance --list --json     the catalogue as JSON
   iwarp conformance HOST PORT rfc5041/ --strict --junit report.xml
+  iwarp conformance HOST PORT --mpa-mode culley --culley-line 'iwarp culley-02 framing follows'
+                                      draft-culley-02 framing (iwarp listen --mpa-mode culley
+                                      --op mpa): only the draft-culley/ cases run
 
 Exit status: 0 when no case failed, 1 when one did, 2 for bad usage or an unreachable target.
 """
@@ -87,6 +91,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "connect by itself once per case",
     )
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    parser.add_argument(
+        "--mpa-mode",
+        choices=MPA_MODES,
+        default="rfc",
+        help="rfc: the target starts with an MPA Request/Reply (default); culley: "
+        "draft-culley-iwarp-mpa-02, no frames, markers and CRC from the first octet (only the "
+        "draft-culley/ cases run, the others skip)",
+    )
+    parser.add_argument(
+        "--culley-line",
+        default="",
+        metavar="TEXT",
+        help="with --mpa-mode culley: a streaming line (TEXT and a newline) each side sends "
+        "before it frames, as iwarp listen --mpa-mode culley wants ('iwarp culley-02 framing "
+        "follows'); without it both sides frame at once after the TCP connection",
+    )
     parser.add_argument(
         "--exclude",
         action="append",
@@ -175,9 +195,15 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--peer-cmd needs --listen")
     if args.timeout <= 0:
         return _fail("--timeout must be positive")
+    if args.culley_line and args.mpa_mode != "culley":
+        return _fail("--culley-line needs --mpa-mode culley")
+    if args.culley_line and ("\n" in args.culley_line or len(args.culley_line) > 1000):
+        return _fail("--culley-line is one line of at most 1000 characters")
     if not 1 <= args.jobs <= 64:
         return _fail("--jobs must be between 1 and 64")
     catalogue = all_cases()
+    if args.mpa_mode == "culley" and not words:
+        words = ["draft-culley/"]  # the RFC cases would only skip
     unknown = [w for w in [*words, *args.exclude] if not any(matches(c.id, w) for c in catalogue)]
     if unknown:
         return _fail(
@@ -223,7 +249,14 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.json:
         print(f"target: {target.describe()}; {len(cases)} cases", flush=True)
-    runner = Runner(target, timeout=args.timeout, on_result=show)
+    culley_line = (args.culley_line + "\n").encode() if args.culley_line else b""
+    runner = Runner(
+        target,
+        timeout=args.timeout,
+        on_result=show,
+        mpa_mode=args.mpa_mode,
+        culley_line=culley_line,
+    )
     try:
         runner.run(cases, jobs=args.jobs)
     except TargetUnavailableError as exc:

@@ -19,6 +19,7 @@ _AREAS = (
     "cases_ddp",
     "cases_rdmap",
     "cases_rfc7306",
+    "cases_culley",
 )
 
 

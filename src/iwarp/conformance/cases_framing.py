@@ -388,7 +388,7 @@ def _crc_checked(s: Session) -> None:
     'RFC 5044 §7.1.2 rule 7: "if Markers are enabled, the first octets sent are the special '
     'Marker 0x00000000"',
     needs=(Need.TALKS,),
-    covers=("markers",),
+    covers=("markers", "crc-sent-marked"),
 )
 def first_marker(s: Session) -> None:
     _markers_wanted(s)
@@ -404,7 +404,7 @@ def first_marker(s: Session) -> None:
     'RFC 5044 §4.3: "The FPDUPTR ... is the relative pointer, in octets, from the Marker to the '
     'ULPDU Length field of the FPDU"',
     needs=(Need.TALKS,),
-    covers=("marker-ptr", "markers"),
+    covers=("marker-ptr", "markers", "crc-sent-marked"),
 )
 def marker_ptrs(s: Session) -> None:
     _markers_wanted(s)

@@ -794,7 +794,7 @@ def _rev0_start(s: Session) -> None:
     REV0_QUOTE,
     roles=R,
     needs=(Need.TALKS,),
-    covers=("markers",),
+    covers=("markers", "crc-sent-marked"),
 )
 def rev0_target_fpdus(s: Session) -> None:
     _rev0_start(s)

@@ -40,6 +40,7 @@ from iwarp.sockets import connect_failure_reason
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "MPA_MODES",
     "InitiatorTarget",
     "Launcher",
     "ResponderTarget",
@@ -50,6 +51,13 @@ __all__ = [
 
 #: Seconds a case may take unless it says otherwise.
 DEFAULT_TIMEOUT: Final = 5.0
+#: How the target starts MPA: RFC 5044's Request/Reply, or draft-culley-iwarp-mpa-02 (none).
+MPA_MODES: Final = ("rfc", "culley")
+#: Skip reason of the RFC cases in a draft-culley-02 run.
+CULLEY_ONLY: Final = (
+    "the run selected --mpa-mode culley (no MPA Request/Reply); this case needs an RFC 5044 "
+    "target: run without --mpa-mode culley"
+)
 #: Seconds a new connection to a Responder is watched before use (is it closed at once?).
 SETTLE: Final = 0.02
 #: Seconds an Initiator target may take to make its first connection (it may be starting up).
@@ -164,7 +172,15 @@ class Runner:
         timeout: float = DEFAULT_TIMEOUT,
         cooperation_wait: float = 1.0,
         on_result: Callable[[Result], None] | None = None,
+        mpa_mode: str = "rfc",
+        culley_line: bytes = b"",
     ) -> None:
+        if mpa_mode not in MPA_MODES:
+            raise ValueError(f"mpa_mode is one of {', '.join(MPA_MODES)}, not {mpa_mode!r}")
+        #: "rfc" (RFC 5044 Request/Reply) or "culley" (draft-culley-iwarp-mpa-02: no frames).
+        self.mpa_mode = mpa_mode
+        #: culley: the streaming line each side sends before framing ("" frames at once).
+        self.culley_line = culley_line
         self.target = target
         self.timeout = timeout
         self.cooperation_wait = cooperation_wait
@@ -263,7 +279,7 @@ class Runner:
         with the frame it sent, decoded. Only a target that accepts no TCP
         connection raises :class:`TargetUnavailableError`.
         """
-        if not isinstance(self.target, ResponderTarget):
+        if not isinstance(self.target, ResponderTarget) or self.mpa_mode == "culley":
             return
         styles = (
             StartupStyle(),
@@ -308,7 +324,7 @@ class Runner:
             link = self._connect(deadline)
         except TargetUnavailableError:
             return False
-        if not self.answered:
+        if not self.answered or self.mpa_mode == "culley":
             # It never gave a valid Reply: still taking connections is all it can prove.
             link.close()
             return True
@@ -388,6 +404,9 @@ class Runner:
             return Result(item, Status.SKIPPED, reason), False
         if Need.ENHANCED in item.needs and self.style.revision < Revision.REV2:
             return Result(item, Status.SKIPPED, NEED_HINTS[Need.ENHANCED]), False
+        if (Need.CULLEY in item.needs) != (self.mpa_mode == "culley"):
+            reason = NEED_HINTS[Need.CULLEY] if self.mpa_mode == "rfc" else CULLEY_ONLY
+            return Result(item, Status.SKIPPED, reason), False
         deadline = started + (item.timeout or self.timeout)
         launched = Launched(None, "")
         session: Session | None = None
@@ -412,6 +431,7 @@ class Runner:
                 cooperation_wait=self.cooperation_wait,
             )
             session.wants = item.needs
+            session.culley_line = self.culley_line
             if isinstance(self.target, ResponderTarget):
                 session.opener = lambda: self._connect(deadline)
             item.run(session)

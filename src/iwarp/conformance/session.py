@@ -143,6 +143,11 @@ NEED_HINTS: Final[dict[Need, str]] = {
         "the target closes on Rev 2 Requests and takes Rev 1 (RFC 5044 only); this RFC 6581 "
         "case needs a target that takes Rev 2 Requests"
     ),
+    Need.CULLEY: (
+        "draft-culley-iwarp-mpa-02 framing (no Request/Reply): run with --mpa-mode culley "
+        "against a target that frames at once (iwarp listen --mpa-mode culley --op mpa, with "
+        "--culley-line for its streaming line)"
+    ),
     Need.TALKS: (
         "the target sent no FPDU of its own in the data phase; a target that answers the "
         "tool's first Send (iwarp listen) or sends first (iwarp connect, rping -c) enables "
@@ -328,6 +333,9 @@ class Session:
         self._msn = {0: 1, 1: 1, 2: 1}
         #: The cooperation the case needs (set by the runner): what data_phase waits for.
         self.wants: frozenset[Need] = frozenset()
+        #: draft-culley-02 runs: the streaming line each side sends before it frames (empty:
+        #: both frame at once after the TCP connection).
+        self.culley_line = b""
         #: Opens one more connection to a Responder target (set by the runner), else None.
         self.opener: Callable[[], Link] | None = None
         #: Sessions of the other connections this case opened (the runner closes them).

@@ -43,6 +43,9 @@ class Need(StrEnum):
     #: The target takes Rev 2 Requests (RFC 6581 enhanced connection establishment); the
     #: runner skips these cases for a target that closes on Rev 2 and takes Rev 1.
     ENHANCED = "rev2"
+    #: The target frames without an MPA Request or Reply (draft-culley-iwarp-mpa-02): the
+    #: run selects it (``--mpa-mode culley``); every other case then skips.
+    CULLEY = "culley"
 
 
 class CaseFailed(Exception):  # noqa: N818 (a verdict, not an error)

@@ -1,0 +1,102 @@
+"""draft-culley-iwarp-mpa-02 framing: the draft-culley/ cases against ``iwarp listen --mpa-mode
+culley --op mpa`` (they pass) and against mutants of it (each fails exactly its cases)."""
+
+from __future__ import annotations
+
+import pytest
+
+from iwarp.cli._mpa_options import CULLEY_SWITCH
+from iwarp.conformance import all_cases
+from iwarp.conformance.model import Result, Status, select
+from iwarp.conformance.report import format_result
+from iwarp.conformance.runner import ResponderTarget, Runner
+from iwarp.conformance.terms import Need
+
+from .conftest import TARGET_TIMEOUT, switched
+
+pytestmark = pytest.mark.slow
+
+CULLEY = ["--op", "mpa", "--mpa-mode", "culley", "--timeout", TARGET_TIMEOUT]
+
+
+def _cases() -> list[str]:
+    return [c.id for c in all_cases() if Need.CULLEY in c.needs]
+
+
+def _run(switch: str, *, line: bytes = CULLEY_SWITCH) -> dict[str, Result]:
+    cases = select(all_cases(), ["draft-culley/"])
+    with switched(switch, CULLEY) as port:
+        runner = Runner(
+            ResponderTarget("127.0.0.1", port), timeout=2.0, mpa_mode="culley", culley_line=line
+        )
+        return {r.case.id: r for r in runner.run(cases)}
+
+
+def _show(results: dict[str, Result]) -> str:
+    return "\n".join(format_result(r, colour=False, verbose=True) for r in results.values())
+
+
+def test_the_culley_cases_are_the_ones_needing_culley() -> None:
+    assert _cases() == [c.id for c in select(all_cases(), ["draft-culley/"])]
+    assert len(_cases()) == 4
+
+
+def test_iwarp_listen_culley_passes_every_case() -> None:
+    results = _run("read-write")  # a variant that leaves bare MPA as it is
+    assert {r.status for r in results.values()} == {Status.PASSED}, _show(results)
+
+
+# Each mutant: the cases that must fail; every other case passes, except those listed as
+# unable to judge it (they skip, saying why).
+MUTANTS = {
+    "crc": ({"draft-culley/7.2/2"}, set()),
+    "crc-sent-marked": ({"draft-culley/7.2/1"}, set()),
+    # Markers 4 octets early: the target's FPDUs cannot be read, so 7.2/2 cannot judge.
+    "markers": (
+        {"draft-culley/8.1/1", "draft-culley/7.1/1", "draft-culley/7.2/1"},
+        {"draft-culley/7.2/2"},
+    ),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(MUTANTS))
+def test_a_mutant_fails_exactly_its_culley_cases(rule: str) -> None:
+    must_fail, may_skip = MUTANTS[rule]
+    results = _run(rule)
+    failed = {i for i, r in results.items() if r.status is Status.FAILED}
+    skipped = {i for i, r in results.items() if r.status is Status.SKIPPED}
+    assert failed == must_fail, _show(results)
+    assert skipped == may_skip, _show(results)
+    covered = {i for i in _cases() for c in all_cases() if c.id == i and rule in c.covers}
+    assert covered == must_fail
+
+
+def test_a_wrong_streaming_line_fails_the_cases() -> None:
+    results = _run("read-write", line=b"not the line the target wants\n")
+    assert all(r.status is not Status.PASSED for r in results.values()), _show(results)
+
+
+def test_the_rfc_cases_skip_in_a_culley_run_and_culley_cases_in_an_rfc_run() -> None:
+    rfc = select(all_cases(), ["rfc5044/7.1.1/1"])
+    with switched("read-write", CULLEY) as port:
+        runner = Runner(ResponderTarget("127.0.0.1", port), timeout=2.0, mpa_mode="culley")
+        (result,) = runner.run(rfc)
+    assert result.status is Status.SKIPPED and "--mpa-mode culley" in result.reason
+    with switched("read-write", ["--op", "write", "--timeout", TARGET_TIMEOUT]) as port:
+        runner = Runner(ResponderTarget("127.0.0.1", port), timeout=2.0)
+        results = runner.run(select(all_cases(), ["draft-culley/"]))
+    for result in results:
+        assert result.status is Status.SKIPPED, format_result(result, colour=False)
+        assert "run with --mpa-mode culley" in result.reason
+
+
+def test_the_cli_options(capsys: pytest.CaptureFixture[str]) -> None:
+    from iwarp.cli import main
+
+    assert main(["conformance", "127.0.0.1", "1", "--culley-line", "x"]) == 2
+    assert "--culley-line needs --mpa-mode culley" in capsys.readouterr().err
+    assert main(["conformance", "--list", "--mpa-mode", "culley"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    listed = [line.split()[0] for line in out if line.startswith("draft-culley/")]
+    assert listed == _cases(), out
+    assert out[-1] == f"{len(_cases())} cases"
