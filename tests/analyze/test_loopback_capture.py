@@ -23,8 +23,8 @@ from tshark_fields import agree_all
 
 from iwarp.analyze.analyzer import Options, analyze_file
 from iwarp.analyze.records import ErrorRecord, FpduRecord, FrameRecord
+from iwarp.apps.receipt import RECEIPT_REQUEST, RECEIPT_SIZE
 from iwarp.asyncio.mpa import MpaSocket, connect, serve
-from iwarp.cli._receipt import RECEIPT_REQUEST, RECEIPT_SIZE
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.wire import Revision
 

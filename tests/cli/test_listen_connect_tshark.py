@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from iwarp.analyze.synth import Direction, TcpCapture
+from iwarp.apps.receipt import RECEIPT_REQUEST
 from iwarp.apps.rping import ADVERT
-from iwarp.cli._receipt import RECEIPT_REQUEST
 from iwarp.mpa.framing import fpdu_wire_size
 from tsharkutil import MpaPdu, decode, needs_tshark
 

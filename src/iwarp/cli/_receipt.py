@@ -39,9 +39,15 @@ import struct
 import termios
 import time
 from dataclasses import dataclass
-from typing import Final
 
 from iwarp._typing import Buffer
+from iwarp.apps.receipt import (
+    COUNTS,
+    RECEIPT_KEY,
+    RECEIPT_OFFER,
+    RECEIPT_REQUEST,
+    RECEIPT_SIZE,
+)
 from iwarp.asyncio.mpa import MpaSocket
 from iwarp.cli._mpa_options import Digest
 from iwarp.ddp.wire import (
@@ -73,20 +79,6 @@ __all__ = [
     "tcp_acknowledged",
 ]
 
-# Both start with 0x80 so that decoders that read every ULPDU as DDP (as
-# Wireshark does) see a tagged segment, not last, with an unknown RDMAP
-# opcode (9), like the test messages: not a malformed Terminate.
-
-#: ``connect`` → ``listen``: "tell me what you received".
-RECEIPT_REQUEST: Final = b"\x80iwarp receipt?\n"
-#: ``listen`` → ``connect``: the first 16 octets of the receipt.
-RECEIPT_KEY: Final = b"\x80iwarp receipt.\n"
-#: The end of ``listen --op mpa``'s Reply private data: "ask me for receipts".
-RECEIPT_OFFER: Final = b"\x80iwarp receipts\n"
-#: After the key: BE64 messages, BE64 octets, SHA-256 of the payloads in order.
-_COUNTS: Final = struct.Struct(">QQ32s")
-RECEIPT_SIZE: Final = len(RECEIPT_KEY) + _COUNTS.size
-
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
@@ -114,7 +106,7 @@ def split_offer(peer_private_data: bytes) -> tuple[bytes, bool]:
 
 def receipt(messages: int, octets: int, sha256_hex: str) -> bytes:
     """The listener's answer to :data:`RECEIPT_REQUEST`."""
-    return RECEIPT_KEY + _COUNTS.pack(messages, octets, bytes.fromhex(sha256_hex))
+    return RECEIPT_KEY + COUNTS.pack(messages, octets, bytes.fromhex(sha256_hex))
 
 
 def terminate_for(error: MpaError) -> bytes:
@@ -135,7 +127,7 @@ def read_answer(ulpdu: Buffer) -> Receipt | TerminateHeader | None:
     """The listener's receipt or Terminate in ``ulpdu``; None if it is neither."""
     data = bytes(ulpdu)
     if len(data) == RECEIPT_SIZE and data.startswith(RECEIPT_KEY):
-        messages, octets, sha = _COUNTS.unpack_from(data, len(RECEIPT_KEY))
+        messages, octets, sha = COUNTS.unpack_from(data, len(RECEIPT_KEY))
         return Receipt(messages, octets, sha.hex())
     if len(data) <= UNTAGGED_HEADER_SIZE or data[0] & TAGGED_FLAG or not data[0] & LAST_FLAG:
         return None

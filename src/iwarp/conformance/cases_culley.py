@@ -9,7 +9,7 @@ sends a streaming line first each way: ``--culley-line``).
 These cases run only when the run selects ``--mpa-mode culley`` (every
 other case then skips: it would send an MPA Request). The target answers
 the tool's FPDUs only when it speaks iwarp's receipts
-(:data:`iwarp.cli._receipt.RECEIPT_REQUEST`, as ``iwarp listen --op mpa``):
+(:data:`iwarp.apps.receipt.RECEIPT_REQUEST`, as ``iwarp listen --op mpa``):
 without one the cases that need its FPDUs skip, saying so.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from iwarp.cli._receipt import RECEIPT_KEY, RECEIPT_REQUEST
+from iwarp.apps.receipt import RECEIPT_KEY, RECEIPT_REQUEST
 from iwarp.conformance.model import case
 from iwarp.conformance.session import Session
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
