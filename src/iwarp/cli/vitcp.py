@@ -431,18 +431,20 @@ async def _listen(args: argparse.Namespace, overall: _Overall) -> int:
     status = 0
 
     def wait_next() -> asyncio.Future[VitcpEndpoint]:
-        # A VI waits for the next connection while one is served: a request
-        # finding none would be answered ConnectNoMatch (§4.3), and a
-        # connector's next connection may come before the last one's summary.
         return asyncio.ensure_future(listener.accept(config.discriminator, keep_posted=DESCRIPTORS))
 
-    waiting = wait_next()
+    # Two VIs wait at all times (offers are matched in order): a request
+    # finding none would be answered ConnectNoMatch (§4.3), and a connector's
+    # next connection may come before this side has taken the last one, or
+    # its rejection, and offered again.
+    pending = deque([wait_next(), wait_next()])
     try:
         while args.count <= 0 or received < args.count:
+            waiting = pending.popleft()
+            pending.append(wait_next())
             try:
                 endpoint = await waiting
             except VitcpRejectedError:
-                waiting = wait_next()
                 # §3.3: reliability level or peer-to-peer differ; ConnectReject sent.
                 status = 1
                 rejected = {"role": "listener", "messages": 0, "octets": 0}
@@ -450,7 +452,6 @@ async def _listen(args: argparse.Namespace, overall: _Overall) -> int:
                 rejected.update(status="rejected")
                 _print({"type": "summary", **rejected}, args.json)
                 continue
-            waiting = wait_next()
             summary = await _serve_one(endpoint, args.max_size, overall)
             received += summary["messages"]
             summary["type"] = "summary"
@@ -458,9 +459,10 @@ async def _listen(args: argparse.Namespace, overall: _Overall) -> int:
             if summary["status"] != "ok":
                 status = 1
     finally:
-        waiting.cancel()
-        with contextlib.suppress(asyncio.CancelledError, IwarpError, OSError):
-            await waiting
+        for waiting in pending:
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, IwarpError, OSError):
+                await waiting
         await listener.close()
     return status
 
