@@ -307,6 +307,7 @@ def pd_small(s: Session) -> None:
     '§7.1.1 Key: "Initiator mode senders MUST set this field to the fixed value '
     '"MPA ID Req Frame""',
     roles=I,
+    covers=("request-key",),
 )
 def request_key(s: Session) -> None:
     s.read_request()
@@ -317,6 +318,7 @@ def request_key(s: Session) -> None:
     "the Request's reserved bits and R bit are zero",
     '§7.1.1 Res: "It MUST be set to zero when sending"; R: "This bit is set to zero"',
     roles=I,
+    covers=("request-flags",),
 )
 def request_res(s: Session) -> None:
     s.read_request()
@@ -330,6 +332,7 @@ def request_res(s: Session) -> None:
     "the Request is Rev 1 or Rev 2",
     '§7.1.1 Rev: "senders MUST set this field to one" (RFC 6581 §6: two)',
     roles=I,
+    covers=("request-rev",),
 )
 def request_rev(s: Session) -> None:
     req = s.read_request()
@@ -342,6 +345,7 @@ def request_rev(s: Session) -> None:
     "the Request's private data is at most 512 octets",
     '§7.1.1 Private Data: "MUST be between 0 and 512 octets in length"',
     roles=I,
+    covers=("request-pd",),
 )
 def request_pd(s: Session) -> None:
     req = s.read_request()
@@ -377,6 +381,7 @@ for _n, _i in enumerate((0, 4, 8, 12, 15)):
         KEY_QUOTE_I,
         _reply_key(_i),
         f"Reply with key octet {_i} changed",
+        ("key",),
     )
 _bad_reply_case(
     49,
@@ -384,6 +389,7 @@ _bad_reply_case(
     KEY_QUOTE_I,
     lambda s, r: s.default_reply(r, key=bytes(16)),
     "Reply with a zero key",
+    ("key",),
 )
 _bad_reply_case(
     50,
@@ -391,6 +397,7 @@ _bad_reply_case(
     REV_QUOTE,
     lambda s, r: s.default_reply(r, revision=3),
     "Rev 3 Reply",
+    ("rev",),
 )
 _bad_reply_case(
     51,
@@ -415,6 +422,7 @@ _bad_reply_case(
     "a Reply with reserved bits set is accepted: the first FPDU follows",
     '§7.1.1 Res: "not checked on reception"',
     roles=I,
+    covers=("reply-reserved-checked",),
 )
 def reply_res_set(s: Session) -> None:
     request = s.read_request()
@@ -435,6 +443,7 @@ def reply_res_set(s: Session) -> None:
     "the Initiator's Request is valid",
     '§7.1.2 rule 1: "the MPA implementation MUST send a valid MPA Request Frame"',
     roles=I,
+    covers=("request-enhanced", "request-key", "request-pd", "request-rev"),
 )
 def valid_request(s: Session) -> None:
     req = s.read_request()
@@ -463,6 +472,7 @@ def responder_fence(s: Session) -> None:
     "§7.1.2 rule 3: \"if the Rejected Connection bit is set to '1', the implementation MUST "
     'exit MPA"',
     roles=I,
+    covers=("reply-r",),
 )
 def initiator_rejected(s: Session) -> None:
     request = s.read_request()
@@ -495,6 +505,7 @@ def responder_gets_reply(s: Session) -> None:
     '§7.1.2 rule 8: "MUST use the difference between the MPA Request Frame and the MPA Reply '
     'Frame"',
     roles=I,
+    covers=("request-as-reply",),
 )
 def initiator_gets_request(s: Session) -> None:
     s.read_request()
@@ -704,10 +715,12 @@ def rev0_request(s: Session) -> None:
 
 @case(
     "rfc5044/C/2",
-    "a Reply of Rev 0 to a Rev 1 Request ends the connection",
+    "a Reply of Rev 0 to a Rev 1 Request ends the connection, or the Initiator runs RDMAC mode",
     'RFC 5044 Appendix C.2.2: "The Non-permissive IETF RNIC will gracefully close the connection '
-    'after it reads the incompatible Rev field in the MPA Reply Frame"',
+    'after it reads the incompatible Rev field in the MPA Reply Frame"; C.2.5: the Permissive '
+    'Initiator "should generate version zero DDP/RDMAP messages and enable MPA Markers and CRC"',
     roles=I,
+    covers=("rev0-reply",),
 )
 def rev0_reply(s: Session) -> None:
     s.read_request()
@@ -715,10 +728,23 @@ def rev0_reply(s: Session) -> None:
         craft.reply(revision=0, flags=FrameFlags.MARKERS | FrameFlags.CRC, enhanced=None),
         "Rev 0 Reply (M=1, C=1)",
     )
-    s.link.wait_end(s.within(3.0))
-    if s.link.ended is None:
-        # A permissive Initiator goes on in RDMAC mode: its first FPDU would carry a marker.
-        raise CaseSkipped("the target kept the connection after a Rev 0 Reply (permissive?)")
+    # A permissive Initiator goes on in RDMAC mode: markers and CRC on, DDP version 0.
+    s.markers_receive = s.crc = True
+    got = s.next_fpdu(s.within(3.0))
+    if got is None:
+        if s.link.ended is None:
+            raise CaseSkipped(
+                "the target kept the connection after a Rev 0 Reply and sent nothing "
+                "(a permissive Initiator with nothing to say first)"
+            )
+        return
+    version = got.ulpdu[0] & 0x03 if got.ulpdu else None
+    if not got.crc_ok or version != 0:
+        raise CaseFailed(
+            "the target kept the connection after a Rev 0 Reply but does not run RDMAC "
+            f"mode (markers, CRC, DDP version 0): {got.describe()}"
+            + ("" if got.crc_ok else " with a wrong CRC")
+        )
 
 
 @case(
