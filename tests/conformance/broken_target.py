@@ -1319,10 +1319,8 @@ def break_rtr_offer() -> None:
 def break_rtr_choice() -> None:
     """RFC 6581 §9.2: the Initiator sends an RTR type it offered other than the one the
     Reply chose (a Read RTR for a Write one, a Write RTR for any other)."""
-    original = _get(iwarp.mpa.connection, "complete_initiator")
 
-    def complete(config: Any, request: Any, reply: Any, **kwargs: Any) -> Any:
-        outcome = original(config, request, reply, **kwargs)
+    def change(config: Any, outcome: Any) -> Any:
         params = outcome.params
         if params is None or params.rtr is None:
             return outcome
@@ -1331,7 +1329,51 @@ def break_rtr_choice() -> None:
         params = dataclasses.replace(params, rtr=other, ord=ord_)
         return dataclasses.replace(outcome, params=params)
 
+    _initiator_outcome(change)
+
+
+def _initiator_outcome(change: Any) -> None:
+    """``complete_initiator``'s outcome (the negotiation after a valid Reply) replaced by
+    ``change(config, outcome)``."""
+    original = _get(iwarp.mpa.connection, "complete_initiator")
+
+    def complete(config: Any, request: Any, reply: Any, **kwargs: Any) -> Any:
+        return change(config, original(config, request, reply, **kwargs))
+
     _patch(iwarp.mpa.connection, "complete_initiator", complete)
+
+
+def break_ird_term() -> None:
+    """RFC 6581 §9.1: the Initiator's TERM for a Responder ORD above its IRD carries code 5
+    (local catastrophic error) instead of 6."""
+
+    def change(config: Any, outcome: Any) -> Any:
+        error = outcome.negotiation_error
+        if error is None or error.mpa_code is not MpaErrorCode.INSUFFICIENT_IRD:
+            return outcome
+        other = MpaError(MpaErrorCode.LOCAL_CATASTROPHIC, f"{error} (mutant: code 5)")
+        return dataclasses.replace(outcome, negotiation_error=other)
+
+    _initiator_outcome(change)
+
+
+def break_rtr_unmatched() -> None:
+    """RFC 6581 §9.2: when the Reply chooses no RTR type the Initiator can send, it sends
+    its own first one anyway (a Write RTR) instead of TERM code 7."""
+
+    def change(config: Any, outcome: Any) -> Any:
+        error = outcome.negotiation_error
+        if error is None or error.mpa_code is not MpaErrorCode.NO_MATCHING_RTR:
+            return outcome
+        rtr = next(
+            t for t in (RtrFlags.WRITE, RtrFlags.READ, RtrFlags.SEND) if t in config.rtr_types
+        )
+        params = dataclasses.replace(
+            outcome.params, peer_to_peer=True, rtr=rtr, ord=max(outcome.params.ord, 1)
+        )
+        return dataclasses.replace(outcome, params=params, negotiation_error=None)
+
+    _initiator_outcome(change)
 
 
 #: Each switch breaks one MUST rule; a case tagged with the rule in ``covers`` must fail.
@@ -1410,6 +1452,8 @@ RULES = {
     "rev0-reply": break_rev0_reply,
     "rtr-offer": break_rtr_offer,
     "rtr-choice": break_rtr_choice,
+    "ird-term": break_ird_term,
+    "rtr-unmatched": break_rtr_unmatched,
 }
 
 

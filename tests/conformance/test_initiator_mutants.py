@@ -33,6 +33,7 @@ from .test_mutants import BOTH_ROLES, NOT_RULES, RESPONDER_RULES
 OPTIONS: dict[str, list[str]] = {
     "rtr-offer": ["--p2p"],
     "rtr-choice": ["--p2p"],
+    "rtr-unmatched": ["--p2p"],
     "crc-always": ["--no-crc"],
 }
 #: Mutants whose Request is improperly formatted: every case reads the Request first, so
@@ -79,7 +80,7 @@ def _show(results: list[Result]) -> str:
 
 def test_every_initiator_rule_has_a_mutant() -> None:
     assert set(_rules()) <= set(RULES)
-    assert len(_rules()) == 16, _rules()
+    assert len(_rules()) == 18, _rules()
 
 
 def test_every_mutant_is_proven_in_a_role() -> None:

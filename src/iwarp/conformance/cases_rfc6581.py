@@ -223,7 +223,7 @@ def ird_covers_ord(s: Session) -> None:
     '§9.1: "If the initiator does not have sufficient resources for the required '
     'IRD, it MUST send a TERM message ... Layer 2, Error Type 0, Error Code 6"',
     roles=I,
-    covers=("terminate",),
+    covers=("ird-term", "terminate"),
 )
 def responder_ord_high(s: Session) -> None:
     request = s.read_request()
@@ -472,7 +472,7 @@ def initiator_rtr(s: Session) -> None:
     '§9.2: "If the initiator is not able to generate any of the responder-supported RTR '
     'indications, then it MUST send a TERM message ... Layer 2, Error Type 0, Error Code 7"',
     roles=I,
-    covers=("terminate",),
+    covers=("rtr-unmatched", "terminate"),
 )
 def initiator_no_match(s: Session) -> None:
     req = s.read_request()
