@@ -7,7 +7,7 @@ import pytest
 
 from iwarp.cli._mpa_options import CULLEY_SWITCH
 from iwarp.conformance import all_cases
-from iwarp.conformance.model import Result, Status, select
+from iwarp.conformance.model import Level, Result, Status, select
 from iwarp.conformance.report import format_result
 from iwarp.conformance.runner import ResponderTarget, Runner
 from iwarp.conformance.terms import Need
@@ -24,7 +24,7 @@ def _cases() -> list[str]:
 
 
 def _run(switch: str, *, line: bytes = CULLEY_SWITCH) -> dict[str, Result]:
-    cases = select(all_cases(), ["draft-culley/"])
+    cases = select(all_cases(), ["draft-culley/"], strict=True)
     with switched(switch, CULLEY) as port:
         runner = Runner(
             ResponderTarget("127.0.0.1", port), timeout=2.0, mpa_mode="culley", culley_line=line
@@ -37,13 +37,15 @@ def _show(results: dict[str, Result]) -> str:
 
 
 def test_the_culley_cases_are_the_ones_needing_culley() -> None:
-    assert _cases() == [c.id for c in select(all_cases(), ["draft-culley/"])]
+    assert _cases() == [c.id for c in select(all_cases(), ["draft-culley/"], strict=True)]
     assert len(_cases()) == 4
 
 
 def test_iwarp_listen_culley_passes_every_case() -> None:
     results = _run("read-write")  # a variant that leaves bare MPA as it is
     assert {r.status for r in results.values()} == {Status.PASSED}, _show(results)
+    markers = results["draft-culley/7.1/1"].observed
+    assert any("3 markers checked" in line for line in markers), markers
 
 
 # Each mutant: the cases that must fail; every other case passes, except those listed as
@@ -56,6 +58,7 @@ MUTANTS = {
         {"draft-culley/8.1/1", "draft-culley/7.1/1", "draft-culley/7.2/1"},
         {"draft-culley/7.2/2"},
     ),
+    "marker-ptr": ({"draft-culley/7.1/1"}, set()),
 }
 
 
@@ -95,8 +98,14 @@ def test_the_cli_options(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["conformance", "127.0.0.1", "1", "--culley-line", "x"]) == 2
     assert "--culley-line needs --mpa-mode culley" in capsys.readouterr().err
-    assert main(["conformance", "--list", "--mpa-mode", "culley"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    listed = [line.split()[0] for line in out if line.startswith("draft-culley/")]
-    assert listed == _cases(), out
-    assert out[-1] == f"{len(_cases())} cases"
+    for strict in ([], ["--strict"]):
+        assert main(["conformance", "--list", "--mpa-mode", "culley", *strict]) == 0
+        out = capsys.readouterr().out.splitlines()
+        listed = [line.split()[0] for line in out if line.startswith("draft-culley/")]
+        ids = [
+            c.id
+            for c in all_cases()
+            if Need.CULLEY in c.needs and (strict or c.level is Level.MUST)
+        ]
+        assert listed == ids, out
+        assert out[-1] == f"{len(ids)} cases"

@@ -11,28 +11,42 @@ other case then skips: it would send an MPA Request). The target answers
 the tool's FPDUs only when it speaks iwarp's receipts
 (:data:`iwarp.apps.receipt.RECEIPT_REQUEST`, as ``iwarp listen --op mpa``):
 without one the cases that need its FPDUs skip, saying so.
+
+A marker's FPDUPTR is read both ways seed 002 allows: counted to the FPDU's
+ULPDU_Length field (RFC 5044's reading) or, in an FPDU that starts with a
+marker, to that marker (§6.1: "from the beginning of the FPDU"; §7.1: the
+marker "viewed as being part of that FPDU").
 """
 
 from __future__ import annotations
 
-import time
+from collections import deque
 from typing import Final
 
-from iwarp.apps.receipt import RECEIPT_KEY, RECEIPT_REQUEST
+from iwarp.apps.receipt import RECEIPT_KEY, RECEIPT_REQUEST, RECEIPT_SIZE
 from iwarp.conformance.model import case
 from iwarp.conformance.session import Session
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
-from iwarp.mpa.framing import FpduDecoder, FpduEncoder
+from iwarp.mpa.framing import FpduDecoder, FpduEncoder, fpdu_wire_size
+from iwarp.mpa.wire import MARKER_INTERVAL
 
-__all__ = ["NO_RECEIPT"]
+__all__ = ["NO_RECEIPT", "SHORT_STREAM"]
 
-#: Skip reason: the target sent no FPDU back to read.
+#: Skip reason: the target sent no receipt to read.
 NO_RECEIPT: Final = (
-    "the target answered no receipt request with an FPDU; a target that answers iwarp's "
+    "the target answered no receipt request with a receipt; a target that answers iwarp's "
     "receipt requests (iwarp listen --mpa-mode culley --op mpa) enables the case"
+)
+#: Skip reason: the target's framed stream never reached the marker at 512.
+SHORT_STREAM: Final = (
+    "the target's framed stream stayed under 512 octets, so no marker past the first was seen; "
+    "a target that answers each of iwarp's receipt requests (each answer is 72 octets) "
+    "enables the case"
 )
 #: The test message the tool frames before its receipt request.
 MESSAGE: Final = b"conformance: culley-02 framing\n" * 4
+#: Octets of the target's framed stream the marker case reads: markers at 0, 512 and 1024.
+SPAN: Final = 1100
 SECTION_81: Final = (
     "draft-culley-iwarp-mpa-02 §8.1: \"DDP's ULP MAY require DDP on MPA startup immediately "
     'after TCP connection setup ... In this case the marker MUST be the first four octets sent"'
@@ -51,6 +65,35 @@ SECTION_72_RX: Final = (
     'FPDU"; §9: "Once MPA delivers an error of any type, it MUST NOT pass or deliver any '
     'additional FPDUs on that half connection"'
 )
+
+
+class _Reader:
+    """The target's framed direction, ULPDU by ULPDU: markers always checked (either
+    FPDUPTR reading), the CRC when the case judges it."""
+
+    def __init__(self, s: Session, *, crc: bool) -> None:
+        self.s = s
+        self.decoder = FpduDecoder(markers=True, crc=crc, either_fpduptr=True)
+        self._ready: deque[bytes] = deque()
+
+    @property
+    def octets(self) -> int:
+        """Octets of the target's framed stream in whole FPDUs decoded so far."""
+        return self.decoder.position
+
+    def next(self, deadline: float) -> bytes | None:
+        """The target's next ULPDU; None at the end of its stream or the deadline.
+
+        :raises CaseFailed: a marker or CRC of the target's is wrong.
+        """
+        link = self.s.link
+        while not self._ready:
+            if not link.fill(1, deadline):
+                return None
+            self._ready.extend(bytes(u) for u in self.decoder.feed(link.take(len(link.inbox))))
+            if self.decoder.error is not None:
+                raise CaseFailed(f"the target's FPDU is invalid: {self.decoder.error}")
+        return self._ready.popleft()
 
 
 def _start(s: Session) -> FpduEncoder:
@@ -81,35 +124,20 @@ def _ask(s: Session, encoder: FpduEncoder, *, bad_crc: bool = False) -> None:
     s.note(f"sent a {len(MESSAGE)}-octet message ({what}), then a receipt request")
 
 
-def _next_ulpdu(s: Session, decoder: FpduDecoder, deadline: float) -> bytes | None:
-    """The target's next ULPDU (markers and CRC checked); None at the end or the deadline.
+def _first(s: Session, reader: _Reader) -> tuple[bytes, bytes, FpduEncoder]:
+    """Start framing and read the target's answer to a receipt request. Returns the
+    target's first four framed octets, that ULPDU and the tool's encoder (to frame more on
+    the stream).
 
-    :raises CaseFailed: a marker or CRC of the target's is wrong.
-    """
-    while True:
-        if not s.link.fill(1, deadline):
-            return None
-        got = decoder.feed(s.link.take(len(s.link.inbox)))
-        if decoder.error is not None:
-            raise CaseFailed(f"the target's FPDU is invalid: {decoder.error}")
-        if got:
-            return bytes(got[0])
-
-
-def _receipt(s: Session, decoder: FpduDecoder) -> tuple[bytes, bytes, FpduEncoder]:
-    """One valid exchange: the target's first octets, its answer to a receipt request (read
-    by ``decoder``: markers always checked, the CRC when the case judges it) and the tool's
-    encoder (to frame more on the same stream).
-
-    :raises CaseSkipped: the target sent nothing back (it speaks no receipts).
-    :raises CaseFailed: it sent octets that do not decode as FPDUs with markers.
+    :raises CaseSkipped: the target sent no receipt back (it speaks no receipts).
+    :raises CaseFailed: the target sent octets that do not decode as FPDUs with markers.
     """
     encoder = _start(s)
     _ask(s, encoder)
     if not s.link.fill(4, s.deadline):
         raise CaseSkipped(NO_RECEIPT)
     head = bytes(s.link.inbox[:4])
-    ulpdu = _next_ulpdu(s, decoder, s.deadline)
+    ulpdu = reader.next(s.deadline)
     if ulpdu is None:
         sent = len(s.link.received) - len(s.culley_line)
         raise CaseFailed(
@@ -121,9 +149,16 @@ def _receipt(s: Session, decoder: FpduDecoder) -> tuple[bytes, bytes, FpduEncode
     return head, ulpdu, encoder
 
 
-def _markers_only() -> FpduDecoder:
-    """A decoder that checks the markers and leaves the CRC to draft-culley/7.2/1."""
-    return FpduDecoder(markers=True, crc=False)
+def _read_on(s: Session, reader: _Reader, encoder: FpduEncoder, span: int) -> None:
+    """Make the target frame until its stream passes ``span`` octets, where it will: it
+    answers that many more receipt requests."""
+    answer = fpdu_wire_size(RECEIPT_SIZE, 4, markers=False)
+    asks = max(0, span - reader.octets) // answer + 1
+    s.link.send(b"".join(_frame(encoder, RECEIPT_REQUEST) for _ in range(asks)))
+    s.note(f"sent {asks} more receipt requests (their answers span the next markers)")
+    for _ in range(asks):
+        if reader.next(s.deadline) is None:
+            return
 
 
 @case(
@@ -135,7 +170,7 @@ def _markers_only() -> FpduDecoder:
     covers=("markers",),
 )
 def first_marker(s: Session) -> None:
-    head, _, _ = _receipt(s, _markers_only())
+    head, _, _ = _first(s, _Reader(s, crc=False))
     if head != bytes(4):
         raise CaseFailed(f"the first four octets are {head.hex()}, not a marker 00000000")
     s.note("the first four octets are the marker 00000000")
@@ -143,15 +178,24 @@ def first_marker(s: Session) -> None:
 
 @case(
     "draft-culley/7.1/1",
-    "the target's FPDUs carry a marker every 512 octets with the right FPDUPTR",
+    "the target's FPDUs carry a marker every 512 octets, each with the right FPDUPTR",
     SECTION_71,
     roles=(TargetRole.RESPONDER,),
     needs=(Need.CULLEY,),
-    covers=("markers",),
+    covers=("markers", "marker-ptr"),
 )
 def markers(s: Session) -> None:
-    _, ulpdu, _ = _receipt(s, _markers_only())
-    s.note(f"the target's {len(ulpdu)}-octet ULPDU decoded with its markers checked")
+    reader = _Reader(s, crc=False)
+    _, _, encoder = _first(s, reader)
+    _read_on(s, reader, encoder, SPAN)
+    seen = reader.octets
+    if seen <= MARKER_INTERVAL:
+        raise CaseSkipped(f"{SHORT_STREAM} (read: {seen} octets)")
+    count = (seen - 1) // MARKER_INTERVAL + 1
+    s.note(
+        f"the target's first {seen} framed octets decoded with their {count} markers checked "
+        f"(at 0, 512, ... {MARKER_INTERVAL * (count - 1)}): each points to its FPDU"
+    )
 
 
 @case(
@@ -163,8 +207,35 @@ def markers(s: Session) -> None:
     covers=("markers", "crc-sent-marked"),
 )
 def crc_sent(s: Session) -> None:
-    _, ulpdu, _ = _receipt(s, FpduDecoder(markers=True, crc=True))
+    _, ulpdu, _ = _first(s, _Reader(s, crc=True))
     s.note(f"the target's {len(ulpdu)}-octet ULPDU came with a valid CRC")
+
+
+def _refused(s: Session, reader: _Reader, error: str) -> None:
+    """After an FPDU with ``error``: no receipt may come (a close, a Terminate, silence and
+    other ULPDUs are all allowed)."""
+    wait = s.within(2.0)
+    while True:
+        got = reader.next(wait)
+        if got is None:
+            s.note(f"no receipt after the FPDU with {error} ({s.link.ended or 'silence'})")
+            return
+        if got.startswith(RECEIPT_KEY):
+            raise CaseFailed(
+                f"the target answered the receipt request that followed an FPDU with {error}: "
+                "it delivered FPDUs after the error"
+            )
+        s.note(f"the target sent a {len(got)}-octet ULPDU (no receipt)")
+
+
+def _answers(s: Session, reader: _Reader) -> FpduEncoder:
+    """One valid exchange, as the receiving cases need it (the tool's encoder, to frame
+    more): a target whose answers cannot be read cannot be judged (draft-culley/7.1/1 fails
+    it)."""
+    try:
+        return _first(s, reader)[2]
+    except CaseFailed as exc:
+        raise CaseSkipped(f"{exc}: its answers cannot be read (draft-culley/7.1/1)") from None
 
 
 @case(
@@ -176,21 +247,7 @@ def crc_sent(s: Session) -> None:
     covers=("crc",),
 )
 def crc_checked(s: Session) -> None:
-    decoder = _markers_only()
-    try:  # proves the target answers receipt requests at all
-        _, _, encoder = _receipt(s, decoder)
-    except CaseFailed as exc:
-        raise CaseSkipped(f"{exc}: its answers cannot be read (draft-culley/7.1/1)") from None
+    reader = _Reader(s, crc=False)
+    encoder = _answers(s, reader)  # proves the target answers receipt requests at all
     _ask(s, encoder, bad_crc=True)
-    wait = min(s.deadline, time.monotonic() + 2.0)
-    while True:
-        got = _next_ulpdu(s, decoder, wait)
-        if got is None:
-            s.note(f"no receipt after the wrong CRC ({s.link.ended or 'silence'})")
-            return
-        if got.startswith(RECEIPT_KEY):
-            raise CaseFailed(
-                "the target answered the receipt request that followed an FPDU with a wrong "
-                "CRC: it delivered FPDUs after the error"
-            )
-        s.note(f"the target sent a {len(got)}-octet ULPDU (no receipt)")
+    _refused(s, reader, "a wrong CRC")
