@@ -38,7 +38,7 @@ def _show(results: dict[str, Result]) -> str:
 
 def test_the_culley_cases_are_the_ones_needing_culley() -> None:
     assert _cases() == [c.id for c in select(all_cases(), ["draft-culley/"], strict=True)]
-    assert len(_cases()) == 4
+    assert len(_cases()) == 5
 
 
 def test_iwarp_listen_culley_passes_every_case() -> None:
@@ -53,12 +53,13 @@ def test_iwarp_listen_culley_passes_every_case() -> None:
 MUTANTS = {
     "crc": ({"draft-culley/7.2/2"}, set()),
     "crc-sent-marked": ({"draft-culley/7.2/1"}, set()),
-    # Markers 4 octets early: the target's FPDUs cannot be read, so 7.2/2 cannot judge.
+    # Markers 4 octets early: the target's FPDUs cannot be read, so 7.2/2 and 9/1 cannot judge.
     "markers": (
         {"draft-culley/8.1/1", "draft-culley/7.1/1", "draft-culley/7.2/1"},
-        {"draft-culley/7.2/2"},
+        {"draft-culley/7.2/2", "draft-culley/9/1"},
     ),
     "marker-ptr": ({"draft-culley/7.1/1"}, set()),
+    "marker-checked": ({"draft-culley/9/1"}, set()),
 }
 
 
@@ -72,6 +73,14 @@ def test_a_mutant_fails_exactly_its_culley_cases(rule: str) -> None:
     assert skipped == may_skip, _show(results)
     covered = {i for i in _cases() for c in all_cases() if c.id == i and rule in c.covers}
     assert covered == must_fail
+
+
+def test_the_receiving_marker_case_is_a_should() -> None:
+    """§9 makes the marker check OPTIONAL for segments received in order (all a TCP socket
+    gives): the case runs with --strict only."""
+    (item,) = select(all_cases(), ["draft-culley/9/1"], strict=True)
+    assert item.level is Level.SHOULD
+    assert select(all_cases(), ["draft-culley/9/1"]) == []
 
 
 def test_a_wrong_streaming_line_fails_the_cases() -> None:

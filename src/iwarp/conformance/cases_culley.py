@@ -23,12 +23,13 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
+from iwarp._crc32c import crc32c
 from iwarp.apps.receipt import RECEIPT_KEY, RECEIPT_REQUEST, RECEIPT_SIZE
-from iwarp.conformance.model import case
+from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import Session
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder, fpdu_wire_size
-from iwarp.mpa.wire import MARKER_INTERVAL
+from iwarp.mpa.wire import CRC_FIELD, MARKER, MARKER_INTERVAL
 
 __all__ = ["NO_RECEIPT", "SHORT_STREAM"]
 
@@ -47,6 +48,8 @@ SHORT_STREAM: Final = (
 MESSAGE: Final = b"conformance: culley-02 framing\n" * 4
 #: Octets of the target's framed stream the marker case reads: markers at 0, 512 and 1024.
 SPAN: Final = 1100
+#: How far the tool's wrong FPDUPTR is off (a multiple of 4: the two low bits are ignored).
+WRONG_BY: Final = 64
 SECTION_81: Final = (
     "draft-culley-iwarp-mpa-02 §8.1: \"DDP's ULP MAY require DDP on MPA startup immediately "
     'after TCP connection setup ... In this case the marker MUST be the first four octets sent"'
@@ -64,6 +67,13 @@ SECTION_72_RX: Final = (
     'draft-culley-iwarp-mpa-02 §7.2: "If not, the receiver MUST treat the FPDU as an invalid '
     'FPDU"; §9: "Once MPA delivers an error of any type, it MUST NOT pass or deliver any '
     'additional FPDUs on that half connection"'
+)
+SECTION_9_MARKER: Final = (
+    'draft-culley-iwarp-mpa-02 §9 code 3: "If the FPDU start determined from previous ULPDU '
+    "Length fields does not match with the MPA marker position, MPA SHOULD deliver an error to "
+    "DDP ... It is OPTIONAL for a receiver to check each marker ... if the segment is received "
+    'in order"; "Once MPA delivers an error of any type, it MUST NOT pass or deliver any '
+    'additional FPDUs"'
 )
 
 
@@ -122,6 +132,31 @@ def _ask(s: Session, encoder: FpduEncoder, *, bad_crc: bool = False) -> None:
     s.link.send(bytes(first) + _frame(encoder, RECEIPT_REQUEST))
     what = "with a wrong CRC" if bad_crc else "markers and CRC right"
     s.note(f"sent a {len(MESSAGE)}-octet message ({what}), then a receipt request")
+
+
+def _ask_wrong_marker(s: Session, encoder: FpduEncoder) -> None:
+    """Frame a message with one marker inside it whose FPDUPTR is wrong (its CRC computed
+    over the FPDU as sent), then a receipt request."""
+    phase = encoder.phase
+    lead = 0 if phase else 4  # an FPDU at a marker position starts with the zero marker
+    inner = MARKER_INTERVAL - phase if phase else MARKER_INTERVAL  # the marker inside it
+    # A ULPDU 60 octets past that marker: it holds exactly one marker (the next is 508 on).
+    size = inner - lead - 2 + 60
+    ulpdu = (MESSAGE * (size // len(MESSAGE) + 1))[:size]
+    fpdu = bytearray(_frame(encoder, ulpdu))
+    assert len(fpdu) == fpdu_wire_size(size, phase, markers=True)
+    right = inner - lead  # RFC 5044's reading; seed 002 also allows ``inner``
+    reserved, ptr = MARKER.unpack_from(fpdu, inner)
+    assert ptr == right
+    MARKER.pack_into(fpdu, inner, reserved, right + WRONG_BY)
+    CRC_FIELD.pack_into(fpdu, len(fpdu) - 4, crc32c(bytes(fpdu[:-4])))
+    s.link.send(bytes(fpdu) + _frame(encoder, RECEIPT_REQUEST))
+    other = f", or {inner} counted from its leading marker" if lead else ""
+    s.note(
+        f"sent a {size}-octet message whose marker {inner} octets into its FPDU says FPDUPTR "
+        f"{right + WRONG_BY} (right: {right}{other}), the FPDU's CRC computed over it as sent; "
+        "then a receipt request"
+    )
 
 
 def _first(s: Session, reader: _Reader) -> tuple[bytes, bytes, FpduEncoder]:
@@ -251,3 +286,19 @@ def crc_checked(s: Session) -> None:
     encoder = _answers(s, reader)  # proves the target answers receipt requests at all
     _ask(s, encoder, bad_crc=True)
     _refused(s, reader, "a wrong CRC")
+
+
+@case(
+    "draft-culley/9/1",
+    "an FPDU whose marker disagrees with its framing is not delivered, nor any FPDU after it",
+    SECTION_9_MARKER,
+    level=Level.SHOULD,
+    roles=(TargetRole.RESPONDER,),
+    needs=(Need.CULLEY,),
+    covers=("marker-checked",),
+)
+def marker_checked(s: Session) -> None:
+    reader = _Reader(s, crc=False)
+    encoder = _answers(s, reader)
+    _ask_wrong_marker(s, encoder)
+    _refused(s, reader, "a wrong FPDUPTR")
