@@ -1,7 +1,13 @@
 """draft-culley-iwarp-mpa-02 framing: the draft-culley/ cases against ``iwarp listen --mpa-mode
-culley --op mpa`` (they pass) and against mutants of it (each fails exactly its cases)."""
+culley --op mpa`` and ``iwarp connect --mpa-mode culley --op mpa`` (they pass) and against
+mutants of them (each fails exactly its cases)."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -9,14 +15,19 @@ from iwarp.cli._mpa_options import CULLEY_SWITCH
 from iwarp.conformance import all_cases
 from iwarp.conformance.model import Level, Result, Status, select
 from iwarp.conformance.report import format_result
-from iwarp.conformance.runner import ResponderTarget, Runner
+from iwarp.conformance.runner import InitiatorTarget, ResponderTarget, Runner
 from iwarp.conformance.terms import Need
 
-from .conftest import TARGET_TIMEOUT, switched
+from .conftest import HERE, TARGET_TIMEOUT, switched
 
 pytestmark = pytest.mark.slow
 
 CULLEY = ["--op", "mpa", "--mpa-mode", "culley", "--timeout", TARGET_TIMEOUT]
+#: An Initiator target's options: two messages of 600 octets frame past the marker at 1024.
+CONNECT = [*CULLEY, "--count", "2", "--size", "600"]
+#: The cases that read how the target receives: an Initiator (iwarp connect) answers no
+#: receipt request, so they skip against it.
+RECEIVING = {"draft-culley/7.2/2", "draft-culley/9/1"}
 
 
 def _cases() -> list[str]:
@@ -29,6 +40,31 @@ def _run(switch: str, *, line: bytes = CULLEY_SWITCH) -> dict[str, Result]:
         runner = Runner(
             ResponderTarget("127.0.0.1", port), timeout=2.0, mpa_mode="culley", culley_line=line
         )
+        return {r.case.id: r for r in runner.run(cases)}
+
+
+@contextmanager
+def _connecting(switch: str, port: int) -> Iterator[None]:
+    """``iwarp connect CONNECT`` to ``port``, again and again, with one switch of
+    broken_target.py on."""
+    script = [sys.executable, str(HERE / "broken_target.py"), switch, "connect"]
+    proc = subprocess.Popen(
+        [*script, "127.0.0.1", str(port), *CONNECT],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _run_initiator(switch: str) -> dict[str, Result]:
+    cases = select(all_cases(), ["draft-culley/"], strict=True)
+    runner = Runner(InitiatorTarget(0), timeout=2.0, mpa_mode="culley", culley_line=CULLEY_SWITCH)
+    runner.listener()  # binds a free port: the target connects to it
+    with _connecting(switch, runner.target.port):
         return {r.case.id: r for r in runner.run(cases)}
 
 
@@ -46,6 +82,14 @@ def test_iwarp_listen_culley_passes_every_case() -> None:
     assert {r.status for r in results.values()} == {Status.PASSED}, _show(results)
     markers = results["draft-culley/7.1/1"].observed
     assert any("3 markers checked" in line for line in markers), markers
+
+
+def test_iwarp_connect_culley_passes_every_case_it_can_be_judged_by() -> None:
+    results = _run_initiator("read-write")
+    passed = {i for i, r in results.items() if r.status is Status.PASSED}
+    assert passed == set(_cases()) - RECEIVING, _show(results)
+    for i in RECEIVING:
+        assert "answered no receipt request" in results[i].reason, _show(results)
 
 
 # Each mutant: the cases that must fail; every other case passes, except those listed as
@@ -73,6 +117,20 @@ def test_a_mutant_fails_exactly_its_culley_cases(rule: str) -> None:
     assert skipped == may_skip, _show(results)
     covered = {i for i in _cases() for c in all_cases() if c.id == i and rule in c.covers}
     assert covered == must_fail
+
+
+#: The sending rules, broken in iwarp connect: the Initiator fails exactly their cases.
+SENDING = ["crc-sent-marked", "markers", "marker-ptr"]
+
+
+@pytest.mark.parametrize("rule", SENDING)
+def test_an_initiator_mutant_fails_exactly_its_culley_cases(rule: str) -> None:
+    must_fail, _ = MUTANTS[rule]
+    results = _run_initiator(rule)
+    failed = {i for i, r in results.items() if r.status is Status.FAILED}
+    passed = {i for i, r in results.items() if r.status is Status.PASSED}
+    assert failed == must_fail, _show(results)
+    assert passed == set(_cases()) - RECEIVING - must_fail, _show(results)
 
 
 def test_the_receiving_marker_case_is_a_should() -> None:

@@ -7,10 +7,14 @@ after a streaming exchange of the ULP (``iwarp listen --mpa-mode culley``
 sends a streaming line first each way: ``--culley-line``).
 
 These cases run only when the run selects ``--mpa-mode culley`` (every
-other case then skips: it would send an MPA Request). The target answers
-the tool's FPDUs only when it speaks iwarp's receipts
-(:data:`iwarp.apps.receipt.RECEIPT_REQUEST`, as ``iwarp listen --op mpa``):
-without one the cases that need its FPDUs skip, saying so.
+other case then skips: it would send an MPA Request), in both roles. A
+Responder target frames only to answer: it must speak iwarp's receipts
+(:data:`iwarp.apps.receipt.RECEIPT_REQUEST`, as ``iwarp listen --op mpa``),
+else the cases that need its FPDUs skip, saying so. An Initiator target
+frames by itself (``iwarp connect --mpa-mode culley --op mpa`` sends its
+messages): the cases that judge its FPDUs read them; the cases that judge
+how it receives need its answer to a receipt request, which ``iwarp
+connect`` never gives (it asks for receipts), so they skip against it.
 
 A marker's FPDUPTR is read both ways seed 002 allows: counted to the FPDU's
 ULPDU_Length field (RFC 5044's reading) or, in an FPDU that starts with a
@@ -31,23 +35,31 @@ from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder, fpdu_wire_size
 from iwarp.mpa.wire import CRC_FIELD, MARKER, MARKER_INTERVAL
 
-__all__ = ["NO_RECEIPT", "SHORT_STREAM"]
+__all__ = ["NO_RECEIPT", "NOTHING_FRAMED", "SHORT_STREAM"]
 
 #: Skip reason: the target sent no receipt to read.
 NO_RECEIPT: Final = (
     "the target answered no receipt request with a receipt; a target that answers iwarp's "
-    "receipt requests (iwarp listen --mpa-mode culley --op mpa) enables the case"
+    "receipt requests (iwarp listen --mpa-mode culley --op mpa; iwarp connect asks for "
+    "receipts and answers none) enables the case"
+)
+#: Skip reason: an Initiator target framed nothing to read.
+NOTHING_FRAMED: Final = (
+    "the target framed nothing; an Initiator that sends FPDUs once connected (iwarp connect "
+    "--mpa-mode culley --op mpa) enables the case"
 )
 #: Skip reason: the target's framed stream never reached the marker at 512.
 SHORT_STREAM: Final = (
     "the target's framed stream stayed under 512 octets, so no marker past the first was seen; "
-    "a target that answers each of iwarp's receipt requests (each answer is 72 octets) "
-    "enables the case"
+    "a Responder that answers iwarp's receipt requests (each answer is 72 octets), or an "
+    "Initiator that sends more (iwarp connect --size 600 --count 2), enables the case"
 )
 #: The test message the tool frames before its receipt request.
 MESSAGE: Final = b"conformance: culley-02 framing\n" * 4
 #: Octets of the target's framed stream the marker case reads: markers at 0, 512 and 1024.
 SPAN: Final = 1100
+#: Seconds an Initiator target may pause between FPDUs before its stream is taken as ended.
+IDLE: Final = 0.5
 #: How far the tool's wrong FPDUPTR is off (a multiple of 4: the two low bits are ignored).
 WRONG_BY: Final = 64
 SECTION_81: Final = (
@@ -94,15 +106,16 @@ class _Reader:
     def next(self, deadline: float) -> bytes | None:
         """The target's next ULPDU; None at the end of its stream or the deadline.
 
-        :raises CaseFailed: a marker or CRC of the target's is wrong.
+        :raises CaseFailed: a marker or CRC of the target's is wrong (once the ULPDUs
+            before that FPDU have been returned: a case that reads fewer is not judged by it).
         """
         link = self.s.link
         while not self._ready:
+            if self.decoder.error is not None:
+                raise CaseFailed(f"the target's FPDU is invalid: {self.decoder.error}")
             if not link.fill(1, deadline):
                 return None
             self._ready.extend(bytes(u) for u in self.decoder.feed(link.take(len(link.inbox))))
-            if self.decoder.error is not None:
-                raise CaseFailed(f"the target's FPDU is invalid: {self.decoder.error}")
         return self._ready.popleft()
 
 
@@ -160,17 +173,20 @@ def _ask_wrong_marker(s: Session, encoder: FpduEncoder) -> None:
 
 
 def _first(s: Session, reader: _Reader) -> tuple[bytes, bytes, FpduEncoder]:
-    """Start framing and read the target's answer to a receipt request. Returns the
-    target's first four framed octets, that ULPDU and the tool's encoder (to frame more on
-    the stream).
+    """Start framing and read the target's first ULPDU (a Responder's: its answer to a
+    receipt request; an Initiator's: whatever it frames first). Returns the target's first
+    four framed octets, that ULPDU and the tool's encoder (to frame more on the stream).
 
-    :raises CaseSkipped: the target sent no receipt back (it speaks no receipts).
+    :raises CaseSkipped: a Responder sent no receipt back (it speaks no receipts), an
+        Initiator framed nothing.
     :raises CaseFailed: the target sent octets that do not decode as FPDUs with markers.
     """
     encoder = _start(s)
-    _ask(s, encoder)
+    responder = s.target is TargetRole.RESPONDER
+    if responder:
+        _ask(s, encoder)
     if not s.link.fill(4, s.deadline):
-        raise CaseSkipped(NO_RECEIPT)
+        raise CaseSkipped(NO_RECEIPT if responder else NOTHING_FRAMED)
     head = bytes(s.link.inbox[:4])
     ulpdu = reader.next(s.deadline)
     if ulpdu is None:
@@ -179,28 +195,52 @@ def _first(s: Session, reader: _Reader) -> tuple[bytes, bytes, FpduEncoder]:
             f"the target framed {sent} octets, in which no FPDU decodes with a marker at its "
             "first octet and every 512th after it"
         )
-    if not ulpdu.startswith(RECEIPT_KEY):
+    if responder and not ulpdu.startswith(RECEIPT_KEY):
         raise CaseSkipped(NO_RECEIPT)
     return head, ulpdu, encoder
 
 
+def _receipt(s: Session, reader: _Reader) -> FpduEncoder:
+    """One valid exchange, in either role: the tool's message and receipt request, and the
+    target's receipt (an Initiator's own ULPDUs before it are passed over, for at most a
+    second). Returns the tool's encoder, to frame more on the same stream.
+
+    :raises CaseSkipped: no receipt came (the target speaks no receipts).
+    :raises CaseFailed: the target's octets do not decode as FPDUs with markers.
+    """
+    if s.target is TargetRole.RESPONDER:
+        return _first(s, reader)[2]
+    encoder = _start(s)
+    _ask(s, encoder)
+    wait = s.within(1.0)
+    while (got := reader.next(wait)) is not None:
+        if got.startswith(RECEIPT_KEY):
+            return encoder
+        s.note(f"the target sent a {len(got)}-octet ULPDU of its own (not a receipt)")
+    raise CaseSkipped(NO_RECEIPT)
+
+
 def _read_on(s: Session, reader: _Reader, encoder: FpduEncoder, span: int) -> None:
-    """Make the target frame until its stream passes ``span`` octets, where it will: it
-    answers that many more receipt requests."""
-    answer = fpdu_wire_size(RECEIPT_SIZE, 4, markers=False)
-    asks = max(0, span - reader.octets) // answer + 1
-    s.link.send(b"".join(_frame(encoder, RECEIPT_REQUEST) for _ in range(asks)))
-    s.note(f"sent {asks} more receipt requests (their answers span the next markers)")
-    for _ in range(asks):
-        if reader.next(s.deadline) is None:
-            return
+    """Make the target frame until its stream passes ``span`` octets, where it will: a
+    Responder answers that many more receipt requests, an Initiator's own FPDUs are read
+    until it pauses (:data:`IDLE`) or ends."""
+    if s.target is TargetRole.RESPONDER:
+        answer = fpdu_wire_size(RECEIPT_SIZE, 4, markers=False)
+        asks = max(0, span - reader.octets) // answer + 1
+        s.link.send(b"".join(_frame(encoder, RECEIPT_REQUEST) for _ in range(asks)))
+        s.note(f"sent {asks} more receipt requests (their answers span the next markers)")
+        for _ in range(asks):
+            if reader.next(s.deadline) is None:
+                return
+        return
+    while reader.octets < span and reader.next(s.within(IDLE)) is not None:
+        pass
 
 
 @case(
     "draft-culley/8.1/1",
     "the target's framed direction starts with a marker, FPDUPTR 0",
     SECTION_81,
-    roles=(TargetRole.RESPONDER,),
     needs=(Need.CULLEY,),
     covers=("markers",),
 )
@@ -215,7 +255,6 @@ def first_marker(s: Session) -> None:
     "draft-culley/7.1/1",
     "the target's FPDUs carry a marker every 512 octets, each with the right FPDUPTR",
     SECTION_71,
-    roles=(TargetRole.RESPONDER,),
     needs=(Need.CULLEY,),
     covers=("markers", "marker-ptr"),
 )
@@ -237,7 +276,6 @@ def markers(s: Session) -> None:
     "draft-culley/7.2/1",
     "the target's FPDUs carry a valid CRC",
     SECTION_72,
-    roles=(TargetRole.RESPONDER,),
     needs=(Need.CULLEY,),
     covers=("markers", "crc-sent-marked"),
 )
@@ -264,11 +302,10 @@ def _refused(s: Session, reader: _Reader, error: str) -> None:
 
 
 def _answers(s: Session, reader: _Reader) -> FpduEncoder:
-    """One valid exchange, as the receiving cases need it (the tool's encoder, to frame
-    more): a target whose answers cannot be read cannot be judged (draft-culley/7.1/1 fails
-    it)."""
+    """:func:`_receipt`, as the receiving cases need it: a target whose answers cannot be
+    read cannot be judged (draft-culley/7.1/1 fails it)."""
     try:
-        return _first(s, reader)[2]
+        return _receipt(s, reader)
     except CaseFailed as exc:
         raise CaseSkipped(f"{exc}: its answers cannot be read (draft-culley/7.1/1)") from None
 
@@ -277,7 +314,6 @@ def _answers(s: Session, reader: _Reader) -> FpduEncoder:
     "draft-culley/7.2/2",
     "an FPDU with a wrong CRC is not delivered, nor any FPDU after it",
     SECTION_72_RX,
-    roles=(TargetRole.RESPONDER,),
     needs=(Need.CULLEY,),
     covers=("crc",),
 )
@@ -293,7 +329,6 @@ def crc_checked(s: Session) -> None:
     "an FPDU whose marker disagrees with its framing is not delivered, nor any FPDU after it",
     SECTION_9_MARKER,
     level=Level.SHOULD,
-    roles=(TargetRole.RESPONDER,),
     needs=(Need.CULLEY,),
     covers=("marker-checked",),
 )
