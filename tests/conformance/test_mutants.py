@@ -184,6 +184,21 @@ def test_rev0_data_transfer_passes_a_target_that_runs_rev0(options: list[str]) -
     assert [r.status for r in results] == [Status.PASSED] * len(REV0), _show(results)
 
 
+@pytest.mark.parametrize(
+    ("options", "why"),
+    [(["--permissive"], "RDMAC mode (permissive)"), (["--mpa-rev", "0"], "Rev 0 (draft) peer")],
+)
+def test_a_rev0_reply_is_not_judged_by_the_non_permissive_case(
+    options: list[str], why: str
+) -> None:
+    """rfc5044/C/1 judges a Non-permissive Responder; a Rev 0 Reply (RDMAC mode with M=1,
+    or the Rev 0 draft's M=0, which only the informational Appendix C rules out) skips."""
+    (result,) = _run(
+        "read-write", select(all_cases(), ["rfc5044/C/1"]), ["--op", "write", *options]
+    )
+    assert result.status is Status.SKIPPED and why in result.reason, _show([result])
+
+
 def test_rev0_data_transfer_skips_a_non_permissive_target() -> None:
     (first, second) = _run("read-write", select(all_cases(), REV0), ["--op", "write"])
     for result in (first, second):
