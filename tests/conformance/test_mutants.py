@@ -38,6 +38,7 @@ BOTH_ROLES = {"crc", "pd-length", "terminate"}
 OPTIONS = {
     "read-bounds": ["--op", "read"],
     "read-sink": ["--op", "read"],
+    "read-order": ["--op", "read"],
     "pad-sent": ["--op", "read"],
     "crc-always": ["--op", "write", "--no-crc"],
     "markers": ["--op", "write", "--permissive"],
