@@ -670,6 +670,19 @@ def break_read_sink() -> None:
     _patch(iwarp.rdmap.stream, "_Response", response)
 
 
+def break_read_order() -> None:
+    """RFC 5040 §5.2.1: a Read Request overtakes those still waiting for their Read Response
+    (the ones that arrive together are answered last-asked first)."""
+    stream = iwarp.rdmap.stream.RdmapStream
+    original = stream._read_request
+
+    def read_request(self: Any, segment: Any) -> None:
+        original(self, segment)
+        self._irq.rotate(1)  # the newest response, appended last, goes out first
+
+    _patch(stream, "_read_request", read_request)
+
+
 def break_read_data() -> None:
     """RFC 5040 §5.1/§5.2: what a Read returns is not what was placed (its first octet is
     inverted). Buffers are open to remote Read and Write (``read-write``), so that the case
@@ -1220,6 +1233,7 @@ RULES = {
     "zero-read": break_zero_read,
     "zero-read-stag": break_zero_read_stag,
     "read-sink": break_read_sink,
+    "read-order": break_read_order,
     "read-data": break_read_data,
     "ddp-reserved": break_ddp_reserved,
     "write-segments": break_write_segments,

@@ -175,6 +175,12 @@ def _dispatch(argv: Sequence[str]) -> int:
     if unknown:
         # Said by the command's own parser, so its usage shows its options.
         _innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
+    from iwarp.cli._run import loop_problem
+
+    problem = loop_problem()
+    if problem is not None:
+        print(f"iwarp: {problem}", file=sys.stderr)
+        return 2
     status: int = args.func(args)
     return status
 
