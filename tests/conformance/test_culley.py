@@ -142,7 +142,10 @@ def test_the_receiving_marker_case_is_a_should() -> None:
 
 
 def test_a_wrong_streaming_line_fails_the_cases() -> None:
-    results = _run("read-write", line=b"not the line the target wants\n")
+    # As long as the listener's own line: it reads that many octets, then refuses them.
+    line = b"not the line the listener wants\n"
+    assert len(line) == len(CULLEY_SWITCH)
+    results = _run("read-write", line=line)
     assert all(r.status is not Status.PASSED for r in results.values()), _show(results)
 
 

@@ -33,7 +33,7 @@ from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import Session
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder, fpdu_wire_size
-from iwarp.mpa.wire import CRC_FIELD, MARKER, MARKER_INTERVAL
+from iwarp.mpa.wire import CRC_FIELD, FPDUPTR_MASK, MARKER, MARKER_INTERVAL
 
 __all__ = ["NO_RECEIPT", "NOTHING_FRAMED", "SHORT_STREAM"]
 
@@ -97,6 +97,7 @@ class _Reader:
         self.s = s
         self.decoder = FpduDecoder(markers=True, crc=crc, either_fpduptr=True)
         self._ready: deque[bytes] = deque()
+        self._started = False
 
     @property
     def octets(self) -> int:
@@ -113,8 +114,17 @@ class _Reader:
         while not self._ready:
             if self.decoder.error is not None:
                 raise CaseFailed(f"the target's FPDU is invalid: {self.decoder.error}")
-            if not link.fill(1, deadline):
+            if not link.fill(1 if self._started else 4, deadline):
                 return None
+            if not self._started:
+                # The decoder would find a wrong first marker once the FPDU it seems to
+                # start is complete: with a length read from the wrong octets, maybe never.
+                self._started = True
+                if MARKER.unpack_from(link.inbox)[1] & FPDUPTR_MASK:
+                    raise CaseFailed(
+                        f"the target's first four framed octets ({link.inbox[:4].hex()}) are "
+                        "not a marker with FPDUPTR 0: where its FPDUs start cannot be known"
+                    )
             self._ready.extend(bytes(u) for u in self.decoder.feed(link.take(len(link.inbox))))
         return self._ready.popleft()
 
