@@ -25,7 +25,7 @@ marker "viewed as being part of that FPDU").
 from __future__ import annotations
 
 from collections import deque
-from typing import Final
+from typing import Final, NamedTuple
 
 from iwarp._crc32c import crc32c
 from iwarp.apps.receipt import RECEIPT_KEY, RECEIPT_REQUEST, RECEIPT_SIZE
@@ -35,7 +35,7 @@ from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder, fpdu_wire_size
 from iwarp.mpa.wire import CRC_FIELD, FPDUPTR_MASK, MARKER, MARKER_INTERVAL
 
-__all__ = ["NO_RECEIPT", "NOTHING_FRAMED", "SHORT_STREAM"]
+__all__ = ["NO_RECEIPT", "NOTHING_FRAMED", "SHORT_STREAM", "WrongMarker", "wrong_marker"]
 
 #: Skip reason: the target sent no receipt to read.
 NO_RECEIPT: Final = (
@@ -157,28 +157,52 @@ def _ask(s: Session, encoder: FpduEncoder, *, bad_crc: bool = False) -> None:
     s.note(f"sent a {len(MESSAGE)}-octet message ({what}), then a receipt request")
 
 
-def _ask_wrong_marker(s: Session, encoder: FpduEncoder) -> None:
-    """Frame a message with one marker inside it whose FPDUPTR is wrong (its CRC computed
-    over the FPDU as sent), then a receipt request."""
+class WrongMarker(NamedTuple):
+    """An FPDU whose one inner marker carries a wrong FPDUPTR (see :func:`wrong_marker`)."""
+
+    #: The FPDU as it goes on the wire: the CRC computed over it, wrong marker included.
+    fpdu: bytes
+    #: Its ULPDU's length.
+    size: int
+    #: Where the wrong marker lies in the FPDU (octets from its first).
+    at: int
+    #: The FPDUPTR it should carry, RFC 5044's reading (seed 002 also allows ``at``).
+    right: int
+    #: The FPDUPTR it carries.
+    wrong: int
+
+
+def wrong_marker(encoder: FpduEncoder) -> WrongMarker:
+    """Frame, with ``encoder``, a message whose FPDU holds exactly one marker besides a
+    leading one, that marker's FPDUPTR :data:`WRONG_BY` off both readings of seed 002, and
+    the FPDU's CRC computed over it as sent: only the marker is wrong."""
     phase = encoder.phase
     lead = 0 if phase else 4  # an FPDU at a marker position starts with the zero marker
-    inner = MARKER_INTERVAL - phase if phase else MARKER_INTERVAL  # the marker inside it
+    at = MARKER_INTERVAL - phase if phase else MARKER_INTERVAL  # the marker inside it
     # A ULPDU 60 octets past that marker: it holds exactly one marker (the next is 508 on).
-    size = inner - lead - 2 + 60
+    size = at - lead - 2 + 60
     ulpdu = (MESSAGE * (size // len(MESSAGE) + 1))[:size]
     fpdu = bytearray(_frame(encoder, ulpdu))
-    assert len(fpdu) == fpdu_wire_size(size, phase, markers=True)
-    right = inner - lead  # RFC 5044's reading; seed 002 also allows ``inner``
-    reserved, ptr = MARKER.unpack_from(fpdu, inner)
-    assert ptr == right
-    MARKER.pack_into(fpdu, inner, reserved, right + WRONG_BY)
+    right = at - lead
+    reserved, ptr = MARKER.unpack_from(fpdu, at)
+    if ptr != right or len(fpdu) != fpdu_wire_size(size, phase, markers=True):
+        raise AssertionError(f"the encoder put no marker {at} octets into the FPDU")
+    MARKER.pack_into(fpdu, at, reserved, right + WRONG_BY)
     CRC_FIELD.pack_into(fpdu, len(fpdu) - 4, crc32c(bytes(fpdu[:-4])))
-    s.link.send(bytes(fpdu) + _frame(encoder, RECEIPT_REQUEST))
-    other = f", or {inner} counted from its leading marker" if lead else ""
+    return WrongMarker(bytes(fpdu), size, at, right, right + WRONG_BY)
+
+
+def _ask_wrong_marker(s: Session, encoder: FpduEncoder) -> None:
+    """Frame a message with one wrong marker (:func:`wrong_marker`), then a receipt
+    request."""
+    lead = encoder.phase == 0
+    bad = wrong_marker(encoder)
+    s.link.send(bad.fpdu + _frame(encoder, RECEIPT_REQUEST))
+    other = f", or {bad.at} counted from its leading marker" if lead else ""
     s.note(
-        f"sent a {size}-octet message whose marker {inner} octets into its FPDU says FPDUPTR "
-        f"{right + WRONG_BY} (right: {right}{other}), the FPDU's CRC computed over it as sent; "
-        "then a receipt request"
+        f"sent a {bad.size}-octet message whose marker {bad.at} octets into its FPDU says "
+        f"FPDUPTR {bad.wrong} (right: {bad.right}{other}), the FPDU's CRC computed over it as "
+        "sent; then a receipt request"
     )
 
 
