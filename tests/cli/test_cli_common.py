@@ -381,3 +381,45 @@ def test_commands_run_on_the_loop_chosen(choice: str, monkeypatch: pytest.Monkey
         assert issubclass(kind, uvloop.Loop)
     else:
         assert kind.__module__.startswith("asyncio")
+
+
+@pytest.mark.parametrize("value", ["uvlop", "trio", "1"])
+def test_an_unknown_loop_is_refused_with_the_choices(value: str) -> None:
+    """A misspelt IWARP_LOOP is an error naming the choices (exit 2, no traceback), not a
+    silent uvloop; --version says so too."""
+    import os
+
+    env = {**os.environ, "IWARP_LOOP": value}
+    proc = subprocess.run(
+        [*IWARP, "listen", "--port", "0", "--count", "1"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
+    assert proc.returncode == 2 and not proc.stdout
+    assert (
+        proc.stderr
+        == f"iwarp: IWARP_LOOP={value!r} names no event loop: use uvloop or asyncio (or unset it)\n"
+    )
+    version = subprocess.run(
+        [*IWARP, "--version"], capture_output=True, text=True, timeout=30, check=True, env=env
+    )
+    assert version.stdout.splitlines()[4].startswith("event loop: none, the commands refuse")
+
+
+def test_uvloop_asked_for_but_missing_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from iwarp.cli import _run
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "uvloop" else real(name, *a)
+    )
+    monkeypatch.setenv("IWARP_LOOP", " UVloop ")
+    problem = _run.loop_problem()
+    assert problem is not None and "uvloop is not installed" in problem
+    monkeypatch.setenv("IWARP_LOOP", "")
+    assert _run.loop_problem() is None

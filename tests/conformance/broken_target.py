@@ -27,6 +27,7 @@ import iwarp.rdmap.atomics
 import iwarp.rdmap.memory
 import iwarp.rdmap.stream
 from iwarp._crc32c import crc32c
+from iwarp._kernels import SCAN_MARKER
 from iwarp.ddp.errors import DdpTaggedCode, DdpTaggedError, DdpUntaggedCode, DdpUntaggedError
 from iwarp.ddp.wire import (
     LAST_FLAG,
@@ -686,6 +687,19 @@ def break_read_sink() -> None:
         return original(source, request)
 
     _patch(iwarp.rdmap.stream, "_Response", response)
+
+
+def break_read_order() -> None:
+    """RFC 5040 §5.2.1: a Read Request overtakes those still waiting for their Read Response
+    (the ones that arrive together are answered last-asked first)."""
+    stream = iwarp.rdmap.stream.RdmapStream
+    original = stream._read_request
+
+    def read_request(self: Any, segment: Any) -> None:
+        original(self, segment)
+        self._irq.rotate(1)  # the newest response, appended last, goes out first
+
+    _patch(stream, "_read_request", read_request)
 
 
 def break_read_data() -> None:
@@ -1376,6 +1390,51 @@ def break_rtr_unmatched() -> None:
     _initiator_outcome(change)
 
 
+# --- draft-culley-iwarp-mpa-02: the receiver's marker check ----------------------------------
+
+
+def break_marker_checked() -> None:
+    """draft-culley-iwarp-mpa-02 §9 code 3: a received marker's FPDUPTR is never compared
+    with the framing (the CRC still is, over the marker as received).
+
+    Both paths (the C ``scan`` kernel and its pure-Python twin) check every marker of an
+    FPDU after its CRC and before cutting any out, and stop at the first wrong one; the
+    wrapper then writes the FPDUPTR they expected into that marker and decodes the FPDU again
+    with the CRC (already checked) off, so the FPDU is delivered as if the marker were right.
+    """
+    _no_lanes()
+    real = _get(iwarp.mpa.framing, "kernels")
+
+    class Unchecked:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        @staticmethod
+        def scan(
+            buffer: Any, start: int, end: int, markers: bool, crc: bool, phase: int, *rest: Any
+        ) -> tuple[Any, ...]:
+            records = bytearray()
+            check, stop_at = crc, end
+            while True:
+                found, stop, phase, error, a, b, where = real.scan(
+                    buffer, start, stop_at, markers, check, phase, *rest
+                )
+                records += found
+                if error == SCAN_MARKER:
+                    view = memoryview(buffer).cast("B")
+                    view[where + 2 : where + 4] = b.to_bytes(2, "big")
+                    lead = 4 if phase == 0 else 0
+                    n = int.from_bytes(view[stop + lead : stop + lead + 2], "big")
+                    wire = iwarp.mpa.framing.fpdu_wire_size(n, phase, markers=True)
+                    start, check, stop_at = stop, False, stop + wire
+                    continue
+                if error or stop_at == end:
+                    return bytes(records), stop, phase, error, a, b, where
+                start, check, stop_at = stop, crc, end
+
+    _patch(iwarp.mpa.framing, "kernels", Unchecked())
+
+
 #: Each switch breaks one MUST rule; a case tagged with the rule in ``covers`` must fail.
 RULES = {
     "crc": break_crc,
@@ -1417,6 +1476,7 @@ RULES = {
     "zero-read": break_zero_read,
     "zero-read-stag": break_zero_read_stag,
     "read-sink": break_read_sink,
+    "read-order": break_read_order,
     "read-data": break_read_data,
     "ddp-reserved": break_ddp_reserved,
     "write-segments": break_write_segments,
@@ -1455,6 +1515,9 @@ RULES = {
     "ird-term": break_ird_term,
     "rtr-unmatched": break_rtr_unmatched,
 }
+
+# draft-culley-02 only (proven in test_culley.py, in a culley run).
+RULES["marker-checked"] = break_marker_checked
 
 
 # --- check-order variants: each is still conforming, every case must pass ------------------

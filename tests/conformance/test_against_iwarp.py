@@ -47,6 +47,11 @@ EXPECTED_FAILURES: dict[str, dict[str, str]] = {
 }
 
 
+#: Cases at once against a Responder target (an Initiator target runs one at a time): see
+#: test_mutants.JOBS.
+JOBS = 4
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -56,7 +61,7 @@ def _free_port() -> int:
 
 def _run(target: ResponderTarget | InitiatorTarget) -> list[Result]:
     cases = select(all_cases(), strict=True, role=target.role)
-    return Runner(target, timeout=5.0).run(cases)
+    return Runner(target, timeout=5.0).run(cases, jobs=JOBS)
 
 
 def _expected(profile: str, role: TargetRole) -> set[str]:
@@ -136,7 +141,8 @@ def _broken(rule: str, role: TargetRole) -> Iterator[ResponderTarget | Initiator
 @pytest.mark.parametrize("rule", ["crc", "pd-length", "terminate"])
 def test_broken_rule_fails_exactly_its_cases(rule: str, role: TargetRole) -> None:
     with _broken(rule, role) as target:
-        results = Runner(target, timeout=3.0).run(select(all_cases(), strict=True, role=role))
+        cases = select(all_cases(), strict=True, role=role)
+        results = Runner(target, timeout=3.0).run(cases, jobs=JOBS)
     failed = {r.case.id for r in results if r.status is Status.FAILED}
     covering = {r.case.id for r in results if rule in r.case.covers and r.status != "skipped"}
     if rule == "terminate":

@@ -26,7 +26,7 @@ from iwarp.conformance.terms import Need, TargetRole
 from .broken_target import RULES
 from .conftest import TARGET_TIMEOUT, connecting, switched_connecting
 from .test_against_iwarp import _free_port
-from .test_mutants import BOTH_ROLES, NOT_RULES, RESPONDER_RULES
+from .test_mutants import BOTH_ROLES, CULLEY_ONLY, NOT_RULES, RESPONDER_RULES
 
 #: ``iwarp connect`` options a rule's cases need: a peer-to-peer Request (A=1) for the
 #: RTR cases, a Request with C=0 for the CRC-off one. Every other rule runs with none.
@@ -84,9 +84,9 @@ def test_every_initiator_rule_has_a_mutant() -> None:
 
 
 def test_every_mutant_is_proven_in_a_role() -> None:
-    """Each mutant runs in the Responder matrix, in this one, or in both roles in
-    test_against_iwarp."""
-    assert set(RULES) == set(RESPONDER_RULES) | set(_rules()) | BOTH_ROLES
+    """Each mutant runs in the Responder matrix, in this one, in both roles in
+    test_against_iwarp, or in a culley run in test_culley."""
+    assert set(RULES) == set(RESPONDER_RULES) | set(_rules()) | BOTH_ROLES | CULLEY_ONLY
 
 
 def test_every_initiator_must_case_has_a_mutant_or_says_why_not() -> None:

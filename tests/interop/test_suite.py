@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -13,14 +15,18 @@ from iwarp.conformance.model import select as select_cases
 from iwarp.conformance.terms import TargetRole
 from iwarp.interop.capture import Verdict
 from iwarp.interop.cases import ATOMIC_PROBE, all_cases, conformance_matches
-from iwarp.interop.guest import VARIANTS
+from iwarp.interop.guest import VARIANTS, GuestImage
 from iwarp.interop.host import HostCommand, ProcResult, missing
 from iwarp.interop.report import Report
 from iwarp.interop.suite import (
+    ACCEPT_RACE,
+    InteropCase,
     InteropDirection,
+    InteropRunner,
     InteropStatus,
     Outcome,
     Run,
+    accept_stall,
     both_succeed,
     mpa_established,
     order_for_boot,
@@ -222,3 +228,82 @@ def test_the_siw_records_hold_its_answer_to_the_probe() -> None:
         c.id for c in select_cases(all_conformance_cases(), ["rfc7306"], role=TargetRole.INITIATOR)
     }
     assert {case_id for case_id in initiator if case_id.startswith("rfc7306/")} == rfc7306
+
+
+# --- siw's accept race: one more attempt, only for its signature --------------------------
+
+
+def _stalled(case_name: str = "rdma_server/iwarp-client", **tshark: object) -> Outcome:
+    case = {c.name: c for c in all_cases()}[case_name]
+    out = Outcome(case, InteropStatus.FAIL, "guest program exit 137: Killed")
+    out.tshark = {"requests": 1, "replies": 1, "fpdus": {"i>r": 1, "r>i": 0}, "tcp_gaps": {}}
+    out.tshark.update(tshark)
+    return out
+
+
+def test_accept_stall_is_recognised_only_by_its_signature() -> None:
+    assert accept_stall(_stalled().case, _stalled()) == ACCEPT_RACE
+    # siw answered something, a Terminate or data: a verdict, never retried
+    answered = _stalled(fpdus={"i>r": 1, "r>i": 1})
+    assert accept_stall(answered.case, answered) == ""
+    # no FPDU from iwarp, no Reply, a TCP gap: not this race
+    for changes in ({"fpdus": {"i>r": 0, "r>i": 0}}, {"replies": 0}, {"tcp_gaps": {"a": 9}}):
+        out = _stalled(**changes)
+        assert accept_stall(out.case, out) == "", changes
+    # iwarp as the Responder (siw connects): siw's accept path is not involved
+    siw_connects = _stalled("rdma_client/iwarp-server")
+    assert accept_stall(siw_connects.case, siw_connects) == ""
+    # a pass, and an outcome already retried once
+    passed = _stalled()
+    passed.status = InteropStatus.PASS
+    assert accept_stall(passed.case, passed) == ""
+    twice = _stalled()
+    twice.retried = "first attempt: ..."
+    assert accept_stall(twice.case, twice) == ""
+
+
+class _ScriptedRunner(InteropRunner):
+    """A runner whose guest and iwarp runs are scripted outcomes (no qemu)."""
+
+    def __init__(self, outcomes: list[Outcome], tmp: Path) -> None:
+        self.logged: list[str] = []
+        super().__init__(cast(GuestImage, None), tmp, log=self.logged.append)
+        self.outcomes = outcomes
+        self.calls = 0
+        self.tmp = tmp
+
+    def ensure_guest(self, variant: str) -> Any:
+        return None
+
+    def _with_iwarp(self, guest: Any, case: InteropCase) -> Outcome:
+        out = self.outcomes[self.calls]
+        self.calls += 1
+        pcap = self.tmp / f"capture{self.calls}.pcapng"
+        pcap.write_bytes(b"attempt %d" % self.calls)
+        out.capture = str(pcap)
+        return out
+
+
+@pytest.mark.parametrize("second", [InteropStatus.PASS, InteropStatus.FAIL])
+def test_a_stalled_case_runs_once_more_and_keeps_both_captures(
+    second: InteropStatus, tmp_path: Path
+) -> None:
+    first = _stalled()
+    again = Outcome(first.case, second, "rdma_server answered" if second else "no answer")
+    runner = _ScriptedRunner([first, again], tmp_path)
+    outcome = InteropRunner.run_case(runner, first.case)
+    assert runner.calls == 2 and outcome.status is second
+    assert outcome.retried.startswith("first attempt: " + ACCEPT_RACE)
+    kept = tmp_path / "capture1.attempt1.pcapng"
+    assert kept.read_bytes() == b"attempt 1" and str(kept) in outcome.retried
+    assert ("second attempt" in outcome.reason) == (second is InteropStatus.PASS)
+    text = Report([outcome]).to_text()
+    assert "RUN TWICE" in text and "rdma_server/iwarp-client" in text.split("RUN TWICE")[1]
+    assert json.loads(Report([outcome]).to_json())["cases"][0]["retried"] == outcome.retried
+
+
+def test_any_other_failure_runs_once(tmp_path: Path) -> None:
+    other = _stalled(fpdus={"i>r": 1, "r>i": 2})
+    runner = _ScriptedRunner([other], tmp_path)
+    outcome = InteropRunner.run_case(runner, other.case)
+    assert runner.calls == 1 and outcome.status is InteropStatus.FAIL and not outcome.retried

@@ -179,3 +179,55 @@ def test_a_posted_list_arrives_in_order(loop_factory: LoopFactory) -> None:
 
     run(loop_factory, main)
     assert got == messages
+
+
+def test_sends_wait_while_the_peer_does_not_read(loop_factory: LoopFactory) -> None:
+    """Small messages sent at once still wait when the transport is over its high-water
+    mark: against a peer that stops reading, ``send`` blocks and the sender's buffer stays
+    bounded; once the peer reads again, every message arrives."""
+    count = 0
+    paused = asyncio.Event()
+    resume = asyncio.Event()
+    got: list[bytes] = []
+
+    async def main() -> None:
+        nonlocal count
+
+        async def handler(qp: QueuePair) -> None:
+            transport = qp._driver.transport
+            assert transport is not None
+            transport.pause_reading()
+            paused.set()
+            await resume.wait()
+            transport.resume_reading()
+            while len(got) < count:
+                got.append(await qp.receive())
+
+        server = await serve(handler, "127.0.0.1", 0, receive_buffers=64, receive_size=256)
+        port = server.sockets[0].getsockname()[1]
+        qp = await connect("127.0.0.1", port, receive_buffers=2)
+        await paused.wait()
+        transport = qp._driver.transport
+        assert transport is not None
+        high = transport.get_write_buffer_limits()[1]
+        blocked = False
+        for n in range(200_000):  # bounded: ~15 MB if nothing ever blocked
+            try:
+                await asyncio.wait_for(qp.send(n.to_bytes(4, "big") * 16), 0.5)
+            except TimeoutError:
+                blocked = True  # this message is in the transport: it arrives too
+                count = n + 1
+                break
+            assert transport.get_write_buffer_size() <= high + 64 + 32
+        assert blocked, "200000 sends never waited for a peer that does not read"
+        resume.set()
+        for _ in range(600):
+            if len(got) == count:
+                break
+            await asyncio.sleep(0.05)
+        assert [int.from_bytes(m[:4], "big") for m in got] == list(range(count))
+        await qp.close()
+        server.close()
+        await server.wait_closed()
+
+    run(loop_factory, main)

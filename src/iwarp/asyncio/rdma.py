@@ -156,9 +156,13 @@ class QueuePair(QueuePairFront):
     async def send(
         self, data: Buffer | Sge, *, solicited: bool = False, invalidate_stag: int | None = None
     ) -> None:
-        """Send a message into the peer's next receive buffer; wait for completion."""
+        """Send a message into the peer's next receive buffer; wait for completion (and,
+        like a stream writer's drain, while the transport holds more than its high-water
+        mark: a peer that stops reading stops the sender, it does not grow its memory)."""
         if not self._sent_at_once(data, solicited, invalidate_stag):
             await self._run(self._send_wr(data, solicited, invalidate_stag))
+        elif self._driver.output_waiting():
+            await self._driver.drain()
 
     async def rdma_write(
         self,

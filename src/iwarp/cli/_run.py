@@ -21,7 +21,13 @@ from collections.abc import Callable, Coroutine
 from types import FrameType
 from typing import Any
 
-__all__ = ["describe_loop", "run_blocking_interruptible", "run_interruptible", "run_loop"]
+__all__ = [
+    "describe_loop",
+    "loop_problem",
+    "run_blocking_interruptible",
+    "run_interruptible",
+    "run_loop",
+]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -31,6 +37,27 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 LOOP_VARIABLE = "IWARP_LOOP"
 
 
+#: What ``IWARP_LOOP`` may say (case and spaces aside); unset or empty means uvloop when it
+#: is installed.
+LOOP_CHOICES = ("uvloop", "asyncio")
+
+
+def loop_problem() -> str | None:
+    """Why ``IWARP_LOOP`` cannot be followed (a sentence for the user), or None."""
+    raw = os.environ.get(LOOP_VARIABLE, "")
+    choice = raw.strip().lower()
+    if not choice:
+        return None
+    if choice not in LOOP_CHOICES:
+        return f"{LOOP_VARIABLE}={raw!r} names no event loop: use uvloop or asyncio (or unset it)"
+    if choice == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        return (
+            f"{LOOP_VARIABLE}=uvloop, but uvloop is not installed: pip install 'iwarp[uvloop]', "
+            f"or {LOOP_VARIABLE}=asyncio for asyncio's own loop"
+        )
+    return None
+
+
 def _use_uvloop() -> bool:
     choice = os.environ.get(LOOP_VARIABLE, "uvloop").strip().lower()
     return choice != "asyncio" and importlib.util.find_spec("uvloop") is not None
@@ -38,6 +65,9 @@ def _use_uvloop() -> bool:
 
 def describe_loop() -> str:
     """One line naming the event loop the asyncio commands run on."""
+    problem = loop_problem()
+    if problem is not None:
+        return f"none, the commands refuse to run: {problem}"
     if _use_uvloop():
         import importlib.metadata
 

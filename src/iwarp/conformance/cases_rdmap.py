@@ -429,17 +429,21 @@ def read_response(s: Session) -> None:
     'RFC 5040 §5.2.1: "The Remote Peer MUST process the RDMA Read Request Messages in the order '
     'they were sent"',
     needs=(Need.REGION,),
-    covers=("rights-by-terminate", "read-sink"),
+    covers=("rights-by-terminate", "read-sink", "read-order"),
 )
 def read_order(s: Session) -> None:
     region = _readable(s)
     size = min(region.length, 8)
     sinks = []
+    fpdus = []
     for i in range(3):
         request = ReadRequest(SINK_STAG, SINK_TO + 0x1000 * i, size, region.stag, region.to)
         seg, _ = craft.read_request(request, msn=s.next_msn(1))
-        s.send_ulpdu(seg.octets, f"Read Request {i + 1} (sink TO {SINK_TO + 0x1000 * i:#x})")
+        fpdus.append(s.frame_ulpdu(seg.octets))
         sinks.append(SINK_TO + 0x1000 * i)
+    # In one send: the three are outstanding at once, so the order of the answers is the
+    # target's choice, not the pace of the tool's writes.
+    s.send_raw(b"".join(fpdus), "Read Requests 1-3 (sink TOs " + ", ".join(map(hex, sinks)) + ")")
     got = [int(str(g.info.get("to"))) for g in _responses(s, 3)]
     if got != sinks:
         raise CaseFailed(

@@ -73,6 +73,11 @@ class Report:
             lines.append("")
             lines.append("NOT RUN (with the reason):")
             lines.extend(f"  {o.case.name}: {o.reason}" for o in not_run)
+        retried = [o for o in self.outcomes if o.retried]
+        if retried:
+            lines.append("")
+            lines.append("RUN TWICE (the first attempt met a known siw race; both kept):")
+            lines.extend(f"  {o.case.name}: {_mark(o.status)}; {o.retried}" for o in retried)
         failed = [o for o in self.outcomes if o.status is InteropStatus.FAIL]
         if failed:
             lines.append("")
