@@ -1638,7 +1638,34 @@ def without_rfc7306() -> None:
 
 #: Conforming stacks without an optional extension: its cases must skip, saying why.
 OLDER = {"no-rfc7306": without_rfc7306}
-SWITCHES = {**RULES, **VARIANTS, **OLDER}
+
+
+# --- an Initiator that has nothing to say: conforming, every case must pass -----------------
+
+#: Seconds the quiet Initiator keeps a connection open, at most.
+QUIET_SECONDS = 3.0
+
+
+def quiet_initiator() -> None:
+    """``iwarp connect``'s application sends nothing: after the Reply the connection stays
+    open and silent (the stack still answers what it receives, sends its RTR and its
+    Terminates) until the peer closes it or QUIET_SECONDS pass. RFC 5044 §7.1.2 rule 3 and
+    RFC 5040 leave the first ULP message to the application."""
+    import asyncio
+    import contextlib
+
+    import iwarp.cli.connect
+
+    async def traffic(qp: Any, *args: Any) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(qp.closed), QUIET_SECONDS)
+
+    _patch(iwarp.cli.connect, "connect_traffic", traffic)
+
+
+#: Conforming Initiators that differ from ``iwarp connect`` in what the RFCs leave open.
+INITIATOR_VARIANTS = {"quiet": quiet_initiator}
+SWITCHES = {**RULES, **VARIANTS, **OLDER, **INITIATOR_VARIANTS}
 
 if __name__ == "__main__":
     SWITCHES[sys.argv[1]]()

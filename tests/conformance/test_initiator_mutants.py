@@ -23,7 +23,7 @@ from iwarp.conformance.report import format_result
 from iwarp.conformance.runner import InitiatorTarget, Runner
 from iwarp.conformance.terms import Need, TargetRole
 
-from .broken_target import RULES
+from .broken_target import INITIATOR_VARIANTS, RULES
 from .conftest import TARGET_TIMEOUT, connecting, switched_connecting
 from .test_against_iwarp import _free_port
 from .test_mutants import BOTH_ROLES, CULLEY_ONLY, NOT_RULES, RESPONDER_RULES
@@ -174,3 +174,18 @@ def test_the_whole_initiator_matrix(rule: str) -> None:
         assert not wrong, _show(wrong)
         return
     assert failed == covered, _show([r for r in results if r.case.id in failed ^ covered])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", sorted(INITIATOR_VARIANTS))
+@pytest.mark.parametrize("extra", [[], ["--p2p"]])
+def test_an_initiator_variant_fails_no_case(variant: str, extra: list[str]) -> None:
+    """Every Initiator-only MUST case against a conforming Initiator that differs from
+    ``iwarp connect`` only in what the RFCs leave open (one with nothing to say after the
+    Reply): none fails."""
+    cases = _initiator_only()
+    options = ["--count", "1", "--timeout", TARGET_TIMEOUT, *extra]
+    results = _run(variant, cases, options)
+    failed = [r for r in results if r.status is Status.FAILED]
+    assert not failed, _show(failed)
+    assert sum(r.status is Status.PASSED for r in results) > len(cases) // 2
