@@ -2,11 +2,12 @@
 
 ``python broken_target.py RULE listen ARGS...`` runs ``iwarp listen ARGS``;
 ``python broken_target.py RULE connect ARGS...`` runs ``iwarp connect ARGS``
-again and again (see initiator_loop.py). RULE is one of:
-
-* ``crc``: FPDUs are never CRC-checked (the decoder is built with CRC off);
-* ``pd-length``: any PD_Length up to 65535 is accepted in Rev 1/2 frames;
-* ``terminate``: errors end the stream without sending the Terminate.
+again and again (see initiator_loop.py). RULE is a key of ``SWITCHES``: a
+mutant of ``RULES`` (one MUST rule broken, e.g. ``crc``: FPDUs are never
+CRC-checked; the Responder's rules act in ``listen``, the Initiator's, such as
+``request-key`` or ``reply-r``, in ``connect``, and a rule of code both roles
+share in both), a conforming variant (``VARIANTS`` for the Responder,
+``INITIATOR_VARIANTS`` for the Initiator) or an older stack (``OLDER``).
 
 Test-only: these are monkeypatches, not options of the product.
 """
