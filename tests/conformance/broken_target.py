@@ -1347,6 +1347,20 @@ def break_rtr_choice() -> None:
     _initiator_outcome(change)
 
 
+def break_first_octets() -> None:
+    """RFC 5044 §7.1.2 rule 7: with markers off, the Initiator's first octets in Full
+    Operation are four zero octets (a Marker nobody asked for) before its first FPDU."""
+    connection = iwarp.mpa.connection.MpaConnection
+    original = connection._enter_full_operation
+
+    def enter(self: Any, params: Any) -> None:
+        original(self, params)
+        if self.role is Role.INITIATOR and not params.markers_send:
+            self._out.append(bytes(4))
+
+    _patch(connection, "_enter_full_operation", enter)
+
+
 def _initiator_outcome(change: Any) -> None:
     """``complete_initiator``'s outcome (the negotiation after a valid Reply) replaced by
     ``change(config, outcome)``."""
@@ -1515,6 +1529,7 @@ RULES = {
     "rtr-choice": break_rtr_choice,
     "ird-term": break_ird_term,
     "rtr-unmatched": break_rtr_unmatched,
+    "first-octets": break_first_octets,
 }
 
 # draft-culley-02 only (proven in test_culley.py, in a culley run).

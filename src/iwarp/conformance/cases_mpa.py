@@ -7,7 +7,7 @@ from typing import Final
 from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
 from iwarp.conformance.model import Level, case
-from iwarp.conformance.session import NO_FPDU, Session, describe_terminate
+from iwarp.conformance.session import NO_FPDU, Received, Session, describe_terminate
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.errors import MpaErrorCode
 from iwarp.mpa.wire import (
@@ -618,18 +618,38 @@ def partial_reply(s: Session) -> None:
     s.expect_closed("half a Reply")
 
 
+#: RFC 5044 §7.1.2 rule 7, what the first octets after the startup frames are.
+FIRST_OCTETS_QUOTE = (
+    '§7.1.2 rule 7: "If Markers are not enabled, the first octets sent are the start of the '
+    "FPDU (the FPDU's ULPDU Length field)\""
+)
+
+
+def _first_fpdu_framed(s: Session, got: Received, after: str) -> None:
+    """The first FPDU after the Reply starts at the first octet: with CRC on, a CRC that
+    does not match shows the octets are not an FPDU where one must start."""
+    if s.crc and not got.crc_ok:
+        raise CaseFailed(
+            f"the target's first octets after {after} are not the start of an FPDU "
+            f"(read as one, its CRC {got.crc:#010x} does not match): {got.describe()}"
+        )
+
+
 @case(
     "rfc5044/7.1.2/13",
-    "the Initiator's first FPDU follows the Reply",
+    "the Initiator's first FPDU follows the Reply, starting at its first octet",
     '§7.1.2 rule 3: "the implementation SHOULD enter Full MPA/DDP Operation Phase; ... sending '
-    'DDP ULPDUs as FPDUs"',
+    'DDP ULPDUs as FPDUs"; ' + FIRST_OCTETS_QUOTE,
     roles=I,
     needs=(Need.TALKS,),
+    covers=("first-octets",),
 )
 def first_fpdu(s: Session) -> None:
     s.accept()
-    if s.next_fpdu() is None:
+    got = s.next_fpdu()
+    if got is None:
         raise CaseSkipped("the target sent no FPDU after the Reply (it has nothing to say first)")
+    _first_fpdu_framed(s, got, "the Reply")
 
 
 @case(
@@ -761,12 +781,13 @@ def rev0_reply(s: Session) -> None:
 
 @case(
     "rfc5044/C/3",
-    "a Rev 2 Request with a Rev 1 Reply leads to Full Operation",
+    "a Rev 2 Request with a Rev 1 Reply leads to Full Operation: FPDUs from the first octet",
     'RFC 6581 §10: "All responders are REQUIRED to issue unenhanced RDMA connection '
     'establishment responses in response to unenhanced ... requests"; an Initiator accepts the '
-    "lower revision",
+    "lower revision; " + FIRST_OCTETS_QUOTE,
     roles=I,
     needs=(Need.TALKS,),
+    covers=("first-octets",),
 )
 def rev1_reply_to_rev2(s: Session) -> None:
     request = s.read_request()
@@ -776,10 +797,12 @@ def rev1_reply_to_rev2(s: Session) -> None:
         raise CaseSkipped("the target asks for peer-to-peer; a Rev 1 Reply cannot grant it")
     s.send_raw(craft.reply(revision=1, enhanced=None), "Rev 1 Reply (C=1)")
     s.crc = True
-    if s.next_fpdu() is None:
+    got = s.next_fpdu()
+    if got is None:
         if s.link.ended:
             raise CaseSkipped("the target closed after a Rev 1 Reply to its Rev 2 Request")
         raise CaseSkipped("the target sent no FPDU after the Reply")
+    _first_fpdu_framed(s, got, "a Rev 1 Reply")
 
 
 # --- Rev 0 data transfer (RFC 5044 Appendix C, draft-ietf-rddp-mpa-02 §5) --------------
