@@ -95,3 +95,29 @@ def test_cases_may_follow_the_options(capsys: pytest.CaptureFixture[str]) -> Non
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "usage: iwarp conformance" in err and "unrecognized arguments: --bogus" in err
+
+
+@pytest.mark.parametrize("settle", [0.0, 0.4])
+def test_settle_waits_after_the_reply(settle: float, capsys: pytest.CaptureFixture[str]) -> None:
+    """--settle: the tool waits that long after a Responder target's Reply before its first
+    FPDU (for targets that install their FPDU receive path late, as siw 6.1 does), and the
+    report says so."""
+    import re
+
+    with listening(["--timeout", TARGET_TIMEOUT, "--op", "write"]) as port:
+        args = ["conformance", "127.0.0.1", str(port), "rfc5041/7.2/11", "-v"]
+        status = main([*args, "--settle", str(settle)])
+    out = capsys.readouterr().out
+    assert status == 0 and "PASS rfc5041/7.2/11" in out, out
+    reply = re.search(r"([0-9.]+)s got MPA Reply", out)
+    first = re.search(r"([0-9.]+)s sent hello Send", out)
+    assert reply is not None and first is not None, out
+    gap = float(first.group(1)) - float(reply.group(1))
+    assert ("(--settle)" in out) == bool(settle)
+    assert gap >= settle - 0.01, out
+
+
+@pytest.mark.parametrize("value", ["-1", "11"])
+def test_settle_is_bounded(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conformance", "127.0.0.1", "1", "rfc5041/7.2/1", "--settle", value]) == 2
+    assert "--settle must be between 0 and 10 seconds" in capsys.readouterr().err

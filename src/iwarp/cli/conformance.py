@@ -165,6 +165,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "single-shot servers, needs it); an Initiator target always runs one at a time",
     )
     parser.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long after a Responder target's MPA Reply before sending (default 0): "
+        "for targets that install their FPDU receive path only after sending the Reply, such "
+        "as Linux siw 6.1, where FPDUs arriving in between sit unread and a case meets silence",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="show what was seen for passing cases too"
     )
     # Cases may follow the options too (iwarp conformance HOST PORT --strict CASE).
@@ -202,6 +211,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--culley-line is one line of at most 1000 characters")
     if not 1 <= args.jobs <= 64:
         return _fail("--jobs must be between 1 and 64")
+    if not 0 <= args.settle <= 10:
+        return _fail("--settle must be between 0 and 10 seconds")
     catalogue = all_cases()
     if args.mpa_mode == "culley" and not words:
         words = ["draft-culley/"]  # the RFC cases would only skip
@@ -257,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
         on_result=show,
         mpa_mode=args.mpa_mode,
         culley_line=culley_line,
+        settle=args.settle,
     )
     try:
         runner.run(cases, jobs=args.jobs)

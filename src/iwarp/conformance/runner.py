@@ -174,6 +174,7 @@ class Runner:
         on_result: Callable[[Result], None] | None = None,
         mpa_mode: str = "rfc",
         culley_line: bytes = b"",
+        settle: float = 0.0,
     ) -> None:
         if mpa_mode not in MPA_MODES:
             raise ValueError(f"mpa_mode is one of {', '.join(MPA_MODES)}, not {mpa_mode!r}")
@@ -181,6 +182,11 @@ class Runner:
         self.mpa_mode = mpa_mode
         #: culley: the streaming line each side sends before framing ("" frames at once).
         self.culley_line = culley_line
+        #: Seconds to wait after a Responder target's Reply before the first FPDU: a target
+        #: that installs its FPDU receive path only after it sent the Reply (Linux siw 6.1's
+        #: siw_accept) leaves FPDUs that arrive in between unread until more data comes, so
+        #: a case that sends all it has at once would meet silence whatever the rule.
+        self.settle = settle
         self.target = target
         self.timeout = timeout
         self.cooperation_wait = cooperation_wait
@@ -432,6 +438,7 @@ class Runner:
             )
             session.wants = item.needs
             session.culley_line = self.culley_line
+            session.settle = self.settle
             if isinstance(self.target, ResponderTarget):
                 session.opener = lambda: self._connect(deadline)
             item.run(session)

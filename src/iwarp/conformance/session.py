@@ -346,6 +346,8 @@ class Session:
         #: waited for never came), and what it waited for.
         self.waited_out = False
         self.waited_for: frozenset[Need] = frozenset()
+        #: Seconds the tool waits after the target's Reply before it sends (set by the runner).
+        self.settle = 0.0
 
     # --- bookkeeping -----------------------------------------------------
 
@@ -439,7 +441,12 @@ class Session:
         return self.read_frame(request=True)
 
     def read_reply(self) -> MpaFrame:
-        return self.read_frame(request=False)
+        reply = self.read_frame(request=False)
+        if self.settle > 0:
+            # The target's time to install its FPDU receive path (see Runner's ``settle``).
+            time.sleep(min(self.settle, self.remaining()))
+            self.note(f"waited {self.settle:g} s after the Reply (--settle)")
+        return reply
 
     def base_flags(self) -> FrameFlags:
         """The flags of the tool's normal Request: C, and S for a Rev 2 target."""
