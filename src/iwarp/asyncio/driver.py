@@ -85,6 +85,8 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._lane: SendLane | None = None
         #: The receive lane, once a bulk transfer arrives (_start_recv_lane).
         self._recv_lane: ReceiveLane | None = None
+        #: The thread's one receive buffer (the loop's thread: looked up once).
+        self._rbuf = receive_buffer()
 
     def handle_events(self, events: list[Any]) -> None:
         """The core's events to the front (if anyone still holds it)."""
@@ -117,7 +119,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         lane = self._recv_lane
         if lane is not None:
             return lane.room()
-        return receive_buffer()
+        return self._rbuf
 
     def buffer_updated(self, nbytes: int) -> None:
         lane = self._recv_lane
@@ -125,13 +127,19 @@ class CoreDriver(asyncio.BufferedProtocol):
             lane.arrived(nbytes)
             self._feed_lane(lane)
             return
-        view = receive_buffer()[:nbytes]
-        if self.core.borrows_input:
-            self.feed(view)  # consumed before feed returns: no copy here
+        core = self.core
+        if core.borrows_input:
+            # Consumed before receive_data returns: no copy here. (feed,
+            # inlined: this runs per message.)
+            events = core.receive_data(self._rbuf[:nbytes], self._loop.time())
+            if events:
+                self.handle_events(events)
+            self._answer()
             if nbytes >= RING_START and self._fd is not None and lanes.RECEIVE_ACTIVE:
                 self._start_recv_lane()
         else:
-            self.feed(bytes(view))  # a copy the size of what arrived: the core may keep views
+            # A copy the size of what arrived: the core may keep views.
+            self.feed(bytes(self._rbuf[:nbytes]))
 
     def _start_recv_lane(self) -> None:
         """A bulk transfer (a read of :data:`~iwarp.rdma.lanes.RING_START`
@@ -346,7 +354,9 @@ class CoreDriver(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             return
         fd = self._fd
-        if fd is None or self._lane is not None or transport.get_write_buffer_size():
+        # The transport holds output exactly while it has paused us (its
+        # high-water mark is 0, connection_made): no call into it to ask.
+        if fd is None or self._lane is not None or self._write_paused:
             self._write_chunks([data])
             return
         try:

@@ -454,13 +454,21 @@ class Driver:
 
         :raises WaitTimeoutError: the deadline passed first.
         """
-        while (got := take()) is None:
+        got = take()
+        return got if got is not None else self.wait_for(take, deadline, what)
+
+    def wait_for(self, take: Callable[[], T | None], deadline: float | None, what: str) -> T | None:
+        """:meth:`run_for` when ``take()`` just gave None: waits before it
+        asks again (a blocking call's hot wait, which has looked already,
+        asks once per wait, not twice)."""
+        while True:
             if deadline is not None and clock() >= deadline:
                 raise WaitTimeoutError(f"timed out waiting for {what}")
             if not self.wait(deadline):
                 self.check_stalled(what)
                 return take()
-        return got
+            if (got := take()) is not None:
+                return got
 
     # -- closing -------------------------------------------------------------------
 
