@@ -319,15 +319,12 @@ class CoreDriver(asyncio.BufferedProtocol):
         """:meth:`flush` after input, when it may have something to do: the
         input caused output (a Reply, a Read Response), a close or a timer,
         or output or a drain waits. Most received messages cause none of
-        these, and the core says so without a pull."""
-        core = self.core
+        these, and the core says so without a pull, in one call (``settled``)."""
         if (
             self._lane is not None
             or self._drain_waiter is not None
             or self._timer is not None
-            or core.has_data_to_send
-            or core.must_close
-            or core.get_timer() is not None
+            or not self.core.settled()
         ):
             self.flush()
 

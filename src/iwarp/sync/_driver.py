@@ -362,10 +362,13 @@ class Driver:
 
     def _answer(self) -> None:
         """Send what the input caused (a Reply, a Read Response, a close):
-        most received messages cause nothing to send, and the core says so."""
+        most received messages cause nothing to send, and the core says so
+        in one call (``settled``)."""
         core = self.core
         if self.sock is not None and (
-            self._out or self._lane is not None or core.has_data_to_send or core.must_close
+            self._out
+            or self._lane is not None
+            or (not core.settled() and (core.has_data_to_send or core.must_close))
         ):
             self.flush()
 
