@@ -222,21 +222,24 @@ class CoreDriver(asyncio.BufferedProtocol):
     def wake(self, key: object = None) -> None:
         """Let the calls waiting in :meth:`woken` (for ``key``) check again."""
         if key is None:
-            if self._waiters:
-                waiters, self._waiters = self._waiters, []
-                for waiter in waiters:
-                    wake(waiter)
+            waiters = self._waiters
+            if waiters:
+                self._waiters = []
+                for waiter in waiters:  # (wake(), inline: per received message)
+                    if not waiter.done():
+                        waiter.set_result(None)
         else:
             wake(self._keyed.pop(key, None))
 
-    async def woken(self, key: object = None) -> None:
-        """Wait for the next :meth:`wake` (of ``key``; one waiting call per key)."""
+    def woken(self, key: object = None) -> asyncio.Future[None]:
+        """What to await for the next :meth:`wake` (of ``key``; one waiting
+        call per key): a future, not a coroutine (one object less per wait)."""
         waiter: asyncio.Future[None] = self._loop.create_future()
         if key is None:
             self._waiters.append(waiter)
         else:
             self._keyed[key] = waiter
-        await waiter
+        return waiter
 
     def _wake_all(self) -> None:
         self.wake()
