@@ -27,6 +27,7 @@ import iwarp.rdmap.atomics
 import iwarp.rdmap.memory
 import iwarp.rdmap.stream
 from iwarp._crc32c import crc32c
+from iwarp._kernels import SCAN_MARKER
 from iwarp.ddp.errors import DdpTaggedCode, DdpTaggedError, DdpUntaggedCode, DdpUntaggedError
 from iwarp.ddp.wire import (
     LAST_FLAG,
@@ -1146,6 +1147,51 @@ def break_crc_sent_marked() -> None:
     _patch(encoder, "encode_run", encode_run)
 
 
+# --- draft-culley-iwarp-mpa-02: the receiver's marker check ----------------------------------
+
+
+def break_marker_checked() -> None:
+    """draft-culley-iwarp-mpa-02 §9 code 3: a received marker's FPDUPTR is never compared
+    with the framing (the CRC still is, over the marker as received).
+
+    Both paths (the C ``scan`` kernel and its pure-Python twin) check every marker of an
+    FPDU after its CRC and before cutting any out, and stop at the first wrong one; the
+    wrapper then writes the FPDUPTR they expected into that marker and decodes the FPDU again
+    with the CRC (already checked) off, so the FPDU is delivered as if the marker were right.
+    """
+    _no_lanes()
+    real = _get(iwarp.mpa.framing, "kernels")
+
+    class Unchecked:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        @staticmethod
+        def scan(
+            buffer: Any, start: int, end: int, markers: bool, crc: bool, phase: int, *rest: Any
+        ) -> tuple[Any, ...]:
+            records = bytearray()
+            check, stop_at = crc, end
+            while True:
+                found, stop, phase, error, a, b, where = real.scan(
+                    buffer, start, stop_at, markers, check, phase, *rest
+                )
+                records += found
+                if error == SCAN_MARKER:
+                    view = memoryview(buffer).cast("B")
+                    view[where + 2 : where + 4] = b.to_bytes(2, "big")
+                    lead = 4 if phase == 0 else 0
+                    n = int.from_bytes(view[stop + lead : stop + lead + 2], "big")
+                    wire = iwarp.mpa.framing.fpdu_wire_size(n, phase, markers=True)
+                    start, check, stop_at = stop, False, stop + wire
+                    continue
+                if error or stop_at == end:
+                    return bytes(records), stop, phase, error, a, b, where
+                start, check, stop_at = stop, crc, end
+
+    _patch(iwarp.mpa.framing, "kernels", Unchecked())
+
+
 #: Each switch breaks one MUST rule; a case tagged with the rule in ``covers`` must fail.
 RULES = {
     "crc": break_crc,
@@ -1213,6 +1259,9 @@ RULES = {
     "ird": break_ird,
     "crc-sent-marked": break_crc_sent_marked,
 }
+
+# draft-culley-02 only (proven in test_culley.py, in a culley run).
+RULES["marker-checked"] = break_marker_checked
 
 
 # --- check-order variants: each is still conforming, every case must pass ------------------

@@ -74,3 +74,24 @@ def test_a_target_that_dies_is_not_passed(capsys: pytest.CaptureFixture[str]) ->
     assert status == 1
     assert "stopped answering valid MPA Requests after rfc5044/7.1.1/" in out
     assert "SKIP rfc5044/7.1.1/24" in out  # every later case
+
+
+def test_cases_may_follow_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """``iwarp conformance HOST PORT --strict CASE``: the cases after the options are taken
+    (argparse alone refuses them as unrecognized arguments); an unknown option still is."""
+    assert main(["conformance", "--list", "rfc5044/4.1/1", "--strict", "rfc5044/4.3/"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out if line.startswith("rfc")] == [
+        "rfc5044/4.1/1",
+        "rfc5044/4.3/1",
+    ]
+    with listening(["--timeout", TARGET_TIMEOUT]) as port:
+        args = ["conformance", "127.0.0.1", str(port), "--strict", "rfc6581/9.1/3", "--json"]
+        assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in report["results"]] == ["rfc6581/9.1/3"]
+    with pytest.raises(SystemExit) as exited:
+        main(["conformance", "--list", "rfc5044/4.1/1", "--strict", "rfc5044/4.3/", "--bogus"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: iwarp conformance" in err and "unrecognized arguments: --bogus" in err

@@ -161,6 +161,17 @@ def _dispatch(argv: Sequence[str]) -> int:
         return 2
     parser = build_parser(only=_command_in(argv) or "")
     args, unknown = parser.parse_known_args(argv)
+    if unknown and getattr(args, "intermixed", False):
+        # A command whose positionals may follow its options (``iwarp conformance
+        # HOST PORT --strict CASE``): its own parser reads them mixed, and says
+        # what it does not know with its usage.
+        import argparse
+
+        words = list(argv)
+        rest = words[words.index(args.command) + 1 :]
+        inner = _innermost(parser, args)
+        args = inner.parse_intermixed_args(rest, argparse.Namespace(command=args.command))
+        unknown = []
     if unknown:
         # Said by the command's own parser, so its usage shows its options.
         _innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="HOST PORT | PREFIX",
         help="the Responder to connect to, then the cases: an exact id (rfc5044/7.1.1/1), a "
         "spec or section (rfc6581, rfc5041/7.2) or a prefix ending in /; with --listen or "
-        "--list only the cases",
+        "--list only the cases. Cases may come before or after the options",
     )
     parser.add_argument(
         "--listen",
@@ -167,7 +167,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="show what was seen for passing cases too"
     )
-    parser.set_defaults(func=run)
+    # Cases may follow the options too (iwarp conformance HOST PORT --strict CASE).
+    parser.set_defaults(func=run, intermixed=True)
 
 
 def _fail(message: str) -> int:
