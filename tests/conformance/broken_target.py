@@ -2,11 +2,12 @@
 
 ``python broken_target.py RULE listen ARGS...`` runs ``iwarp listen ARGS``;
 ``python broken_target.py RULE connect ARGS...`` runs ``iwarp connect ARGS``
-again and again (see initiator_loop.py). RULE is one of:
-
-* ``crc``: FPDUs are never CRC-checked (the decoder is built with CRC off);
-* ``pd-length``: any PD_Length up to 65535 is accepted in Rev 1/2 frames;
-* ``terminate``: errors end the stream without sending the Terminate.
+again and again (see initiator_loop.py). RULE is a key of ``SWITCHES``: a
+mutant of ``RULES`` (one MUST rule broken, e.g. ``crc``: FPDUs are never
+CRC-checked; the Responder's rules act in ``listen``, the Initiator's, such as
+``request-key`` or ``reply-r``, in ``connect``, and a rule of code both roles
+share in both), a conforming variant (``VARIANTS`` for the Responder,
+``INITIATOR_VARIANTS`` for the Initiator) or an older stack (``OLDER``).
 
 Test-only: these are monkeypatches, not options of the product.
 """
@@ -113,32 +114,35 @@ def _patch(owner: object, name: str, value: object) -> None:
     setattr(owner, name, value)
 
 
-def _fix_frame(data: Any, *, key: bool = False, rev: bool = False) -> Any:
-    """A copy of a received startup frame with its key or revision made acceptable."""
+def _fix_frame(data: Any, *, key: bytes = b"", rev: bool = False) -> Any:
+    """A copy of a received startup frame with its key (made ``key``) or revision made
+    acceptable. A frame that carries either real key keeps it (the key still tells a
+    Request from a Reply, RFC 5044 §7.1.2 rule 8)."""
     if len(data) < 18:
         return data
     out = bytearray(data)
     if key and bytes(out[:16]) not in (REQUEST_KEY, REPLY_KEY):
-        out[:16] = REQUEST_KEY
+        out[:16] = key
     if rev and out[17] > 2:
         out[17] = 2
     return out
 
 
 def break_key() -> None:
-    """RFC 5044 §7.1.1 Key: a Request's key is not checked (any 16 octets will do)."""
+    """RFC 5044 §7.1.1 Key: a received frame's key is not checked (any 16 octets will do:
+    the Responder's Request, the Initiator's Reply)."""
     original = _get(iwarp.mpa.connection, "parse_frame")
 
     def parse(data: Any, config: Any, *, expect_request: bool) -> Any:
-        if expect_request:
-            data = _fix_frame(data, key=True)
+        data = _fix_frame(data, key=REQUEST_KEY if expect_request else REPLY_KEY)
         return original(data, config, expect_request=expect_request)
 
     _patch(iwarp.mpa.connection, "parse_frame", parse)
 
 
 def break_rev() -> None:
-    """RFC 5044 §7.1.1 Rev: unknown revisions are taken as Rev 2."""
+    """RFC 5044 §7.1.1 Rev: unknown revisions are taken as Rev 2 (in a Request and in a
+    Reply)."""
     original = _get(iwarp.mpa.connection, "parse_frame")
 
     def parse(data: Any, config: Any, *, expect_request: bool) -> Any:
@@ -590,8 +594,9 @@ def break_ord() -> None:
 
 
 def break_ird_ord_none() -> None:
-    """RFC 6581 §9.1: 0x3FFF is taken as a number (the Reply carries the Responder's own
-    IRD and ORD, 16, instead of 0x3FFF)."""
+    """RFC 6581 §9.1: 0x3FFF is taken as a number (the Responder's Reply carries its own
+    IRD and ORD, 16, instead of 0x3FFF; the Initiator reads a 0x3FFF in the Reply as
+    0x3FFE, so that a Responder ORD of 0x3FFF exceeds its IRD: TERM code 6)."""
 
     def change(ours: Any, theirs: Any) -> Any:
         ird = 16 if ours.ird == IRD_ORD_NONE else ours.ird
@@ -600,6 +605,19 @@ def break_ird_ord_none() -> None:
 
     _enhanced_fields(change)
 
+    def as_number(value: int) -> int:
+        return IRD_ORD_NONE - 1 if value == IRD_ORD_NONE else value
+
+    def reply(request: Any, frame: Any) -> Any:
+        peer = frame.enhanced
+        if peer is None or IRD_ORD_NONE not in (peer.ird, peer.ord):
+            return frame
+        numbers = EnhancedData(as_number(peer.ird), as_number(peer.ord), peer.flags)
+        rest = frame.private_data[ENHANCED_SIZE:]
+        return dataclasses.replace(frame, private_data=numbers.pack() + rest)
+
+    _initiator_reads(reply)
+
 
 def break_peer_to_peer() -> None:
     """RFC 6581 §9.2: the A bit of a Request is ignored (the Reply has A=0, no RTR type)."""
@@ -607,7 +625,8 @@ def break_peer_to_peer() -> None:
 
 
 def break_rtr_bits() -> None:
-    """RFC 6581 §9.2: with A=0 the Reply still sets the RTR types it supports (C and D)."""
+    """RFC 6581 §9.2: with A=0 the Reply (the Responder's) and the Request (the
+    Initiator's) still set the RTR types their sender supports (C and D)."""
 
     def change(ours: Any, theirs: Any) -> Any:
         if RtrFlags.PEER_TO_PEER in ours.flags:
@@ -615,6 +634,7 @@ def break_rtr_bits() -> None:
         return dataclasses.replace(ours, flags=RtrFlags.WRITE | RtrFlags.READ)
 
     _enhanced_fields(change)
+    _request_enhanced(lambda ours: change(ours, None))
 
 
 def break_write_rtr() -> None:
@@ -1147,6 +1167,244 @@ def break_crc_sent_marked() -> None:
     _patch(encoder, "encode_run", encode_run)
 
 
+# --- the Initiator: its Request (RFC 5044 §7.1.1, RFC 6581) and its handling of Replies ------
+
+
+def _rewrite_request(fix: Any = None, *, frame: Any = None) -> None:
+    """Every Request built by ``build_request`` goes out rewritten: ``frame(request)`` may
+    return another MpaFrame (the one the Initiator then believes it sent), ``fix(octets)``
+    changes the packed octets in place (the Initiator believes it sent the frame unchanged)."""
+    original = _get(iwarp.mpa.connection, "build_request")
+
+    def build(config: Any, private_data: bytes) -> Any:
+        request = original(config, private_data)
+        if frame is not None:
+            request = frame(request)
+        return _PackedAs(request, fix) if fix is not None else request
+
+    _patch(iwarp.mpa.connection, "build_request", build)
+
+
+def _request_enhanced(change: Any) -> None:
+    """The enhanced data of the Request replaced by ``change(enhanced)``."""
+
+    def frame(request: Any) -> Any:
+        if request.enhanced is None:
+            return request
+        rest = request.private_data[ENHANCED_SIZE:]
+        return dataclasses.replace(request, private_data=change(request.enhanced).pack() + rest)
+
+    _rewrite_request(frame=frame)
+
+
+def _initiator_reads(change: Any) -> None:
+    """``complete_initiator`` sees ``change(request, reply)`` instead of the Reply received
+    (the Initiator's reading of a valid Reply, after the frame checks)."""
+    original = _get(iwarp.mpa.connection, "complete_initiator")
+
+    def complete(config: Any, request: Any, reply: Any, **kwargs: Any) -> Any:
+        return original(config, request, change(request, reply), **kwargs)
+
+    _patch(iwarp.mpa.connection, "complete_initiator", complete)
+
+
+def _reply_octets(change: Any) -> None:
+    """The Initiator parses ``change(octets)`` instead of the Reply's octets received."""
+    original = _get(iwarp.mpa.connection, "parse_frame")
+
+    def parse(data: Any, config: Any, *, expect_request: bool) -> Any:
+        if not expect_request:
+            data = change(data)
+        return original(data, config, expect_request=expect_request)
+
+    _patch(iwarp.mpa.connection, "parse_frame", parse)
+
+
+def break_request_key() -> None:
+    """RFC 5044 §7.1.1 Key: the Request's key is "mPA ID Req Frame" (every case reads the
+    Request first, so every case fails, each for the Request)."""
+
+    def fix(data: bytearray) -> None:
+        data[0] ^= 0x20
+
+    _rewrite_request(fix)
+
+
+def break_request_flags() -> None:
+    """RFC 5044 §7.1.1 Res: the Request sets a reserved flag bit (0x01)."""
+
+    def fix(data: bytearray) -> None:
+        data[16] |= 0x01
+
+    _rewrite_request(fix)
+
+
+def break_request_rev() -> None:
+    """RFC 5044 §7.1.1 Rev: the Request carries Rev 3 (the Initiator itself goes on as
+    Rev 2; every case fails for the Request)."""
+
+    def fix(data: bytearray) -> None:
+        data[17] = 3
+
+    _rewrite_request(fix)
+
+
+def break_request_pd() -> None:
+    """RFC 5044 §7.1.1 Private Data: the Request carries 600 octets of private data (every
+    case fails for the Request: the tool refuses a Request over 512 octets)."""
+
+    def frame(request: Any) -> Any:
+        return dataclasses.replace(request, private_data=request.private_data + bytes(600))
+
+    _rewrite_request(frame=frame)
+
+
+def break_request_enhanced() -> None:
+    """RFC 6581 §9 / RFC 5044 §7.1.2 rule 1: an enhanced Request (S=1) goes out without
+    its IRD/ORD (PD_Length 4 short; every case fails for the Request)."""
+
+    def fix(data: bytearray) -> None:
+        if data[17] == 2 and data[16] & FrameFlags.ENHANCED and len(data) >= 24:
+            length = int.from_bytes(data[18:20], "big") - ENHANCED_SIZE
+            data[18:20] = length.to_bytes(2, "big")
+            del data[20:24]
+
+    _rewrite_request(fix)
+
+
+def break_reply_reserved_checked() -> None:
+    """RFC 5044 §7.1.1 Res: the reserved bits of a Reply are checked on reception (the
+    Initiator closes on them as on an improperly formatted Reply)."""
+
+    def change(data: Any) -> Any:
+        if len(data) > 16 and data[16] & RESERVED_FLAGS and bytes(data[:16]) == REPLY_KEY:
+            raise MpaError(MpaErrorCode.INVALID_FRAME, "reserved bits in a Reply (mutant)")
+        return data
+
+    _reply_octets(change)
+
+
+def break_reply_r() -> None:
+    """RFC 5044 §7.1.2 rule 3: a Reply with R=1 is taken as accepting (the Initiator enters
+    Full Operation instead of exiting MPA)."""
+
+    def change(request: Any, reply: Any) -> Any:
+        return dataclasses.replace(reply, flags=reply.flags & ~FrameFlags.REJECT)
+
+    _initiator_reads(change)
+
+
+def break_request_as_reply() -> None:
+    """RFC 5044 §7.1.2 rule 8: a Request received by the Initiator is taken as a Reply
+    (Initiator/Initiator startups go unnoticed)."""
+
+    def change(data: Any) -> Any:
+        if len(data) >= 16 and bytes(data[:16]) == REQUEST_KEY:
+            data = bytearray(data)
+            data[:16] = REPLY_KEY
+        return data
+
+    _reply_octets(change)
+
+
+def break_rev0_reply() -> None:
+    """RFC 5044 Appendix C.2.2 and C.2.5: a Rev 0 Reply to a Rev 1/2 Request is taken as a
+    Rev 1 Reply (the connection stays open, neither the close nor RDMAC mode: DDP and
+    RDMAP version 1)."""
+
+    def change(request: Any, reply: Any) -> Any:
+        if request.revision >= 1 and reply.revision == 0:
+            return dataclasses.replace(reply, revision=1)
+        return reply
+
+    _initiator_reads(change)
+
+
+def break_rtr_offer() -> None:
+    """RFC 6581 §9.2: the peer-to-peer Request (A=1) offers no RTR type (B, C, D clear)."""
+
+    def change(ours: Any) -> Any:
+        if RtrFlags.PEER_TO_PEER not in ours.flags:
+            return ours
+        return dataclasses.replace(ours, flags=RtrFlags.PEER_TO_PEER)
+
+    _request_enhanced(change)
+
+
+def break_rtr_choice() -> None:
+    """RFC 6581 §9.2: the Initiator sends an RTR type it offered other than the one the
+    Reply chose (a Read RTR for a Write one, a Write RTR for any other)."""
+
+    def change(config: Any, outcome: Any) -> Any:
+        params = outcome.params
+        if params is None or params.rtr is None:
+            return outcome
+        other = RtrFlags.READ if params.rtr is RtrFlags.WRITE else RtrFlags.WRITE
+        ord_ = max(params.ord, 1) if other is RtrFlags.READ else params.ord
+        params = dataclasses.replace(params, rtr=other, ord=ord_)
+        return dataclasses.replace(outcome, params=params)
+
+    _initiator_outcome(change)
+
+
+def break_first_octets() -> None:
+    """RFC 5044 §7.1.2 rule 7: with markers off, the Initiator's first octets in Full
+    Operation are four zero octets (a Marker nobody asked for) before its first FPDU."""
+    connection = iwarp.mpa.connection.MpaConnection
+    original = connection._enter_full_operation
+
+    def enter(self: Any, params: Any) -> None:
+        original(self, params)
+        if self.role is Role.INITIATOR and not params.markers_send:
+            self._out.append(bytes(4))
+
+    _patch(connection, "_enter_full_operation", enter)
+
+
+def _initiator_outcome(change: Any) -> None:
+    """``complete_initiator``'s outcome (the negotiation after a valid Reply) replaced by
+    ``change(config, outcome)``."""
+    original = _get(iwarp.mpa.connection, "complete_initiator")
+
+    def complete(config: Any, request: Any, reply: Any, **kwargs: Any) -> Any:
+        return change(config, original(config, request, reply, **kwargs))
+
+    _patch(iwarp.mpa.connection, "complete_initiator", complete)
+
+
+def break_ird_term() -> None:
+    """RFC 6581 §9.1: the Initiator's TERM for a Responder ORD above its IRD carries code 5
+    (local catastrophic error) instead of 6."""
+
+    def change(config: Any, outcome: Any) -> Any:
+        error = outcome.negotiation_error
+        if error is None or error.mpa_code is not MpaErrorCode.INSUFFICIENT_IRD:
+            return outcome
+        other = MpaError(MpaErrorCode.LOCAL_CATASTROPHIC, f"{error} (mutant: code 5)")
+        return dataclasses.replace(outcome, negotiation_error=other)
+
+    _initiator_outcome(change)
+
+
+def break_rtr_unmatched() -> None:
+    """RFC 6581 §9.2: when the Reply chooses no RTR type the Initiator can send, it sends
+    its own first one anyway (a Write RTR) instead of TERM code 7."""
+
+    def change(config: Any, outcome: Any) -> Any:
+        error = outcome.negotiation_error
+        if error is None or error.mpa_code is not MpaErrorCode.NO_MATCHING_RTR:
+            return outcome
+        rtr = next(
+            t for t in (RtrFlags.WRITE, RtrFlags.READ, RtrFlags.SEND) if t in config.rtr_types
+        )
+        params = dataclasses.replace(
+            outcome.params, peer_to_peer=True, rtr=rtr, ord=max(outcome.params.ord, 1)
+        )
+        return dataclasses.replace(outcome, params=params, negotiation_error=None)
+
+    _initiator_outcome(change)
+
+
 # --- draft-culley-iwarp-mpa-02: the receiver's marker check ----------------------------------
 
 
@@ -1258,6 +1516,20 @@ RULES = {
     "read-stag": break_read_stag,
     "ird": break_ird,
     "crc-sent-marked": break_crc_sent_marked,
+    "request-key": break_request_key,
+    "request-flags": break_request_flags,
+    "request-rev": break_request_rev,
+    "request-pd": break_request_pd,
+    "request-enhanced": break_request_enhanced,
+    "reply-reserved-checked": break_reply_reserved_checked,
+    "reply-r": break_reply_r,
+    "request-as-reply": break_request_as_reply,
+    "rev0-reply": break_rev0_reply,
+    "rtr-offer": break_rtr_offer,
+    "rtr-choice": break_rtr_choice,
+    "ird-term": break_ird_term,
+    "rtr-unmatched": break_rtr_unmatched,
+    "first-octets": break_first_octets,
 }
 
 # draft-culley-02 only (proven in test_culley.py, in a culley run).
@@ -1382,7 +1654,34 @@ def without_rfc7306() -> None:
 
 #: Conforming stacks without an optional extension: its cases must skip, saying why.
 OLDER = {"no-rfc7306": without_rfc7306}
-SWITCHES = {**RULES, **VARIANTS, **OLDER}
+
+
+# --- an Initiator that has nothing to say: conforming, every case must pass -----------------
+
+#: Seconds the quiet Initiator keeps a connection open, at most.
+QUIET_SECONDS = 3.0
+
+
+def quiet_initiator() -> None:
+    """``iwarp connect``'s application sends nothing: after the Reply the connection stays
+    open and silent (the stack still answers what it receives, sends its RTR and its
+    Terminates) until the peer closes it or QUIET_SECONDS pass. RFC 5044 §7.1.2 rule 3 and
+    RFC 5040 leave the first ULP message to the application."""
+    import asyncio
+    import contextlib
+
+    import iwarp.cli.connect
+
+    async def traffic(qp: Any, *args: Any) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(qp.closed), QUIET_SECONDS)
+
+    _patch(iwarp.cli.connect, "connect_traffic", traffic)
+
+
+#: Conforming Initiators that differ from ``iwarp connect`` in what the RFCs leave open.
+INITIATOR_VARIANTS = {"quiet": quiet_initiator}
+SWITCHES = {**RULES, **VARIANTS, **OLDER, **INITIATOR_VARIANTS}
 
 if __name__ == "__main__":
     SWITCHES[sys.argv[1]]()

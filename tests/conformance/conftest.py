@@ -39,20 +39,33 @@ def listening(options: Sequence[str]) -> AbstractContextManager[int]:
 
 
 @contextmanager
-def connecting(port: int, options: Sequence[str]) -> Iterator[subprocess.Popen[bytes]]:
-    """An ``iwarp connect`` that reconnects to ``port`` once per case."""
+def _connector(argv: Sequence[str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A process that runs ``iwarp connect`` again and again (initiator_loop.py)."""
     env = dict(os.environ)
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "initiator_loop.py"), "127.0.0.1", str(port), *options],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         yield proc
     finally:
         proc.kill()
         proc.wait()
+
+
+def connecting(
+    port: int, options: Sequence[str]
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """An ``iwarp connect`` that reconnects to ``port`` once per case."""
+    return _connector(
+        [sys.executable, str(HERE / "initiator_loop.py"), "127.0.0.1", str(port), *options]
+    )
+
+
+def switched_connecting(
+    switch: str, port: int, options: Sequence[str]
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """``iwarp connect OPTIONS`` to ``port``, once per case, with one switch of
+    broken_target.py on."""
+    script = [sys.executable, str(HERE / "broken_target.py"), switch]
+    return _connector([*script, "connect", "127.0.0.1", str(port), *options])
 
 
 def switched(switch: str, options: Sequence[str]) -> AbstractContextManager[int]:

@@ -268,6 +268,7 @@ def crc_off(s: Session) -> None:
     'RFC 5044 §7.1.1 C: "When CRCs are not in use, the CRC field MUST be considered valid"',
     roles=(TargetRole.INITIATOR,),
     needs=(Need.TALKS,),
+    covers=("crc-always",),
 )
 def crc_off_initiator(s: Session) -> None:
     request = s.read_request()

@@ -7,7 +7,7 @@ from typing import Final
 from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
 from iwarp.conformance.model import Level, case
-from iwarp.conformance.session import NO_FPDU, Session, describe_terminate
+from iwarp.conformance.session import NO_FPDU, Received, Session, describe_terminate
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.errors import MpaErrorCode
 from iwarp.mpa.wire import (
@@ -307,6 +307,7 @@ def pd_small(s: Session) -> None:
     '§7.1.1 Key: "Initiator mode senders MUST set this field to the fixed value '
     '"MPA ID Req Frame""',
     roles=I,
+    covers=("request-key",),
 )
 def request_key(s: Session) -> None:
     s.read_request()
@@ -317,6 +318,7 @@ def request_key(s: Session) -> None:
     "the Request's reserved bits and R bit are zero",
     '§7.1.1 Res: "It MUST be set to zero when sending"; R: "This bit is set to zero"',
     roles=I,
+    covers=("request-flags",),
 )
 def request_res(s: Session) -> None:
     s.read_request()
@@ -330,6 +332,7 @@ def request_res(s: Session) -> None:
     "the Request is Rev 1 or Rev 2",
     '§7.1.1 Rev: "senders MUST set this field to one" (RFC 6581 §6: two)',
     roles=I,
+    covers=("request-rev",),
 )
 def request_rev(s: Session) -> None:
     req = s.read_request()
@@ -342,6 +345,7 @@ def request_rev(s: Session) -> None:
     "the Request's private data is at most 512 octets",
     '§7.1.1 Private Data: "MUST be between 0 and 512 octets in length"',
     roles=I,
+    covers=("request-pd",),
 )
 def request_pd(s: Session) -> None:
     req = s.read_request()
@@ -377,6 +381,7 @@ for _n, _i in enumerate((0, 4, 8, 12, 15)):
         KEY_QUOTE_I,
         _reply_key(_i),
         f"Reply with key octet {_i} changed",
+        ("key",),
     )
 _bad_reply_case(
     49,
@@ -384,6 +389,7 @@ _bad_reply_case(
     KEY_QUOTE_I,
     lambda s, r: s.default_reply(r, key=bytes(16)),
     "Reply with a zero key",
+    ("key",),
 )
 _bad_reply_case(
     50,
@@ -391,6 +397,7 @@ _bad_reply_case(
     REV_QUOTE,
     lambda s, r: s.default_reply(r, revision=3),
     "Rev 3 Reply",
+    ("rev",),
 )
 _bad_reply_case(
     51,
@@ -412,9 +419,10 @@ _bad_reply_case(
 
 @case(
     "rfc5044/7.1.1/53",
-    "a Reply with reserved bits set is accepted: the first FPDU follows",
+    "a Reply with reserved bits set is accepted: no close, the first FPDU (if any) follows",
     '§7.1.1 Res: "not checked on reception"',
     roles=I,
+    covers=("reply-reserved-checked",),
 )
 def reply_res_set(s: Session) -> None:
     request = s.read_request()
@@ -424,7 +432,13 @@ def reply_res_set(s: Session) -> None:
     s.crc = True
     got = s.next_fpdu()
     if got is None:
-        raise CaseFailed("no FPDU after a Reply with reserved bits set")
+        if s.link.ended:
+            raise CaseFailed(
+                f"the target closed the connection ({s.link.ended}) after a Reply whose only "
+                "oddity is reserved bits"
+            )
+        # An Initiator in Full Operation may have nothing to say first.
+        raise CaseSkipped(NO_FPDU)
 
 
 # --- §7.1.2 startup rules ----------------------------------------------------------
@@ -435,6 +449,7 @@ def reply_res_set(s: Session) -> None:
     "the Initiator's Request is valid",
     '§7.1.2 rule 1: "the MPA implementation MUST send a valid MPA Request Frame"',
     roles=I,
+    covers=("request-enhanced", "request-key", "request-pd", "request-rev"),
 )
 def valid_request(s: Session) -> None:
     req = s.read_request()
@@ -463,6 +478,7 @@ def responder_fence(s: Session) -> None:
     "§7.1.2 rule 3: \"if the Rejected Connection bit is set to '1', the implementation MUST "
     'exit MPA"',
     roles=I,
+    covers=("reply-r",),
 )
 def initiator_rejected(s: Session) -> None:
     request = s.read_request()
@@ -495,6 +511,7 @@ def responder_gets_reply(s: Session) -> None:
     '§7.1.2 rule 8: "MUST use the difference between the MPA Request Frame and the MPA Reply '
     'Frame"',
     roles=I,
+    covers=("request-as-reply",),
 )
 def initiator_gets_request(s: Session) -> None:
     s.read_request()
@@ -601,18 +618,38 @@ def partial_reply(s: Session) -> None:
     s.expect_closed("half a Reply")
 
 
+#: RFC 5044 §7.1.2 rule 7, what the first octets after the startup frames are.
+FIRST_OCTETS_QUOTE = (
+    '§7.1.2 rule 7: "If Markers are not enabled, the first octets sent are the start of the '
+    "FPDU (the FPDU's ULPDU Length field)\""
+)
+
+
+def _first_fpdu_framed(s: Session, got: Received, after: str) -> None:
+    """The first FPDU after the Reply starts at the first octet: with CRC on, a CRC that
+    does not match shows the octets are not an FPDU where one must start."""
+    if s.crc and not got.crc_ok:
+        raise CaseFailed(
+            f"the target's first octets after {after} are not the start of an FPDU "
+            f"(read as one, its CRC {got.crc:#010x} does not match): {got.describe()}"
+        )
+
+
 @case(
     "rfc5044/7.1.2/13",
-    "the Initiator's first FPDU follows the Reply",
+    "the Initiator's first FPDU follows the Reply, starting at its first octet",
     '§7.1.2 rule 3: "the implementation SHOULD enter Full MPA/DDP Operation Phase; ... sending '
-    'DDP ULPDUs as FPDUs"',
+    'DDP ULPDUs as FPDUs"; ' + FIRST_OCTETS_QUOTE,
     roles=I,
     needs=(Need.TALKS,),
+    covers=("first-octets",),
 )
 def first_fpdu(s: Session) -> None:
     s.accept()
-    if s.next_fpdu() is None:
+    got = s.next_fpdu()
+    if got is None:
         raise CaseSkipped("the target sent no FPDU after the Reply (it has nothing to say first)")
+    _first_fpdu_framed(s, got, "the Reply")
 
 
 @case(
@@ -710,10 +747,12 @@ def rev0_request(s: Session) -> None:
 
 @case(
     "rfc5044/C/2",
-    "a Reply of Rev 0 to a Rev 1 Request ends the connection",
+    "a Reply of Rev 0 to a Rev 1 Request ends the connection, or the Initiator runs RDMAC mode",
     'RFC 5044 Appendix C.2.2: "The Non-permissive IETF RNIC will gracefully close the connection '
-    'after it reads the incompatible Rev field in the MPA Reply Frame"',
+    'after it reads the incompatible Rev field in the MPA Reply Frame"; C.2.5: the Permissive '
+    'Initiator "should generate version zero DDP/RDMAP messages and enable MPA Markers and CRC"',
     roles=I,
+    covers=("rev0-reply",),
 )
 def rev0_reply(s: Session) -> None:
     s.read_request()
@@ -721,20 +760,34 @@ def rev0_reply(s: Session) -> None:
         craft.reply(revision=0, flags=FrameFlags.MARKERS | FrameFlags.CRC, enhanced=None),
         "Rev 0 Reply (M=1, C=1)",
     )
-    s.link.wait_end(s.within(3.0))
-    if s.link.ended is None:
-        # A permissive Initiator goes on in RDMAC mode: its first FPDU would carry a marker.
-        raise CaseSkipped("the target kept the connection after a Rev 0 Reply (permissive?)")
+    # A permissive Initiator goes on in RDMAC mode: markers and CRC on, DDP version 0.
+    s.markers_receive = s.crc = True
+    got = s.next_fpdu(s.within(3.0))
+    if got is None:
+        if s.link.ended is None:
+            raise CaseSkipped(
+                "the target kept the connection after a Rev 0 Reply and sent nothing "
+                "(a permissive Initiator with nothing to say first)"
+            )
+        return
+    version = got.ulpdu[0] & 0x03 if got.ulpdu else None
+    if not got.crc_ok or version != 0:
+        raise CaseFailed(
+            "the target kept the connection after a Rev 0 Reply but does not run RDMAC "
+            f"mode (markers, CRC, DDP version 0): {got.describe()}"
+            + ("" if got.crc_ok else " with a wrong CRC")
+        )
 
 
 @case(
     "rfc5044/C/3",
-    "a Rev 2 Request with a Rev 1 Reply leads to Full Operation",
+    "a Rev 2 Request with a Rev 1 Reply leads to Full Operation: FPDUs from the first octet",
     'RFC 6581 §10: "All responders are REQUIRED to issue unenhanced RDMA connection '
     'establishment responses in response to unenhanced ... requests"; an Initiator accepts the '
-    "lower revision",
+    "lower revision; " + FIRST_OCTETS_QUOTE,
     roles=I,
     needs=(Need.TALKS,),
+    covers=("first-octets",),
 )
 def rev1_reply_to_rev2(s: Session) -> None:
     request = s.read_request()
@@ -744,10 +797,12 @@ def rev1_reply_to_rev2(s: Session) -> None:
         raise CaseSkipped("the target asks for peer-to-peer; a Rev 1 Reply cannot grant it")
     s.send_raw(craft.reply(revision=1, enhanced=None), "Rev 1 Reply (C=1)")
     s.crc = True
-    if s.next_fpdu() is None:
+    got = s.next_fpdu()
+    if got is None:
         if s.link.ended:
             raise CaseSkipped("the target closed after a Rev 1 Reply to its Rev 2 Request")
         raise CaseSkipped("the target sent no FPDU after the Reply")
+    _first_fpdu_framed(s, got, "a Rev 1 Reply")
 
 
 # --- Rev 0 data transfer (RFC 5044 Appendix C, draft-ietf-rddp-mpa-02 §5) --------------

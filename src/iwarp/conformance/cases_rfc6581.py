@@ -94,6 +94,7 @@ def rev1_accepted(s: Session) -> None:
     '§9: "Enhanced RDMA connection establishment places the following 32 bits at the beginning '
     'of the Private Data field"',
     roles=I,
+    covers=("request-enhanced",),
 )
 def request_enhanced(s: Session) -> None:
     req = s.read_request()
@@ -222,7 +223,7 @@ def ird_covers_ord(s: Session) -> None:
     '§9.1: "If the initiator does not have sufficient resources for the required '
     'IRD, it MUST send a TERM message ... Layer 2, Error Type 0, Error Code 6"',
     roles=I,
-    covers=("terminate",),
+    covers=("ird-term", "terminate"),
 )
 def responder_ord_high(s: Session) -> None:
     request = s.read_request()
@@ -260,6 +261,7 @@ def _answer_rtr(offered: RtrFlags) -> RtrFlags:
     '§9.1: "The initiator MUST leave its local endpoint ORD value unchanged upon receiving a '
     'responder IRD value of 0x3FFF"',
     roles=I,
+    covers=("ird-ord-none",),
 )
 def initiator_none(s: Session) -> None:
     request = s.read_request()
@@ -409,6 +411,7 @@ def read_rtr(s: Session) -> None:
     "the Initiator's Request with A=0 has B, C, D clear",
     '§9.2: "If Control Flag A is set to 0, then Control Flags B, C, and D MUST also be set to 0"',
     roles=I,
+    covers=("rtr-bits",),
 )
 def initiator_a_zero(s: Session) -> None:
     req = s.read_request()
@@ -424,6 +427,7 @@ def initiator_a_zero(s: Session) -> None:
     '§9.2: "The initiator MUST set each Control Flag B, C, and D to 1 for each of the options it '
     'supports, if Control Flag A is set to 1"',
     roles=I,
+    covers=("rtr-offer",),
 )
 def initiator_offers(s: Session) -> None:
     req = s.read_request()
@@ -438,6 +442,7 @@ def initiator_offers(s: Session) -> None:
     "the Initiator sends the RTR the Reply chose, as its first FPDU",
     '§9.2: "the initiator MUST generate one of the negotiated RTR indications"',
     roles=I,
+    covers=("rtr-choice",),
 )
 def initiator_rtr(s: Session) -> None:
     req = s.read_request()
@@ -467,7 +472,7 @@ def initiator_rtr(s: Session) -> None:
     '§9.2: "If the initiator is not able to generate any of the responder-supported RTR '
     'indications, then it MUST send a TERM message ... Layer 2, Error Type 0, Error Code 7"',
     roles=I,
-    covers=("terminate",),
+    covers=("rtr-unmatched", "terminate"),
 )
 def initiator_no_match(s: Session) -> None:
     req = s.read_request()
