@@ -120,6 +120,7 @@ def test_the_contract_names_what_drivers_rely_on() -> None:
         "handle_timer",
         "connection_lost",
         "set_emss",
+        "settled",
     }
     assert properties == {"has_data_to_send", "must_close"}
     assert attributes == {"borrows_input"}

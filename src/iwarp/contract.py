@@ -53,6 +53,11 @@ Rules every core follows:
   Any call may move the deadline: ask again after every call.
 * **Loss.** :meth:`Connection.connection_lost` reports that TCP is gone
   (reset, error, closed under us); FIN is ``receive_data(b"", now)``.
+* **Asking after input.** :meth:`Connection.settled` answers the three
+  questions a driver has after each input (output? a close? a timer?) in one
+  call, exactly as asking them would: most received messages cause none of
+  them, and a core answers that from its own state without the chain of
+  properties its layers would each be asked (each a Python call).
 * **Closing.** :attr:`Connection.must_close` turns True when the protocol
   requires the TCP connection to close (after a Terminate, a fatal error,
   the peer's FIN): the driver sends what :meth:`Connection.data_to_send`
@@ -125,6 +130,13 @@ class Connection(Protocol[EventT]):
     @property
     def must_close(self) -> bool:
         """The protocol requires closing TCP once :meth:`data_to_send` is flushed."""
+        ...
+
+    def settled(self) -> bool:
+        """Nothing for the driver to do but wait for input: exactly
+        ``not has_data_to_send and not must_close and get_timer() is None``,
+        in one call (what a driver asks after each input; see "Asking after
+        input" above)."""
         ...
 
     def set_emss(self, emss: int) -> None:

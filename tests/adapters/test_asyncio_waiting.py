@@ -57,7 +57,7 @@ def test_tcp_loss_wakes_every_waiter_and_wait_until_returns() -> None:
     async def main() -> None:
         front = _Front()
         driver = CoreDriver(front)
-        keyed = asyncio.create_task(driver.woken(3))
+        keyed = asyncio.ensure_future(driver.woken(3))
         until = asyncio.create_task(wait_until(driver, lambda: False))
         await asyncio.sleep(0)
         assert not keyed.done() and not until.done()

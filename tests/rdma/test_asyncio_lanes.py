@@ -168,6 +168,9 @@ class _OneLaneCore:
     def get_timer(self) -> None:
         return None
 
+    def settled(self) -> bool:
+        return not self.has_data_to_send
+
 
 class _QuietFront:
     """A front that takes the driver's events and does nothing with them."""

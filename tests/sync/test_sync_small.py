@@ -38,6 +38,9 @@ class _Core:
     def get_timer(self) -> None:
         return None
 
+    def settled(self) -> bool:
+        return not self.has_data_to_send
+
     def receive_data(self, data: Any, now: float) -> list[Any]:
         return []
 

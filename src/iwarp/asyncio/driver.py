@@ -85,6 +85,8 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._lane: SendLane | None = None
         #: The receive lane, once a bulk transfer arrives (_start_recv_lane).
         self._recv_lane: ReceiveLane | None = None
+        #: The thread's one receive buffer (the loop's thread: looked up once).
+        self._rbuf = receive_buffer()
 
     def handle_events(self, events: list[Any]) -> None:
         """The core's events to the front (if anyone still holds it)."""
@@ -117,7 +119,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         lane = self._recv_lane
         if lane is not None:
             return lane.room()
-        return receive_buffer()
+        return self._rbuf
 
     def buffer_updated(self, nbytes: int) -> None:
         lane = self._recv_lane
@@ -125,13 +127,19 @@ class CoreDriver(asyncio.BufferedProtocol):
             lane.arrived(nbytes)
             self._feed_lane(lane)
             return
-        view = receive_buffer()[:nbytes]
-        if self.core.borrows_input:
-            self.feed(view)  # consumed before feed returns: no copy here
+        core = self.core
+        if core.borrows_input:
+            # Consumed before receive_data returns: no copy here. (feed,
+            # inlined: this runs per message.)
+            events = core.receive_data(self._rbuf[:nbytes], self._loop.time())
+            if events:
+                self.handle_events(events)
+            self._answer()
             if nbytes >= RING_START and self._fd is not None and lanes.RECEIVE_ACTIVE:
                 self._start_recv_lane()
         else:
-            self.feed(bytes(view))  # a copy the size of what arrived: the core may keep views
+            # A copy the size of what arrived: the core may keep views.
+            self.feed(bytes(self._rbuf[:nbytes]))
 
     def _start_recv_lane(self) -> None:
         """A bulk transfer (a read of :data:`~iwarp.rdma.lanes.RING_START`
@@ -214,21 +222,24 @@ class CoreDriver(asyncio.BufferedProtocol):
     def wake(self, key: object = None) -> None:
         """Let the calls waiting in :meth:`woken` (for ``key``) check again."""
         if key is None:
-            if self._waiters:
-                waiters, self._waiters = self._waiters, []
-                for waiter in waiters:
-                    wake(waiter)
+            waiters = self._waiters
+            if waiters:
+                self._waiters = []
+                for waiter in waiters:  # (wake(), inline: per received message)
+                    if not waiter.done():
+                        waiter.set_result(None)
         else:
             wake(self._keyed.pop(key, None))
 
-    async def woken(self, key: object = None) -> None:
-        """Wait for the next :meth:`wake` (of ``key``; one waiting call per key)."""
+    def woken(self, key: object = None) -> asyncio.Future[None]:
+        """What to await for the next :meth:`wake` (of ``key``; one waiting
+        call per key): a future, not a coroutine (one object less per wait)."""
         waiter: asyncio.Future[None] = self._loop.create_future()
         if key is None:
             self._waiters.append(waiter)
         else:
             self._keyed[key] = waiter
-        await waiter
+        return waiter
 
     def _wake_all(self) -> None:
         self.wake()
@@ -311,15 +322,12 @@ class CoreDriver(asyncio.BufferedProtocol):
         """:meth:`flush` after input, when it may have something to do: the
         input caused output (a Reply, a Read Response), a close or a timer,
         or output or a drain waits. Most received messages cause none of
-        these, and the core says so without a pull."""
-        core = self.core
+        these, and the core says so without a pull, in one call (``settled``)."""
         if (
             self._lane is not None
             or self._drain_waiter is not None
             or self._timer is not None
-            or core.has_data_to_send
-            or core.must_close
-            or core.get_timer() is not None
+            or not self.core.settled()
         ):
             self.flush()
 
@@ -346,7 +354,9 @@ class CoreDriver(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             return
         fd = self._fd
-        if fd is None or self._lane is not None or transport.get_write_buffer_size():
+        # The transport holds output exactly while it has paused us (its
+        # high-water mark is 0, connection_made): no call into it to ask.
+        if fd is None or self._lane is not None or self._write_paused:
             self._write_chunks([data])
             return
         try:

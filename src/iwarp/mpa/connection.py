@@ -109,6 +109,7 @@ _OVER = (MpaState.CLOSED, MpaState.FAILED)
 #: Looked up once: an enum member's attribute lookup costs more than the
 #: rest of a per-message check (the small-message lane's).
 _FULL_OPERATION: Final = MpaState.FULL_OPERATION
+_FAILED: Final = MpaState.FAILED
 
 
 class MpaConnection:
@@ -448,6 +449,14 @@ class MpaConnection:
     def has_data_to_send(self) -> bool:
         """Octets are queued for :meth:`data_to_send`."""
         return bool(self._out)
+
+    def settled(self) -> bool:
+        """Nothing queued, no timer and no close required
+        (:meth:`iwarp.contract.Connection.settled`)."""
+        if self._out or self._deadline is not None or self._frame_deadline is not None:
+            return False
+        # must_close is only ever True in FAILED
+        return self._state is not _FAILED or not self.must_close
 
     # -- receiving ----------------------------------------------------------------
 

@@ -407,6 +407,17 @@ class RdmaConnection:
             stream.message_sent(lane.token)
             self._events.extend(stream.take_events())
 
+    def settled(self) -> bool:
+        """No output, no timer, no close required
+        (:meth:`iwarp.contract.Connection.settled`): in full operation with
+        the stream operational (must_close's own fast case: False), MPA's
+        answer and the stream's output; otherwise the three asked."""
+        stream = self.stream
+        mpa = self.mpa
+        if stream is None or stream.state is not _OPERATIONAL or mpa.state is not _FULL_OPERATION:
+            return not self.has_data_to_send and not self.must_close and self.get_timer() is None
+        return mpa.settled() and not stream.has_data_to_send
+
     @property
     def has_data_to_send(self) -> bool:
         """Whether :meth:`data_to_send` would give octets now: MPA's own

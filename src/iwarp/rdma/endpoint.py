@@ -572,6 +572,19 @@ class QueuePairEndpoint:
             return conn.mpa.has_data_to_send
         return conn.has_data_to_send
 
+    def settled(self) -> bool:
+        """No output, no timer, no close required
+        (:meth:`iwarp.contract.Connection.settled`): the connection's
+        answer, unless output is held back or a warning is due (both
+        timers) or the connection ended (must_close)."""
+        if (
+            self._hold_until is not None
+            or self._fence_warn_at is not None
+            or self._ended is not None
+        ):
+            return False
+        return self.conn.settled()
+
     def take_events(self) -> list[Event]:
         events = self.conn.take_events()
         if events:

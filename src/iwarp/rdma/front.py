@@ -162,6 +162,9 @@ class QueuePairFront:
     #: The adapter's completion queue class, for the queues made by default.
     _cq_type: ClassVar[type[CompletionQueueFront]] = CompletionQueueFront
     _endpoint: QueuePairEndpoint | None = None
+    #: The receive high-water mark paused the driver's reading (its
+    #: ``resume_reading`` is called only then, not per message taken).
+    _reading_paused = False
     #: The driver that moves the endpoint's octets.
     _driver: FrontDriver
 
@@ -206,6 +209,7 @@ class QueuePairFront:
             _TABLE[type(event)](self, event)
         endpoint = self._endpoint
         if endpoint is not None and endpoint.message_octets > RECEIVE_HIGH_WATER:
+            self._reading_paused = True
             self._driver.pause_reading()
 
     def lost(self) -> None:
@@ -371,7 +375,9 @@ class QueuePairFront:
         :raises ConnectionTerminatedError: the connection ended (or TCP is
             gone) and no message is left.
         """
-        endpoint = self.endpoint
+        endpoint = self._endpoint  # (per message: not the checking property)
+        if endpoint is None:
+            raise LocalProtocolError("the queue pair is not connected")
         data = endpoint.take_message()
         if data is None:
             if not endpoint.receive_buffers:
@@ -380,7 +386,8 @@ class QueuePairFront:
                 )
             if endpoint.ended is not None or self._driver.gone:
                 raise ConnectionTerminatedError(self.end_reason)
-        elif endpoint.message_octets < RECEIVE_HIGH_WATER // 4:
+        elif self._reading_paused and endpoint.message_octets < RECEIVE_HIGH_WATER // 4:
+            self._reading_paused = False
             self._driver.resume_reading()
         return data
 
@@ -393,7 +400,10 @@ class QueuePairFront:
         and complete at once by the small-message lane, with no work request
         (:meth:`~iwarp.rdma.endpoint.QueuePairEndpoint.send_now`), and
         written as far as TCP takes it. False: post it as a work request."""
-        frame = self.endpoint.send_now(data, solicited=solicited, invalidate_stag=invalidate_stag)
+        endpoint = self._endpoint  # (per message: not the checking property)
+        if endpoint is None:
+            raise LocalProtocolError("the queue pair is not connected")
+        frame = endpoint.send_now(data, solicited=solicited, invalidate_stag=invalidate_stag)
         if frame is None:
             return False
         self._driver.write(frame)

@@ -124,7 +124,8 @@ class SmallLane:
         if target is None:
             return None
         if type(data) is not bytes:
-            data = memoryview(data)
+            if type(data) is not memoryview:  # (the drivers' reads are views already)
+                data = memoryview(data)
             if data.format != "B":
                 return None
         version, msn, send, send_se, head = target

@@ -308,13 +308,16 @@ def spin_read(read: Callable[[], bool], wake: float | None, busy_poll: float) ->
     per look; True once something was read, then handled) without sleeping,
     for up to ``busy_poll`` seconds (not past ``wake``): the message is in as
     soon as it is seen. False when nothing came."""
+    if read():
+        return True  # (the clock is read only when the first look found nothing)
     end = clock() + busy_poll
     if wake is not None and wake < end:
         end = wake
-    while not read():
+    while True:
         if clock() >= end:
             return False
         # A runnable process (the peer, on a busy machine) gets the CPU
         # first: spinning must not delay what it waits for.
         os.sched_yield()
-    return True
+        if read():
+            return True

@@ -362,10 +362,13 @@ class Driver:
 
     def _answer(self) -> None:
         """Send what the input caused (a Reply, a Read Response, a close):
-        most received messages cause nothing to send, and the core says so."""
+        most received messages cause nothing to send, and the core says so
+        in one call (``settled``)."""
         core = self.core
         if self.sock is not None and (
-            self._out or self._lane is not None or core.has_data_to_send or core.must_close
+            self._out
+            or self._lane is not None
+            or (not core.settled() and (core.has_data_to_send or core.must_close))
         ):
             self.flush()
 
@@ -454,13 +457,21 @@ class Driver:
 
         :raises WaitTimeoutError: the deadline passed first.
         """
-        while (got := take()) is None:
+        got = take()
+        return got if got is not None else self.wait_for(take, deadline, what)
+
+    def wait_for(self, take: Callable[[], T | None], deadline: float | None, what: str) -> T | None:
+        """:meth:`run_for` when ``take()`` just gave None: waits before it
+        asks again (a blocking call's hot wait, which has looked already,
+        asks once per wait, not twice)."""
+        while True:
             if deadline is not None and clock() >= deadline:
                 raise WaitTimeoutError(f"timed out waiting for {what}")
             if not self.wait(deadline):
                 self.check_stalled(what)
                 return take()
-        return got
+            if (got := take()) is not None:
+                return got
 
     # -- closing -------------------------------------------------------------------
 

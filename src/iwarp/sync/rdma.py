@@ -295,7 +295,8 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         """
         data = self._take_message()
         if data is None:  # (no closure: this is the hot wait of a ping-pong)
-            data = self._driver.run_for(self._take_message, deadline_after(timeout), "a message")
+            deadline = None if timeout is None else deadline_after(timeout)
+            data = self._driver.wait_for(self._take_message, deadline, "a message")
             if data is None:
                 raise ConnectionTerminatedError(self.end_reason)
         return data

@@ -251,6 +251,11 @@ class VitcpConnection:
         half close; a reconnect, §4.2, is signalled by ReconnectNeeded)."""
         return self._machine.state is State.DISCONNECTED
 
+    def settled(self) -> bool:
+        """Nothing queued, no timer and the VI not over
+        (:meth:`iwarp.contract.Connection.settled`)."""
+        return not self._out and not self.must_close and self.get_timer() is None
+
     def set_emss(self, emss: int) -> None:
         """Nothing to do: the CE exchange settles the MTU (§3.3)."""
 
