@@ -64,6 +64,9 @@ class CoreDriver(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         #: Resolved once TCP is gone.
         self.closed: asyncio.Future[None] = self._loop.create_future()
+        #: The front's driver's ``gone``: TCP is gone (``closed`` resolved).
+        #: An attribute, not a property: a receive asks it per message.
+        self.gone = False
         self.emss = DEFAULT_EMSS
         self._peername: object = None
         self._timer: asyncio.TimerHandle | None = None
@@ -190,6 +193,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         if hasattr(self, "core"):
             self.handle_events(self.core.connection_lost(self._loop.time(), reason))
         self._cancel_timer()
+        self.gone = True
         if not self.closed.done():
             self.closed.set_result(None)
         if front is not None:
@@ -209,11 +213,6 @@ class CoreDriver(asyncio.BufferedProtocol):
         self.flush()
 
     # -- the front's driver (iwarp.contract.FrontDriver) ------------------------------
-
-    @property
-    def gone(self) -> bool:
-        """TCP is gone."""
-        return self.closed.done()
 
     def now(self) -> float:
         """The loop's clock, the cores' ``now``."""

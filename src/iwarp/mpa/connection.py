@@ -142,7 +142,9 @@ class MpaConnection:
         self.batch_ulpdus = batch_ulpdus
         self.config = config if config is not None else MpaConfig()
         self._role: Role | None = None
-        self._state = MpaState.IDLE
+        #: Where the connection is in RFC 5044's startup and after (an
+        #: attribute, not a property: read per message; read-only).
+        self.state: MpaState = MpaState.IDLE
         self._events: list[Event] = []
         self._out: list[Buffer] = []
         self._held: list[Buffer] = []
@@ -164,10 +166,6 @@ class MpaConnection:
     # -- properties -----------------------------------------------------------
 
     @property
-    def state(self) -> MpaState:
-        return self._state
-
-    @property
     def role(self) -> Role | None:
         return self._role
 
@@ -179,7 +177,7 @@ class MpaConnection:
     @property
     def fenced(self) -> bool:
         """True while a Responder holds its FPDUs back (rule 4)."""
-        return self._state is MpaState.AWAIT_FIRST_FPDU
+        return self.state is MpaState.AWAIT_FIRST_FPDU
 
     @property
     def request(self) -> MpaFrame | None:
@@ -191,7 +189,7 @@ class MpaConnection:
         """MPA requires the TCP connection to be closed (after error 1, 4 or
         a startup timeout); flush :meth:`data_to_send` first."""
         return (
-            self._state is MpaState.FAILED
+            self.state is MpaState.FAILED
             and self.error is not None
             and (self.error.mpa_code in (MpaErrorCode.TCP_CLOSED, MpaErrorCode.INVALID_FRAME))
         )
@@ -223,11 +221,11 @@ class MpaConnection:
         if now is not None:
             self._now = now
         event = MpaInput.START_INITIATOR if role is Role.INITIATOR else MpaInput.START_RESPONDER
-        if self._state is not MpaState.IDLE:
-            raise transitions_for(role).error(self._state, event)
+        if self.state is not MpaState.IDLE:
+            raise transitions_for(role).error(self.state, event)
         frame = build_request(self.config, private_data) if role is Role.INITIATOR else None
         self._role = role
-        self._state = transition(role, self._state, event)
+        self.state = transition(role, self.state, event)
         if last_streaming:
             self._out.append(bytes(last_streaming))
         if frame is not None:
@@ -259,10 +257,10 @@ class MpaConnection:
         if now is not None:
             self._now = now
         if not self._framed:
-            self._state = transition(self._role, self._state, MpaInput.START_FRAMED)
+            self.state = transition(self._role, self.state, MpaInput.START_FRAMED)
             self._framed = True
-        elif self._state is not MpaState.FULL_OPERATION:
-            raise LocalProtocolError(f"cannot start framing in state {self._state.value}")
+        elif self.state is not MpaState.FULL_OPERATION:
+            raise LocalProtocolError(f"cannot start framing in state {self.state.value}")
         if send and self._encoder is None:
             self._encoder = FpduEncoder(markers=True, crc=True, max_ulpdu=MAX_ULPDU)
         if receive and self._decoder is None:
@@ -339,8 +337,8 @@ class MpaConnection:
         self._release_as_stream()
 
     def _awaiting_decision(self, event: MpaInput) -> MpaFrame:
-        if self._state is not MpaState.AWAIT_DECISION or self._request is None:
-            raise transitions_for(self._role).error(self._state, event)
+        if self.state is not MpaState.AWAIT_DECISION or self._request is None:
+            raise transitions_for(self._role).error(self.state, event)
         return self._request
 
     def _send_reply(
@@ -362,7 +360,7 @@ class MpaConnection:
             ord=ord,
             emss=self._emss,
         )
-        self._state = transition(self._role, self._state, decision)
+        self.state = transition(self._role, self.state, decision)
         self._out.append(reply.pack())
         return params
 
@@ -375,7 +373,7 @@ class MpaConnection:
             larger than 64768 octets (DDP should keep to ``params.mulpdu``).
         """
         encoder = self._encoder
-        if self._state is MpaState.FULL_OPERATION and encoder is not None:
+        if self.state is MpaState.FULL_OPERATION and encoder is not None:
             self._out.extend(encoder.encode(ulpdu))
             return
         self._send_framed(lambda framer: framer.encode(ulpdu))
@@ -386,7 +384,7 @@ class MpaConnection:
         :meth:`FpduEncoder.encode_run <iwarp.mpa.framing.FpduEncoder.encode_run>`).
         """
         encoder = self._encoder
-        if self._state is MpaState.FULL_OPERATION and encoder is not None:
+        if self.state is MpaState.FULL_OPERATION and encoder is not None:
             self._out.extend(encoder.encode_run(run))
             return
         self._send_framed(lambda framer: framer.encode_run(run))
@@ -397,7 +395,7 @@ class MpaConnection:
         Whoever writes them tells it (:meth:`FpduEncoder.advance
         <iwarp.mpa.framing.FpduEncoder.advance>`) before anything else is
         framed."""
-        if self._state is not _FULL_OPERATION or self._out:
+        if self.state is not _FULL_OPERATION or self._out:
             return None
         return self._encoder
 
@@ -412,7 +410,7 @@ class MpaConnection:
         """Outside plain full operation: check the table, then queue the
         pieces, held back while rule 4 forbids sending (a Responder before
         the first FPDU arrived)."""
-        nxt = transition(self._role, self._state, MpaInput.SEND_ULPDU)
+        nxt = transition(self._role, self.state, MpaInput.SEND_ULPDU)
         if self._encoder is None:
             raise LocalProtocolError("the send direction has not started framing")
         pieces = encode(self._encoder)
@@ -426,15 +424,15 @@ class MpaConnection:
 
         :raises LocalProtocolError: MPA owns the send direction now.
         """
-        half = self._framed and self._encoder is None and self._state is MpaState.FULL_OPERATION
+        half = self._framed and self._encoder is None and self.state is MpaState.FULL_OPERATION
         if not half:  # culley-02: the send direction has not started framing yet
-            transition(self._role, self._state, MpaInput.SEND_STREAM)
+            transition(self._role, self.state, MpaInput.SEND_STREAM)
         self._out.append(bytes(data))
 
     def close(self) -> None:
         """The application closes; held FPDUs are dropped. The adapter then
         closes the TCP connection after flushing :meth:`data_to_send`."""
-        self._state = transition(self._role, self._state, MpaInput.CLOSE)
+        self.state = transition(self._role, self.state, MpaInput.CLOSE)
         self._held.clear()
         self._deadline = self._frame_deadline = None
 
@@ -456,7 +454,7 @@ class MpaConnection:
         if self._out or self._deadline is not None or self._frame_deadline is not None:
             return False
         # must_close is only ever True in FAILED
-        return self._state is not _FAILED or not self.must_close
+        return self.state is not _FAILED or not self.must_close
 
     # -- receiving ----------------------------------------------------------------
 
@@ -480,7 +478,7 @@ class MpaConnection:
         received."""
         decoder = self._decoder
         if (
-            self._state is not _FULL_OPERATION
+            self.state is not _FULL_OPERATION
             or decoder is None
             or self._events
             or decoder.buffered
@@ -496,7 +494,7 @@ class MpaConnection:
         which the decoder holds nothing and the lane can take the next
         FPDU (:meth:`lane_decoder`)."""
         decoder = self._decoder
-        if self._state is not MpaState.FULL_OPERATION or decoder is None or decoder.error:
+        if self.state is not MpaState.FULL_OPERATION or decoder is None or decoder.error:
             return 0
         return decoder.to_complete()
 
@@ -504,7 +502,7 @@ class MpaConnection:
         if not data:
             self._end_of_stream()
             return
-        state = self._state
+        state = self.state
         if state is MpaState.FULL_OPERATION and self._decoder is not None:
             self._feed(data)
         elif state in _STARTUP:
@@ -526,7 +524,7 @@ class MpaConnection:
         elif state is MpaState.AWAIT_FIRST_FPDU:
             self._feed(data)
         elif state in _STREAMING:
-            self._state = transition(self._role, state, MpaInput.STREAM_DATA)
+            self.state = transition(self._role, state, MpaInput.STREAM_DATA)
             self._events.append(StreamDataReceived(data=bytes(data)))
         elif state is MpaState.FULL_OPERATION and self._framed:
             # culley-02: this direction has not started framing yet.
@@ -536,7 +534,7 @@ class MpaConnection:
     def connection_lost(self, now: float, reason: str = "connection reset") -> list[Event]:
         """The TCP connection was reset or lost (error 1); return the events."""
         self._now = now
-        if self._state not in _OVER:
+        if self.state not in _OVER:
             self._fail(MpaInput.CONNECTION_LOST, MpaError(MpaErrorCode.TCP_CLOSED, reason))
         return self.take_events()
 
@@ -564,7 +562,7 @@ class MpaConnection:
 
     def _expire(self, now: float) -> None:
         deadline = self.get_timer()
-        if deadline is None or now < deadline or self._state not in _STARTUP:
+        if deadline is None or now < deadline or self.state not in _STARTUP:
             return
         name = "Request" if self._role is Role.RESPONDER else "Reply"
         if self._rx:
@@ -607,7 +605,7 @@ class MpaConnection:
                 "refuse_reply() is for an Initiator that has just received a valid Reply "
                 "and has exchanged no ULPDU yet"
             )
-        self._state = transition(self._role, self._state, MpaInput.REFUSE_REPLY)
+        self.state = transition(self._role, self.state, MpaInput.REFUSE_REPLY)
         rest = decoder.release()
         self._encoder = self._decoder = None
         self._params = None
@@ -653,7 +651,7 @@ class MpaConnection:
             self._out.append(incompatible_reply(self.config).pack())
             self._fail(MpaInput.BAD_FRAME, MpaError(MpaErrorCode.INVALID_FRAME, why))
             return
-        self._state = transition(self._role, self._state, MpaInput.REQUEST)
+        self.state = transition(self._role, self.state, MpaInput.REQUEST)
         self._rx += rest
         if len(self._rx) > self.config.receive_buffer_limit:
             self._fail(
@@ -684,7 +682,7 @@ class MpaConnection:
         except MpaError as exc:
             self._fail(MpaInput.BAD_FRAME, exc)
             return
-        self._state = transition(self._role, self._state, outcome.input)
+        self.state = transition(self._role, self.state, outcome.input)
         if outcome.params is None:
             self._events.append(
                 ConnectionRejected(
@@ -732,9 +730,9 @@ class MpaConnection:
         # the caller's buffer is decoded where it lies.
         ulpdus = decoder.feed_batch(data, borrow=self.batch_ulpdus)
         if len(ulpdus):
-            if self._state is MpaState.AWAIT_FIRST_FPDU:
+            if self.state is MpaState.AWAIT_FIRST_FPDU:
                 # Rule 4 satisfied: release what the Responder framed so far.
-                self._state = transition(self._role, self._state, MpaInput.FPDU)
+                self.state = transition(self._role, self.state, MpaInput.FPDU)
                 self._out.extend(self._held)
                 self._held.clear()
             events = self._events
@@ -745,13 +743,13 @@ class MpaConnection:
                     events.append(UlpduReceived(data=ulpdu))
         error = decoder.error
         if error is not None and self.error is None:
-            self._state = transition(self._role, self._state, MpaInput.BAD_FPDU)
+            self.state = transition(self._role, self.state, MpaInput.BAD_FPDU)
             self.error = error
             self._held.clear()
             self._events.append(ConnectionFailed(error=error, close=False))
 
     def _end_of_stream(self) -> None:
-        state = self._state
+        state = self.state
         if state in _OVER or self._peer_closed:
             return
         self._peer_closed = True
@@ -776,11 +774,11 @@ class MpaConnection:
                 ),
             )
             return
-        self._state = transition(self._role, state, MpaInput.PEER_CLOSED)
+        self.state = transition(self._role, state, MpaInput.PEER_CLOSED)
         self._events.append(ConnectionClosed())
 
     def _fail(self, event: MpaInput, error: MpaError) -> None:
-        self._state = transition(self._role, self._state, event)
+        self.state = transition(self._role, self.state, event)
         self.error = error
         self._rx.clear()
         self._held.clear()

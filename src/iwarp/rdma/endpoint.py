@@ -286,7 +286,9 @@ class QueuePairEndpoint:
         #: Octets of received messages not taken yet (drivers pause reading above a mark).
         self.message_octets = 0
         self._params: MpaParams | None = None
-        self._ended: Ended | None = None
+        #: How the connection ended, or None while it lives (an attribute,
+        #: not a property: the adapters ask it per message; read-only).
+        self.ended: Ended | None = None
         self._ending: str | None = None
         self._in_setup = False
         self._setup_error: BaseException | None = None
@@ -319,11 +321,6 @@ class QueuePairEndpoint:
         return self.conn.stream
 
     @property
-    def ended(self) -> Ended | None:
-        """How the connection ended, or None while it lives."""
-        return self._ended
-
-    @property
     def end_reason(self) -> str:
         """Why the connection ended (Terminate fields, error), for messages."""
         if self.terminate is not None:
@@ -335,7 +332,7 @@ class QueuePairEndpoint:
 
     @property
     def must_close(self) -> bool:
-        return self._ended is not None or self.conn.must_close
+        return self.ended is not None or self.conn.must_close
 
     @property
     def unsent(self) -> bool:
@@ -410,7 +407,7 @@ class QueuePairEndpoint:
             Invalidate STag.
         """
         lane = self._lane
-        if lane is not None and self._ended is None and self._hold_until is None:
+        if lane is not None and self.ended is None and self._hold_until is None:
             # The lane frames only in full operation with the stream
             # operational, where _stream() has nothing to refuse.
             frame = lane.send(data, solicited, invalidate_stag)
@@ -580,7 +577,7 @@ class QueuePairEndpoint:
         if (
             self._hold_until is not None
             or self._fence_warn_at is not None
-            or self._ended is not None
+            or self.ended is not None
         ):
             return False
         return self.conn.settled()
@@ -777,7 +774,7 @@ class QueuePairEndpoint:
         self._route(self.conn.take_events(), now)
 
     def _on_established(self, event: ConnectionEstablished, now: float | None) -> None:
-        if self._ended is not None:
+        if self.ended is not None:
             return
         self._params = event.params
         if self.role is Role.INITIATOR and self._first_send_delay > 0 and now is not None:
@@ -809,14 +806,14 @@ class QueuePairEndpoint:
 
     def _finish_end(self) -> None:
         reason = self._ending
-        if reason is not None and self._ended is None:
+        if reason is not None and self.ended is None:
             self._hold_until = None
             self._fence_warn_at = None
-            self._ended = Ended(self.error, reason if self.error is None else str(self.error))
+            self.ended = Ended(self.error, reason if self.error is None else str(self.error))
             # Not established after all (e.g. RFC 6581 negotiation failed
             # right after the Reply): drivers see only the end.
             self._events = [e for e in self._events if not isinstance(e, Established)]
-            self._events.append(self._ended)
+            self._events.append(self.ended)
 
 
 _Route = Callable[[QueuePairEndpoint, "StackEvent", "float | None"], None]

@@ -165,6 +165,8 @@ _SEND_QUEUE: Final = int(QueueNumber.SEND)
 #: rest of a per-message check (the small-message lane's).
 _OPERATIONAL: Final = StreamState.OPERATIONAL
 _pack_untagged = UNTAGGED_HEADER.pack
+#: What a spare posted-buffer entry holds instead of memory (send_taken).
+_NO_VIEW: Final = memoryview(b"")
 
 
 @dataclass(eq=False, slots=True)
@@ -324,6 +326,9 @@ class RdmapStream:
         self._plain_sends = (self._send_rdmap, self._send_se_rdmap)
         self.state = StreamState.OPERATIONAL if initiator else StreamState.WAIT_PEER
         self._recv: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.SEND)
+        #: A posted-buffer entry the small-message lane took (send_taken),
+        #: emptied, for repost_recv to fill again instead of making one.
+        self._spare: PostedBuffer[RecvWR | None] | None = None
         self._reads: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.READ_REQUEST)
         self._terms: UntaggedQueue[RecvWR | None] = UntaggedQueue(QueueNumber.TERMINATE)
         self.atomic_ird = atomic_ird
@@ -426,7 +431,17 @@ class RdmapStream:
         if self.state is not _OPERATIONAL:
             self.state = transition(self.state, StreamInput.POST)
         # UntaggedQueue.post, inline: it runs per message of a receive pool.
-        self._recv.buffers.append(PostedBuffer(view, wr, region.stag in self._atomic_stags))
+        # The entry the small-message lane took last (send_taken) is no
+        # one else's any more: it is refilled instead of a new one made.
+        posted = self._spare
+        if posted is None:
+            posted = PostedBuffer(view, wr, region.stag in self._atomic_stags)
+        else:
+            self._spare = None
+            posted.view = view
+            posted.context = wr
+            posted.guarded = region.stag in self._atomic_stags
+        self._recv.buffers.append(posted)
 
     def claim_send(
         self,
@@ -1215,6 +1230,11 @@ class RdmapStream:
         queue.next_msn = (queue.next_msn + 1) & MAX_MSN
         wr = head.context
         assert wr is not None
+        # Kept for repost_recv (nothing else refers to it now), holding no
+        # memory: a region deregistered meanwhile must not stay exported.
+        head.view = _NO_VIEW
+        head.context = None
+        self._spare = head
         return wr
 
     def _take_send(self, view: memoryview) -> tuple[RecvWR, int, bool] | bool:

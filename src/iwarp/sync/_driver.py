@@ -76,6 +76,9 @@ class Driver:
     ) -> None:
         sock.setblocking(False)
         self.sock: socket.socket | None = sock
+        #: The front's driver's ``gone`` (the socket is closed), an attribute
+        #: set where the socket closes: a receive asks it per message.
+        self.gone = False
         self.core = core
         self._dispatch = dispatch
         self._fd = sock.fileno()
@@ -133,8 +136,6 @@ class Driver:
         return self._fd
 
     # -- the front's driver (iwarp.contract.FrontDriver) ------------------------------
-
-    gone = closed
 
     def now(self) -> float:
         """The blocking adapters' clock (:data:`clock`)."""
@@ -485,6 +486,7 @@ class Driver:
         if sock is None:
             return
         self.sock = None
+        self.gone = True
         self.eof = True
         with contextlib.suppress(KeyError, ValueError):
             self._poll.unregister(self._fd)
