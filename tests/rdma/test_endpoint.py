@@ -364,3 +364,34 @@ def test_one_receive_may_hold_more_messages_than_the_pool_has_buffers() -> None:
     assert [type(e).__name__ for e in events] == ["MessageQueued"] * 6
     assert [w.b.take_message() for _ in range(6)] == [f"message {i}".encode() for i in range(6)]
     assert w.b.error is None
+
+
+def test_a_buffer_the_small_lane_filled_is_not_held_after_its_completion() -> None:
+    """The small-message lane places a Send into the application's posted
+    buffer; once the receive completed and the region is deregistered, the
+    stack holds no view of that memory (the entry the stream keeps to refill
+    holds none): the application may resize its buffer. Then the pool's
+    buffers, refilled the same way, still take message after message."""
+    w = pair(a={"receive_buffers": 2})
+    w.pump()
+    first = w.b.pd.register(bytearray(64))
+    w.b.post_recv(RecvWR(Sge(first), wr_id=6))
+    w.a.post_send(SendWR(b"first", wr_id=1))  # the Initiator's first message
+    w.pump()
+    assert [c.wr_id for c in w.b.recv_cq.poll()] == [6]
+    memory = bytearray(64)
+    region = w.b.pd.register(memory)
+    w.b.post_recv(RecvWR(Sge(region), wr_id=7))
+    frame = w.a.send_now(b"into the application's buffer")
+    assert frame is not None
+    w.b.receive_data(frame, w.now)  # one whole FPDU: the lane's
+    (completion,) = w.b.recv_cq.poll()
+    assert completion.wr_id == 7 and completion.ok
+    assert bytes(memory[: completion.byte_len]) == b"into the application's buffer"
+    region.deregister()
+    memory.extend(b"more")  # BufferError if a view of it were still exported
+    for i in range(6):
+        frame = w.b.send_now(b"m%d" % i)
+        assert frame is not None
+        w.a.receive_data(frame, w.now)
+        assert w.a.take_message() == b"m%d" % i
