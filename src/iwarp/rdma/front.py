@@ -126,12 +126,12 @@ class CompletionQueueFront:
         self._notify()
 
 
-#: Which method of a queue pair takes each of its endpoint's events.
+#: Which method of a queue pair takes each of its endpoint's events
+#: (MessageQueued: :meth:`QueuePairFront.dispatch` itself, one wake per call).
 _HANDLERS: Final = {
     Established: "_on_established",
     CompletionQueued: "_on_completion",
     WorkFinished: "_on_work",
-    MessageQueued: "_on_message",
     Ended: "_on_ended",
 }
 
@@ -205,8 +205,14 @@ class QueuePairFront:
     def dispatch(self, events: list[Any]) -> None:
         """Hand each of the endpoint's events to its handler; pause reading
         while the receive pool holds more than :data:`RECEIVE_HIGH_WATER`."""
+        queued = False
         for event in events:
-            _TABLE[type(event)](self, event)
+            if type(event) is MessageQueued:
+                queued = True  # (per received message: no handler call)
+            else:
+                _TABLE[type(event)](self, event)
+        if queued:  # the receive calls waiting check the pool again: one wake
+            self._driver.wake()
         endpoint = self._endpoint
         if endpoint is not None and endpoint.message_octets > RECEIVE_HIGH_WATER:
             self._reading_paused = True
@@ -230,9 +236,6 @@ class QueuePairFront:
 
     def _on_work(self, event: WorkFinished) -> None:
         self._driver.wake(event.wr_id)
-
-    def _on_message(self, event: MessageQueued) -> None:
-        self._driver.wake()
 
     def _on_ended(self, event: Ended) -> None:
         self._driver.wake()
