@@ -303,12 +303,15 @@ def spin(poller: Any, wake: float | None, busy_poll: float) -> list[tuple[int, i
     return ready
 
 
-def spin_read(read: Callable[[], bool], wake: float | None, busy_poll: float) -> bool:
+def spin_read(
+    read: Callable[[], bool], wake: float | None, busy_poll: float, *, looked: bool = False
+) -> bool:
     """Busy polling when only input is awaited: ``read()`` (one system call
     per look; True once something was read, then handled) without sleeping,
     for up to ``busy_poll`` seconds (not past ``wake``): the message is in as
-    soon as it is seen. False when nothing came."""
-    if read():
+    soon as it is seen. False when nothing came. ``looked``: the caller's
+    own ``read()`` just found nothing (the first look is not repeated)."""
+    if not looked and read():
         return True  # (the clock is read only when the first look found nothing)
     end = clock() + busy_poll
     if wake is not None and wake < end:

@@ -361,17 +361,20 @@ class Driver:
             self._read()
         self._answer()
 
-    def _answer(self) -> None:
+    def _answer(self) -> bool:
         """Send what the input caused (a Reply, a Read Response, a close):
         most received messages cause nothing to send, and the core says so
-        in one call (``settled``)."""
+        in one call (``settled``). True: the core said so (then it has no
+        timer either)."""
         core = self.core
-        if self.sock is not None and (
-            self._out
-            or self._lane is not None
-            or (not core.settled() and (core.has_data_to_send or core.must_close))
-        ):
+        if self.sock is not None and (self._out or self._lane is not None):
             self.flush()
+            return False
+        if core.settled():
+            return True
+        if self.sock is not None and (core.has_data_to_send or core.must_close):
+            self.flush()
+        return False
 
     def run_timer(self) -> None:
         """Call the core's timer if it is due."""
@@ -394,6 +397,14 @@ class Driver:
             mask = _POLLIN if self.reading and not self.eof else 0
             if self._out or self._lane is not None:
                 mask |= _POLLOUT
+        busy = mask == _POLLIN and self.busy_poll > 0
+        if busy and self._read():
+            # Input was there at the first look (a ping-pong's usual case):
+            # handled without asking the timer first. A core that settled
+            # has none; otherwise a due one runs, as after any input.
+            if not self._answer():
+                self.run_timer()
+            return True
         timer = self.core.get_timer()
         if not mask and timer is None:
             return False
@@ -412,7 +423,7 @@ class Driver:
         if mask != self._mask:
             self._mask = mask
             self._poll.modify(self._fd, mask)
-        if mask == _POLLIN and self.busy_poll > 0 and spin_read(self._read, wake, self.busy_poll):
+        if busy and spin_read(self._read, wake, self.busy_poll, looked=True):
             self._answer()
         else:
             if mask:
