@@ -408,9 +408,12 @@ def _decode_kernel_call(data: bytes) -> None:
     if packets is None or fpdus is None:
         return  # the pure-Python path: no decode kernels
     draw = _Draw(data)
-    which = draw.octet() % 6
+    which = draw.octet() % 7
     if which == 5:
         _fpdu_json_call(draw)
+        return
+    if which == 6:
+        _new_record_call(draw)
         return
     buffer = bytes(draw.octets(draw.number(300) % 4096))
     linktype = _LINKTYPES[draw.octet() % len(_LINKTYPES)]
@@ -509,6 +512,50 @@ def _fpdu_json_call(draw: _Draw) -> None:
         records.kernels = saved
     if line != expected:
         raise AssertionError(f"C line {line!r:.300} != Python line {expected!r:.300}")
+
+
+def _new_record_call(draw: _Draw) -> None:
+    """A record made in one call (new_record) from hostile classes (C types,
+    a tuple subclass, a class with a C base, a class without slots),
+    descriptor tuples of the wrong class, length or kind, and any values:
+    refused with a TypeError, or an instance whose slots read back the values."""
+    import dataclasses
+
+    from iwarp.analyze import records
+    from iwarp.analyze.capture import TcpPacket
+    from iwarp.analyze.records import FpduRecord, MarkerRecord
+
+    kernel: Any = records.kernels
+    if kernel is None:
+        return
+
+    class FromDict(dict):  # type: ignore[type-arg]
+        __slots__ = ("a",)
+
+    class Open:
+        pass
+
+    classes: tuple[Any, ...] = (FpduRecord, MarkerRecord, int, TcpPacket, FromDict, Open, "x")
+    cls = classes[draw.octet() % len(classes)]
+    owner = classes[draw.octet() % 2]
+    slots: list[Any] = [getattr(owner, f.name) for f in dataclasses.fields(owner)]
+    slots = slots[: draw.octet() % (len(slots) + 2)]
+    if draw.octet() % 4 == 3 and slots:
+        slots[draw.octet() % len(slots)] = (vars(FromDict)["a"], "a", None, MarkerRecord.to_json)[
+            draw.octet() % 4
+        ]
+    odd: tuple[object, ...] = (None, "x", b"", 1.5, (), [])
+    values = [
+        odd[kind % len(odd)] if (kind := draw.octet()) >= 200 else draw.number(1 << 20)
+        for _ in range(max(0, len(slots) + draw.octet() % 3 - 1))
+    ]
+    try:
+        made = kernel.new_record(cls, tuple(slots) if draw.octet() & 7 else slots, *values)
+    except TypeError:
+        return
+    got = [descriptor.__get__(made, cls) for descriptor in slots]
+    if type(made) is not cls or got != values:
+        raise AssertionError(f"new_record made {made!r:.200} from {values!r:.200}")
 
 
 class _Posted:

@@ -28,6 +28,9 @@
  *   fpdu_json(...)     the --json line of an FPDU record when its values are
  *                      of the usual kinds (records.py _fpdu_line; json_table
  *                      says which record types and ULPDU keys).
+ *   new_record(...)    a record (a frozen slots dataclass) with its fields
+ *                      set, as its __init__ sets them, in one call
+ *                      (records.py record_maker).
  *
  * Bounds are compared as "size > len - at", never "at + size > len"; every
  * multi-octet field is read octet by octet (no unaligned word reads).
@@ -1289,6 +1292,80 @@ static PyObject *py_fpdu_json(PyObject *self, PyObject *record)
     return out;
 }
 
+/* --- a record made without its __init__ (records.py) ---------------------- */
+
+/* The deallocator of classes made by a class statement (type()'s),
+ * learnt from one made the first time it is needed. */
+static destructor class_dealloc;
+
+/* Whether cls is a class made by a class statement whose bases up to
+ * object are all such classes (each with type()'s deallocator): its
+ * instances are object's header plus slots (and perhaps __dict__ and
+ * __weakref__), which tp_alloc zeroes, so an instance none of whose code
+ * ran is still sound. -1 with an exception if the probe class failed. */
+static int plain_class(PyTypeObject *cls)
+{
+    if (class_dealloc == NULL) {
+        PyObject *probe = PyObject_CallFunction((PyObject *)&PyType_Type, "s()N", "probe",
+                                                PyDict_New());
+        if (probe == NULL)
+            return -1;
+        class_dealloc = ((PyTypeObject *)probe)->tp_dealloc;
+        Py_DECREF(probe);
+    }
+    for (PyTypeObject *t = cls; t != &PyBaseObject_Type; t = t->tp_base) {
+        if (t == NULL || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || t->tp_dealloc != class_dealloc ||
+            t->tp_itemsize != 0)
+            return 0;
+    }
+    return cls->tp_alloc != NULL && !(cls->tp_flags & Py_TPFLAGS_IS_ABSTRACT);
+}
+
+/* new_record(cls, slots, *values): an instance of cls with each member
+ * descriptor of the tuple slots set to the value at its place, as a
+ * frozen slots dataclass's __init__ sets its fields (object.__setattr__
+ * each), without a Python call per field. */
+static PyObject *py_new_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 2) {
+        PyErr_SetString(PyExc_TypeError, "new_record(cls, slots, *values)");
+        return NULL;
+    }
+    PyObject *cls_obj = args[0], *slots = args[1];
+    int plain = PyType_Check(cls_obj) ? plain_class((PyTypeObject *)cls_obj) : 0;
+    if (plain < 0)
+        return NULL;
+    if (!plain) {
+        PyErr_SetString(PyExc_TypeError, "cls is a class of slots made by a class statement");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)cls_obj;
+    if (!PyTuple_Check(slots) || PyTuple_GET_SIZE(slots) != nargs - 2) {
+        PyErr_SetString(PyExc_TypeError, "slots is a tuple with one descriptor per value");
+        return NULL;
+    }
+    Py_ssize_t n = nargs - 2;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyTuple_GET_ITEM(slots, i);
+        if (!Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+            !PyType_IsSubtype(cls, PyDescr_TYPE((PyDescrObject *)d))) {
+            PyErr_SetString(PyExc_TypeError, "slots are member descriptors of cls or its bases");
+            return NULL;
+        }
+    }
+    PyObject *obj = cls->tp_alloc(cls, 0);
+    if (obj == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyTuple_GET_ITEM(slots, i);
+        if (Py_TYPE(d)->tp_descr_set(d, obj, args[i + 2]) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+    }
+    return obj;
+}
+
 PyMethodDef iw_decode_methods[] = {
     {"pcap_batch", py_pcap_batch, METH_VARARGS,
      "Decode the complete records of a pcap buffer down to TCP segments."},
@@ -1305,5 +1382,7 @@ PyMethodDef iw_decode_methods[] = {
     {"json_table", py_json_table, METH_VARARGS,
      "Set the record types and ULPDU keys fpdu_json writes."},
     {"fpdu_json", py_fpdu_json, METH_O, "The --json line of an FpduRecord, or None."},
+    {"new_record", (PyCFunction)(void (*)(void))py_new_record, METH_FASTCALL,
+     "An instance of a class of slots with its member descriptors set, no __init__ run."},
     {NULL, NULL, 0, NULL},
 };

@@ -10,6 +10,8 @@ module attributes ``capture.kernels`` and ``mpa.kernels`` set to None, as
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import io
 import json
 import random
@@ -25,10 +27,11 @@ from hypothesis import strategies as st
 from test_analyzer import to_linktype, to_pcapng
 from test_capture_scale import make_capture_module
 
-from iwarp.analyze import capture, mpa
+from iwarp.analyze import capture, mpa, records
 from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
 from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
 from iwarp.analyze.mpa import FpduView, Framing, inspect_fpdu
+from iwarp.analyze.records import FpduRecord, MarkerRecord
 from iwarp.analyze.render import summary_json
 from iwarp.analyze.tcp import StreamWindow
 from iwarp.ddp.wire import TaggedHeader, UntaggedHeader
@@ -656,3 +659,89 @@ def test_sequence_numbers_wrapping_inside_fpdus_decode_the_same(
     seqs = [json.loads(line)["seq"] for line in accelerated if '"type": "fpdu"' in line]
     assert min(seqs) < 2**16 and max(seqs) > 2**32 - 2**16  # both sides of the wrap
     assert sorted(seqs) == sorted(seq for each in sent.values() for seq in each)
+
+
+# -- records made in one call (new_record, records.record_maker) ---------------------
+
+RECORD_VALUES = st.one_of(
+    NUMBERS, st.text(max_size=8), st.binary(max_size=8), st.none(), st.booleans()
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(RECORD_VALUES, min_size=12, max_size=12),
+    marker_values=st.lists(RECORD_VALUES, min_size=4, max_size=4),
+)
+def test_a_record_made_in_one_call_is_the_record_init_makes(
+    values: list[Any], marker_values: list[Any]
+) -> None:
+    made_marker = records.record_maker(MarkerRecord)(*marker_values)
+    marker = MarkerRecord(*marker_values)
+    values[6] = (made_marker, made_marker)
+    values[11] = {"opcode": values[11]}
+    made = records.record_maker(FpduRecord)(*values)
+    expected = FpduRecord(*values)
+    assert type(made) is FpduRecord and type(made_marker) is MarkerRecord
+    assert made == expected and repr(made) == repr(expected)
+    assert made_marker == marker and hash(made_marker) == hash(marker)
+    assert [getattr(made, f.name) for f in dataclasses.fields(FpduRecord)] == values
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.seq = 1  # type: ignore[misc]
+
+
+def test_record_maker_uses_the_kernel_for_frozen_slots_dataclasses_only() -> None:
+    assert isinstance(records.record_maker(FpduRecord), functools.partial)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Later:
+        a: int
+        b: int = dataclasses.field(init=False, default=0)
+
+    @dataclasses.dataclass(frozen=True)
+    class Unslotted:
+        a: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError("negative")
+
+    for cls in (Later, Unslotted, Checked):
+        assert records.record_maker(cls) is cls
+
+
+def test_new_record_refuses_what_is_not_a_plain_class_of_slots() -> None:
+    kernel: Any = records.kernels
+    slots = tuple(getattr(MarkerRecord, f.name) for f in dataclasses.fields(MarkerRecord))
+
+    class FromDict(dict):  # type: ignore[type-arg]
+        __slots__ = ("a",)
+
+    class Other:
+        __slots__ = ("a", "b", "c", "d")
+
+    plain = "a class of slots made by a class statement"
+    for cls in (int, TcpPacket, FromDict, "MarkerRecord", None):
+        with pytest.raises(TypeError, match=plain):
+            kernel.new_record(cls, slots, 1, 2, 3, 4)
+    for bad in (slots[:3], list(slots), None):
+        with pytest.raises(TypeError, match="one descriptor per value"):
+            kernel.new_record(MarkerRecord, bad, 1, 2, 3, 4)
+    other = tuple(vars(Other)[name] for name in Other.__slots__)
+    for bad in (other, (*slots[:3], "d"), (*slots[:3], MarkerRecord.to_json)):
+        with pytest.raises(TypeError, match="member descriptors of cls"):
+            kernel.new_record(MarkerRecord, bad, 1, 2, 3, 4)
+    for args in ((), (MarkerRecord,)):
+        with pytest.raises(TypeError, match="new_record"):
+            kernel.new_record(*args)
+    # Descriptors of a base class fit its subclasses; none at all is allowed.
+    base = vars(records._Where)["stream"]
+    made = kernel.new_record(FpduRecord, (base,), 7)
+    assert made.stream == 7
+    with pytest.raises(AttributeError):
+        _ = made.seq  # a slot not set reads as missing, not as garbage
+    assert type(kernel.new_record(Other, ())) is Other

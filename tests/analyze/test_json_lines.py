@@ -311,3 +311,9 @@ def test_generated_captures_give_the_same_lines_both_ways(tmp_path: Path, mix: s
         nested = [r for r in found if any(isinstance(v, dict) for v in r.ulp.values())]
         taken = [r for r in found if c_line(r) is not None]
         assert len(taken) == len(found) - len(nested) > len(nested)
+
+
+def test_the_record_maker_is_the_class_without_the_accelerator() -> None:
+    # With it, the same records in one call each (tests/analyze/test_decode_kernels.py).
+    for cls in (records.FpduRecord, records.MarkerRecord):
+        assert (records.record_maker(cls) is cls) == (records.kernels is None)

@@ -68,6 +68,7 @@ __all__ = [
 INITIATOR = "initiator"
 RESPONDER = "responder"
 _TCP_ACK: Final = 0x10
+_SYN_FIN_RST: Final = TCP_SYN | TCP_FIN | TCP_RST
 #: Errors and notes a report keeps for the readable summary (all are counted).
 KEPT_RECORDS: Final = 50
 #: Connections remembered after they closed, so that their last segments
@@ -256,22 +257,28 @@ class StreamAnalyzer:
         key = (packet.src, packet.sport, packet.dst, packet.dport)
         found = self._live.get(key)
         flags = packet.flags
-        is_open = flags & TCP_SYN and not flags & _TCP_ACK
-        if found is not None and is_open:
+        if found is not None and not packet.payload and not flags & _SYN_FIN_RST:
+            # A pure ACK of a connection already open (a third of a bulk
+            # transfer's segments): nothing to start, decode or close.
+            connection = found[0]
+            connection.now = connection.last_time = packet.time
+        else:
+            is_open = flags & TCP_SYN and not flags & _TCP_ACK
+            if found is not None and is_open:
+                connection, side = found
+                half = connection.dirs[side]
+                # A new SYN from the client of a closed (or closing) connection,
+                # or a SYN from its server, starts a new connection (port reuse).
+                if side != 0 or (half.isn != packet.seq and half.fin is not None):
+                    self._close(connection)
+                    found = None
+            if found is None:
+                if not is_open and key in self._closed:
+                    self.late_segments += 1
+                    return
+                found = self._start(packet, key)
             connection, side = found
-            half = connection.dirs[side]
-            # A new SYN from the client of a closed (or closing) connection,
-            # or a SYN from its server, starts a new connection (port reuse).
-            if side != 0 or (half.isn != packet.seq and half.fin is not None):
-                self._close(connection)
-                found = None
-        if found is None:
-            if not is_open and key in self._closed:
-                self.late_segments += 1
-                return
-            found = self._start(packet, key)
-        connection, side = found
-        connection.on_segment(connection.dirs[side], packet)
+            connection.on_segment(connection.dirs[side], packet)
         self._segments += 1
         if not self._segments & 4095:
             self._check_total()
@@ -884,12 +891,12 @@ class _Connection:
         last = bool(ulp.get("last", True))
         stats.opcode(name, payload if isinstance(payload, int) else 0, last)
         opcode = ulp.get("opcode")
-        if opcode == RdmapOpcode.RDMA_READ_REQUEST:
+        if opcode == _READ_REQUEST:
             stats.read_requested(self.now)
-        elif opcode == RdmapOpcode.RDMA_READ_RESPONSE and last:
+        elif opcode == _READ_RESPONSE and last:
             peer = self.dirs[1] if d is self.dirs[0] else self.dirs[0]
             peer.stats.read_answered(self.now)
-        elif opcode == RdmapOpcode.TERMINATE:
+        elif opcode == _TERMINATE:
             term = ulp.get("terminate")
             if isinstance(term, dict):
                 stats.terminated(
@@ -1000,6 +1007,11 @@ class _Connection:
 
 
 _ATOMIC_OPCODES: Final = (RdmapOpcode.ATOMIC_REQUEST, RdmapOpcode.ATOMIC_RESPONSE)
+# The opcodes each FPDU is compared with, as plain ints (an enum member is
+# an attribute lookup each time it is named).
+_READ_REQUEST: Final = int(RdmapOpcode.RDMA_READ_REQUEST)
+_READ_RESPONSE: Final = int(RdmapOpcode.RDMA_READ_RESPONSE)
+_TERMINATE: Final = int(RdmapOpcode.TERMINATE)
 
 
 def _frame_order(record: Record) -> int:

@@ -10,9 +10,11 @@ its first octet, and turns itself into the JSON object of ``iwarp decode
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from functools import partial
 from json.encoder import encode_basestring_ascii
-from typing import Any, Protocol, TypeAlias, cast
+from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
 from iwarp._accel import speedups
 from iwarp.mpa.wire import MpaFrame, RtrFlags
@@ -26,6 +28,7 @@ __all__ = [
     "Record",
     "ViSegmentRecord",
     "json_line",
+    "record_maker",
 ]
 
 Json: TypeAlias = dict[str, Any]
@@ -39,6 +42,8 @@ _RDMAP_KEYS = (
     *("rdmap_version", "rdmap_reserved", "opcode", "opcode_name", "inv_stag"),
     *("read_request", "atomic_request", "atomic_response", "immediate_data", "terminate"),
 )
+
+_R = TypeVar("_R")
 
 #: RTR types as ``iwarp decode --json`` names them.
 _RTR_NAMES = ((RtrFlags.SEND, "send"), (RtrFlags.WRITE, "write"), (RtrFlags.READ, "read"))
@@ -280,7 +285,8 @@ def _fpdu_line(r: FpduRecord) -> str:
 
 class _JsonKernels(Protocol):
     """The C accelerator's FPDU line (src/iwarp/_decode.c), twin of :func:`_fpdu_line`
-    for records whose values are of the usual kinds (None for any other)."""
+    for records whose values are of the usual kinds (None for any other), and
+    its record maker (:func:`record_maker`)."""
 
     def json_table(
         self,
@@ -293,12 +299,31 @@ class _JsonKernels(Protocol):
 
     def fpdu_json(self, record: FpduRecord, /) -> str | None: ...
 
+    def new_record(self, cls: type[_R], slots: tuple[object, ...], /, *values: object) -> _R: ...
+
 
 #: The C line writer, or None for the pure-Python path (``IWARP_NO_ACCEL=1``);
 #: both give json.dumps's text (tests/analyze/test_json_lines.py).
 kernels = cast("_JsonKernels | None", speedups)
 if kernels is not None:
     kernels.json_table(FpduRecord, MarkerRecord, _DDP_KEYS, _RDMAP_KEYS)
+
+
+def record_maker(cls: type[_R]) -> Callable[..., _R]:
+    """How the decoder's loops make many records of ``cls`` (a frozen slots
+    dataclass): called with every field's value, in order, positionally, it
+    gives what ``cls(*values)`` gives. With the C accelerator, one call sets
+    the slots (a frozen dataclass's ``__init__`` makes a Python call per
+    field); without it, ``cls`` itself."""
+    members = fields(cast("Any", cls))
+    if (
+        kernels is None
+        or hasattr(cls, "__post_init__")
+        or not all(f.init for f in members)
+        or "__slots__" not in vars(cls)
+    ):
+        return cls
+    return partial(kernels.new_record, cls, tuple(getattr(cls, f.name) for f in members))
 
 
 def json_line(record: Record) -> str:

@@ -40,10 +40,16 @@ class SizeHistogram:
         self.largest = 0
 
     def add(self, size: int) -> None:
-        k = min(max(size.bit_length() - 1, 0), 17)
+        # Once per FPDU: the bucket clamped by comparisons (no min/max calls).
+        k = size.bit_length() - 1
+        if k > 17:
+            k = 17
+        elif k < 0:
+            k = 0
         self.counts[k] += 1
         self.total += size
-        if self.smallest is None or size < self.smallest:
+        smallest = self.smallest
+        if smallest is None or size < smallest:
             self.smallest = size
         self.largest = max(self.largest, size)
 
