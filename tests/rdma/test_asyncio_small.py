@@ -234,3 +234,30 @@ def test_sends_wait_while_the_peer_does_not_read(loop_factory: LoopFactory) -> N
         await server.wait_closed()
 
     run(loop_factory, main)
+
+
+def test_a_timed_out_wait_for_closed_leaves_the_connection_alone(
+    loop_factory: LoopFactory,
+) -> None:
+    """``wait_for(qp.closed, t)`` timing out cancels the caller's wait only: the queue pair
+    still works and ``closed`` resolves when TCP really goes."""
+
+    async def main() -> None:
+        async def handler(qp: QueuePair) -> None:
+            await qp.send(await qp.receive())
+            await qp.receive()
+
+        server = await serve(handler, "127.0.0.1", 0, receive_buffers=4, receive_size=64)
+        port = server.sockets[0].getsockname()[1]
+        qp = await connect("127.0.0.1", port, receive_buffers=2)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(qp.closed, 0.05)
+        assert not qp.closed.done()
+        await qp.send(b"still here")
+        assert await qp.receive() == b"still here"
+        await qp.send(b"bye")
+        await asyncio.wait_for(qp.closed, 10)  # the handler returned: its end closed
+        server.close()
+        await server.wait_closed()
+
+    run(loop_factory, main)

@@ -115,8 +115,10 @@ class QueuePair(QueuePairFront):
 
     @property
     def closed(self) -> asyncio.Future[None]:
-        """Resolved once the TCP connection is gone."""
-        return self._driver.closed
+        """Resolved once the TCP connection is gone. Shielded: a caller's timeout
+        (``asyncio.wait_for(qp.closed, t)``) cancels its own wait, never the queue
+        pair's record of the connection."""
+        return asyncio.shield(self._driver.closed)
 
     @property
     def peer(self) -> object:
