@@ -13,6 +13,9 @@ any of them::
     write(core.data_to_send())                     # e.g. the MPA Request
     while not core.must_close:
         data = read()                              # b"" when the peer sent FIN
+        if not data:
+            while core.has_data_to_send:           # all out before the FIN
+                write(core.data_to_send())
         for event in core.receive_data(data, clock()):
             handle(event)
         write(core.data_to_send())                 # a list: one sendmsg
@@ -51,6 +54,18 @@ Rules every core follows:
 * **One timer.** :meth:`Connection.get_timer` is the next deadline (or
   None); the driver calls :meth:`Connection.handle_timer` at or after it.
   Any call may move the deadline: ask again after every call.
+* **Order: output before the next input, the FIN included.** Everything
+  the core produced is handed out (written, queued in the driver in
+  order, or taken by a send lane) before the driver feeds the core its
+  next input; and the peer's FIN reaches the core only once the core has
+  nothing more to give (``has_data_to_send`` False, no send lane's message
+  unwritten). A FIN closes MPA, after which output the core still held
+  would never be framed; a peer that half-closes still reads (RFC 5044
+  §7.2), and what its last FPDUs caused is its due: the Terminate
+  (RFC 5040 §5.4), a Read Response. A driver that reads the data and the
+  FIN in one call (the receive lane) feeds the data, writes what it
+  caused, then the FIN. tests/test_driver_order.py holds both adapters'
+  drivers to it with a scripted core.
 * **Loss.** :meth:`Connection.connection_lost` reports that TCP is gone
   (reset, error, closed under us); FIN is ``receive_data(b"", now)``.
 * **Asking after input.** :meth:`Connection.settled` answers the three

@@ -201,6 +201,9 @@ class _Sink:
         self.got.append(len(data))
         return []
 
+    def settled(self) -> bool:
+        return True  # (asked after each read, before the next)
+
 
 @pytest.mark.parametrize(
     ("sizes", "expected"),

@@ -61,6 +61,9 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._front = weakref.ref(front)
         self._keep_open = front.keep_open_after_eof
         self._eof = False
+        #: The peer's FIN waits until the core handed out all its output
+        #: (the contract's order rule): :meth:`flush` feeds it then.
+        self._fin_due = False
         self.transport: asyncio.Transport | None = None
         #: Resolved once TCP is gone.
         self.closed: asyncio.Future[None] = self._loop.create_future()
@@ -177,9 +180,19 @@ class CoreDriver(asyncio.BufferedProtocol):
             core = cast(LaneCore, self.core)
             core.lane_feed(lane.held_view(lane.held), self._loop.time())
             self.handle_events(core.take_events())
-        self.feed(b"")
+        # What the input before the FIN caused goes out first: the FIN
+        # closes MPA, and output the core had not handed out would never
+        # leave (a Terminate, a Read Response).
+        self.flush()
         transport = self.transport
-        return self._keep_open and transport is not None and not transport.is_closing()
+        if transport is None or transport.is_closing():
+            return False
+        if self._lane is not None or self.core.has_data_to_send:
+            # Written as the kernel takes it; the FIN follows (flush).
+            self._fin_due = True
+            return True
+        self.feed(b"")
+        return self._keep_open and not transport.is_closing()
 
     def connection_lost(self, exc: Exception | None) -> None:
         front = self._front()
@@ -187,6 +200,7 @@ class CoreDriver(asyncio.BufferedProtocol):
             self._eof = True
             self.feed(b"")  # closed cleanly under us: as a FIN
         self._drop_output()
+        self._fin_due = False
         self._fd = None
         cause = exc or self._write_error
         reason = f"TCP connection lost: {cause}" if cause else "TCP connection closed"
@@ -308,8 +322,17 @@ class CoreDriver(asyncio.BufferedProtocol):
             events = core.take_events()
             if events:
                 self.handle_events(events)
+            if not core.has_data_to_send and self._fin_due and self._lane is None:
+                # Everything the core produced is handed out: now the FIN.
+                self._fin_due = False
+                self.handle_events(core.receive_data(b"", self._loop.time()))
+                if not self._keep_open:
+                    self._close_when_sent = True
+                continue
             if self._write_paused or not core.has_data_to_send:
                 break
+        if self._close_when_sent and self._lane is None and not transport.is_closing():
+            transport.close()
         if self._drain_waiter is not None:
             self._wake_drain()  # drain checks again what it waits for
         if core.must_close and not transport.is_closing():

@@ -94,6 +94,9 @@ class Driver:
         self._borrows = core.borrows_input
         #: The peer sent FIN (or the connection failed): nothing more to read.
         self.eof = False
+        #: The peer's FIN waits until the core's output is out (the contract's
+        #: order rule): the core hears of it from :meth:`flush`.
+        self._fin_due = False
         #: False while the adapter holds back reading (receive high-water mark).
         self.reading = True
         #: The socket error that ended the connection, if any.
@@ -188,6 +191,14 @@ class Driver:
             if self._out:
                 return
             if not core.has_data_to_send:
+                if self._fin_due and self._lane is None:
+                    # Everything the core produced is with the kernel: now
+                    # it hears of the FIN (which may close it).
+                    self._fin_due = False
+                    events = core.receive_data(b"", clock())
+                    if events:
+                        self._dispatch(events)
+                    continue
                 break
         if core.must_close:
             self.close()
@@ -281,9 +292,9 @@ class Driver:
             if self._tap is not None and n:
                 self._tap.received(view[:n])
             if n == 0:
-                self.eof = True
-                events = core.receive_data(b"", now)
-            elif self._borrows:
+                self._end_of_input()
+                return True
+            if self._borrows:
                 events = core.receive_data(view[:n], now)
             else:
                 # One copy, the size of what arrived: the core may keep
@@ -293,6 +304,9 @@ class Driver:
                 self._dispatch(events)
             if n < len(self._rbuf) or not self.reading:
                 return True
+            # More to read: what this input caused goes out first (the
+            # contract's order rule), then the next read.
+            self._answer()
             if self._recv_lane_ok:
                 # A bulk transfer: on by the receive lane from here.
                 self._recv_lane = ReceiveLane()
@@ -323,18 +337,29 @@ class Driver:
             if lane.got:
                 got = True
             if lane.eof:
-                self.eof = True
-                events = self.core.receive_data(b"", clock())
-                if events:
-                    self._dispatch(events)
+                # The data that came with the FIN is processed; the FIN waits
+                # for what it caused to go out.
+                self._end_of_input()
                 return True
             if not lane.filled or not self.reading:
                 return got
+            self._answer()  # what this ring's worth caused, before the next
         return got
+
+    def _end_of_input(self) -> None:
+        """The peer sent FIN: nothing more to read. The core hears of it
+        once everything it produced before is with the kernel (a FIN
+        closes MPA, and output the core had not handed out yet would never
+        leave): now, or when :meth:`flush` has written the rest."""
+        self.eof = True
+        self._fin_due = True
+        if self.sock is not None:
+            self.flush()
 
     def _lost(self, exc: OSError) -> None:
         self.error = exc
         self.eof = True
+        self._fin_due = False
         self._out.clear()
         self._lane = None
         events = self.core.connection_lost(clock(), f"TCP connection lost: {exc}")
@@ -370,9 +395,9 @@ class Driver:
         if self.sock is not None and (self._out or self._lane is not None):
             self.flush()
             return False
-        if core.settled():
+        if core.settled() and not self._fin_due:
             return True
-        if self.sock is not None and (core.has_data_to_send or core.must_close):
+        if self.sock is not None and (core.has_data_to_send or core.must_close or self._fin_due):
             self.flush()
         return False
 
@@ -499,6 +524,7 @@ class Driver:
         self.sock = None
         self.gone = True
         self.eof = True
+        self._fin_due = False
         with contextlib.suppress(KeyError, ValueError):
             self._poll.unregister(self._fd)
         sock.close()
