@@ -7,7 +7,9 @@
  *     The FPDU (RFC 5044 §4.1: ULPDU_Length, ULPDU, PAD, CRC; markers every
  *     512 octets from the marker origin, §4.3) of the ULPDU header+payload,
  *     whose first octet is at marker phase `phase`; and the phase after it.
- *     The octets are exactly those FpduEncoder.encode gives.
+ *     The octets are exactly those FpduEncoder.encode gives. ValueError
+ *     when a marker's FPDUPTR would not fit its 16 bits (a marked ULPDU of
+ *     about 65,000 octets or more; senders keep MULPDU below that).
  *
  * small_receive(data, markers, crc, phase, limit, version, msn,
  *               send, send_se, head) -> (length, rdmap, phase) or None
@@ -21,7 +23,9 @@
  *     after the FPDU. Anything else: None, and nothing was written; the
  *     full path takes `data` and reports what is wrong with it. Only what
  *     the full path accepts is accepted here (markers must be exactly what
- *     an RFC 5044 sender writes; the full path also tolerates set low bits).
+ *     an RFC 5044 sender writes; the full path also tolerates set low bits;
+ *     an FPDU whose markers would count back past 0xFFFF is declined: the
+ *     full path refuses it with MPA error 3).
  *
  * The protocol's decisions (MSN, which buffer, completions, the stream
  * position) stay with the Python cores; this file only checks and moves
@@ -66,6 +70,15 @@ static SmShape sm_shape(size_t ulpdu, unsigned phase, int markers)
     if (markers && s.at < s.content)
         s.wire += 4 * ((s.content - s.at + SM_STRIDE - 1) / SM_STRIDE);
     return s;
+}
+
+/* FPDUPTR of the FPDU's last marker inside it (0: none). RFC 5044 §4.3's
+ * FPDUPTR is 16 bits: an FPDU whose markers would count back further
+ * cannot be framed, and the full path refuses one (MPA error 3). */
+static size_t sm_last_ptr(const SmShape *s)
+{
+    size_t count = (s->wire - s->lead - s->content) / 4;
+    return count ? s->at + SM_INTERVAL * (count - 1) : 0;
 }
 
 /* Appends content octets to an FPDU being built, a marker before the
@@ -181,6 +194,11 @@ static PyObject *py_small_send(PyObject *self, PyObject *const *args, Py_ssize_t
     size_t n = hlen + plen;
     unsigned phase = (unsigned)phase_arg;
     SmShape s = sm_shape(n, phase, markers);
+    if (sm_last_ptr(&s) > 0xFFFF) {
+        PyErr_SetString(PyExc_ValueError,
+                        "a marker's FPDUPTR would exceed its 16 bits (RFC 5044 §4.3)");
+        goto done;
+    }
     PyObject *frame = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s.wire);
     if (frame == NULL)
         goto done;
@@ -280,8 +298,8 @@ static PyObject *py_small_receive(PyObject *self, PyObject *const *args, Py_ssiz
     if (limit < 0 || n > (size_t)limit || n < SM_UNTAGGED)
         goto decline;
     SmShape s = sm_shape(n, phase, markers);
-    if (s.wire != size)
-        goto decline;
+    if (s.wire != size || sm_last_ptr(&s) > 0xFFFF)
+        goto decline; /* (markers past 64 KiB: the full path's MPA error 3) */
     if (markers) {
         for (size_t at = s.at, k = 0; at < s.content; at += SM_STRIDE, k++) {
             size_t off = lead + at + 4 * k;

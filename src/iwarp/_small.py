@@ -67,8 +67,10 @@ def small_send(
     after it. The octets are those :meth:`FpduEncoder.encode
     <iwarp.mpa.framing.FpduEncoder.encode>` gives.
 
-    :raises ValueError: ``phase`` is not a multiple of 4 below 512, or the
-        ULPDU does not fit the 16-bit length field.
+    :raises ValueError: ``phase`` is not a multiple of 4 below 512, the
+        ULPDU does not fit the 16-bit length field, or (with ``markers``) a
+        marker's FPDUPTR would not fit its 16 bits (a ULPDU of about 65,000
+        octets or more; senders keep MULPDU below that).
     :raises OverflowError: ``phase`` is outside the C ``Py_ssize_t`` range.
     :raises TypeError: ``phase`` is not an integer, or the octets are not a
         buffer.
@@ -90,6 +92,8 @@ def small_send(
         # end of the FPDU; one at the CRC's offset goes before the CRC. Each
         # FPDUPTR counts back to the ULPDU_Length field.
         while at <= len(content):
+            if at + 4 * k > 0xFFFF:
+                raise ValueError("a marker's FPDUPTR would exceed its 16 bits (RFC 5044 §4.3)")
             pieces.append(content[start:at])
             pieces.append(MARKER.pack(0, at + 4 * k))
             start = at
@@ -150,7 +154,9 @@ def small_receive(
 
     Anything else: None, and nothing was written; the full path takes
     ``data`` and reports what is wrong with it. Only what the full path
-    accepts is accepted here.
+    accepts is accepted here: an FPDU whose markers would count back past
+    0xFFFF (RFC 5044 §4.3's FPDUPTR has 16 bits) is declined, and the full
+    path answers it with MPA error 3.
 
     Integers are compared as Python compares them (a negative ``limit``
     takes nothing; ``msn`` counts modulo 2**32).
@@ -206,6 +212,8 @@ def small_receive(
         k = 0
         while at + _STRIDE * k < content:
             off = lead + at + MARKER_INTERVAL * k
+            if off - lead > 0xFFFF:
+                return None  # past 16 bits: the full path's MPA error 3 (RFC 5044 §4.3)
             if view[off : off + 4] != MARKER.pack(0, off - lead):
                 return None
             k += 1

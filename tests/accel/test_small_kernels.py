@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from iwarp import _accel, _small
+from iwarp._crc32c import crc32c
 from iwarp.ddp.wire import LAST_FLAG, UNTAGGED_HEADER
 from iwarp.errors import MpaError
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder
+from iwarp.mpa.wire import CRC_FIELD, MARKER, ULPDU_LENGTH
 from iwarp.rdma import small
 from iwarp.rdmap.wire import RdmapOpcode, rdmap_control
 
@@ -293,3 +295,79 @@ def test_both_kernels_refuse_the_same_kinds_of_argument(wrong: Any) -> None:
             kernel.small_send(*sends[:-1])
         with pytest.raises(TypeError):
             kernel.small_receive(*receives[:-1])
+
+
+def _marked_frame(ulpdu: bytes, phase: int, crc: bool) -> tuple[bytes, bool]:
+    """``ulpdu``'s FPDU with markers from marker phase ``phase`` as a peer
+    that wraps FPDUPTR to 16 bits frames it (RFC 5044 §4.3 has no room for
+    more), and whether a marker had to wrap."""
+    n = len(ulpdu)
+    content = ULPDU_LENGTH.pack(n) + ulpdu + bytes(-(2 + n) % 4)
+    lead = 4 if phase == 0 else 0
+    at = 512 - ((phase + lead) % 512)
+    out = bytearray(lead)
+    start = count = 0
+    wrapped = False
+    while at <= len(content):
+        out += content[start:at]
+        ptr = at + 4 * count  # back to the ULPDU_Length field
+        wrapped |= ptr > 0xFFFF
+        out += MARKER.pack(0, ptr & 0xFFFF)
+        start, at, count = at, at + 508, count + 1
+    out += content[start:]
+    out += CRC_FIELD.pack(crc32c(out) if crc else 0)
+    return bytes(out), wrapped
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    phase=phases,
+    n=st.one_of(st.integers(18, 0xFFFF), st.integers(64_000, 0xFFFF)),
+    crc=st.booleans(),
+    limit=st.sampled_from([0xFFFF, 64768, 65020, 1 << 14]),
+)
+def test_marked_sends_up_to_the_limit_are_refused_as_the_decoder_refuses(
+    phase: int, n: int, crc: bool, limit: int
+) -> None:
+    """Markers on, every marker phase, a one-segment Send of any ULPDU
+    length up to the 16-bit limit: both twins take exactly the FPDUs the
+    full path's decoder takes, and place the same payload. One whose
+    markers would count back past 0xFFFF (a ULPDU of about 65,020 octets
+    or more) is refused by the decoder with MPA error 3, and declined by
+    both twins (never an exception, never placed modulo 2**16)."""
+    payload = bytes(range(256)) * ((n - 18) // 256 + 1)
+    ulpdu = _header(1) + payload[: n - 18]
+    frame, wrapped = _marked_frame(ulpdu, phase, crc)
+    decoder = FpduDecoder(markers=True, crc=crc, position=phase, max_ulpdu=limit)
+    try:
+        got = [bytes(u) for u in decoder.feed(frame)]
+        error = decoder.error
+    except MpaError as exc:
+        got, error = [], exc
+    accepted = got == [ulpdu] and error is None
+    if wrapped:
+        assert not accepted
+        if n <= limit:
+            assert error is not None and error.mpa_code == 3
+    answers = [
+        _receive(k, frame, 0x10000, markers=True, crc=crc, phase=phase, limit=limit)
+        for k in KERNELS
+    ]
+    assert all(a == answers[0] for a in answers)
+    record, head = answers[0]
+    if accepted:
+        assert record == (n - 18, SEND, (phase + len(frame)) % 512)
+        assert head[: n - 18] == ulpdu[18:]
+    else:
+        assert record is None and head == b"\xee" * 0x10000
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("phase", [0, 4, 508])
+def test_small_send_refuses_markers_past_16_bits(kernel: Any, phase: int) -> None:
+    """A marked FPDU whose last marker would count back past 0xFFFF cannot
+    be framed: ValueError from both twins (senders keep MULPDU below it)."""
+    with pytest.raises(ValueError, match="FPDUPTR"):
+        kernel.small_send(_header(1), bytes(0xFFFF - 18), True, True, phase)
+    frame, _ = kernel.small_send(_header(1), bytes(64768 - 18), True, True, phase)
+    assert len(frame) > 64768

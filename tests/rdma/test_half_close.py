@@ -19,23 +19,28 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
 import iwarp.asyncio as aio
 import iwarp.sync as blocking
+from iwarp._crc32c import crc32c
+from iwarp.ddp.wire import LAST_FLAG, UNTAGGED_HEADER
 from iwarp.mpa.config import MpaConfig, Role
+from iwarp.mpa.wire import CRC_FIELD, MARKER, ULPDU_LENGTH
 from iwarp.rdma import lanes
 from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdma.events import Ended, Established, WorkFinished
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
-from iwarp.rdmap.work import CompletionStatus, ReadWR, Sge, WriteWR
+from iwarp.rdmap.wire import RdmapOpcode, rdmap_control
+from iwarp.rdmap.work import CompletionStatus, ReadWR, SendWR, Sge, WriteWR
 
 T = 30.0
 BULK = 2 << 20
 REMOTE = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 BAD_STAG = 0x00DEAD00
+SEND = rdmap_control(RdmapOpcode.SEND, 1)
 
 
 class Peer:
@@ -92,11 +97,17 @@ class Peer:
         )
 
 
+#: Receive buffers a 64 KiB Send fits (the small-message lane's head buffer).
+BUFFERS: Final = 2
+BUFFER_SIZE: Final = 1 << 17
+
 Serve = Callable[[Callable[[int], None], ProtectionDomain, MpaConfig], None]
 
 
 def _sync_server(client: Callable[[int], None], pd: ProtectionDomain, config: MpaConfig) -> None:
-    listener = blocking.listen("127.0.0.1", 0, pd=pd, config=config)
+    listener = blocking.listen(
+        "127.0.0.1", 0, pd=pd, config=config, receive_buffers=BUFFERS, receive_size=BUFFER_SIZE
+    )
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -130,7 +141,15 @@ def _asyncio_server(client: Callable[[int], None], pd: ProtectionDomain, config:
                 if not done.done():
                     done.set_result(None)
 
-        server = await aio.serve(handler, "127.0.0.1", 0, pd=pd, config=config)
+        server = await aio.serve(
+            handler,
+            "127.0.0.1",
+            0,
+            pd=pd,
+            config=config,
+            receive_buffers=BUFFERS,
+            receive_size=BUFFER_SIZE,
+        )
         port = server.sockets[0].getsockname()[1]
         async with server:
             await asyncio.wait_for(asyncio.to_thread(client, port), T)
@@ -209,3 +228,52 @@ def test_read_request_then_half_close_gets_the_whole_response(
     assert result is not None and result.status is CompletionStatus.SUCCESS, peer.events
     assert any(isinstance(e, WorkFinished) for e in peer.events)
     assert bytes(sink.view) == bytes(exposed.view)
+
+
+def _wrapped_send_fpdu(ulpdu: bytes, phase: int) -> bytes:
+    """``ulpdu``'s marked FPDU (CRC on) from marker phase ``phase``, with
+    each FPDUPTR cut to its 16 bits, as a peer that wraps it would send a
+    ULPDU too long for RFC 5044 §4.3's markers."""
+    n = len(ulpdu)
+    content = ULPDU_LENGTH.pack(n) + ulpdu + bytes(-(2 + n) % 4)
+    lead = 4 if phase == 0 else 0
+    at = 512 - ((phase + lead) % 512)
+    out = bytearray(lead)
+    start = count = 0
+    while at <= len(content):
+        out += content[start:at]
+        out += MARKER.pack(0, (at + 4 * count) & 0xFFFF)
+        start, at, count = at, at + 508, count + 1
+    out += content[start:]
+    return bytes(out + CRC_FIELD.pack(crc32c(out)))
+
+
+@pytest.mark.parametrize("serve", SERVERS)
+def test_a_marked_send_past_64_kib_gets_mpa_error_3(serve: Serve) -> None:
+    """A one-segment Send whose markers would count back past 0xFFFF, sent
+    with its FPDUPTRs wrapped, to a queue pair with a receive buffer it
+    fits: not placed (the small-message lane declines it, on both twins),
+    but answered with MPA error 3's Terminate (RFC 5044 §8)."""
+    config = MpaConfig(markers=True, crc=True)
+    seen: list[Peer] = []
+
+    def client(port: int) -> None:
+        peer = Peer(port, config)
+        # A good first FPDU (a Responder answers a bad first one by closing,
+        # RFC 5044 §7.1.2: it may not send before one arrived).
+        peer.core.post_send(SendWR(b"first"))
+        peer._send()
+        encoder = peer.core.conn.mpa.lane_encoder()
+        assert encoder is not None
+        header = UNTAGGED_HEADER.pack(1 | LAST_FLAG, SEND, 0, 0, 2, 0)
+        frame = _wrapped_send_fpdu(header + bytes(0xFFFF - 18), encoder.phase)
+        peer.sock.sendall(frame)
+        peer.sock.shutdown(socket.SHUT_WR)
+        peer.read_to_end()
+        seen.append(peer)
+
+    serve(client, ProtectionDomain(), config)
+    (peer,) = seen
+    assert peer.terminated(), peer.events
+    (ended,) = [e for e in peer.events if isinstance(e, Ended)]
+    assert "MPA" in ended.reason and "marker" in ended.reason.lower(), ended.reason
