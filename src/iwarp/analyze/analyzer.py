@@ -503,6 +503,7 @@ class _Connection:
             if reasm is not None and reasm.pending:
                 lo = reasm.delivered
                 skipped = reasm.give_up()
+                reasm.given_up.clear()  # noted here, once (not again by _given_up)
                 self.note(
                     d,
                     f"{why}: gave up waiting for {skipped} octets from sequence "
