@@ -218,7 +218,9 @@ class SendLane:
         wait for room in ``poll`` without the GIL: ``wait_ms`` -1 until done,
         0 not at all, else at most that long. With ``watch_input`` the wait
         also ends when the socket is readable. ``limit`` caps the octets of
-        this call (-1: none).
+        this call (-1: none). The caller keeps ``fd`` open until the call
+        returns (the blocking driver closes it under a lock; shutting the
+        socket down ends the call).
 
         :raises OSError: the connection failed.
         """

@@ -22,6 +22,7 @@ import contextlib
 import math
 import select
 import socket
+import threading
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -122,6 +123,14 @@ class Driver:
             and self._borrows
             and hasattr(core, "lane_target")
         )
+        #: Held while a lane's C call uses the descriptor number without the
+        #: GIL: the socket is closed only under it (:meth:`_close_socket`),
+        #: so the number is never reused (by another thread's new
+        #: connection) while a lane reads or writes it.
+        self._fd_lock = threading.RLock()
+        #: Another thread shut the socket down to end a lane's call and
+        #: closes it next: the call's error is that close, not a loss.
+        self._shut = False
 
     # -- state ------------------------------------------------------------------
 
@@ -241,15 +250,20 @@ class Driver:
         as :meth:`SendLane.pump <iwarp.rdma.lanes.SendLane.pump>` says."""
         lane = self._lane
         assert lane is not None
-        if self.sock is None:
-            self._lane = None
-            return True
-        try:
-            state = lane.pump(self._fd, wait_ms=wait_ms, watch_input=watch_input)
-        except OSError as exc:
-            self._lane = None
-            self._lost(exc)
-            return True
+        with self._fd_lock:
+            if self.sock is None:  # (closed by another thread while we waited)
+                self._lane = None
+                return True
+            try:
+                state = lane.pump(self._fd, wait_ms=wait_ms, watch_input=watch_input)
+            except OSError as exc:
+                self._lane = None
+                if not self._shut:  # else closed under the call: not a loss
+                    self._lost(exc)
+                return True
+            if self._shut:
+                self._lane = None
+                return True
         self._lane_state = state
         if state is not LaneState.DONE:
             return False
@@ -327,11 +341,17 @@ class Driver:
         core = cast(LaneCore, self.core)
         got = False
         while self.sock is not None and not self.eof:
-            try:
-                events = lane.pump(core, self._fd, clock())
-            except OSError as exc:
-                self._lost(exc)
-                return True
+            with self._fd_lock:
+                if self.sock is None:  # (closed by another thread while we waited)
+                    return True
+                try:
+                    events = lane.pump(core, self._fd, clock())
+                except OSError as exc:
+                    if not self._shut:  # else closed under the call: not a loss
+                        self._lost(exc)
+                    return True
+                if self._shut:
+                    return True  # (the end it read is our own shutdown)
             if events:
                 self._dispatch(events)
             if lane.got:
@@ -521,6 +541,23 @@ class Driver:
         sock = self.sock
         if sock is None:
             return
+        if not self._fd_lock.acquire(blocking=False):
+            # Another thread's lane is in a C call on this descriptor: shut
+            # the socket down, which ends that call at once (a write fails, a
+            # read sees the end, a wait for room wakes), and close once it
+            # returned, so that the number is not reused under it.
+            self._shut = True
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            self._fd_lock.acquire()
+        try:
+            self._close_locked(sock)
+        finally:
+            self._fd_lock.release()
+
+    def _close_locked(self, sock: socket.socket) -> None:
+        if self.sock is not sock:
+            return  # another thread closed it first
         self.sock = None
         self.gone = True
         self.eof = True
