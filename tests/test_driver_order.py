@@ -279,3 +279,90 @@ def test_a_read_that_fails_after_data_processes_the_data_first(
         assert core.received == size
         assert core.log[-1] == "lost" and "lost" not in core.log[:-1]
         assert isinstance(driver.error, ConnectionResetError)
+
+
+class LastWordCore(ScriptedCore):
+    """Answers the request, then must close (as after a Terminate). While
+    it hands out its last batch, the peer's next octets arrive (``junk``
+    sends them): input the driver never reads before it closes."""
+
+    def __init__(self, answer: int, junk: socket.socket) -> None:
+        super().__init__(4, answer, 64 << 10)
+        self.junk = junk
+
+    def data_to_send(self, limit: int | None = None) -> list[Buffer]:
+        out = super().data_to_send(limit)
+        if out and not self.pending:
+            self.junk.sendall(b"J" * 1000)  # lands unread in the driver's socket
+        return out
+
+    @property
+    def must_close(self) -> bool:
+        return self.closed or (self.handed_out == self.answer and not self.pending)
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """(ours, the peer's): the peer's receive window small, our send buffer
+    large, so what we write waits in our kernel when we close."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        far = socket.socket()
+        far.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        far.connect(server.getsockname())
+        near, _ = server.accept()
+    near.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    return near, far
+
+
+def _read_to_end(sock: socket.socket) -> tuple[int, str]:
+    total = 0
+    try:
+        while chunk := sock.recv(1 << 16):
+            total += len(chunk)
+    except ConnectionResetError:
+        return total, "reset"
+    return total, "fin"
+
+
+ANSWER = 128 << 10
+
+
+def test_sync_close_with_unread_input_loses_nothing() -> None:
+    """The blocking driver closes (the core must) with the peer's octets
+    unread and its last answer still in the kernel: the write side is shut
+    and the input discarded first, so the peer gets all of it and a FIN,
+    not a reset that drops what was not sent yet."""
+    near, far = _tcp_pair()
+    with far:
+        far.sendall(b"REQ!")
+        core = LastWordCore(ANSWER, far)
+        driver = Driver(near, core, lambda events: None)
+        for _ in range(100):
+            if driver.closed:
+                break
+            driver.wait(None)
+        assert driver.closed
+        assert _read_to_end(far) == (ANSWER, "fin")
+
+
+def test_asyncio_close_with_unread_input_loses_nothing() -> None:
+    """The same for the asyncio driver: the transport stops reading when it
+    closes, so the peer's octets stay unread; they are discarded (our
+    write side shut) right before the socket closes."""
+
+    async def run() -> tuple[int, str]:
+        loop = asyncio.get_running_loop()
+        near, far = _tcp_pair()
+        with far:
+            far.sendall(b"REQ!")
+            front = ScriptedFront(LastWordCore(ANSWER, far))
+
+            def make() -> CoreDriver:
+                front.driver = CoreDriver(front)
+                return front.driver
+
+            await loop.connect_accepted_socket(make, near)
+            assert front.driver is not None
+            await asyncio.wait_for(front.driver.closed, 30)
+            return await asyncio.wait_for(loop.run_in_executor(None, _read_to_end, far), 30)
+
+    assert asyncio.run(run()) == (ANSWER, "fin")

@@ -76,7 +76,11 @@ Rules every core follows:
 * **Closing.** :attr:`Connection.must_close` turns True when the protocol
   requires the TCP connection to close (after a Terminate, a fatal error,
   the peer's FIN): the driver sends what :meth:`Connection.data_to_send`
-  still gives, then closes.
+  still gives, then closes. While the peer may still send, it shuts its
+  write side and discards the unread input right before the socket closes
+  (:func:`iwarp.sockets.finish_writing`): a close with unread input is a
+  reset, and a reset drops what the kernel has not sent yet (the
+  Terminate that explains the close).
 """
 
 from __future__ import annotations

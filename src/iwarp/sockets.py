@@ -25,6 +25,8 @@ __all__ = [
     "RECEIVE_CHUNK",
     "SheddingSocket",
     "connect_failure_reason",
+    "DRAIN_LIMIT",
+    "finish_writing",
     "is_connect_failure",
     "LISTEN_BACKLOG",
     "listening_socket",
@@ -148,6 +150,31 @@ def send_chunks(
             return chunks
         return [] if sent == _size(chunk) else unsent_part(chunks, sent)
     return write_chunks(sock.sendmsg, chunks, on_sent)
+
+
+#: Most octets of unread input :func:`finish_writing` discards (a peer that
+#: sends faster than we read stops it; the close then proceeds).
+DRAIN_LIMIT: Final = 4 << 20
+
+
+def finish_writing(sock: Any, fd: int) -> None:
+    """Before a graceful close while the peer may still send: shut our
+    write side (FIN right behind what is queued, a Terminate above all) and
+    discard the input that is there, without waiting (at most
+    :data:`DRAIN_LIMIT` octets). Closing a socket with unread input makes
+    the kernel answer with RST and drop what it has not sent yet; a peer
+    may then never see the Terminate that explains the close (RFC 5040
+    §5.4). ``sock`` is the socket (or asyncio's view of it), ``fd`` its
+    non-blocking descriptor."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+    left = DRAIN_LIMIT
+    with contextlib.suppress(OSError):  # (BlockingIOError: nothing more there)
+        while left > 0:
+            got = len(os.read(fd, min(left, 1 << 16)))
+            if not got:
+                return
+            left -= got
 
 
 def write_chunks(

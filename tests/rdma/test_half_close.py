@@ -14,6 +14,7 @@ side.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import threading
@@ -277,3 +278,39 @@ def test_a_marked_send_past_64_kib_gets_mpa_error_3(serve: Serve) -> None:
     assert peer.terminated(), peer.events
     (ended,) = [e for e in peer.events if isinstance(e, Ended)]
     assert "MPA" in ended.reason and "marker" in ended.reason.lower(), ended.reason
+
+
+ROUNDS = 20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("serve", SERVERS)
+def test_the_terminate_survives_input_left_unread(serve: Serve) -> None:
+    """A hostile FPDU, then more octets the server never reads (the peer
+    goes on sending): the server closes after its Terminate with input
+    unread. Its write side is shut and that input discarded first, so no
+    reset overtakes the Terminate: every one of ``ROUNDS`` connections
+    gets it."""
+    pd = ProtectionDomain()
+    target = pd.register(bytearray(BULK), REMOTE)
+    config = MpaConfig()
+    missing: list[list[Any]] = []
+
+    def client(port: int) -> None:
+        peer = Peer(port, config)
+        source = peer.pd.register(bytearray(BULK))
+        peer.core.post_send(WriteWR(data=b"hostile", remote_stag=BAD_STAG, remote_to=0))
+        peer.core.post_send(WriteWR(data=Sge(source), remote_stag=target.stag, remote_to=0))
+        # The server stops reading after the first FPDU; a reset once it
+        # closed ends this send (what it sent before is read below).
+        with contextlib.suppress(OSError):
+            peer._send()
+        with contextlib.suppress(OSError):
+            peer.sock.shutdown(socket.SHUT_WR)
+        peer.read_to_end()
+        if not peer.terminated():
+            missing.append(peer.events)
+
+    for _ in range(ROUNDS):
+        serve(client, pd, config)
+    assert not missing, f"{len(missing)} of {ROUNDS} without a Terminate: {missing[0]}"

@@ -31,7 +31,7 @@ from iwarp.contract import Connection, DrivenFront
 from iwarp.mpa.connection import DEFAULT_EMSS
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import RING_START, LaneCore, LaneState, ReceiveLane, SendLane
-from iwarp.sockets import tcp_setup, write_chunks
+from iwarp.sockets import finish_writing, tcp_setup, write_chunks
 
 __all__ = ["CoreDriver", "wait_until", "wake"]
 
@@ -64,6 +64,8 @@ class CoreDriver(asyncio.BufferedProtocol):
         #: The peer's FIN waits until the core handed out all its output
         #: (the contract's order rule): :meth:`flush` feeds it then.
         self._fin_due = False
+        #: We closed TCP gracefully (not an abort, not a failure).
+        self._graceful = False
         self.transport: asyncio.Transport | None = None
         #: Resolved once TCP is gone.
         self.closed: asyncio.Future[None] = self._loop.create_future()
@@ -195,6 +197,8 @@ class CoreDriver(asyncio.BufferedProtocol):
         return self._keep_open and not transport.is_closing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if exc is None and self._graceful:
+            self._finish_writing()
         front = self._front()
         if exc is None and not self._eof and front is not None and front.fin_on_clean_close:
             self._eof = True
@@ -332,7 +336,7 @@ class CoreDriver(asyncio.BufferedProtocol):
             if self._write_paused or not core.has_data_to_send:
                 break
         if self._close_when_sent and self._lane is None and not transport.is_closing():
-            transport.close()
+            self._close_transport(transport)
         if self._drain_waiter is not None:
             self._wake_drain()  # drain checks again what it waits for
         if core.must_close and not transport.is_closing():
@@ -418,6 +422,7 @@ class CoreDriver(asyncio.BufferedProtocol):
     def _failed(self, exc: OSError) -> None:
         """Our write failed: the reader sees it too; report ours."""
         self._write_error = exc
+        self._graceful = False
         self._drop_output()
         if self.transport is not None:
             self.transport.abort()
@@ -451,7 +456,7 @@ class CoreDriver(asyncio.BufferedProtocol):
             chunks, self._out = self._out, []
             self._write_chunks(chunks)
         if self._close_when_sent and self.transport is not None:
-            self.transport.close()
+            self._close_transport(self.transport)
         return True
 
     def close(self) -> None:
@@ -463,10 +468,36 @@ class CoreDriver(asyncio.BufferedProtocol):
         if self._lane is not None:
             self._close_when_sent = True
         else:
-            transport.close()
+            self._close_transport(transport)
+
+    def _close_transport(self, transport: asyncio.Transport) -> None:
+        """``transport.close()``, which writes what it holds, then closes
+        (a graceful close: :meth:`_finish_writing` before the socket closes)."""
+        self._graceful = True
+        transport.close()
+
+    def _finish_writing(self) -> None:
+        """A graceful close, while the peer may still send: asyncio calls
+        ``connection_lost`` right before it closes the socket, with all we
+        wrote in the kernel; our write side is shut then and the input
+        there discarded (:func:`~iwarp.sockets.finish_writing`). A close
+        with unread input is a reset, which drops what the kernel has not
+        sent yet: the Terminate, the end of a Read Response."""
+        fd = self._fd
+        transport = self.transport
+        if fd is None or transport is None or self._eof:
+            return
+        if type(transport).__module__ != "asyncio.selector_events":
+            return  # another loop's transport (uvloop) closes in its own order
+        sock = transport.get_extra_info("socket")
+        # Only on the socket still open with our descriptor (a loop that
+        # closed it first may have given the number to another).
+        if sock is not None and sock.fileno() == fd:
+            finish_writing(sock, fd)
 
     def abort(self) -> None:
         """Close at once (RST), dropping unsent output."""
+        self._graceful = False
         self._drop_output()
         if self.transport is not None:
             self.transport.abort()

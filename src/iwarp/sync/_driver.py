@@ -33,7 +33,7 @@ from iwarp.contract import Connection
 from iwarp.errors import LocalProtocolError
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import LaneCore, LaneState, ReceiveLane, SendLane
-from iwarp.sockets import RECEIVE_BULK, RECEIVE_CHUNK, send_chunks
+from iwarp.sockets import RECEIVE_BULK, RECEIVE_CHUNK, finish_writing, send_chunks
 from iwarp.sync._calls import (
     WaitTimeoutError,
     clock,
@@ -533,11 +533,14 @@ class Driver:
     # -- closing -------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the socket (FIN); pieces the kernel did not take are dropped."""
+        """Close the socket (FIN); pieces the kernel did not take are dropped.
+        While the peer may still send, the write side is shut first and its
+        input discarded (:func:`~iwarp.sockets.finish_writing`), so that no
+        reset overtakes what was written last."""
         self._out.clear()
-        self._close_socket()
+        self._close_socket(graceful=True)
 
-    def _close_socket(self) -> None:
+    def _close_socket(self, graceful: bool = False) -> None:
         sock = self.sock
         if sock is None:
             return
@@ -551,13 +554,15 @@ class Driver:
                 sock.shutdown(socket.SHUT_RDWR)
             self._fd_lock.acquire()
         try:
-            self._close_locked(sock)
+            self._close_locked(sock, graceful)
         finally:
             self._fd_lock.release()
 
-    def _close_locked(self, sock: socket.socket) -> None:
+    def _close_locked(self, sock: socket.socket, graceful: bool) -> None:
         if self.sock is not sock:
             return  # another thread closed it first
+        if graceful and not self.eof and not self._shut:
+            finish_writing(sock, self._fd)
         self.sock = None
         self.gone = True
         self.eof = True
@@ -574,4 +579,5 @@ class Driver:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
-        self.close()
+        self._out.clear()
+        self._close_socket()
