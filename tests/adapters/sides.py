@@ -91,6 +91,8 @@ class Side(Protocol):
 
     def wait_recv(self) -> Completion: ...
 
+    def drain(self) -> None: ...
+
     def flush(self) -> None: ...
 
     def wait_closed(self) -> None: ...
@@ -187,6 +189,9 @@ class SyncSide:
 
     def wait_recv(self) -> Completion:
         return self.qp.recv_cq.wait(timeout=CALL_TIMEOUT)
+
+    def drain(self) -> None:
+        self.qp.drain(timeout=CALL_TIMEOUT)
 
     def flush(self) -> None:
         self.qp.flush(timeout=CALL_TIMEOUT)
@@ -294,6 +299,9 @@ class AsyncioSide:
 
     def wait_recv(self) -> Completion:
         return self._call(self.qp.recv_cq.wait())
+
+    def drain(self) -> None:
+        self._call(self.qp.drain())
 
     def flush(self) -> None:
         self._call(self.qp.flush())
@@ -506,7 +514,8 @@ class AsyncioAdapter(LoopThread):
 
         def failed(exc: BaseException, peer: object) -> None:
             self.errors.append(exc)
-            done.set_result(None)
+            if not done.done():  # (also after the handler: a Terminate it never saw)
+                done.set_result(None)
 
         async def start() -> asyncio.Server:
             return await aio.serve(

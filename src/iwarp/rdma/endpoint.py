@@ -269,6 +269,8 @@ class QueuePairEndpoint:
         #: The Terminate that ended the stream (sent or received), if any.
         self.terminate: TerminateHeader | None = None
         self.terminate_received = False
+        #: The peer closed TCP (FIN) with no Terminate before it.
+        self.closed_by_peer = False
         self.receive_buffers = receive_buffers
         self.receive_size = receive_size
         self._decide = decide
@@ -793,6 +795,8 @@ class QueuePairEndpoint:
         self._end(ConnectionRejectedError(event), event.reason)
 
     def _on_closed(self, event: ConnectionClosed, now: float | None) -> None:
+        if self._ending is None:
+            self.closed_by_peer = True
         self._end(None, "connection closed by the peer")
 
     def _end(self, error: IwarpError | None, reason: str) -> None:
