@@ -59,7 +59,14 @@ class Side(Protocol):
     def receive(self) -> bytes: ...
 
     def rdma_write(
-        self, data: WriteData, stag: int, to: int, *, offset: int = 0, length: int | None = None
+        self,
+        data: WriteData,
+        stag: int,
+        to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+        flush: bool = False,
     ) -> int: ...
 
     def rdma_read(
@@ -136,10 +143,17 @@ class SyncSide:
         return self.qp.receive(timeout=CALL_TIMEOUT)
 
     def rdma_write(
-        self, data: WriteData, stag: int, to: int, *, offset: int = 0, length: int | None = None
+        self,
+        data: WriteData,
+        stag: int,
+        to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+        flush: bool = False,
     ) -> int:
         return self.qp.rdma_write(
-            data, stag, to, offset=offset, length=length, timeout=CALL_TIMEOUT
+            data, stag, to, offset=offset, length=length, flush=flush, timeout=CALL_TIMEOUT
         )
 
     def rdma_read(
@@ -253,9 +267,17 @@ class AsyncioSide:
         return self._call(self.qp.receive())
 
     def rdma_write(
-        self, data: WriteData, stag: int, to: int, *, offset: int = 0, length: int | None = None
+        self,
+        data: WriteData,
+        stag: int,
+        to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+        flush: bool = False,
     ) -> int:
-        return self._call(self.qp.rdma_write(data, stag, to, offset=offset, length=length))
+        write = self.qp.rdma_write(data, stag, to, offset=offset, length=length, flush=flush)
+        return self._call(write)
 
     def rdma_read(
         self, local: ReadInto, stag: int, to: int, *, offset: int = 0, length: int | None = None
@@ -418,7 +440,10 @@ class SyncAdapter:
                 self._errors.append(exc)
                 qp.abort()
             else:
-                qp.close()
+                try:
+                    qp.close()
+                except sync.ConnectionTerminatedError as exc:  # as serve's on_failure
+                    self._errors.append(exc)
 
         thread = threading.Thread(target=run, daemon=True)
         thread.start()

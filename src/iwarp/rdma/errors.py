@@ -131,13 +131,13 @@ def connection_ended(
     terminate: TerminateHeader | None,
     terminate_received: bool,
     closed_by_peer: bool,
-    cause: IwarpError | None,
     reason: str,
 ) -> ConnectionTerminatedError:
     """The one error of a queue pair whose connection ended, in words that
-    name the peer and what ended it: the Terminate (its layer, type, code and
-    the RFC's name; who sent it and, for ours, the ``cause``), the peer's
-    close, or ``reason`` (the endpoint's words for anything else)."""
+    name the peer and what ended it: the Terminate (its layer, type, code,
+    the RFC's name, and who sent it), the peer's close, or ``reason`` (the
+    endpoint's words for anything else). The same words every time: nothing
+    that happens after the end (TCP closing) changes them."""
     who = "the peer" if peer is None else f"the peer {peer}"
     to = "" if peer is None else f" to {peer}"
     if terminate is not None:
@@ -145,8 +145,7 @@ def connection_ended(
         if terminate_received:
             message = f"{who} terminated the connection: Terminate received ({fields})"
         else:
-            because = "" if cause is None else f", because {cause}"
-            message = f"the connection{to} ended: Terminate sent ({fields}){because}"
+            message = f"the connection{to} ended: Terminate sent ({fields})"
     elif closed_by_peer:
         message = f"{who} closed the connection"
     else:

@@ -281,13 +281,12 @@ class QueuePairFront:
         self._end_told = True
         endpoint = self._endpoint
         if endpoint is None:
-            return connection_ended(self.peer_address, None, False, False, None, self.end_reason)
+            return connection_ended(self.peer_address, None, False, False, self.end_reason)
         return connection_ended(
             self.peer_address,
             endpoint.terminate,
             endpoint.terminate_received,
             endpoint.closed_by_peer,
-            endpoint.error,
             endpoint.end_reason,
         )
 
