@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Unpack, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from iwarp._typing import Buffer
 from iwarp.asyncio._cq import CompletionQueue
@@ -42,6 +42,8 @@ from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
 from iwarp.serving import report
 from iwarp.sockets import LISTEN_BACKLOG, address_text, named_connect_error
+
+T = TypeVar("T")
 
 __all__ = [
     "Accept",
@@ -128,16 +130,22 @@ class QueuePair(QueuePairFront):
         if completion is None:
             wr_id = wr.wr_id
             try:
-                completion = await within(self._finish(wr_id), timeout, f"work request {wr_id}")
+                if timeout is None:  # (the hot path: no coroutine of its own)
+                    while (completion := self._finished(wr_id)) is None:
+                        await self._driver.woken(wr_id)
+                else:
+                    done = self._until(lambda: self._finished(wr_id), wr_id)
+                    completion = await within(done, timeout, "the work request")
             except BaseException:
                 self._abandon(wr_id)  # timed out or cancelled: it goes to send_cq
                 raise
         return self._checked(completion)
 
-    async def _finish(self, wr_id: int) -> Completion:
-        while (completion := self._finished(wr_id)) is None:
-            await self._driver.woken(wr_id)
-        return completion
+    async def _until(self, take: Callable[[], T | None], key: object = None) -> T:
+        """What ``take()`` gives once it is not None, asked whenever woken (for ``key``)."""
+        while (got := take()) is None:
+            await self._driver.woken(key)
+        return got
 
     async def send(
         self,
@@ -166,10 +174,9 @@ class QueuePair(QueuePairFront):
         flush: bool = False,
         timeout: float | None = None,
     ) -> int:
-        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.data_args`) to the
-        peer's (``remote_stag``, ``remote_to``); returns the octets written.
-        It completes when TCP took it; with ``flush``, when the peer placed
-        it (:meth:`flush`), as :meth:`iwarp.sync.rdma.QueuePair.rdma_write`."""
+        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.data_args`) to the peer's
+        (``remote_stag``, ``remote_to``); returns the octets written once TCP took
+        them, with ``flush`` once the peer placed them (:meth:`flush`)."""
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
         if not flush:
             return (await self._run(wr, timeout)).byte_len
@@ -291,13 +298,9 @@ class QueuePair(QueuePairFront):
         :raises ConnectionTerminatedError: the connection ended first.
         :raises WaitTimeoutError: nothing arrived in time.
         """
-        data = self._take_message()
-        if data is None:
-            data = await within(self._next_message(), timeout, "a message")
-        return data
-
-    async def _next_message(self) -> bytes:
-        while (data := self._take_message()) is None:
+        if timeout is not None:
+            return await within(self._until(self._take_message), timeout, "a message")
+        while (data := self._take_message()) is None:  # (the hot path, as it was)
             await self._driver.woken()
         return data
 
@@ -321,17 +324,14 @@ class QueuePair(QueuePairFront):
         await within(self._driver.drain(unsent), timeout, "the drain")
 
     async def close(self, *, timeout: float | None = 5.0) -> None:
-        """Graceful close: send what is posted (for at most ``timeout``
-        seconds), then FIN; outstanding work is flushed (status FLUSHED).
-
-        :raises ConnectionTerminatedError: as :meth:`iwarp.sync.rdma.QueuePair.close`.
-        """
+        """Graceful close: send what is posted (for at most ``timeout`` seconds), then
+        FIN; outstanding work is flushed (status FLUSHED). Raises the
+        :class:`ConnectionTerminatedError` of an untold Terminate, as iwarp.sync's."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         with contextlib.suppress(WaitTimeoutError):
             await self.drain(timeout=timeout)
-        # Take what has arrived (a Terminate is reported): the transport's
-        # read callback runs in the loop's next round, this call after it.
+        # Take what arrived (a Terminate is reported): two rounds of the loop.
         for _ in range(2):
             await asyncio.sleep(0)
         self._close_endpoint()
@@ -340,15 +340,14 @@ class QueuePair(QueuePairFront):
             await within(self._shut(), left, "the close")
         except WaitTimeoutError:
             self.abort()
-        untold = self._untold_end()
-        if untold is not None:
+        if (untold := self._untold_end()) is not None:
             raise untold
 
     async def _shut(self) -> None:
         """Write what is queued, then FIN; wait until TCP is gone."""
         self._driver.flush()
         self._driver.close()
-        await self._driver.closed
+        await asyncio.shield(self._driver.closed)  # (a close's timeout cancels only its wait)
 
     def abort(self) -> None:
         """Close at once (RST)."""
