@@ -338,8 +338,10 @@ def named_connect_error(error: OSError, host: str, port: int) -> OSError:
     where = address_text((host, port))
     if isinstance(error, socket.gaierror):
         message = f"cannot resolve {host!r} to connect to {where}: {error.strerror}"
-    else:
+    elif is_connect_failure(error) or not error.strerror:
         message = f"cannot connect to {where}: {connect_failure_reason(error)}"
+    else:  # (a local cause, such as a source address not here: the system's words)
+        message = f"cannot connect to {where}: {error.strerror}"
     named = type(error)(message) if error.errno is None else type(error)(error.errno, message)
     named.connect_cause = error  # type: ignore[attr-defined]
     return named
