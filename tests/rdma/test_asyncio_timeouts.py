@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 
 import pytest
 
 import iwarp
 import iwarp.asyncio as aio
 import iwarp.sync as blocking
-from iwarp.errors import WaitTimeoutError
+from iwarp.errors import MpaError, MpaErrorCode, WaitTimeoutError
 
 T = 0.2
 
@@ -96,3 +97,33 @@ def test_connect_errors_name_the_address_and_the_reason_on_both_adapters() -> No
 def test_every_verbs_type_is_on_both_faces_and_iwarp(name: str) -> None:
     assert getattr(aio, name) is getattr(blocking, name) is getattr(iwarp, name)
     assert name in dir(iwarp) and name in dir(aio) and name in dir(blocking)
+
+
+def test_a_failed_mpa_startup_names_the_peer_on_both_adapters() -> None:
+    """A TCP server that reads the MPA Request and closes."""
+    with socket.socket() as closer:
+        closer.bind(("127.0.0.1", 0))
+        closer.listen()
+        port = closer.getsockname()[1]
+
+        def close_two() -> None:
+            for _ in range(2):
+                conn, _ = closer.accept()
+                conn.recv(100)
+                conn.close()
+
+        thread = threading.Thread(target=close_two, daemon=True)
+        thread.start()
+        with pytest.raises(MpaError) as blocking_error:
+            blocking.connect("127.0.0.1", port, timeout=5)
+
+        async def main() -> MpaError:
+            with pytest.raises(MpaError) as asyncio_error:
+                await aio.connect("127.0.0.1", port, timeout=5)
+            return asyncio_error.value
+
+        asyncio_value = asyncio.run(main())
+        thread.join(5)
+    for error in (blocking_error.value, asyncio_value):
+        assert error.code == MpaErrorCode.TCP_CLOSED
+        assert str(error).endswith(f"(peer 127.0.0.1:{port})")

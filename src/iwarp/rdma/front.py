@@ -354,7 +354,12 @@ class QueuePairFront:
         """Why MPA startup did not complete: the endpoint's error, else TCP
         closed with ``reason``."""
         error = None if self._endpoint is None else self._endpoint.error
-        return error or MpaError(MpaErrorCode.TCP_CLOSED, reason)
+        if error is None:
+            error = MpaError(MpaErrorCode.TCP_CLOSED, reason)
+        peer = self.peer_address
+        if peer is not None and isinstance(error, MpaError) and peer not in error.message:
+            error.args = (f"{error.message} (peer {peer})", *error.args[1:])  # say where
+        return error
 
     def _take_message(self) -> bytes | None:
         """The next message of the receive pool; None while a wait may bring
