@@ -164,7 +164,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         It completes when TCP took it; with ``flush``, when the peer placed
         it (:meth:`flush`: one round trip more), or it raises the
         :class:`ConnectionTerminatedError` of the Terminate that refused it."""
-        deadline = deadline_after(timeout)
+        deadline = deadline_after(timeout) if flush else None
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
         written = self._run(wr, timeout).byte_len
         if flush:
