@@ -100,7 +100,7 @@ def test_every_verbs_type_is_on_both_faces_and_iwarp(name: str) -> None:
 
 
 def test_a_failed_mpa_startup_names_the_peer_on_both_adapters() -> None:
-    """A TCP server that reads the MPA Request and closes."""
+    """A TCP server that closes at once (FIN) instead of answering the MPA Request."""
     with socket.socket() as closer:
         closer.bind(("127.0.0.1", 0))
         closer.listen()
@@ -109,8 +109,11 @@ def test_a_failed_mpa_startup_names_the_peer_on_both_adapters() -> None:
         def close_two() -> None:
             for _ in range(2):
                 conn, _ = closer.accept()
-                conn.recv(100)
-                conn.close()
+                with conn:  # FIN, then read to the client's close: never a reset
+                    conn.settimeout(5)
+                    conn.shutdown(socket.SHUT_WR)
+                    while conn.recv(4096):
+                        pass
 
         thread = threading.Thread(target=close_two, daemon=True)
         thread.start()
