@@ -13,7 +13,6 @@ Negative ``wr_id`` values are reserved for the simple calls.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from types import TracebackType
@@ -323,23 +322,24 @@ class QueuePair(QueuePairFront):
         unsent = None if endpoint is None else lambda: endpoint.unsent
         await within(self._driver.drain(unsent), timeout, "the drain")
 
-    async def close(self, *, timeout: float | None = 5.0) -> None:
-        """Graceful close: send what is posted (for at most ``timeout`` seconds), then
-        FIN; outstanding work is flushed (status FLUSHED). Raises the
-        :class:`ConnectionTerminatedError` of an untold Terminate, as iwarp.sync's."""
+    async def close(self, *, timeout: float | None = None) -> None:
+        """Graceful close: send what is posted, then FIN; outstanding work is flushed
+        (status FLUSHED). Past ``timeout`` it resets and raises WaitTimeoutError; it
+        raises the ConnectionTerminatedError of an untold Terminate, as iwarp.sync's."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        with contextlib.suppress(WaitTimeoutError):
-            await self.drain(timeout=timeout)
-        # Take what arrived (a Terminate is reported): two rounds of the loop.
-        for _ in range(2):
-            await asyncio.sleep(0)
-        self._close_endpoint()
-        left = None if deadline is None else max(deadline - loop.time(), 0.0)
         try:
-            await within(self._shut(), left, "the close")
-        except WaitTimeoutError:
-            self.abort()
+            await self.drain(timeout=timeout)
+            for _ in range(2):  # take what arrived (a Terminate is reported): two rounds
+                await asyncio.sleep(0)
+        finally:
+            self._close_endpoint()
+            left = None if deadline is None else max(deadline - loop.time(), 0.0)
+            try:
+                await within(self._shut(), left, "the close")
+            except WaitTimeoutError:
+                self.abort()
+                raise
         if (untold := self._untold_end()) is not None:
             raise untold
 
