@@ -238,6 +238,11 @@ class QueuePairEndpoint:
     :param atomic_ird: the peer's Atomic Requests we keep room to answer.
     """
 
+    #: The peer closed TCP (FIN) with no Terminate before it. A class default,
+    #: set on the instance only then: one more attribute per instance would
+    #: pass CPython's 30 shared keys and slow every attribute read of it.
+    closed_by_peer = False
+
     def __init__(
         self,
         role: Role,
@@ -269,8 +274,6 @@ class QueuePairEndpoint:
         #: The Terminate that ended the stream (sent or received), if any.
         self.terminate: TerminateHeader | None = None
         self.terminate_received = False
-        #: The peer closed TCP (FIN) with no Terminate before it.
-        self.closed_by_peer = False
         self.receive_buffers = receive_buffers
         self.receive_size = receive_size
         self._decide = decide
