@@ -24,7 +24,7 @@ import iwarp.sync
 #: What one adapter's face exports and the other's does not.
 ONLY: Final = {
     "iwarp.asyncio": {"serve"},
-    "iwarp.sync": {"BUSY_POLL", "Listener", "WaitTimeoutError", "listen"},
+    "iwarp.sync": {"BUSY_POLL", "Listener", "listen"},
 }
 #: The adapter's own class of each concept (the asyncio/sync twins).
 OWN: Final = {"CompletionQueue", "QueuePair", "connect"}
@@ -46,8 +46,8 @@ def test_shared_names_are_the_same_objects_and_the_adapters_own_are_not() -> Non
         mine, theirs = getattr(iwarp.asyncio, name), getattr(iwarp.sync, name)
         if name in OWN:
             assert mine is not theirs, name
-            assert mine.__module__ == "iwarp.asyncio.rdma", name
-            assert theirs.__module__ == "iwarp.sync.rdma", name
+            assert mine.__module__.startswith("iwarp.asyncio."), name
+            assert theirs.__module__.startswith("iwarp.sync."), name
         else:
             assert mine is theirs, name
 

@@ -32,41 +32,53 @@ __version__ = "0.1.0"
 
 #: Public name -> module that defines it.
 _EXPORTS = {
-    "connect": "iwarp.asyncio.rdma",
-    "serve": "iwarp.asyncio.rdma",
-    "QueuePair": "iwarp.asyncio.rdma",
-    "CompletionQueue": "iwarp.asyncio.rdma",
-    "ProtectionDomain": "iwarp.rdmap.memory",
-    "MemoryRegion": "iwarp.rdmap.memory",
-    "Access": "iwarp.rdmap.memory",
-    "SendWR": "iwarp.rdmap.work",
-    "WriteWR": "iwarp.rdmap.work",
-    "ReadWR": "iwarp.rdmap.work",
-    "RecvWR": "iwarp.rdmap.work",
-    "Sge": "iwarp.rdmap.work",
-    "Completion": "iwarp.rdmap.work",
-    "CompletionStatus": "iwarp.rdmap.work",
-    "MpaConfig": "iwarp.mpa.config",
     "Accept": "iwarp.mpa.policy",
-    "Reject": "iwarp.mpa.policy",
+    "Access": "iwarp.rdmap.memory",
+    "AtomicsNotSupportedError": "iwarp.rdma.errors",
+    "CompareSwapWR": "iwarp.rdmap.work",
+    "Completion": "iwarp.rdmap.work",
+    "CompletionQueue": "iwarp.asyncio.rdma",
+    "CompletionStatus": "iwarp.rdmap.work",
     "ConnectionRejectedError": "iwarp.mpa.policy",
     "ConnectionTerminatedError": "iwarp.rdma.errors",
-    "RdmaError": "iwarp.rdma.errors",
+    "FetchAddWR": "iwarp.rdmap.work",
+    "ImmediateData": "iwarp.rdmap.work",
+    "ImmediateWR": "iwarp.rdmap.work",
     "IwarpError": "iwarp.errors",
     "LocalProtocolError": "iwarp.errors",
-    "RemoteProtocolError": "iwarp.errors",
+    "MemoryRegion": "iwarp.rdmap.memory",
+    "MpaConfig": "iwarp.mpa.config",
     "MpaError": "iwarp.errors",
+    "ProtectionDomain": "iwarp.rdmap.memory",
+    "QueuePair": "iwarp.asyncio.rdma",
+    "RdmaError": "iwarp.rdma.errors",
+    "ReadWR": "iwarp.rdmap.work",
+    "RecvWR": "iwarp.rdmap.work",
+    "Reject": "iwarp.mpa.policy",
+    "RemoteProtocolError": "iwarp.errors",
+    "SendWR": "iwarp.rdmap.work",
+    "Sge": "iwarp.rdmap.work",
+    "WaitTimeoutError": "iwarp.errors",
+    "WorkOpcode": "iwarp.rdmap.work",
+    "WriteWR": "iwarp.rdmap.work",
+    "connect": "iwarp.asyncio.rdma",
+    "serve": "iwarp.asyncio.rdma",
 }
 
 __all__ = [
     "__version__",
     "Accept",
     "Access",
+    "AtomicsNotSupportedError",
+    "CompareSwapWR",
     "Completion",
     "CompletionQueue",
     "CompletionStatus",
     "ConnectionRejectedError",
     "ConnectionTerminatedError",
+    "FetchAddWR",
+    "ImmediateData",
+    "ImmediateWR",
     "IwarpError",
     "LocalProtocolError",
     "MemoryRegion",
@@ -81,6 +93,8 @@ __all__ = [
     "RemoteProtocolError",
     "SendWR",
     "Sge",
+    "WaitTimeoutError",
+    "WorkOpcode",
     "WriteWR",
     "connect",
     "serve",
@@ -88,18 +102,29 @@ __all__ = [
 
 if TYPE_CHECKING:
     from iwarp.asyncio.rdma import CompletionQueue, QueuePair, connect, serve
-    from iwarp.errors import IwarpError, LocalProtocolError, MpaError, RemoteProtocolError
+    from iwarp.errors import (
+        IwarpError,
+        LocalProtocolError,
+        MpaError,
+        RemoteProtocolError,
+        WaitTimeoutError,
+    )
     from iwarp.mpa.config import MpaConfig
     from iwarp.mpa.policy import Accept, ConnectionRejectedError, Reject
-    from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
+    from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
     from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
     from iwarp.rdmap.work import (
+        CompareSwapWR,
         Completion,
         CompletionStatus,
+        FetchAddWR,
+        ImmediateData,
+        ImmediateWR,
         ReadWR,
         RecvWR,
         SendWR,
         Sge,
+        WorkOpcode,
         WriteWR,
     )
 

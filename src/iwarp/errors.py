@@ -122,6 +122,15 @@ class IwarpError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
+class WaitTimeoutError(IwarpError, TimeoutError):
+    """A call ran out of time (its ``timeout``, in seconds), on either adapter.
+
+    Nothing was lost: what was posted stays posted and what arrives later
+    is delivered by the next call. It is also a :class:`TimeoutError`, so
+    ``except TimeoutError`` catches it.
+    """
+
+
 class LocalProtocolError(IwarpError):
     """The local application misused the API; nothing was sent."""
 

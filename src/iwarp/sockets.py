@@ -24,10 +24,12 @@ __all__ = [
     "RECEIVE_BULK",
     "RECEIVE_CHUNK",
     "SheddingSocket",
+    "address_text",
     "connect_failure_reason",
     "DRAIN_LIMIT",
     "finish_writing",
     "is_connect_failure",
+    "named_connect_error",
     "LISTEN_BACKLOG",
     "listening_socket",
     "listening_socket_for",
@@ -334,6 +336,8 @@ _CONNECT_REASONS: Final = {
 def connect_failure_reason(error: BaseException) -> str:
     """Why a TCP connect failed, in words (for every command's "cannot
     reach" message)."""
+    # A library connect's error names the address already: its cause's words.
+    error = getattr(error, "connect_cause", None) or error
     if isinstance(error, socket.gaierror):
         return f"the host name does not resolve ({error.strerror})"
     if isinstance(error, TimeoutError) and error.errno is None:
@@ -343,6 +347,31 @@ def connect_failure_reason(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return error.strerror[:1].lower() + error.strerror[1:]
     return str(error) or type(error).__name__
+
+
+def address_text(address: object) -> str | None:
+    """A socket address as ``host:port`` (``[host]:port`` for IPv6), for
+    messages; None when there is none."""
+    if not isinstance(address, tuple) or len(address) < 2:
+        return None if address is None else str(address)
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+
+def named_connect_error(error: OSError, host: str, port: int) -> OSError:
+    """``error`` of a failed TCP connect, as the same class with the same
+    errno whose message names the address and the reason in words (the
+    library's connect calls raise it ``from`` the original)."""
+    where = address_text((host, port))
+    if isinstance(error, socket.gaierror):
+        message = f"cannot resolve {host!r} to connect to {where}: {error.strerror}"
+    elif is_connect_failure(error) or not error.strerror:
+        message = f"cannot connect to {where}: {connect_failure_reason(error)}"
+    else:  # (a local cause, such as a source address not here: the system's words)
+        message = f"cannot connect to {where}: {error.strerror}"
+    named = type(error)(message) if error.errno is None else type(error)(error.errno, message)
+    named.connect_cause = error  # type: ignore[attr-defined]
+    return named
 
 
 def is_connect_failure(error: BaseException) -> bool:

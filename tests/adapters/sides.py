@@ -59,7 +59,14 @@ class Side(Protocol):
     def receive(self) -> bytes: ...
 
     def rdma_write(
-        self, data: WriteData, stag: int, to: int, *, offset: int = 0, length: int | None = None
+        self,
+        data: WriteData,
+        stag: int,
+        to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+        flush: bool = False,
     ) -> int: ...
 
     def rdma_read(
@@ -90,6 +97,8 @@ class Side(Protocol):
     def wait_send(self) -> Completion: ...
 
     def wait_recv(self) -> Completion: ...
+
+    def drain(self) -> None: ...
 
     def flush(self) -> None: ...
 
@@ -134,10 +143,17 @@ class SyncSide:
         return self.qp.receive(timeout=CALL_TIMEOUT)
 
     def rdma_write(
-        self, data: WriteData, stag: int, to: int, *, offset: int = 0, length: int | None = None
+        self,
+        data: WriteData,
+        stag: int,
+        to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+        flush: bool = False,
     ) -> int:
         return self.qp.rdma_write(
-            data, stag, to, offset=offset, length=length, timeout=CALL_TIMEOUT
+            data, stag, to, offset=offset, length=length, flush=flush, timeout=CALL_TIMEOUT
         )
 
     def rdma_read(
@@ -187,6 +203,9 @@ class SyncSide:
 
     def wait_recv(self) -> Completion:
         return self.qp.recv_cq.wait(timeout=CALL_TIMEOUT)
+
+    def drain(self) -> None:
+        self.qp.drain(timeout=CALL_TIMEOUT)
 
     def flush(self) -> None:
         self.qp.flush(timeout=CALL_TIMEOUT)
@@ -248,9 +267,17 @@ class AsyncioSide:
         return self._call(self.qp.receive())
 
     def rdma_write(
-        self, data: WriteData, stag: int, to: int, *, offset: int = 0, length: int | None = None
+        self,
+        data: WriteData,
+        stag: int,
+        to: int,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+        flush: bool = False,
     ) -> int:
-        return self._call(self.qp.rdma_write(data, stag, to, offset=offset, length=length))
+        write = self.qp.rdma_write(data, stag, to, offset=offset, length=length, flush=flush)
+        return self._call(write)
 
     def rdma_read(
         self, local: ReadInto, stag: int, to: int, *, offset: int = 0, length: int | None = None
@@ -294,6 +321,9 @@ class AsyncioSide:
 
     def wait_recv(self) -> Completion:
         return self._call(self.qp.recv_cq.wait())
+
+    def drain(self) -> None:
+        self._call(self.qp.drain())
 
     def flush(self) -> None:
         self._call(self.qp.flush())
@@ -410,7 +440,10 @@ class SyncAdapter:
                 self._errors.append(exc)
                 qp.abort()
             else:
-                qp.close()
+                try:
+                    qp.close()
+                except sync.ConnectionTerminatedError as exc:  # as serve's on_failure
+                    self._errors.append(exc)
 
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
@@ -506,7 +539,8 @@ class AsyncioAdapter(LoopThread):
 
         def failed(exc: BaseException, peer: object) -> None:
             self.errors.append(exc)
-            done.set_result(None)
+            if not done.done():  # (also after the handler: a Terminate it never saw)
+                done.set_result(None)
 
         async def start() -> asyncio.Server:
             return await aio.serve(

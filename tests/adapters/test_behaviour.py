@@ -158,7 +158,7 @@ def test_verbs_api_with_peer_to_peer_rtr(pair: tuple[Adapter, Adapter], rtr: Rtr
     qp.post_send(SendWR(b"verbs!", wr_id=5, solicited=True))
     completion = qp.wait_send()
     assert (completion.wr_id, completion.status) == (5, CompletionStatus.SUCCESS)
-    qp.flush()
+    qp.drain()
     qp.wait_closed()
     assert server.take_failures() == []
     assert received == [(77, b"verbs!", True)]
@@ -230,7 +230,7 @@ def test_reads_beyond_ord_wait_and_complete_in_order(pair: tuple[Adapter, Adapte
     sinks = [qp.register(bytearray(4096)) for _ in range(4)]
     for i, sink in enumerate(sinks):
         qp.post_send(ReadWR(Sge(sink), source.stag, 0, wr_id=i))
-    qp.flush()  # the fourth Read left only after three responses came back
+    qp.drain()  # the fourth Read left only after three responses came back
     done = [qp.wait_send() for _ in range(4)]
     assert [(c.wr_id, c.ok) for c in done] == [(i, True) for i in range(4)]
     assert all(bytes(s.view) == bytes(source.view) for s in sinks)

@@ -141,7 +141,7 @@ def test_verbs_api_with_peer_to_peer_rtr(rtr: RtrFlags) -> None:
         qp.post_send(SendWR(b"verbs!", wr_id=5, solicited=True))
         completion = await qp.send_cq.wait()
         assert (completion.wr_id, completion.status) == (5, CompletionStatus.SUCCESS)
-        await qp.flush()
+        await qp.drain()
         await qp.closed
         assert received == [b"verbs!"]
         server.close()
@@ -220,7 +220,7 @@ def test_flush_waits_for_reads_queued_behind_ord() -> None:
         sinks = [qp.register(bytearray(4096)) for _ in range(4)]
         for i, sink in enumerate(sinks):
             qp.post_send(ReadWR(Sge(sink), source.stag, 0, wr_id=i))
-        await qp.flush()  # the fourth Read left only after three responses came back
+        await qp.drain()  # the fourth Read left only after three responses came back
         done = [await qp.send_cq.wait() for _ in range(4)]
         assert [(c.wr_id, c.ok) for c in done] == [(i, True) for i in range(4)]
         assert all(bytes(s.view) == bytes(source.view) for s in sinks)

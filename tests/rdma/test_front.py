@@ -18,7 +18,7 @@ from iwarp.rdma.endpoint import QueuePairOptions
 from iwarp.rdma.errors import ConnectionTerminatedError, RdmaError
 from iwarp.rdma.front import CompletionQueueFront, QueuePairFront
 from iwarp.rdmap.memory import Access, MemoryRegistry
-from iwarp.rdmap.work import RecvWR, SendWR, Sge, WriteWR
+from iwarp.rdmap.work import Completion, CompletionStatus, RecvWR, SendWR, Sge, WorkOpcode, WriteWR
 
 
 class Front(QueuePairFront):
@@ -187,7 +187,7 @@ def test_startup_error_without_an_endpoint_error_is_tcp_closed() -> None:
     assert "reset" in str(front._startup_error("reset"))
 
 
-def test_a_failed_completion_raises_rdma_error() -> None:
+def test_a_flushed_completion_raises_what_ended_the_connection() -> None:
     a, _ = fronts()
     # A Write waits in the send queue until its octets are taken for TCP
     # (a small Send on an idle queue pair would complete while posted).
@@ -195,9 +195,17 @@ def test_a_failed_completion_raises_rdma_error() -> None:
     assert a._post_tracked(wr) is None
     a.dispatch(a.endpoint.connection_lost(0.0, "gone"))  # flushes the tracked Write
     completion = a.endpoint.result(wr.wr_id)
-    assert completion is not None and not completion.ok
-    with pytest.raises(RdmaError):
+    assert completion is not None and completion.status is CompletionStatus.FLUSHED
+    with pytest.raises(ConnectionTerminatedError, match="gone") as info:
         a._checked(completion)
+    assert "work request" not in str(info.value)  # no internal negative wr_id
+
+
+def test_a_failed_completion_raises_rdma_error() -> None:
+    a, _ = fronts()
+    failed = Completion(-1, WorkOpcode.RDMA_READ, CompletionStatus.REMOTE_ACCESS_ERROR)
+    with pytest.raises(RdmaError):
+        a._checked(failed)
 
 
 def test_a_failed_handler_ends_the_stream_with_a_terminate_once() -> None:

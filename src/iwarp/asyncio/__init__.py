@@ -7,9 +7,9 @@ DDP and RDMAP: ``connect``/``serve``, ``QueuePair``, ``CompletionQueue``),
 
 This face re-exports the RDMA names, the same ones :mod:`iwarp.sync`
 exports (``tests/test_faces.py`` compares them), except each adapter's own
-way of waiting: ``serve`` here (an asyncio server), ``listen``/``Listener``,
-``BUSY_POLL`` and ``WaitTimeoutError`` there. They are imported on first
-use.
+way of waiting: ``serve`` here (an asyncio server), ``listen``/``Listener`` and
+``BUSY_POLL`` there (both raise the same ``WaitTimeoutError`` for
+``timeout=``). They are imported on first use.
 """
 
 from __future__ import annotations
@@ -24,11 +24,15 @@ _EXPORTS = {
     "Accept": "iwarp.mpa.policy",
     "Access": "iwarp.rdmap.memory",
     "AtomicsNotSupportedError": "iwarp.rdma.errors",
+    "CompareSwapWR": "iwarp.rdmap.work",
     "Completion": "iwarp.rdmap.work",
     "CompletionQueue": "iwarp.asyncio.rdma",
     "CompletionStatus": "iwarp.rdmap.work",
     "ConnectionRejectedError": "iwarp.mpa.policy",
     "ConnectionTerminatedError": "iwarp.rdma.errors",
+    "FetchAddWR": "iwarp.rdmap.work",
+    "ImmediateData": "iwarp.rdmap.work",
+    "ImmediateWR": "iwarp.rdmap.work",
     "MemoryRegion": "iwarp.rdmap.memory",
     "MpaConfig": "iwarp.mpa.config",
     "ProtectionDomain": "iwarp.rdmap.memory",
@@ -39,6 +43,7 @@ _EXPORTS = {
     "Reject": "iwarp.mpa.policy",
     "SendWR": "iwarp.rdmap.work",
     "Sge": "iwarp.rdmap.work",
+    "WaitTimeoutError": "iwarp.errors",
     "WorkOpcode": "iwarp.rdmap.work",
     "WriteWR": "iwarp.rdmap.work",
     "connect": "iwarp.asyncio.rdma",
@@ -49,11 +54,15 @@ __all__ = [
     "Accept",
     "Access",
     "AtomicsNotSupportedError",
+    "CompareSwapWR",
     "Completion",
     "CompletionQueue",
     "CompletionStatus",
     "ConnectionRejectedError",
     "ConnectionTerminatedError",
+    "FetchAddWR",
+    "ImmediateData",
+    "ImmediateWR",
     "MemoryRegion",
     "MpaConfig",
     "ProtectionDomain",
@@ -64,6 +73,7 @@ __all__ = [
     "Reject",
     "SendWR",
     "Sge",
+    "WaitTimeoutError",
     "WorkOpcode",
     "WriteWR",
     "connect",
@@ -72,13 +82,18 @@ __all__ = [
 
 if TYPE_CHECKING:
     from iwarp.asyncio.rdma import CompletionQueue, QueuePair, connect, serve
+    from iwarp.errors import WaitTimeoutError
     from iwarp.mpa.config import MpaConfig
     from iwarp.mpa.policy import Accept, ConnectionRejectedError, Reject
     from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
     from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
     from iwarp.rdmap.work import (
+        CompareSwapWR,
         Completion,
         CompletionStatus,
+        FetchAddWR,
+        ImmediateData,
+        ImmediateWR,
         ReadWR,
         RecvWR,
         SendWR,

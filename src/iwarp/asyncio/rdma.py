@@ -15,20 +15,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
-from functools import partial
 from types import TracebackType
-from typing import Any, Unpack, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from iwarp._typing import Buffer
-from iwarp.asyncio.driver import CoreDriver, wait_until, wake
+from iwarp.asyncio._cq import CompletionQueue
+from iwarp.asyncio._within import within
+from iwarp.asyncio.driver import CoreDriver, wait_until
 from iwarp.asyncio.server import FailureHook, open_or_report, run_handler, start_server
-from iwarp.errors import IwarpError, MpaError
+from iwarp.errors import IwarpError, MpaError, WaitTimeoutError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Reject
 from iwarp.rdma.data_args import ReadInto, WriteData
-from iwarp.rdma.endpoint import QueuePairOptions
+from iwarp.rdma.endpoint import QueuePairEndpoint, QueuePairOptions
 from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
-from iwarp.rdma.front import ALL_BITS, CompletionQueueFront, QueuePairFront
+from iwarp.rdma.front import ALL_BITS, QueuePairFront
 from iwarp.rdma.options import (
     InitiatorSettings,
     ResponderSettings,
@@ -38,7 +39,10 @@ from iwarp.rdma.options import (
 )
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
-from iwarp.sockets import LISTEN_BACKLOG
+from iwarp.serving import report
+from iwarp.sockets import LISTEN_BACKLOG, address_text, named_connect_error
+
+T = TypeVar("T")
 
 __all__ = [
     "Accept",
@@ -55,33 +59,6 @@ __all__ = [
     "connect",
     "serve",
 ]
-
-
-class CompletionQueue(CompletionQueueFront):
-    """Completions of work requests, in order (verbs' CQ), to poll or to await.
-
-    One queue may serve several queue pairs, and a queue pair's send and
-    receive work: pass it to :func:`connect` or :func:`serve` as
-    ``send_cq`` and/or ``recv_cq`` (``shared_cq``: one for both).
-    """
-
-    def poll(self, max_entries: int | None = None) -> list[Completion]:
-        """Take up to ``max_entries`` (default: all) completions without waiting."""
-        return self._take(max_entries)
-
-    async def wait(self) -> Completion:
-        """The next completion.
-
-        :raises ConnectionTerminatedError: every attached queue pair is over
-            and no completion is left.
-        """
-        while not self._items:
-            if not self._drivers():
-                raise ConnectionTerminatedError(self._why())
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiting.append(partial(wake, waiter))
-            await waiter
-        return self._items.popleft()
 
 
 Setup = Callable[["QueuePair"], None]
@@ -125,6 +102,10 @@ class QueuePair(QueuePairFront):
         """The peer's address."""
         return self._driver.peer()
 
+    def open(self, now: float, emss: int) -> QueuePairEndpoint:
+        self.peer_address = address_text(self._driver.peer())
+        return super().open(now, emss)
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         """The transport's ``get_extra_info`` (``"socket"``, ``"peername"``...)."""
         transport = self._driver.transport
@@ -141,30 +122,45 @@ class QueuePair(QueuePairFront):
 
     # -- simple API -----------------------------------------------------------------
 
-    async def _run(self, wr: SendQueueWR) -> Completion:
+    async def _run(self, wr: SendQueueWR, timeout: float | None = None) -> Completion:
         # A Send or Write that TCP took at once completed while it was
         # posted: no trip through the event loop.
         completion = self._post_tracked(wr)
         if completion is None:
             wr_id = wr.wr_id
             try:
-                while (completion := self._finished(wr_id)) is None:
-                    await self._driver.woken(wr_id)
+                if timeout is None:  # (the hot path: no coroutine of its own)
+                    while (completion := self._finished(wr_id)) is None:
+                        await self._driver.woken(wr_id)
+                else:
+                    done = self._until(lambda: self._finished(wr_id), wr_id)
+                    completion = await within(done, timeout, "the work request")
             except BaseException:
-                self._abandon(wr_id)
+                self._abandon(wr_id)  # timed out or cancelled: it goes to send_cq
                 raise
         return self._checked(completion)
 
+    async def _until(self, take: Callable[[], T | None], key: object = None) -> T:
+        """What ``take()`` gives once it is not None, asked whenever woken (for ``key``)."""
+        while (got := take()) is None:
+            await self._driver.woken(key)
+        return got
+
     async def send(
-        self, data: Buffer | Sge, *, solicited: bool = False, invalidate_stag: int | None = None
+        self,
+        data: Buffer | Sge,
+        *,
+        solicited: bool = False,
+        invalidate_stag: int | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Send a message into the peer's next receive buffer; wait for completion (and,
         like a stream writer's drain, while the transport holds more than its high-water
         mark: a peer that stops reading stops the sender, it does not grow its memory)."""
         if not self._sent_at_once(data, solicited, invalidate_stag):
-            await self._run(self._send_wr(data, solicited, invalidate_stag))
+            await self._run(self._send_wr(data, solicited, invalidate_stag), timeout)
         elif self._driver.output_waiting():
-            await self._driver.drain()
+            await within(self._driver.drain(), timeout, "the send")
 
     async def rdma_write(
         self,
@@ -174,11 +170,21 @@ class QueuePair(QueuePairFront):
         *,
         offset: int = 0,
         length: int | None = None,
+        flush: bool = False,
+        timeout: float | None = None,
     ) -> int:
-        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.data_args`) to the
-        peer's (``remote_stag``, ``remote_to``); returns the octets written."""
+        """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.data_args`) to the peer's
+        (``remote_stag``, ``remote_to``); returns the octets written once TCP took
+        them, with ``flush`` once the peer placed them (:meth:`flush`)."""
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
-        return (await self._run(wr)).byte_len
+        if not flush:
+            return (await self._run(wr, timeout)).byte_len
+        return await within(self._write_placed(wr), timeout, "the Write's placement")
+
+    async def _write_placed(self, wr: SendQueueWR) -> int:
+        written = (await self._run(wr)).byte_len
+        await self._run(self._flush_wr())
+        return written
 
     @overload
     async def rdma_read(
@@ -189,6 +195,7 @@ class QueuePair(QueuePairFront):
         *,
         offset: int = 0,
         length: int | None = None,
+        timeout: float | None = None,
     ) -> bytes: ...
 
     @overload
@@ -200,6 +207,7 @@ class QueuePair(QueuePairFront):
         *,
         offset: int = 0,
         length: int | None = None,
+        timeout: float | None = None,
     ) -> int: ...
 
     async def rdma_read(
@@ -210,6 +218,7 @@ class QueuePair(QueuePairFront):
         *,
         offset: int = 0,
         length: int | None = None,
+        timeout: float | None = None,
     ) -> int | bytes:
         """RDMA Read from the peer's (``remote_stag``, ``remote_to``) into
         ``local`` (the forms of :mod:`iwarp.rdma.data_args`): returns the octets
@@ -217,13 +226,15 @@ class QueuePair(QueuePairFront):
         """
         target, wr = self._read_wr(local, remote_stag, remote_to, offset, length)
         try:
-            completion = await self._run(wr)
+            completion = await self._run(wr, timeout)
         except (RdmaError, ConnectionTerminatedError):
             target.finish(0)  # the Read is over: its temporary region can go
             raise
         return target.finish(completion.byte_len)
 
-    async def fetch_add(self, stag: int, to: int, add: int, *, mask: int = 0) -> int:
+    async def fetch_add(
+        self, stag: int, to: int, add: int, *, mask: int = 0, timeout: float | None = None
+    ) -> int:
         """RFC 7306 FetchAdd: add ``add`` to the peer's 64-bit word at
         (``stag``, ``to``), a 64-bit aligned TO in a region registered with
         ``Access.REMOTE_ATOMIC``; returns the word's original value. Each
@@ -233,7 +244,7 @@ class QueuePair(QueuePairFront):
         :raises AtomicsNotSupportedError: the peer has no RFC 7306 atomics.
         :raises RdmaError: the peer refused it (STag, rights, bounds, alignment).
         """
-        return self._original(await self._run(self._fetch_add_wr(stag, to, add, mask)))
+        return self._original(await self._run(self._fetch_add_wr(stag, to, add, mask), timeout))
 
     async def compare_swap(
         self,
@@ -244,6 +255,7 @@ class QueuePair(QueuePairFront):
         *,
         compare_mask: int = ALL_BITS,
         swap_mask: int = ALL_BITS,
+        timeout: float | None = None,
     ) -> int:
         """RFC 7306 CmpSwap: where the ``compare_mask`` bits of the peer's
         word at (``stag``, ``to``) equal those of ``compare``, its
@@ -252,17 +264,19 @@ class QueuePair(QueuePairFront):
         verbs' ``ibv_wr_atomic_cmp_swp``. Raises as :meth:`fetch_add`.
         """
         wr = self._compare_swap_wr(stag, to, compare, swap, compare_mask, swap_mask)
-        return self._original(await self._run(wr))
+        return self._original(await self._run(wr, timeout))
 
-    async def send_immediate(self, data: bytes, *, solicited: bool = False) -> None:
+    async def send_immediate(
+        self, data: bytes, *, solicited: bool = False, timeout: float | None = None
+    ) -> None:
         """Send RFC 7306 Immediate Data: exactly 8 octets into the peer's
         next receive buffer (``solicited``: with Solicited Event); wait for
         completion. The peer's ``receive()`` gives them as
         :class:`~iwarp.rdmap.work.ImmediateData`, a receive completion has
         them in ``immediate``."""
-        await self._run(self._immediate_wr(data, solicited))
+        await self._run(self._immediate_wr(data, solicited), timeout)
 
-    async def supports_atomics(self, stag: int, to: int) -> bool:
+    async def supports_atomics(self, stag: int, to: int, *, timeout: float | None = None) -> bool:
         """Probe the peer for RFC 7306 Atomic Operations with a FetchAdd of 0
         on its word at (``stag``, ``to``), which changes nothing (§1.1).
         True: it answered. False: it refused the opcode as a peer without
@@ -271,38 +285,69 @@ class QueuePair(QueuePairFront):
         :raises RdmaError: it refused the target (STag, rights, bounds, alignment).
         """
         try:
-            await self.fetch_add(stag, to, 0)
+            await self.fetch_add(stag, to, 0, timeout=timeout)
         except AtomicsNotSupportedError:
             return False
         return True
 
-    async def receive(self) -> bytes:
+    async def receive(self, *, timeout: float | None = None) -> bytes:
         """The next message received into the queue pair's receive pool.
 
         :raises LocalProtocolError: the queue pair has no receive pool.
         :raises ConnectionTerminatedError: the connection ended first.
+        :raises WaitTimeoutError: nothing arrived in time.
         """
-        while (data := self._take_message()) is None:
+        if timeout is not None:
+            return await within(self._until(self._take_message), timeout, "a message")
+        while (data := self._take_message()) is None:  # (the hot path, as it was)
             await self._driver.woken()
         return data
 
-    async def flush(self) -> None:
-        """Wait until every posted message was handed to TCP (RDMA Reads
-        beyond ORD go out as earlier ones complete)."""
-        endpoint = self._endpoint
-        await self._driver.drain(None if endpoint is None else lambda: endpoint.unsent)
+    async def flush(self, *, timeout: float | None = None) -> None:
+        """Wait until the peer placed every Send and RDMA Write posted
+        before, proven by a zero-length RDMA Read, as
+        :meth:`iwarp.sync.rdma.QueuePair.flush` (one round trip).
 
-    async def close(self) -> None:
-        """Graceful close: send what is posted, then FIN; outstanding work is flushed."""
-        await self.flush()
-        self._close_endpoint()
-        await self._shut()
+        :raises ConnectionTerminatedError: the connection ended first, e.g.
+            by the peer's Terminate refusing one of them (it is named).
+        :raises WaitTimeoutError: the proof did not come in time.
+        """
+        await self._run(self._flush_wr(), timeout)
+
+    async def drain(self, *, timeout: float | None = None) -> None:
+        """Wait until every posted message was handed to TCP (RDMA Reads
+        beyond ORD go out as earlier ones complete); says nothing of the
+        peer (:meth:`flush` does)."""
+        endpoint = self._endpoint
+        unsent = None if endpoint is None else lambda: endpoint.unsent
+        await within(self._driver.drain(unsent), timeout, "the drain")
+
+    async def close(self, *, timeout: float | None = None) -> None:
+        """Graceful close: send what is posted, then FIN; outstanding work is flushed
+        (status FLUSHED). Past ``timeout`` it resets and raises WaitTimeoutError; it
+        raises the ConnectionTerminatedError of an untold Terminate, as iwarp.sync's."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        try:
+            await self.drain(timeout=timeout)
+            for _ in range(2):  # take what arrived (a Terminate is reported): two rounds
+                await asyncio.sleep(0)
+        finally:
+            self._close_endpoint()
+            left = None if deadline is None else max(deadline - loop.time(), 0.0)
+            try:
+                await within(self._shut(), left, "the close")
+            except WaitTimeoutError:
+                self.abort()
+                raise
+        if (untold := self._untold_end()) is not None:
+            raise untold
 
     async def _shut(self) -> None:
         """Write what is queued, then FIN; wait until TCP is gone."""
         self._driver.flush()
         self._driver.close()
-        await self._driver.closed
+        await asyncio.shield(self._driver.closed)  # (a close's timeout cancels only its wait)
 
     def abort(self) -> None:
         """Close at once (RST)."""
@@ -317,7 +362,11 @@ class QueuePair(QueuePairFront):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.close()
+        try:
+            await self.close()
+        except ConnectionTerminatedError:
+            if exc is None:
+                raise  # else the block's own error says what happened
 
 
 async def connect(
@@ -330,6 +379,7 @@ async def connect(
     send_cq: CompletionQueue | None = None,
     recv_cq: CompletionQueue | None = None,
     fallback_to_rev1: bool = False,
+    timeout: float | None = None,
     local_address: tuple[str, int] | None = None,
     **settings: Unpack[InitiatorSettings],
 ) -> QueuePair:
@@ -337,15 +387,37 @@ async def connect(
 
     The settings (and ``settings``: ``private_data``, ``receive_buffers``,
     ``receive_size``, ``first_send_delay``, ``shared_cq``, ``atomic_ord``,
-    ``atomic_ird``) are documented in :mod:`iwarp.rdma.options`.
+    ``atomic_ird``) are documented in :mod:`iwarp.rdma.options`;
+    ``timeout`` bounds TCP connection setup and MPA startup together (both
+    attempts, with ``fallback_to_rev1``), as in :func:`iwarp.sync.connect`.
 
     :raises ConnectionRejectedError: the peer rejected the connection (R=1).
     :raises MpaError: MPA startup failed (``.code``: RFC 5044 §8) or RFC 6581
         negotiation failed (codes 6, 7; our Terminate was sent).
     :raises LocalProtocolError: the private data is too long for ``config``.
-    :raises OSError: the TCP connection could not be opened.
+    :raises WaitTimeoutError: ``timeout`` passed first.
+    :raises OSError: the TCP connection could not be opened (the message
+        names the address and the reason).
     """
     options = initiator_options(config, **settings)
+    return await within(
+        _connect(host, port, options, pd, setup, send_cq, recv_cq, fallback_to_rev1, local_address),
+        timeout,
+        f"the connection to {address_text((host, port))}",
+    )
+
+
+async def _connect(
+    host: str,
+    port: int,
+    options: QueuePairOptions,
+    pd: ProtectionDomain | None,
+    setup: Setup | None,
+    send_cq: CompletionQueue | None,
+    recv_cq: CompletionQueue | None,
+    fallback_to_rev1: bool,
+    local_address: tuple[str, int] | None,
+) -> QueuePair:
     attempts = Attempts(options.config, options.private_data, fallback=fallback_to_rev1)
     qp_domain = domain(pd)
     loop = asyncio.get_running_loop()
@@ -359,7 +431,10 @@ async def connect(
             recv_cq,
         )
         driver = qp._driver
-        await loop.create_connection(lambda d=driver: d, host, port, local_addr=local_address)
+        try:
+            await loop.create_connection(lambda d=driver: d, host, port, local_addr=local_address)
+        except OSError as exc:
+            raise named_connect_error(exc, host, port) from exc
         try:
             return await qp._open()
         except BaseException as exc:
@@ -406,7 +481,10 @@ async def serve(
         if await open_or_report(qp._driver, qp._open(), on_failure) is None:
             return
         if await run_handler(handler, qp, qp.peer, on_failure):
-            await qp.close()
+            try:
+                await qp.close()
+            except ConnectionTerminatedError as exc:  # a Terminate the handler never saw
+                report(on_failure, exc, qp.peer)
             return
         qp._handler_failed()
         await qp._shut()

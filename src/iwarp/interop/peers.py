@@ -105,7 +105,7 @@ async def ucmatose_client(
         try:
             await _receive_messages(qp, result, count)
             await _send_messages(qp, result, count, size)
-            await qp.flush()
+            await qp.drain()
             # The server disconnects; ucmatose's client only answers that.
             await qp.closed
             result.connections += 1
@@ -196,7 +196,7 @@ async def echo_server(
                 result.received += 1
                 await qp.send(data)
                 result.sent += 1
-            await qp.flush()
+            await qp.drain()
             result.connections += 1
         except ConnectionTerminatedError:
             pass

@@ -512,7 +512,7 @@ async def _timed_phase(
         for _ in range(iterations):
             await data.rdma_write(payload, theirs.rkey, theirs.vaddr)
             result.data_messages += 1
-        await data.flush()
+        await data.drain()
         # A Write completes when TCP has it (as on siw): count until the peer
         # acknowledged every octet, not until the socket buffer took them.
         await _drained(data, step)

@@ -238,6 +238,11 @@ class QueuePairEndpoint:
     :param atomic_ird: the peer's Atomic Requests we keep room to answer.
     """
 
+    #: The peer closed TCP (FIN) with no Terminate before it. A class default,
+    #: set on the instance only then: one more attribute per instance would
+    #: pass CPython's 30 shared keys and slow every attribute read of it.
+    closed_by_peer = False
+
     def __init__(
         self,
         role: Role,
@@ -793,6 +798,8 @@ class QueuePairEndpoint:
         self._end(ConnectionRejectedError(event), event.reason)
 
     def _on_closed(self, event: ConnectionClosed, now: float | None) -> None:
+        if self._ending is None:
+            self.closed_by_peer = True
         self._end(None, "connection closed by the peer")
 
     def _end(self, error: IwarpError | None, reason: str) -> None:

@@ -12,8 +12,10 @@ __all__ = [
     "AtomicsNotSupportedError",
     "ConnectionTerminatedError",
     "RdmaError",
+    "connection_ended",
     "describe_terminate",
     "refuses_extensions",
+    "terminate_fields",
 ]
 
 
@@ -67,4 +69,91 @@ class AtomicsNotSupportedError(RdmaError):
 
 class ConnectionTerminatedError(IwarpError):
     """The connection ended (Terminate, close or failure): nothing can be
-    posted or received any more. The message says why."""
+    posted or received any more. The message says why and names the peer.
+
+    After a Terminate, sent or received, every later call on the queue pair
+    raises this error with the same message and fields (docs/errors.md).
+
+    :ivar terminate: the Terminate that ended the stream, or None (a close,
+        a lost connection, a failed startup).
+    :ivar terminate_received: the peer sent it (False: we did).
+    :ivar peer: the peer's address as ``host:port``, or None when unknown.
+    :ivar closed_by_peer: the peer closed TCP (FIN) with no Terminate.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        terminate: TerminateHeader | None = None,
+        terminate_received: bool = False,
+        peer: str | None = None,
+        closed_by_peer: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.terminate = terminate
+        self.terminate_received = terminate_received
+        self.peer = peer
+        self.closed_by_peer = closed_by_peer
+
+    @property
+    def layer(self) -> TerminateLayer | None:
+        """The Terminate's layer (RFC 5040 §7.1), None without one."""
+        return None if self.terminate is None else TerminateLayer(self.terminate.layer)
+
+    @property
+    def etype(self) -> int | None:
+        """The Terminate's error type, None without one."""
+        return None if self.terminate is None else self.terminate.etype
+
+    @property
+    def code(self) -> int | None:
+        """The Terminate's error code, None without one."""
+        return None if self.terminate is None else self.terminate.code
+
+
+def terminate_fields(header: TerminateHeader) -> str:
+    """A Terminate's numbers and meaning, e.g. ``layer DDP, type 1, code 0x00:
+    DDP tagged buffer error: invalid STag (RFC 5041 §7.2)``."""
+    layer = header.layer
+    layer_name = TerminateLayer(layer).name if layer in _LAYER_VALUES else str(layer)
+    return (
+        f"layer {layer_name}, type {header.etype}, code {header.code:#04x}: "
+        f"{describe_terminate(header)}"
+    )
+
+
+_LAYER_VALUES = frozenset(int(layer) for layer in TerminateLayer)
+
+
+def connection_ended(
+    peer: str | None,
+    terminate: TerminateHeader | None,
+    terminate_received: bool,
+    closed_by_peer: bool,
+    reason: str,
+) -> ConnectionTerminatedError:
+    """The one error of a queue pair whose connection ended, in words that
+    name the peer and what ended it: the Terminate (its layer, type, code,
+    the RFC's name, and who sent it), the peer's close, or ``reason`` (the
+    endpoint's words for anything else). The same words every time: nothing
+    that happens after the end (TCP closing) changes them."""
+    who = "the peer" if peer is None else f"the peer {peer}"
+    to = "" if peer is None else f" to {peer}"
+    if terminate is not None:
+        fields = terminate_fields(terminate)
+        if terminate_received:
+            message = f"{who} terminated the connection: Terminate received ({fields})"
+        else:
+            message = f"the connection{to} ended: Terminate sent ({fields})"
+    elif closed_by_peer:
+        message = f"{who} closed the connection"
+    else:
+        message = f"the connection{to} ended: {reason}"
+    return ConnectionTerminatedError(
+        message,
+        terminate=terminate,
+        terminate_received=terminate_received,
+        peer=peer,
+        closed_by_peer=closed_by_peer,
+    )

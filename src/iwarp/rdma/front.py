@@ -10,14 +10,15 @@ offers the verbs that never wait (``post_send``, ``post_recv``,
 theirs, when it failed, why a receive cannot wait). The asyncio and the
 blocking ``QueuePair`` derive from it and add only the calls that wait.
 
-:class:`CompletionQueueFront` is the one semantics of a completion queue
-in every adapter: a queue may serve several queue pairs and both kinds of
-their work; entries are moved into it as the endpoints complete them.
+:class:`~iwarp.rdma.cqfront.CompletionQueueFront` (imported here) is the
+one semantics of a completion queue in every adapter.
+
+When a call completes and what it raises once the connection ended (one
+error, :meth:`QueuePairFront.ended_error`, on both adapters): docs/errors.md.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Final
 
@@ -26,12 +27,14 @@ from iwarp.contract import FrontDriver
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import MpaParams
+from iwarp.rdma.cqfront import CompletionQueueFront
 from iwarp.rdma.data_args import ReadInto, ReadTarget, WriteData, read_target, write_source
 from iwarp.rdma.endpoint import QueuePairEndpoint, QueuePairOptions
 from iwarp.rdma.errors import (
     AtomicsNotSupportedError,
     ConnectionTerminatedError,
     RdmaError,
+    connection_ended,
     refuses_extensions,
 )
 from iwarp.rdma.events import (
@@ -42,11 +45,12 @@ from iwarp.rdma.events import (
     WorkFinished,
 )
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
-from iwarp.rdmap.stream import RdmapStream
+from iwarp.rdmap.stream import RTR_STAG, RdmapStream
 from iwarp.rdmap.wire import NO_MASK, TerminateHeader
 from iwarp.rdmap.work import (
     CompareSwapWR,
     Completion,
+    CompletionStatus,
     FetchAddWR,
     ImmediateWR,
     ReadWR,
@@ -70,60 +74,6 @@ RECEIVE_HIGH_WATER: Final = 4 << 20
 
 #: What ``setup`` gets: the queue pair, to post its receives on.
 Setup = Callable[[Any], None]
-
-
-class CompletionQueueFront:
-    """Completions of work requests, in order (verbs' CQ), in every adapter.
-
-    One queue may serve several queue pairs, and a queue pair's send and
-    receive work (pass it as ``send_cq`` and/or ``recv_cq``; ``shared_cq``
-    makes one for both). Each completion is moved here from the endpoint
-    that made it, so :meth:`poll` returns entries of every attached queue
-    pair in the order they completed. The adapters add ``wait``.
-    """
-
-    def __init__(self) -> None:
-        self._items: deque[Completion] = deque()
-        self._fronts: list[QueuePairFront] = []
-        #: One-shot callbacks of waiting calls: run when entries arrive or
-        #: an attached queue pair's TCP connection is gone.
-        self._waiting: list[Callable[[], None]] = []
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def _take(self, max_entries: int | None) -> list[Completion]:
-        items = self._items
-        n = len(items) if max_entries is None else min(max_entries, len(items))
-        return [items.popleft() for _ in range(n)]
-
-    def _push(self, completions: list[Completion]) -> None:
-        self._items.extend(completions)
-        self._notify()
-
-    def _notify(self) -> None:
-        if self._waiting:
-            waiting, self._waiting = self._waiting, []
-            for callback in waiting:
-                callback()
-
-    def _drivers(self) -> list[FrontDriver]:
-        """The drivers of the attached queue pairs whose TCP is not gone."""
-        return [front._driver for front in self._fronts if not front._driver.gone]
-
-    def _why(self) -> str:
-        """Why no completion can come any more."""
-        reasons = {front.end_reason for front in self._fronts}
-        return "; ".join(sorted(reasons)) if reasons else "no queue pair uses this queue"
-
-    def _attach(self, front: QueuePairFront) -> None:
-        if front not in self._fronts:
-            self._fronts.append(front)
-
-    def _detach(self, front: QueuePairFront) -> None:
-        if front in self._fronts:
-            self._fronts.remove(front)
-        self._notify()
 
 
 #: Which method of a queue pair takes each of its endpoint's events
@@ -167,6 +117,12 @@ class QueuePairFront:
     _reading_paused = False
     #: The driver that moves the endpoint's octets.
     _driver: FrontDriver
+    #: The peer's address as ``host:port`` (the adapter sets it), for errors.
+    peer_address: str | None = None
+    #: A call raised :meth:`ended_error` (close() then does not repeat it).
+    _end_told = False
+    #: The sink of flush()'s zero-length RDMA Reads, registered on first use.
+    _flush_sink: Sge | None = None
 
     def __init__(
         self,
@@ -301,8 +257,12 @@ class QueuePairFront:
 
     @property
     def terminate(self) -> TerminateHeader | None:
-        """The Terminate that ended the stream (sent or received), if any."""
-        return None if self._endpoint is None else self._endpoint.terminate
+        """The Terminate that ended the stream (sent or received), if any.
+        An application that read it was told: close() does not raise it."""
+        terminate = None if self._endpoint is None else self._endpoint.terminate
+        if terminate is not None:
+            self._end_told = True
+        return terminate
 
     @property
     def terminate_received(self) -> bool:
@@ -314,6 +274,22 @@ class QueuePairFront:
         """Why the connection ended (Terminate fields, error), for messages."""
         return "connection closed" if self._endpoint is None else self._endpoint.end_reason
 
+    def ended_error(self) -> ConnectionTerminatedError:
+        """The error every call raises once the connection ended: the same
+        message and fields each time, naming the peer and the Terminate
+        (layer, type, code, the RFC's name) or the close that ended it."""
+        self._end_told = True
+        endpoint = self._endpoint
+        if endpoint is None:
+            return connection_ended(self.peer_address, None, False, False, self.end_reason)
+        return connection_ended(
+            self.peer_address,
+            endpoint.terminate,
+            endpoint.terminate_received,
+            endpoint.closed_by_peer,
+            endpoint.end_reason,
+        )
+
     def register(
         self, buffer: Buffer, access: Access = Access.LOCAL_WRITE, *, address: int = 0
     ) -> MemoryRegion:
@@ -321,8 +297,14 @@ class QueuePairFront:
         return self.pd.register(buffer, access, address=address)
 
     def post_recv(self, wr: RecvWR) -> None:
-        """Post a receive buffer; its completion goes to ``recv_cq``."""
-        self.endpoint.post_recv(wr)
+        """Post a receive buffer; its completion goes to ``recv_cq``.
+
+        :raises ConnectionTerminatedError: the connection has ended.
+        """
+        try:
+            self.endpoint.post_recv(wr)
+        except ConnectionTerminatedError:
+            raise self.ended_error() from None
 
     def post_send(self, wr: SendQueueWR) -> None:
         """Post a Send, RDMA Write, RDMA Read, or an RFC 7306 FetchAdd,
@@ -331,7 +313,10 @@ class QueuePairFront:
 
         :raises ConnectionTerminatedError: the connection has ended.
         """
-        self.endpoint.post_send(wr)
+        try:
+            self.endpoint.post_send(wr)
+        except ConnectionTerminatedError:
+            raise self.ended_error() from None
         self._driver.flush()
 
     def post_send_list(self, wrs: Iterable[SendQueueWR]) -> None:
@@ -349,6 +334,8 @@ class QueuePairFront:
         try:
             for wr in wrs:
                 endpoint.post_send(wr)
+        except ConnectionTerminatedError:
+            raise self.ended_error() from None
         finally:
             self._driver.flush()
 
@@ -367,7 +354,12 @@ class QueuePairFront:
         """Why MPA startup did not complete: the endpoint's error, else TCP
         closed with ``reason``."""
         error = None if self._endpoint is None else self._endpoint.error
-        return error or MpaError(MpaErrorCode.TCP_CLOSED, reason)
+        if error is None:
+            error = MpaError(MpaErrorCode.TCP_CLOSED, reason)
+        peer = self.peer_address
+        if peer is not None and isinstance(error, MpaError) and peer not in error.message:
+            error.args = (f"{error.message} (peer {peer})", *error.args[1:])  # say where
+        return error
 
     def _take_message(self) -> bytes | None:
         """The next message of the receive pool; None while a wait may bring
@@ -388,7 +380,7 @@ class QueuePairFront:
                     f"no receive pool: pass receive_buffers to {self._opened_by}"
                 )
             if endpoint.ended is not None or self._driver.gone:
-                raise ConnectionTerminatedError(self.end_reason)
+                raise self.ended_error()
         elif self._reading_paused and endpoint.message_octets < RECEIVE_HIGH_WATER // 4:
             self._reading_paused = False
             self._driver.resume_reading()
@@ -406,7 +398,10 @@ class QueuePairFront:
         endpoint = self._endpoint  # (per message: not the checking property)
         if endpoint is None:
             raise LocalProtocolError("the queue pair is not connected")
-        frame = endpoint.send_now(data, solicited=solicited, invalidate_stag=invalidate_stag)
+        try:
+            frame = endpoint.send_now(data, solicited=solicited, invalidate_stag=invalidate_stag)
+        except ConnectionTerminatedError:
+            raise self.ended_error() from None
         if frame is None:
             return False
         self._driver.write(frame)
@@ -434,7 +429,7 @@ class QueuePairFront:
         """
         completion = self.endpoint.result(wr_id)
         if completion is None and self._driver.gone:
-            raise ConnectionTerminatedError(self.end_reason)
+            raise self.ended_error()
         return completion
 
     def _abandon(self, wr_id: int) -> None:
@@ -448,6 +443,25 @@ class QueuePairFront:
         if self._endpoint is not None:
             self.dispatch(self._endpoint.close())
 
+    def _untold_end(self) -> ConnectionTerminatedError | None:
+        """What close() reports: the error of a Terminate (sent or received)
+        that ended the connection before it and that no call raised yet."""
+        endpoint = self._endpoint
+        if endpoint is None or endpoint.terminate is None or self._end_told:
+            return None
+        return self.ended_error()
+
+    def _flush_wr(self) -> ReadWR:
+        """flush()'s proof: a zero-length RDMA Read, which RFC 5040 §5.5 rule
+        12 orders behind every earlier Send and Write at the peer, so its
+        response says they were placed. The peer must not check its STag
+        (§5.2.1); it is nonzero all the same, as for RTRs (some hardware
+        fails STag 0)."""
+        sink = self._flush_sink
+        if sink is None:
+            sink = self._flush_sink = Sge(self.pd.register(bytearray(0), Access.LOCAL_WRITE))
+        return ReadWR(sink, RTR_STAG, 0, self.endpoint.next_wr_id())
+
     def _checked(self, completion: Completion) -> Completion:
         """A simple call's completion.
 
@@ -457,6 +471,11 @@ class QueuePairFront:
         """
         if not completion.ok:
             terminate = self.terminate
+            if completion.status is CompletionStatus.FLUSHED and not (
+                completion.opcode in _ATOMIC_OPCODES and refuses_extensions(terminate)
+            ):
+                raise self.ended_error()  # never executed: what ended the connection
+            self._end_told = terminate is not None  # this error names the Terminate
             if completion.opcode in _ATOMIC_OPCODES and refuses_extensions(terminate):
                 raise AtomicsNotSupportedError(completion, terminate)
             raise RdmaError(completion, terminate)

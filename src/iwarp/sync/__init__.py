@@ -15,9 +15,9 @@ block takes ``timeout`` in seconds and raises :class:`WaitTimeoutError`
 
 This face re-exports the RDMA names, the same ones :mod:`iwarp.asyncio`
 exports (``tests/test_faces.py`` compares them), except each adapter's own
-way of waiting: ``listen``/``Listener``, :data:`BUSY_POLL` and
-:class:`WaitTimeoutError` here, ``serve`` there. They are imported on first
-use.
+way of waiting: ``listen``/``Listener`` and :data:`BUSY_POLL` here, ``serve`` there
+(both raise the same :class:`WaitTimeoutError` for ``timeout=``). They
+are imported on first use.
 """
 
 from __future__ import annotations
@@ -33,11 +33,15 @@ _EXPORTS = {
     "Access": "iwarp.rdmap.memory",
     "AtomicsNotSupportedError": "iwarp.rdma.errors",
     "BUSY_POLL": "iwarp.sync._driver",
+    "CompareSwapWR": "iwarp.rdmap.work",
     "Completion": "iwarp.rdmap.work",
     "CompletionQueue": "iwarp.sync.rdma",
     "CompletionStatus": "iwarp.rdmap.work",
     "ConnectionRejectedError": "iwarp.mpa.policy",
     "ConnectionTerminatedError": "iwarp.rdma.errors",
+    "FetchAddWR": "iwarp.rdmap.work",
+    "ImmediateData": "iwarp.rdmap.work",
+    "ImmediateWR": "iwarp.rdmap.work",
     "Listener": "iwarp.sync.rdma",
     "MemoryRegion": "iwarp.rdmap.memory",
     "MpaConfig": "iwarp.mpa.config",
@@ -49,7 +53,7 @@ _EXPORTS = {
     "Reject": "iwarp.mpa.policy",
     "SendWR": "iwarp.rdmap.work",
     "Sge": "iwarp.rdmap.work",
-    "WaitTimeoutError": "iwarp.sync._calls",
+    "WaitTimeoutError": "iwarp.errors",
     "WorkOpcode": "iwarp.rdmap.work",
     "WriteWR": "iwarp.rdmap.work",
     "connect": "iwarp.sync.rdma",
@@ -61,11 +65,15 @@ __all__ = [
     "Accept",
     "Access",
     "AtomicsNotSupportedError",
+    "CompareSwapWR",
     "Completion",
     "CompletionQueue",
     "CompletionStatus",
     "ConnectionRejectedError",
     "ConnectionTerminatedError",
+    "FetchAddWR",
+    "ImmediateData",
+    "ImmediateWR",
     "Listener",
     "MemoryRegion",
     "MpaConfig",
@@ -85,13 +93,18 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from iwarp.errors import WaitTimeoutError
     from iwarp.mpa.config import MpaConfig
     from iwarp.mpa.policy import Accept, ConnectionRejectedError, Reject
     from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
     from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
     from iwarp.rdmap.work import (
+        CompareSwapWR,
         Completion,
         CompletionStatus,
+        FetchAddWR,
+        ImmediateData,
+        ImmediateWR,
         ReadWR,
         RecvWR,
         SendWR,
@@ -99,7 +112,6 @@ if TYPE_CHECKING:
         WorkOpcode,
         WriteWR,
     )
-    from iwarp.sync._calls import WaitTimeoutError
     from iwarp.sync._driver import BUSY_POLL
     from iwarp.sync.rdma import CompletionQueue, Listener, QueuePair, connect, listen
 

@@ -23,8 +23,14 @@ from typing import Any, Final, Protocol, Self
 
 from iwarp._typing import Buffer
 from iwarp.contract import Connection
-from iwarp.errors import IwarpError
-from iwarp.sockets import LISTEN_BACKLOG, listening_socket, tcp_setup
+from iwarp.errors import WaitTimeoutError
+from iwarp.sockets import (
+    LISTEN_BACKLOG,
+    address_text,
+    listening_socket,
+    named_connect_error,
+    tcp_setup,
+)
 
 __all__ = [
     "BusyPolled",
@@ -48,15 +54,6 @@ __all__ = [
 
 #: The clock every blocking adapter passes to its core as ``now``.
 clock: Final = time.monotonic
-
-
-class WaitTimeoutError(IwarpError, TimeoutError):
-    """A blocking call ran out of time (its ``timeout``, in seconds).
-
-    Nothing was lost: what was posted stays posted and what arrives later
-    is delivered by the next call. It is also a :class:`TimeoutError`, so
-    ``except TimeoutError`` catches it.
-    """
 
 
 class CloseOnExit:
@@ -188,13 +185,17 @@ def open_tcp(
     """A connected TCP socket, non-blocking, with TCP_NODELAY.
 
     :raises WaitTimeoutError: the connection was not set up in time.
-    :raises OSError: it was refused or failed.
+    :raises OSError: it was refused or failed (the message names the
+        address and the reason; the same class and errno as the socket's).
     """
     remaining = None if deadline is None else max(deadline - clock(), 0.0)
     try:
         sock = socket.create_connection((host, port), remaining, source_address=local_address)
     except TimeoutError as exc:  # socket.timeout: the deadline, not a protocol timer
-        raise WaitTimeoutError(f"TCP connection to {host}:{port} timed out") from exc
+        where = address_text((host, port))
+        raise WaitTimeoutError(f"TCP connection to {where} timed out") from exc
+    except OSError as exc:
+        raise named_connect_error(exc, host, port) from exc
     sock.setblocking(False)
     tcp_setup(sock)
     return sock

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Unpack, cast, overload
+from typing import Any, Unpack, overload
 
 from iwarp._typing import Buffer
 from iwarp.errors import MpaError
@@ -23,7 +23,7 @@ from iwarp.mpa.policy import Accept, Attempts, ConnectionRejectedError, Reject
 from iwarp.rdma.data_args import ReadInto, WriteData
 from iwarp.rdma.endpoint import QueuePairOptions
 from iwarp.rdma.errors import AtomicsNotSupportedError, ConnectionTerminatedError, RdmaError
-from iwarp.rdma.front import ALL_BITS, CompletionQueueFront, QueuePairFront
+from iwarp.rdma.front import ALL_BITS, QueuePairFront
 from iwarp.rdma.options import (
     InitiatorSettings,
     ResponderSettings,
@@ -33,7 +33,7 @@ from iwarp.rdma.options import (
 )
 from iwarp.rdmap.memory import Access, MemoryRegion, ProtectionDomain
 from iwarp.rdmap.work import Completion, SendQueueWR, Sge
-from iwarp.sockets import LISTEN_BACKLOG, tcp_setup
+from iwarp.sockets import LISTEN_BACKLOG, address_text, tcp_setup
 from iwarp.sync._calls import (
     BusyPolled,
     CloseOnExit,
@@ -42,8 +42,8 @@ from iwarp.sync._calls import (
     clock,
     deadline_after,
     open_tcp,
-    wait_any,
 )
+from iwarp.sync._cq import CompletionQueue
 from iwarp.sync._driver import Driver
 
 __all__ = [
@@ -64,43 +64,6 @@ __all__ = [
 ]
 
 Setup = Callable[["QueuePair"], None]
-
-
-class CompletionQueue(CompletionQueueFront):
-    """Completions of work requests, in order (verbs' CQ; its semantics:
-    :class:`~iwarp.rdma.front.CompletionQueueFront`); :meth:`poll` and
-    :meth:`wait` drive the sockets of every queue pair it serves."""
-
-    def poll(self, max_entries: int | None = None) -> list[Completion]:
-        """Take up to ``max_entries`` (default: all) completions; never blocks.
-
-        Reads what the kernel already holds for the attached queue pairs
-        first, as ``ibv_poll_cq`` finds what the NIC did meanwhile.
-        """
-        drivers = cast(list[Driver], self._drivers())
-        if drivers:
-            wait_any(drivers, clock())
-        return self._take(max_entries)
-
-    def wait(self, *, timeout: float | None = None) -> Completion:
-        """The next completion, waiting for it.
-
-        :raises ConnectionTerminatedError: every attached queue pair is over
-            and no completion is left.
-        :raises WaitTimeoutError: none came in time.
-        """
-        deadline = deadline_after(timeout)
-        while not self._items:
-            drivers = cast(list[Driver], self._drivers())
-            if not drivers:
-                raise ConnectionTerminatedError(self._why())
-            if deadline is not None and clock() >= deadline:
-                raise WaitTimeoutError("timed out waiting for a completion")
-            if not wait_any(drivers, deadline) and not self._items:
-                for driver in drivers:
-                    driver.check_stalled("a completion")
-                raise ConnectionTerminatedError(self._why())
-        return self._items.popleft()
 
 
 class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
@@ -136,6 +99,8 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
             self.lost()
             raise
         self._driver = Driver(sock, endpoint, self.dispatch)
+        with contextlib.suppress(OSError):  # (already reset: the error says "the peer")
+            self.peer_address = address_text(sock.getpeername())
         self.dispatch(endpoint.take_events())
         self._driver.flush()
 
@@ -165,7 +130,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
                     lambda: self._finished(wr_id), deadline_after(timeout), f"work request {wr_id}"
                 )
                 if completion is None:
-                    raise ConnectionTerminatedError(self.end_reason)
+                    raise self.ended_error()
             except BaseException:
                 self._abandon(wr.wr_id)  # timed out or failed: it goes to send_cq
                 raise
@@ -191,12 +156,20 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         *,
         offset: int = 0,
         length: int | None = None,
+        flush: bool = False,
         timeout: float | None = None,
     ) -> int:
         """RDMA Write ``data`` (the forms of :mod:`iwarp.rdma.data_args`) to the
-        peer's (``remote_stag``, ``remote_to``); returns the octets written."""
+        peer's (``remote_stag``, ``remote_to``); returns the octets written.
+        It completes when TCP took it; with ``flush``, when the peer placed
+        it (:meth:`flush`: one round trip more), or it raises the
+        :class:`ConnectionTerminatedError` of the Terminate that refused it."""
+        deadline = deadline_after(timeout) if flush else None
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
-        return self._run(wr, timeout).byte_len
+        written = self._run(wr, timeout).byte_len
+        if flush:
+            self.flush(timeout=None if deadline is None else max(deadline - clock(), 0.0))
+        return written
 
     @overload
     def rdma_read(
@@ -298,12 +271,24 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
             deadline = None if timeout is None else deadline_after(timeout)
             data = self._driver.wait_for(self._take_message, deadline, "a message")
             if data is None:
-                raise ConnectionTerminatedError(self.end_reason)
+                raise self.ended_error()
         return data
 
     def flush(self, *, timeout: float | None = None) -> None:
+        """Wait until the peer placed every Send and RDMA Write posted before:
+        a zero-length RDMA Read goes out behind them and its response proves
+        it (RFC 5040 §5.5; one round trip, docs/errors.md).
+
+        :raises ConnectionTerminatedError: the connection ended first, e.g.
+            by the peer's Terminate refusing one of them (it is named).
+        :raises WaitTimeoutError: the proof did not come in time.
+        """
+        self._run(self._flush_wr(), timeout)
+
+    def drain(self, *, timeout: float | None = None) -> None:
         """Wait until every posted message was handed to TCP (RDMA Reads
-        beyond ORD go out as earlier ones complete)."""
+        beyond ORD go out as earlier ones complete); says nothing of the
+        peer (:meth:`flush` does)."""
         driver = self._driver
         driver.flush()
         sent = lambda: driver.closed or not (self.endpoint.unsent or driver.unsent)  # noqa: E731
@@ -329,18 +314,27 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
 
     def close(self, *, timeout: float | None = 5.0) -> None:
         """Graceful close: send what is posted (for at most ``timeout``
-        seconds), then FIN; outstanding work is flushed (status FLUSHED)."""
+        seconds), then FIN; outstanding work is flushed (status FLUSHED).
+
+        :raises ConnectionTerminatedError: a Terminate, sent or received
+            (also one that has just arrived), ended the connection and no
+            call raised it yet; the queue pair is closed all the same.
+        """
         driver = self._driver
         deadline = deadline_after(timeout)
         try:
             if not driver.closed:
-                self.flush(timeout=None if deadline is None else max(deadline - clock(), 0.0))
+                self.drain(timeout=None if deadline is None else max(deadline - clock(), 0.0))
+                driver.wait(clock())  # take what arrived: a Terminate is reported
         finally:
             self._close_endpoint()
             with contextlib.suppress(WaitTimeoutError):
                 driver.send_all(deadline, "the close")
             driver.close()
             self.lost()
+        untold = self._untold_end()
+        if untold is not None:
+            raise untold
 
     def abort(self) -> None:
         """Close at once (RST); outstanding work is flushed."""
