@@ -45,7 +45,6 @@ end within a second with the results so far (exit 130 or 143).
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from typing import Any, Final
 
@@ -266,8 +265,8 @@ def run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, config: MpaConfig) -> int:
     served = Served("sync" if args.sync else "asyncio", max_size=args.max_size)
 
-    def interrupted(signum: signal.Signals) -> None:
-        print(f"iwarp perf: interrupted by {signum.name}: {served.text()}", file=sys.stderr)
+    def interrupted(why: str) -> None:
+        print(f"iwarp perf: interrupted by {why}: {served.text()}", file=sys.stderr)
 
     if args.sync:
         from iwarp.cli import _perf_sync
@@ -308,15 +307,15 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
         current.clear()
         printer.result(summary(result), detail=detail)
 
-    def interrupted(signum: signal.Signals) -> None:
+    def interrupted(why: str) -> None:
         where = "between tests"
         if current:
             result = current[0]
-            result.interrupt(signum.name)
+            result.interrupt(why)
             where = f"{result.iterations} iterations into the {result.test.size}-octet test"
             if result.iterations:
                 printer.result(summary(result), detail=detail)
-        print(f"iwarp perf: interrupted by {signum.name}, {where}", file=sys.stderr)
+        print(f"iwarp perf: interrupted by {why}, {where}", file=sys.stderr)
 
     if args.sync:
         from iwarp.cli import _perf_sync
