@@ -184,7 +184,6 @@ async def _serve(
         forced=args.progress,
         quiet=args.json,
         interval=args.interval,
-        idle_quiet=True,  # a listener waiting for peers prints nothing
     )
 
     def ended() -> None:
