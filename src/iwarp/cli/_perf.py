@@ -87,6 +87,9 @@ MAX_SAMPLES: Final = 10_000_000
 MIB: Final = float(1 << 20)
 #: BW peak: the best of this many equal intervals of a run (:func:`peak_rate`).
 PEAK_INTERVALS: Final = 10
+#: BW peak: no interval shorter than this (seconds), where a burst of local
+#: completions (a socket buffer's worth) would pass for a rate.
+PEAK_MIN_INTERVAL: Final = 0.1
 
 
 class PerfError(Exception):
@@ -340,20 +343,34 @@ class PerfResult:
                 self.elapsed = time.perf_counter() - self.started
 
 
-def peak_rate(stamps: array[float] | list[float], size: int) -> float:
-    """perftest's BW peak as the best interval: the run up to its last
-    completion is cut into ten equal intervals and the one in which most
-    messages completed gives the peak (octets per second). The first
-    interval does not count: the pipe fills in it, and its completions say
-    that TCP took the messages into its buffers, not that they moved."""
+def peak_rate(stamps: array[float] | list[float], size: int, elapsed: float | None = None) -> float:
+    """perftest's BW peak as the best interval, by a rule that makes it mean
+    something (octets per second).
+
+    The run, on the clock that times the average (``elapsed``: to the
+    server's confirmation; default the last completion), is cut into equal
+    intervals of a tenth of it but never shorter than
+    :data:`PEAK_MIN_INTERVAL`; the interval in which most messages
+    completed gives the peak. The first interval does not count: the pipe
+    fills in it, and its completions say that TCP took the messages into
+    its buffers, not that they moved. A completion is local (TCP took the
+    message), so an interval of a few milliseconds can hold a socket
+    buffer's worth of completions at once and show many times the real
+    rate: a run with fewer than three intervals of that length (under
+    :data:`PEAK_MIN_INTERVAL` * 3 seconds) has no peak but its average."""
     n = len(stamps)
-    end = stamps[-1] if n else 0.0
+    end = elapsed if elapsed is not None else (stamps[-1] if n else 0.0)
     if n < 2 or end <= 0:
         return 0.0
-    slices = [0] * PEAK_INTERVALS
+    width = max(end / PEAK_INTERVALS, PEAK_MIN_INTERVAL)
+    intervals = min(PEAK_INTERVALS, int(end / width))
+    if intervals < 3:
+        return n * size / end
+    width = end / intervals
+    slices = [0] * intervals
     for stamp in stamps:
-        slices[min(PEAK_INTERVALS - 1, int(stamp / end * PEAK_INTERVALS))] += 1
-    return max(slices[1:]) * size / (end / PEAK_INTERVALS)
+        slices[min(intervals - 1, int(stamp / width))] += 1
+    return max(slices[1:]) * size / width
 
 
 def latency_stats(times: array[float] | list[float]) -> dict[str, float]:
@@ -407,7 +424,7 @@ def summary(result: PerfResult) -> dict[str, Any]:
     out.update(
         seconds=seconds,
         average_mib_s=octets / seconds / MIB if seconds else 0.0,
-        peak_mib_s=peak_rate(result.stamps, test.size) / MIB,
+        peak_mib_s=peak_rate(result.stamps, test.size, result.elapsed) / MIB,
         messages_per_s=result.iterations / seconds if seconds else 0.0,
     )
     mib = octets / MIB

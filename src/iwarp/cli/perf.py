@@ -11,8 +11,10 @@ iterations, ``-D`` seconds instead, ``-p`` the port, ``-a`` every size from
 * bandwidth (default): ``-n`` messages (1000) of ``-s`` octets (64K), kept in
   flight; the time runs until the server confirms that every octet was
   placed. Printed like ib_write_bw: BW peak (the best of ten equal
-  intervals of the run, the first, where the pipe fills, left out), BW
-  average, message rate.
+  intervals of the run, none shorter than 0.1 s, the first, where the pipe
+  fills, left out; a run under 0.3 s shows its average: its intervals would
+  time bursts of TCP's buffering, not the transfer), BW average, message
+  rate.
 * ``--latency``: one message at a time; t_min, t_max, t_typical (median),
   t_avg, t_stdev, 99% and 99.9% in microseconds, as ib_send_lat prints. A
   Send is answered by a Send of the same size; a Read completes when its
