@@ -586,7 +586,7 @@ def test_a_server_refuses_messages_over_its_max_size(
         proc.kill()
         proc.communicate()
     assert proc.returncode == 0
-    assert "test failed: refused: 8192-octet messages" in server_err
+    assert "test failed (8192-octet write bandwidth test): refused: 8192-octet" in server_err
 
 
 # --- RFC 7306 atomics (--op atomic) -------------------------------------------------------
@@ -857,3 +857,36 @@ def test_a_server_short_of_memory_for_a_send_latency_test_refuses_it() -> None:
     _perf_sync._serve_one(qp, control, served, "127.0.0.1")  # type: ignore[arg-type]
     assert len(qp.sent) == 1 and "cannot allocate" in decode(qp.sent[0])["error"]
     assert served.tests == 1
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]], ids=["asyncio", "sync"])
+def test_a_client_whose_server_goes_away_prints_the_row_so_far(adapter: list[str]) -> None:
+    """The server ends mid-test: the client's row of what it measured,
+    marked interrupted, and one line saying where it ended; exit 1. The
+    server's own failure line names the client and the test (issue 37)."""
+    server, port = start_server(*adapter, count=None)
+    client = _client_under_way(port, "--json", *adapter)
+    try:
+        server.kill()
+        out, err = client.communicate(timeout=30)
+    finally:
+        for proc in (client, server):
+            proc.kill()
+            proc.communicate()
+    assert client.returncode == 1, err
+    assert "Traceback" not in err
+    row = json.loads(out.splitlines()[-1])
+    assert row["iterations"] > 0 and row["interrupted"].startswith("connection lost: ")
+    assert "iwarp perf: the test ended " in err
+
+
+def test_the_server_names_the_client_and_the_test_that_failed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    served = Served("asyncio")
+    served.begin(PerfTest("write", 65536, latency=False, raw=False))
+    served.failed("receive failed: flushed", client=("127.0.0.1", 40000))
+    assert capsys.readouterr().err == (
+        "iwarp perf: test failed (client 127.0.0.1:40000, 65536-octet write bandwidth test): "
+        "receive failed: flushed\n"
+    )

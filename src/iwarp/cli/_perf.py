@@ -661,10 +661,20 @@ class Served:
             message["word"] = int.from_bytes(target.view[:ATOMIC_SIZE], "big")
         return message
 
-    def failed(self, why: str) -> None:
+    def failed(self, why: str, *, client: object = None) -> None:
+        """A test failed: one line naming the client (its address) and the
+        test under way, if known."""
+        test = self.current
         self.tests += 1
         self.current = None
-        print(f"iwarp perf: test failed: {why}", file=sys.stderr, flush=True)
+        about = []
+        if client is not None:
+            about.append(f"client {_address(client)}")
+        if test is not None:
+            mode = "latency" if test.latency else "bandwidth"
+            about.append(f"{test.size}-octet {test.op} {mode} test")
+        where = f" ({', '.join(about)})" if about else ""
+        print(f"iwarp perf: test failed{where}: {why}", file=sys.stderr, flush=True)
 
     def result(self, data: dict[str, Any], *, detail: bool) -> None:
         """A test ended: print the client's result as a table row."""
@@ -686,3 +696,11 @@ class Served:
             if test.op == "send" or (test.op == "write" and test.latency):
                 text += f" ({self.messages} messages received)"
         return text
+
+
+def _address(peer: object) -> str:
+    """``host:port`` of a socket address (as given otherwise)."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    return str(peer)

@@ -77,7 +77,7 @@ async def run_server(
         try:
             await _serve_one(qp, served)
         except (IwarpError, PerfError, OSError, TimeoutError) as exc:
-            served.failed(str(exc))
+            served.failed(str(exc), client=qp.peer)
         finally:
             active.discard(qp)
         if count is not None and served.tests >= count:

@@ -157,10 +157,11 @@ def run_server(
                 served.failed(str(exc))
                 continue
             qp.busy_poll = busy_poll
+            client = _peer(qp)
             try:
                 _serve_one(qp, controls.pop(id(qp)), served, bind)
             except (IwarpError, PerfError, OSError) as exc:
-                served.failed(str(exc))
+                served.failed(str(exc), client=client)
                 qp.abort()
             except BaseException:
                 qp.abort()
@@ -168,6 +169,15 @@ def run_server(
             else:
                 qp.close()
     return 0
+
+
+def _peer(qp: QueuePair) -> object:
+    """The client's address while its connection is up (for the failure line)."""
+    sock = getattr(getattr(qp, "_driver", None), "sock", None)
+    try:
+        return None if sock is None else sock.getpeername()
+    except OSError:
+        return None
 
 
 def _receive(qp: QueuePair) -> Completion:

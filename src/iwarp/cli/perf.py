@@ -41,7 +41,10 @@ server when a test ends). The client describes each test in its first Send
 asks for markers and CRC as its own ``--markers``/``--no-crc`` say (MPA:
 each receiver asks for markers in what it receives), and the client
 refuses a mismatch with a clear message. Ctrl-C or SIGTERM stops either
-end within a second with the results so far (exit 130 or 143).
+end within a second with the results so far (exit 130 or 143). A client
+whose server goes away mid-test prints the row measured until then
+(``interrupted`` in --json) and where it ended, exit 1; the server's line
+for a failed test names the client's address and the test.
 """
 
 from __future__ import annotations
@@ -319,6 +322,21 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
                 printer.result(summary(result), detail=detail)
         print(f"iwarp perf: interrupted by {why}, {where}", file=sys.stderr)
 
+    def lost(exc: Exception) -> int:
+        # The server went away (or refused) mid-test: the row measured so
+        # far, marked interrupted, then why; exit 1.
+        if not current or not current[0].iterations:
+            raise exc
+        result = current[0]
+        result.interrupt(f"connection lost: {exc}")
+        printer.result(summary(result), detail=detail)
+        print(
+            f"iwarp perf: the test ended {result.iterations} iterations into the "
+            f"{result.test.size}-octet test (the row is what was measured until then): {exc}",
+            file=sys.stderr,
+        )
+        return 1
+
     if args.sync:
         from iwarp.cli import _perf_sync
 
@@ -328,15 +346,18 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
             with sync_pcap_capture(args.pcap, initiator=True):
                 for size_ in sizes:
                     result, ticker = begin(size_)
-                    _perf_sync.run_client(
-                        args.host,
-                        args.port,
-                        config,
-                        result,
-                        detail=detail,
-                        ticker=ticker,
-                        busy_poll=busy_poll,
-                    )
+                    try:
+                        _perf_sync.run_client(
+                            args.host,
+                            args.port,
+                            config,
+                            result,
+                            detail=detail,
+                            ticker=ticker,
+                            busy_poll=busy_poll,
+                        )
+                    except (OSError, IwarpError, PerfError) as exc:
+                        return lost(exc)
                     end(result)
             return 0
 
@@ -347,9 +368,12 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
     async def tests() -> int:
         for size_ in sizes:
             result, ticker = begin(size_)
-            await _perf_async.run_client(
-                args.host, args.port, config, result, detail=detail, ticker=ticker
-            )
+            try:
+                await _perf_async.run_client(
+                    args.host, args.port, config, result, detail=detail, ticker=ticker
+                )
+            except (OSError, IwarpError, PerfError) as exc:
+                return lost(exc)
             end(result)
         return 0
 
