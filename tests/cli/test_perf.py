@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iwarp.cli import main
+from iwarp.cli import _perf, main
 from iwarp.cli._perf import (
     ATOMIC_SIZE,
     CONTROL_ID,
@@ -25,6 +25,7 @@ from iwarp.cli._perf import (
     MAX_SIZE,
     OPS,
     SWEEP_SIZES,
+    WINDOW,
     PerfError,
     PerfResult,
     PerfTest,
@@ -890,3 +891,35 @@ def test_the_server_names_the_client_and_the_test_that_failed(
         "iwarp perf: test failed (client 127.0.0.1:40000, 65536-octet write bandwidth test): "
         "receive failed: flushed\n"
     )
+
+
+def test_perftest_flags_are_taken_or_said_not_to_apply(
+    server: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["-s", "8K", "-n", "20", "--report_gbits", "-F", "-R", "-d", "siw0", "-x", "3"]
+    status, out, err = run_client(capsys, server, *flags, "-t", "64")
+    assert status == 0, err
+    assert "BW peak[Gb/sec]" in out and "BW average[Gb/sec]" in out
+    assert err.splitlines() == [
+        "iwarp perf: -d siw0 ignored: iwarp runs over the kernel's TCP, no RDMA device",
+        "iwarp perf: -x 3 ignored: TCP addresses, no GID table",
+        f"iwarp perf: -t 64 ignored: {WINDOW} messages stay in flight "
+        "(Reads and atomics: the negotiated ORD)",
+    ]
+
+
+def test_report_gbits_converts_mib() -> None:
+    lines: list[str] = []
+    data = {
+        "latency": False,
+        "bytes": 65536,
+        "iterations": 10,
+        "peak_mib_s": 1000.0,
+        "average_mib_s": 500.0,
+        "messages_per_s": 8000.0,
+    }
+    _perf.table(data, lines.append, header=False, detail=False, gbits=True)
+    assert lines[0].split()[2:4] == [
+        f"{1000 * 8 * 2**20 / 1e9:.2f}",
+        f"{500 * 8 * 2**20 / 1e9:.2f}",
+    ]

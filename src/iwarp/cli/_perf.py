@@ -486,16 +486,36 @@ def title(data: dict[str, Any]) -> str:
     return f"{op} {mode} ({adapters}; {flags})"
 
 
+#: --report_gbits: the bandwidth columns in Gb/sec (10^9 bits), as perftest's.
+_GBITS_COLUMNS: Final = (
+    ("#bytes", 10, "bytes", "d"),
+    ("#iterations", 12, "iterations", "d"),
+    ("BW peak[Gb/sec]", 17, "peak_gbit_s", ".2f"),
+    ("BW average[Gb/sec]", 20, "average_gbit_s", ".2f"),
+    ("MsgRate[Mpps]", 14, "mpps", ".6f"),
+)
+_GBIT_PER_MIB: Final = MIB * 8 / 1e9
+
+
 def table(
-    data: dict[str, Any], write: Callable[[str], None], *, header: bool, detail: bool
+    data: dict[str, Any],
+    write: Callable[[str], None],
+    *,
+    header: bool,
+    detail: bool,
+    gbits: bool = False,
 ) -> None:
     """Print ``data`` (a :func:`summary`) as perftest's table row, with the
     column header first when ``header``; ``detail``: the CPU and raw TCP
-    lines below the row (a single test; a sweep's rows go without)."""
+    lines below the row (a single test; a sweep's rows go without);
+    ``gbits``: bandwidth in Gb/sec."""
     latency = data["latency"]
-    columns = _LATENCY_COLUMNS if latency else _BANDWIDTH_COLUMNS
+    columns = _LATENCY_COLUMNS if latency else _GBITS_COLUMNS if gbits else _BANDWIDTH_COLUMNS
     raw = data.get("raw_tcp")
     values = dict(data, mpps=data.get("messages_per_s", 0.0) / 1e6)
+    if gbits and not latency:
+        values["peak_gbit_s"] = data.get("peak_mib_s", 0.0) * _GBIT_PER_MIB
+        values["average_gbit_s"] = data.get("average_mib_s", 0.0) * _GBIT_PER_MIB
     if header:
         names = " ".join(f"{name:>{width}}" for name, width, _, _ in columns)
         if raw is not None:
@@ -542,9 +562,12 @@ class Printer:
     the kind of test changes, then one row per test (or one JSON object
     per test). The client and the server print the same rows."""
 
-    def __init__(self, write: Callable[[str], None], *, as_json: bool = False) -> None:
+    def __init__(
+        self, write: Callable[[str], None], *, as_json: bool = False, gbits: bool = False
+    ) -> None:
         self._write = write
         self._json = as_json
+        self._gbits = gbits
         self._kind: tuple[Any, ...] | None = None
 
     def result(self, data: dict[str, Any], *, detail: bool = True) -> None:
@@ -558,7 +581,7 @@ class Printer:
             self._kind = kind
             self._write(title(data))
             self._write(f"client: {data['accel']}; server: {data['peer_accel']}")
-        table(data, self._write, header=header, detail=detail)
+        table(data, self._write, header=header, detail=detail, gbits=self._gbits)
 
 
 class Ticker:

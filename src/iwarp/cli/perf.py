@@ -61,6 +61,7 @@ from iwarp.cli._perf import (
     MAX_SIZE,
     OPS,
     SWEEP_SIZES,
+    WINDOW,
     PerfError,
     PerfResult,
     PerfTest,
@@ -214,6 +215,49 @@ def register(sub: Any) -> None:
         f"({BUSY_POLL * 1e6:.0f}; 0 sleeps at once); --compare-raw's TCP waits the same way",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per test")
+    parser.add_argument(
+        "--report_gbits",
+        "--report-gbits",
+        action="store_true",
+        help="BW columns in Gb/sec (10^9 bits) instead of MiB/sec, as perftest's --report_gbits",
+    )
+    perftest = parser.add_argument_group(
+        "perftest flags that change nothing here (accepted so perftest command lines run)"
+    )
+    perftest.add_argument(
+        "-F",
+        "--CPU-freq",
+        action="store_true",
+        help="perftest: do not fail on CPU frequency warnings; iwarp perf checks none",
+    )
+    perftest.add_argument(
+        "-R",
+        "--rdma_cm",
+        action="store_true",
+        help="perftest: connect with rdma_cm; iwarp perf always connects as rdma_cm does on "
+        "iWARP (TCP, then MPA startup)",
+    )
+    perftest.add_argument(
+        "-d",
+        "--ib-dev",
+        metavar="DEV",
+        help="perftest: the RDMA device; iwarp runs over the kernel's TCP, so there is none "
+        "to choose (a one-line note says it is ignored)",
+    )
+    perftest.add_argument(
+        "-x",
+        "--gid-index",
+        metavar="N",
+        help="perftest: the GID index; none here (TCP addresses, no GID table): ignored, "
+        "with a note",
+    )
+    perftest.add_argument(
+        "-t",
+        "--tx-depth",
+        metavar="N",
+        help=f"perftest: send queue depth; iwarp perf keeps {WINDOW} messages in flight "
+        "(Reads and atomics: the negotiated ORD) and says so when -t asks otherwise",
+    )
     add_progress_options(parser)
     add_pcap_option(parser)
     parser.set_defaults(func=run)
@@ -247,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         args.size = ATOMIC_SIZE
+    _perftest_notes(args)
     config = MpaConfig(markers=args.markers, crc=not args.no_crc)
     try:
         if args.server:
@@ -291,8 +336,24 @@ def _serve(args: argparse.Namespace, config: MpaConfig) -> int:
     return run_interruptible(captured(args.pcap, work), interrupted)
 
 
+def _perftest_notes(args: argparse.Namespace) -> None:
+    """One line for each perftest flag given that does not apply here."""
+    notes = []
+    if args.ib_dev is not None:
+        notes.append(f"-d {args.ib_dev} ignored: iwarp runs over the kernel's TCP, no RDMA device")
+    if args.gid_index is not None:
+        notes.append(f"-x {args.gid_index} ignored: TCP addresses, no GID table")
+    if args.tx_depth is not None and args.tx_depth != str(WINDOW):
+        notes.append(
+            f"-t {args.tx_depth} ignored: {WINDOW} messages stay in flight "
+            "(Reads and atomics: the negotiated ORD)"
+        )
+    for note in notes:
+        print(f"iwarp perf: {note}", file=sys.stderr)
+
+
 def _client(args: argparse.Namespace, config: MpaConfig) -> int:
-    printer = Printer(print, as_json=args.json)
+    printer = Printer(print, as_json=args.json, gbits=args.report_gbits)
     sizes = SWEEP_SIZES if args.all else (args.size,)
     detail = not args.all
     limit = args.iters or (MAX_SAMPLES if args.duration else DEFAULT_ITERS)
