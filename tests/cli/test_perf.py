@@ -611,6 +611,10 @@ def test_atomic_rate_and_latency_as_typed(
         assert data["adapter"] == data["peer_adapter"] == ("sync" if adapter else "asyncio")
         assert data["messages_per_s"] > 0 and data["raw_tcp"]["iterations"] == 300
         assert data["raw_tcp"]["messages_per_s"] > 0
+        # Operations per second and each one's time, not CPU per MiB (issue 37).
+        assert data["ops_per_s"] == data["messages_per_s"] and data["peak_ops_s"] > 0
+        assert 0 < data["min_us"] <= data["typical_us"] <= data["p99_us"] <= data["max_us"]
+        assert "cpu_us_per_mib" not in data and data["cpu_us_per_op"]["client"] > 0
         status, out, err = run_client(
             capsys, port, *adapter, "--op", "atomic", "-s", "4K", "--latency", "-n", "40"
         )
@@ -624,6 +628,8 @@ def test_atomic_rate_and_latency_as_typed(
         assert status == 0
         assert "RDMA Atomic (FetchAdd) bandwidth" in out
         assert "raw TCP" not in out
+        assert "ops average[/sec]" in out and "t_typical[usec]" in out
+        assert "CPU per operation:" in out and "CPU per MiB" not in out
     finally:
         try:  # it exits after its three tests (--count 3)
             server_out, _ = proc.communicate(timeout=60)

@@ -428,7 +428,21 @@ def summary(result: PerfResult) -> dict[str, Any]:
         messages_per_s=result.iterations / seconds if seconds else 0.0,
     )
     mib = octets / MIB
-    if mib and not result.interrupted:
+    if test.op == "atomic":
+        # 8-octet operations: a rate of operations, each one's time from
+        # post to response, and CPU per operation (per MiB says nothing).
+        out.update(
+            ops_per_s=out["messages_per_s"],
+            peak_ops_s=peak_rate(result.stamps, 1, result.elapsed),
+        )
+        if result.times:
+            out.update(latency_stats(result.times))
+        if result.iterations and not result.interrupted:
+            out["cpu_us_per_op"] = {
+                "client": result.cpu_client / result.iterations * 1e6,
+                "server": result.cpu_server / result.iterations * 1e6,
+            }
+    elif mib and not result.interrupted:
         out["cpu_us_per_mib"] = {
             "client": result.cpu_client / mib * 1e6,
             "server": result.cpu_server / mib * 1e6,
@@ -486,6 +500,18 @@ def title(data: dict[str, Any]) -> str:
     return f"{op} {mode} ({adapters}; {flags})"
 
 
+#: --op atomic in bandwidth mode: operations per second, and each one's
+#: time from post to response (with as many in flight as the ORD allows).
+_ATOMIC_COLUMNS: Final = (
+    ("#bytes", 10, "bytes", "d"),
+    ("#iterations", 12, "iterations", "d"),
+    ("ops peak[/sec]", 15, "peak_ops_s", ".0f"),
+    ("ops average[/sec]", 18, "ops_per_s", ".0f"),
+    ("t_typical[usec]", 16, "typical_us", ".2f"),
+    ("t_avg[usec]", 12, "avg_us", ".2f"),
+    ("99% percentile[usec]", 21, "p99_us", ".2f"),
+)
+
 #: --report_gbits: the bandwidth columns in Gb/sec (10^9 bits), as perftest's.
 _GBITS_COLUMNS: Final = (
     ("#bytes", 10, "bytes", "d"),
@@ -510,9 +536,18 @@ def table(
     lines below the row (a single test; a sweep's rows go without);
     ``gbits``: bandwidth in Gb/sec."""
     latency = data["latency"]
-    columns = _LATENCY_COLUMNS if latency else _GBITS_COLUMNS if gbits else _BANDWIDTH_COLUMNS
+    atomic = data.get("op") == "atomic" and not latency
+    columns: tuple[tuple[str, int, str, str], ...]
+    if latency:
+        columns = _LATENCY_COLUMNS
+    elif atomic:
+        columns = _ATOMIC_COLUMNS
+    else:
+        columns = _GBITS_COLUMNS if gbits else _BANDWIDTH_COLUMNS
     raw = data.get("raw_tcp")
     values = dict(data, mpps=data.get("messages_per_s", 0.0) / 1e6)
+    for _, _, key, _ in columns:
+        values.setdefault(key, 0.0)  # (an interrupted atomic run: no times yet)
     if gbits and not latency:
         values["peak_gbit_s"] = data.get("peak_mib_s", 0.0) * _GBIT_PER_MIB
         values["average_gbit_s"] = data.get("average_mib_s", 0.0) * _GBIT_PER_MIB
@@ -532,6 +567,9 @@ def table(
     cpu = data.get("cpu_us_per_mib")
     if cpu and not latency:
         write(f"CPU per MiB: client {cpu['client']:.0f} us, server {cpu['server']:.0f} us")
+    cpu = data.get("cpu_us_per_op")
+    if cpu and not latency:
+        write(f"CPU per operation: client {cpu['client']:.1f} us, server {cpu['server']:.1f} us")
     if raw is None:
         return
     if latency:

@@ -10,6 +10,8 @@ import asyncio
 import socket
 import time
 import weakref
+from array import array
+from itertools import repeat
 from typing import Any, cast
 
 from iwarp.asyncio.rdma import Access, QueuePair, connect, serve
@@ -495,6 +497,7 @@ async def _bandwidth(
     clock = time.perf_counter
     sge = Sge(region)
     stamps = result.stamps
+    posted_at = array("d") if op == "atomic" else None
     start = result.started = clock()
     try:
         while True:
@@ -515,6 +518,8 @@ async def _bandwidth(
                     credits -= 1
                 posted += 1
             if batch:
+                if posted_at is not None:
+                    posted_at.extend(repeat(clock() - start, len(batch)))
                 qp.post_send_list(batch)
             if completed == posted:
                 if credits > 0:
@@ -527,7 +532,10 @@ async def _bandwidth(
                 if done.status is not CompletionStatus.SUCCESS:
                     raise op_failed(op, done, qp.terminate)
                 completed += 1
-                stamps.append(clock() - start)
+                stamp = clock() - start
+                stamps.append(stamp)
+                if posted_at is not None:  # an atomic's time from post to response
+                    result.times.append(stamp - posted_at[done.wr_id])
             result.iterations = completed
             ticker()
             if completed - yielded >= WINDOW:

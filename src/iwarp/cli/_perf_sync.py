@@ -10,6 +10,8 @@ import os
 import select
 import socket
 import time
+from array import array
+from itertools import repeat
 from typing import Any
 
 from iwarp.cli._perf import (
@@ -419,6 +421,7 @@ def _bandwidth(
     clock = time.perf_counter
     sge = Sge(region)
     stamps = result.stamps
+    posted_at = array("d") if op == "atomic" else None
     send_cq = qp.send_cq
     start = result.started = clock()
     try:
@@ -440,6 +443,8 @@ def _bandwidth(
                     credits -= 1
                 posted += 1
             if batch:
+                if posted_at is not None:
+                    posted_at.extend(repeat(clock() - start, len(batch)))
                 qp.post_send_list(batch)
             if completed == posted:
                 if credits > 0:
@@ -452,7 +457,10 @@ def _bandwidth(
                 if done.status is not CompletionStatus.SUCCESS:
                     raise op_failed(op, done, qp.terminate)
                 completed += 1
-                stamps.append(clock() - start)
+                stamp = clock() - start
+                stamps.append(stamp)
+                if posted_at is not None:  # an atomic's time from post to response
+                    result.times.append(stamp - posted_at[done.wr_id])
             result.iterations = completed
             ticker()
             if credits <= 0:
