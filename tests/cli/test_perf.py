@@ -929,3 +929,36 @@ def test_report_gbits_converts_mib() -> None:
         f"{1000 * 8 * 2**20 / 1e9:.2f}",
         f"{500 * 8 * 2**20 / 1e9:.2f}",
     ]
+
+
+def test_a_crc_the_client_did_not_ask_for_is_said_on_both_ends(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """MPA uses CRC when either end asks: a client's --no-crc against a
+    default server runs with CRC, and both ends say so (issue 37)."""
+    proc, port = start_server(count=1)
+    try:
+        status, out, err = run_client(capsys, port, "-n", "20", "-s", "4K", "--no-crc")
+        _, server_err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert status == 0, err
+    assert "CRC on" in out
+    assert "iwarp perf: CRC is on although --no-crc: the server asks for it" in err
+    assert "CRC is on although the client 127.0.0.1:" in server_err
+    assert "has --no-crc: this server asks for it" in server_err
+
+
+def test_the_server_says_when_markers_differ(capsys: pytest.CaptureFixture[str]) -> None:
+    served = Served("asyncio", markers=False, crc=False)
+    test = PerfTest("write", 4096, latency=False, raw=False, crc=True)
+    served.settings_differ(test, True, ("127.0.0.1", 5000))
+    assert capsys.readouterr().err.splitlines() == [
+        "iwarp perf: markers differ: the client 127.0.0.1:5000 asks for markers (--markers), "
+        "this server does not; the client ends the test",
+        "iwarp perf: CRC is on although this server has --no-crc: the client 127.0.0.1:5000 "
+        "asks for it",
+    ]
+    assert PerfTest.decode(test.encode()) == test
+    assert PerfTest.decode(b'{"op": "send", "size": 8, "latency": true}').crc is None

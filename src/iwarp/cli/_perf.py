@@ -174,6 +174,16 @@ def accept_answer(answer: dict[str, Any], markers: bool, result: PerfResult) -> 
     return integer(answer, "stag", 0, 0xFFFFFFFF)
 
 
+def crc_note(asked: bool, crc: bool) -> str | None:
+    """The client's line when the connection's CRC is not what it asked for."""
+    if crc and not asked:
+        return (
+            "CRC is on although --no-crc: the server asks for it (MPA uses CRC when either "
+            "end asks); give the server --no-crc too"
+        )
+    return None
+
+
 def raw_server_side(raw: RawResult, message: dict[str, Any]) -> None:
     """The server's side of a ``--compare-raw`` run (its CPU time and how
     it waited) into ``raw``.
@@ -216,11 +226,20 @@ class PerfTest:
     size: int
     latency: bool
     raw: bool
+    #: Whether the client asked for CRC (None: not said), so that the
+    #: server can say when MPA's rule (CRC if either end asks) overrode it.
+    crc: bool | None = None
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {"op": self.op, "size": self.size, "latency": self.latency, "raw": self.raw}
-        ).encode()
+        message: dict[str, Any] = {
+            "op": self.op,
+            "size": self.size,
+            "latency": self.latency,
+            "raw": self.raw,
+        }
+        if self.crc is not None:
+            message["crc"] = self.crc
+        return json.dumps(message).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> PerfTest:
@@ -235,7 +254,8 @@ class PerfTest:
         size = integer(message, "size", 1, MAX_SIZE)
         if op == "atomic" and size != ATOMIC_SIZE:
             raise PerfError(f"not a test description: an atomic test moves {ATOMIC_SIZE} octets")
-        return cls(str(op), size, latency, raw)
+        crc = message.get("crc")
+        return cls(str(op), size, latency, raw, crc if isinstance(crc, bool) else None)
 
     @property
     def echo(self) -> bool:
@@ -663,11 +683,20 @@ class Served:
     tally (what an interrupt prints)."""
 
     def __init__(
-        self, adapter: str, write: Callable[[str], None] = print, *, max_size: int = MAX_SIZE
+        self,
+        adapter: str,
+        write: Callable[[str], None] = print,
+        *,
+        max_size: int = MAX_SIZE,
+        markers: bool = False,
+        crc: bool = True,
     ) -> None:
         self.adapter = adapter
         #: Largest message a client may ask for (``--max-size``).
         self.max_size = max_size
+        #: What this server asks for (``--markers``, not ``--no-crc``).
+        self.markers = markers
+        self.crc = crc
         self.tests = 0
         self.current: PerfTest | None = None
         #: Data messages (Send) or pings (Write latency) of the current test.
@@ -685,6 +714,25 @@ class Served:
     def begin(self, test: PerfTest) -> None:
         self.current = test
         self.messages = 0
+
+    def settings_differ(self, test: PerfTest, client_markers: bool, client: object) -> None:
+        """Say when the client's MPA settings differ from this server's:
+        markers (``client_markers``: whether it asked for them in what it
+        receives; the client ends such a test) and CRC (on if either asks)."""
+        who = f"the client {_address(client)}" if client is not None else "the client"
+        notes = []
+        if client_markers != self.markers:
+            asks = "asks for markers (--markers)" if client_markers else "asks for no markers"
+            notes.append(
+                f"markers differ: {who} {asks}, this server "
+                f"{'does' if self.markers else 'does not'}; the client ends the test"
+            )
+        if test.crc is False and self.crc:
+            notes.append(f"CRC is on although {who} has --no-crc: this server asks for it")
+        elif test.crc and not self.crc:
+            notes.append(f"CRC is on although this server has --no-crc: {who} asks for it")
+        for note in notes:
+            print(f"iwarp perf: {note}", file=sys.stderr, flush=True)
 
     def refusal(self, test: PerfTest) -> str | None:
         """Why this server does not run ``test`` (None: it does)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import time
 import weakref
 from array import array
@@ -29,6 +30,7 @@ from iwarp.cli._perf import (
     atomic_window,
     bandwidth_window,
     check_word,
+    crc_note,
     decode,
     encode,
     integer,
@@ -142,6 +144,7 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
     stag = 0 if target is None else target.stag
     cpu = time.process_time()
     params = qp.params
+    served.settings_differ(test, params.markers_send, _client_of(qp))
     await qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
     if test.op == "send":
         credits = 0
@@ -417,6 +420,9 @@ async def run_client(
         answer = decode(await qp.receive())
         stag = accept_answer(answer, config.markers, result)
         result.crc = qp.params.crc
+        note = crc_note(config.crc, result.crc)
+        if note is not None:
+            print(f"iwarp perf: {note}", file=sys.stderr, flush=True)
         region = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
         cpu = time.process_time()
         result.cpu_started = cpu
@@ -599,3 +605,7 @@ async def _latency(
     else:
         await qp.send(encode({"done": True}))
     result.elapsed = sum(times)
+
+
+def _client_of(qp: QueuePair) -> object:
+    return qp.peer

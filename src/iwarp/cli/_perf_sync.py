@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+import sys
 import time
 from array import array
 from itertools import repeat
@@ -27,6 +28,7 @@ from iwarp.cli._perf import (
     atomic_window,
     bandwidth_window,
     check_word,
+    crc_note,
     decode,
     encode,
     integer,
@@ -159,7 +161,7 @@ def run_server(
                 served.failed(str(exc))
                 continue
             qp.busy_poll = busy_poll
-            client = _peer(qp)
+            client = _client_of(qp)
             try:
                 _serve_one(qp, controls.pop(id(qp)), served, bind)
             except (IwarpError, PerfError, OSError) as exc:
@@ -173,7 +175,7 @@ def run_server(
     return 0
 
 
-def _peer(qp: QueuePair) -> object:
+def _client_of(qp: QueuePair) -> object:
     """The client's address while its connection is up (for the failure line)."""
     sock = getattr(getattr(qp, "_driver", None), "sock", None)
     try:
@@ -216,6 +218,7 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
     stag = 0 if target is None else target.stag
     cpu = time.process_time()
     params = qp.params
+    served.settings_differ(test, params.markers_send, _client_of(qp))
     qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
     if test.op == "send":
         credits = 0
@@ -310,6 +313,9 @@ def run_client(
         answer = decode(qp.receive())
         stag = accept_answer(answer, config.markers, result)
         result.crc = qp.params.crc
+        note = crc_note(config.crc, result.crc)
+        if note is not None:
+            print(f"iwarp perf: {note}", file=sys.stderr, flush=True)
         region = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
         cpu = result.cpu_started = time.process_time()
         if test.latency:

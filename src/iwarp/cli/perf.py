@@ -40,7 +40,9 @@ server when a test ends). The client describes each test in its first Send
 (JSON), one connection per test; the server needs no per-test flags, but
 asks for markers and CRC as its own ``--markers``/``--no-crc`` say (MPA:
 each receiver asks for markers in what it receives), and the client
-refuses a mismatch with a clear message. Ctrl-C or SIGTERM stops either
+refuses a mismatch with a clear message, which the server says too. MPA
+uses CRC when either end asks: a ``--no-crc`` that the other end
+overrides is said on both ends. Ctrl-C or SIGTERM stops either
 end within a second with the results so far (exit 130 or 143). A client
 whose server goes away mid-test prints the row measured until then
 (``interrupted`` in --json) and where it ended, exit 1; the server's line
@@ -313,7 +315,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, config: MpaConfig) -> int:
-    served = Served("sync" if args.sync else "asyncio", max_size=args.max_size)
+    served = Served(
+        "sync" if args.sync else "asyncio",
+        max_size=args.max_size,
+        markers=args.markers,
+        crc=not args.no_crc,
+    )
 
     def interrupted(why: str) -> None:
         print(f"iwarp perf: interrupted by {why}: {served.text()}", file=sys.stderr)
@@ -361,7 +368,7 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
     current: list[PerfResult] = []
 
     def begin(size_: int) -> tuple[PerfResult, Ticker]:
-        test = PerfTest(args.op, size_, args.latency, args.compare_raw)
+        test = PerfTest(args.op, size_, args.latency, args.compare_raw, crc=not args.no_crc)
         result = PerfResult(
             test, adapter, args.markers, not args.no_crc, limit=limit, duration=args.duration
         )
