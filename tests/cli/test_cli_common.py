@@ -131,7 +131,8 @@ def test_the_human_summary_names_time_and_rate() -> None:
 
 @pytest.mark.slow
 def test_progress_lines_on_stderr_when_asked() -> None:
-    with listen("--count", "3") as listener:
+    # (Many messages: an interval in which none moved prints nothing.)
+    with listen("--count", "3000") as listener:
         proc = subprocess.run(
             [
                 *IWARP,
@@ -140,12 +141,10 @@ def test_progress_lines_on_stderr_when_asked() -> None:
                 str(listener.port),
                 "--json",
                 "--count",
-                "3",
-                "--delay",
-                "0.5",
+                "3000",
                 "--progress",
                 "--interval",
-                "0.1",
+                "0.01",
             ],
             capture_output=True,
             text=True,
@@ -175,6 +174,21 @@ def test_json_runs_show_progress_only_when_asked(quiet: bool, forced: bool, show
 
     asyncio.run(run())
     assert ("1 messages" in stream.getvalue()) == shown
+
+
+def test_progress_is_silent_while_nothing_moves() -> None:
+    """An idle ping server, a ping client waiting for its connection, a demo
+    between messages: no "0 messages" line every interval (issue 37)."""
+    stream = io.StringIO()
+
+    async def run() -> None:
+        progress = Progress(lambda: (0, 0), forced=True, interval=0.01, delay=0, stream=stream)
+        progress.start()
+        await asyncio.sleep(0.2)
+        progress.stop()
+
+    asyncio.run(run())
+    assert stream.getvalue() == ""
 
 
 def test_progress_meter_text() -> None:

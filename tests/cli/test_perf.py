@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iwarp.cli import main
+from iwarp.cli import _perf, main
 from iwarp.cli._perf import (
     ATOMIC_SIZE,
     CONTROL_ID,
@@ -25,6 +25,7 @@ from iwarp.cli._perf import (
     MAX_SIZE,
     OPS,
     SWEEP_SIZES,
+    WINDOW,
     PerfError,
     PerfResult,
     PerfTest,
@@ -63,9 +64,9 @@ def test_peak_is_the_best_interval_not_the_average() -> None:
     # 100 messages at an even pace over about a second, and 30 more at once
     # in its sixth tenth: that tenth holds 40.
     stamps = sorted([(i + 0.5) / 100 for i in range(100)] + [0.55 + i * 1e-5 for i in range(30)])
-    peak = peak_rate(stamps, 1000)
-    assert peak == pytest.approx(40 * 1000 / (stamps[-1] / 10), rel=0.01)
-    assert peak > 3 * (130 * 1000 / stamps[-1])
+    peak = peak_rate(stamps, 1000, 1.0)
+    assert peak == pytest.approx(40 * 1000 / 0.1, rel=0.01)
+    assert peak > 3 * (130 * 1000 / 1.0)
 
 
 def test_peak_leaves_out_the_pipe_filling() -> None:
@@ -169,12 +170,33 @@ def test_latency_statistics_are_ordered(times: list[float]) -> None:
     assert stats["stdev_us"] >= 0
 
 
+def test_a_short_run_has_its_average_as_peak() -> None:
+    """Local completions of -n 100: most of them at once, as TCP takes them
+    into its buffers, then the wait for the server's confirmation. The old
+    peak (ten intervals of 0.7 ms) showed ~10x the average (issue 37)."""
+    stamps = [1e-5 * i for i in range(1, 81)] + [0.004 + 1e-5 * i for i in range(20)]
+    elapsed = 0.007
+    assert peak_rate(stamps, 65536, elapsed) == pytest.approx(100 * 65536 / elapsed)
+
+
+def test_a_steady_run_peaks_near_its_average() -> None:
+    # 2 s of completions at an even pace, after a burst that fills the pipe
+    stamps = [1e-6 * i for i in range(1, 200)] + [0.001 * i for i in range(1, 2001)]
+    average = len(stamps) / 2.0
+    assert 0.8 * average <= peak_rate(stamps, 1, 2.0) <= 1.5 * average
+
+
 @given(st.lists(st.floats(1e-6, 100.0), min_size=2, max_size=300), st.integers(1, 1 << 20))
 def test_the_peak_is_at_least_the_mean_of_the_counted_intervals(
     stamps: list[float], size: int
 ) -> None:
     stamps.sort()
     end = stamps[-1]
+    if end < 0.3:  # fewer than three intervals of 0.1 s: the average
+        assert peak_rate(stamps, size) == len(stamps) * size / end
+        return
+    if end < 1.0:  # fewer than ten: intervals of end / int(end / 0.1)
+        return
     # the nine intervals after the first hold every completion from end / 10
     counted = sum(1 for stamp in stamps if stamp >= end * 0.1000001)
     assert peak_rate(stamps, size) >= counted / 9 * size / (end / 10) * 0.999999
@@ -565,7 +587,7 @@ def test_a_server_refuses_messages_over_its_max_size(
         proc.kill()
         proc.communicate()
     assert proc.returncode == 0
-    assert "test failed: refused: 8192-octet messages" in server_err
+    assert "test failed (8192-octet write bandwidth test): refused: 8192-octet" in server_err
 
 
 # --- RFC 7306 atomics (--op atomic) -------------------------------------------------------
@@ -589,6 +611,10 @@ def test_atomic_rate_and_latency_as_typed(
         assert data["adapter"] == data["peer_adapter"] == ("sync" if adapter else "asyncio")
         assert data["messages_per_s"] > 0 and data["raw_tcp"]["iterations"] == 300
         assert data["raw_tcp"]["messages_per_s"] > 0
+        # Operations per second and each one's time, not CPU per MiB (issue 37).
+        assert data["ops_per_s"] == data["messages_per_s"] and data["peak_ops_s"] > 0
+        assert 0 < data["min_us"] <= data["typical_us"] <= data["p99_us"] <= data["max_us"]
+        assert "cpu_us_per_mib" not in data and data["cpu_us_per_op"]["client"] > 0
         status, out, err = run_client(
             capsys, port, *adapter, "--op", "atomic", "-s", "4K", "--latency", "-n", "40"
         )
@@ -602,6 +628,8 @@ def test_atomic_rate_and_latency_as_typed(
         assert status == 0
         assert "RDMA Atomic (FetchAdd) bandwidth" in out
         assert "raw TCP" not in out
+        assert "ops average[/sec]" in out and "t_typical[usec]" in out
+        assert "CPU per operation:" in out and "CPU per MiB" not in out
     finally:
         try:  # it exits after its three tests (--count 3)
             server_out, _ = proc.communicate(timeout=60)
@@ -836,3 +864,101 @@ def test_a_server_short_of_memory_for_a_send_latency_test_refuses_it() -> None:
     _perf_sync._serve_one(qp, control, served, "127.0.0.1")  # type: ignore[arg-type]
     assert len(qp.sent) == 1 and "cannot allocate" in decode(qp.sent[0])["error"]
     assert served.tests == 1
+
+
+@pytest.mark.parametrize("adapter", [[], ["--sync"]], ids=["asyncio", "sync"])
+def test_a_client_whose_server_goes_away_prints_the_row_so_far(adapter: list[str]) -> None:
+    """The server ends mid-test: the client's row of what it measured,
+    marked interrupted, and one line saying where it ended; exit 1. The
+    server's own failure line names the client and the test (issue 37)."""
+    server, port = start_server(*adapter, count=None)
+    client = _client_under_way(port, "--json", *adapter)
+    try:
+        server.kill()
+        out, err = client.communicate(timeout=30)
+    finally:
+        for proc in (client, server):
+            proc.kill()
+            proc.communicate()
+    assert client.returncode == 1, err
+    assert "Traceback" not in err
+    row = json.loads(out.splitlines()[-1])
+    assert row["iterations"] > 0 and row["interrupted"].startswith("connection lost: ")
+    assert "iwarp perf: the test ended " in err
+
+
+def test_the_server_names_the_client_and_the_test_that_failed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    served = Served("asyncio")
+    served.begin(PerfTest("write", 65536, latency=False, raw=False))
+    served.failed("receive failed: flushed", client=("127.0.0.1", 40000))
+    assert capsys.readouterr().err == (
+        "iwarp perf: test failed (client 127.0.0.1:40000, 65536-octet write bandwidth test): "
+        "receive failed: flushed\n"
+    )
+
+
+def test_perftest_flags_are_taken_or_said_not_to_apply(
+    server: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["-s", "8K", "-n", "20", "--report_gbits", "-F", "-R", "-d", "siw0", "-x", "3"]
+    status, out, err = run_client(capsys, server, *flags, "-t", "64")
+    assert status == 0, err
+    assert "BW peak[Gb/sec]" in out and "BW average[Gb/sec]" in out
+    assert err.splitlines() == [
+        "iwarp perf: -d siw0 ignored: iwarp runs over the kernel's TCP, no RDMA device",
+        "iwarp perf: -x 3 ignored: TCP addresses, no GID table",
+        f"iwarp perf: -t 64 ignored: {WINDOW} messages stay in flight "
+        "(Reads and atomics: the negotiated ORD)",
+    ]
+
+
+def test_report_gbits_converts_mib() -> None:
+    lines: list[str] = []
+    data = {
+        "latency": False,
+        "bytes": 65536,
+        "iterations": 10,
+        "peak_mib_s": 1000.0,
+        "average_mib_s": 500.0,
+        "messages_per_s": 8000.0,
+    }
+    _perf.table(data, lines.append, header=False, detail=False, gbits=True)
+    assert lines[0].split()[2:4] == [
+        f"{1000 * 8 * 2**20 / 1e9:.2f}",
+        f"{500 * 8 * 2**20 / 1e9:.2f}",
+    ]
+
+
+def test_a_crc_the_client_did_not_ask_for_is_said_on_both_ends(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """MPA uses CRC when either end asks: a client's --no-crc against a
+    default server runs with CRC, and both ends say so (issue 37)."""
+    proc, port = start_server(count=1)
+    try:
+        status, out, err = run_client(capsys, port, "-n", "20", "-s", "4K", "--no-crc")
+        _, server_err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert status == 0, err
+    assert "CRC on" in out
+    assert "iwarp perf: CRC is on although --no-crc: the server asks for it" in err
+    assert "CRC is on although the client 127.0.0.1:" in server_err
+    assert "has --no-crc: this server asks for it" in server_err
+
+
+def test_the_server_says_when_markers_differ(capsys: pytest.CaptureFixture[str]) -> None:
+    served = Served("asyncio", markers=False, crc=False)
+    test = PerfTest("write", 4096, latency=False, raw=False, crc=True)
+    served.settings_differ(test, True, ("127.0.0.1", 5000))
+    assert capsys.readouterr().err.splitlines() == [
+        "iwarp perf: markers differ: the client 127.0.0.1:5000 asks for markers (--markers), "
+        "this server does not; the client ends the test",
+        "iwarp perf: CRC is on although this server has --no-crc: the client 127.0.0.1:5000 "
+        "asks for it",
+    ]
+    assert PerfTest.decode(test.encode()) == test
+    assert PerfTest.decode(b'{"op": "send", "size": 8, "latency": true}').crc is None

@@ -307,3 +307,23 @@ def test_any_other_failure_runs_once(tmp_path: Path) -> None:
     runner = _ScriptedRunner([other], tmp_path)
     outcome = InteropRunner.run_case(runner, other.case)
     assert runner.calls == 1 and outcome.status is InteropStatus.FAIL and not outcome.retried
+
+
+def test_without_a_guest_the_suite_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not a table of every case "not run": one line on stderr, exit 3; the
+    report (all not run) only where --json or --report asks for it."""
+    from iwarp.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no guest built there
+    assert main(["interop", "siw"]) == 3
+    out, err = capsys.readouterr()
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith("iwarp interop siw: the siw guest is not built (run: iwarp interop")
+    report = tmp_path / "report.json"
+    assert main(["interop", "siw", "--json", "--report", str(report)]) == 3
+    out, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1
+    assert json.loads(out) == json.loads(report.read_text())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 from ipaddress import ip_address
 from typing import BinaryIO, Final
 
@@ -69,14 +70,23 @@ def _block(kind: int, body: bytes) -> bytes:
 class PcapngWriter:
     """Appends Ethernet frames to a pcapng stream as they happen."""
 
-    def __init__(self, out: BinaryIO, *, application: str = "iwarp") -> None:
+    def __init__(
+        self,
+        out: BinaryIO,
+        *,
+        application: str = "iwarp",
+        on_error: Callable[[OSError], None] | None = None,
+    ) -> None:
         self._out: BinaryIO | None = out
+        self._on_error = on_error
+        #: The write that failed (the file is written no more), or None.
+        self.error: OSError | None = None
+        self.frames = 0
         shb = _SHB_BODY.pack(_BYTE_ORDER_MAGIC, 1, 0, -1)
         shb += _options((_OPT_SHB_USERAPPL, application.encode()))
         idb = _IDB_BODY.pack(_LINKTYPE_ETHERNET, 0, 0)
         idb += _options((_OPT_IF_NAME, b"iwarp (synthesized from the process's own sockets)"))
-        out.write(_block(_BLOCK_SHB, shb) + _block(_BLOCK_IDB, idb))
-        self.frames = 0
+        self._write(_block(_BLOCK_SHB, shb) + _block(_BLOCK_IDB, idb))
 
     def frame(self, frame: bytes, timestamp: float | None = None) -> None:
         """One frame, stamped ``timestamp`` (``time.time()`` seconds) or now;
@@ -85,14 +95,32 @@ class PcapngWriter:
             return
         stamp = round((time.time() if timestamp is None else timestamp) * 1e6)
         body = _EPB_BODY.pack(0, stamp >> 32, stamp & _MASK32, len(frame), len(frame))
-        self._out.write(_block(_BLOCK_EPB, body + frame + bytes(-len(frame) % 4)))
-        self._out.flush()
-        self.frames += 1
+        if self._write(_block(_BLOCK_EPB, body + frame + bytes(-len(frame) % 4))):
+            self.frames += 1
+
+    def _write(self, block: bytes) -> bool:
+        """Write and flush ``block``; a failure (a full disk, an I/O error) is
+        kept in :attr:`error`, ends the writing and goes to ``on_error``
+        rather than to whoever recorded the frame (a protocol's callback,
+        which must not fail for it); without ``on_error`` it is raised."""
+        if self._out is None:
+            return False
+        try:
+            self._out.write(block)
+            self._out.flush()
+        except OSError as exc:
+            self._out = None
+            self.error = exc
+            if self._on_error is None:
+                raise
+            self._on_error(exc)
+            return False
+        return True
 
     def close(self) -> None:
         """Write no more frames (the caller closes the file)."""
         if self._out is not None:
-            self._out.flush()
+            self._write(b"")
             self._out = None
 
 

@@ -303,7 +303,13 @@ def _fpdu_tree(record: FpduRecord) -> list[str]:
     crc = "not used"
     if record.crc_checked:
         verdict = "correct" if record.crc_ok else f"WRONG, computed {record.crc_expected:#010x}"
-        crc = f"{record.crc:#010x} ({verdict})"
+        # Said because tshark -V's "CRC check" shows the same four octets
+        # read little-endian (its iwarp_mpa.crc field agrees with ours).
+        swapped = int.from_bytes(record.crc.to_bytes(4, "big"), "little")
+        crc = (
+            f"{record.crc:#010x} ({verdict}; octets as sent, big-endian; "
+            f'tshark -V\'s "CRC check" reads them little-endian: {swapped:#010x})'
+        )
     lines = [
         f"    MPA: ULPDU_Length {record.ulpdu_length}, PAD {len(record.pad)} octets"
         f"{' (' + record.pad.hex() + ')' if any(record.pad) else ''}, CRC {crc}"

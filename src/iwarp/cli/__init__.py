@@ -181,6 +181,14 @@ def _dispatch(argv: Sequence[str]) -> int:
     if problem is not None:
         print(f"iwarp: {problem}", file=sys.stderr)
         return 2
+    if getattr(args, "pcap", None) is not None:
+        from iwarp.cli._capture import open_captures
+
+        # Before anything starts: a --pcap FILE that cannot be written is a usage error.
+        problem = open_captures(args, f"iwarp {args.command}")
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return 2
     status: int = args.func(args)
     return status
 

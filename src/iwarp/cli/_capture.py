@@ -10,6 +10,15 @@ ports. ``iwarp decode`` and Wireshark read the file.
 A command adds the option with :func:`add_pcap_option` and runs its
 coroutine as ``captured(args.pcap, coroutine)``, or inside
 ``async with pcap_capture(args.pcap):`` (both no-ops for None).
+
+The file is opened when the command line is read (:func:`open_captures`,
+called by ``iwarp``'s dispatch), so a path that cannot be opened is a usage
+error before anything starts. A write that fails later (a full disk, an I/O
+error) stops the command: the writer keeps the error instead of raising it
+into a protocol's callback, the command's task is cancelled (the blocking
+adapter's call raises), and :class:`~iwarp.cli._run.CommandStoppedError` carries one
+line naming the file and the error to the runner, which prints it and the
+command's summary so far and exits with 1.
 """
 
 from __future__ import annotations
@@ -17,89 +26,195 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, BinaryIO, TypeVar, cast
 
 from iwarp.analyze.origin import application_name
 from iwarp.analyze.pcapng import PcapngWriter, TcpFlow
+from iwarp.cli._run import CommandStoppedError
 
-__all__ = ["add_pcap_option", "captured", "pcap_capture", "sync_pcap_capture"]
+__all__ = [
+    "CaptureFile",
+    "add_pcap_option",
+    "captured",
+    "open_captures",
+    "pcap_capture",
+    "sync_pcap_capture",
+]
 
 T = TypeVar("T")
+
+
+class CaptureFile:
+    """A ``--pcap FILE`` as the command line named it; :meth:`open` opens it
+    for writing before the command starts."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.command = "iwarp"
+        self._out: BinaryIO | None = None
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def open(self, command: str) -> None:
+        """Open (truncate) the file; ``command`` (``iwarp demo``) starts the
+        lines that report on it. :raises OSError: it cannot be opened."""
+        self.command = command
+        if self._out is None:
+            self._out = open(self.path, "wb")  # noqa: SIM115 - closed by take()'s user
+
+    def take(self) -> BinaryIO:
+        """The opened file (opened now if :meth:`open` was not called)."""
+        if self._out is None:
+            self.open(self.command)
+        out = self._out
+        assert out is not None
+        return out
+
+    def write_failed(self, exc: OSError) -> CommandStoppedError:
+        """The one line that stops the command (without a traceback)."""
+        return CommandStoppedError(
+            f"{self.command}: --pcap {self.path}: write failed: {_reason(exc)}"
+        )
+
+
+def _reason(exc: OSError) -> str:
+    """``No space left on device (ENOSPC)``: the system's words and the code."""
+    name = errno.errorcode.get(exc.errno or 0)
+    text = exc.strerror or str(exc)
+    return f"{text} ({name})" if name else text
+
+
+def open_captures(args: argparse.Namespace, command: str) -> str | None:
+    """Open every :class:`CaptureFile` of ``args``; the usage error (one line)
+    for the first that cannot be opened, or None."""
+    for value in vars(args).values():
+        if isinstance(value, CaptureFile):
+            try:
+                value.open(command)
+            except OSError as exc:
+                return f"{command}: --pcap {value.path}: cannot open for writing: {_reason(exc)}"
+    return None
 
 
 def add_pcap_option(parser: argparse.ArgumentParser) -> None:
     """The ``--pcap FILE`` option (the same help in every command)."""
     parser.add_argument(
         "--pcap",
-        type=Path,
+        type=CaptureFile,
         default=None,
         metavar="FILE",
         help="write what this process sends and receives to FILE as pcapng (synthesized "
         "Ethernet/IP/TCP headers, real ports and stream offsets); read it with iwarp decode "
-        "or Wireshark",
+        "or Wireshark. A FILE that cannot be opened is a usage error (exit 2); a write that "
+        "fails during the run stops the command with its summary so far (exit 1)",
     )
+
+
+def _target(path: CaptureFile | Path | str) -> CaptureFile:
+    return path if isinstance(path, CaptureFile) else CaptureFile(str(path))
 
 
 @contextlib.asynccontextmanager
 async def pcap_capture(
-    path: Path | str | None, *, raw_ulp: bool = False
+    path: CaptureFile | Path | str | None, *, raw_ulp: bool = False
 ) -> AsyncIterator[PcapngWriter | None]:
     """Tap every connection of the running loop into ``path`` until exit.
 
     ``raw_ulp``: the MPA connections carry bare ULPDUs, not DDP segments
     (``--op mpa``); the file says so (:mod:`iwarp.analyze.origin`), and
-    ``iwarp decode`` does not decode DDP/RDMAP headers in it."""
+    ``iwarp decode`` does not decode DDP/RDMAP headers in it.
+
+    :raises CommandStoppedError: a write to the file failed (the block was cancelled)."""
     if path is None:
         yield None
         return
+    target = _target(path)
     loop = asyncio.get_running_loop()
-    with open(path, "wb") as out:
-        writer = PcapngWriter(out, application=application_name(raw_ulp=raw_ulp))
+    task = asyncio.current_task()
+    failures: list[OSError] = []
+
+    def failed(exc: OSError) -> None:
+        failures.append(exc)
+        if task is not None and len(failures) == 1:
+            task.cancel()  # it wakes with CancelledError at its next await
+
+    with target.take() as out:
+        writer = PcapngWriter(out, application=application_name(raw_ulp=raw_ulp), on_error=failed)
         tap = _LoopTap(loop, writer)
         tap.install()
         try:
             yield writer
+        except asyncio.CancelledError:
+            if not failures:
+                raise
         finally:
             tap.uninstall()
             writer.close()  # connections that end later are not recorded
+            if failures:
+                _quiet_close(out)
+        if failures:
+            if task is not None:
+                task.uncancel()  # failed()'s cancel is taken back: CommandStoppedError says why
+            raise target.write_failed(failures[0])
+
+
+def _quiet_close(out: BinaryIO) -> None:
+    """Close a file whose writes failed: its buffer cannot be written either."""
+    with contextlib.suppress(OSError):
+        out.close()
 
 
 @contextlib.contextmanager
-def sync_pcap_capture(path: Path | str | None, *, initiator: bool) -> Iterator[None]:
+def sync_pcap_capture(path: CaptureFile | Path | str | None, *, initiator: bool) -> Iterator[None]:
     """The same for the blocking adapter (``iwarp.sync``): every connection
     whose driver starts inside the block, seen from the end that connected
-    (``initiator``) or accepted."""
+    (``initiator``) or accepted. A failed write raises
+    :class:`~iwarp.cli._run.CommandStoppedError` out of the adapter's call that recorded it."""
     from iwarp.sync._calls import Tap, tapping  # the CLI's other paths do not need it
 
     if path is None:
         yield
         return
-    with open(path, "wb") as out:
-        writer = PcapngWriter(out)
+    target = _target(path)
+
+    def failed(exc: OSError) -> None:
+        raise target.write_failed(exc)
+
+    with target.take() as out:
         flows: list[TcpFlow] = []
-
-        def tap(sock: socket.socket) -> Tap | None:
-            try:
-                local, remote = sock.getsockname(), sock.getpeername()
-            except OSError:
-                return None  # already gone: nothing to record
-            flow = TcpFlow(writer, local, remote, initiator=initiator)
-            flows.append(flow)
-            return flow
-
         try:
-            with tapping(tap):
-                yield
-        finally:
-            for flow in flows:
-                flow.close()
-            writer.close()
+            writer = PcapngWriter(out, on_error=failed)
+
+            def tap(sock: socket.socket) -> Tap | None:
+                try:
+                    local, remote = sock.getsockname(), sock.getpeername()
+                except OSError:
+                    return None  # already gone: nothing to record
+                flow = TcpFlow(writer, local, remote, initiator=initiator)
+                flows.append(flow)
+                return flow
+
+            try:
+                with tapping(tap):
+                    yield
+            finally:
+                for flow in flows:
+                    flow.close()
+                writer.close()
+        except CommandStoppedError:
+            _quiet_close(out)
+            raise
 
 
-async def captured(path: Path | str | None, work: Awaitable[T]) -> T:
+async def captured(path: CaptureFile | Path | str | None, work: Awaitable[T]) -> T:
     """``work`` with its traffic recorded into ``path`` (None: not recorded);
     the one call a command needs: ``asyncio.run(captured(args.pcap, main()))``."""
     async with pcap_capture(path):

@@ -87,6 +87,9 @@ MAX_SAMPLES: Final = 10_000_000
 MIB: Final = float(1 << 20)
 #: BW peak: the best of this many equal intervals of a run (:func:`peak_rate`).
 PEAK_INTERVALS: Final = 10
+#: BW peak: no interval shorter than this (seconds), where a burst of local
+#: completions (a socket buffer's worth) would pass for a rate.
+PEAK_MIN_INTERVAL: Final = 0.1
 
 
 class PerfError(Exception):
@@ -171,6 +174,16 @@ def accept_answer(answer: dict[str, Any], markers: bool, result: PerfResult) -> 
     return integer(answer, "stag", 0, 0xFFFFFFFF)
 
 
+def crc_note(asked: bool, crc: bool) -> str | None:
+    """The client's line when the connection's CRC is not what it asked for."""
+    if crc and not asked:
+        return (
+            "CRC is on although --no-crc: the server asks for it (MPA uses CRC when either "
+            "end asks); give the server --no-crc too"
+        )
+    return None
+
+
 def raw_server_side(raw: RawResult, message: dict[str, Any]) -> None:
     """The server's side of a ``--compare-raw`` run (its CPU time and how
     it waited) into ``raw``.
@@ -213,11 +226,20 @@ class PerfTest:
     size: int
     latency: bool
     raw: bool
+    #: Whether the client asked for CRC (None: not said), so that the
+    #: server can say when MPA's rule (CRC if either end asks) overrode it.
+    crc: bool | None = None
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {"op": self.op, "size": self.size, "latency": self.latency, "raw": self.raw}
-        ).encode()
+        message: dict[str, Any] = {
+            "op": self.op,
+            "size": self.size,
+            "latency": self.latency,
+            "raw": self.raw,
+        }
+        if self.crc is not None:
+            message["crc"] = self.crc
+        return json.dumps(message).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> PerfTest:
@@ -232,7 +254,8 @@ class PerfTest:
         size = integer(message, "size", 1, MAX_SIZE)
         if op == "atomic" and size != ATOMIC_SIZE:
             raise PerfError(f"not a test description: an atomic test moves {ATOMIC_SIZE} octets")
-        return cls(str(op), size, latency, raw)
+        crc = message.get("crc")
+        return cls(str(op), size, latency, raw, crc if isinstance(crc, bool) else None)
 
     @property
     def echo(self) -> bool:
@@ -340,20 +363,34 @@ class PerfResult:
                 self.elapsed = time.perf_counter() - self.started
 
 
-def peak_rate(stamps: array[float] | list[float], size: int) -> float:
-    """perftest's BW peak as the best interval: the run up to its last
-    completion is cut into ten equal intervals and the one in which most
-    messages completed gives the peak (octets per second). The first
-    interval does not count: the pipe fills in it, and its completions say
-    that TCP took the messages into its buffers, not that they moved."""
+def peak_rate(stamps: array[float] | list[float], size: int, elapsed: float | None = None) -> float:
+    """perftest's BW peak as the best interval, by a rule that makes it mean
+    something (octets per second).
+
+    The run, on the clock that times the average (``elapsed``: to the
+    server's confirmation; default the last completion), is cut into equal
+    intervals of a tenth of it but never shorter than
+    :data:`PEAK_MIN_INTERVAL`; the interval in which most messages
+    completed gives the peak. The first interval does not count: the pipe
+    fills in it, and its completions say that TCP took the messages into
+    its buffers, not that they moved. A completion is local (TCP took the
+    message), so an interval of a few milliseconds can hold a socket
+    buffer's worth of completions at once and show many times the real
+    rate: a run with fewer than three intervals of that length (under
+    :data:`PEAK_MIN_INTERVAL` * 3 seconds) has no peak but its average."""
     n = len(stamps)
-    end = stamps[-1] if n else 0.0
+    end = elapsed if elapsed is not None else (stamps[-1] if n else 0.0)
     if n < 2 or end <= 0:
         return 0.0
-    slices = [0] * PEAK_INTERVALS
+    width = max(end / PEAK_INTERVALS, PEAK_MIN_INTERVAL)
+    intervals = min(PEAK_INTERVALS, int(end / width))
+    if intervals < 3:
+        return n * size / end
+    width = end / intervals
+    slices = [0] * intervals
     for stamp in stamps:
-        slices[min(PEAK_INTERVALS - 1, int(stamp / end * PEAK_INTERVALS))] += 1
-    return max(slices[1:]) * size / (end / PEAK_INTERVALS)
+        slices[min(intervals - 1, int(stamp / width))] += 1
+    return max(slices[1:]) * size / width
 
 
 def latency_stats(times: array[float] | list[float]) -> dict[str, float]:
@@ -407,11 +444,25 @@ def summary(result: PerfResult) -> dict[str, Any]:
     out.update(
         seconds=seconds,
         average_mib_s=octets / seconds / MIB if seconds else 0.0,
-        peak_mib_s=peak_rate(result.stamps, test.size) / MIB,
+        peak_mib_s=peak_rate(result.stamps, test.size, result.elapsed) / MIB,
         messages_per_s=result.iterations / seconds if seconds else 0.0,
     )
     mib = octets / MIB
-    if mib and not result.interrupted:
+    if test.op == "atomic":
+        # 8-octet operations: a rate of operations, each one's time from
+        # post to response, and CPU per operation (per MiB says nothing).
+        out.update(
+            ops_per_s=out["messages_per_s"],
+            peak_ops_s=peak_rate(result.stamps, 1, result.elapsed),
+        )
+        if result.times:
+            out.update(latency_stats(result.times))
+        if result.iterations and not result.interrupted:
+            out["cpu_us_per_op"] = {
+                "client": result.cpu_client / result.iterations * 1e6,
+                "server": result.cpu_server / result.iterations * 1e6,
+            }
+    elif mib and not result.interrupted:
         out["cpu_us_per_mib"] = {
             "client": result.cpu_client / mib * 1e6,
             "server": result.cpu_server / mib * 1e6,
@@ -469,16 +520,57 @@ def title(data: dict[str, Any]) -> str:
     return f"{op} {mode} ({adapters}; {flags})"
 
 
+#: --op atomic in bandwidth mode: operations per second, and each one's
+#: time from post to response (with as many in flight as the ORD allows).
+_ATOMIC_COLUMNS: Final = (
+    ("#bytes", 10, "bytes", "d"),
+    ("#iterations", 12, "iterations", "d"),
+    ("ops peak[/sec]", 15, "peak_ops_s", ".0f"),
+    ("ops average[/sec]", 18, "ops_per_s", ".0f"),
+    ("t_typical[usec]", 16, "typical_us", ".2f"),
+    ("t_avg[usec]", 12, "avg_us", ".2f"),
+    ("99% percentile[usec]", 21, "p99_us", ".2f"),
+)
+
+#: --report_gbits: the bandwidth columns in Gb/sec (10^9 bits), as perftest's.
+_GBITS_COLUMNS: Final = (
+    ("#bytes", 10, "bytes", "d"),
+    ("#iterations", 12, "iterations", "d"),
+    ("BW peak[Gb/sec]", 17, "peak_gbit_s", ".2f"),
+    ("BW average[Gb/sec]", 20, "average_gbit_s", ".2f"),
+    ("MsgRate[Mpps]", 14, "mpps", ".6f"),
+)
+_GBIT_PER_MIB: Final = MIB * 8 / 1e9
+
+
 def table(
-    data: dict[str, Any], write: Callable[[str], None], *, header: bool, detail: bool
+    data: dict[str, Any],
+    write: Callable[[str], None],
+    *,
+    header: bool,
+    detail: bool,
+    gbits: bool = False,
 ) -> None:
     """Print ``data`` (a :func:`summary`) as perftest's table row, with the
     column header first when ``header``; ``detail``: the CPU and raw TCP
-    lines below the row (a single test; a sweep's rows go without)."""
+    lines below the row (a single test; a sweep's rows go without);
+    ``gbits``: bandwidth in Gb/sec."""
     latency = data["latency"]
-    columns = _LATENCY_COLUMNS if latency else _BANDWIDTH_COLUMNS
+    atomic = data.get("op") == "atomic" and not latency
+    columns: tuple[tuple[str, int, str, str], ...]
+    if latency:
+        columns = _LATENCY_COLUMNS
+    elif atomic:
+        columns = _ATOMIC_COLUMNS
+    else:
+        columns = _GBITS_COLUMNS if gbits else _BANDWIDTH_COLUMNS
     raw = data.get("raw_tcp")
     values = dict(data, mpps=data.get("messages_per_s", 0.0) / 1e6)
+    for _, _, key, _ in columns:
+        values.setdefault(key, 0.0)  # (an interrupted atomic run: no times yet)
+    if gbits and not latency:
+        values["peak_gbit_s"] = data.get("peak_mib_s", 0.0) * _GBIT_PER_MIB
+        values["average_gbit_s"] = data.get("average_mib_s", 0.0) * _GBIT_PER_MIB
     if header:
         names = " ".join(f"{name:>{width}}" for name, width, _, _ in columns)
         if raw is not None:
@@ -495,6 +587,9 @@ def table(
     cpu = data.get("cpu_us_per_mib")
     if cpu and not latency:
         write(f"CPU per MiB: client {cpu['client']:.0f} us, server {cpu['server']:.0f} us")
+    cpu = data.get("cpu_us_per_op")
+    if cpu and not latency:
+        write(f"CPU per operation: client {cpu['client']:.1f} us, server {cpu['server']:.1f} us")
     if raw is None:
         return
     if latency:
@@ -525,9 +620,12 @@ class Printer:
     the kind of test changes, then one row per test (or one JSON object
     per test). The client and the server print the same rows."""
 
-    def __init__(self, write: Callable[[str], None], *, as_json: bool = False) -> None:
+    def __init__(
+        self, write: Callable[[str], None], *, as_json: bool = False, gbits: bool = False
+    ) -> None:
         self._write = write
         self._json = as_json
+        self._gbits = gbits
         self._kind: tuple[Any, ...] | None = None
 
     def result(self, data: dict[str, Any], *, detail: bool = True) -> None:
@@ -541,7 +639,7 @@ class Printer:
             self._kind = kind
             self._write(title(data))
             self._write(f"client: {data['accel']}; server: {data['peer_accel']}")
-        table(data, self._write, header=header, detail=detail)
+        table(data, self._write, header=header, detail=detail, gbits=self._gbits)
 
 
 class Ticker:
@@ -585,11 +683,20 @@ class Served:
     tally (what an interrupt prints)."""
 
     def __init__(
-        self, adapter: str, write: Callable[[str], None] = print, *, max_size: int = MAX_SIZE
+        self,
+        adapter: str,
+        write: Callable[[str], None] = print,
+        *,
+        max_size: int = MAX_SIZE,
+        markers: bool = False,
+        crc: bool = True,
     ) -> None:
         self.adapter = adapter
         #: Largest message a client may ask for (``--max-size``).
         self.max_size = max_size
+        #: What this server asks for (``--markers``, not ``--no-crc``).
+        self.markers = markers
+        self.crc = crc
         self.tests = 0
         self.current: PerfTest | None = None
         #: Data messages (Send) or pings (Write latency) of the current test.
@@ -607,6 +714,25 @@ class Served:
     def begin(self, test: PerfTest) -> None:
         self.current = test
         self.messages = 0
+
+    def settings_differ(self, test: PerfTest, client_markers: bool, client: object) -> None:
+        """Say when the client's MPA settings differ from this server's:
+        markers (``client_markers``: whether it asked for them in what it
+        receives; the client ends such a test) and CRC (on if either asks)."""
+        who = f"the client {_address(client)}" if client is not None else "the client"
+        notes = []
+        if client_markers != self.markers:
+            asks = "asks for markers (--markers)" if client_markers else "asks for no markers"
+            notes.append(
+                f"markers differ: {who} {asks}, this server "
+                f"{'does' if self.markers else 'does not'}; the client ends the test"
+            )
+        if test.crc is False and self.crc:
+            notes.append(f"CRC is on although {who} has --no-crc: this server asks for it")
+        elif test.crc and not self.crc:
+            notes.append(f"CRC is on although this server has --no-crc: {who} asks for it")
+        for note in notes:
+            print(f"iwarp perf: {note}", file=sys.stderr, flush=True)
 
     def refusal(self, test: PerfTest) -> str | None:
         """Why this server does not run ``test`` (None: it does)."""
@@ -644,10 +770,20 @@ class Served:
             message["word"] = int.from_bytes(target.view[:ATOMIC_SIZE], "big")
         return message
 
-    def failed(self, why: str) -> None:
+    def failed(self, why: str, *, client: object = None) -> None:
+        """A test failed: one line naming the client (its address) and the
+        test under way, if known."""
+        test = self.current
         self.tests += 1
         self.current = None
-        print(f"iwarp perf: test failed: {why}", file=sys.stderr, flush=True)
+        about = []
+        if client is not None:
+            about.append(f"client {_address(client)}")
+        if test is not None:
+            mode = "latency" if test.latency else "bandwidth"
+            about.append(f"{test.size}-octet {test.op} {mode} test")
+        where = f" ({', '.join(about)})" if about else ""
+        print(f"iwarp perf: test failed{where}: {why}", file=sys.stderr, flush=True)
 
     def result(self, data: dict[str, Any], *, detail: bool) -> None:
         """A test ended: print the client's result as a table row."""
@@ -669,3 +805,11 @@ class Served:
             if test.op == "send" or (test.op == "write" and test.latency):
                 text += f" ({self.messages} messages received)"
         return text
+
+
+def _address(peer: object) -> str:
+    """``host:port`` of a socket address (as given otherwise)."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    return str(peer)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import time
 import weakref
+from array import array
+from itertools import repeat
 from typing import Any, cast
 
 from iwarp.asyncio.rdma import Access, QueuePair, connect, serve
@@ -27,6 +30,7 @@ from iwarp.cli._perf import (
     atomic_window,
     bandwidth_window,
     check_word,
+    crc_note,
     decode,
     encode,
     integer,
@@ -77,7 +81,7 @@ async def run_server(
         try:
             await _serve_one(qp, served)
         except (IwarpError, PerfError, OSError, TimeoutError) as exc:
-            served.failed(str(exc))
+            served.failed(str(exc), client=qp.peer)
         finally:
             active.discard(qp)
         if count is not None and served.tests >= count:
@@ -140,6 +144,7 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
     stag = 0 if target is None else target.stag
     cpu = time.process_time()
     params = qp.params
+    served.settings_differ(test, params.markers_send, _client_of(qp))
     await qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
     if test.op == "send":
         credits = 0
@@ -415,6 +420,9 @@ async def run_client(
         answer = decode(await qp.receive())
         stag = accept_answer(answer, config.markers, result)
         result.crc = qp.params.crc
+        note = crc_note(config.crc, result.crc)
+        if note is not None:
+            print(f"iwarp perf: {note}", file=sys.stderr, flush=True)
         region = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
         cpu = time.process_time()
         result.cpu_started = cpu
@@ -495,6 +503,7 @@ async def _bandwidth(
     clock = time.perf_counter
     sge = Sge(region)
     stamps = result.stamps
+    posted_at = array("d") if op == "atomic" else None
     start = result.started = clock()
     try:
         while True:
@@ -515,6 +524,8 @@ async def _bandwidth(
                     credits -= 1
                 posted += 1
             if batch:
+                if posted_at is not None:
+                    posted_at.extend(repeat(clock() - start, len(batch)))
                 qp.post_send_list(batch)
             if completed == posted:
                 if credits > 0:
@@ -527,7 +538,10 @@ async def _bandwidth(
                 if done.status is not CompletionStatus.SUCCESS:
                     raise op_failed(op, done, qp.terminate)
                 completed += 1
-                stamps.append(clock() - start)
+                stamp = clock() - start
+                stamps.append(stamp)
+                if posted_at is not None:  # an atomic's time from post to response
+                    result.times.append(stamp - posted_at[done.wr_id])
             result.iterations = completed
             ticker()
             if completed - yielded >= WINDOW:
@@ -591,3 +605,7 @@ async def _latency(
     else:
         await qp.send(encode({"done": True}))
     result.elapsed = sum(times)
+
+
+def _client_of(qp: QueuePair) -> object:
+    return qp.peer

@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 import select
 import socket
+import sys
 import time
+from array import array
+from itertools import repeat
 from typing import Any
 
 from iwarp.cli._perf import (
@@ -25,6 +28,7 @@ from iwarp.cli._perf import (
     atomic_window,
     bandwidth_window,
     check_word,
+    crc_note,
     decode,
     encode,
     integer,
@@ -157,10 +161,11 @@ def run_server(
                 served.failed(str(exc))
                 continue
             qp.busy_poll = busy_poll
+            client = _client_of(qp)
             try:
                 _serve_one(qp, controls.pop(id(qp)), served, bind)
             except (IwarpError, PerfError, OSError) as exc:
-                served.failed(str(exc))
+                served.failed(str(exc), client=client)
                 qp.abort()
             except BaseException:
                 qp.abort()
@@ -168,6 +173,15 @@ def run_server(
             else:
                 qp.close()
     return 0
+
+
+def _client_of(qp: QueuePair) -> object:
+    """The client's address while its connection is up (for the failure line)."""
+    sock = getattr(getattr(qp, "_driver", None), "sock", None)
+    try:
+        return None if sock is None else sock.getpeername()
+    except OSError:
+        return None
 
 
 def _receive(qp: QueuePair) -> Completion:
@@ -204,6 +218,7 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
     stag = 0 if target is None else target.stag
     cpu = time.process_time()
     params = qp.params
+    served.settings_differ(test, params.markers_send, _client_of(qp))
     qp.send(encode(served.answer(stag, receives, params.markers_receive, params.crc)))
     if test.op == "send":
         credits = 0
@@ -298,6 +313,9 @@ def run_client(
         answer = decode(qp.receive())
         stag = accept_answer(answer, config.markers, result)
         result.crc = qp.params.crc
+        note = crc_note(config.crc, result.crc)
+        if note is not None:
+            print(f"iwarp perf: {note}", file=sys.stderr, flush=True)
         region = qp.register(bytearray(test.size), Access.LOCAL_WRITE)
         cpu = result.cpu_started = time.process_time()
         if test.latency:
@@ -409,6 +427,7 @@ def _bandwidth(
     clock = time.perf_counter
     sge = Sge(region)
     stamps = result.stamps
+    posted_at = array("d") if op == "atomic" else None
     send_cq = qp.send_cq
     start = result.started = clock()
     try:
@@ -430,6 +449,8 @@ def _bandwidth(
                     credits -= 1
                 posted += 1
             if batch:
+                if posted_at is not None:
+                    posted_at.extend(repeat(clock() - start, len(batch)))
                 qp.post_send_list(batch)
             if completed == posted:
                 if credits > 0:
@@ -442,7 +463,10 @@ def _bandwidth(
                 if done.status is not CompletionStatus.SUCCESS:
                     raise op_failed(op, done, qp.terminate)
                 completed += 1
-                stamps.append(clock() - start)
+                stamp = clock() - start
+                stamps.append(stamp)
+                if posted_at is not None:  # an atomic's time from post to response
+                    result.times.append(stamp - posted_at[done.wr_id])
             result.iterations = completed
             ticker()
             if credits <= 0:

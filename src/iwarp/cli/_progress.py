@@ -5,9 +5,11 @@ A run that lasts longer than :data:`DELAY` seconds (or any run, with
 terminal as one line that rewrites itself (labelled totals and the rate of
 the last interval), otherwise as one line per interval as iperf prints
 them (what moved in that interval and its rate), so logs keep the history.
-A server's meter (``idle_quiet``) prints nothing for an interval in which
-nothing moved. :class:`ProgressMeter` decides the text for a moment (no
-I/O, no clock); :class:`Progress` runs it on the event loop.
+Nothing is printed for an interval in which nothing moved (an idle
+listener, a ping server between clients, a client still waiting for its
+connection): a line says that something moved. :class:`ProgressMeter`
+decides the text for a moment (no I/O, no clock); :class:`Progress` runs it
+on the event loop.
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ class ProgressMeter:
     #: Whether the text rewrites one terminal line.
     terminal: bool
     label: str = ""
-    #: Print nothing for an interval in which nothing moved (servers: an
-    #: idle listener stays silent).
-    idle_quiet: bool = False
+    #: Print nothing for an interval in which nothing moved (an idle run
+    #: stays silent); False reports every interval.
+    idle_quiet: bool = True
     _last_time: float | None = None
     _last_messages: int = 0
     _last_octets: int = 0
@@ -95,8 +97,8 @@ class Progress:
     """Writes a :class:`ProgressMeter`'s reports while the run goes on.
 
     ``counters`` gives (messages, octets) so far. Nothing is printed with
-    ``quiet`` (``--json``) unless ``forced`` (``--progress``); with
-    ``idle_quiet`` (servers) nothing is printed while nothing moves.
+    ``quiet`` (``--json``) unless ``forced`` (``--progress``); unless
+    ``idle_quiet`` is False nothing is printed while nothing moves.
     """
 
     def __init__(
@@ -109,7 +111,7 @@ class Progress:
         label: str = "",
         stream: TextIO | None = None,
         delay: float = DELAY,
-        idle_quiet: bool = False,
+        idle_quiet: bool = True,
     ) -> None:
         self._counters = counters
         self._stream = stream if stream is not None else sys.stderr

@@ -5,6 +5,10 @@ most runs end: the command's partial summary (messages, octets, sha256 so
 far) is printed and the exit status is 128 + the signal number (130 for
 SIGINT, 143 for SIGTERM), as shells expect.
 
+A command can also be stopped from within by :class:`CommandStoppedError` (its
+``--pcap`` file could not be written): one line saying why goes to standard
+error, then the same partial summary, and the exit status is 1.
+
 Every asyncio command runs on uvloop's event loop when uvloop is installed
 (the optional ``iwarp[uvloop]`` extra): its loop costs less per wake-up, which
 small messages feel most. ``IWARP_LOOP=asyncio`` keeps asyncio's own loop;
@@ -17,11 +21,14 @@ import asyncio
 import importlib.util
 import os
 import signal
+import sys
 from collections.abc import Callable, Coroutine
 from types import FrameType
 from typing import Any
 
 __all__ = [
+    "CAPTURE_FAILED",
+    "CommandStoppedError",
     "describe_loop",
     "loop_problem",
     "run_blocking_interruptible",
@@ -30,6 +37,27 @@ __all__ = [
 ]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+#: The reason a summary names when :class:`CommandStoppedError` ended the command.
+CAPTURE_FAILED = "capture write failure"
+
+
+class CommandStoppedError(Exception):
+    """Ends a command before its end for a reason of its own environment (not
+    the protocol's, not a signal): ``line`` is printed as it is, then the
+    command's partial summary with ``reason``; exit status 1."""
+
+    def __init__(self, line: str, reason: str = CAPTURE_FAILED) -> None:
+        super().__init__(line)
+        self.line = line
+        self.reason = reason
+
+
+def _stopped(exc: CommandStoppedError, on_stop: Callable[[str], None]) -> int:
+    print(exc.line, file=sys.stderr)
+    on_stop(exc.reason)
+    return 1
 
 
 #: ``IWARP_LOOP`` values: ``uvloop`` (the default when it is installed) or
@@ -92,18 +120,19 @@ def run_loop(main: Coroutine[Any, Any, Any]) -> Any:
         return runner.run(main)
 
 
-def run_interruptible(
-    main: Coroutine[Any, Any, int], on_signal: Callable[[signal.Signals], None]
-) -> int:
-    """Run ``main``; on SIGINT or SIGTERM cancel it, call ``on_signal`` (which
-    prints the partial summary) and return 128 + the signal number."""
-    status: int = run_loop(_guarded(main, on_signal))
+def run_interruptible(main: Coroutine[Any, Any, int], on_stop: Callable[[str], None]) -> int:
+    """Run ``main``; on SIGINT or SIGTERM cancel it, call ``on_stop`` with the
+    signal's name (it prints the partial summary) and return 128 + the signal
+    number; on :class:`CommandStoppedError` print its line, call ``on_stop`` with its
+    reason and return 1."""
+    try:
+        status: int = run_loop(_guarded(main, on_stop))
+    except CommandStoppedError as exc:
+        return _stopped(exc, on_stop)
     return status
 
 
-async def _guarded(
-    main: Coroutine[Any, Any, int], on_signal: Callable[[signal.Signals], None]
-) -> int:
+async def _guarded(main: Coroutine[Any, Any, int], on_stop: Callable[[str], None]) -> int:
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(main)
     caught: list[signal.Signals] = []
@@ -125,7 +154,7 @@ async def _guarded(
     except asyncio.CancelledError:
         if not caught:
             raise
-        on_signal(caught[0])
+        on_stop(caught[0].name)
         return 128 + int(caught[0])
     finally:
         for signum in installed:
@@ -141,14 +170,13 @@ class _Interrupted(BaseException):
         self.signum = signum
 
 
-def run_blocking_interruptible(
-    main: Callable[[], int], on_signal: Callable[[signal.Signals], None]
-) -> int:
+def run_blocking_interruptible(main: Callable[[], int], on_stop: Callable[[str], None]) -> int:
     """:func:`run_interruptible` for blocking work (the ``iwarp.sync``
     adapter) in the main thread: the first SIGINT or SIGTERM raises out of
     whatever ``main`` waits in (later ones are ignored while it unwinds);
-    then ``on_signal`` prints the partial summary and the result is 128 +
-    the signal number. Elsewhere than the main thread ``main`` just runs."""
+    then ``on_stop`` prints the partial summary and the result is 128 +
+    the signal number; :class:`CommandStoppedError` as there. Elsewhere than the main
+    thread ``main`` just runs."""
     caught: list[signal.Signals] = []
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
@@ -165,8 +193,10 @@ def run_blocking_interruptible(
     try:
         return main()
     except _Interrupted as exc:
-        on_signal(exc.signum)
+        on_stop(exc.signum.name)
         return 128 + int(exc.signum)
+    except CommandStoppedError as exc:
+        return _stopped(exc, on_stop)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 
 from iwarp.apps.rping import ADVERT
 from iwarp.asyncio import rdma
@@ -106,10 +105,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     digest = Digest("read" if args.op == "read" else "sent")
 
-    def interrupted(signum: signal.Signals) -> None:
+    def interrupted(why: str) -> None:
         out.closed = True
         extra = {} if args.op == "mpa" else {"op": args.op}
-        out.emit(digest.summary(**extra, interrupted=signum.name))
+        out.emit(digest.summary(**extra, interrupted=why))
 
     return run_interruptible(_run(args, config, out, digest), interrupted)
 

@@ -33,7 +33,14 @@ from iwarp.analyze.parquet import (
 from iwarp.analyze.parquet import check_available as check_parquet
 from iwarp.analyze.parquet import concatenate as concatenate_parquet
 from iwarp.analyze.plot import PlotUnavailableError, check_available, write_plot
-from iwarp.analyze.records import ErrorRecord, FpduRecord, Record, json_line
+from iwarp.analyze.records import (
+    ErrorRecord,
+    FpduRecord,
+    FrameRecord,
+    Record,
+    ViSegmentRecord,
+    json_line,
+)
 from iwarp.analyze.render import (
     capture_json,
     summary_json,
@@ -557,6 +564,8 @@ def decode_capture(
     shows = compile_filter(settings.display_filter) if settings.display_filter else None
     shown = errors_seen = 0
     stopped = False
+    # With -c, what was read of connections not yet reported when it stops.
+    counting = _ReadSoFar() if settings.count else None
     try:
         with f:
             packets: Iterable[TcpPacket] = read_tcp_packets(f, stats)
@@ -572,6 +581,8 @@ def decode_capture(
             for output in outputs:
                 if isinstance(output, ConnectionReport):
                     _account(totals, output, streams)
+                    if counting is not None:
+                        counting.reported(output, streams)
                     if index is not None:
                         index.forget(output.index)
                     if streams and output.index not in streams:
@@ -589,6 +600,8 @@ def decode_capture(
                     continue
                 if streams and output.stream not in streams:
                     continue
+                if counting is not None:
+                    counting.record(output)
                 if isinstance(output, ErrorRecord):
                     errors_seen += 1
                 for table in tables:
@@ -622,8 +635,11 @@ def decode_capture(
         return result
     if stopped:
         # Connections still open were not reported: count every error
-        # record decoded until then (each reported one was such a record).
+        # record decoded until then (each reported one was such a record),
+        # and the connections and FPDUs read until then.
         totals.errors = errors_seen
+        if counting is not None:
+            counting.into(totals)
     missing = [] if stopped else sorted(s for s in streams if s >= totals.connections)
     extra = {
         "octets_read": result.octets_read,
@@ -710,6 +726,33 @@ def _failed(result: FileResult, exc: BaseException) -> FileResult:
     result.status = EXIT_BAD_FILE
     result.message = message
     return result
+
+
+class _ReadSoFar:
+    """Connections and FPDUs read before ``-c`` stopped the reading: the
+    reported connections' and those of the records read of the others."""
+
+    def __init__(self) -> None:
+        self.connections: set[int] = set()
+        self.protocol: set[int] = set()
+        self.fpdus = 0
+
+    def reported(self, report: ConnectionReport, streams: set[int]) -> None:
+        self.connections.add(report.index)
+        if report.protocol is not None and not (streams and report.index not in streams):
+            self.protocol.add(report.index)
+
+    def record(self, record: Record) -> None:
+        self.connections.add(record.stream)
+        if isinstance(record, (FrameRecord, FpduRecord, ViSegmentRecord)):
+            self.protocol.add(record.stream)
+        if isinstance(record, FpduRecord):
+            self.fpdus += 1
+
+    def into(self, totals: CaptureTotals) -> None:
+        totals.connections = max(totals.connections, len(self.connections))
+        totals.iwarp_connections = max(totals.iwarp_connections, len(self.protocol))
+        totals.fpdus = max(totals.fpdus, self.fpdus)
 
 
 def _account(totals: CaptureTotals, report: ConnectionReport, streams: set[int]) -> None:

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -117,12 +116,12 @@ def run(args: argparse.Namespace) -> int:
     current: list[_Op] = []
     out = RecordPrinter(args.json)
 
-    def interrupted(signum: signal.Signals) -> None:
+    def interrupted(why: str) -> None:
         # What finished was printed; the operation under way was not checked.
         unchecked = [op.result(checked=False) for op in current[-1:] if not op.finished]
         for result in unchecked:
             _emit(out, result.as_json())
-        _summary(out, results + unchecked, interrupted=signum.name)
+        _summary(out, results + unchecked, interrupted=why)
 
     return run_interruptible(_demo(args, out, results, current), interrupted)
 

@@ -46,7 +46,8 @@ def register(sub: Any) -> None:
         description="Boot the siw guest and run the interop cases (rping, ucmatose, "
         "rdma_client, perftest and iwarp's own commands against siw, both directions), then "
         "print the report: pass, fail or not run, with each case's reason. Exit 0 if nothing "
-        "failed, 1 if a case failed, 3 if the guest is not built.",
+        "failed, 1 if a case failed, 3 if the guest is not built (said in one line on stderr; "
+        "--json and --report still give the report, every case not run).",
     )
     siw.add_argument(
         "--case",
@@ -194,6 +195,12 @@ def run_suite(args: argparse.Namespace) -> int:
     if image is None:
         reason = "the siw guest is not built (run: iwarp interop build)"
         report = Report([Outcome(c, InteropStatus.NOT_RUN, reason) for c in cases])
+        # One line, not a table of "not run" (the report still goes where
+        # --json or --report asked).
+        print(
+            f"iwarp interop siw: {reason}; none of {len(cases)} cases run (exit status 3)",
+            file=sys.stderr,
+        )
         return _finish(report, args, guest_missing=True)
     workdir = args.workdir or cache_root() / "runs" / time.strftime("suite-%Y%m%d-%H%M%S")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -235,8 +242,8 @@ def run_suite(args: argparse.Namespace) -> int:
 
 
 def _finish(report: Any, args: argparse.Namespace, *, guest_missing: bool = False) -> int:
-    text = report.to_json() if args.json else report.to_text()
-    sys.stdout.write(text)
+    if args.json or not guest_missing:
+        sys.stdout.write(report.to_json() if args.json else report.to_text())
     for path in args.report:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report.to_json() if path.suffix == ".json" else report.to_text())

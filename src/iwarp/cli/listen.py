@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 
 from iwarp.asyncio import rdma
 from iwarp.asyncio.mpa import (
@@ -138,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
     digest = Digest("served" if args.op == "read" else "received", until_last=True)
     state = {"ended": 0, "errors": 0, "accepted": 0, "active": 0, "unconfirmed": 0}
 
-    def interrupted(signum: signal.Signals) -> None:
+    def interrupted(why: str) -> None:
         out.closed = True
-        out.emit(_summary(args, digest, state, interrupted=signum.name))
+        out.emit(_summary(args, digest, state, interrupted=why))
 
     try:
         return run_interruptible(_listen(args, config, out, digest, state), interrupted)
@@ -185,7 +184,6 @@ async def _serve(
         forced=args.progress,
         quiet=args.json,
         interval=args.interval,
-        idle_quiet=True,  # a listener waiting for peers prints nothing
     )
 
     def ended() -> None:

@@ -11,8 +11,10 @@ iterations, ``-D`` seconds instead, ``-p`` the port, ``-a`` every size from
 * bandwidth (default): ``-n`` messages (1000) of ``-s`` octets (64K), kept in
   flight; the time runs until the server confirms that every octet was
   placed. Printed like ib_write_bw: BW peak (the best of ten equal
-  intervals of the run, the first, where the pipe fills, left out), BW
-  average, message rate.
+  intervals of the run, none shorter than 0.1 s, the first, where the pipe
+  fills, left out; a run under 0.3 s shows its average: its intervals would
+  time bursts of TCP's buffering, not the transfer), BW average, message
+  rate.
 * ``--latency``: one message at a time; t_min, t_max, t_typical (median),
   t_avg, t_stdev, 99% and 99.9% in microseconds, as ib_send_lat prints. A
   Send is answered by a Send of the same size; a Read completes when its
@@ -38,14 +40,18 @@ server when a test ends). The client describes each test in its first Send
 (JSON), one connection per test; the server needs no per-test flags, but
 asks for markers and CRC as its own ``--markers``/``--no-crc`` say (MPA:
 each receiver asks for markers in what it receives), and the client
-refuses a mismatch with a clear message. Ctrl-C or SIGTERM stops either
-end within a second with the results so far (exit 130 or 143).
+refuses a mismatch with a clear message, which the server says too. MPA
+uses CRC when either end asks: a ``--no-crc`` that the other end
+overrides is said on both ends. Ctrl-C or SIGTERM stops either
+end within a second with the results so far (exit 130 or 143). A client
+whose server goes away mid-test prints the row measured until then
+(``interrupted`` in --json) and where it ended, exit 1; the server's line
+for a failed test names the client's address and the test.
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from typing import Any, Final
 
@@ -57,6 +63,7 @@ from iwarp.cli._perf import (
     MAX_SIZE,
     OPS,
     SWEEP_SIZES,
+    WINDOW,
     PerfError,
     PerfResult,
     PerfTest,
@@ -210,6 +217,49 @@ def register(sub: Any) -> None:
         f"({BUSY_POLL * 1e6:.0f}; 0 sleeps at once); --compare-raw's TCP waits the same way",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per test")
+    parser.add_argument(
+        "--report_gbits",
+        "--report-gbits",
+        action="store_true",
+        help="BW columns in Gb/sec (10^9 bits) instead of MiB/sec, as perftest's --report_gbits",
+    )
+    perftest = parser.add_argument_group(
+        "perftest flags that change nothing here (accepted so perftest command lines run)"
+    )
+    perftest.add_argument(
+        "-F",
+        "--CPU-freq",
+        action="store_true",
+        help="perftest: do not fail on CPU frequency warnings; iwarp perf checks none",
+    )
+    perftest.add_argument(
+        "-R",
+        "--rdma_cm",
+        action="store_true",
+        help="perftest: connect with rdma_cm; iwarp perf always connects as rdma_cm does on "
+        "iWARP (TCP, then MPA startup)",
+    )
+    perftest.add_argument(
+        "-d",
+        "--ib-dev",
+        metavar="DEV",
+        help="perftest: the RDMA device; iwarp runs over the kernel's TCP, so there is none "
+        "to choose (a one-line note says it is ignored)",
+    )
+    perftest.add_argument(
+        "-x",
+        "--gid-index",
+        metavar="N",
+        help="perftest: the GID index; none here (TCP addresses, no GID table): ignored, "
+        "with a note",
+    )
+    perftest.add_argument(
+        "-t",
+        "--tx-depth",
+        metavar="N",
+        help=f"perftest: send queue depth; iwarp perf keeps {WINDOW} messages in flight "
+        "(Reads and atomics: the negotiated ORD) and says so when -t asks otherwise",
+    )
     add_progress_options(parser)
     add_pcap_option(parser)
     parser.set_defaults(func=run)
@@ -243,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         args.size = ATOMIC_SIZE
+    _perftest_notes(args)
     config = MpaConfig(markers=args.markers, crc=not args.no_crc)
     try:
         if args.server:
@@ -264,10 +315,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, config: MpaConfig) -> int:
-    served = Served("sync" if args.sync else "asyncio", max_size=args.max_size)
+    served = Served(
+        "sync" if args.sync else "asyncio",
+        max_size=args.max_size,
+        markers=args.markers,
+        crc=not args.no_crc,
+    )
 
-    def interrupted(signum: signal.Signals) -> None:
-        print(f"iwarp perf: interrupted by {signum.name}: {served.text()}", file=sys.stderr)
+    def interrupted(why: str) -> None:
+        print(f"iwarp perf: interrupted by {why}: {served.text()}", file=sys.stderr)
 
     if args.sync:
         from iwarp.cli import _perf_sync
@@ -287,8 +343,24 @@ def _serve(args: argparse.Namespace, config: MpaConfig) -> int:
     return run_interruptible(captured(args.pcap, work), interrupted)
 
 
+def _perftest_notes(args: argparse.Namespace) -> None:
+    """One line for each perftest flag given that does not apply here."""
+    notes = []
+    if args.ib_dev is not None:
+        notes.append(f"-d {args.ib_dev} ignored: iwarp runs over the kernel's TCP, no RDMA device")
+    if args.gid_index is not None:
+        notes.append(f"-x {args.gid_index} ignored: TCP addresses, no GID table")
+    if args.tx_depth is not None and args.tx_depth != str(WINDOW):
+        notes.append(
+            f"-t {args.tx_depth} ignored: {WINDOW} messages stay in flight "
+            "(Reads and atomics: the negotiated ORD)"
+        )
+    for note in notes:
+        print(f"iwarp perf: {note}", file=sys.stderr)
+
+
 def _client(args: argparse.Namespace, config: MpaConfig) -> int:
-    printer = Printer(print, as_json=args.json)
+    printer = Printer(print, as_json=args.json, gbits=args.report_gbits)
     sizes = SWEEP_SIZES if args.all else (args.size,)
     detail = not args.all
     limit = args.iters or (MAX_SAMPLES if args.duration else DEFAULT_ITERS)
@@ -296,7 +368,7 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
     current: list[PerfResult] = []
 
     def begin(size_: int) -> tuple[PerfResult, Ticker]:
-        test = PerfTest(args.op, size_, args.latency, args.compare_raw)
+        test = PerfTest(args.op, size_, args.latency, args.compare_raw, crc=not args.no_crc)
         result = PerfResult(
             test, adapter, args.markers, not args.no_crc, limit=limit, duration=args.duration
         )
@@ -308,15 +380,30 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
         current.clear()
         printer.result(summary(result), detail=detail)
 
-    def interrupted(signum: signal.Signals) -> None:
+    def interrupted(why: str) -> None:
         where = "between tests"
         if current:
             result = current[0]
-            result.interrupt(signum.name)
+            result.interrupt(why)
             where = f"{result.iterations} iterations into the {result.test.size}-octet test"
             if result.iterations:
                 printer.result(summary(result), detail=detail)
-        print(f"iwarp perf: interrupted by {signum.name}, {where}", file=sys.stderr)
+        print(f"iwarp perf: interrupted by {why}, {where}", file=sys.stderr)
+
+    def lost(exc: Exception) -> int:
+        # The server went away (or refused) mid-test: the row measured so
+        # far, marked interrupted, then why; exit 1.
+        if not current or not current[0].iterations:
+            raise exc
+        result = current[0]
+        result.interrupt(f"connection lost: {exc}")
+        printer.result(summary(result), detail=detail)
+        print(
+            f"iwarp perf: the test ended {result.iterations} iterations into the "
+            f"{result.test.size}-octet test (the row is what was measured until then): {exc}",
+            file=sys.stderr,
+        )
+        return 1
 
     if args.sync:
         from iwarp.cli import _perf_sync
@@ -327,15 +414,18 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
             with sync_pcap_capture(args.pcap, initiator=True):
                 for size_ in sizes:
                     result, ticker = begin(size_)
-                    _perf_sync.run_client(
-                        args.host,
-                        args.port,
-                        config,
-                        result,
-                        detail=detail,
-                        ticker=ticker,
-                        busy_poll=busy_poll,
-                    )
+                    try:
+                        _perf_sync.run_client(
+                            args.host,
+                            args.port,
+                            config,
+                            result,
+                            detail=detail,
+                            ticker=ticker,
+                            busy_poll=busy_poll,
+                        )
+                    except (OSError, IwarpError, PerfError) as exc:
+                        return lost(exc)
                     end(result)
             return 0
 
@@ -346,9 +436,12 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
     async def tests() -> int:
         for size_ in sizes:
             result, ticker = begin(size_)
-            await _perf_async.run_client(
-                args.host, args.port, config, result, detail=detail, ticker=ticker
-            )
+            try:
+                await _perf_async.run_client(
+                    args.host, args.port, config, result, detail=detail, ticker=ticker
+                )
+            except (OSError, IwarpError, PerfError) as exc:
+                return lost(exc)
             end(result)
         return 0
 

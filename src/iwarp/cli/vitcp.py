@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import signal
 import time
 from collections import deque
 from collections.abc import Callable
@@ -470,8 +469,8 @@ async def _listen(args: argparse.Namespace, overall: _Overall) -> int:
 def run_listen(args: argparse.Namespace) -> int:
     overall = _Overall()
 
-    def interrupted(signum: signal.Signals) -> None:
-        _print(overall.summary(status="interrupted", interrupted=signum.name), args.json)
+    def interrupted(why: str) -> None:
+        _print(overall.summary(status="interrupted", interrupted=why), args.json)
 
     return run_interruptible(captured(args.pcap, _listen(args, overall)), interrupted)
 
@@ -632,7 +631,7 @@ async def _connect(args: argparse.Namespace, live: dict[str, Any]) -> int:
 def run_connect(args: argparse.Namespace) -> int:
     live: dict[str, Any] = {}
 
-    def interrupted(signum: signal.Signals) -> None:
+    def interrupted(why: str) -> None:
         moved = live["moved"][0] if "moved" in live else 0
         digest = live.get("read" if args.op == "read" else "sent", hashlib.sha256())
         summary = {
@@ -644,7 +643,7 @@ def run_connect(args: argparse.Namespace) -> int:
             "sha256": digest.hexdigest(),
             "sha256_of": _CONNECTOR_COVERS[args.op],
             "status": "interrupted",
-            "interrupted": signum.name,
+            "interrupted": why,
         }
         _print(summary, args.json)
 
