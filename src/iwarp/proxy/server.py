@@ -75,6 +75,8 @@ class _Leg(asyncio.Protocol):
     def eof_received(self) -> bool:
         self.got_eof = True
         self.session.ended(self.role, "close")
+        if self.eof_sent and self.transport is not None:
+            self.transport.close()  # both ways ended: nothing more to say
         return True  # keep writing toward this end until the other side ends
 
     def connection_lost(self, exc: Exception | None) -> None:
