@@ -117,16 +117,14 @@ def run(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         idle_timeout=args.idle_timeout or None,
     )
-    state: dict[str, ProxyServer] = {}
+    open_now: list[dict[str, object]] = []
 
     def interrupted(signum: signal.Signals) -> None:
-        server = state.get("server")
-        if server is not None:
-            for summary in server.open_summaries():
-                out.emit({**summary, "interrupted": signum.name})
+        for summary in open_now:
+            out.emit({**summary, "interrupted": signum.name})
 
     try:
-        return run_interruptible(_serve(args, listen, options, out, state), interrupted)
+        return run_interruptible(_serve(args, listen, options, out, open_now), interrupted)
     except OSError as exc:
         out.emit({"type": "error", "code": None, "message": f"cannot listen: {exc}"})
         return 1
@@ -137,8 +135,9 @@ async def _serve(
     listen: tuple[str, int],
     options: ProxyOptions,
     out: RecordPrinter,
-    state: dict[str, ProxyServer],
+    open_now: list[dict[str, object]],
 ) -> int:
+    quiet: list[bool] = []
     done = asyncio.Event()
     ended = [0]
     capture = None
@@ -163,6 +162,8 @@ async def _serve(
             sys.stdout.flush()
 
         def on_summary(summary: dict[str, object]) -> None:
+            if quiet:
+                return
             out.emit(summary)
             ended[0] += 1
             if args.connections and ended[0] >= args.connections:
@@ -175,7 +176,6 @@ async def _serve(
             on_refused=out.emit,
             capture=capture,
         )
-        state["server"] = server
         host, bound = await server.start(*listen)
         out.emit(
             {
@@ -187,6 +187,12 @@ async def _serve(
         )
         try:
             await done.wait()
+        except asyncio.CancelledError:
+            # Ctrl-C or SIGTERM: the summaries of the connections still open
+            # are printed by ``interrupted``, which knows the signal.
+            open_now.extend(server.open_summaries())
+            quiet.append(True)
+            raise
         finally:
             await server.close()
         return 0
