@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         faults=faults,
         max_connections=args.max_connections,
         idle_timeout=args.idle_timeout or None,
+        fpdu_records=not args.quiet,
     )
     open_now: list[dict[str, object]] = []
 

@@ -186,8 +186,12 @@ class ProxyConnection:
         addresses: dict[Role, tuple[str, int]] | None = None,
         idle_timeout: float | None = None,
         epoch: float = 0.0,
+        fpdu_records: bool = True,
     ) -> None:
         self.index = index
+        #: Whether FPDUs are among :meth:`take_records` (frames, errors,
+        #: notes and applied faults always are); counted either way.
+        self.fpdu_records = fpdu_records
         self.started = now
         self.epoch = epoch
         self.idle_timeout = idle_timeout
@@ -225,6 +229,11 @@ class ProxyConnection:
         if flow.mode == _DROP:
             return
         window = flow.window
+        if flow.mode == _WALK and flow.sent == window.end and not self._holding(flow):
+            # The clean path: the octets go on as they came (no copy of
+            # ours) and are decoded behind, from the window's copy.
+            self._emit(flow, Send(flow.to, data))
+            flow.sent += len(data)
         window.append(window.end, data, 0)
         self._process(flow)
 
@@ -414,6 +423,10 @@ class ProxyConnection:
     def _walk(self, flow: _Flow) -> None:
         walker, window = flow.walker, flow.window
         assert walker is not None
+        if not self._holding(flow):
+            # Nothing to apply: forward what came at once, in one write, and
+            # decode behind it.
+            self._forward_raw(flow, window.end)
         for record in walker.advance():
             if isinstance(record, FpduRecord):
                 # Sequence numbers wrap at 2**32: the difference is signed.
@@ -425,8 +438,7 @@ class ProxyConnection:
                     self._fpdu(flow, record, at)
                 else:  # already forwarded as it came
                     self._record(flow, record)
-                    self.ends[flow.sender].fpdus += 1
-                    flow.fpdus += 1
+                    self._count(flow, record)
                 if flow.mode == _DROP:
                     window.discard(window.end)
                     return
@@ -470,19 +482,7 @@ class ProxyConnection:
 
     def _fpdu(self, flow: _Flow, record: FpduRecord, at: int) -> None:
         """The FPDU at input offset ``at``, whole: apply faults and forward it."""
-        flow.fpdus += 1
-        self.ends[flow.sender].fpdus += 1
-        terminate = record.ulp.get("terminate")
-        if isinstance(terminate, dict) and self.ends[flow.sender].terminate is None:
-            self.ends[flow.sender].terminate = (
-                int(terminate["layer"]),
-                int(terminate["etype"]),
-                int(terminate["code"]),
-            )
-        if record.ulp.get("qn") == QueueNumber.TERMINATE:
-            msn = record.ulp.get("msn")
-            if isinstance(msn, int):
-                flow.terminate_msn = msn
+        self._count(flow, record)
         framing = flow.framing
         assert framing is not None
         wire = flow.window.read(at, record.wire_length)
@@ -498,6 +498,23 @@ class ProxyConnection:
             self._emit(flow, Send(flow.to, wire))
             return
         self._apply(flow, fault, record, at, wire)
+
+    def _count(self, flow: _Flow, record: FpduRecord) -> None:
+        """Count an FPDU, and note a Terminate (the sender's answer)."""
+        flow.fpdus += 1
+        self.ends[flow.sender].fpdus += 1
+        ulp = record.ulp
+        if ulp.get("qn") == QueueNumber.TERMINATE:
+            msn = ulp.get("msn")
+            if isinstance(msn, int):
+                flow.terminate_msn = msn
+            terminate = ulp.get("terminate")
+            if isinstance(terminate, dict) and self.ends[flow.sender].terminate is None:
+                self.ends[flow.sender].terminate = (
+                    int(terminate["layer"]),
+                    int(terminate["etype"]),
+                    int(terminate["code"]),
+                )
 
     def _match(self, flow: _Flow, record: Record) -> Fault | None:
         is_frame = isinstance(record, FrameRecord)
@@ -691,8 +708,11 @@ class ProxyConnection:
         )
 
     def _record(self, flow: _Flow, record: Record) -> None:
-        if isinstance(record, ErrorRecord):
+        kind = type(record)
+        if kind is ErrorRecord:
             self.ends[flow.sender].errors += 1
+        elif kind is FpduRecord and not self.fpdu_records:
+            return
         self._records.append(record)
 
     def _note(self, flow: _Flow, message: str) -> None:

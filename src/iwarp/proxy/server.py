@@ -43,6 +43,9 @@ class ProxyOptions:
     idle_timeout: float | None = 300.0
     #: Seconds to wait for the target's TCP connect.
     connect_timeout: float = 10.0
+    #: Whether every FPDU's record goes to ``on_record`` (False: frames,
+    #: errors, notes and applied faults only; FPDUs are still counted).
+    fpdu_records: bool = True
 
 
 class _Leg(asyncio.Protocol):
@@ -149,6 +152,7 @@ class _Session:
             addresses=addresses,
             idle_timeout=server.options.idle_timeout,
             epoch=time.time() - now,
+            fpdu_records=server.options.fpdu_records,
         )
         writer = server.capture
         if writer is not None:
@@ -268,7 +272,10 @@ class _Session:
             return
         when = core.get_timer()
         if self.timer is not None:
-            if when is not None and self.timer.when() == when:
+            # An earlier timer may stay: the core answers a call before its
+            # deadline with nothing, and the timer is armed again after it
+            # (the idle deadline moves with every read: no re-arming per read).
+            if when is not None and self.timer.when() <= when:
                 return
             self.timer.cancel()
             self.timer = None
