@@ -340,3 +340,55 @@ def test_any_segmentation_gives_the_same_output(cuts: list[int], markers: bool, 
     pieces.feed("initiator", data[at:])
     assert pieces.out == whole.out
     assert whole.received("responder") == items[: drop - 1] + items[drop:]
+
+
+FAULTS = [
+    "to=responder; every; corrupt-crc",
+    "to=responder; nth=2; drop-fpdu",
+    "to=responder; every; duplicate",
+    "to=responder; every; rewrite length=3",
+    "to=responder; tagged; rewrite stag=5",
+    "to=responder; every; resegment 3",
+    "to=responder; nth=3; terminate ddp/1/0",
+    "to=responder; nth=2; delay 5",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    damage=st.lists(
+        st.tuples(st.integers(0, 6000), st.binary(min_size=1, max_size=40)), max_size=6
+    ),
+    cuts=st.lists(st.integers(1, 2000), min_size=1, max_size=12),
+    markers=st.booleans(),
+    specs=st.lists(st.sampled_from(FAULTS), max_size=3),
+    ending=st.sampled_from(["close", "reset", None]),
+)
+def test_damaged_streams_never_crash_and_stay_bounded(
+    damage: list[tuple[int, bytes]],
+    cuts: list[int],
+    markers: bool,
+    specs: list[str],
+    ending: str | None,
+) -> None:
+    """Whatever a sender sends after the frames, the core forwards, marks
+    and ends without an exception, holding at most the bound."""
+    data = bytearray(stream(ulpdus(8, size=500), markers))
+    for at, junk in damage:
+        data[at : at + len(junk)] = junk
+    pair = Pair(specs, markers=markers)
+    at = 0
+    for cut in [*cuts, len(data)]:
+        pair.feed("initiator", bytes(data[at : at + cut]), now=at / 1e6)
+        flow = pair.core.flows["initiator"]
+        assert flow.window.held <= 2 * 66_000 + 2000
+        at += cut
+    if ending == "close":
+        pair.core.end("initiator", "close", 1.0)
+    elif ending == "reset":
+        pair.core.end("initiator", "reset", 1.0)
+    pair.core.handle_timer(100.0)
+    pair.collect()
+    assert pair.core.summary()["connection"] == 1
+    if not specs:  # no fault: every octet went on unchanged
+        assert bytes(pair.out["responder"][pair.start["responder"] :]) == bytes(data)
