@@ -102,7 +102,14 @@ def test_cli_usage_error_exits_2_and_names_the_item() -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [["--listen", "x:y", "--to", "h:1"], ["--listen", "0", "--to", "nohostport"]]
+    "args",
+    [
+        ["--listen", "x:y", "--to", "h:1"],
+        ["--listen", "0", "--to", "nohostport"],
+        ["--listen", "0", "--to", "h:1", "--max-connections", "0"],
+        ["--listen", "0", "--to", "h:1", "--idle-timeout", "nan"],
+        ["--listen", "0", "--to", "h:1", "--idle-timeout", "-1"],
+    ],
 )
 def test_cli_bad_addresses_exit_2(args: list[str]) -> None:
     proc = subprocess.run(

@@ -106,8 +106,10 @@ def run(args: argparse.Namespace) -> int:
         listen = _address(args.listen, default_host="127.0.0.1")
         target = _address(args.to, default_host=None)
         faults: list[Fault] = [parse_fault(spec) for spec in args.fault]
-        if args.idle_timeout < 0 or args.idle_timeout != args.idle_timeout:
+        if not 0 <= args.idle_timeout < float("inf"):  # also refuses nan
             raise ValueError("--idle-timeout takes seconds, 0 or more")
+        if args.max_connections < 1:
+            raise ValueError("--max-connections takes 1 or more")
     except (ValueError, FaultSpecError) as exc:
         out.emit({"type": "error", "code": None, "message": f"bad options: {exc}"})
         return EXIT_USAGE
