@@ -58,6 +58,7 @@ LAYERS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     ("package face", ("iwarp",)),
     ("shared applications", ("iwarp.apps",)),
     ("applications", ("iwarp.analyze", "iwarp.conformance")),
+    ("protocol proxy", ("iwarp.proxy",)),
     ("interop suite", ("iwarp.interop",)),
     ("command line", ("iwarp.cli",)),
     ("entry point", ("iwarp.__main__",)),

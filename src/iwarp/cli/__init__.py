@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "vitcp": "VI/TCP (Internet VI): listen for or open VI connections and move data",
     "interop": "run iwarp against Linux siw and rdma-core tools in a qemu guest",
     "conformance": "test an iWARP implementation against RFC 5044/6581/5041/5040, case by case",
+    "proxy": "a man in the middle between two iWARP peers: decode live, inject faults",
     "perf": "bandwidth and latency of RDMA Write/Read/Send/atomics (like perftest)",
 }
 

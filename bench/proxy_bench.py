@@ -1,0 +1,104 @@
+"""Clean forwarding through ``iwarp proxy``: RDMA Write bandwidth with and
+without the proxy in the path.
+
+Run: python bench/proxy_bench.py [--size 64K] [--iters 2000] [--repeat 3] [--markers]
+                                 [--fault SPEC]...
+
+Starts ``iwarp perf --server`` and ``iwarp proxy --quiet`` in front of it
+(each its own process: three processes, as on a real path), then runs
+``iwarp perf --op write`` straight to the server and through the proxy in
+turn, ``--repeat`` times each (interleaved, so both see the same machine
+load), and prints each run's MiB/s, the medians and their ratio. The proxy
+decodes every FPDU as it forwards it (what ``--quiet`` leaves out is only
+the printing). For MTU 1500, run it in a network namespace of its own::
+
+    ip netns add pxbench && ip netns exec pxbench ip link set lo mtu 1500 up
+    ip netns exec pxbench .venv/bin/python bench/proxy_bench.py
+    ip netns del pxbench
+
+Numbers only: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+IWARP = [sys.executable, "-m", "iwarp"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"nothing listens on port {port}")
+
+
+def run_perf(port: int, args: argparse.Namespace) -> float:
+    command = [*IWARP, "perf", "127.0.0.1", "-p", str(port), "--op", "write"]
+    command += ["-s", args.size, "-n", str(args.iters), "--json"]
+    if args.markers:
+        command.append("--markers")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"iwarp perf failed: {done.stderr or done.stdout}")
+    record = json.loads(done.stdout.splitlines()[-1])
+    return float(record["average_mib_s"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="64K", help="message size (perf's -s)")
+    parser.add_argument("--iters", type=int, default=2000, help="messages per run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each kind")
+    parser.add_argument("--markers", action="store_true", help="MPA markers on")
+    parser.add_argument("--fault", action="append", default=[], help="a --fault for the proxy")
+    args = parser.parse_args()
+    server_port, proxy_port = free_port(), free_port()
+    server = subprocess.Popen(
+        [*IWARP, "perf", "--server", "-p", str(server_port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    faults = [word for spec in args.fault for word in ("--fault", spec)]
+    target = f"127.0.0.1:{server_port}"
+    proxy = subprocess.Popen(
+        [*IWARP, "proxy", "--quiet", "--listen", str(proxy_port), "--to", target, *faults],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(server_port)
+        wait_for(proxy_port)
+        direct: list[float] = []
+        through: list[float] = []
+        for i in range(args.repeat):
+            direct.append(run_perf(server_port, args))
+            through.append(run_perf(proxy_port, args))
+            print(f"run {i + 1}: direct {direct[-1]:9.1f} MiB/s   proxied {through[-1]:9.1f} MiB/s")
+        a, b = statistics.median(direct), statistics.median(through)
+        print(f"median: direct {a:.1f} MiB/s, proxied {b:.1f} MiB/s, ratio {b / a:.2f}")
+    finally:
+        for proc in (proxy, server):
+            proc.terminate()
+            proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()
