@@ -33,6 +33,7 @@ COMMANDS = [
     ["ping", "-c", "-a", "127.0.0.1", "-p", "9"],
     ["vitcp", "listen", "--port", "0"],
     ["vitcp", "connect", "127.0.0.1", "9"],
+    ["proxy", "--listen", "0", "--to", "127.0.0.1:9"],
 ]
 
 
@@ -169,3 +170,21 @@ def test_the_blocking_capture_raises_stopped_naming_the_file(tmp_path: Path) -> 
     assert stopped.value.line == (
         f"iwarp ping: --pcap {target.path}: write failed: Input/output error (EIO)"
     )
+
+
+def test_proxy_stops_with_one_line_when_its_capture_cannot_be_written(tmp_path: Path) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    # The first block (the file's header) fails: the proxy stops at once.
+    done = subprocess.run(
+        [*IWARP, "proxy", "--listen", "0", "--to", "127.0.0.1:9", "--pcap", "/dev/full"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done
+    assert done.stderr.splitlines() == [
+        "iwarp proxy: --pcap /dev/full: write failed: No space left on device (ENOSPC)"
+    ]
+    assert "Traceback" not in done.stdout

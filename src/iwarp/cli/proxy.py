@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
+import contextlib
 import sys
-from pathlib import Path
 
 from iwarp.analyze.fields import record_row
 from iwarp.analyze.listing import list_line
 from iwarp.analyze.records import Record, json_line
 from iwarp.cli._args import count, port
-from iwarp.cli._capture import add_pcap_option
+from iwarp.cli._capture import CaptureFile, add_pcap_option
 from iwarp.cli._report import EXIT_USAGE, RecordPrinter
 from iwarp.cli._run import run_interruptible
 from iwarp.proxy.core import ProxyConnection
@@ -122,9 +121,9 @@ def run(args: argparse.Namespace) -> int:
     )
     open_now: list[dict[str, object]] = []
 
-    def interrupted(signum: signal.Signals) -> None:
+    def interrupted(reason: str) -> None:
         for summary in open_now:
-            out.emit({**summary, "interrupted": signum.name})
+            out.emit({**summary, "interrupted": reason})
 
     try:
         return run_interruptible(_serve(args, listen, options, out, open_now), interrupted)
@@ -144,13 +143,19 @@ async def _serve(
     done = asyncio.Event()
     ended = [0]
     capture = None
-    pcap: Path | None = args.pcap
-    handle = open(pcap, "wb") if pcap is not None else None  # noqa: SIM115 - closed below
+    pcap: CaptureFile | None = args.pcap
+    handle = pcap.take() if pcap is not None else None  # opened before the command started
+    failed_writes: list[OSError] = []
+
+    def write_failed(exc: OSError) -> None:
+        failed_writes.append(exc)
+        done.set()
+
     try:
         if handle is not None:
             from iwarp.analyze.pcapng import PcapngWriter
 
-            capture = PcapngWriter(handle, application="iwarp proxy")
+            capture = PcapngWriter(handle, application="iwarp proxy", on_error=write_failed)
 
         def on_record(core: ProxyConnection, record: Record) -> None:
             if args.quiet and not (record.direction and _is_fault(record)):
@@ -190,9 +195,15 @@ async def _serve(
         )
         try:
             await done.wait()
+            if failed_writes and pcap is not None:
+                # The capture cannot be written: stop with one line and the
+                # summaries of the connections still open.
+                open_now.extend(server.open_summaries())
+                quiet.append(True)
+                raise pcap.write_failed(failed_writes[0])
         except asyncio.CancelledError:
             # Ctrl-C or SIGTERM: the summaries of the connections still open
-            # are printed by ``interrupted``, which knows the signal.
+            # are printed by ``interrupted``, which names the signal.
             open_now.extend(server.open_summaries())
             quiet.append(True)
             raise
@@ -203,7 +214,10 @@ async def _serve(
         if capture is not None:
             capture.close()
         if handle is not None:
-            handle.close()
+            # After a failed write the file still holds what it could not
+            # flush: closing it fails the same way, and that was said.
+            with contextlib.suppress(OSError):
+                handle.close()
 
 
 def _is_fault(record: Record) -> bool:
