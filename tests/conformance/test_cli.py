@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -54,6 +57,54 @@ def test_failing_target_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
 def test_unreachable_target_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "127.0.0.1", "1", PREFIX]) == 2
     assert "cannot reach" in capsys.readouterr().err
+
+
+class _NotMpa:
+    """A TCP server of another protocol: it takes connections and sends ``answer`` (or
+    nothing) to each, then keeps it open."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                self.held.append(conn)
+                if self.answer:
+                    conn.recv(100)
+                    conn.sendall(self.answer)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [(b"", "stayed silent"), (b"HTTP/1.1 400 Bad Request\r\n\r\n", "begin no MPA frame")],
+)
+def test_not_an_mpa_responder_is_one_line_exit_2(
+    answer: bytes, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that never answers a valid Request with an MPA frame ends the run after the
+    first probe (one timeout), not after every case's (issue 37)."""
+    server = _NotMpa(answer)
+    try:
+        status = main(["conformance", "127.0.0.1", str(server.port), "--timeout", "1"])
+    finally:
+        server.close()
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "is not an MPA Responder" in err and why in err
+    # Only the first probe's connection was made: no case ran.
+    assert len(server.held) == 1
 
 
 def test_peer_cmd_runs_once_per_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -46,7 +46,8 @@ examples:
                                       draft-culley-02 framing (iwarp listen --mpa-mode culley
                                       --op mpa): only the draft-culley/ cases run
 
-Exit status: 0 when no case failed, 1 when one did, 2 for bad usage or an unreachable target.
+Exit status: 0 when no case failed, 1 when one did, 2 for bad usage, an unreachable target
+or one that answers a valid MPA Request with no MPA frame within --timeout.
 """
 
 
@@ -259,8 +260,6 @@ def run(args: argparse.Namespace) -> int:
                 print(head, flush=True)
             print(format_result(result, colour=colour, verbose=args.verbose), flush=True)
 
-    if not args.json:
-        print(f"target: {target.describe()}; {len(cases)} cases", flush=True)
     culley_line = (args.culley_line + "\n").encode() if args.culley_line else b""
     runner = Runner(
         target,
@@ -271,6 +270,10 @@ def run(args: argparse.Namespace) -> int:
         settle=args.settle,
     )
     try:
+        # A target that is no MPA Responder at all ends the run here, in one line.
+        runner.probe()
+        if not args.json:
+            print(f"target: {target.describe()}; {len(cases)} cases", flush=True)
         runner.run(cases, jobs=args.jobs)
     except TargetUnavailableError as exc:
         return _fail(str(exc))
