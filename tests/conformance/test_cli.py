@@ -172,3 +172,32 @@ def test_settle_waits_after_the_reply(settle: float, capsys: pytest.CaptureFixtu
 def test_settle_is_bounded(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "127.0.0.1", "1", "rfc5041/7.2/1", "--settle", value]) == 2
     assert "--settle must be between 0 and 10 seconds" in capsys.readouterr().err
+
+
+def test_the_seed_is_printed_and_replays_the_tools_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The sink STag and TO of the tool's Read Requests come from the run's seed: printed in
+    the report, the same values again with --seed, others with another seed."""
+    case = "rfc5040/5.2.2/1"
+
+    def sinks(seed: int) -> tuple[int, list[str]]:
+        args = ["conformance", "127.0.0.1", str(port), case, "--json", "-v"]
+        assert main([*args, "--seed", str(seed)]) == 0
+        report = json.loads(capsys.readouterr().out)
+        (result,) = report["results"]
+        return report["seed"], [line for line in result["observed"] if "sink STag" in line]
+
+    with listening(["--op", "read", "--timeout", TARGET_TIMEOUT]) as port:
+        seed, first = sinks(7)
+        _, again = sinks(7)
+        _, other = sinks(8)
+        assert main(["conformance", "127.0.0.1", str(port), case]) == 0
+        heading = capsys.readouterr().out.splitlines()[0]
+    assert (
+        seed == 7
+        and first
+        and [x.split("s ", 1)[1] for x in first] == [x.split("s ", 1)[1] for x in again]
+    )
+    assert [x.split("s ", 1)[1] for x in first] != [x.split("s ", 1)[1] for x in other]
+    assert "; seed " in heading and "--seed" in heading

@@ -39,6 +39,8 @@ OPTIONS = {
     "read-bounds": ["--op", "read"],
     "read-sink": ["--op", "read"],
     "read-order": ["--op", "read"],
+    "read-source-to": ["--op", "read"],
+    "read-last": ["--op", "read"],
     "pad-sent": ["--op", "read"],
     "crc-always": ["--op", "write", "--no-crc"],
     "markers": ["--op", "write", "--permissive"],

@@ -12,10 +12,17 @@ or add and then take away the same amount, so the buffer ends as it was.
 from __future__ import annotations
 
 from iwarp.conformance import craft
-from iwarp.conformance.errorcase import unknown_stag
+from iwarp.conformance.errorcase import foreign_region, judge_foreign, unknown_stag
 from iwarp.conformance.model import case
-from iwarp.conformance.session import Received, Region, Session, describe_terminate
+from iwarp.conformance.session import (
+    NOT_WRITABLE,
+    Received,
+    Region,
+    Session,
+    describe_terminate,
+)
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
+from iwarp.ddp.errors import DdpErrorType, DdpTaggedCode
 from iwarp.errors import TerminateLayer
 from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode, RemoteProtectionCode
 from iwarp.rdmap.wire import (
@@ -226,6 +233,59 @@ def unknown_target(s: Session) -> None:
         raise CaseFailed(
             f"expected an RDMAP remote protection error; got {describe_terminate(term)}"
         )
+
+
+@case(
+    "rfc7306/5/1",
+    "an Atomic Request for a buffer advertised on another connection brings TERM invalid STag "
+    "or STag not associated",
+    'RFC 7306 §5: "Atomic Operation Request Messages use the same remote addressing mechanism '
+    'as RDMA Reads and Writes"; RFC 5040 §8.1.1: "2. ... if an STag is limited in scope to a '
+    'single Stream, no other Stream can use the STag"',
+    roles=(TargetRole.RESPONDER,),
+    needs=(Need.REGION,),
+    covers=("atomic-scope", "stag-scope"),
+)
+def foreign_target(s: Session) -> None:
+    other, region = foreign_region(s)
+    to = (region.to + 7) & ~7
+    if to + 8 > region.to + region.length:
+        raise CaseSkipped("the advertised buffer holds no aligned 64-bit word")
+    # On its own connection the word takes a Write and a FetchAdd of 0: what the other
+    # connections meet is about the STag's scope, not the buffer's rights.
+    s.send_ulpdu(craft.write(region.stag, region.to, bytes(8)).octets, "RDMA Write (own STag)")
+    s.expect_alive(0.3, "an RDMA Write to the advertised buffer", skip=NOT_WRITABLE)
+    _send_atomic(
+        s, AtomicRequest.fetch_add(REQUEST_ID, region.stag, to, 0), "FetchAdd of 0 (own STag)"
+    )
+    _responses(s, 1)
+    # A third connection shows whether the STag is limited to its stream: a Write from there
+    # must be refused; one that goes through means the target shares STags across streams
+    # (RFC 5040 §8.1.1 item 2 lets it), and then an Atomic from elsewhere is allowed too.
+    twin = s.another()
+    twin.data_phase(())
+    twin.send_ulpdu(
+        craft.write(region.stag, region.to, bytes(8)).octets,
+        "RDMA Write of 8 octets to the first connection's STag",
+    )
+    stag_codes = (DdpTaggedCode.INVALID_STAG, DdpTaggedCode.STAG_NOT_ASSOCIATED)
+    judge_foreign(twin, [(TerminateLayer.DDP, DdpErrorType.TAGGED_BUFFER, stag_codes)], {})
+    _send_atomic(
+        other,
+        AtomicRequest.fetch_add(REQUEST_ID + 1, region.stag, to, 0),
+        f"FetchAdd of 0 at the first connection's STag {region.stag:#x} TO {to:#x}",
+    )
+    codes = (RemoteProtectionCode.INVALID_STAG, RemoteProtectionCode.STAG_NOT_ASSOCIATED)
+    try:
+        other.expect_terminate(RDMAP, PROT, codes, within=1.0)
+    except CaseFailed as exc:
+        if any(g.info.get("opcode") == RdmapOpcode.ATOMIC_RESPONSE for g in other.received):
+            raise CaseFailed(
+                f"STag {region.stag:#x} is limited to its stream (another connection's RDMA "
+                "Write to it was refused), yet another connection's Atomic Request on it was "
+                "executed (an Atomic Response came back)"
+            ) from None
+        raise exc
 
 
 @case(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -33,7 +34,7 @@ from typing import Final
 
 from iwarp.conformance.link import Link
 from iwarp.conformance.model import Case, Result, Status
-from iwarp.conformance.session import NEED_HINTS, Session, StartupStyle
+from iwarp.conformance.session import NEED_HINTS, Session, StartupStyle, ToolValues
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.mpa.wire import Revision
 from iwarp.sockets import connect_failure_reason
@@ -203,6 +204,7 @@ class Runner:
         mpa_mode: str = "rfc",
         culley_line: bytes = b"",
         settle: float = 0.0,
+        seed: int | None = None,
     ) -> None:
         if mpa_mode not in MPA_MODES:
             raise ValueError(f"mpa_mode is one of {', '.join(MPA_MODES)}, not {mpa_mode!r}")
@@ -215,6 +217,10 @@ class Runner:
         #: siw_accept) leaves FPDUs that arrive in between unread until more data comes, so
         #: a case that sends all it has at once would meet silence whatever the rule.
         self.settle = settle
+        #: The seed of the tool's free values (sink STags and TOs): drawn unless given, so
+        #: that a run can be replayed with the same values (``--seed``).
+        self.seed = secrets.randbelow(1 << 32) if seed is None else seed
+        self.values = ToolValues.draw(self.seed)
         self.target = target
         self.timeout = timeout
         self.cooperation_wait = cooperation_wait
@@ -485,6 +491,7 @@ class Runner:
             session.wants = item.needs
             session.culley_line = self.culley_line
             session.settle = self.settle
+            session.values = self.values
             if isinstance(self.target, ResponderTarget):
                 session.opener = lambda: self._connect(deadline)
             item.run(session)

@@ -20,6 +20,7 @@ non-zero PAD, a bad CRC, a marker out of place.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,7 @@ __all__ = [
     "Region",
     "Session",
     "StartupStyle",
+    "ToolValues",
     "describe_terminate",
 ]
 
@@ -235,6 +237,34 @@ class StartupStyle:
         return "peer-to-peer Rev 2 Requests" if self.peer_to_peer else "plain Rev 2 Requests"
 
 
+@dataclass(frozen=True, slots=True)
+class ToolValues:
+    """The values the tool is free to choose (where a Read Response is to go), drawn per run
+    from a seed the report prints, so that a target's own constants cannot coincide with
+    the tool's by habit (a target that answers a Read at its source TO would pass if the
+    tool's sink TO were its buffer's start). The same seed gives the same values.
+    """
+
+    seed: int
+    #: The Data Sink STag of the tool's Read Requests (never 0, nor the RTR's 1).
+    sink_stag: int
+    #: Their Data Sink TO: 4 KiB aligned, below 2^48, so that sink_to + 1 MiB never wraps.
+    sink_to: int
+
+    @classmethod
+    def draw(cls, seed: int) -> ToolValues:
+        rng = random.Random(seed)
+        return cls(
+            seed=seed,
+            sink_stag=rng.randrange(0x100, 0xFFFF_FF00),
+            sink_to=rng.randrange(1, 1 << 36) << 12,
+        )
+
+
+#: The values of a session the runner did not set up (tests of single cases).
+DEFAULT_VALUES: Final = ToolValues.draw(0)
+
+
 @dataclass(slots=True)
 class Received:
     """One FPDU from the target, as it arrived."""
@@ -348,6 +378,8 @@ class Session:
         self.waited_for: frozenset[Need] = frozenset()
         #: Seconds the tool waits after the target's Reply before it sends (set by the runner).
         self.settle = 0.0
+        #: The tool's free values of this run (set by the runner from its seed).
+        self.values = DEFAULT_VALUES
 
     # --- bookkeeping -----------------------------------------------------
 
@@ -369,6 +401,7 @@ class Session:
         other.wants = self.wants
         other.observed = self.observed
         other.label = f"[connection {len(self.others) + 2}] "
+        other.values = self.values
         self.others.append(other)
         return other
 
