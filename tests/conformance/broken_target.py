@@ -994,6 +994,23 @@ def break_pad_sent() -> None:
     _rewrite_sent(fix)
 
 
+def break_crc_first_term() -> None:
+    """RFC 5044 §7.1.2 rule 4: a Responder whose first FPDU fails its CRC answers with a
+    Terminate (code 2), as in Full Operation, though it has validated no FPDU yet."""
+    original = iwarp.mpa.connection.transition
+
+    def transition(role: Any, state: Any, event: Any) -> Any:
+        if (role, state, event) == (
+            Role.RESPONDER,
+            MpaState.AWAIT_FIRST_FPDU,
+            iwarp.mpa.handshake.MpaInput.BAD_FPDU,
+        ):
+            return MpaState.FULL_OPERATION
+        return original(role, state, event)
+
+    _patch(iwarp.mpa.connection, "transition", transition)
+
+
 def break_crc_sent() -> None:
     """RFC 5044 §4.4: the Responder's FPDUs carry a wrong CRC."""
 
@@ -1573,6 +1590,7 @@ RULES = {
     "read-last": break_read_last,
     "invalidate-scope": break_invalidate_scope,
     "atomic-scope": break_atomic_scope,
+    "crc-first-term": break_crc_first_term,
     "stag": break_stag,
     "read-bounds": break_read_bounds,
     "invalidate": break_invalidate,
@@ -1765,6 +1783,23 @@ def without_rfc7306() -> None:
 OLDER = {"no-rfc7306": without_rfc7306}
 
 
+# --- a Responder that never sends an FPDU: no case may pass it on silence alone --------------
+
+
+def mute_responder() -> None:
+    """The Responder sends its Reply, then nothing at all (every FPDU it would send is
+    dropped): it neither answers a valid carrier nor reports a broken one. The cases that
+    accept silence must skip it, not pass it (they cannot show it would have answered)."""
+
+    def mute(fpdu: bytearray) -> None:
+        fpdu[:] = b""
+
+    _rewrite_sent(mute)
+
+
+SILENT = {"mute": mute_responder}
+
+
 # --- an Initiator that has nothing to say: conforming, every case must pass -----------------
 
 #: Seconds the quiet Initiator keeps a connection open, at most.
@@ -1790,7 +1825,7 @@ def quiet_initiator() -> None:
 
 #: Conforming Initiators that differ from ``iwarp connect`` in what the RFCs leave open.
 INITIATOR_VARIANTS = {"quiet": quiet_initiator}
-SWITCHES = {**RULES, **VARIANTS, **OLDER, **INITIATOR_VARIANTS}
+SWITCHES = {**RULES, **VARIANTS, **OLDER, **INITIATOR_VARIANTS, **SILENT}
 
 if __name__ == "__main__":
     SWITCHES[sys.argv[1]]()
