@@ -235,3 +235,25 @@ def test_silence_passes_no_case_of_a_target_that_answers_nothing() -> None:
     not_skipped = [r for r in results if r.status is not Status.SKIPPED]
     assert not not_skipped, _show(not_skipped)
     assert all("did not answer the carrier" in r.reason for r in results), _show(results)
+
+
+def test_a_target_that_drops_faults_silently_fails_each_error_case_after_the_fence() -> None:
+    """Against a Responder that drops every fault without a word (silent_target.py, written
+    apart from iwarp), each DDP and RDMAP error case fails once the fence behind the broken
+    message was answered, saying so, rather than after the case's whole timeout."""
+    from .silent_target import SilentTarget
+
+    target = SilentTarget()
+    try:
+        cases = select(all_cases(), ERROR_CASES, strict=True, role=TargetRole.RESPONDER)
+        results = Runner(ResponderTarget("127.0.0.1", target.port)).run(cases, jobs=JOBS)
+    finally:
+        target.close()
+    judged = [r for r in results if r.status is not Status.SKIPPED]
+    assert len(judged) > 25
+    unfenced = [
+        r
+        for r in judged
+        if r.status is not Status.FAILED or "sent after the broken message" not in r.reason
+    ]
+    assert not unfenced, _show(unfenced)

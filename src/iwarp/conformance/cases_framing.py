@@ -214,12 +214,19 @@ def _answers_first_carrier(s: Session) -> float:
     'FPDU before sending any FPDUs"; §8: CRC errors "MUST be detected", the code "SHOULD be '
     'provided", and an optimized MPA "MAY choose to silently drop the TCP segment"',
     roles=(TargetRole.RESPONDER,),
-    covers=("crc-first-term", "crc"),
+    # A Responder that sends an FPDU of its own first breaks the same rule.
+    covers=("crc-first-term", "crc", "responder-first"),
 )
 def crc_first_no_terminate(s: Session) -> None:
     # A MUST: a Terminate is an FPDU, and an FPDU whose CRC fails was not validated, so rule 4
     # forbids it. §8 asks only that the error be detected (reporting it is a SHOULD, dropping
     # it a MAY): a Responder obeys both by closing or dropping, so the MUST decides.
+    if s.style.peer_to_peer:
+        raise CaseSkipped(
+            "the target takes only peer-to-peer startups, whose first FPDU is the tool's RTR "
+            "(RFC 6581 §9.2): no broken FPDU can come first; a target that takes plain Rev 2 "
+            "or Rev 1 Requests enables the case"
+        )
     took = _prove_carrier(s, first=True)
     assert took is not None  # a Responder target: the twin answered
     s.send_raw(s.frame_ulpdu(_carrier(s), corrupt_crc=True), "first FPDU: the carrier, CRC wrong")

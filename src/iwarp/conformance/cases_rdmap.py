@@ -16,6 +16,7 @@ from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
 from iwarp.conformance.errorcase import (
     Broken,
+    apart,
     error_cases,
     foreign_region,
     judge_foreign,
@@ -331,13 +332,16 @@ def read_foreign_stag(s: Session) -> None:
     'on multiple streams"',
     roles=(TargetRole.RESPONDER,),
     needs=(Need.REGION, Need.RECEIVE),
-    covers=("invalidate-scope",),
+    # Its Writes at the buffer's first octet must be placed, before and after.
+    covers=("invalidate-scope", "write-placed"),
 )
 def invalidate_foreign(s: Session) -> None:
-    other, region = foreign_region(s)
-    other.need(Need.RECEIVE)
+    s.data_phase((Need.REGION,))
+    region = s.region()
     # The first connection's buffer takes a Write before: what follows judges the Invalidate.
     _write_proves(s, region, "before the other connection's Send with Invalidate")
+    other = apart(s, region)
+    other.need(Need.RECEIVE)
     seg = craft.send(
         _payload(),
         msn=other.next_msn(0),

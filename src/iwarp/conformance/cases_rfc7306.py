@@ -12,7 +12,7 @@ or add and then take away the same amount, so the buffer ends as it was.
 from __future__ import annotations
 
 from iwarp.conformance import craft
-from iwarp.conformance.errorcase import foreign_region, judge_foreign, unknown_stag
+from iwarp.conformance.errorcase import apart, judge_foreign, unknown_stag
 from iwarp.conformance.model import case
 from iwarp.conformance.session import (
     NOT_WRITABLE,
@@ -244,13 +244,11 @@ def unknown_target(s: Session) -> None:
     'single Stream, no other Stream can use the STag"',
     roles=(TargetRole.RESPONDER,),
     needs=(Need.REGION,),
-    covers=("atomic-scope", "stag-scope"),
+    # It also Writes at the buffer's first octet, first (a Write that must be placed).
+    covers=("atomic-scope", "stag-scope", "write-placed"),
 )
 def foreign_target(s: Session) -> None:
-    other, region = foreign_region(s)
-    to = (region.to + 7) & ~7
-    if to + 8 > region.to + region.length:
-        raise CaseSkipped("the advertised buffer holds no aligned 64-bit word")
+    region, to = _target(s)
     # On its own connection the word takes a Write and a FetchAdd of 0: what the other
     # connections meet is about the STag's scope, not the buffer's rights.
     s.send_ulpdu(craft.write(region.stag, region.to, bytes(8)).octets, "RDMA Write (own STag)")
@@ -259,6 +257,7 @@ def foreign_target(s: Session) -> None:
         s, AtomicRequest.fetch_add(REQUEST_ID, region.stag, to, 0), "FetchAdd of 0 (own STag)"
     )
     _responses(s, 1)
+    other = apart(s, region)
     # A third connection shows whether the STag is limited to its stream: a Write from there
     # must be refused; one that goes through means the target shares STags across streams
     # (RFC 5040 §8.1.1 item 2 lets it), and then an Atomic from elsewhere is allowed too.

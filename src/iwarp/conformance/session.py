@@ -380,6 +380,11 @@ class Session:
         self.settle = 0.0
         #: The tool's free values of this run (set by the runner from its seed).
         self.values = DEFAULT_VALUES
+        #: When the last fence went out (see :meth:`send_fence`), and its sink STag.
+        self._fence_sent: float | None = None
+        self._fence_stag = 0
+        #: Seconds the target took to answer the fence, once it did.
+        self.fence_answered: float | None = None
 
     # --- bookkeeping -----------------------------------------------------
 
@@ -867,6 +872,39 @@ class Session:
         if self.link.ended and not close_ok:
             raise CaseFailed(f"{what}: the target closed the connection ({self.link.ended})")
 
+    def send_fence(self) -> None:
+        """A zero-length RDMA Read Request right behind a broken message: RDMAP answers it
+        in order (RFC 5040 §5.2.1, §5.5), so its Read Response arriving without a Terminate
+        before it shows the broken message was taken or dropped silently. It bounds the
+        wait for that Terminate by the time the target took to answer the fence, instead
+        of the case's whole timeout (a target that drops faults silently would cost a
+        timeout per case). A conforming target that terminates ignores it."""
+        self._fence_stag = self.values.sink_stag ^ 0x00FE_0000
+        request = ReadRequest(self._fence_stag, 0, 0, RTR_STAG, 0)
+        seg, _ = craft.read_request(request, msn=self.next_msn(1))
+        self._fence_sent = time.monotonic()
+        self.send_ulpdu(seg.octets, "fence: a zero-length Read Request")
+
+    def _fenced(self, got: Received, deadline: float) -> float:
+        """The deadline after ``got``: shortened once the fence was answered."""
+        info = got.info
+        sent = self._fence_sent
+        if (
+            sent is None
+            or info.get("opcode") != RdmapOpcode.RDMA_READ_RESPONSE
+            or info.get("stag") != self._fence_stag
+        ):
+            return deadline
+        took = time.monotonic() - sent
+        self._fence_sent = None
+        more = max(0.3, 4 * took)
+        self.note(
+            f"the fence was answered after {took:.3f}s with no Terminate before it; "
+            f"waiting {more:.1f}s more"
+        )
+        self.fence_answered = took
+        return min(deadline, time.monotonic() + more)
+
     def expect_terminate(
         self,
         layer: int,
@@ -909,10 +947,17 @@ class Session:
                         f"expected a Terminate ({want}); the target closed the "
                         f"connection ({self.link.ended}) without one"
                     )
+                fenced = ""
+                if self.fence_answered is not None:
+                    fenced = (
+                        f" (the zero-length Read Request sent after the broken message was "
+                        f"answered in {self.fence_answered:.3f}s, with no Terminate before it)"
+                    )
                 raise CaseFailed(
-                    f"expected a Terminate ({want}); none within {self.link.elapsed():.1f}s"
+                    f"expected a Terminate ({want}); none within {self.link.elapsed():.1f}s{fenced}"
                 )
             if not got.is_terminate:
+                deadline = self._fenced(got, deadline)
                 continue
             term = got.terminate()
             if skip and (reason := skip.get((term.layer, term.etype, term.code))):
