@@ -404,6 +404,7 @@ def invalidate_valid(s: Session) -> None:
         f"Send with Invalidate of the advertised STag {region.stag:#x}, then an RDMA Write "
         "of 8 octets to it",
     )
+    s.send_fence()
     cannot = (
         "the advertised STag cannot be invalidated remotely (RFC 5040 Figure 9 09X); a target "
         "whose advertised STag can be (iwarp listen) enables the case"
@@ -670,6 +671,7 @@ def _provoke(s: Session) -> Received:
     s.send_ulpdu(
         craft.write(unknown_stag(s), 0, b"conformance!").octets, "RDMA Write to an unknown STag"
     )
+    s.send_fence()
     got = s.expect_terminate(TerminateLayer.DDP, DdpErrorType.TAGGED_BUFFER, 0)
     assert got is not None
     return got

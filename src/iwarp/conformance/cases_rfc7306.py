@@ -55,6 +55,9 @@ def _target(s: Session) -> tuple[Region, int]:
 def _send_atomic(s: Session, request: AtomicRequest, what: str) -> None:
     seg = craft.send(request.pack(), msn=s.next_msn(1), opcode=RdmapOpcode.ATOMIC_REQUEST)
     s.send_ulpdu(seg.octets, what)
+    # Its answer (a response or a Terminate) comes before the fence's (RFC 7306 §7 orders
+    # Atomic Responses with Read Responses): a target that drops it costs no whole timeout.
+    s.send_fence()
 
 
 def _unsupported(term: TerminateHeader, what: str) -> None:
@@ -80,12 +83,14 @@ def _responses(s: Session, count: int) -> list[Received]:
 
 def _next_terminate(s: Session) -> TerminateHeader:
     """The target's Terminate (its other FPDUs, e.g. advertisements, skipped)."""
+    deadline = s.deadline
     while True:
-        got = s.next_fpdu()
+        got = s.next_fpdu(deadline)
         if got is None:
-            raise CaseFailed(f"expected a Terminate; {s.link.ended or 'silence'}")
+            raise CaseFailed(f"expected a Terminate; {s.link.ended or 'silence'}{s.fence_note()}")
         if got.is_terminate:
             return got.terminate()
+        deadline = s.fenced(got, deadline)
 
 
 def _answer(got: Received) -> AtomicResponse:
@@ -300,6 +305,7 @@ def immediate_size(s: Session) -> None:
     s.need(Need.RECEIVE)
     seg = craft.send(b"7octets", msn=s.next_msn(0), opcode=RdmapOpcode.IMMEDIATE_DATA)
     s.send_ulpdu(seg.octets, "Immediate Data of 7 octets")
+    s.send_fence()
     term = _next_terminate(s)
     _unsupported(term, "Immediate Data (or calls 7 octets an unexpected opcode)")
     s.note(f"answered {describe_terminate(term)}")

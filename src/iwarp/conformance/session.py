@@ -809,12 +809,17 @@ class Session:
         (the advertised buffer is closed to the access, the target lacks the extension).
         """
         out: list[Received] = []
+        deadline = self.deadline
         while len(out) < count:
-            got = self.next_fpdu()
+            got = self.next_fpdu(deadline)
             if got is None:
                 raise CaseFailed(
                     f"{len(out)} of {count} {name}, then {self.link.ended or 'silence'}"
+                    + self.fence_note()
                 )
+            if self.is_fence(got):  # the fence's answer, not one of those awaited
+                deadline = self.fenced(got, deadline)
+                continue
             if got.is_terminate:
                 term = got.terminate()
                 if judge is not None:
@@ -885,15 +890,28 @@ class Session:
         self._fence_sent = time.monotonic()
         self.send_ulpdu(seg.octets, "fence: a zero-length Read Request")
 
-    def _fenced(self, got: Received, deadline: float) -> float:
-        """The deadline after ``got``: shortened once the fence was answered."""
+    def fence_note(self) -> str:
+        """What the fence showed, for a failure's reason ("" when it was not answered)."""
+        if self.fence_answered is None:
+            return ""
+        return (
+            f" (the zero-length Read Request sent after the broken message was answered in "
+            f"{self.fence_answered:.3f}s, with no Terminate before it)"
+        )
+
+    def is_fence(self, got: Received) -> bool:
+        """Whether ``got`` answers the fence still outstanding."""
         info = got.info
+        return (
+            self._fence_sent is not None
+            and info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE
+            and info.get("stag") == self._fence_stag
+        )
+
+    def fenced(self, got: Received, deadline: float) -> float:
+        """The deadline after ``got``: shortened once the fence was answered."""
         sent = self._fence_sent
-        if (
-            sent is None
-            or info.get("opcode") != RdmapOpcode.RDMA_READ_RESPONSE
-            or info.get("stag") != self._fence_stag
-        ):
+        if sent is None or not self.is_fence(got):
             return deadline
         took = time.monotonic() - sent
         self._fence_sent = None
@@ -947,17 +965,12 @@ class Session:
                         f"expected a Terminate ({want}); the target closed the "
                         f"connection ({self.link.ended}) without one"
                     )
-                fenced = ""
-                if self.fence_answered is not None:
-                    fenced = (
-                        f" (the zero-length Read Request sent after the broken message was "
-                        f"answered in {self.fence_answered:.3f}s, with no Terminate before it)"
-                    )
                 raise CaseFailed(
-                    f"expected a Terminate ({want}); none within {self.link.elapsed():.1f}s{fenced}"
+                    f"expected a Terminate ({want}); none within "
+                    f"{self.link.elapsed():.1f}s{self.fence_note()}"
                 )
             if not got.is_terminate:
-                deadline = self._fenced(got, deadline)
+                deadline = self.fenced(got, deadline)
                 continue
             term = got.terminate()
             if skip and (reason := skip.get((term.layer, term.etype, term.code))):
