@@ -885,7 +885,11 @@ class Session:
         of the case's whole timeout (a target that drops faults silently would cost a
         timeout per case). A conforming target that terminates ignores it."""
         self._fence_stag = self.values.sink_stag ^ 0x00FE_0000
-        request = ReadRequest(self._fence_stag, 0, 0, RTR_STAG, 0)
+        # A zero-length Read's source is not validated (RFC 5040 §5.2.1), but a target that
+        # does validate it should meet no second fault here: the advertised buffer if any.
+        region = self.cooperation.region
+        src_stag, src_to = (region.stag, region.to) if region is not None else (RTR_STAG, 0)
+        request = ReadRequest(self._fence_stag, 0, 0, src_stag, src_to)
         seg, _ = craft.read_request(request, msn=self.next_msn(1))
         self._fence_sent = time.monotonic()
         self.send_ulpdu(seg.octets, "fence: a zero-length Read Request")
