@@ -997,7 +997,7 @@ def break_pad_sent() -> None:
 def break_crc_first_term() -> None:
     """RFC 5044 §7.1.2 rule 4: a Responder whose first FPDU fails its CRC answers with a
     Terminate (code 2), as in Full Operation, though it has validated no FPDU yet."""
-    original = iwarp.mpa.connection.transition
+    original = _get(iwarp.mpa.connection, "transition")
 
     def transition(role: Any, state: Any, event: Any) -> Any:
         if (role, state, event) == (
