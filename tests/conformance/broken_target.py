@@ -288,6 +288,29 @@ def break_write_bounds() -> None:
     _patch(iwarp.rdmap.stream, "fits_to_space", lambda to, length: True)
 
 
+def break_write_end() -> None:
+    """RFC 5041 §7.1 tagged check 4, off by one: an RDMA Write whose last octet is the first
+    past the buffer is taken (that octet goes nowhere); Writes further out are refused."""
+    registry = iwarp.rdmap.memory.MemoryRegistry
+    original = registry.access
+
+    def access(self: Any, stag: int, pd: Any, to: int, length: int, want: int) -> Any:
+        got = original(self, stag, pd, to, length, want)
+        region = self.lookup(stag)
+        if (
+            got is AccessFault.BASE_OR_BOUNDS
+            and want == int(Access.REMOTE_WRITE)
+            and region is not None
+            and region.address <= to
+            and to + length == region.address + region.length + 1
+        ):
+            return memoryview(bytearray(length))
+        return got
+
+    _patch(registry, "access", access)
+    _no_fast_paths()
+
+
 def break_stag() -> None:
     """RFC 5041 §7.1 tagged check 1: RDMA Writes to unknown STags are taken."""
     _scratch_on({AccessFault.INVALID_STAG}, int(Access.REMOTE_WRITE))
@@ -690,6 +713,30 @@ def break_read_sink() -> None:
     _patch(iwarp.rdmap.stream, "_Response", response)
 
 
+def break_read_source_to() -> None:
+    """RFC 5040 §5.2.2: a Read Response goes to the Read Request's Data Source TO (the
+    target's own buffer address) instead of its Data Sink TO."""
+    original = _get(iwarp.rdmap.stream, "_Response")
+
+    def response(source: Any, request: Any) -> Any:
+        if request.size:
+            request = dataclasses.replace(request, sink_to=request.src_to)
+        return original(source, request)
+
+    _patch(iwarp.rdmap.stream, "_Response", response)
+
+
+def break_read_last() -> None:
+    """RFC 5041 §4.1 L: the Responder's Read Responses never set the Last flag."""
+
+    def fix(fpdu: bytearray) -> None:
+        if fpdu[2] & TAGGED_FLAG and fpdu[3] & 0x0F == RdmapOpcode.RDMA_READ_RESPONSE:
+            fpdu[2] &= ~LAST_FLAG & 0xFF
+            _recrc(fpdu)
+
+    _rewrite_sent(fix)
+
+
 def break_read_order() -> None:
     """RFC 5040 §5.2.1: a Read Request overtakes those still waiting for their Read Response
     (the ones that arrive together are answered last-asked first)."""
@@ -812,6 +859,63 @@ def break_stag_scope() -> None:
     _patch(registry, "access", access)
 
 
+def _other_region(registry: Any, stag: int) -> Any:
+    """The region ``stag`` names in another connection's registry (see _track_registries)."""
+    for other in _ALL_REGISTRIES:
+        region = other.lookup(stag)
+        if other is not registry and region is not None:
+            return region
+    return None
+
+
+def _track_registries() -> None:
+    """Each connection's STags numbered apart, and every registry remembered."""
+    distinct_stags()
+    registry = iwarp.rdmap.memory.MemoryRegistry
+    init = registry.__init__
+
+    def new_init(self: Any) -> None:
+        init(self)
+        _ALL_REGISTRIES.append(self)
+
+    _patch(registry, "__init__", new_init)
+
+
+def break_invalidate_scope() -> None:
+    """RFC 5040 §7.2 / §8.1.1: a Send with Invalidate naming another connection's STag
+    invalidates it there (and is taken as a plain Send here)."""
+    _track_registries()
+    stream = iwarp.rdmap.stream.RdmapStream
+    original = stream._send_received
+
+    def received(self: Any, segment: Any, opcode: int) -> None:
+        registry = self.pd.registry
+        if opcode in INVALIDATE_OPCODES and registry.lookup(segment.rsvdulp2) is None:
+            region = _other_region(registry, segment.rsvdulp2)
+            if region is not None:
+                region.invalidate()
+                opcode = int(RdmapOpcode.SEND)
+        original(self, segment, opcode)
+
+    _patch(stream, "_send_received", received)
+
+
+def break_atomic_scope() -> None:
+    """RFC 7306 §5 / RFC 5040 §8.1.1: an Atomic Request naming another connection's STag acts
+    on that connection's word."""
+    _track_registries()
+    checked = _get(iwarp.rdmap.stream, "check_target")
+
+    def check(pd: Any, request: Any, *, ddp_header: bytes | None = None) -> Any:
+        if pd.registry.lookup(request.stag) is None:
+            region = _other_region(pd.registry, request.stag)
+            if region is not None:
+                return region
+        return checked(pd, request, ddp_header=ddp_header)
+
+    _patch(iwarp.rdmap.stream, "check_target", check)
+
+
 # --- the FPDU stream (RFC 5044 §4) ------------------------------------------------------------
 
 
@@ -888,6 +992,23 @@ def break_pad_sent() -> None:
             _recrc(fpdu)
 
     _rewrite_sent(fix)
+
+
+def break_crc_first_term() -> None:
+    """RFC 5044 §7.1.2 rule 4: a Responder whose first FPDU fails its CRC answers with a
+    Terminate (code 2), as in Full Operation, though it has validated no FPDU yet."""
+    original = _get(iwarp.mpa.connection, "transition")
+
+    def transition(role: Any, state: Any, event: Any) -> Any:
+        if (role, state, event) == (
+            Role.RESPONDER,
+            MpaState.AWAIT_FIRST_FPDU,
+            iwarp.mpa.handshake.MpaInput.BAD_FPDU,
+        ):
+            return MpaState.FULL_OPERATION
+        return original(role, state, event)
+
+    _patch(iwarp.mpa.connection, "transition", transition)
 
 
 def break_crc_sent() -> None:
@@ -1464,6 +1585,12 @@ RULES = {
     "rdmap-version": break_rdmap_version,
     "opcode": break_opcode,
     "write-bounds": break_write_bounds,
+    "write-end": break_write_end,
+    "read-source-to": break_read_source_to,
+    "read-last": break_read_last,
+    "invalidate-scope": break_invalidate_scope,
+    "atomic-scope": break_atomic_scope,
+    "crc-first-term": break_crc_first_term,
     "stag": break_stag,
     "read-bounds": break_read_bounds,
     "invalidate": break_invalidate,
@@ -1656,6 +1783,23 @@ def without_rfc7306() -> None:
 OLDER = {"no-rfc7306": without_rfc7306}
 
 
+# --- a Responder that never sends an FPDU: no case may pass it on silence alone --------------
+
+
+def mute_responder() -> None:
+    """The Responder sends its Reply, then nothing at all (every FPDU it would send is
+    dropped): it neither answers a valid carrier nor reports a broken one. The cases that
+    accept silence must skip it, not pass it (they cannot show it would have answered)."""
+
+    def mute(fpdu: bytearray) -> None:
+        fpdu[:] = b""
+
+    _rewrite_sent(mute)
+
+
+SILENT = {"mute": mute_responder}
+
+
 # --- an Initiator that has nothing to say: conforming, every case must pass -----------------
 
 #: Seconds the quiet Initiator keeps a connection open, at most.
@@ -1681,7 +1825,7 @@ def quiet_initiator() -> None:
 
 #: Conforming Initiators that differ from ``iwarp connect`` in what the RFCs leave open.
 INITIATOR_VARIANTS = {"quiet": quiet_initiator}
-SWITCHES = {**RULES, **VARIANTS, **OLDER, **INITIATOR_VARIANTS}
+SWITCHES = {**RULES, **VARIANTS, **OLDER, **INITIATOR_VARIANTS, **SILENT}
 
 if __name__ == "__main__":
     SWITCHES[sys.argv[1]]()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -54,6 +57,54 @@ def test_failing_target_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
 def test_unreachable_target_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "127.0.0.1", "1", PREFIX]) == 2
     assert "cannot reach" in capsys.readouterr().err
+
+
+class _NotMpa:
+    """A TCP server of another protocol: it takes connections and sends ``answer`` (or
+    nothing) to each, then keeps it open."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                self.held.append(conn)
+                if self.answer:
+                    conn.recv(100)
+                    conn.sendall(self.answer)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [(b"", "stayed silent"), (b"HTTP/1.1 400 Bad Request\r\n\r\n", "begin no MPA frame")],
+)
+def test_not_an_mpa_responder_is_one_line_exit_2(
+    answer: bytes, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that never answers a valid Request with an MPA frame ends the run after the
+    first probe (one timeout), not after every case's (issue 37)."""
+    server = _NotMpa(answer)
+    try:
+        status = main(["conformance", "127.0.0.1", str(server.port), "--timeout", "1"])
+    finally:
+        server.close()
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "is not an MPA Responder" in err and why in err
+    # Only the first probe's connection was made: no case ran.
+    assert len(server.held) == 1
 
 
 def test_peer_cmd_runs_once_per_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,3 +172,32 @@ def test_settle_waits_after_the_reply(settle: float, capsys: pytest.CaptureFixtu
 def test_settle_is_bounded(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "127.0.0.1", "1", "rfc5041/7.2/1", "--settle", value]) == 2
     assert "--settle must be between 0 and 10 seconds" in capsys.readouterr().err
+
+
+def test_the_seed_is_printed_and_replays_the_tools_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The sink STag and TO of the tool's Read Requests come from the run's seed: printed in
+    the report, the same values again with --seed, others with another seed."""
+    case = "rfc5040/5.2.2/1"
+
+    def sinks(seed: int) -> tuple[int, list[str]]:
+        args = ["conformance", "127.0.0.1", str(port), case, "--json", "-v"]
+        assert main([*args, "--seed", str(seed)]) == 0
+        report = json.loads(capsys.readouterr().out)
+        (result,) = report["results"]
+        return report["seed"], [line for line in result["observed"] if "sink STag" in line]
+
+    with listening(["--op", "read", "--timeout", TARGET_TIMEOUT]) as port:
+        seed, first = sinks(7)
+        _, again = sinks(7)
+        _, other = sinks(8)
+        assert main(["conformance", "127.0.0.1", str(port), case]) == 0
+        heading = capsys.readouterr().out.splitlines()[0]
+    assert (
+        seed == 7
+        and first
+        and [x.split("s ", 1)[1] for x in first] == [x.split("s ", 1)[1] for x in again]
+    )
+    assert [x.split("s ", 1)[1] for x in first] != [x.split("s ", 1)[1] for x in other]
+    assert "; seed " in heading and "--seed" in heading

@@ -39,6 +39,8 @@ OPTIONS = {
     "read-bounds": ["--op", "read"],
     "read-sink": ["--op", "read"],
     "read-order": ["--op", "read"],
+    "read-source-to": ["--op", "read"],
+    "read-last": ["--op", "read"],
     "pad-sent": ["--op", "read"],
     "crc-always": ["--op", "write", "--no-crc"],
     "markers": ["--op", "write", "--permissive"],
@@ -217,3 +219,41 @@ def test_rev0_data_transfer_skips_a_non_permissive_target() -> None:
 def test_rev0_data_transfer_fails_a_target_without_a_crc_check() -> None:
     (result,) = _run("crc", select(all_cases(), ["rfc5044/C/5"]), ["--op", "write", "--permissive"])
     assert result.status is Status.FAILED, _show([result])
+
+
+#: The cases that pass a target which drops a broken carrier silently (RFC 5044 §8 allows it).
+SILENCE_CASES = ["rfc5044/8/", "rfc5044/7.1.2/16"]
+
+
+def test_silence_passes_no_case_of_a_target_that_answers_nothing() -> None:
+    """A Responder that sends no FPDU at all (not even the answer to a valid zero-length Read
+    Request) passes no case that accepts silence: each skips, saying the carrier was not
+    answered when valid."""
+    cases = [c for c in select(all_cases(), SILENCE_CASES, strict=True) if "crc" in c.covers]
+    results = _run("mute", cases)
+    assert len(results) >= 6
+    not_skipped = [r for r in results if r.status is not Status.SKIPPED]
+    assert not not_skipped, _show(not_skipped)
+    assert all("did not answer the carrier" in r.reason for r in results), _show(results)
+
+
+def test_a_target_that_drops_faults_silently_fails_each_error_case_after_the_fence() -> None:
+    """Against a Responder that drops every fault without a word (silent_target.py, written
+    apart from iwarp), each DDP and RDMAP error case fails once the fence behind the broken
+    message was answered, saying so, rather than after the case's whole timeout."""
+    from .silent_target import SilentTarget
+
+    target = SilentTarget()
+    try:
+        cases = select(all_cases(), ERROR_CASES, strict=True, role=TargetRole.RESPONDER)
+        results = Runner(ResponderTarget("127.0.0.1", target.port)).run(cases, jobs=JOBS)
+    finally:
+        target.close()
+    judged = [r for r in results if r.status is not Status.SKIPPED]
+    assert len(judged) > 25
+    unfenced = [
+        r
+        for r in judged
+        if r.status is not Status.FAILED or "sent after the broken message" not in r.reason
+    ]
+    assert not unfenced, _show(unfenced)

@@ -46,7 +46,8 @@ examples:
                                       draft-culley-02 framing (iwarp listen --mpa-mode culley
                                       --op mpa): only the draft-culley/ cases run
 
-Exit status: 0 when no case failed, 1 when one did, 2 for bad usage or an unreachable target.
+Exit status: 0 when no case failed, 1 when one did, 2 for bad usage, an unreachable target
+or one that answers a valid MPA Request with no MPA frame within --timeout.
 """
 
 
@@ -174,6 +175,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "as Linux siw 6.1, where FPDUs arriving in between sit unread and a case meets silence",
     )
     parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed of the tool's own free values (the sink STag and TO of its Read Requests): "
+        "drawn per run and printed in the report, so that a target's constants cannot match "
+        "the tool's by habit; --seed N replays a run with the same values",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="show what was seen for passing cases too"
     )
     # Cases may follow the options too (iwarp conformance HOST PORT --strict CASE).
@@ -211,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--culley-line is one line of at most 1000 characters")
     if not 1 <= args.jobs <= 64:
         return _fail("--jobs must be between 1 and 64")
+    if args.seed is not None and not 0 <= args.seed < 1 << 64:
+        return _fail("--seed must be between 0 and 2^64-1")
     if not 0 <= args.settle <= 10:
         return _fail("--settle must be between 0 and 10 seconds")
     catalogue = all_cases()
@@ -259,8 +270,6 @@ def run(args: argparse.Namespace) -> int:
                 print(head, flush=True)
             print(format_result(result, colour=colour, verbose=args.verbose), flush=True)
 
-    if not args.json:
-        print(f"target: {target.describe()}; {len(cases)} cases", flush=True)
     culley_line = (args.culley_line + "\n").encode() if args.culley_line else b""
     runner = Runner(
         target,
@@ -269,8 +278,17 @@ def run(args: argparse.Namespace) -> int:
         mpa_mode=args.mpa_mode,
         culley_line=culley_line,
         settle=args.settle,
+        seed=args.seed,
     )
     try:
+        # A target that is no MPA Responder at all ends the run here, in one line.
+        runner.probe()
+        if not args.json:
+            print(
+                f"target: {target.describe()}; {len(cases)} cases; seed {runner.seed} "
+                f"(--seed {runner.seed} replays the tool's values)",
+                flush=True,
+            )
         runner.run(cases, jobs=args.jobs)
     except TargetUnavailableError as exc:
         return _fail(str(exc))
@@ -279,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"interrupted after {len(results)} cases: {summary_line(results)}", file=sys.stderr)
         return 130
     if args.json:
-        print(to_json(results, target.describe()))
+        print(to_json(results, target.describe(), runner.seed))
     else:
         if runner.probe_note:
             print(f"start-up: {runner.probe_note}")

@@ -187,7 +187,7 @@ error_cases(
 )
 
 
-def _bounds(number: int, title: str, where: str) -> None:
+def _bounds(number: int, title: str, where: str, *, covers: tuple[str, ...] = ()) -> None:
     def build(s: Session) -> Broken:
         region = _region(s)
         if where == "after":
@@ -196,6 +196,10 @@ def _bounds(number: int, title: str, where: str) -> None:
             if region.to < 8:
                 raise CaseSkipped("the advertised buffer starts at TO 0")
             to = region.to - 8
+        elif where == "one past":  # the last octet is the first one out of bounds
+            if region.length < 8:
+                raise CaseSkipped("the advertised buffer is shorter than 8 octets")
+            to = region.to + region.length - 7
         else:  # straddles the end
             to = region.to + region.length - 4
         return Broken(
@@ -211,10 +215,10 @@ def _bounds(number: int, title: str, where: str) -> None:
         + (
             "4. The sum of the DDP Segment payload length and the TO falls in the range of legal "
             'offsets registered for the STag"'
-            if where == "straddle"
+            if where in ("straddle", "one past")
             else '3. The TO falls in the range of legal offsets registered for the STag"'
         ),
-        covers=("write-bounds",),
+        covers=("write-bounds", *covers),
         layer=DDP,
         etype=T,
         codes=DdpTaggedCode.BASE_OR_BOUNDS,
@@ -227,6 +231,12 @@ def _bounds(number: int, title: str, where: str) -> None:
 _bounds(12, "an RDMA Write just past the advertised buffer brings TERM base or bounds", "after")
 _bounds(13, "an RDMA Write just before the advertised buffer brings TERM base or bounds", "before")
 _bounds(14, "an RDMA Write across the buffer's end brings TERM base or bounds", "straddle")
+_bounds(
+    19,
+    "an RDMA Write that ends one octet past the buffer's end brings TERM base or bounds",
+    "one past",
+    covers=("write-end",),
+)
 
 error_cases(
     "rfc5041/7.2/15",

@@ -10,6 +10,9 @@ another Terminate).
 
 from __future__ import annotations
 
+import time
+from typing import Final
+
 from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
 from iwarp.conformance.model import Level, case
@@ -31,19 +34,27 @@ CRC_QUOTE = (
     '§4.4: "MUST be generated and checked by both endpoints"'
 )
 LLP = TerminateLayer.LLP
-#: The sink STag of the zero-length Read Request an FPDU with a bad CRC carries.
-SINK = 0x51_4E_4B_01
 
 
 def _hello(s: Session) -> bytes:
     return craft.send(ADVERT.pack(64, 0, 4096), msn=s.next_msn(0)).octets
 
 
-def _crc_refused(s: Session, what: str) -> Received | None:
+#: Why a case that met only a close or silence skips when the carrier's answer could not be
+#: shown: a target that answers nothing would pass it otherwise.
+UNPROVEN: Final = (
+    "the target closed or stayed silent, which RFC 5044 §8 allows, but the tool could not show "
+    "that it answers the carrier when valid ({why}); a verdict from silence would prove nothing"
+)
+
+
+def _crc_refused(s: Session, what: str, within: float | None = None) -> Received | None:
     """The FPDU with a bad CRC (or the garbage) must not be taken: a Terminate for code 2,
-    a close or silence until the case's deadline; returns the Terminate, if any."""
+    a close or silence (until ``within`` seconds from now, else the case's deadline);
+    returns the Terminate, if any."""
+    deadline = s.deadline if within is None else s.within(within)
     while True:
-        got = s.next_fpdu()
+        got = s.next_fpdu(deadline)
         if got is None:
             if s.link.ended:
                 s.note(f"target closed the connection ({s.link.ended})")
@@ -65,7 +76,10 @@ def _crc_refused(s: Session, what: str) -> Received | None:
                 )
             return got
         info = got.info
-        if info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE and info.get("stag") == SINK:
+        if (
+            info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE
+            and info.get("stag") == s.values.sink_stag
+        ):
             raise CaseFailed(
                 f"{what} was taken: the Read Request it carries was answered ({got.describe()})"
             )
@@ -77,19 +91,14 @@ def _carrier(s: Session) -> bytes:
     The CRC is the only fault of the FPDU that carries it: its STag is not
     validated (RFC 5040 §5.2.1) and it is answered by RDMAP itself.
     """
-    request = ReadRequest(SINK, 0, 0, 0x7E57_005A, 0)
+    request = ReadRequest(s.values.sink_stag, 0, 0, 0x7E57_005A, 0)
     return craft.read_request(request, msn=s.next_msn(1))[0].octets
 
 
 def _bad_crc_case(number: int, title: str, *, warm: bool, how: str) -> None:
     @case(f"rfc5044/8/{number}", title, CRC_QUOTE, covers=("crc",))
     def run(s: Session) -> None:
-        if warm:
-            s.data_phase()
-        else:
-            s.startup()
-        if not s.crc:
-            raise CaseSkipped(NO_CRC)
+        took = _prove_carrier(s, first=not warm)
         ulpdu = _carrier(s)
         if how == "bit":
             data = s.frame_ulpdu(ulpdu, corrupt_crc=True)
@@ -101,7 +110,51 @@ def _bad_crc_case(number: int, title: str, *, warm: bool, how: str) -> None:
             changed[len(changed) - 6] ^= 0x40
             data = bytes(changed)
         s.send_raw(data, f"FPDU with a wrong CRC ({how})")
-        _crc_refused(s, "the FPDU with a wrong CRC")
+        _judged(s, took, _crc_refused(s, "the FPDU with a wrong CRC", _wait(took)))
+
+
+def _wait(took: float | None) -> float | None:
+    """How long to wait for an answer to a broken carrier: four times what the valid one
+    took (at least 0.3 s), so that a target that drops silently costs no whole timeout."""
+    return None if took is None else max(0.3, 4 * took)
+
+
+def _judged(s: Session, took: float | None, got: Received | None) -> None:
+    """A close or silence passes only where the valid carrier was seen answered."""
+    if got is None and took is None:
+        raise CaseSkipped(
+            UNPROVEN.format(
+                why="the target is the MPA Initiator: no twin connection carries the valid "
+                "carrier as its first FPDU"
+            )
+        )
+
+
+def _prove_carrier(s: Session, *, first: bool) -> float | None:
+    """Start the case's connection and show that the target answers the carrier when it is
+    valid: on a twin connection as its first FPDU (``first``), else on this connection in
+    the data phase. Returns the seconds the answer took, or None where it cannot be shown
+    (``first`` with an Initiator target: there is no twin); skips when it is not answered."""
+    if first:
+        took = _answers_first_carrier(s) if s.target is TargetRole.RESPONDER else None
+        s.startup()
+        if not s.crc:
+            raise CaseSkipped(NO_CRC)
+        return took
+    s.data_phase()
+    if not s.crc:
+        raise CaseSkipped(NO_CRC)
+    sent = time.monotonic()
+    s.send_ulpdu(_carrier(s), "the carrier, valid (does the target answer it?)")
+    while (got := s.next_fpdu(s.within(1.0))) is not None and not got.is_terminate:
+        info = got.info
+        if info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE:
+            return time.monotonic() - sent
+    raise CaseSkipped(
+        "the target did not answer the carrier (a valid zero-length Read Request) with a Read "
+        "Response within 1 s: its silence after a broken one would prove nothing; a target "
+        "that answers it (iwarp listen, iwarp connect) enables the case"
+    )
 
 
 _bad_crc_case(
@@ -127,6 +180,66 @@ _bad_crc_case(
 )
 
 
+def _answers_first_carrier(s: Session) -> float:
+    """Seconds the target took, on a twin connection, to answer the carrier sent valid as the
+    first FPDU (a zero-length Read Response); skip when it does not answer it.
+
+    Without this a target that never answers anything would pass every case that accepts
+    silence after a broken carrier."""
+    twin = s.another()
+    twin.startup()
+    if not twin.crc:
+        raise CaseSkipped(NO_CRC)
+    sent = time.monotonic()
+    twin.send_ulpdu(_carrier(twin), "the same carrier, valid (the twin's first FPDU)")
+    while (got := twin.next_fpdu(twin.within(1.0))) is not None:
+        info = got.info
+        if info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE:
+            return time.monotonic() - sent
+        if got.is_terminate:
+            break
+    raise CaseSkipped(
+        "on a twin connection the target did not answer the carrier (a valid zero-length Read "
+        "Request as the first FPDU) with a Read Response within 1 s: its silence after the "
+        "broken one would prove nothing; a target that answers it (iwarp listen) enables the "
+        "case"
+    )
+
+
+@case(
+    "rfc5044/7.1.2/16",
+    "a Responder whose first FPDU fails its CRC sends no FPDU, not even a Terminate (it closes "
+    "or drops it)",
+    '§7.1.2 rule 4: "MPA Responder mode implementations MUST receive and validate at least one '
+    'FPDU before sending any FPDUs"; §8: CRC errors "MUST be detected", the code "SHOULD be '
+    'provided", and an optimized MPA "MAY choose to silently drop the TCP segment"',
+    roles=(TargetRole.RESPONDER,),
+    # A Responder that sends an FPDU of its own first breaks the same rule.
+    covers=("crc-first-term", "crc", "responder-first"),
+)
+def crc_first_no_terminate(s: Session) -> None:
+    # A MUST: a Terminate is an FPDU, and an FPDU whose CRC fails was not validated, so rule 4
+    # forbids it. §8 asks only that the error be detected (reporting it is a SHOULD, dropping
+    # it a MAY): a Responder obeys both by closing or dropping, so the MUST decides.
+    if s.style.peer_to_peer:
+        raise CaseSkipped(
+            "the target takes only peer-to-peer startups, whose first FPDU is the tool's RTR "
+            "(RFC 6581 §9.2): no broken FPDU can come first; a target that takes plain Rev 2 "
+            "or Rev 1 Requests enables the case"
+        )
+    took = _prove_carrier(s, first=True)
+    assert took is not None  # a Responder target: the twin answered
+    s.send_raw(s.frame_ulpdu(_carrier(s), corrupt_crc=True), "first FPDU: the carrier, CRC wrong")
+    # Wait as long as the target showed it takes to answer (its answer would be out by then).
+    got = s.next_fpdu(s.within(_wait(took) or 0.3))
+    if got is not None:
+        raise CaseFailed(
+            f"the Responder sent {got.describe()} before it had validated any FPDU (the first "
+            "it received had a wrong CRC): rule 4 allows a close or silence, not an FPDU"
+        )
+    s.note(f"target {'closed the connection' if s.link.ended else 'stayed silent'}")
+
+
 @case(
     "rfc5044/8/6",
     "a TERM for a wrong CRC copies no DDP header (LLP errors carry none)",
@@ -135,14 +248,12 @@ _bad_crc_case(
     covers=("crc",),
 )
 def crc_term_no_copy(s: Session) -> None:
-    s.data_phase()
-    if not s.crc:
-        raise CaseSkipped(NO_CRC)
+    took = _prove_carrier(s, first=False)
     s.send_raw(
         s.frame_ulpdu(_carrier(s), corrupt_crc=True),
         "FPDU with a wrong CRC",
     )
-    got = _crc_refused(s, "the FPDU with a wrong CRC")
+    got = _crc_refused(s, "the FPDU with a wrong CRC", _wait(took))
     if got is None:
         raise CaseSkipped("the target closed or stayed silent instead of sending a Terminate")
     if got.terminate().hdrct:
@@ -157,14 +268,12 @@ def crc_term_no_copy(s: Session) -> None:
     covers=("crc",),
 )
 def nothing_after_term(s: Session) -> None:
-    s.data_phase()
-    if not s.crc:
-        raise CaseSkipped(NO_CRC)
+    took = _prove_carrier(s, first=False)
     s.send_raw(
         s.frame_ulpdu(_carrier(s), corrupt_crc=True),
         "FPDU with a wrong CRC",
     )
-    if _crc_refused(s, "the FPDU with a wrong CRC") is None:
+    if _crc_refused(s, "the FPDU with a wrong CRC", _wait(took)) is None:
         return
     s.send_ulpdu(_hello(s), "a valid Send after the error")
     deadline = s.within(1.0)
@@ -187,7 +296,7 @@ def pad_zero(s: Session) -> None:
     if not any(got.pad for got in s.received) and region is not None:
         # The target's own FPDUs need no PAD (iwarp's are 2 octets short of a multiple of
         # 4): a 1-octet Read of its buffer brings a 15-octet Read Response, 3 octets of PAD.
-        request = ReadRequest(SINK, 0, 1, region.stag, region.to)
+        request = ReadRequest(s.values.sink_stag, 0, 1, region.stag, region.to)
         s.send_ulpdu(
             craft.read_request(request, msn=s.next_msn(1))[0].octets,
             "Read Request of 1 octet (its Read Response needs PAD)",
@@ -420,7 +529,7 @@ def marker_ptrs(s: Session) -> None:
         # Short FPDUs never reach the marker at 512: a Read of 1100 octets of the
         # target's buffer brings a Read Response that spans two more.
         size = min(region.length, 1100)
-        request = ReadRequest(SINK, 0, size, region.stag, region.to)
+        request = ReadRequest(s.values.sink_stag, 0, size, region.stag, region.to)
         s.send_ulpdu(
             craft.read_request(request, msn=s.next_msn(1))[0].octets,
             f"Read Request of {size} octets (its Read Response spans markers)",

@@ -242,9 +242,13 @@ def pd_513(s: Session) -> None:
     "a Rev 2 Request with PD_Length 513 is closed without a Reply",
     PD_QUOTE,
     roles=R,
+    # A Rev 1-only Responder may close any Rev 2 Request; it would pass for the wrong
+    # reason, and a Rev 1 Request of this size is /28's.
+    needs=(Need.ENHANCED,),
     covers=("pd-length", "reply-to-invalid"),
 )
 def pd_513_rev2(s: Session) -> None:
+    # 4 octets of enhanced data (RFC 6581 §5) and 509 of the ULP's: PD_Length 513.
     s.send_raw(s.default_request(private_data=bytes(509)), "Rev 2 Request, PD_Length 513")
     s.expect_closed("PD_Length 513", within=1.0)
 

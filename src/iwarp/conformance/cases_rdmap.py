@@ -16,13 +16,21 @@ from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
 from iwarp.conformance.errorcase import (
     Broken,
+    apart,
     error_cases,
     foreign_region,
     judge_foreign,
     unknown_stag,
 )
 from iwarp.conformance.model import Level, case
-from iwarp.conformance.session import NO_BUFFER, Received, Region, Session, describe_terminate
+from iwarp.conformance.session import (
+    NO_BUFFER,
+    NOT_WRITABLE,
+    Received,
+    Region,
+    Session,
+    describe_terminate,
+)
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.ddp.errors import DdpErrorType, DdpUntaggedCode
 from iwarp.errors import TerminateLayer
@@ -46,9 +54,6 @@ READ_ITEM = {
 #: A buffer closed to remote Read answers a Read with "access rights": such an answer says
 #: nothing of the rule the case checks, so the case is skipped, never passed.
 NOT_READABLE: dict[tuple[int, int, int], str] = {}
-#: Where our Read Responses are to go: the tool has no memory, the target only echoes these.
-SINK_STAG = 0x51_4E_4B_01
-SINK_TO = 0x1_0000
 
 
 def _region(s: Session) -> Region:
@@ -56,7 +61,9 @@ def _region(s: Session) -> Region:
 
 
 def _read(s: Session, src_stag: int, src_to: int, size: int, what: str) -> Broken:
-    request = ReadRequest(SINK_STAG, SINK_TO, size, src_stag, src_to)
+    # Where the Read Response is to go: the tool has no memory, the target only echoes these
+    # (drawn per run: see ToolValues).
+    request = ReadRequest(s.values.sink_stag, s.values.sink_to, size, src_stag, src_to)
     seg, rdma = craft.read_request(request, msn=s.next_msn(1))
     return Broken(seg, what, rdma_header=rdma)
 
@@ -316,6 +323,60 @@ def read_foreign_stag(s: Session) -> None:
 
 
 @case(
+    "rfc5040/7.2/18",
+    "a Send with Invalidate of a buffer advertised on another connection brings a Terminate "
+    "and leaves that buffer usable",
+    'RFC 5040 §7.2: "4. The Invalidate STag MUST be valid"; §8.1.1: "2. ... if an STag is '
+    'limited in scope to a single Stream, no other Stream can use the STag", "7. ... a Remote '
+    "Peer is not able to invalidate an STag enabled for remote access, if the STag is shared "
+    'on multiple streams"',
+    roles=(TargetRole.RESPONDER,),
+    needs=(Need.REGION, Need.RECEIVE),
+    # Its Writes at the buffer's first octet must be placed, before and after.
+    covers=("invalidate-scope", "write-placed"),
+)
+def invalidate_foreign(s: Session) -> None:
+    s.data_phase((Need.REGION,))
+    region = s.region()
+    # The first connection's buffer takes a Write before: what follows judges the Invalidate.
+    _write_proves(s, region, "before the other connection's Send with Invalidate")
+    other = apart(s, region)
+    other.need(Need.RECEIVE)
+    seg = craft.send(
+        _payload(),
+        msn=other.next_msn(0),
+        opcode=RdmapOpcode.SEND_WITH_INVALIDATE,
+        invalidate=region.stag,
+    )
+    other.send_ulpdu(seg.octets, "Send with Invalidate of the first connection's STag")
+    codes = (
+        RemoteProtectionCode.INVALID_STAG,
+        RemoteProtectionCode.STAG_NOT_ASSOCIATED,
+        RemoteProtectionCode.CANNOT_INVALIDATE,
+    )
+    try:
+        other.expect_terminate(RDMAP, PROT, codes, also=INVALIDATE_ALSO, skip=NO_BUFFER, within=1.0)
+    finally:
+        # Whatever the second connection answered, the first one's buffer must still work.
+        # (It took one before, so an invalid-STag answer now is the Invalidate's doing.)
+        _write_proves(
+            s, region, "after the other connection's Send with Invalidate of its STag", skip=False
+        )
+
+
+def _write_proves(s: Session, region: Region, when: str, *, skip: bool = True) -> None:
+    """An RDMA Write of 8 octets to ``region`` must be taken (no Terminate, no close);
+    ``skip``: an invalid-STag answer means the buffer is not writable, and skips the case."""
+    s.send_ulpdu(
+        craft.write(region.stag, region.to, bytes(8)).octets,
+        f"RDMA Write of 8 octets to STag {region.stag:#x} ({when})",
+    )
+    s.expect_alive(
+        0.3, f"an RDMA Write to the advertised buffer {when}", skip=NOT_WRITABLE if skip else None
+    )
+
+
+@case(
     "rfc5040/1.2/1",
     "a Send with Invalidate of the advertised STag is taken, and the STag then gives no "
     "remote access",
@@ -343,6 +404,7 @@ def invalidate_valid(s: Session) -> None:
         f"Send with Invalidate of the advertised STag {region.stag:#x}, then an RDMA Write "
         "of 8 octets to it",
     )
+    s.send_fence()
     cannot = (
         "the advertised STag cannot be invalidated remotely (RFC 5040 Figure 9 09X); a target "
         "whose advertised STag can be (iwarp listen) enables the case"
@@ -392,9 +454,10 @@ def zero_read(s: Session) -> None:
     broken = _read(s, unknown_stag(s), 0, 0, "zero-length Read Request, unknown STag")
     s.send_ulpdu(broken.segment.octets, broken.what)
     (got,) = _responses(s, 1)
-    if got.info.get("payload_length") != 0 or got.info.get("stag") != SINK_STAG:
+    if got.info.get("payload_length") != 0 or got.info.get("stag") != s.values.sink_stag:
         raise CaseFailed(
-            f"expected a zero-length Read Response to STag {SINK_STAG:#x}: {got.describe()}"
+            f"expected a zero-length Read Response to STag {s.values.sink_stag:#x}: "
+            f"{got.describe()}"
         )
 
 
@@ -404,23 +467,91 @@ def zero_read(s: Session) -> None:
     'RFC 5040 §5.2.2: the Read Response carries "the Data Sink STag and Data Sink '
     'Tagged Offset" of the Read Request',
     needs=(Need.REGION,),
-    covers=("rights-by-terminate", "read-sink"),
+    covers=("rights-by-terminate", "read-sink", "read-source-to"),
 )
 def read_response(s: Session) -> None:
     region = _readable(s)
     size = min(region.length, 32)
-    broken = _read(s, region.stag, region.to, size, f"Read Request of {size} octets")
-    s.send_ulpdu(broken.segment.octets, broken.what)
-    got = _responses(s, 1)
-    octets = sum(int(str(g.info.get("payload_length", 0))) for g in got)
+    sink_stag, sink_to = _sink_apart(s, region)
+    request = ReadRequest(sink_stag, sink_to, size, region.stag, region.to)
+    seg, _ = craft.read_request(request, msn=s.next_msn(1))
+    s.send_ulpdu(
+        seg.octets,
+        f"Read Request of {size} octets from TO {region.to:#x} to sink STag {sink_stag:#x} "
+        f"TO {sink_to:#x}",
+    )
+    got = _whole_response(s, size)
     first = got[0].info
-    if first.get("stag") != SINK_STAG or first.get("to") != SINK_TO:
-        raise CaseFailed(f"Read Response to STag {first.get('stag')} TO {first.get('to')}")
+    if first.get("stag") != sink_stag or first.get("to") != sink_to:
+        source = " (the Data Source TO)" if first.get("to") == region.to else ""
+        raise CaseFailed(
+            f"the Read Response went to STag {_hex(first.get('stag'))} TO "
+            f"{_hex(first.get('to'))}{source}; the Read Request's Data Sink is STag "
+            f"{sink_stag:#x} TO {sink_to:#x}"
+        )
+
+
+def _hex(value: object) -> str:
+    return f"{value:#x}" if isinstance(value, int) else str(value)
+
+
+def _sink_apart(s: Session, region: Region) -> tuple[int, int]:
+    """The run's sink STag and TO, never equal to the buffer's own (a Read Response that
+    carries the Data Source's STag or TO must not pass by coincidence)."""
+    stag, to = s.values.sink_stag, s.values.sink_to
+    if stag == region.stag:
+        stag ^= 0x8000_0000
+    if region.to <= to < region.to + region.length:
+        to = region.to + region.length + 0x1000
+    return stag, to
+
+
+def _whole_response(s: Session, size: int) -> list[Received]:
+    """The segments of the Read Response to a Read of ``size`` octets, up to the one that
+    completes it; CaseFailed, saying what was short, if the answer ends early or runs over."""
+    got: list[Received] = []
+    octets = 0
     while octets < size:
-        got = _responses(s, 1)
-        octets += int(str(got[0].info.get("payload_length", 0)))
+        try:
+            (segment,) = _responses(s, 1)
+        except CaseFailed as exc:
+            raise CaseFailed(
+                f"a Read of {size} octets was answered with {octets} in {len(got)} Read "
+                f"Response segments, then: {exc}"
+            ) from None
+        got.append(segment)
+        octets += int(str(segment.info.get("payload_length", 0)))
     if octets != size:
-        raise CaseFailed(f"{octets} octets returned for a Read of {size}")
+        raise CaseFailed(
+            f"a Read of {size} octets was answered with {octets} ({octets - size} too many) "
+            f"in {len(got)} Read Response segments"
+        )
+    return got
+
+
+@case(
+    "rfc5040/5.2.2/2",
+    "the last segment of a Read Response, and only it, sets the Last flag",
+    "RFC 5040 §5.2.2: a Read Response is one tagged DDP Message; "
+    'RFC 5041 §4.1 L: "It MUST be set to one on the last DDP Segment of every DDP Message. '
+    'It MUST NOT be set to one on any other DDP Segment"',
+    needs=(Need.REGION,),
+    covers=("rights-by-terminate", "read-last"),
+)
+def read_response_last(s: Session) -> None:
+    region = _readable(s)
+    size = min(region.length, 4096)
+    s.send_ulpdu(
+        _read(s, region.stag, region.to, size, "").segment.octets,
+        f"Read Request of {size} octets",
+    )
+    got = _whole_response(s, size)
+    flags = ["L=1" if g.info.get("last") else "L=0" for g in got]
+    if flags[-1] != "L=1" or "L=1" in flags[:-1]:
+        raise CaseFailed(
+            f"the Read Response of {size} octets came in {len(got)} segments with "
+            f"{', '.join(flags)}: the Last flag must be set on the last one only"
+        )
 
 
 @case(
@@ -429,7 +560,7 @@ def read_response(s: Session) -> None:
     'RFC 5040 §5.2.1: "The Remote Peer MUST process the RDMA Read Request Messages in the order '
     'they were sent"',
     needs=(Need.REGION,),
-    covers=("rights-by-terminate", "read-sink", "read-order"),
+    covers=("rights-by-terminate", "read-sink", "read-source-to", "read-order"),
 )
 def read_order(s: Session) -> None:
     region = _readable(s)
@@ -437,10 +568,11 @@ def read_order(s: Session) -> None:
     sinks = []
     fpdus = []
     for i in range(3):
-        request = ReadRequest(SINK_STAG, SINK_TO + 0x1000 * i, size, region.stag, region.to)
+        sink_to = s.values.sink_to + 0x1000 * i
+        request = ReadRequest(s.values.sink_stag, sink_to, size, region.stag, region.to)
         seg, _ = craft.read_request(request, msn=s.next_msn(1))
         fpdus.append(s.frame_ulpdu(seg.octets))
-        sinks.append(SINK_TO + 0x1000 * i)
+        sinks.append(sink_to)
     # In one send: the three are outstanding at once, so the order of the answers is the
     # target's choice, not the pace of the tool's writes.
     s.send_raw(b"".join(fpdus), "Read Requests 1-3 (sink TOs " + ", ".join(map(hex, sinks)) + ")")
@@ -493,7 +625,9 @@ def ird_exceeded(s: Session) -> None:
     burst = b"".join(
         s.frame_ulpdu(
             craft.read_request(
-                ReadRequest(SINK_STAG, SINK_TO, region.length, region.stag, region.to),
+                ReadRequest(
+                    s.values.sink_stag, s.values.sink_to, region.length, region.stag, region.to
+                ),
                 msn=s.next_msn(1),
             )[0].octets
         )
@@ -537,6 +671,7 @@ def _provoke(s: Session) -> Received:
     s.send_ulpdu(
         craft.write(unknown_stag(s), 0, b"conformance!").octets, "RDMA Write to an unknown STag"
     )
+    s.send_fence()
     got = s.expect_terminate(TerminateLayer.DDP, DdpErrorType.TAGGED_BUFFER, 0)
     assert got is not None
     return got

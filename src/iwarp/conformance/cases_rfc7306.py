@@ -12,10 +12,17 @@ or add and then take away the same amount, so the buffer ends as it was.
 from __future__ import annotations
 
 from iwarp.conformance import craft
-from iwarp.conformance.errorcase import unknown_stag
+from iwarp.conformance.errorcase import apart, judge_foreign, unknown_stag
 from iwarp.conformance.model import case
-from iwarp.conformance.session import Received, Region, Session, describe_terminate
+from iwarp.conformance.session import (
+    NOT_WRITABLE,
+    Received,
+    Region,
+    Session,
+    describe_terminate,
+)
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
+from iwarp.ddp.errors import DdpErrorType, DdpTaggedCode
 from iwarp.errors import TerminateLayer
 from iwarp.rdmap.errors import RdmapErrorType, RemoteOperationCode, RemoteProtectionCode
 from iwarp.rdmap.wire import (
@@ -48,6 +55,9 @@ def _target(s: Session) -> tuple[Region, int]:
 def _send_atomic(s: Session, request: AtomicRequest, what: str) -> None:
     seg = craft.send(request.pack(), msn=s.next_msn(1), opcode=RdmapOpcode.ATOMIC_REQUEST)
     s.send_ulpdu(seg.octets, what)
+    # Its answer (a response or a Terminate) comes before the fence's (RFC 7306 §7 orders
+    # Atomic Responses with Read Responses): a target that drops it costs no whole timeout.
+    s.send_fence()
 
 
 def _unsupported(term: TerminateHeader, what: str) -> None:
@@ -73,12 +83,14 @@ def _responses(s: Session, count: int) -> list[Received]:
 
 def _next_terminate(s: Session) -> TerminateHeader:
     """The target's Terminate (its other FPDUs, e.g. advertisements, skipped)."""
+    deadline = s.deadline
     while True:
-        got = s.next_fpdu()
+        got = s.next_fpdu(deadline)
         if got is None:
-            raise CaseFailed(f"expected a Terminate; {s.link.ended or 'silence'}")
+            raise CaseFailed(f"expected a Terminate; {s.link.ended or 'silence'}{s.fence_note()}")
         if got.is_terminate:
             return got.terminate()
+        deadline = s.fenced(got, deadline)
 
 
 def _answer(got: Received) -> AtomicResponse:
@@ -229,6 +241,58 @@ def unknown_target(s: Session) -> None:
 
 
 @case(
+    "rfc7306/5/1",
+    "an Atomic Request for a buffer advertised on another connection brings TERM invalid STag "
+    "or STag not associated",
+    'RFC 7306 §5: "Atomic Operation Request Messages use the same remote addressing mechanism '
+    'as RDMA Reads and Writes"; RFC 5040 §8.1.1: "2. ... if an STag is limited in scope to a '
+    'single Stream, no other Stream can use the STag"',
+    roles=(TargetRole.RESPONDER,),
+    needs=(Need.REGION,),
+    # It also Writes at the buffer's first octet, first (a Write that must be placed).
+    covers=("atomic-scope", "stag-scope", "write-placed"),
+)
+def foreign_target(s: Session) -> None:
+    region, to = _target(s)
+    # On its own connection the word takes a Write and a FetchAdd of 0: what the other
+    # connections meet is about the STag's scope, not the buffer's rights.
+    s.send_ulpdu(craft.write(region.stag, region.to, bytes(8)).octets, "RDMA Write (own STag)")
+    s.expect_alive(0.3, "an RDMA Write to the advertised buffer", skip=NOT_WRITABLE)
+    _send_atomic(
+        s, AtomicRequest.fetch_add(REQUEST_ID, region.stag, to, 0), "FetchAdd of 0 (own STag)"
+    )
+    _responses(s, 1)
+    other = apart(s, region)
+    # A third connection shows whether the STag is limited to its stream: a Write from there
+    # must be refused; one that goes through means the target shares STags across streams
+    # (RFC 5040 §8.1.1 item 2 lets it), and then an Atomic from elsewhere is allowed too.
+    twin = s.another()
+    twin.data_phase(())
+    twin.send_ulpdu(
+        craft.write(region.stag, region.to, bytes(8)).octets,
+        "RDMA Write of 8 octets to the first connection's STag",
+    )
+    stag_codes = (DdpTaggedCode.INVALID_STAG, DdpTaggedCode.STAG_NOT_ASSOCIATED)
+    judge_foreign(twin, [(TerminateLayer.DDP, DdpErrorType.TAGGED_BUFFER, stag_codes)], {})
+    _send_atomic(
+        other,
+        AtomicRequest.fetch_add(REQUEST_ID + 1, region.stag, to, 0),
+        f"FetchAdd of 0 at the first connection's STag {region.stag:#x} TO {to:#x}",
+    )
+    codes = (RemoteProtectionCode.INVALID_STAG, RemoteProtectionCode.STAG_NOT_ASSOCIATED)
+    try:
+        other.expect_terminate(RDMAP, PROT, codes, within=1.0)
+    except CaseFailed as exc:
+        if any(g.info.get("opcode") == RdmapOpcode.ATOMIC_RESPONSE for g in other.received):
+            raise CaseFailed(
+                f"STag {region.stag:#x} is limited to its stream (another connection's RDMA "
+                "Write to it was refused), yet another connection's Atomic Request on it was "
+                "executed (an Atomic Response came back)"
+            ) from None
+        raise exc
+
+
+@case(
     "rfc7306/6.3/1",
     "Immediate Data that is not exactly 8 octets brings a Terminate",
     'RFC 7306 §6.3: "The Remote Peer MUST check that Immediate Data and Immediate Data with SE '
@@ -241,6 +305,7 @@ def immediate_size(s: Session) -> None:
     s.need(Need.RECEIVE)
     seg = craft.send(b"7octets", msn=s.next_msn(0), opcode=RdmapOpcode.IMMEDIATE_DATA)
     s.send_ulpdu(seg.octets, "Immediate Data of 7 octets")
+    s.send_fence()
     term = _next_terminate(s)
     _unsupported(term, "Immediate Data (or calls 7 octets an unexpected opcode)")
     s.note(f"answered {describe_terminate(term)}")

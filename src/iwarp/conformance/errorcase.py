@@ -16,7 +16,7 @@ from iwarp.conformance.model import Level, case
 from iwarp.conformance.session import Answer, Region, Session
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need
 
-__all__ = ["Broken", "error_cases", "foreign_region", "judge_foreign", "unknown_stag"]
+__all__ = ["Broken", "apart", "error_cases", "foreign_region", "judge_foreign", "unknown_stag"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,7 @@ def error_cases(
             s.need(need)
         broken = build(s)
         s.send_ulpdu(broken.segment.octets, broken.what)
+        s.send_fence()
         got = s.expect_terminate(layer, etype, codes, also=also, skip=skip)
         return broken, got
 
@@ -112,6 +113,12 @@ def foreign_region(s: Session) -> tuple[Session, Region]:
     """
     s.data_phase((Need.REGION,))
     region = s.region()
+    return apart(s, region), region
+
+
+def apart(s: Session, region: Region) -> Session:
+    """A second connection to the target, which advertised another STag than ``region``'s
+    there (see :func:`foreign_region`)."""
     other = s.another()
     other.data_phase((Need.REGION,))
     theirs = other.cooperation.region
@@ -120,7 +127,7 @@ def foreign_region(s: Session) -> tuple[Session, Region]:
             f"the target advertised STag {region.stag:#x} on both connections: it is not "
             "limited to one stream; a target with an STag per connection enables the case"
         )
-    return other, region
+    return other
 
 
 def judge_foreign(

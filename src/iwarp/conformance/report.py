@@ -103,11 +103,13 @@ def write_text(results: Sequence[Result], out: TextIO, *, colour: bool) -> None:
     out.write(line + "\n")
 
 
-def to_json(results: Sequence[Result], target: str) -> str:
+def to_json(results: Sequence[Result], target: str, seed: int | None = None) -> str:
+    """The run as one JSON object; ``seed``: the run's seed of the tool's values."""
     c = counts(results)
     return json.dumps(
         {
             "target": target,
+            **({} if seed is None else {"seed": seed}),
             "passed": c[Status.PASSED],
             "failed": c[Status.FAILED],
             "skipped": c[Status.SKIPPED],

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -33,7 +34,7 @@ from typing import Final
 
 from iwarp.conformance.link import Link
 from iwarp.conformance.model import Case, Result, Status
-from iwarp.conformance.session import NEED_HINTS, Session, StartupStyle
+from iwarp.conformance.session import NEED_HINTS, Session, StartupStyle, ToolValues
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.mpa.wire import Revision
 from iwarp.sockets import connect_failure_reason
@@ -46,6 +47,7 @@ __all__ = [
     "ResponderTarget",
     "Runner",
     "ShellLauncher",
+    "NotAnMpaResponderError",
     "TargetUnavailableError",
 ]
 
@@ -69,6 +71,33 @@ NEXT_CONNECT: Final = 15.0
 
 class TargetUnavailableError(Exception):
     """The target could not be reached at all (nothing to test)."""
+
+
+class NotAnMpaResponderError(TargetUnavailableError):
+    """The target took the TCP connection but answered a valid MPA Request with no MPA
+    frame within the startup timeout: silence, or octets that cannot begin one (an HTTP
+    server, an SSH banner). No case could judge it; each would wait out its whole timeout.
+    """
+
+
+#: How every MPA startup frame begins (both keys, RFC 5044 §7.1.1); what a target sent
+#: that starts otherwise is not a broken MPA frame but another protocol.
+MPA_KEY_START: Final = b"MPA "
+
+
+def not_mpa(received: bytes, ended: str | None) -> str:
+    """Why the target's answer to a valid Request is no MPA frame at all, or "".
+
+    A close is an MPA answer (a Rev 1 Responder closes on Rev 2), and so is any
+    frame that begins like one, whatever its key's other octets (a wrong key is a
+    verdict the cases report).
+    """
+    head = received[: len(MPA_KEY_START)]
+    if not received:
+        return "" if ended else "it stayed silent"
+    if head.upper() != MPA_KEY_START[: len(head)]:
+        return f"it sent octets that begin no MPA frame: {received[:24]!r}"
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +204,7 @@ class Runner:
         mpa_mode: str = "rfc",
         culley_line: bytes = b"",
         settle: float = 0.0,
+        seed: int | None = None,
     ) -> None:
         if mpa_mode not in MPA_MODES:
             raise ValueError(f"mpa_mode is one of {', '.join(MPA_MODES)}, not {mpa_mode!r}")
@@ -187,6 +217,10 @@ class Runner:
         #: siw_accept) leaves FPDUs that arrive in between unread until more data comes, so
         #: a case that sends all it has at once would meet silence whatever the rule.
         self.settle = settle
+        #: The seed of the tool's free values (sink STags and TOs): drawn unless given, so
+        #: that a run can be replayed with the same values (``--seed``).
+        self.seed = secrets.randbelow(1 << 32) if seed is None else seed
+        self.values = ToolValues.draw(self.seed)
         self.target = target
         self.timeout = timeout
         self.cooperation_wait = cooperation_wait
@@ -197,6 +231,8 @@ class Runner:
         #: Why not, for the report.
         self.probe_note = ""
         self._listener: socket.socket | None = None
+        #: Whether :meth:`probe` ran (the command probes before its heading; run() after).
+        self._probed = False
         self._accepted = 0
         self._lock = threading.Lock()
         #: Why the remaining cases are skipped (the target died), else "".
@@ -292,6 +328,9 @@ class Runner:
             StartupStyle(peer_to_peer=True),
             StartupStyle(revision=int(Revision.REV1)),
         )
+        if self._probed:
+            return
+        self._probed = True
         first = ""
         for style in styles:
             deadline = time.monotonic() + self.timeout
@@ -300,6 +339,9 @@ class Runner:
             try:
                 reply = session.initiate()
             except CaseFailed as exc:
+                why = not_mpa(bytes(link.received), link.ended)
+                if why and not first:
+                    raise NotAnMpaResponderError(self._not_mpa(why)) from None
                 first = first or str(exc)
                 continue
             finally:
@@ -313,6 +355,16 @@ class Runner:
         self.style = StartupStyle()
         self.answered = False
         self.probe_note = f"no start-up style was accepted: {first}"
+
+    def _not_mpa(self, why: str) -> str:
+        assert isinstance(self.target, ResponderTarget)
+        host, port = self.target.host, self.target.port
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return (
+            f"{address} is not an MPA Responder: it took the TCP connection but did not "
+            f"answer a valid MPA Request (Rev 2) with an MPA frame within {self.timeout:g} s; "
+            f"{why} (no case run; --timeout sets the wait)"
+        )
 
     # --- cases -------------------------------------------------------------------
 
@@ -439,6 +491,7 @@ class Runner:
             session.wants = item.needs
             session.culley_line = self.culley_line
             session.settle = self.settle
+            session.values = self.values
             if isinstance(self.target, ResponderTarget):
                 session.opener = lambda: self._connect(deadline)
             item.run(session)

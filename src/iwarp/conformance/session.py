@@ -20,6 +20,7 @@ non-zero PAD, a bad CRC, a marker out of place.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,7 @@ __all__ = [
     "Region",
     "Session",
     "StartupStyle",
+    "ToolValues",
     "describe_terminate",
 ]
 
@@ -235,6 +237,34 @@ class StartupStyle:
         return "peer-to-peer Rev 2 Requests" if self.peer_to_peer else "plain Rev 2 Requests"
 
 
+@dataclass(frozen=True, slots=True)
+class ToolValues:
+    """The values the tool is free to choose (where a Read Response is to go), drawn per run
+    from a seed the report prints, so that a target's own constants cannot coincide with
+    the tool's by habit (a target that answers a Read at its source TO would pass if the
+    tool's sink TO were its buffer's start). The same seed gives the same values.
+    """
+
+    seed: int
+    #: The Data Sink STag of the tool's Read Requests (never 0, nor the RTR's 1).
+    sink_stag: int
+    #: Their Data Sink TO: 4 KiB aligned, below 2^48, so that sink_to + 1 MiB never wraps.
+    sink_to: int
+
+    @classmethod
+    def draw(cls, seed: int) -> ToolValues:
+        rng = random.Random(seed)
+        return cls(
+            seed=seed,
+            sink_stag=rng.randrange(0x100, 0xFFFF_FF00),
+            sink_to=rng.randrange(1, 1 << 36) << 12,
+        )
+
+
+#: The values of a session the runner did not set up (tests of single cases).
+DEFAULT_VALUES: Final = ToolValues.draw(0)
+
+
 @dataclass(slots=True)
 class Received:
     """One FPDU from the target, as it arrived."""
@@ -348,6 +378,13 @@ class Session:
         self.waited_for: frozenset[Need] = frozenset()
         #: Seconds the tool waits after the target's Reply before it sends (set by the runner).
         self.settle = 0.0
+        #: The tool's free values of this run (set by the runner from its seed).
+        self.values = DEFAULT_VALUES
+        #: When the last fence went out (see :meth:`send_fence`), and its sink STag.
+        self._fence_sent: float | None = None
+        self._fence_stag = 0
+        #: Seconds the target took to answer the fence, once it did.
+        self.fence_answered: float | None = None
 
     # --- bookkeeping -----------------------------------------------------
 
@@ -369,6 +406,7 @@ class Session:
         other.wants = self.wants
         other.observed = self.observed
         other.label = f"[connection {len(self.others) + 2}] "
+        other.values = self.values
         self.others.append(other)
         return other
 
@@ -771,12 +809,17 @@ class Session:
         (the advertised buffer is closed to the access, the target lacks the extension).
         """
         out: list[Received] = []
+        deadline = self.deadline
         while len(out) < count:
-            got = self.next_fpdu()
+            got = self.next_fpdu(deadline)
             if got is None:
                 raise CaseFailed(
                     f"{len(out)} of {count} {name}, then {self.link.ended or 'silence'}"
+                    + self.fence_note()
                 )
+            if self.is_fence(got):  # the fence's answer, not one of those awaited
+                deadline = self.fenced(got, deadline)
+                continue
             if got.is_terminate:
                 term = got.terminate()
                 if judge is not None:
@@ -834,6 +877,56 @@ class Session:
         if self.link.ended and not close_ok:
             raise CaseFailed(f"{what}: the target closed the connection ({self.link.ended})")
 
+    def send_fence(self) -> None:
+        """A zero-length RDMA Read Request right behind a broken message: RDMAP answers it
+        in order (RFC 5040 §5.2.1, §5.5), so its Read Response arriving without a Terminate
+        before it shows the broken message was taken or dropped silently. It bounds the
+        wait for that Terminate by the time the target took to answer the fence, instead
+        of the case's whole timeout (a target that drops faults silently would cost a
+        timeout per case). A conforming target that terminates ignores it."""
+        self._fence_stag = self.values.sink_stag ^ 0x00FE_0000
+        # A zero-length Read's source is not validated (RFC 5040 §5.2.1), but a target that
+        # does validate it should meet no second fault here: the advertised buffer if any.
+        region = self.cooperation.region
+        src_stag, src_to = (region.stag, region.to) if region is not None else (RTR_STAG, 0)
+        request = ReadRequest(self._fence_stag, 0, 0, src_stag, src_to)
+        seg, _ = craft.read_request(request, msn=self.next_msn(1))
+        self._fence_sent = time.monotonic()
+        self.send_ulpdu(seg.octets, "fence: a zero-length Read Request")
+
+    def fence_note(self) -> str:
+        """What the fence showed, for a failure's reason ("" when it was not answered)."""
+        if self.fence_answered is None:
+            return ""
+        return (
+            f" (the zero-length Read Request sent after the broken message was answered in "
+            f"{self.fence_answered:.3f}s, with no Terminate before it)"
+        )
+
+    def is_fence(self, got: Received) -> bool:
+        """Whether ``got`` answers the fence still outstanding."""
+        info = got.info
+        return (
+            self._fence_sent is not None
+            and info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE
+            and info.get("stag") == self._fence_stag
+        )
+
+    def fenced(self, got: Received, deadline: float) -> float:
+        """The deadline after ``got``: shortened once the fence was answered."""
+        sent = self._fence_sent
+        if sent is None or not self.is_fence(got):
+            return deadline
+        took = time.monotonic() - sent
+        self._fence_sent = None
+        more = max(0.3, 4 * took)
+        self.note(
+            f"the fence was answered after {took:.3f}s with no Terminate before it; "
+            f"waiting {more:.1f}s more"
+        )
+        self.fence_answered = took
+        return min(deadline, time.monotonic() + more)
+
     def expect_terminate(
         self,
         layer: int,
@@ -877,9 +970,11 @@ class Session:
                         f"connection ({self.link.ended}) without one"
                     )
                 raise CaseFailed(
-                    f"expected a Terminate ({want}); none within {self.link.elapsed():.1f}s"
+                    f"expected a Terminate ({want}); none within "
+                    f"{self.link.elapsed():.1f}s{self.fence_note()}"
                 )
             if not got.is_terminate:
+                deadline = self.fenced(got, deadline)
                 continue
             term = got.terminate()
             if skip and (reason := skip.get((term.layer, term.etype, term.code))):
