@@ -57,8 +57,8 @@ PATHS: tuple[tuple[str, dict[str, str]], ...] = (("c", {}), ("pure", {"IWARP_NO_
 
 def test_corpus(directory: Path) -> list[Path]:
     """The test corpus's conversations written as captures."""
-    sys.path.insert(0, str(ROOT / "tests" / "analyze"))
-    import analyze_traffic as t  # the tests' own builders
+    sys.path.insert(0, str(ROOT))
+    import tests.analyze.analyze_traffic as t  # the tests' own builders
 
     def lose(name: str, pieces: list[bytes]) -> list[bytes]:
         return pieces[:1] + pieces[2:] if name == "initiator" else pieces
