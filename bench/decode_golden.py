@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -57,8 +59,9 @@ PATHS: tuple[tuple[str, dict[str, str]], ...] = (("c", {}), ("pure", {"IWARP_NO_
 
 def test_corpus(directory: Path) -> list[Path]:
     """The test corpus's conversations written as captures."""
-    sys.path.insert(0, str(ROOT))
-    import tests.analyze.analyze_traffic as t  # the tests' own builders
+    # The tests' own builders (a directory of test modules, not a package).
+    sys.path.insert(0, str(ROOT / "tests" / "analyze"))
+    t: Any = importlib.import_module("analyze_traffic")
 
     def lose(name: str, pieces: list[bytes]) -> list[bytes]:
         return pieces[:1] + pieces[2:] if name == "initiator" else pieces
