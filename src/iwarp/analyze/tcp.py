@@ -29,7 +29,7 @@ _KIB: Final = 1 << 10
 _MIB: Final = 1 << 20
 #: Dead octets at the front of a window's first buffer before they may be
 #: cut off (and then only when they outweigh the live ones).
-_COMPACT: Final = 256 * _KIB
+_COMPACT: Final = 64 * _KIB
 
 
 def signed(delta: int) -> int:
@@ -77,7 +77,8 @@ class StreamWindow:
     few segments on a capture of small segments; this way each octet is
     copied into the window once and moved at most once more on average,
     and a buffer is never more than twice its live octets plus ``compact``
-    (256 KiB; the limits count live octets, :attr:`held`).
+    (64 KiB, the history's size). :attr:`held` counts the dead octets too:
+    the limits bound what is in memory.
     """
 
     __slots__ = (
@@ -155,8 +156,10 @@ class StreamWindow:
 
     @property
     def held(self) -> int:
-        """Octets held in memory."""
-        return sum(hi - lo for lo, hi in self.runs)
+        """Octets held in memory: the runs' and the dead ones not cut off yet
+        (what the limits must count)."""
+        dead = self.runs[0][0] - self.origin if self.runs else 0
+        return dead + sum(hi - lo for lo, hi in self.runs)
 
     # -- queries ---------------------------------------------------------------
 
