@@ -124,15 +124,16 @@ def digest_run(capture: Path, args: tuple[str, ...], env: dict[str, str]) -> dic
     """Digests of one decode: its output, exit status and the files it wrote."""
     with tempfile.TemporaryDirectory(prefix="iwarp-golden-") as out:
         argv = [a.replace("{out}", out) for a in args]
+        # Run beside the capture and name it alone: its name appears in the
+        # output and in the tables, the directory it is in does not matter.
         done = subprocess.run(
-            [sys.executable, "-m", "iwarp", "decode", "--progress", "no", *argv, str(capture)],
+            [sys.executable, "-m", "iwarp", "decode", "--progress", "no", *argv, capture.name],
             capture_output=True,
             env=env,
+            cwd=capture.parent,
             check=False,
         )
-        # The capture's own name appears in the output; the directory does not matter.
-        stdout = done.stdout.replace(str(capture).encode(), capture.name.encode())
-        stdout = unclocked(stdout)
+        stdout = unclocked(done.stdout)
         result = {
             "stdout": hashlib.sha256(stdout).hexdigest(),
             "status": str(done.returncode),
@@ -158,7 +159,7 @@ def main() -> int:
     digests: dict[str, dict[str, str]] = {}
     for capture in captures:
         for path_name, extra in PATHS:
-            env = {**os.environ, "PYTHONPATH": args.src, **extra}
+            env = {**os.environ, "PYTHONPATH": str(Path(args.src).resolve()), **extra}
             for mode, mode_args in MODES:
                 if mode in wanted:
                     key = f"{capture.name} {path_name} {mode}"
