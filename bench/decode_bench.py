@@ -1,13 +1,15 @@
 """``iwarp decode`` on large generated captures: MB/s, peak RSS, tshark's ratio, ``--jobs``.
 
     python bench/decode_bench.py [--size 200M] [--repeat 3] [--keep DIR]
-                                 [--kinds default,marked] [--no-tshark]
+                                 [--kinds default,marked,ethernet] [--no-tshark]
                                  [--jobs-files 4] [-- DECODE ARGS...]
 
-Makes two captures with ``bench/make_capture.py`` in a temporary directory
+Makes three captures with ``bench/make_capture.py`` in a temporary directory
 (deleted afterwards unless ``--keep``): ``default`` (its usual mix, 16
-connections at once) and ``marked`` (40 at once, every other connection
-with markers both ways, every stream cut anywhere by the MSS). Then runs,
+connections at once), ``marked`` (40 at once, every other connection
+with markers both ways, every stream cut anywhere by the MSS) and
+``ethernet`` (40 at once, the usual mix at MSS 1460: an MTU 1500 link, where
+the cost is per packet). Then runs,
 interleaved and ``--repeat`` times, each in a fresh process: ``iwarp
 decode`` once per variant (default: the summary with the receiver replay,
 the summary with ``--no-receiver``, and ``--json``, every record as JSON),
@@ -18,7 +20,8 @@ fields of ``--json`` (one line per FPDU frame: like for like with
 ``--json``) and ``-q -Y iwarp_mpa`` (the dissectors without output:
 tshark's floor; ``-q`` alone does not run them). For
 each it reports wall and CPU seconds, MB/s of capture on both clocks (CPU
-time is what the machine's other load changes least), the process's own
+time is what the machine's other load changes least), CPU microseconds per
+packet and milliseconds per MB, the process's own
 peak RSS (``wait4``), FPDUs found against those the generator sent, and
 for tshark its FPDUs and "Bad CRC32" verdicts; then, for each ``iwarp
 decode`` variant, each tshark's CPU time over iwarp's (how many times
@@ -79,6 +82,7 @@ TSHARK_VARIANTS = (
 KINDS = {
     "default": {"concurrent": 16, "mix": "default"},
     "marked": {"concurrent": 40, "mix": "marked"},
+    "ethernet": {"concurrent": 40, "mix": "ethernet"},
 }
 
 
@@ -191,12 +195,20 @@ class Figures:
         low, high = min(values), max(values)
         return format(low, fmt) if len(values) == 1 else f"{low:{fmt}}-{high:{fmt}}"
 
-    def line(self, size: int) -> str:
+    def line(self, size: int, frames: int = 0) -> str:
         walls = [r.wall for r in self.runs]
         cpus = [r.cpu for r in self.runs]
+        # The cost per packet and per MB (CPU): on small frames the analyzer's
+        # cost is per packet, on large FPDUs per octet.
+        per = (
+            f", {self.span([c * 1e6 / frames for c in cpus], '.2f')} us/packet, "
+            f"{self.span([c * 1e3 / (size / 1e6) for c in cpus], '.1f')} ms/MB"
+            if frames and size
+            else ""
+        )
         return (
             f"{self.span(cpus, '.2f')} s CPU ({self.span([size / 1e6 / c for c in cpus], '.0f')}"
-            f" MB/s), {self.span(walls, '.2f')} s wall "
+            f" MB/s{per}), {self.span(walls, '.2f')} s wall "
             f"({self.span([size / 1e6 / w for w in walls], '.0f')} MB/s), peak RSS "
             f"{self.span([r.rss_mib for r in self.runs], '.0f')} MiB"
         )
@@ -229,7 +241,11 @@ def main() -> int:
     parser.add_argument("--size", default="200M", help="capture size (K, M, G; default 200M)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds (default 1)")
-    parser.add_argument("--kinds", default="default,marked", help="captures: default,marked")
+    parser.add_argument(
+        "--kinds",
+        default="default,marked,ethernet",
+        help="captures, of default,marked,ethernet (all three by default)",
+    )
     parser.add_argument("--no-tshark", action="store_true", help="do not run tshark")
     parser.add_argument("--keep", metavar="DIR", help="make the captures here and keep them")
     parser.add_argument(
@@ -250,6 +266,7 @@ def main() -> int:
     directory.mkdir(parents=True, exist_ok=True)
     variants = [args.decode_args] if args.decode_args else [[], ["--no-receiver"], ["--json"]]
     captures: dict[str, tuple[Path, int, int]] = {}
+    frames: dict[str, int] = {}
     try:
         started = time.perf_counter()
         manifests = make_captures(kinds, directory, args.size, args.seed)
@@ -259,6 +276,7 @@ def main() -> int:
             size = path.stat().st_size
             sent = sum(manifest["total"]["fpdus"].values())
             captures[kind] = (path, size, sent)
+            frames[kind] = manifest["frames"]
             print(
                 f"capture {kind}: {size / 1e6:.1f} MB, {manifest['frames']} frames, "
                 f"{manifest['connections']} connections, {sent} FPDUs"
@@ -289,7 +307,10 @@ def main() -> int:
                     results.setdefault((kind, name), Figures()).runs.append(run)
                     counts[(kind, name)] = (*run.counts, run.status)
         for kind, (_path, size, sent) in captures.items():
-            print(f"\n{kind} capture ({size / 1e6:.1f} MB, {sent} FPDUs sent):")
+            print(
+                f"\n{kind} capture ({size / 1e6:.1f} MB, {frames[kind]} packets, "
+                f"{sent} FPDUs sent):"
+            )
             tshark_cpu: dict[str, list[float]] = {}
             if tshark is not None:
                 tshark_cpu = {
@@ -314,7 +335,7 @@ def main() -> int:
                         )
                     if speeds:
                         tail += "; speed (CPU) over " + ", ".join(speeds)
-                print(f"  {name}: {figures.line(size)}{tail}")
+                print(f"  {name}: {figures.line(size, frames[kind])}{tail}")
         if args.jobs_files:
             paths = [captures[kinds[i % len(kinds)]][0] for i in range(args.jobs_files)]
             jobs_scaling(paths, args.repeat)

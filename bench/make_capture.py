@@ -185,8 +185,10 @@ class Writer:
 
 
 #: Connection mixes: ``default`` as above; ``marked``: every other connection
-#: with markers both ways and every one with FPDUs cut anywhere by the MSS.
-MIXES: Final = ("default", "marked")
+#: with markers both ways and every one with FPDUs cut anywhere by the MSS;
+#: ``ethernet``: the default's draws with every connection at MSS 1460 (MTU
+#: 1500), where the analyzer's cost is per packet rather than per octet.
+MIXES: Final = ("default", "marked", "ethernet")
 
 
 class Generator:
@@ -211,13 +213,16 @@ class Generator:
         if self.mix == "marked":
             markers = (True, True) if index % 2 == 0 else (False, False)
             aligned = False
+        mss = rng.choice([1460, 1460, 1460, 8960])
+        if self.mix == "ethernet":
+            mss = 1460
         conn = Conn(
             index=index,
             client=bytes([10, 0, (index >> 8) & 0xFF, index & 0xFF]),
             server=bytes([10, 1, 0, 1 + index % 4]),
             cport=20000 + index % 40000,
             sport=4791,
-            mss=rng.choice([1460, 1460, 1460, 8960]),
+            mss=mss,
             crc=rng.random() < 0.9,
             markers=markers,
             aligned=aligned,
@@ -522,8 +527,9 @@ def main(argv: list[str] | None = None) -> int:
         "--mix",
         choices=MIXES,
         default="default",
-        help="connection mix: default (above), or marked (every other connection with "
-        "markers both ways, every FPDU stream cut anywhere by the MSS)",
+        help="connection mix: default (above), marked (every other connection with "
+        "markers both ways, every FPDU stream cut anywhere by the MSS) or ethernet (the "
+        "default's with every connection at MSS 1460, MTU 1500)",
     )
     parser.add_argument("--manifest", help="write what was sent as JSON here")
     args = parser.parse_args(argv)

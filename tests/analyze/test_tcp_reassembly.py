@@ -86,7 +86,10 @@ def test_discard_keeps_only_the_history() -> None:
     reasm = reassemble([(i * 1000, bytes([i]) * 1000) for i in range(100)], limits)
     window = reasm.window
     window.discard(50_000)
-    assert window.held == 100_000 - 49_000
+    assert sum(hi - lo for lo, hi in window.runs) == 100_000 - 49_000
+    # The 49 000 octets dropped stay in the buffer, counted, until they
+    # outweigh the live ones and 64 KiB; then they are cut off.
+    assert window.held == 100_000
     assert window.read(49_000, 10) == bytes([49]) * 10
     assert window.read(48_999, 2) is None
     # A retransmission of discarded octets is counted, not compared.
@@ -94,6 +97,9 @@ def test_discard_keeps_only_the_history() -> None:
     assert reasm.unchecked == 10 and reasm.conflicts == []
     reasm.add(49_500, b"x" * 10, 1000)  # still held: compared
     assert [c[0] for c in reasm.conflicts] == [1000]
+    window.discard(80_000)
+    assert window.held == 100_000 - 79_000
+    assert window.read(79_000, 10) == bytes([79]) * 10
 
 
 def test_find_looks_inside_runs_only() -> None:
@@ -118,3 +124,60 @@ def test_a_far_sequence_jump_costs_no_memory() -> None:
     assert window.runs == [[0, 1], [(1 << 30) - 10, (1 << 30) - 9]]
     assert window.read((1 << 30) - 10, 1) == b"b"
     assert peak < 1 << 20
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.integers(0, 40), st.binary(min_size=1, max_size=50)),
+            st.tuples(st.just("discard"), st.integers(0, 120), st.just(b"")),
+        ),
+        max_size=40,
+    ),
+    st.integers(0, 30),
+    st.integers(0, 64),
+)
+def test_window_queries_after_discards_match_the_model(
+    steps: list[tuple[str, int, bytes]], history: int, compact: int
+) -> None:
+    # Appends (some past a gap) and discards in any order; whatever the
+    # window cut off its buffers' fronts, every query answers from the model
+    # and no buffer outgrows twice its live octets plus the compaction slack.
+    window = StreamWindow(BASE, history, compact)
+    octets: dict[int, int] = {}
+    for action, amount, data in steps:
+        if action == "append":
+            at = window.end + (amount if amount > 30 else 0)
+            window.append(at, data, 2)
+            octets.update(zip(range(at, at + len(data)), data, strict=True))
+        else:
+            window.discard(window.start + amount)
+            octets = {i: v for i, v in octets.items() if i >= window.start}
+        dead = window.runs[0][0] - window.origin if window.runs else 0
+        assert window.held == len(octets) + dead
+        assert dead <= max(len(octets), compact)
+        for (lo, hi), chunk in zip(window.runs, window.chunks, strict=True):
+            assert len(chunk) <= 2 * (hi - lo) + compact
+    assert [i for lo, hi in window.runs for i in range(lo, hi)] == sorted(octets)
+    for lo, hi in window.runs:
+        expected = bytes(octets[i] for i in range(lo, hi))
+        for at in range(lo, hi):
+            assert window.read(at, hi - at) == expected[at - lo :]
+            assert bytes(window.view(at, hi - at) or b"x") == expected[at - lo :]
+            found = window.locate(at)
+            assert found is not None
+            chunk, pos, end = found
+            assert end == hi and bytes(chunk[pos : pos + hi - at]) == expected[at - lo :]
+            assert window.captured(at, hi + 3) == expected[at - lo :]
+            assert window.run_end(at) == hi and window.next_captured(at) == at
+        assert window.read(lo, hi - lo + 1) is None
+        if hi - lo >= 2:
+            key = expected[-2:]
+            earlier = [
+                run_lo + at
+                for run_lo, run_hi in window.runs
+                if run_lo <= lo
+                and (at := bytes(octets[i] for i in range(run_lo, run_hi)).find(key)) >= 0
+            ]
+            assert window.find(key, hi) == earlier[0]

@@ -27,6 +27,9 @@ _MASK: Final = 0xFFFFFFFF
 _HALF: Final = 1 << 31
 _KIB: Final = 1 << 10
 _MIB: Final = 1 << 20
+#: Dead octets at the front of a window's first buffer before they may be
+#: cut off (and then only when they outweigh the live ones).
+_COMPACT: Final = 64 * _KIB
 
 
 def signed(delta: int) -> int:
@@ -65,16 +68,40 @@ class StreamWindow:
     missed split it into runs. Decoders read with absolute offsets and
     :meth:`discard` what they are done with. The query methods mirror what
     the MPA and VI/TCP walkers need.
+
+    Each run's octets sit in a buffer from a physical origin: what is
+    discarded from the front of the first run stays in its buffer, dead,
+    until it outweighs the live octets (then it is cut off in one move).
+    Trimming the front on every discard would make the next append copy the
+    whole buffer again (a front-trimmed bytearray cannot grow in place), every
+    few segments on a capture of small segments; this way each octet is
+    copied into the window once and moved at most once more on average,
+    and a buffer is never more than twice its live octets plus ``compact``
+    (64 KiB, the history's size). :attr:`held` counts the dead octets too:
+    the limits bound what is in memory.
     """
 
-    __slots__ = ("base", "chunks", "final", "frames", "history", "runs", "start")
+    __slots__ = (
+        "base",
+        "chunks",
+        "compact",
+        "final",
+        "frames",
+        "history",
+        "origin",
+        "runs",
+        "start",
+    )
 
-    def __init__(self, base: int, history: int = 64 * _KIB) -> None:
+    def __init__(self, base: int, history: int = 64 * _KIB, compact: int = _COMPACT) -> None:
         self.base = base
         #: Sorted, disjoint ``[lo, hi]`` ranges of captured octets still held.
         self.runs: list[list[int]] = []
-        #: The octets of each run.
+        #: The octets of each run, from :attr:`origin` on.
         self.chunks: list[bytearray] = []
+        #: The offset of the first run's first octet in its buffer (the octets
+        #: before ``runs[0][0]`` are dead); every other run starts at its lo.
+        self.origin = 0
         #: ``(offset, frame)`` of segments that brought new octets, in order.
         self.frames: deque[tuple[int, int]] = deque()
         #: Offsets below this are gone.
@@ -82,6 +109,8 @@ class StreamWindow:
         #: No more octets will come (end of capture or connection).
         self.final = False
         self.history = history
+        #: Dead octets at the front of the first buffer before they may be cut off.
+        self.compact = compact
 
     # -- filling ---------------------------------------------------------------
 
@@ -92,6 +121,8 @@ class StreamWindow:
             self.chunks[-1] += data
             runs[-1][1] += len(data)
         else:
+            if not runs:
+                self.origin = offset
             runs.append([offset, offset + len(data)])
             self.chunks.append(bytearray(data))
         self.frames.append((offset, frame))
@@ -103,20 +134,32 @@ class StreamWindow:
             return
         self.start = keep
         runs, chunks = self.runs, self.chunks
-        while runs and runs[0][1] <= keep:
-            del runs[0]
-            del chunks[0]
+        if runs and runs[0][1] <= keep:
+            while runs and runs[0][1] <= keep:
+                del runs[0]
+                del chunks[0]
+            if runs:
+                self.origin = runs[0][0]
         if runs and runs[0][0] < keep:
-            del chunks[0][: keep - runs[0][0]]
             runs[0][0] = keep
+            dead = keep - self.origin
+            if dead >= self.compact and dead >= runs[0][1] - keep:
+                del chunks[0][:dead]
+                self.origin = keep
         frames = self.frames
         while len(frames) > 1 and frames[1][0] <= keep:
             frames.popleft()
 
+    def _origin(self, i: int) -> int:
+        """The offset of run ``i``'s buffer's first octet."""
+        return self.origin if i == 0 else self.runs[i][0]
+
     @property
     def held(self) -> int:
-        """Octets held in memory."""
-        return sum(hi - lo for lo, hi in self.runs)
+        """Octets held in memory: the runs' and the dead ones not cut off yet
+        (what the limits must count)."""
+        dead = self.runs[0][0] - self.origin if self.runs else 0
+        return dead + sum(hi - lo for lo, hi in self.runs)
 
     # -- queries ---------------------------------------------------------------
 
@@ -158,10 +201,10 @@ class StreamWindow:
         i = self._run(offset)
         if i < 0:
             return None
-        lo, hi = self.runs[i]
-        if offset + size > hi:
+        at = offset - self._origin(i)
+        if offset + size > self.runs[i][1]:
             return None
-        return bytes(self.chunks[i][offset - lo : offset - lo + size])
+        return bytes(self.chunks[i][at : at + size])
 
     def locate(self, offset: int) -> tuple[bytearray, int, int] | None:
         """The run holding ``offset``: its octets, where ``offset`` is in them,
@@ -170,35 +213,35 @@ class StreamWindow:
         i = self._run(offset)
         if i < 0:
             return None
-        lo, hi = self.runs[i]
-        return self.chunks[i], offset - lo, hi
+        return self.chunks[i], offset - self._origin(i), self.runs[i][1]
 
     def view(self, offset: int, size: int) -> memoryview | None:
         """Like :meth:`read` without a copy; valid until the window changes."""
         i = self._run(offset)
         if i < 0:
             return None
-        lo, hi = self.runs[i]
-        if offset + size > hi:
+        at = offset - self._origin(i)
+        if offset + size > self.runs[i][1]:
             return None
-        return memoryview(self.chunks[i])[offset - lo : offset - lo + size]
+        return memoryview(self.chunks[i])[at : at + size]
 
     def captured(self, lo: int, hi: int) -> bytes:
         """The held octets from ``lo`` up to ``hi`` or the end of its run."""
         i = self._run(lo)
         if i < 0:
             return b""
-        run_lo = self.runs[i][0]
-        return bytes(self.chunks[i][lo - run_lo : hi - run_lo])
+        origin = self._origin(i)
+        return bytes(self.chunks[i][lo - origin : min(hi, self.runs[i][1]) - origin])
 
     def find(self, key: bytes, stop: int) -> int:
         """Offset of the first ``key`` lying wholly before ``stop`` in one run, or -1."""
-        for (lo, _), chunk in zip(self.runs, self.chunks, strict=True):
+        for i, ((lo, hi), chunk) in enumerate(zip(self.runs, self.chunks, strict=True)):
             if lo >= stop:
                 break
-            at = chunk.find(key, 0, stop - lo)
+            origin = self._origin(i)
+            at = chunk.find(key, lo - origin, min(stop, hi) - origin)
             if at >= 0:
-                return lo + at
+                return origin + at
         return -1
 
     def frame_at(self, offset: int) -> int | None:
