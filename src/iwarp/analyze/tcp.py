@@ -109,7 +109,9 @@ class StreamWindow:
         #: No more octets will come (end of capture or connection).
         self.final = False
         self.history = history
-        #: Dead octets at the front of the first buffer before they may be cut off.
+        #: Dead octets at the front of the first buffer before they may be cut
+        #: off; 0 cuts them off at every discard (a window that must hold no
+        #: more than its live octets, as the proxy's).
         self.compact = compact
 
     # -- filling ---------------------------------------------------------------
@@ -143,7 +145,7 @@ class StreamWindow:
         if runs and runs[0][0] < keep:
             runs[0][0] = keep
             dead = keep - self.origin
-            if dead >= self.compact and dead >= runs[0][1] - keep:
+            if dead >= self.compact and (not self.compact or dead >= runs[0][1] - keep):
                 del chunks[0][:dead]
                 self.origin = keep
         frames = self.frames

@@ -202,7 +202,7 @@ class ProxyConnection:
             self.flows[sender] = _Flow(
                 sender=sender,
                 to=to,
-                window=StreamWindow(0, history=0),
+                window=StreamWindow(0, history=0, compact=0),
                 faults=[_Armed(f) for f in faults if f.to == to],
             )
         self.ends: dict[Role, EndReport] = {role: EndReport() for role in ROLES}
