@@ -201,3 +201,90 @@ def test_the_seed_is_printed_and_replays_the_tools_values(
     )
     assert [x.split("s ", 1)[1] for x in first] != [x.split("s ", 1)[1] for x in other]
     assert "; seed " in heading and "--seed" in heading
+
+
+#: Cases that send each of the tool's free values: private data (/33, /28), an MSN on a
+#: queue that does not exist (7.2/1) and one far ahead (7.2/3), an RFC 7306 Request
+#: Identifier (5.2.1/2), and the sink STag and TO of Read Requests (5.2.2/1).
+_SEEDED_CASES = (
+    "rfc5044/7.1.1/28",
+    "rfc5044/7.1.1/33",
+    "rfc5041/7.2/1",
+    "rfc5041/7.2/3",
+    "rfc7306/5.2.1/2",
+    "rfc5040/5.2.2/1",
+)
+
+
+def test_the_seed_replays_the_run_byte_for_byte(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every octet the tool sends comes from --seed: the same seed sends the same octets on
+    every connection, another seed changes each of the free values (private data, MSNs,
+    Request Identifiers, sink STag and TO)."""
+    from iwarp.conformance.link import Link
+    from iwarp.conformance.session import ToolValues
+
+    sent: list[bytes] = []
+    real_send = Link.send
+
+    def recording(self: Link, data: bytes) -> bool:
+        sent.append(bytes(data))
+        return real_send(self, data)
+
+    monkeypatch.setattr(Link, "send", recording)
+
+    def run(seed: int) -> list[bytes]:
+        sent.clear()
+        args = [
+            "conformance",
+            "127.0.0.1",
+            str(port),
+            *_SEEDED_CASES,
+            "-j",
+            "1",
+            "--json",
+            "--strict",
+        ]
+        assert main([*args, "--seed", str(seed)]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert [r["status"] for r in report["results"]] == ["passed"] * len(_SEEDED_CASES)
+        return list(sent)
+
+    with listening(["--op", "read", "--timeout", TARGET_TIMEOUT]) as port:
+        first, again, other = run(11), run(11), run(12)
+    assert first == again
+    wire, other_wire = b"".join(first), b"".join(other)
+    for seed, octets in ((11, wire), (12, other_wire)):
+        v = ToolValues.draw(seed)
+        for value in (
+            v.private_data(17),
+            v.private_data(513),
+            v.free_msn.to_bytes(4, "big"),
+            v.request_id.to_bytes(4, "big"),
+            v.sink_stag.to_bytes(4, "big"),
+            v.sink_to.to_bytes(8, "big"),
+        ):
+            assert value in octets, (seed, value.hex())
+    assert wire != other_wire
+
+
+def test_the_values_of_one_seed_are_the_same_and_within_bounds() -> None:
+    """ToolValues.draw is a function of the seed alone, and its values keep their bounds."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from iwarp.conformance.session import ToolValues
+
+    @given(st.integers(0, (1 << 32) - 1))
+    def check(seed: int) -> None:
+        v = ToolValues.draw(seed)
+        assert v == ToolValues.draw(seed)
+        assert 0x100 <= v.sink_stag < 0xFFFF_FF00 and v.sink_to % 4096 == 0
+        assert 1 <= v.request_id < (1 << 32) - 0xFF
+        assert 1 <= v.free_msn < 1 << 32 and 1 << 16 <= v.msn_ahead < 1 << 24
+        assert len(v.private_data(ToolValues.PRIVATE_MAX)) == ToolValues.PRIVATE_MAX
+
+    check()
+    with pytest.raises(ValueError, match="1025 octets of private data"):
+        ToolValues.draw(0).private_data(1025)

@@ -25,7 +25,7 @@ from iwarp.conformance.runner import ResponderTarget, Runner
 from iwarp.conformance.terms import Need, TargetRole
 
 from .broken_target import RULES, VARIANTS
-from .conftest import TARGET_TIMEOUT, switched
+from .conftest import TARGET_TIMEOUT, listening, switched
 
 # Each mutant is an iwarp listen with one rule broken, run through its cases: seconds each.
 pytestmark = pytest.mark.slow
@@ -235,6 +235,23 @@ def test_silence_passes_no_case_of_a_target_that_answers_nothing() -> None:
     not_skipped = [r for r in results if r.status is not Status.SKIPPED]
     assert not not_skipped, _show(not_skipped)
     assert all("did not answer the carrier" in r.reason for r in results), _show(results)
+
+
+def test_garbage_cases_prove_the_carrier_before_silence_passes() -> None:
+    """rfc5044/6/1-/4 (garbage after startup) accept a close or silence: against a Responder
+    that answers nothing they skip, saying the carrier was not answered when valid (they
+    passed it before); against iwarp, which answers the carrier, they are judged and pass."""
+    cases = select(all_cases(), ["rfc5044/6/"], strict=True)
+    assert len(cases) == 4
+    mute = _run("mute", cases)
+    assert all(r.status is Status.SKIPPED for r in mute), _show(mute)
+    assert all("did not answer the carrier" in r.reason for r in mute), _show(mute)
+    with listening(["--op", "write", "--timeout", TARGET_TIMEOUT]) as port:
+        healthy = Runner(ResponderTarget("127.0.0.1", port), timeout=2.0).run(cases, jobs=JOBS)
+    assert all(r.status is Status.PASSED for r in healthy), _show(healthy)
+    assert all(any("the carrier, valid" in line for line in r.observed) for r in healthy), _show(
+        healthy
+    )
 
 
 def test_a_target_that_drops_faults_silently_fails_each_error_case_after_the_fence() -> None:

@@ -58,3 +58,25 @@ def test_a_responder_target_is_not_waited_for() -> None:
         assert not s.received
         theirs.settimeout(1.0)
         assert theirs.recv(64)
+
+
+def test_a_reply_to_a_broken_request_fails_at_once_naming_the_reply() -> None:
+    """A Responder that answers a Request with a wrong key (RFC 5044 §7.1.1: it MUST close)
+    with a Reply fails as soon as the Reply arrives, naming it, not after the case's whole
+    timeout as "still open" (silent_target.py answers every startup frame)."""
+    from iwarp.conformance import all_cases
+    from iwarp.conformance.model import Status, select
+    from iwarp.conformance.runner import ResponderTarget, Runner
+
+    from .silent_target import SilentTarget
+
+    target = SilentTarget()
+    try:
+        cases = select(all_cases(), ["rfc5044/7.1.1/8", "rfc5044/7.1.1/28"], strict=True)
+        results = Runner(ResponderTarget("127.0.0.1", target.port), timeout=30.0).run(cases)
+    finally:
+        target.close()
+    assert [r.status for r in results] == [Status.FAILED, Status.FAILED]
+    for result in results:
+        assert "the target sent an MPA Reply" in result.reason, result.reason
+        assert "instead of closing" in result.reason, result.reason

@@ -178,9 +178,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--seed",
         type=int,
         metavar="N",
-        help="seed of the tool's own free values (the sink STag and TO of its Read Requests): "
-        "drawn per run and printed in the report, so that a target's constants cannot match "
-        "the tool's by habit; --seed N replays a run with the same values",
+        help="seed of the tool's own free values (the sink STag and TO of its Read Requests, "
+        "the private data it sends, RFC 7306 Request Identifiers, MSNs where the RFCs leave "
+        "them free): drawn per run and printed in the report, so that a target's constants "
+        "cannot match the tool's by habit; --seed N replays a run octet for octet",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="show what was seen for passing cases too"

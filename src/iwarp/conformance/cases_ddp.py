@@ -74,7 +74,7 @@ error_cases(
     codes=DdpUntaggedCode.INVALID_QN,
     # Queue 4, not 3: RFC 7306 §10.2 gives queue 3 to Atomic Responses, valid on a stream
     # that negotiated atomics.
-    build=lambda s: Broken(craft.send(_payload(), msn=1, qn=4), "Send on QN 4"),
+    build=lambda s: Broken(craft.send(_payload(), msn=s.values.free_msn, qn=4), "Send on QN 4"),
 )
 error_cases(
     "rfc5041/7.2/2",
@@ -85,7 +85,10 @@ error_cases(
     layer=DDP,
     etype=U,
     codes=DdpUntaggedCode.INVALID_QN,
-    build=lambda s: Broken(craft.send(_payload(), msn=1, qn=0xFFFFFFFF), "Send on QN 0xffffffff"),
+    build=lambda s: Broken(
+        craft.send(_payload(), msn=s.values.free_msn, qn=0xFFFFFFFF),
+        "Send on QN 0xffffffff",
+    ),
 )
 error_cases(
     "rfc5041/7.2/3",
@@ -98,7 +101,8 @@ error_cases(
     etype=U,
     codes=(DdpUntaggedCode.NO_BUFFER, DdpUntaggedCode.MSN_RANGE),
     build=lambda s: Broken(
-        craft.send(_payload(), msn=s.next_msn(0) + 100000), "Send with MSN 100000 ahead"
+        craft.send(_payload(), msn=s.next_msn(0) + s.values.msn_ahead),
+        f"Send with MSN {s.values.msn_ahead} ahead",
     ),
 )
 error_cases(

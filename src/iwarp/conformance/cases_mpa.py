@@ -231,7 +231,9 @@ def rev255(s: Session) -> None:
 )
 def pd_513(s: Session) -> None:
     s.send_raw(
-        craft.request(enhanced=None, flags=FrameFlags.CRC, revision=1, private_data=bytes(513)),
+        craft.request(
+            enhanced=None, flags=FrameFlags.CRC, revision=1, private_data=s.values.private_data(513)
+        ),
         "Rev 1 Request, PD_Length 513",
     )
     s.expect_closed("PD_Length 513", within=1.0)
@@ -249,7 +251,9 @@ def pd_513(s: Session) -> None:
 )
 def pd_513_rev2(s: Session) -> None:
     # 4 octets of enhanced data (RFC 6581 §5) and 509 of the ULP's: PD_Length 513.
-    s.send_raw(s.default_request(private_data=bytes(509)), "Rev 2 Request, PD_Length 513")
+    s.send_raw(
+        s.default_request(private_data=s.values.private_data(509)), "Rev 2 Request, PD_Length 513"
+    )
     s.expect_closed("PD_Length 513", within=1.0)
 
 
@@ -261,7 +265,7 @@ def pd_513_rev2(s: Session) -> None:
     covers=("pd-length", "reply-to-invalid"),
 )
 def pd_65535(s: Session) -> None:
-    data = craft.request(revision=1, private_data=bytes(1024), pd_length=0xFFFF)
+    data = craft.request(revision=1, private_data=s.values.private_data(1024), pd_length=0xFFFF)
     s.send_raw(data, "Rev 1 Request, PD_Length 65535, 1024 octets follow")
     s.expect_closed("PD_Length 65535", within=1.0)
 
@@ -286,7 +290,9 @@ def pd_600_header(s: Session) -> None:
     roles=R,
 )
 def pd_512(s: Session) -> None:
-    _accepted(s, craft.request(revision=1, private_data=bytes(512)), "PD_Length 512")
+    _accepted(
+        s, craft.request(revision=1, private_data=s.values.private_data(512)), "PD_Length 512"
+    )
 
 
 @case(
@@ -298,7 +304,7 @@ def pd_512(s: Session) -> None:
     roles=R,
 )
 def pd_small(s: Session) -> None:
-    reply = s.initiate(s.default_request(private_data=b"iwarp conformance"))
+    reply = s.initiate(s.default_request(private_data=s.values.private_data(17)))
     del reply
 
 
@@ -407,7 +413,7 @@ _bad_reply_case(
     51,
     "a Reply with PD_Length 513 makes the Initiator close",
     PD_QUOTE,
-    lambda s, r: s.default_reply(r, private_data=bytes(513 - 4 * r.is_enhanced)),
+    lambda s, r: s.default_reply(r, private_data=s.values.private_data(513 - 4 * r.is_enhanced)),
     "Reply with PD_Length 513",
     ("pd-length",),
 )
@@ -545,7 +551,9 @@ def garbage_request(s: Session) -> None:
     covers=("key", "reply-to-invalid"),
 )
 def fpdu_first(s: Session) -> None:
-    s.send_raw(craft.fpdu(craft.send(b"hello", msn=1).octets) * 4, "FPDUs, no Request")
+    s.send_raw(
+        craft.fpdu(craft.send(b"hello", msn=s.values.free_msn).octets) * 4, "FPDUs, no Request"
+    )
     s.expect_closed("FPDUs before a Request")
 
 
@@ -587,7 +595,7 @@ def partial_request(s: Session) -> None:
 )
 def short_private_data(s: Session) -> None:
     s.send_raw(
-        craft.request(revision=1, private_data=bytes(8), pd_length=100),
+        craft.request(revision=1, private_data=s.values.private_data(8), pd_length=100),
         "a Request with PD_Length 100 and 8 octets of private data",
     )
     s.expect_closed("a short private data field")
@@ -672,7 +680,9 @@ def reply_private_data(s: Session) -> None:
     # and an Initiator in Full Operation may have nothing to send: a close, silence and
     # FPDUs all pass. Only octets that do not frame as FPDUs fail.
     request = s.read_request()
-    s.send_raw(s.default_reply(request, private_data=b"unexpected"), "Reply with private data")
+    s.send_raw(
+        s.default_reply(request, private_data=s.values.private_data(10)), "Reply with private data"
+    )
     s.crc = True
     deadline = s.within(1.0)
     while s.next_fpdu(deadline) is not None:

@@ -37,8 +37,6 @@ from iwarp.rdmap.wire import (
 RDMAP = TerminateLayer.RDMAP
 PROT = RdmapErrorType.REMOTE_PROTECTION
 OPER = RdmapErrorType.REMOTE_OPERATION
-#: The tool's own Request Identifiers (any value is the requester's choice).
-REQUEST_ID = 0x7306_0001
 NO_SUPPORT = "the target answered Unexpected OpCode: it has no RFC 7306 "
 
 
@@ -117,16 +115,17 @@ def atomic_response(s: Session) -> None:
     region, to = _target(s)
     _send_atomic(
         s,
-        AtomicRequest.fetch_add(REQUEST_ID, region.stag, to, 0),
+        AtomicRequest.fetch_add(s.values.request_id, region.stag, to, 0),
         f"FetchAdd of 0 at STag {region.stag:#x} TO {to:#x}",
     )
     (got,) = _responses(s, 1)
     answer = _answer(got)
     if got.info.get("msn") != 1:
         raise CaseFailed(f"the first Atomic Response has MSN {got.info.get('msn')}, not 1")
-    if answer.request_id != REQUEST_ID:
+    if answer.request_id != s.values.request_id:
         raise CaseFailed(
-            f"Original Request Identifier {answer.request_id:#x}, the Request had {REQUEST_ID:#x}"
+            f"Original Request Identifier {answer.request_id:#x}, "
+            f"the Request had {s.values.request_id:#x}"
         )
     s.note(f"the word at TO {to:#x} holds {answer.original:#x}")
 
@@ -144,11 +143,11 @@ def atomic_order(s: Session) -> None:
     region, to = _target(s)
     adds = [1, 2, 4, NO_MASK - 6]  # the last one takes the 7 away again
     for i, add in enumerate(adds):
-        request = AtomicRequest.fetch_add(REQUEST_ID + i, region.stag, to, add)
+        request = AtomicRequest.fetch_add(s.values.request_id + i, region.stag, to, add)
         _send_atomic(s, request, f"FetchAdd {i + 1} of {add:#x}")
     answers = [_answer(got) for got in _responses(s, len(adds))]
     ids = [a.request_id for a in answers]
-    if ids != [REQUEST_ID + i for i in range(len(adds))]:
+    if ids != [s.values.request_id + i for i in range(len(adds))]:
         raise CaseFailed(f"Atomic Responses to requests {[hex(i) for i in ids]}, out of order")
     first = answers[0].original
     expected = [first, (first + 1) & NO_MASK, (first + 3) & NO_MASK, (first + 7) & NO_MASK]
@@ -175,7 +174,7 @@ def misaligned(s: Session) -> None:
         raise CaseSkipped("the advertised buffer is too short for a misaligned word")
     _send_atomic(
         s,
-        AtomicRequest.fetch_add(REQUEST_ID, region.stag, to + 4, 1),
+        AtomicRequest.fetch_add(s.values.request_id, region.stag, to + 4, 1),
         f"FetchAdd at TO {to + 4:#x} (4 past an aligned TO)",
     )
     term = _next_terminate(s)
@@ -203,9 +202,11 @@ def misaligned(s: Session) -> None:
 def reserved_aopcode(s: Session) -> None:
     region, to = _target(s)
     # First learn that the target has Atomic Operations at all.
-    _send_atomic(s, AtomicRequest.fetch_add(REQUEST_ID, region.stag, to, 0), "FetchAdd of 0")
+    _send_atomic(
+        s, AtomicRequest.fetch_add(s.values.request_id, region.stag, to, 0), "FetchAdd of 0"
+    )
     _responses(s, 1)
-    bad = AtomicRequest(0x1, REQUEST_ID + 1, region.stag, to, 0, NO_MASK)
+    bad = AtomicRequest(0x1, s.values.request_id + 1, region.stag, to, 0, NO_MASK)
     _send_atomic(s, bad, "Atomic Request with AOpCode 0001b (reserved)")
     got = s.expect_terminate(RDMAP, OPER, None)
     assert got is not None
@@ -231,7 +232,9 @@ def unknown_target(s: Session) -> None:
     else:
         s.data_phase()
     stag = unknown_stag(s)
-    _send_atomic(s, AtomicRequest.fetch_add(REQUEST_ID, stag, 0, 0), f"FetchAdd at STag {stag:#x}")
+    _send_atomic(
+        s, AtomicRequest.fetch_add(s.values.request_id, stag, 0, 0), f"FetchAdd at STag {stag:#x}"
+    )
     term = _next_terminate(s)
     _unsupported(term, "Atomic Operations")
     if (term.layer, term.etype) != (RDMAP, PROT):
@@ -259,7 +262,9 @@ def foreign_target(s: Session) -> None:
     s.send_ulpdu(craft.write(region.stag, region.to, bytes(8)).octets, "RDMA Write (own STag)")
     s.expect_alive(0.3, "an RDMA Write to the advertised buffer", skip=NOT_WRITABLE)
     _send_atomic(
-        s, AtomicRequest.fetch_add(REQUEST_ID, region.stag, to, 0), "FetchAdd of 0 (own STag)"
+        s,
+        AtomicRequest.fetch_add(s.values.request_id, region.stag, to, 0),
+        "FetchAdd of 0 (own STag)",
     )
     _responses(s, 1)
     other = apart(s, region)
@@ -276,7 +281,7 @@ def foreign_target(s: Session) -> None:
     judge_foreign(twin, [(TerminateLayer.DDP, DdpErrorType.TAGGED_BUFFER, stag_codes)], {})
     _send_atomic(
         other,
-        AtomicRequest.fetch_add(REQUEST_ID + 1, region.stag, to, 0),
+        AtomicRequest.fetch_add(s.values.request_id + 1, region.stag, to, 0),
         f"FetchAdd of 0 at the first connection's STag {region.stag:#x} TO {to:#x}",
     )
     codes = (RemoteProtectionCode.INVALID_STAG, RemoteProtectionCode.STAG_NOT_ASSOCIATED)
@@ -345,27 +350,29 @@ def cmp_swap(s: Session) -> None:
     stag = region.stag
 
     def read(n: int) -> int:
-        return _one(s, AtomicRequest.fetch_add(REQUEST_ID + n, stag, to, 0), "FetchAdd of 0")
+        return _one(
+            s, AtomicRequest.fetch_add(s.values.request_id + n, stag, to, 0), "FetchAdd of 0"
+        )
 
     word = read(0)
     s.note(f"the word at TO {to:#x} holds {word:#x}")
     steps = [
         # (request, what, original it must return, word after it)
         (
-            AtomicRequest.cmp_swap(REQUEST_ID + 1, stag, to, word ^ 1, word ^ FLIP),
+            AtomicRequest.cmp_swap(s.values.request_id + 1, stag, to, word ^ 1, word ^ FLIP),
             "CmpSwap whose Compare Data differs in bit 0 (no swap)",
             word,
             word,
         ),
         (
-            AtomicRequest.cmp_swap(REQUEST_ID + 3, stag, to, word, word ^ FLIP),
+            AtomicRequest.cmp_swap(s.values.request_id + 3, stag, to, word, word ^ FLIP),
             "CmpSwap whose Compare Data matches (swap)",
             word,
             word ^ FLIP,
         ),
         (
             AtomicRequest.cmp_swap(
-                REQUEST_ID + 5,
+                s.values.request_id + 5,
                 stag,
                 to,
                 ~(word ^ FLIP) & HIGH | word & LOW,
@@ -403,7 +410,7 @@ def misaligned_cmp_swap(s: Session) -> None:
         raise CaseSkipped("the advertised buffer is too short for a misaligned word")
     # Swap Mask 0: a target that executes it anyway changes nothing.
     request = AtomicRequest.cmp_swap(
-        REQUEST_ID, region.stag, to + 4, 0, 0, compare_mask=0, swap_mask=0
+        s.values.request_id, region.stag, to + 4, 0, 0, compare_mask=0, swap_mask=0
     )
     _send_atomic(s, request, f"CmpSwap at TO {to + 4:#x} (4 past an aligned TO), Swap Mask 0")
     term = _next_terminate(s)

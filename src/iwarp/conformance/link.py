@@ -107,9 +107,12 @@ class Link:
         del self.inbox[:n]
         return data
 
-    def wait_end(self, deadline: float) -> str | None:
-        """Read until the target ends its side; "FIN"/"RST", or None at the deadline."""
+    def wait_end(self, deadline: float, *, until_data: bool = False) -> str | None:
+        """Read until the target ends its side; "FIN"/"RST", or None at the deadline (or,
+        with ``until_data``, as soon as unread octets are in :attr:`inbox`)."""
         while self.ended is None:
+            if until_data and self.inbox:
+                return None
             left = deadline - time.monotonic()
             if left <= 0:
                 return None

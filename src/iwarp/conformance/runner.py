@@ -217,8 +217,8 @@ class Runner:
         #: siw_accept) leaves FPDUs that arrive in between unread until more data comes, so
         #: a case that sends all it has at once would meet silence whatever the rule.
         self.settle = settle
-        #: The seed of the tool's free values (sink STags and TOs): drawn unless given, so
-        #: that a run can be replayed with the same values (``--seed``).
+        #: The seed of the tool's free values (see :class:`ToolValues`): drawn unless given,
+        #: so that a run can be replayed octet for octet (``--seed``).
         self.seed = secrets.randbelow(1 << 32) if seed is None else seed
         self.values = ToolValues.draw(self.seed)
         self.target = target

@@ -24,7 +24,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import ClassVar, Final
 
 import iwarp.conformance.craft as craft
 from iwarp._crc32c import crc32c
@@ -239,10 +239,11 @@ class StartupStyle:
 
 @dataclass(frozen=True, slots=True)
 class ToolValues:
-    """The values the tool is free to choose (where a Read Response is to go), drawn per run
-    from a seed the report prints, so that a target's own constants cannot coincide with
-    the tool's by habit (a target that answers a Read at its source TO would pass if the
-    tool's sink TO were its buffer's start). The same seed gives the same values.
+    """The values the tool is free to choose, drawn per run from a seed the report prints, so
+    that a target's own constants cannot coincide with the tool's by habit (a target that
+    answers a Read at its source TO would pass if the tool's sink TO were its buffer's
+    start; one that echoes a fixed Request Identifier would pass if the tool used the same).
+    The same seed gives the same values, and so the same octets on the wire.
     """
 
     seed: int
@@ -250,6 +251,20 @@ class ToolValues:
     sink_stag: int
     #: Their Data Sink TO: 4 KiB aligned, below 2^48, so that sink_to + 1 MiB never wraps.
     sink_to: int
+    #: The first RFC 7306 Request Identifier; a case's further Requests count up from it
+    #: (at most 255 of them, so the count never wraps 32 bits).
+    request_id: int
+    #: The MSN of a Send where none is expected: on a queue that does not exist, or before
+    #: the connection is in Full Operation (RFC 5041 §5.1 starts MSNs at 1 on a queue).
+    free_msn: int
+    #: How far past the next MSN a Send lands to be out of range (RFC 5041 §7.2 check 5
+    #: names no distance): at least 2^16, below 2^24, so it never wraps around 2^31.
+    msn_ahead: int
+    #: The octets the tool sends as MPA private data, cut to each case's length.
+    private_octets: bytes = field(repr=False)
+
+    #: The most private data a case sends (a PD_Length beyond the 512 allowed, and more).
+    PRIVATE_MAX: ClassVar[int] = 1024
 
     @classmethod
     def draw(cls, seed: int) -> ToolValues:
@@ -258,7 +273,17 @@ class ToolValues:
             seed=seed,
             sink_stag=rng.randrange(0x100, 0xFFFF_FF00),
             sink_to=rng.randrange(1, 1 << 36) << 12,
+            request_id=rng.randrange(1, (1 << 32) - 0x100),
+            free_msn=rng.randrange(1, 1 << 32),
+            msn_ahead=rng.randrange(1 << 16, 1 << 24),
+            private_octets=rng.randbytes(cls.PRIVATE_MAX),
         )
+
+    def private_data(self, n: int) -> bytes:
+        """``n`` octets of the run's private data (at most :attr:`PRIVATE_MAX`)."""
+        if not 0 <= n <= self.PRIVATE_MAX:
+            raise ValueError(f"{n} octets of private data: the tool holds {self.PRIVATE_MAX}")
+        return self.private_octets[:n]
 
 
 #: The values of a session the runner did not set up (tests of single cases).
@@ -842,13 +867,20 @@ class Session:
         Appendix C: a Responder may answer with its own Rev, then close).
         """
         deadline = self.deadline if within is None else self.within(within)
-        ended = self.link.wait_end(deadline)
+        # Unless a frame is allowed, the first octet the target sends decides the case (it
+        # fails, close or not): the wait ends there, and only the frame's key is read on,
+        # briefly, to name what came. A target that answers every broken Request costs no
+        # whole timeout per case.
+        ended = self.link.wait_end(deadline, until_data=not allow_reply)
+        if ended is None and self.link.inbox and not allow_reply:
+            self.link.fill(len(REPLY_KEY), min(deadline, time.monotonic() + 0.2))
         data = bytes(self.link.inbox)  # what arrived after the frames already read
-        if ended is None:
+        if ended is None and (allow_reply or not data):
             raise CaseFailed(
                 f"{what}: the connection is still open after {self.link.elapsed():.1f}s"
             )
-        self.note(f"target closed the connection ({ended})")
+        if ended is not None:
+            self.note(f"target closed the connection ({ended})")
         if data and not allow_reply:
             key = data[:16]
             kind = (
@@ -858,7 +890,8 @@ class Session:
                 if key == REQUEST_KEY[: len(key)]
                 else _as_fpdu(data)
             )
-            raise CaseFailed(f"{what}: the target sent {kind} ({len(data)} octets) before closing")
+            when = "before closing" if ended is not None else "instead of closing"
+            raise CaseFailed(f"{what}: the target sent {kind} ({len(data)} octets) {when}")
         if data and allow_reply and len(data) >= FRAME_HEADER_SIZE and data[:16] == REPLY_KEY:
             flags = data[16]
             if not flags & FrameFlags.REJECT and self.target is TargetRole.RESPONDER:
