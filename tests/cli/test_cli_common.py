@@ -8,6 +8,7 @@ import asyncio
 import io
 import json
 import signal
+import socket
 import subprocess
 import time
 
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from cli.test_receipt_offer import foreign_mpa_peer
 from clitools import IWARP, by_type, connect, listen
 from iwarp.cli._args import format_rate, port, size
-from iwarp.cli._progress import Progress, ProgressMeter
+from iwarp.cli._progress import Progress, ProgressMeter, WireOctets, tcp_octets
 
 #: Every command line that takes a port, with "PORT" where it goes.
 PORT_COMMANDS = [
@@ -221,6 +222,74 @@ def test_an_idle_quiet_meter_prints_only_intervals_that_moved(
             # The interval is the last second, whatever was skipped before it.
             assert line.startswith(f"[{second - 1:7.1f}-{second:7.1f} s] {more_messages} messages")
     assert meter.finish() == ""
+
+
+def test_a_message_still_moving_counts_its_octets_on_the_wire() -> None:
+    meter = ProgressMeter(start=0.0, terminal=False)
+    meter.rebase(0, 0, 500)  # the handshake went before the run
+    # One long message: none complete, yet TCP moved 3 MiB and then 2 MiB more.
+    assert (
+        meter.report(1.0, 0, 0, 500 + (3 << 20))
+        == "[    0.0-    1.0 s] 0 messages, 3.00 MiB, 3.0 MiB/s\n"
+    )
+    assert meter.report(2.0, 0, 0, 500 + (5 << 20)).endswith("0 messages, 2.00 MiB, 2.0 MiB/s\n")
+    # It completes (4 MiB of payload, less than its framed octets): no step back.
+    assert meter.report(3.0, 1, 4 << 20, 500 + (5 << 20)).endswith("1 messages, 0 B, 0.0 MiB/s\n")
+    # The next message counts from where the last one completed (4 MiB + 2 MiB;
+    # 5 MiB were shown already).
+    assert meter.report(4.0, 1, 4 << 20, 500 + (7 << 20)).endswith(
+        "0 messages, 1.00 MiB, 1.0 MiB/s\n"
+    )
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 1 << 20), st.none() | st.integers(0, 1 << 20)),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_progress_within_messages_never_goes_back(
+    steps: list[tuple[int, int, int | None]],
+) -> None:
+    meter = ProgressMeter(start=0.0, terminal=False, idle_quiet=False)
+    messages = octets = wire = 0
+    for second, (more_messages, more_octets, more_wire) in enumerate(steps, 1):
+        messages += more_messages
+        octets += more_octets if more_messages else 0
+        wire += more_wire or 0
+        line = meter.report(float(second), messages, octets, None if more_wire is None else wire)
+        moved = line.split("] ")[1].split(", ")[1]
+        assert not moved.startswith("-")
+    # Never less than the completed messages' octets.
+    assert meter._last_octets >= octets
+
+
+def test_wire_octets_count_what_tcp_moved_both_ways() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        left = socket.create_connection(server.getsockname())
+        right, _ = server.accept()
+    with left, right:
+        if tcp_octets(left) is None:
+            pytest.skip("the system does not report TCP octets (TCP_INFO)")
+        wire = WireOctets()
+        assert wire() is None  # no connection yet: unknown
+        wire.add(left)
+        before = wire()  # (Linux counts the SYN as one octet acknowledged)
+        assert before is not None
+        left.sendall(b"x" * 1000)
+        assert right.recv(1000, socket.MSG_WAITALL) == b"x" * 1000
+        right.sendall(b"y" * 300)
+        assert left.recv(300, socket.MSG_WAITALL) == b"y" * 300
+        # Acknowledged by the peer: loopback acknowledges at once, but ask a few times.
+        for _ in range(100):
+            if wire() == before + 1300:
+                break
+            time.sleep(0.01)
+        assert wire() == before + 1300
+        wire.drop(left)  # what an ended connection moved is kept
+        assert wire() == before + 1300
+    assert tcp_octets(left) is None  # closed
 
 
 @pytest.mark.slow

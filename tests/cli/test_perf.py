@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import socket
 import statistics
@@ -465,6 +466,27 @@ def test_sync_runs_every_op_and_mode(sync_server: int, capsys: pytest.CaptureFix
             assert data["op"] == op and data["iterations"] == 30
             assert data["adapter"] == data["peer_adapter"] == "sync"
             assert (data["typical_us"] if mode else data["average_mib_s"]) > 0
+
+
+@pytest.mark.parametrize("client", [["--sync"], []])
+def test_a_sync_server_prints_the_result_row_of_each_test(
+    client: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The client sends its result and closes at once: the server used to
+    # lose the row ("test failed: ... closed the connection"; seen with 64K
+    # messages, where the close overtakes the server's repost; a race, so
+    # three tests).
+    proc, port = start_server("--sync", count=3)
+    try:
+        for _ in range(3):
+            status, _, err = run_client(capsys, port, *client, "-s", "64K", "-n", "400")
+            assert status == 0, err
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "test failed" not in err and "Traceback" not in err
+    assert len(re.findall(r"^\s+65536\s+400\s", out, re.MULTILINE)) == 3, out
 
 
 @pytest.mark.parametrize("client", [["--sync"], []])

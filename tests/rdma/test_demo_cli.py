@@ -43,6 +43,16 @@ def test_demo_text_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[4].startswith("summary: octets=24576 ") and lines[4].endswith(" verified=yes")
 
 
+def test_progress_counts_octets_within_a_long_message(capsys: pytest.CaptureFixture[str]) -> None:
+    # One message of 64 MiB per operation, a report every 10 ms: a line shows
+    # octets moved while no message has completed yet.
+    argv = ["demo", "--size", "64M", "--count", "1", "--progress", "--interval", "0.01"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().err.splitlines()
+    partial = [line for line in lines if re.search(r"\] 0 messages, [1-9][0-9.]* [KMG]i?B", line)]
+    assert partial, lines
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("as_json", [False, True])
 def test_an_interrupted_demo_keeps_its_header_and_says_not_checked(as_json: bool) -> None:

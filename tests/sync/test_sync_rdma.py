@@ -4,6 +4,7 @@ shared by queue pairs, and failures of startup reported by accept/connect."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -19,6 +20,7 @@ from iwarp.errors import IwarpError, LocalProtocolError, MpaError
 from iwarp.mpa.config import MpaConfig
 from iwarp.rdma.front import RECEIVE_HIGH_WATER
 from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WorkOpcode
+from iwarp.sync.mpa import listen as mpa_listen
 
 REMOTE = rdma.Access.LOCAL_WRITE | rdma.Access.REMOTE_WRITE | rdma.Access.REMOTE_READ
 T = 10.0  # no step of a test may take longer
@@ -78,6 +80,29 @@ def test_a_timed_out_receive_loses_nothing(serve: Callable[..., int]) -> None:
         go.set()
         assert qp.receive(timeout=T) == b"late"
         qp.send(b"bye", timeout=T)
+
+
+def test_a_timeout_names_the_call_and_the_peer() -> None:
+    # An MPA Responder that reads every ULPDU and answers none: the Read waits.
+    listener = mpa_listen("127.0.0.1", 0)
+
+    def silent() -> None:
+        with listener, contextlib.suppress(IwarpError):
+            for _ in listener.accept(timeout=T):
+                pass
+
+    peer = threading.Thread(target=silent, daemon=True)
+    peer.start()
+    port = listener.port
+    try:
+        with rdma.connect("127.0.0.1", port, timeout=T) as qp:
+            with pytest.raises(rdma.WaitTimeoutError) as info:
+                qp.rdma_read(8, 0x1234, 0, timeout=0.2)
+            message = str(info.value)
+            assert message == f"timed out waiting for rdma_read to 127.0.0.1:{port} to complete"
+            assert "work request" not in message  # no internal id
+    finally:
+        peer.join(T)
 
 
 def test_the_adapter_starts_no_threads(serve: Callable[..., int]) -> None:

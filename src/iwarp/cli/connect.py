@@ -31,7 +31,7 @@ from iwarp.cli._mpa_options import (
     message,
     params_record,
 )
-from iwarp.cli._progress import Progress, add_progress_options
+from iwarp.cli._progress import Progress, WireOctets, add_progress_options
 from iwarp.cli._rdma_traffic import (
     CONTROL_BUFFERS,
     MAX_COUNT,
@@ -117,7 +117,11 @@ async def _run(
     args: argparse.Namespace, config: MpaConfig, out: RecordPrinter, digest: Digest
 ) -> int:
     progress = Progress(
-        digest.counters, forced=args.progress, quiet=args.json, interval=args.interval
+        digest.counters,
+        forced=args.progress,
+        quiet=args.json,
+        interval=args.interval,
+        wire=WireOctets(),
     )
     async with pcap_capture(args.pcap, raw_ulp=args.op == "mpa"):
         try:
@@ -215,6 +219,7 @@ async def _connect_rdma(
         await qp.close()
         return 0
     digest.start()
+    progress.wire_add(qp.get_extra_info("socket"))
     progress.start()
     try:
         check_stack(qp)

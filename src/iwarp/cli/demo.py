@@ -32,7 +32,7 @@ from iwarp.asyncio.rdma import (
 )
 from iwarp.cli._args import SIZE_HELP, count, rate_mib_per_s, size
 from iwarp.cli._capture import add_pcap_option, pcap_capture
-from iwarp.cli._progress import Progress, add_progress_options
+from iwarp.cli._progress import Progress, WireOctets, add_progress_options
 from iwarp.cli._report import RecordPrinter
 from iwarp.cli._run import run_interruptible
 from iwarp.mpa.config import MpaConfig
@@ -232,7 +232,12 @@ async def _run_ops(
         done = [*results, *(op.result() for op in current[-1:])]
         return sum(r.messages for r in done), sum(r.octets for r in done)
 
-    progress = Progress(counters, forced=args.progress, quiet=args.json, interval=args.interval)
+    # The initiator's connection carries every operation, either way.
+    wire = WireOctets()
+    wire.add(qp.get_extra_info("socket"))
+    progress = Progress(
+        counters, forced=args.progress, quiet=args.json, interval=args.interval, wire=wire
+    )
     progress.start()
     try:
         # Send: each message into one of the responder's posted receive buffers.

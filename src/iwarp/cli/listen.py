@@ -38,7 +38,7 @@ from iwarp.cli._mpa_options import (
     frame_record,
     params_record,
 )
-from iwarp.cli._progress import Progress, add_progress_options
+from iwarp.cli._progress import Progress, WireOctets, add_progress_options
 from iwarp.cli._rdma_traffic import (
     DEFAULT_MEMORY_BUDGET,
     ListenSession,
@@ -184,6 +184,7 @@ async def _serve(
         forced=args.progress,
         quiet=args.json,
         interval=args.interval,
+        wire=WireOctets(),
     )
 
     def ended() -> None:
@@ -304,6 +305,8 @@ async def _serve(
         state["active"] += 1
         out.emit({"type": "established", "peer": peer, **params_record(qp.params)})
         digest.start()
+        sock = qp.get_extra_info("socket")
+        progress.wire_add(sock)
 
         def on_message(payload: bytes) -> None:
             digest.add(payload)
@@ -323,6 +326,7 @@ async def _serve(
             reset(qp)
         finally:
             state["active"] -= 1
+            progress.wire_drop(sock)
         if record is not None:
             if not session.hello_seen and record.get("terminate") == "sent":
                 # Its first ULPDU was no RDMAP hello: most likely bare MPA.

@@ -120,14 +120,17 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
 
     # -- simple API -----------------------------------------------------------------
 
-    def _run(self, wr: SendQueueWR, timeout: float | None) -> Completion:
+    def _run(self, wr: SendQueueWR, timeout: float | None, call: str) -> Completion:
+        """Post ``wr`` and wait for its completion; ``call`` (the verb's
+        name) and the peer name it in a timeout's message."""
         # A Send or Write that TCP took at once completed while posted.
         completion = self._post_tracked(wr)
         if completion is None:
             wr_id = wr.wr_id
+            what = f"{call} to {self.peer_address or 'the peer'} to complete"
             try:
                 completion = self._driver.run_for(
-                    lambda: self._finished(wr_id), deadline_after(timeout), f"work request {wr_id}"
+                    lambda: self._finished(wr_id), deadline_after(timeout), what
                 )
                 if completion is None:
                     raise self.ended_error()
@@ -146,7 +149,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
     ) -> None:
         """Send a message into the peer's next receive buffer; wait until it completed."""
         if not self._sent_at_once(data, solicited, invalidate_stag):
-            self._run(self._send_wr(data, solicited, invalidate_stag), timeout)
+            self._run(self._send_wr(data, solicited, invalidate_stag), timeout, "send")
 
     def rdma_write(
         self,
@@ -166,7 +169,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         :class:`ConnectionTerminatedError` of the Terminate that refused it."""
         deadline = deadline_after(timeout) if flush else None
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
-        written = self._run(wr, timeout).byte_len
+        written = self._run(wr, timeout, "rdma_write").byte_len
         if flush:
             self.flush(timeout=None if deadline is None else max(deadline - clock(), 0.0))
         return written
@@ -213,7 +216,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         """
         target, wr = self._read_wr(local, remote_stag, remote_to, offset, length)
         try:
-            completion = self._run(wr, timeout)
+            completion = self._run(wr, timeout, "rdma_read")
         except (RdmaError, ConnectionTerminatedError):
             target.finish(0)  # the Read is over: its temporary region can go
             raise
@@ -225,7 +228,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         """RFC 7306 FetchAdd, as :meth:`iwarp.asyncio.rdma.QueuePair.fetch_add`;
         returns the word's original value."""
         wr = self._fetch_add_wr(stag, to, add, mask)
-        return self._original(self._run(wr, timeout))
+        return self._original(self._run(wr, timeout, "fetch_add"))
 
     def compare_swap(
         self,
@@ -241,14 +244,14 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         """RFC 7306 CmpSwap, as :meth:`iwarp.asyncio.rdma.QueuePair.compare_swap`;
         returns the original word."""
         wr = self._compare_swap_wr(stag, to, compare, swap, compare_mask, swap_mask)
-        return self._original(self._run(wr, timeout))
+        return self._original(self._run(wr, timeout, "compare_swap"))
 
     def send_immediate(
         self, data: bytes, *, solicited: bool = False, timeout: float | None = None
     ) -> None:
         """Send RFC 7306 Immediate Data (exactly 8 octets), as
         :meth:`iwarp.asyncio.rdma.QueuePair.send_immediate`."""
-        self._run(self._immediate_wr(data, solicited), timeout)
+        self._run(self._immediate_wr(data, solicited), timeout, "send_immediate")
 
     def supports_atomics(self, stag: int, to: int, *, timeout: float | None = None) -> bool:
         """Probe the peer for RFC 7306 Atomic Operations, as
@@ -283,7 +286,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
             by the peer's Terminate refusing one of them (it is named).
         :raises WaitTimeoutError: the proof did not come in time.
         """
-        self._run(self._flush_wr(), timeout)
+        self._run(self._flush_wr(), timeout, "flush")
 
     def drain(self, *, timeout: float | None = None) -> None:
         """Wait until every posted message was handed to TCP (RDMA Reads
