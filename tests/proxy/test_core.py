@@ -51,8 +51,11 @@ def stream(items: list[bytes], markers: bool) -> bytes:
 class Pair:
     """A core with both frames through it."""
 
-    def __init__(self, specs: list[str], *, rev: int = 2, markers: bool = False) -> None:
-        self.core = ProxyConnection(1, [parse_fault(s) for s in specs], 0.0)
+    def __init__(
+        self, specs: list[str], *, rev: int = 2, markers: bool = False, fpdu_records: bool = True
+    ) -> None:
+        faults = [parse_fault(s) for s in specs]
+        self.core = ProxyConnection(1, faults, 0.0, fpdu_records=fpdu_records)
         self.markers = markers
         self.request, self.reply = frames(rev, markers)
         self.out: dict[Role, bytearray] = {"initiator": bytearray(), "responder": bytearray()}
@@ -298,6 +301,36 @@ def test_a_terminate_and_the_ends_are_reported() -> None:
     assert str(summary["responder_after"]).startswith("terminate 2/0/2")
     assert str(summary["responder_after"]).endswith("reset")
     assert summary["initiator_after"] == "silence"
+
+
+def _terminate_ulpdu(msn: int) -> bytes:
+    header = UntaggedHeader(qn=2, msn=msn, rsvdulp=rdmap_control(RdmapOpcode.TERMINATE))
+    return header.pack() + TerminateHeader(1, 1, 0).pack()
+
+
+@pytest.mark.parametrize("markers", [False, True])
+@pytest.mark.parametrize("step", [0, 1, 1000, 4096])
+def test_counting_without_records_sees_what_records_see(markers: bool, step: int) -> None:
+    """Without FPDU records (``--quiet``, no fault) clean FPDUs are counted in
+    bulk: the summary, errors and notes are those of the full decode, and
+    the octets go on as they came."""
+    items = ulpdus(40, size=1400)
+    items[17] = _terminate_ulpdu(1)  # amid clean FPDUs: still the end's answer
+    data = bytearray(stream(items, markers))
+    data[len(stream(items[:30], markers)) - 1] ^= 0x10  # the 30th FPDU's CRC: an error
+    full = Pair([], markers=markers)
+    quiet = Pair([], markers=markers, fpdu_records=False)
+    for pair in (full, quiet):
+        pair.feed("initiator", bytes(data), step=step)
+        pair.core.end("initiator", "close", 1.0)
+    assert quiet.out == full.out
+    assert bytes(quiet.out["responder"]) == full.request + bytes(data)
+    assert quiet.core.summary() == full.core.summary()
+    summary = quiet.core.summary()
+    assert summary["fpdus_to_responder"] == 40 and summary["errors"] == 1
+    assert str(summary["initiator_after"]).startswith("terminate 1/1/0")
+    others = [r for r in full.records if not isinstance(r, FpduRecord)]
+    assert quiet.records == others and any(isinstance(r, ErrorRecord) for r in others)
 
 
 def test_idle_timeout_closes_both_ends() -> None:

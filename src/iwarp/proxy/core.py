@@ -20,7 +20,9 @@ fault itself differs from what the sender sent.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Final, Literal
 
 from iwarp._crc32c import crc32c
@@ -423,10 +425,14 @@ class ProxyConnection:
     def _walk(self, flow: _Flow) -> None:
         walker, window = flow.walker, flow.window
         assert walker is not None
-        if not self._holding(flow):
+        holding = self._holding(flow)
+        if not holding:
             # Nothing to apply: forward what came at once, in one write, and
             # decode behind it.
             self._forward_raw(flow, window.end)
+        # With nothing to print or apply, clean FPDUs are only counted (the
+        # accelerator checks their CRCs in bulk): no record per FPDU.
+        walker.tally = None if holding or self.fpdu_records else partial(self._tally, flow)
         for record in walker.advance():
             if isinstance(record, FpduRecord):
                 # Sequence numbers wrap at 2**32: the difference is signed.
@@ -438,7 +444,7 @@ class ProxyConnection:
                     self._fpdu(flow, record, at)
                 else:  # already forwarded as it came
                     self._record(flow, record)
-                    self._count(flow, record)
+                    self._count(flow, record.ulp)
                 if flow.mode == _DROP:
                     window.discard(window.end)
                     return
@@ -482,7 +488,7 @@ class ProxyConnection:
 
     def _fpdu(self, flow: _Flow, record: FpduRecord, at: int) -> None:
         """The FPDU at input offset ``at``, whole: apply faults and forward it."""
-        self._count(flow, record)
+        self._count(flow, record.ulp)
         framing = flow.framing
         assert framing is not None
         wire = flow.window.read(at, record.wire_length)
@@ -499,22 +505,33 @@ class ProxyConnection:
             return
         self._apply(flow, fault, record, at, wire)
 
-    def _count(self, flow: _Flow, record: FpduRecord) -> None:
+    def _tally(self, flow: _Flow, ulps: list[dict[str, object] | None]) -> None:
+        """Clean FPDUs the walker counted in bulk (already forwarded)."""
+        flow.fpdus += len(ulps)
+        self.ends[flow.sender].fpdus += len(ulps)
+        for ulp in ulps:
+            if ulp is not None and ulp.get("qn") == QueueNumber.TERMINATE:
+                self._terminate_seen(flow, ulp)
+
+    def _count(self, flow: _Flow, ulp: Mapping[str, object]) -> None:
         """Count an FPDU, and note a Terminate (the sender's answer)."""
         flow.fpdus += 1
         self.ends[flow.sender].fpdus += 1
-        ulp = record.ulp
         if ulp.get("qn") == QueueNumber.TERMINATE:
-            msn = ulp.get("msn")
-            if isinstance(msn, int):
-                flow.terminate_msn = msn
-            terminate = ulp.get("terminate")
-            if isinstance(terminate, dict) and self.ends[flow.sender].terminate is None:
-                self.ends[flow.sender].terminate = (
-                    int(terminate["layer"]),
-                    int(terminate["etype"]),
-                    int(terminate["code"]),
-                )
+            self._terminate_seen(flow, ulp)
+
+    def _terminate_seen(self, flow: _Flow, ulp: Mapping[str, object]) -> None:
+        """The sender's Terminate: its MSN, and its code if it is the first."""
+        msn = ulp.get("msn")
+        if isinstance(msn, int):
+            flow.terminate_msn = msn
+        terminate = ulp.get("terminate")
+        if isinstance(terminate, dict) and self.ends[flow.sender].terminate is None:
+            self.ends[flow.sender].terminate = (
+                int(terminate["layer"]),
+                int(terminate["etype"]),
+                int(terminate["code"]),
+            )
 
     def _match(self, flow: _Flow, record: Record) -> Fault | None:
         is_frame = isinstance(record, FrameRecord)
