@@ -425,3 +425,44 @@ def test_damaged_streams_never_crash_and_stay_bounded(
     assert pair.core.summary()["connection"] == 1
     if not specs:  # no fault: every octet went on unchanged
         assert bytes(pair.out["responder"][pair.start["responder"] :]) == bytes(data)
+
+
+CULLEY_LINE = b"iwarp culley-02 framing follows\n"
+
+
+@pytest.mark.parametrize("prefix", [CULLEY_LINE, b"", b"hello\n"])
+def test_culley_streams_are_followed_after_their_streaming_part(prefix: bytes) -> None:
+    """draft-culley-02: no frames; streaming, then FPDUs with markers and
+    CRCs from the first FPDU on. Once found, FPDUs are counted and faults
+    apply to them."""
+    core = ProxyConnection(
+        1, [parse_fault("to=responder; nth=3; corrupt-crc")], 0.0, startup="culley"
+    )
+    items = ulpdus(5)
+    data = stream(items, True)
+    first = len(stream(items[:1], True))
+    out = bytearray()
+    for piece in (prefix, data[:first], data[first:]):
+        core.receive("initiator", piece, 0.0)
+        out += b"".join(o.data for o in core.take_output() if isinstance(o, Send))
+    core.end("initiator", "close", 1.0)
+    out += b"".join(o.data for o in core.take_output() if isinstance(o, Send))
+    assert out[: len(prefix)] == prefix
+    decoder = FpduDecoder(markers=True, crc=True)
+    got = [bytes(u) for u in decoder.feed(bytes(out[len(prefix) :]))]
+    assert got == items[:2]
+    assert decoder.error is not None and decoder.error.mpa_code == MpaErrorCode.CRC_MISMATCH
+    summary = core.summary()
+    assert summary["fpdus_to_responder"] == 5
+    faults = summary["faults"]
+    assert isinstance(faults, list) and faults[0]["at"] == "fpdu 3"
+
+
+def test_culley_stream_without_fpdus_is_forwarded_as_it_is() -> None:
+    core = ProxyConnection(1, [], 0.0, startup="culley")
+    core.receive("initiator", b"plain streaming text\n" * 10, 0.0)
+    core.end("initiator", "close", 1.0)
+    sent = b"".join(o.data for o in core.take_output() if isinstance(o, Send))
+    assert sent == b"plain streaming text\n" * 10
+    notes = [r for r in core.take_records() if "no culley-02 FPDUs" in getattr(r, "message", "")]
+    assert notes and core.summary()["fpdus_to_responder"] == 0

@@ -171,3 +171,33 @@ def test_help_explains_the_grammar() -> None:
     for word in ("corrupt-crc", "resegment", "terminate LAYER/TYPE/CODE", "--idle-timeout"):
         assert word in proc.stdout
     assert by_type([], "x") == []
+
+
+@pytest.mark.slow
+def test_culley_streams_are_followed() -> None:
+    """--mpa-mode culley: iwarp connect/listen frame without Request/Reply
+    after a streaming line each way; the proxy finds and counts the FPDUs."""
+    culley = ("--mpa-mode", "culley", "--op", "mpa")
+    with (
+        listen("--connections", "1", *culley) as listener,
+        proxy_cli(
+            listener.port,
+            "--connections",
+            "1",
+            "--mpa-mode",
+            "culley",
+            "--raw-ulp",
+            json_lines=True,
+        ) as px,
+    ):
+        status, lines = connect(px.port, "--count", "3", "--size", "1000", *culley)
+        _, heard = listener.finish()
+        code, out, err = px.finish()
+    assert status == 0 and code == 0, (lines, err)
+    assert by_type(lines, "summary")[0]["sha256"] == by_type(heard, "summary")[0]["sha256"]
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    (summary,) = [r for r in records if r.get("type") == "summary"]
+    assert summary["fpdus_to_responder"] >= 3 and summary["fpdus_to_initiator"] >= 1
+    assert summary["errors"] == 0, records
+    notes = [r["message"] for r in records if r.get("type") == "note"]
+    assert any("culley-02 FPDUs from here, after 32 streaming octets" in n for n in notes)

@@ -21,7 +21,7 @@ from typing import Final, Literal, cast
 
 from iwarp.analyze.pcapng import PcapngWriter, TcpFlow
 from iwarp.analyze.records import Record
-from iwarp.proxy.core import Close, ProxyConnection, Role, Send
+from iwarp.proxy.core import Close, ProxyConnection, Role, Send, Startup
 from iwarp.proxy.spec import Fault
 
 __all__ = ["ProxyOptions", "ProxyServer"]
@@ -46,6 +46,10 @@ class ProxyOptions:
     #: Whether every FPDU's record goes to ``on_record`` (False: frames,
     #: errors, notes and applied faults only; FPDUs are still counted).
     fpdu_records: bool = True
+    #: How connections start: Request/Reply, or culley-02's framing without frames.
+    startup: Startup = "rfc"
+    #: Whether the ULPDUs are DDP segments (False: ``--raw-ulp``).
+    ddp: bool = True
 
 
 class _Leg(asyncio.Protocol):
@@ -153,6 +157,8 @@ class _Session:
             idle_timeout=server.options.idle_timeout,
             epoch=time.time() - now,
             fpdu_records=server.options.fpdu_records,
+            startup=server.options.startup,
+            ddp=server.options.ddp,
         )
         writer = server.capture
         if writer is not None:
