@@ -2,15 +2,18 @@
 without the proxy in the path.
 
 Run: python bench/proxy_bench.py [--size 64K] [--iters 2000] [--repeat 3] [--markers]
-                                 [--fault SPEC]...
+                                 [--decode] [--fault SPEC]...
 
 Starts ``iwarp perf --server`` and ``iwarp proxy --quiet`` in front of it
 (each its own process: three processes, as on a real path), then runs
 ``iwarp perf --op write`` straight to the server and through the proxy in
 turn, ``--repeat`` times each (interleaved, so both see the same machine
-load), and prints each run's MiB/s, the medians and their ratio. The proxy
-decodes every FPDU as it forwards it (what ``--quiet`` leaves out is only
-the printing). For MTU 1500, run it in a network namespace of its own::
+load), and prints each run's MiB/s, the medians and their ratio, and the
+CPU the proxy process used per MiB it forwarded (from ``/proc``; steadier
+than the wall clock on a shared machine). With ``--quiet`` and no fault
+the proxy counts FPDUs and checks their CRCs without a record for each;
+``--decode`` makes it build them (its ``--json`` output, thrown away).
+For MTU 1500, run it in a network namespace of its own::
 
     ip netns add pxbench && ip netns exec pxbench ip link set lo mtu 1500 up
     ip netns exec pxbench .venv/bin/python bench/proxy_bench.py
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -62,12 +66,32 @@ def run_perf(port: int, args: argparse.Namespace) -> float:
     return float(record["average_mib_s"])
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU of a running process (Linux ``/proc``), else None."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def mebibytes(size: str, iters: int) -> float:
+    units = {"K": 1 << 10, "M": 1 << 20}
+    scale = units.get(size[-1:].upper(), 1)
+    digits = size[:-1] if scale > 1 else size
+    return int(digits) * scale * iters / (1 << 20)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="64K", help="message size (perf's -s)")
     parser.add_argument("--iters", type=int, default=2000, help="messages per run")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each kind")
     parser.add_argument("--markers", action="store_true", help="MPA markers on")
+    parser.add_argument(
+        "--decode", action="store_true", help="the proxy builds every FPDU's record (--json)"
+    )
     parser.add_argument("--fault", action="append", default=[], help="a --fault for the proxy")
     args = parser.parse_args()
     server_port, proxy_port = free_port(), free_port()
@@ -77,9 +101,9 @@ def main() -> None:
         stderr=subprocess.DEVNULL,
     )
     faults = [word for spec in args.fault for word in ("--fault", spec)]
-    target = f"127.0.0.1:{server_port}"
+    listen = ["--listen", str(proxy_port), "--to", f"127.0.0.1:{server_port}"]
     proxy = subprocess.Popen(
-        [*IWARP, "proxy", "--quiet", "--listen", str(proxy_port), "--to", target, *faults],
+        [*IWARP, "proxy", "--json" if args.decode else "--quiet", *listen, *faults],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -88,12 +112,25 @@ def main() -> None:
         wait_for(proxy_port)
         direct: list[float] = []
         through: list[float] = []
+        cpu: list[float] = []
+        moved = mebibytes(args.size, args.iters)
         for i in range(args.repeat):
             direct.append(run_perf(server_port, args))
+            before = cpu_seconds(proxy.pid)
             through.append(run_perf(proxy_port, args))
-            print(f"run {i + 1}: direct {direct[-1]:9.1f} MiB/s   proxied {through[-1]:9.1f} MiB/s")
+            after = cpu_seconds(proxy.pid)
+            used = ""
+            if before is not None and after is not None:
+                cpu.append((after - before) * 1000 / moved)
+                used = f"   proxy CPU {cpu[-1]:6.2f} ms/MiB"
+            print(
+                f"run {i + 1}: direct {direct[-1]:9.1f} MiB/s   proxied {through[-1]:9.1f} MiB/s"
+                + used
+            )
         a, b = statistics.median(direct), statistics.median(through)
         print(f"median: direct {a:.1f} MiB/s, proxied {b:.1f} MiB/s, ratio {b / a:.2f}")
+        if cpu:
+            print(f"median proxy CPU: {statistics.median(cpu):.2f} ms/MiB of {moved:.0f} MiB")
     finally:
         for proc in (proxy, server):
             proc.terminate()

@@ -51,8 +51,11 @@ def stream(items: list[bytes], markers: bool) -> bytes:
 class Pair:
     """A core with both frames through it."""
 
-    def __init__(self, specs: list[str], *, rev: int = 2, markers: bool = False) -> None:
-        self.core = ProxyConnection(1, [parse_fault(s) for s in specs], 0.0)
+    def __init__(
+        self, specs: list[str], *, rev: int = 2, markers: bool = False, fpdu_records: bool = True
+    ) -> None:
+        faults = [parse_fault(s) for s in specs]
+        self.core = ProxyConnection(1, faults, 0.0, fpdu_records=fpdu_records)
         self.markers = markers
         self.request, self.reply = frames(rev, markers)
         self.out: dict[Role, bytearray] = {"initiator": bytearray(), "responder": bytearray()}
@@ -300,6 +303,36 @@ def test_a_terminate_and_the_ends_are_reported() -> None:
     assert summary["initiator_after"] == "silence"
 
 
+def _terminate_ulpdu(msn: int) -> bytes:
+    header = UntaggedHeader(qn=2, msn=msn, rsvdulp=rdmap_control(RdmapOpcode.TERMINATE))
+    return header.pack() + TerminateHeader(1, 1, 0).pack()
+
+
+@pytest.mark.parametrize("markers", [False, True])
+@pytest.mark.parametrize("step", [0, 1, 1000, 4096])
+def test_counting_without_records_sees_what_records_see(markers: bool, step: int) -> None:
+    """Without FPDU records (``--quiet``, no fault) clean FPDUs are counted in
+    bulk: the summary, errors and notes are those of the full decode, and
+    the octets go on as they came."""
+    items = ulpdus(40, size=1400)
+    items[17] = _terminate_ulpdu(1)  # amid clean FPDUs: still the end's answer
+    data = bytearray(stream(items, markers))
+    data[len(stream(items[:30], markers)) - 1] ^= 0x10  # the 30th FPDU's CRC: an error
+    full = Pair([], markers=markers)
+    quiet = Pair([], markers=markers, fpdu_records=False)
+    for pair in (full, quiet):
+        pair.feed("initiator", bytes(data), step=step)
+        pair.core.end("initiator", "close", 1.0)
+    assert quiet.out == full.out
+    assert bytes(quiet.out["responder"]) == full.request + bytes(data)
+    assert quiet.core.summary() == full.core.summary()
+    summary = quiet.core.summary()
+    assert summary["fpdus_to_responder"] == 40 and summary["errors"] == 1
+    assert str(summary["initiator_after"]).startswith("terminate 1/1/0")
+    others = [r for r in full.records if not isinstance(r, FpduRecord)]
+    assert quiet.records == others and any(isinstance(r, ErrorRecord) for r in others)
+
+
 def test_idle_timeout_closes_both_ends() -> None:
     core = ProxyConnection(1, [], 0.0, idle_timeout=5.0)
     assert core.get_timer() == 5.0
@@ -392,3 +425,44 @@ def test_damaged_streams_never_crash_and_stay_bounded(
     assert pair.core.summary()["connection"] == 1
     if not specs:  # no fault: every octet went on unchanged
         assert bytes(pair.out["responder"][pair.start["responder"] :]) == bytes(data)
+
+
+CULLEY_LINE = b"iwarp culley-02 framing follows\n"
+
+
+@pytest.mark.parametrize("prefix", [CULLEY_LINE, b"", b"hello\n"])
+def test_culley_streams_are_followed_after_their_streaming_part(prefix: bytes) -> None:
+    """draft-culley-02: no frames; streaming, then FPDUs with markers and
+    CRCs from the first FPDU on. Once found, FPDUs are counted and faults
+    apply to them."""
+    core = ProxyConnection(
+        1, [parse_fault("to=responder; nth=3; corrupt-crc")], 0.0, startup="culley"
+    )
+    items = ulpdus(5)
+    data = stream(items, True)
+    first = len(stream(items[:1], True))
+    out = bytearray()
+    for piece in (prefix, data[:first], data[first:]):
+        core.receive("initiator", piece, 0.0)
+        out += b"".join(o.data for o in core.take_output() if isinstance(o, Send))
+    core.end("initiator", "close", 1.0)
+    out += b"".join(o.data for o in core.take_output() if isinstance(o, Send))
+    assert out[: len(prefix)] == prefix
+    decoder = FpduDecoder(markers=True, crc=True)
+    got = [bytes(u) for u in decoder.feed(bytes(out[len(prefix) :]))]
+    assert got == items[:2]
+    assert decoder.error is not None and decoder.error.mpa_code == MpaErrorCode.CRC_MISMATCH
+    summary = core.summary()
+    assert summary["fpdus_to_responder"] == 5
+    faults = summary["faults"]
+    assert isinstance(faults, list) and faults[0]["at"] == "fpdu 3"
+
+
+def test_culley_stream_without_fpdus_is_forwarded_as_it_is() -> None:
+    core = ProxyConnection(1, [], 0.0, startup="culley")
+    core.receive("initiator", b"plain streaming text\n" * 10, 0.0)
+    core.end("initiator", "close", 1.0)
+    sent = b"".join(o.data for o in core.take_output() if isinstance(o, Send))
+    assert sent == b"plain streaming text\n" * 10
+    notes = [r for r in core.take_records() if "no culley-02 FPDUs" in getattr(r, "message", "")]
+    assert notes and core.summary()["fpdus_to_responder"] == 0

@@ -127,10 +127,10 @@ def test_corrupt_crc_draws_the_crc_terminate(markers: list[str]) -> None:
     assert faults_of(summary) == ["corrupt-crc"]
     # iwarp listen resets after its Terminate; a reset that overtakes the
     # proxy's read of the Terminate drops it (TCP's race, not the proxy's).
+    # The proxy reads what came before a reset (iwarp listen closes right
+    # behind its Terminate): the Terminate is never lost to it.
     after = str(summary["responder_after"])
-    if after == "reset":
-        return
-    assert after.startswith("terminate 2/0/2 ")
+    assert after.startswith("terminate 2/0/2 "), after
     (error,) = by_type(lines, "error")
     assert (error["layer"], error["etype"], error["code"]) == (2, 0, 2)
 
@@ -146,11 +146,12 @@ def test_rewrite_stag_draws_the_invalid_stag_terminate() -> None:
         summary = px.summary()
     assert status == 1
     after = str(summary["responder_after"])
-    if after == "reset":
-        return  # the reset overtook the Terminate, as above
     # RFC 5041 §7.2: tagged buffer error (type 1), invalid STag (code 0).
-    assert after.startswith("terminate 1/1/0 ")
-    assert by_type(lines, "error")[0]["code"] == 0
+    assert after.startswith("terminate 1/1/0 "), after
+    # The proxy passes the Terminate on, then the listener's reset: iwarp
+    # connect may meet the reset on a write before it reads the Terminate
+    # (MPA's TCP_CLOSED, code 1): its own adapter's race, not the proxy's.
+    assert by_type(lines, "error")[0]["code"] in (0, 1)
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ CRCs and no markers, by two consecutive FPDUs with valid CRCs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Final, Protocol, cast
 
@@ -358,7 +358,17 @@ class FpduWalker:
     Nothing before :attr:`low_water` is read again.
     """
 
-    __slots__ = ("bad_in_a_row", "done", "framing", "pos", "stream", "sync", "wait_for", "where")
+    __slots__ = (
+        "bad_in_a_row",
+        "done",
+        "framing",
+        "pos",
+        "stream",
+        "sync",
+        "tally",
+        "wait_for",
+        "where",
+    )
 
     def __init__(
         self, stream: StreamWindow, start: int, framing: Framing, *, where: tuple[int, str]
@@ -374,6 +384,11 @@ class FpduWalker:
         #: The window's end that completes the FPDU at ``pos`` (known once its
         #: header came): nothing to do before.
         self.wait_for = 0
+        #: When set, the clean FPDUs the accelerator walks in bulk are not
+        #: made into records: this gets their ULP descriptions (a dict each,
+        #: or None) per batch. A caller that prints nothing counts with it.
+        #: Every other FPDU, error and note is yielded as a record still.
+        self.tally: Callable[[list[dict[str, object] | None]], None] | None = None
 
     @property
     def low_water(self) -> int:
@@ -414,7 +429,11 @@ class FpduWalker:
                         WALK_BATCH,
                     )
                     if taken:
-                        yield from _clean_records(stream, pos - at, taken, framing, where)
+                        tally = self.tally
+                        if tally is None:
+                            yield from _clean_records(stream, pos - at, taken, framing, where)
+                        else:
+                            tally([entry[7] for entry in taken])
                         self.pos = pos = pos - at + stop
                         self.bad_in_a_row = 0
                     if need and run_end >= end and not stream.final:

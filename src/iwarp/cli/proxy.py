@@ -62,6 +62,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="print no decode lines, only faults, refusals and summaries",
     )
     parser.add_argument(
+        "--mpa-mode",
+        choices=("rfc", "culley"),
+        default="rfc",
+        help="rfc: each connection starts with an MPA Request/Reply (default); culley: "
+        "draft-culley-iwarp-mpa-02, no frames: each direction streams, then sends FPDUs with "
+        "markers and CRCs, which the proxy finds by them (as iwarp connect/listen "
+        "--mpa-mode culley speak)",
+    )
+    parser.add_argument(
+        "--raw-ulp",
+        action="store_true",
+        help="the ULPDUs are not DDP segments (iwarp connect/listen --op mpa): do not decode "
+        "or check DDP/RDMAP headers",
+    )
+    parser.add_argument(
         "--max-connections",
         type=count,
         default=64,
@@ -118,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         idle_timeout=args.idle_timeout or None,
         fpdu_records=not args.quiet,
+        startup=args.mpa_mode,
+        ddp=not args.raw_ulp,
     )
     open_now: list[dict[str, object]] = []
 

@@ -20,12 +20,22 @@ fault itself differs from what the sender sent.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Final, Literal
 
 from iwarp._crc32c import crc32c
 from iwarp.analyze.fields import Where, record_row
-from iwarp.analyze.mpa import FpduView, FpduWalker, Framing, inspect_fpdu, read_frame
+from iwarp.analyze.mpa import (
+    LOOKAHEAD,
+    FpduView,
+    FpduWalker,
+    Framing,
+    find_start,
+    inspect_fpdu,
+    read_frame,
+)
 from iwarp.analyze.records import ErrorRecord, FpduRecord, FrameRecord, NoteRecord, Record
 from iwarp.analyze.tcp import StreamWindow
 from iwarp.ddp.wire import QueueNumber, UntaggedHeader
@@ -51,9 +61,13 @@ __all__ = [
     "ProxyConnection",
     "Role",
     "Send",
+    "Startup",
 ]
 
 Role = Literal["initiator", "responder"]
+#: How the connection starts: RFC 5044's Request/Reply (and the drafts'
+#: Rev 0/1 frames), or draft-culley-iwarp-mpa-02's framing without frames.
+Startup = Literal["rfc", "culley"]
 ROLES: Final[tuple[Role, Role]] = ("initiator", "responder")
 _DIRECTIONS: Final[tuple[tuple[Role, Role], ...]] = (
     ("initiator", "responder"),
@@ -65,7 +79,7 @@ HOLD_LIMIT: Final = 2 * (MAX_ULPDU + 1024)
 #: A Request/Reply with more private data than this is not waited for.
 MAX_FRAME: Final = FRAME_HEADER_SIZE + 0xFFFF
 
-_FRAME, _WAIT, _WALK, _RAW, _DROP = range(5)
+_FRAME, _WAIT, _WALK, _RAW, _DROP, _SEEK = range(6)
 _MASK32: Final = 0xFFFFFFFF
 _HALF: Final = 1 << 31
 
@@ -187,8 +201,12 @@ class ProxyConnection:
         idle_timeout: float | None = None,
         epoch: float = 0.0,
         fpdu_records: bool = True,
+        startup: Startup = "rfc",
+        ddp: bool = True,
     ) -> None:
         self.index = index
+        #: Whether the ULPDUs are DDP segments (False: bare, as ``--op mpa`` sends).
+        self.ddp = ddp
         #: Whether FPDUs are among :meth:`take_records` (frames, errors,
         #: notes and applied faults always are); counted either way.
         self.fpdu_records = fpdu_records
@@ -202,8 +220,12 @@ class ProxyConnection:
             self.flows[sender] = _Flow(
                 sender=sender,
                 to=to,
+                # Dead octets are cut off at once: what is held is what the
+                # proxy holds (the bound its tests check), and that is at most
+                # one FPDU, so the cut is cheap.
                 window=StreamWindow(0, history=0, compact=0),
                 faults=[_Armed(f) for f in faults if f.to == to],
+                mode=_SEEK if startup == "culley" else _FRAME,
             )
         self.ends: dict[Role, EndReport] = {role: EndReport() for role in ROLES}
         self.applied: list[AppliedFault] = []
@@ -343,6 +365,9 @@ class ProxyConnection:
             elif flow.mode == _WALK:
                 self._walk(flow)
                 break
+            elif flow.mode == _SEEK:
+                if not self._seek(flow):
+                    break
             else:
                 break
         if flow.mode == _RAW:
@@ -395,6 +420,33 @@ class ProxyConnection:
             self._full_operation()
         return True
 
+    def _seek(self, flow: _Flow) -> bool:
+        """draft-culley-iwarp-mpa-02 (seed 002 §8.1): no frames; each side
+        streams until its ULP switches its direction to MPA, with markers and
+        CRCs, markers counted from the first FPDU. The FPDUs are looked for
+        as ``iwarp decode --resync`` looks (markers that lead to FPDUs with
+        valid CRCs) in what is not yet forwarded; what is not found to be
+        FPDUs goes on as it came (a ULP may wait for the other side's
+        streaming answer before it frames). True once found (or given up)."""
+        window = flow.window
+        found = find_start(window, markers=True, crc=True)
+        if found is None:
+            self._forward_raw(flow, window.end)
+            window.discard(window.end)
+            if window.final or window.end > LOOKAHEAD:
+                self._note(flow, "no culley-02 FPDUs found: forwarded as they are")
+                flow.mode = _RAW
+                return True
+            return False
+        framing, first = found
+        self._forward_raw(flow, first)  # the streaming part
+        # Seed 002's markers may count back to the FPDU's first octet.
+        flow.framing = replace(framing, either_fpduptr=True, ddp=self.ddp)
+        self._note(flow, f"culley-02 FPDUs from here, after {first} streaming octets")
+        flow.walker = FpduWalker(window, first, flow.framing, where=(self.index, flow.sender))
+        flow.mode = _WALK
+        return True
+
     def _full_operation(self) -> None:
         """Both frames known: each direction's markers and CRC (RFC 5044 §7.1.1)."""
         request, reply = self.request, self.reply
@@ -412,7 +464,7 @@ class ProxyConnection:
         for flow, markers in ((ini, reply.markers), (res, request.markers)):
             if flow.mode == _DROP:
                 continue
-            framing = Framing(flow.sent, markers, crc, rdmac, either_fpduptr=rdmac)
+            framing = Framing(flow.sent, markers, crc, rdmac, self.ddp, either_fpduptr=rdmac)
             flow.framing = framing
             flow.walker = FpduWalker(
                 flow.window, flow.sent, framing, where=(self.index, flow.sender)
@@ -423,10 +475,14 @@ class ProxyConnection:
     def _walk(self, flow: _Flow) -> None:
         walker, window = flow.walker, flow.window
         assert walker is not None
-        if not self._holding(flow):
+        holding = self._holding(flow)
+        if not holding:
             # Nothing to apply: forward what came at once, in one write, and
             # decode behind it.
             self._forward_raw(flow, window.end)
+        # With nothing to print or apply, clean FPDUs are only counted (the
+        # accelerator checks their CRCs in bulk): no record per FPDU.
+        walker.tally = None if holding or self.fpdu_records else partial(self._tally, flow)
         for record in walker.advance():
             if isinstance(record, FpduRecord):
                 # Sequence numbers wrap at 2**32: the difference is signed.
@@ -438,7 +494,7 @@ class ProxyConnection:
                     self._fpdu(flow, record, at)
                 else:  # already forwarded as it came
                     self._record(flow, record)
-                    self._count(flow, record)
+                    self._count(flow, record.ulp)
                 if flow.mode == _DROP:
                     window.discard(window.end)
                     return
@@ -482,7 +538,7 @@ class ProxyConnection:
 
     def _fpdu(self, flow: _Flow, record: FpduRecord, at: int) -> None:
         """The FPDU at input offset ``at``, whole: apply faults and forward it."""
-        self._count(flow, record)
+        self._count(flow, record.ulp)
         framing = flow.framing
         assert framing is not None
         wire = flow.window.read(at, record.wire_length)
@@ -499,22 +555,33 @@ class ProxyConnection:
             return
         self._apply(flow, fault, record, at, wire)
 
-    def _count(self, flow: _Flow, record: FpduRecord) -> None:
+    def _tally(self, flow: _Flow, ulps: list[dict[str, object] | None]) -> None:
+        """Clean FPDUs the walker counted in bulk (already forwarded)."""
+        flow.fpdus += len(ulps)
+        self.ends[flow.sender].fpdus += len(ulps)
+        for ulp in ulps:
+            if ulp is not None and ulp.get("qn") == QueueNumber.TERMINATE:
+                self._terminate_seen(flow, ulp)
+
+    def _count(self, flow: _Flow, ulp: Mapping[str, object]) -> None:
         """Count an FPDU, and note a Terminate (the sender's answer)."""
         flow.fpdus += 1
         self.ends[flow.sender].fpdus += 1
-        ulp = record.ulp
         if ulp.get("qn") == QueueNumber.TERMINATE:
-            msn = ulp.get("msn")
-            if isinstance(msn, int):
-                flow.terminate_msn = msn
-            terminate = ulp.get("terminate")
-            if isinstance(terminate, dict) and self.ends[flow.sender].terminate is None:
-                self.ends[flow.sender].terminate = (
-                    int(terminate["layer"]),
-                    int(terminate["etype"]),
-                    int(terminate["code"]),
-                )
+            self._terminate_seen(flow, ulp)
+
+    def _terminate_seen(self, flow: _Flow, ulp: Mapping[str, object]) -> None:
+        """The sender's Terminate: its MSN, and its code if it is the first."""
+        msn = ulp.get("msn")
+        if isinstance(msn, int):
+            flow.terminate_msn = msn
+        terminate = ulp.get("terminate")
+        if isinstance(terminate, dict) and self.ends[flow.sender].terminate is None:
+            self.ends[flow.sender].terminate = (
+                int(terminate["layer"]),
+                int(terminate["etype"]),
+                int(terminate["code"]),
+            )
 
     def _match(self, flow: _Flow, record: Record) -> Fault | None:
         is_frame = isinstance(record, FrameRecord)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import struct
 import time
@@ -21,7 +22,7 @@ from typing import Final, Literal, cast
 
 from iwarp.analyze.pcapng import PcapngWriter, TcpFlow
 from iwarp.analyze.records import Record
-from iwarp.proxy.core import Close, ProxyConnection, Role, Send
+from iwarp.proxy.core import Close, ProxyConnection, Role, Send, Startup
 from iwarp.proxy.spec import Fault
 
 __all__ = ["ProxyOptions", "ProxyServer"]
@@ -46,6 +47,10 @@ class ProxyOptions:
     #: Whether every FPDU's record goes to ``on_record`` (False: frames,
     #: errors, notes and applied faults only; FPDUs are still counted).
     fpdu_records: bool = True
+    #: How connections start: Request/Reply, or culley-02's framing without frames.
+    startup: Startup = "rfc"
+    #: Whether the ULPDUs are DDP segments (False: ``--raw-ulp``).
+    ddp: bool = True
 
 
 class _Leg(asyncio.Protocol):
@@ -84,9 +89,32 @@ class _Leg(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if exc is not None and not self.got_eof:
+            self._salvage()
         if not self.got_eof:
             self.session.ended(self.role, "reset" if exc is not None else "close")
         self.session.leg_lost(self)
+
+    def _salvage(self) -> None:
+        """Octets that arrived before the reset and were not read yet.
+
+        A reset that a write runs into ends the transport without reading
+        what the kernel still holds, and that is often the very thing that
+        explains the reset: a peer's Terminate, sent just before it closed
+        (RFC 5040 §5.4). The socket is still open here on asyncio's loop;
+        a read of a non-blocking socket gives that data, then the error.
+        At most :data:`HIGH_WATER` octets."""
+        transport = self.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        fd = sock.fileno() if sock is not None else -1
+        left = HIGH_WATER
+        with contextlib.suppress(OSError, ValueError):
+            while fd >= 0 and left > 0:
+                data = os.read(fd, min(left, 1 << 16))
+                if not data:
+                    return
+                left -= len(data)
+                self.session.received(self.role, data)
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -153,6 +181,8 @@ class _Session:
             idle_timeout=server.options.idle_timeout,
             epoch=time.time() - now,
             fpdu_records=server.options.fpdu_records,
+            startup=server.options.startup,
+            ddp=server.options.ddp,
         )
         writer = server.capture
         if writer is not None:
