@@ -141,7 +141,7 @@ def test_reports_parse() -> None:
 def test_case_judge_needs_exit_0_and_finite_numbers() -> None:
     from iwarp.interop.cases import perftest_measured
     from iwarp.interop.host import ProcResult
-    from iwarp.interop.suite import Run
+    from iwarp.interop.suite import NOT_FINITE, Run
     from iwarp.interop.vm import JobResult
 
     iwarp = ProcResult(0, '{"type": "summary"}', 1.0)
@@ -154,7 +154,9 @@ def test_case_judge_needs_exit_0_and_finite_numbers() -> None:
     iwarp_failed = ProcResult(1, '{"errors": ["x"]}', 1.0)
     assert not perftest_measured(Run(guest=JobResult(0, BW_OUTPUT, 5.0), iwarp=iwarp_failed))[0]
     inf = LAT_OUTPUT.replace("595.07", "inf")
-    assert not perftest_measured(Run(guest=JobResult(0, inf, 5.0), iwarp=iwarp))[0]
+    ok, why = perftest_measured(Run(guest=JobResult(0, inf, 5.0), iwarp=iwarp))
+    # The reason names the figure that is not finite; the suite knows it by its start.
+    assert not ok and why.startswith(NOT_FINITE) and "t_typical[usec] inf" in why
 
 
 # -- the server over loopback, against a perftest-shaped client ----------------------------

@@ -151,6 +151,29 @@ ACCEPT_RACE = (
 )
 
 
+#: How :func:`iwarp.interop.cases.perftest_measured` starts its reason when both ends exited
+#: 0 and perftest printed its table, but a figure in it is not finite: perftest's cycle clock
+#: under TCG (seen in siw↔siw controls too, with no iwarp involved). The exchange completed and
+#: was checked; only the measurement did not, so the case is worth one more attempt.
+NOT_FINITE: Final = "perftest exit 0 but measured nothing finite"
+
+PERFTEST_CLOCK: Final = (
+    "perftest printed a figure that is not finite (its cycle clock under TCG; "
+    "both ends had exited 0)"
+)
+
+
+def worth_again(case: InteropCase, outcome: Outcome) -> str:
+    """Why ``outcome`` deserves one more attempt: siw's accept race (:func:`accept_stall`)
+    or perftest's clock (:data:`NOT_FINITE`). Empty for every other outcome, which is a
+    verdict; an outcome already retried is never retried again."""
+    if outcome.status is not InteropStatus.FAIL or outcome.retried:
+        return ""
+    if outcome.reason.startswith(NOT_FINITE):
+        return PERFTEST_CLOCK
+    return accept_stall(case, outcome)
+
+
 def accept_stall(case: InteropCase, outcome: Outcome) -> str:
     """Why ``outcome`` is worth one more attempt: a failed case where iwarp is the MPA
     Initiator against siw, the handshake completed, iwarp sent FPDUs and siw sent none.
@@ -417,13 +440,10 @@ class InteropRunner:
             absent = [t for t in tools if not self.facts.tools[t]]
             if absent:
                 return Outcome(case, InteropStatus.NOT_RUN, f"{', '.join(absent)} not in the guest")
-            if case.direction is InteropDirection.SIW_TO_SIW:
-                outcome = self._guest_only(guest, case)
-            else:
-                outcome = self._with_iwarp(guest, case)
-                stall = accept_stall(case, outcome)
-                if stall:
-                    outcome = self._again(case, outcome, stall)
+            outcome = self._play(guest, case)
+            again = worth_again(case, outcome)
+            if again:
+                outcome = self._again(case, outcome, again)
         except (GuestError, CaptureToolError, OSError) as exc:
             outcome = Outcome(case, InteropStatus.FAIL, f"harness: {exc}")
         outcome.seconds = time.monotonic() - t0
@@ -433,9 +453,15 @@ class InteropRunner:
             outcome.options = case.options
         return outcome
 
+    def _play(self, guest: Guest, case: InteropCase) -> Outcome:
+        """One attempt at ``case``: in the guest alone (controls) or against iwarp."""
+        if case.direction is InteropDirection.SIW_TO_SIW:
+            return self._guest_only(guest, case)
+        return self._with_iwarp(guest, case)
+
     def _again(self, case: InteropCase, first: Outcome, stall: str) -> Outcome:
-        """Run ``case`` once more after a first attempt that met siw's accept race; the
-        first attempt's capture is kept beside the second's."""
+        """Run ``case`` once more after a first attempt that :func:`worth_again` set aside;
+        the first attempt's capture is kept beside the second's."""
         kept = ""
         if first.capture:
             path = Path(first.capture)
@@ -443,7 +469,7 @@ class InteropRunner:
             path.replace(kept_path)
             kept = str(kept_path)
         self.log(f"{case.name}: {stall}; running it once more")
-        outcome = self._with_iwarp(self.ensure_guest(case.variant), case)
+        outcome = self._play(self.ensure_guest(case.variant), case)
         outcome.retried = f"first attempt: {stall} (capture {kept or 'none'})"
         if outcome.status is InteropStatus.PASS:
             outcome.reason = f"{outcome.reason} (second attempt; {stall})"
