@@ -44,6 +44,8 @@ __all__ = [
     "atomic_window",
     "bandwidth_window",
     "check_word",
+    "combine",
+    "MAX_QPS",
     "no_atomics",
     "op_failed",
     "Printer",
@@ -85,6 +87,8 @@ SWEEP_SIZES: Final = tuple(1 << i for i in range(1, 24))
 #: Timings kept per test (8 octets each); a ``-D`` run stops when it has them.
 MAX_SAMPLES: Final = 10_000_000
 MIB: Final = float(1 << 20)
+#: ``-q``: queue pairs (connections) of one test, at most.
+MAX_QPS: Final = 64
 #: BW peak: the best of this many equal intervals of a run (:func:`peak_rate`).
 PEAK_INTERVALS: Final = 10
 #: BW peak: no interval shorter than this (seconds), where a burst of local
@@ -229,6 +233,10 @@ class PerfTest:
     #: Whether the client asked for CRC (None: not said), so that the
     #: server can say when MPA's rule (CRC if either end asks) overrode it.
     crc: bool | None = None
+    #: ``-q``: the test's queue pairs (connections), each describing the
+    #: same test with the same ``group``, so that the server sums their rows.
+    qps: int = 1
+    group: str | None = None
 
     def encode(self) -> bytes:
         message: dict[str, Any] = {
@@ -239,6 +247,8 @@ class PerfTest:
         }
         if self.crc is not None:
             message["crc"] = self.crc
+        if self.qps > 1:
+            message.update(qps=self.qps, group=self.group)
         return json.dumps(message).encode()
 
     @classmethod
@@ -255,7 +265,19 @@ class PerfTest:
         if op == "atomic" and size != ATOMIC_SIZE:
             raise PerfError(f"not a test description: an atomic test moves {ATOMIC_SIZE} octets")
         crc = message.get("crc")
-        return cls(str(op), size, latency, raw, crc if isinstance(crc, bool) else None)
+        qps = integer(message, "qps", 1, MAX_QPS) if "qps" in message else 1
+        group = message.get("group")
+        if qps > 1 and (not isinstance(group, str) or not 0 < len(group) <= 64):
+            raise PerfError("not a test description: a test of several queue pairs needs a group")
+        return cls(
+            str(op),
+            size,
+            latency,
+            raw,
+            crc if isinstance(crc, bool) else None,
+            qps,
+            group if qps > 1 else None,
+        )
 
     @property
     def echo(self) -> bool:
@@ -486,6 +508,65 @@ def summary(result: PerfResult) -> dict[str, Any]:
     return out
 
 
+#: The latency figures of a row (:func:`latency_stats`).
+_LATENCY_KEYS: Final = (
+    "min_us",
+    "max_us",
+    "typical_us",
+    "avg_us",
+    "stdev_us",
+    "p99_us",
+    "p99_9_us",
+)
+
+
+def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row of a test of several queue pairs (``-q``), from each one's
+    :func:`summary`, the same on both ends: iterations, bandwidth (average
+    and peak) and message or operation rates summed; latency figures the
+    mean of the queue pairs' (said in the title); ``seconds`` the longest
+    queue pair's. CPU per MiB or per operation: the process's CPU is
+    shared by its queue pairs, so the longest one's measure (which spans
+    the others) over all the octets or operations."""
+    if len(rows) == 1:
+        return rows[0]
+    out = dict(rows[0], qps=len(rows))
+    out["iterations"] = sum(r["iterations"] for r in rows)
+    out.pop("interrupted", None)
+    for r in rows:
+        if r.get("interrupted"):
+            out["interrupted"] = r["interrupted"]
+            break
+    for key in ("average_mib_s", "peak_mib_s", "messages_per_s", "ops_per_s", "peak_ops_s"):
+        if key in out:
+            out[key] = math.fsum(r.get(key, 0.0) for r in rows)
+    if "seconds" in out:
+        out["seconds"] = max(r.get("seconds", 0.0) for r in rows)
+    for key in _LATENCY_KEYS:
+        if key in out:
+            out[key] = math.fsum(r.get(key, 0.0) for r in rows) / len(rows)
+    for key, per in (("cpu_us_per_mib", _row_mib), ("cpu_us_per_op", _row_ops)):
+        if all(key in r for r in rows):
+            total = math.fsum(per(r) for r in rows)
+            out[key] = {
+                side: max(r[key][side] * per(r) for r in rows) / total if total else 0.0
+                for side in ("client", "server")
+            }
+        else:
+            out.pop(key, None)
+    return out
+
+
+def _row_mib(row: dict[str, Any]) -> float:
+    """MiB a row's test moved."""
+    return float(row["bytes"]) * float(row["iterations"]) / MIB
+
+
+def _row_ops(row: dict[str, Any]) -> float:
+    """Operations a row's test completed."""
+    return float(row["iterations"])
+
+
 _LATENCY_COLUMNS: Final = (
     ("#bytes", 10, "bytes", "d"),
     ("#iterations", 12, "iterations", "d"),
@@ -517,6 +598,10 @@ def title(data: dict[str, Any]) -> str:
         "atomic": "RDMA Atomic (FetchAdd)",
     }[data["op"]]
     adapters = f"client {data['adapter']}, server {data.get('peer_adapter', '?')} adapter"
+    qps = data.get("qps", 1)
+    if qps > 1:
+        summed = "latency: the mean of their figures" if data["latency"] else "rates and BW summed"
+        flags += f"; {qps} queue pairs in parallel, {summed}"
     return f"{op} {mode} ({adapters}; {flags})"
 
 
@@ -632,7 +717,8 @@ class Printer:
         if self._json:
             self._write(json.dumps(data))
             return
-        kind = tuple(data.get(key) for key in ("op", "latency", "adapter", "markers", "crc"))
+        keys = ("op", "latency", "adapter", "markers", "crc", "qps")
+        kind = tuple(data.get(key) for key in keys)
         kind += ("raw_tcp" in data,)
         header = kind != self._kind
         if header:
@@ -647,8 +733,18 @@ class Ticker:
     ``--interval``), called by the test loops once per message: a clock
     read, and a line when one is due."""
 
-    def __init__(self, result: PerfResult, *, enabled: bool, forced: bool, interval: float) -> None:
+    def __init__(
+        self,
+        result: PerfResult,
+        *,
+        enabled: bool,
+        forced: bool,
+        interval: float,
+        results: list[PerfResult] | None = None,
+    ) -> None:
         self._result = result
+        #: ``-q``: every queue pair's result, counted together (they share this ticker).
+        self._results = results if results is not None else [result]
         self._stream = sys.stderr
         now = time.monotonic()
         self._interval = max(interval, 0.01)
@@ -663,7 +759,7 @@ class Ticker:
         if now < self._next:
             return
         self._next = now + self._interval
-        count = self._result.iterations
+        count = sum(r.iterations for r in self._results)
         self._out(self._meter.report(now, count, count * self._result.test.size))
 
     def finish(self) -> None:
@@ -703,6 +799,8 @@ class Served:
         self.messages = 0
         self._write = write
         self._printer = Printer(write)
+        #: ``-q`` tests under way: each group's rows so far.
+        self._groups: dict[str, list[dict[str, Any]]] = {}
 
     def listening(self, where: tuple[Any, ...]) -> None:
         self._write(
@@ -785,8 +883,19 @@ class Served:
         where = f" ({', '.join(about)})" if about else ""
         print(f"iwarp perf: test failed{where}: {why}", file=sys.stderr, flush=True)
 
-    def result(self, data: dict[str, Any], *, detail: bool) -> None:
-        """A test ended: print the client's result as a table row."""
+    def result(self, data: dict[str, Any], *, detail: bool, test: PerfTest | None = None) -> None:
+        """A test ended: print the client's result as a table row. A queue
+        pair of a ``-q`` test (``test.qps`` > 1) waits for the others of its
+        group: their rows summed (:func:`combine`) are one row, one test."""
+        if test is not None and test.qps > 1 and test.group is not None:
+            rows = self._groups.setdefault(test.group, [])
+            rows.append(data)
+            if len(rows) < test.qps:
+                return
+            del self._groups[test.group]
+            if len(self._groups) > MAX_QPS:  # groups whose queue pairs failed: forget the oldest
+                del self._groups[next(iter(self._groups))]
+            data = combine(rows)
         self.tests += 1
         self.current = None
         try:

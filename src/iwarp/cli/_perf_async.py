@@ -182,7 +182,7 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
     last = _take(qp, await _receive(qp), sinks)
     message = decode(last)
     if "result" in message:
-        served.result(message["result"], detail=message.get("detail") is not False)
+        served.result(message["result"], detail=message.get("detail") is not False, test=test)
 
 
 # --- raw TCP on the loop, for --compare-raw -------------------------------------------
