@@ -1100,3 +1100,47 @@ def test_q_usage_errors(flags: list[str], words: str, capsys: pytest.CaptureFixt
         raise SystemExit(status)
     assert info.value.code == 2
     assert words in capsys.readouterr().err
+
+
+def test_the_server_sums_a_groups_rows_and_counts_a_failed_group_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lines: list[str] = []
+    served = Served("asyncio", lines.append)
+    test = PerfTest("write", 1 << 20, False, False, qps=2, group="g1")
+    rows = [_bandwidth_row(100, 50.0, 2.0, 1000.0), _bandwidth_row(300, 150.0, 2.0, 500.0)]
+    for row in rows:
+        row.update(adapter="sync", markers=False, crc=True, accel="C", peer_accel="C")
+    served.result(rows[0], detail=True, test=test)
+    assert served.tests == 0 and not lines  # waits for the other queue pair
+    served.result(rows[1], detail=True, test=test)
+    assert served.tests == 1 and "2 queue pairs in parallel" in lines[0]
+    assert re.match(r"^\s+1048576\s+400\s", lines[3]), lines
+    # A failing queue pair fails its test once; the others' rows are not printed.
+    failing = PerfTest("write", 1 << 20, False, False, qps=3, group="g2")
+    served.result(rows[0], detail=True, test=failing)
+    served.failed("receive failed: reset", client=("127.0.0.1", 1), test=failing)
+    served.failed("receive failed: reset", client=("127.0.0.1", 2), test=failing)
+    served.result(rows[1], detail=True, test=failing)
+    assert served.tests == 2 and len(lines) == 5  # (a CPU line below the first row)
+    assert capsys.readouterr().err.count("1048576-octet write bandwidth test") == 2
+
+
+def test_the_servers_line_for_a_client_gone_names_the_close(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A client interrupted mid-test: the server's line says the client
+    closed the connection, not 'receive failed: flushed'."""
+    proc, port = start_server(count=None)
+    try:
+        client = _client_under_way(port, "-q", "2", "-s", "4K")
+        client.send_signal(signal.SIGINT)
+        client.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert "flushed" not in err, err
+    failures = [line for line in err.splitlines() if "test failed" in line]
+    assert failures and all("the peer 127.0.0.1:" in line for line in failures), err
+    assert "interrupted by SIGINT: 1 tests served" in err  # two queue pairs, one test

@@ -801,6 +801,8 @@ class Served:
         self._printer = Printer(write)
         #: ``-q`` tests under way: each group's rows so far.
         self._groups: dict[str, list[dict[str, Any]]] = {}
+        #: ``-q`` tests one of whose queue pairs failed (the latest, as a set in order).
+        self._failed_groups: dict[str, None] = {}
 
     def listening(self, where: tuple[Any, ...]) -> None:
         self._write(
@@ -868,11 +870,20 @@ class Served:
             message["word"] = int.from_bytes(target.view[:ATOMIC_SIZE], "big")
         return message
 
-    def failed(self, why: str, *, client: object = None) -> None:
+    def failed(self, why: str, *, client: object = None, test: PerfTest | None = None) -> None:
         """A test failed: one line naming the client (its address) and the
-        test under way, if known."""
-        test = self.current
-        self.tests += 1
+        test (``test``, else the one under way), if known. A queue pair of a
+        ``-q`` test fails the whole test, counted once; its other queue
+        pairs' rows are not printed."""
+        counted = True
+        if test is not None and test.qps > 1 and test.group is not None:
+            self._groups.pop(test.group, None)
+            counted = test.group not in self._failed_groups
+            self._failed_groups[test.group] = None
+            if len(self._failed_groups) > MAX_QPS:
+                del self._failed_groups[next(iter(self._failed_groups))]
+        test = test if test is not None else self.current
+        self.tests += counted
         self.current = None
         about = []
         if client is not None:
@@ -888,6 +899,8 @@ class Served:
         pair of a ``-q`` test (``test.qps`` > 1) waits for the others of its
         group: their rows summed (:func:`combine`) are one row, one test."""
         if test is not None and test.qps > 1 and test.group is not None:
+            if test.group in self._failed_groups:
+                return  # another queue pair of the test failed: the test did
             rows = self._groups.setdefault(test.group, [])
             rows.append(data)
             if len(rows) < test.qps:

@@ -196,6 +196,7 @@ def run_server(
                         f"{len(group)} of the test's {test.qps} queue pairs connected "
                         f"within {OPEN_TIMEOUT:.0f} s",
                         client=member.client,
+                        test=test,
                     )
                     member.qp.abort()
                 continue
@@ -240,7 +241,7 @@ def _serve_member(member: _Member, served: Served, bind: str) -> None:
     try:
         _serve_one(qp, member.control, test, served, bind)
     except (IwarpError, PerfError, OSError) as exc:
-        served.failed(str(exc), client=member.client)
+        served.failed(str(exc), client=member.client, test=test)
         qp.abort()
     except BaseException:
         qp.abort()
@@ -260,6 +261,8 @@ def _client_of(qp: QueuePair) -> object:
 
 def _receive(qp: QueuePair) -> Completion:
     done = qp.recv_cq.wait()
+    if done.status is CompletionStatus.FLUSHED:  # the connection ended: say how
+        raise qp.ended_error("receive")
     if done.status is not CompletionStatus.SUCCESS:
         raise PerfError(f"receive failed: {done.status.value}")
     return done
