@@ -55,7 +55,9 @@ __all__ = [
     "PerfTest",
     "Ticker",
     "latency_stats",
+    "peak_intervals",
     "peak_rate",
+    "peak_rule",
     "post_buffers",
     "raw_server_side",
     "send_receives",
@@ -94,6 +96,12 @@ PEAK_INTERVALS: Final = 10
 #: BW peak: no interval shorter than this (seconds), where a burst of local
 #: completions (a socket buffer's worth) would pass for a rate.
 PEAK_MIN_INTERVAL: Final = 0.1
+#: BW peak: a run cut into fewer intervals than this has no peak of its own
+#: (the average stands for it, marked not meaningful).
+PEAK_MIN_INTERVALS: Final = 5
+#: A steady run's peak stays within this many times its average; the row's
+#: rule line says when a run's does not (its rate varied: other load).
+PEAK_STEADY_RATIO: Final = 1.5
 
 
 class PerfError(Exception):
@@ -398,21 +406,68 @@ def peak_rate(stamps: array[float] | list[float], size: int, elapsed: float | No
     its buffers, not that they moved. A completion is local (TCP took the
     message), so an interval of a few milliseconds can hold a socket
     buffer's worth of completions at once and show many times the real
-    rate: a run with fewer than three intervals of that length (under
-    :data:`PEAK_MIN_INTERVAL` * 3 seconds) has no peak but its average."""
+    rate: a run with fewer than :data:`PEAK_MIN_INTERVALS` intervals of
+    that length (under 0.5 s) has no peak but its average (four intervals
+    left after the first are too few to tell a best one from noise)."""
     n = len(stamps)
     end = elapsed if elapsed is not None else (stamps[-1] if n else 0.0)
     if n < 2 or end <= 0:
         return 0.0
-    width = max(end / PEAK_INTERVALS, PEAK_MIN_INTERVAL)
-    intervals = min(PEAK_INTERVALS, int(end / width))
-    if intervals < 3:
+    intervals = peak_intervals(end)
+    if not intervals:
         return n * size / end
     width = end / intervals
     slices = [0] * intervals
     for stamp in stamps:
         slices[min(intervals - 1, int(stamp / width))] += 1
     return max(slices[1:]) * size / width
+
+
+def peak_intervals(end: float) -> int:
+    """How many equal intervals :func:`peak_rate` cuts a run of ``end``
+    seconds into (the first of them is left out), or 0 when the run is too
+    short for a peak that means anything (its average stands for it)."""
+    if end <= 0:
+        return 0
+    width = max(end / PEAK_INTERVALS, PEAK_MIN_INTERVAL)
+    intervals = min(PEAK_INTERVALS, int(end / width))
+    return intervals if intervals >= PEAK_MIN_INTERVALS else 0
+
+
+def peak_ratio(data: dict[str, Any]) -> float | None:
+    """A row's peak over its average (None: no meaningful peak)."""
+    atomic = data.get("op") == "atomic"
+    peak = data.get("peak_ops_s" if atomic else "peak_mib_s", 0.0)
+    average = data.get("ops_per_s" if atomic else "average_mib_s", 0.0)
+    if not data.get("peak_intervals") or not average:
+        return None
+    return float(peak) / float(average)
+
+
+def peak_rule(data: dict[str, Any]) -> str:
+    """The line under a bandwidth row that says how its peak was taken and
+    how it stands to the average."""
+    name = "ops peak" if data.get("op") == "atomic" else "BW peak"
+    intervals = data.get("peak_intervals", 0)
+    seconds = data.get("seconds", 0.0)
+    ratio = peak_ratio(data)
+    if ratio is None:
+        return (
+            f"{name}: not meaningful for a run of {seconds:.3f} s (under {PEAK_MIN_INTERVALS} "
+            f"intervals of {PEAK_MIN_INTERVAL} s): the average is shown"
+        )
+    rule = (
+        f"{name}: the best of {intervals - 1} intervals of {seconds / intervals:.3f} s "
+        "(the first, where the pipe fills, left out)"
+    )
+    if data.get("qps", 1) > 1:
+        rule += ", summed over the queue pairs"
+    if ratio <= PEAK_STEADY_RATIO:
+        return f"{rule}; {ratio:.2f}x the average (a steady run stays within {PEAK_STEADY_RATIO}x)"
+    return (
+        f"{rule}; {ratio:.2f}x the average: over {PEAK_STEADY_RATIO}x, the rate was not steady "
+        "(other load on the machine?)"
+    )
 
 
 def latency_stats(times: array[float] | list[float]) -> dict[str, float]:
@@ -467,6 +522,7 @@ def summary(result: PerfResult) -> dict[str, Any]:
         seconds=seconds,
         average_mib_s=octets / seconds / MIB if seconds else 0.0,
         peak_mib_s=peak_rate(result.stamps, test.size, result.elapsed) / MIB,
+        peak_intervals=peak_intervals(seconds) if len(result.stamps) >= 2 else 0,
         messages_per_s=result.iterations / seconds if seconds else 0.0,
     )
     mib = octets / MIB
@@ -542,6 +598,9 @@ def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
             out[key] = math.fsum(r.get(key, 0.0) for r in rows)
     if "seconds" in out:
         out["seconds"] = max(r.get("seconds", 0.0) for r in rows)
+    if "peak_intervals" in out:  # a summed peak means what its shortest run's does
+        shortest = min(rows, key=lambda r: r.get("seconds", 0.0))
+        out["peak_intervals"] = shortest.get("peak_intervals", 0)
     for key in _LATENCY_KEYS:
         if key in out:
             out[key] = math.fsum(r.get(key, 0.0) for r in rows) / len(rows)
@@ -669,6 +728,8 @@ def table(
     write(row)
     if not detail:
         return
+    if not latency and "peak_intervals" in data:
+        write(peak_rule(data))
     cpu = data.get("cpu_us_per_mib")
     if cpu and not latency:
         write(f"CPU per MiB: client {cpu['client']:.0f} us, server {cpu['server']:.0f} us")

@@ -12,9 +12,11 @@ iterations, ``-D`` seconds instead, ``-p`` the port, ``-a`` every size from
   flight; the time runs until the server confirms that every octet was
   placed. Printed like ib_write_bw: BW peak (the best of ten equal
   intervals of the run, none shorter than 0.1 s, the first, where the pipe
-  fills, left out; a run under 0.3 s shows its average: its intervals would
-  time bursts of TCP's buffering, not the transfer), BW average, message
-  rate.
+  fills, left out; a run under 0.5 s, fewer than five intervals, shows its
+  average, marked not meaningful: its intervals would time bursts of TCP's
+  buffering, not the transfer), BW average, message rate. A line under a
+  single test's row states the rule and the peak's ratio to the average
+  (a steady run stays within 1.5x; it says when a run's did not).
 * ``--latency``: one message at a time; t_min, t_max, t_typical (median),
   t_avg, t_stdev, 99% and 99.9% in microseconds, as ib_send_lat prints. A
   Send is answered by a Send of the same size; a Read completes when its
