@@ -3,18 +3,23 @@ and the demo's bounded memory."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import re
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from clitools import IWARP
 from iwarp.analyze.analyzer import analyze_file
 from iwarp.analyze.records import FpduRecord
+from iwarp.rdma.errors import connection_ended
 
 _SUMMARY = re.compile(
     r"(\d+) pings of (\d+) octets, [\d.]+ (?:B|KiB|MiB|GiB) moved in [\d.]+ s, [\d.]+ MiB/s"
@@ -283,3 +288,88 @@ def test_ping_role_options_are_checked(flags: list[str], message: str) -> None:
         [*IWARP, "ping", *flags, "-p", "1"], capture_output=True, text=True, timeout=60, check=False
     )
     assert proc.returncode == 2 and message in proc.stderr
+
+
+# --- demo cut short: what it checked, never "verified=yes" -----------------------------------
+
+
+def test_a_demo_interrupted_after_its_first_progress_line_says_what_it_checked() -> None:
+    size, count = 64 << 10, 100_000  # far more than moves before the signal
+    options = ["--size", "64K", "--count", str(count), "--json", "--progress", "--interval", "0.1"]
+    proc = subprocess.Popen(
+        [*IWARP, "demo", *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # the first progress line: data is moving
+        assert "messages" in first, first
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    records = [json.loads(line) for line in out.splitlines()]
+    operations = [r for r in records if r["type"] == "operation"]
+    summary = records[-1]
+    assert summary["type"] == "summary" and summary["interrupted"] == "SIGINT"
+    assert summary["verified"] is None  # not all was checked: never true
+    assert summary["planned_messages"] == 3 * count
+    assert summary["messages"] == sum(r["messages"] for r in operations) < 3 * count
+    assert summary["octets"] == summary["messages"] * size
+    assert operations and operations[-1]["verified"] is None
+    assert all(r["verified"] is True for r in operations[:-1])
+
+
+def _demo(capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``iwarp demo --size 1K --count 2`` in this process (human layout)."""
+    from iwarp.cli import main
+
+    status = main(["demo", "--size", "1K", "--count", "2"])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_a_demo_interrupted_before_any_data_moved_does_not_say_verified(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import iwarp.cli.demo as demo
+    from iwarp.asyncio.rdma import connect
+
+    async def interrupted_connect(*args: Any, **kwargs: Any) -> Any:
+        qp = await connect(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C before the first operation
+        await asyncio.sleep(30)
+        return qp
+
+    monkeypatch.setattr(demo, "connect", interrupted_connect)
+    status, out, _ = _demo(capsys)
+    assert status == 130
+    summary = out.splitlines()[-1]
+    assert summary.startswith("summary: messages=0 planned_messages=6 octets=0 ")
+    assert 'verified="interrupted: 0 of 6 messages checked, all matched"' in summary
+    assert "verified=yes" not in out and "interrupted=SIGINT" in summary
+
+
+def test_a_demo_whose_connection_ends_says_so_and_what_it_checked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from iwarp.asyncio.rdma import QueuePair
+
+    async def peer_gone(self: QueuePair, *args: Any, **kwargs: Any) -> Any:
+        raise connection_ended("127.0.0.1:9", None, False, True, "", "rdma_read")
+
+    monkeypatch.setattr(QueuePair, "rdma_read", peer_gone)
+    status, out, err = _demo(capsys)
+    assert status == 1
+    assert err.splitlines() == [
+        "iwarp demo: rdma_read failed: the peer 127.0.0.1:9 closed the connection"
+    ]
+    lines = out.splitlines()
+    assert sum("verified=yes" in line for line in lines) == 2  # Send and Write finished
+    assert "op=rdma_read messages=0 planned_messages=2 " in lines[-2]
+    assert lines[-1].startswith("summary: messages=4 planned_messages=6 octets=4096 ")
+    assert 'verified="interrupted: 4 of 6 messages checked, all matched"' in lines[-1]
+    assert 'interrupted="connection lost"' in lines[-1]

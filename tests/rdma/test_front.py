@@ -71,12 +71,14 @@ def test_the_event_table_drives_the_driver() -> None:
         front._opened()  # in full operation: nothing happens
     region = b.register(bytearray(8), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
     wr = WriteWR(b"hi", region.stag, 0, a.endpoint.next_wr_id())
-    assert a._post_tracked(wr) is None  # its completion comes with the endpoint's events
+    assert (
+        a._post_tracked(wr, "rdma_write") is None
+    )  # its completion comes with the endpoint's events
     assert a.recorder.calls == ["started", "flush"]  # post_send flushed
     pump(a, b)
     assert wr.wr_id in a.recorder.woken  # the simple call waiting for it
     completion = a.endpoint.result(wr.wr_id)
-    assert completion is not None and a._checked(completion) is completion
+    assert completion is not None and a._checked(completion, "rdma_write") is completion
     assert len(a.send_cq) == 0 and bytes(region.view[:2]) == b"hi"  # tracked: not queued
     assert a._sent_at_once(b"hello", False, None)  # the small-message lane: written at once
     pump(a, b)
@@ -159,10 +161,10 @@ def test_take_message_after_the_end_raises_terminated() -> None:
 def test_a_tracked_result_after_tcp_is_gone_raises_terminated() -> None:
     a, _ = fronts()
     wr = WriteWR(b"x", 0x1234, 0, a.endpoint.next_wr_id())
-    assert a._post_tracked(wr) is None and a._finished(wr.wr_id) is None
+    assert a._post_tracked(wr, "rdma_write") is None and a._finished(wr.wr_id, "rdma_write") is None
     a.recorder.gone = True
-    with pytest.raises(ConnectionTerminatedError):
-        a._finished(wr.wr_id)
+    with pytest.raises(ConnectionTerminatedError, match=r"^rdma_write failed: "):
+        a._finished(wr.wr_id, "rdma_write")
     a._abandon(wr.wr_id)
     assert wr.wr_id not in a.endpoint.tracked()
 
@@ -171,8 +173,8 @@ def test_a_failed_post_is_untracked_and_a_failed_completion_raises() -> None:
     a, _ = fronts(receive_buffers=1)
     a.dispatch(a.endpoint.connection_lost(0.0, "gone"))
     wr = SendWR(b"late", a.endpoint.next_wr_id())
-    with pytest.raises(ConnectionTerminatedError):
-        a._post_tracked(wr)
+    with pytest.raises(ConnectionTerminatedError, match=r"^send failed: "):
+        a._post_tracked(wr, "send")
     assert wr.wr_id not in a.endpoint.tracked()
     assert all(c.wr_id != wr.wr_id for c in a.send_cq._take(None))
 
@@ -192,25 +194,25 @@ def test_a_flushed_completion_raises_what_ended_the_connection() -> None:
     # A Write waits in the send queue until its octets are taken for TCP
     # (a small Send on an idle queue pair would complete while posted).
     wr = WriteWR(b"x", 0x1234, 0, a.endpoint.next_wr_id())
-    assert a._post_tracked(wr) is None
+    assert a._post_tracked(wr, "rdma_write") is None
     a.dispatch(a.endpoint.connection_lost(0.0, "gone"))  # flushes the tracked Write
     completion = a.endpoint.result(wr.wr_id)
     assert completion is not None and completion.status is CompletionStatus.FLUSHED
-    with pytest.raises(ConnectionTerminatedError, match="gone") as info:
-        a._checked(completion)
-    assert "work request" not in str(info.value)  # no internal negative wr_id
+    with pytest.raises(ConnectionTerminatedError, match=r"^rdma_write failed: .*gone") as info:
+        a._checked(completion, "rdma_write")
+    assert "work request" not in str(info.value) and "-" not in str(info.value)  # no wr_id
 
 
 def test_a_failed_completion_raises_rdma_error() -> None:
     a, _ = fronts()
     failed = Completion(-1, WorkOpcode.RDMA_READ, CompletionStatus.REMOTE_ACCESS_ERROR)
-    with pytest.raises(RdmaError):
-        a._checked(failed)
+    with pytest.raises(RdmaError, match=r"^rdma_read failed \(remote access error\)$"):
+        a._checked(failed, "rdma_read")
 
 
 def test_a_failed_handler_ends_the_stream_with_a_terminate_once() -> None:
     a, b = fronts(receive_buffers=1)
-    a._post_tracked(SendWR(b"first", a.endpoint.next_wr_id()))  # the Initiator speaks first
+    a._post_tracked(SendWR(b"first", a.endpoint.next_wr_id()), "send")  # the Initiator speaks first
     pump(a, b)
     b._handler_failed()
     assert b.endpoint.ended is not None and b.terminate is not None

@@ -122,23 +122,24 @@ class QueuePair(QueuePairFront):
 
     # -- simple API -----------------------------------------------------------------
 
-    async def _run(self, wr: SendQueueWR, timeout: float | None = None) -> Completion:
+    async def _run(self, wr: SendQueueWR, call: str, timeout: float | None = None) -> Completion:
         # A Send or Write that TCP took at once completed while it was
-        # posted: no trip through the event loop.
-        completion = self._post_tracked(wr)
+        # posted: no trip through the event loop. ``call``: the verb its
+        # errors name.
+        completion = self._post_tracked(wr, call)
         if completion is None:
             wr_id = wr.wr_id
             try:
                 if timeout is None:  # (the hot path: no coroutine of its own)
-                    while (completion := self._finished(wr_id)) is None:
+                    while (completion := self._finished(wr_id, call)) is None:
                         await self._driver.woken(wr_id)
                 else:
-                    done = self._until(lambda: self._finished(wr_id), wr_id)
+                    done = self._until(lambda: self._finished(wr_id, call), wr_id)
                     completion = await within(done, timeout, "the work request")
             except BaseException:
                 self._abandon(wr_id)  # timed out or cancelled: it goes to send_cq
                 raise
-        return self._checked(completion)
+        return self._checked(completion, call)
 
     async def _until(self, take: Callable[[], T | None], key: object = None) -> T:
         """What ``take()`` gives once it is not None, asked whenever woken (for ``key``)."""
@@ -158,7 +159,7 @@ class QueuePair(QueuePairFront):
         like a stream writer's drain, while the transport holds more than its high-water
         mark: a peer that stops reading stops the sender, it does not grow its memory)."""
         if not self._sent_at_once(data, solicited, invalidate_stag):
-            await self._run(self._send_wr(data, solicited, invalidate_stag), timeout)
+            await self._run(self._send_wr(data, solicited, invalidate_stag), "send", timeout)
         elif self._driver.output_waiting():
             await within(self._driver.drain(), timeout, "the send")
 
@@ -178,12 +179,12 @@ class QueuePair(QueuePairFront):
         them, with ``flush`` once the peer placed them (:meth:`flush`)."""
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
         if not flush:
-            return (await self._run(wr, timeout)).byte_len
+            return (await self._run(wr, "rdma_write", timeout)).byte_len
         return await within(self._write_placed(wr), timeout, "the Write's placement")
 
     async def _write_placed(self, wr: SendQueueWR) -> int:
-        written = (await self._run(wr)).byte_len
-        await self._run(self._flush_wr())
+        written = (await self._run(wr, "rdma_write")).byte_len
+        await self._run(self._flush_wr(), "rdma_write")  # flush()'s proof
         return written
 
     @overload
@@ -226,7 +227,7 @@ class QueuePair(QueuePairFront):
         """
         target, wr = self._read_wr(local, remote_stag, remote_to, offset, length)
         try:
-            completion = await self._run(wr, timeout)
+            completion = await self._run(wr, "rdma_read", timeout)
         except (RdmaError, ConnectionTerminatedError):
             target.finish(0)  # the Read is over: its temporary region can go
             raise
@@ -244,7 +245,8 @@ class QueuePair(QueuePairFront):
         :raises AtomicsNotSupportedError: the peer has no RFC 7306 atomics.
         :raises RdmaError: the peer refused it (STag, rights, bounds, alignment).
         """
-        return self._original(await self._run(self._fetch_add_wr(stag, to, add, mask), timeout))
+        wr = self._fetch_add_wr(stag, to, add, mask)
+        return self._original(await self._run(wr, "fetch_add", timeout))
 
     async def compare_swap(
         self,
@@ -264,7 +266,7 @@ class QueuePair(QueuePairFront):
         verbs' ``ibv_wr_atomic_cmp_swp``. Raises as :meth:`fetch_add`.
         """
         wr = self._compare_swap_wr(stag, to, compare, swap, compare_mask, swap_mask)
-        return self._original(await self._run(wr, timeout))
+        return self._original(await self._run(wr, "compare_swap", timeout))
 
     async def send_immediate(
         self, data: bytes, *, solicited: bool = False, timeout: float | None = None
@@ -274,7 +276,7 @@ class QueuePair(QueuePairFront):
         completion. The peer's ``receive()`` gives them as
         :class:`~iwarp.rdmap.work.ImmediateData`, a receive completion has
         them in ``immediate``."""
-        await self._run(self._immediate_wr(data, solicited), timeout)
+        await self._run(self._immediate_wr(data, solicited), "send_immediate", timeout)
 
     async def supports_atomics(self, stag: int, to: int, *, timeout: float | None = None) -> bool:
         """Probe the peer for RFC 7306 Atomic Operations with a FetchAdd of 0
@@ -312,7 +314,7 @@ class QueuePair(QueuePairFront):
             by the peer's Terminate refusing one of them (it is named).
         :raises WaitTimeoutError: the proof did not come in time.
         """
-        await self._run(self._flush_wr(), timeout)
+        await self._run(self._flush_wr(), "flush", timeout)
 
     async def drain(self, *, timeout: float | None = None) -> None:
         """Wait until every posted message was handed to TCP (RDMA Reads

@@ -44,6 +44,8 @@ __all__ = [
     "atomic_window",
     "bandwidth_window",
     "check_word",
+    "combine",
+    "MAX_QPS",
     "no_atomics",
     "op_failed",
     "Printer",
@@ -53,7 +55,9 @@ __all__ = [
     "PerfTest",
     "Ticker",
     "latency_stats",
+    "peak_intervals",
     "peak_rate",
+    "peak_rule",
     "post_buffers",
     "raw_server_side",
     "send_receives",
@@ -85,11 +89,19 @@ SWEEP_SIZES: Final = tuple(1 << i for i in range(1, 24))
 #: Timings kept per test (8 octets each); a ``-D`` run stops when it has them.
 MAX_SAMPLES: Final = 10_000_000
 MIB: Final = float(1 << 20)
+#: ``-q``: queue pairs (connections) of one test, at most.
+MAX_QPS: Final = 64
 #: BW peak: the best of this many equal intervals of a run (:func:`peak_rate`).
 PEAK_INTERVALS: Final = 10
 #: BW peak: no interval shorter than this (seconds), where a burst of local
 #: completions (a socket buffer's worth) would pass for a rate.
 PEAK_MIN_INTERVAL: Final = 0.1
+#: BW peak: a run cut into fewer intervals than this has no peak of its own
+#: (the average stands for it, marked not meaningful).
+PEAK_MIN_INTERVALS: Final = 5
+#: A steady run's peak stays within this many times its average; the row's
+#: rule line says when a run's does not (its rate varied: other load).
+PEAK_STEADY_RATIO: Final = 1.5
 
 
 class PerfError(Exception):
@@ -229,6 +241,10 @@ class PerfTest:
     #: Whether the client asked for CRC (None: not said), so that the
     #: server can say when MPA's rule (CRC if either end asks) overrode it.
     crc: bool | None = None
+    #: ``-q``: the test's queue pairs (connections), each describing the
+    #: same test with the same ``group``, so that the server sums their rows.
+    qps: int = 1
+    group: str | None = None
 
     def encode(self) -> bytes:
         message: dict[str, Any] = {
@@ -239,6 +255,8 @@ class PerfTest:
         }
         if self.crc is not None:
             message["crc"] = self.crc
+        if self.qps > 1:
+            message.update(qps=self.qps, group=self.group)
         return json.dumps(message).encode()
 
     @classmethod
@@ -255,7 +273,19 @@ class PerfTest:
         if op == "atomic" and size != ATOMIC_SIZE:
             raise PerfError(f"not a test description: an atomic test moves {ATOMIC_SIZE} octets")
         crc = message.get("crc")
-        return cls(str(op), size, latency, raw, crc if isinstance(crc, bool) else None)
+        qps = integer(message, "qps", 1, MAX_QPS) if "qps" in message else 1
+        group = message.get("group")
+        if qps > 1 and (not isinstance(group, str) or not 0 < len(group) <= 64):
+            raise PerfError("not a test description: a test of several queue pairs needs a group")
+        return cls(
+            str(op),
+            size,
+            latency,
+            raw,
+            crc if isinstance(crc, bool) else None,
+            qps,
+            group if qps > 1 else None,
+        )
 
     @property
     def echo(self) -> bool:
@@ -376,21 +406,68 @@ def peak_rate(stamps: array[float] | list[float], size: int, elapsed: float | No
     its buffers, not that they moved. A completion is local (TCP took the
     message), so an interval of a few milliseconds can hold a socket
     buffer's worth of completions at once and show many times the real
-    rate: a run with fewer than three intervals of that length (under
-    :data:`PEAK_MIN_INTERVAL` * 3 seconds) has no peak but its average."""
+    rate: a run with fewer than :data:`PEAK_MIN_INTERVALS` intervals of
+    that length (under 0.5 s) has no peak but its average (four intervals
+    left after the first are too few to tell a best one from noise)."""
     n = len(stamps)
     end = elapsed if elapsed is not None else (stamps[-1] if n else 0.0)
     if n < 2 or end <= 0:
         return 0.0
-    width = max(end / PEAK_INTERVALS, PEAK_MIN_INTERVAL)
-    intervals = min(PEAK_INTERVALS, int(end / width))
-    if intervals < 3:
+    intervals = peak_intervals(end)
+    if not intervals:
         return n * size / end
     width = end / intervals
     slices = [0] * intervals
     for stamp in stamps:
         slices[min(intervals - 1, int(stamp / width))] += 1
     return max(slices[1:]) * size / width
+
+
+def peak_intervals(end: float) -> int:
+    """How many equal intervals :func:`peak_rate` cuts a run of ``end``
+    seconds into (the first of them is left out), or 0 when the run is too
+    short for a peak that means anything (its average stands for it)."""
+    if end <= 0:
+        return 0
+    width = max(end / PEAK_INTERVALS, PEAK_MIN_INTERVAL)
+    intervals = min(PEAK_INTERVALS, int(end / width))
+    return intervals if intervals >= PEAK_MIN_INTERVALS else 0
+
+
+def peak_ratio(data: dict[str, Any]) -> float | None:
+    """A row's peak over its average (None: no meaningful peak)."""
+    atomic = data.get("op") == "atomic"
+    peak = data.get("peak_ops_s" if atomic else "peak_mib_s", 0.0)
+    average = data.get("ops_per_s" if atomic else "average_mib_s", 0.0)
+    if not data.get("peak_intervals") or not average:
+        return None
+    return float(peak) / float(average)
+
+
+def peak_rule(data: dict[str, Any]) -> str:
+    """The line under a bandwidth row that says how its peak was taken and
+    how it stands to the average."""
+    name = "ops peak" if data.get("op") == "atomic" else "BW peak"
+    intervals = data.get("peak_intervals", 0)
+    seconds = data.get("seconds", 0.0)
+    ratio = peak_ratio(data)
+    if ratio is None:
+        return (
+            f"{name}: not meaningful for a run of {seconds:.3f} s (under {PEAK_MIN_INTERVALS} "
+            f"intervals of {PEAK_MIN_INTERVAL} s): the average is shown"
+        )
+    rule = (
+        f"{name}: the best of {intervals - 1} intervals of {seconds / intervals:.3f} s "
+        "(the first, where the pipe fills, left out)"
+    )
+    if data.get("qps", 1) > 1:
+        rule += ", summed over the queue pairs"
+    if ratio <= PEAK_STEADY_RATIO:
+        return f"{rule}; {ratio:.2f}x the average (a steady run stays within {PEAK_STEADY_RATIO}x)"
+    return (
+        f"{rule}; {ratio:.2f}x the average: over {PEAK_STEADY_RATIO}x, the rate was not steady "
+        "(other load on the machine?)"
+    )
 
 
 def latency_stats(times: array[float] | list[float]) -> dict[str, float]:
@@ -445,6 +522,7 @@ def summary(result: PerfResult) -> dict[str, Any]:
         seconds=seconds,
         average_mib_s=octets / seconds / MIB if seconds else 0.0,
         peak_mib_s=peak_rate(result.stamps, test.size, result.elapsed) / MIB,
+        peak_intervals=peak_intervals(seconds) if len(result.stamps) >= 2 else 0,
         messages_per_s=result.iterations / seconds if seconds else 0.0,
     )
     mib = octets / MIB
@@ -486,6 +564,68 @@ def summary(result: PerfResult) -> dict[str, Any]:
     return out
 
 
+#: The latency figures of a row (:func:`latency_stats`).
+_LATENCY_KEYS: Final = (
+    "min_us",
+    "max_us",
+    "typical_us",
+    "avg_us",
+    "stdev_us",
+    "p99_us",
+    "p99_9_us",
+)
+
+
+def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row of a test of several queue pairs (``-q``), from each one's
+    :func:`summary`, the same on both ends: iterations, bandwidth (average
+    and peak) and message or operation rates summed; latency figures the
+    mean of the queue pairs' (said in the title); ``seconds`` the longest
+    queue pair's. CPU per MiB or per operation: the process's CPU is
+    shared by its queue pairs, so the longest one's measure (which spans
+    the others) over all the octets or operations."""
+    if len(rows) == 1:
+        return rows[0]
+    out = dict(rows[0], qps=len(rows))
+    out["iterations"] = sum(r["iterations"] for r in rows)
+    out.pop("interrupted", None)
+    for r in rows:
+        if r.get("interrupted"):
+            out["interrupted"] = r["interrupted"]
+            break
+    for key in ("average_mib_s", "peak_mib_s", "messages_per_s", "ops_per_s", "peak_ops_s"):
+        if key in out:
+            out[key] = math.fsum(r.get(key, 0.0) for r in rows)
+    if "seconds" in out:
+        out["seconds"] = max(r.get("seconds", 0.0) for r in rows)
+    if "peak_intervals" in out:  # a summed peak means what its shortest run's does
+        shortest = min(rows, key=lambda r: r.get("seconds", 0.0))
+        out["peak_intervals"] = shortest.get("peak_intervals", 0)
+    for key in _LATENCY_KEYS:
+        if key in out:
+            out[key] = math.fsum(r.get(key, 0.0) for r in rows) / len(rows)
+    for key, per in (("cpu_us_per_mib", _row_mib), ("cpu_us_per_op", _row_ops)):
+        if all(key in r for r in rows):
+            total = math.fsum(per(r) for r in rows)
+            out[key] = {
+                side: max(r[key][side] * per(r) for r in rows) / total if total else 0.0
+                for side in ("client", "server")
+            }
+        else:
+            out.pop(key, None)
+    return out
+
+
+def _row_mib(row: dict[str, Any]) -> float:
+    """MiB a row's test moved."""
+    return float(row["bytes"]) * float(row["iterations"]) / MIB
+
+
+def _row_ops(row: dict[str, Any]) -> float:
+    """Operations a row's test completed."""
+    return float(row["iterations"])
+
+
 _LATENCY_COLUMNS: Final = (
     ("#bytes", 10, "bytes", "d"),
     ("#iterations", 12, "iterations", "d"),
@@ -517,6 +657,10 @@ def title(data: dict[str, Any]) -> str:
         "atomic": "RDMA Atomic (FetchAdd)",
     }[data["op"]]
     adapters = f"client {data['adapter']}, server {data.get('peer_adapter', '?')} adapter"
+    qps = data.get("qps", 1)
+    if qps > 1:
+        summed = "latency: the mean of their figures" if data["latency"] else "rates and BW summed"
+        flags += f"; {qps} queue pairs in parallel, {summed}"
     return f"{op} {mode} ({adapters}; {flags})"
 
 
@@ -584,6 +728,8 @@ def table(
     write(row)
     if not detail:
         return
+    if not latency and "peak_intervals" in data:
+        write(peak_rule(data))
     cpu = data.get("cpu_us_per_mib")
     if cpu and not latency:
         write(f"CPU per MiB: client {cpu['client']:.0f} us, server {cpu['server']:.0f} us")
@@ -632,7 +778,8 @@ class Printer:
         if self._json:
             self._write(json.dumps(data))
             return
-        kind = tuple(data.get(key) for key in ("op", "latency", "adapter", "markers", "crc"))
+        keys = ("op", "latency", "adapter", "markers", "crc", "qps")
+        kind = tuple(data.get(key) for key in keys)
         kind += ("raw_tcp" in data,)
         header = kind != self._kind
         if header:
@@ -647,8 +794,18 @@ class Ticker:
     ``--interval``), called by the test loops once per message: a clock
     read, and a line when one is due."""
 
-    def __init__(self, result: PerfResult, *, enabled: bool, forced: bool, interval: float) -> None:
+    def __init__(
+        self,
+        result: PerfResult,
+        *,
+        enabled: bool,
+        forced: bool,
+        interval: float,
+        results: list[PerfResult] | None = None,
+    ) -> None:
         self._result = result
+        #: ``-q``: every queue pair's result, counted together (they share this ticker).
+        self._results = results if results is not None else [result]
         self._stream = sys.stderr
         now = time.monotonic()
         self._interval = max(interval, 0.01)
@@ -663,7 +820,7 @@ class Ticker:
         if now < self._next:
             return
         self._next = now + self._interval
-        count = self._result.iterations
+        count = sum(r.iterations for r in self._results)
         self._out(self._meter.report(now, count, count * self._result.test.size))
 
     def finish(self) -> None:
@@ -703,6 +860,10 @@ class Served:
         self.messages = 0
         self._write = write
         self._printer = Printer(write)
+        #: ``-q`` tests under way: each group's rows so far.
+        self._groups: dict[str, list[dict[str, Any]]] = {}
+        #: ``-q`` tests one of whose queue pairs failed (the latest, as a set in order).
+        self._failed_groups: dict[str, None] = {}
 
     def listening(self, where: tuple[Any, ...]) -> None:
         self._write(
@@ -770,11 +931,20 @@ class Served:
             message["word"] = int.from_bytes(target.view[:ATOMIC_SIZE], "big")
         return message
 
-    def failed(self, why: str, *, client: object = None) -> None:
+    def failed(self, why: str, *, client: object = None, test: PerfTest | None = None) -> None:
         """A test failed: one line naming the client (its address) and the
-        test under way, if known."""
-        test = self.current
-        self.tests += 1
+        test (``test``, else the one under way), if known. A queue pair of a
+        ``-q`` test fails the whole test, counted once; its other queue
+        pairs' rows are not printed."""
+        counted = True
+        if test is not None and test.qps > 1 and test.group is not None:
+            self._groups.pop(test.group, None)
+            counted = test.group not in self._failed_groups
+            self._failed_groups[test.group] = None
+            if len(self._failed_groups) > MAX_QPS:
+                del self._failed_groups[next(iter(self._failed_groups))]
+        test = test if test is not None else self.current
+        self.tests += counted
         self.current = None
         about = []
         if client is not None:
@@ -785,8 +955,21 @@ class Served:
         where = f" ({', '.join(about)})" if about else ""
         print(f"iwarp perf: test failed{where}: {why}", file=sys.stderr, flush=True)
 
-    def result(self, data: dict[str, Any], *, detail: bool) -> None:
-        """A test ended: print the client's result as a table row."""
+    def result(self, data: dict[str, Any], *, detail: bool, test: PerfTest | None = None) -> None:
+        """A test ended: print the client's result as a table row. A queue
+        pair of a ``-q`` test (``test.qps`` > 1) waits for the others of its
+        group: their rows summed (:func:`combine`) are one row, one test."""
+        if test is not None and test.qps > 1 and test.group is not None:
+            if test.group in self._failed_groups:
+                return  # another queue pair of the test failed: the test did
+            rows = self._groups.setdefault(test.group, [])
+            rows.append(data)
+            if len(rows) < test.qps:
+                return
+            del self._groups[test.group]
+            if len(self._groups) > MAX_QPS:  # groups whose queue pairs failed: forget the oldest
+                del self._groups[next(iter(self._groups))]
+            data = combine(rows)
         self.tests += 1
         self.current = None
         try:

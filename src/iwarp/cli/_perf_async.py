@@ -81,7 +81,7 @@ async def run_server(
         try:
             await _serve_one(qp, served)
         except (IwarpError, PerfError, OSError, TimeoutError) as exc:
-            served.failed(str(exc), client=qp.peer)
+            served.failed(str(exc), client=qp.peer, test=_TESTS.get(qp))
         finally:
             active.discard(qp)
         if count is not None and served.tests >= count:
@@ -98,6 +98,8 @@ async def run_server(
     return 0
 
 
+#: The test each server queue pair runs, once described (its failure names it).
+_TESTS: weakref.WeakKeyDictionary[QueuePair, PerfTest] = weakref.WeakKeyDictionary()
 #: Each server queue pair's control receive buffer.
 _CONTROL_BUFFERS: weakref.WeakKeyDictionary[QueuePair, MemoryRegion] = weakref.WeakKeyDictionary()
 
@@ -111,6 +113,8 @@ def _post_control(qp: QueuePair) -> None:
 
 async def _receive(qp: QueuePair) -> Completion:
     done = await qp.recv_cq.wait()
+    if done.status is CompletionStatus.FLUSHED:  # the connection ended: say how
+        raise qp.ended_error("receive")
     if done.status is not CompletionStatus.SUCCESS:
         raise PerfError(f"receive failed: {done.status.value}")
     return done
@@ -130,6 +134,7 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
         raise PerfError("the first message is not a test description")
     region = _CONTROL_BUFFERS[qp]
     test = PerfTest.decode(bytes(region.view[: first.byte_len]))
+    _TESTS[qp] = test
     served.begin(test)
     why = served.refusal(test)
     if why is not None:
@@ -182,7 +187,7 @@ async def _serve_one(qp: QueuePair, served: Served) -> None:
     last = _take(qp, await _receive(qp), sinks)
     message = decode(last)
     if "result" in message:
-        served.result(message["result"], detail=message.get("detail") is not False)
+        served.result(message["result"], detail=message.get("detail") is not False, test=test)
 
 
 # --- raw TCP on the loop, for --compare-raw -------------------------------------------

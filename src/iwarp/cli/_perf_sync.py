@@ -10,8 +10,10 @@ import os
 import select
 import socket
 import sys
+import threading
 import time
 from array import array
+from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
@@ -144,7 +146,9 @@ def run_server(
     served: Served,
     busy_poll: float,
 ) -> int:
-    """Serve tests one after another until ``count`` were served (None: until interrupted)."""
+    """Serve tests one after another until ``count`` were served (None:
+    until interrupted); the queue pairs of a ``-q`` test together, a thread
+    each."""
     controls: dict[int, MemoryRegion] = {}
 
     def post_control(qp: QueuePair) -> None:
@@ -152,27 +156,98 @@ def run_server(
         controls[id(qp)] = region
         qp.post_recv(RecvWR(Sge(region), wr_id=CONTROL_ID))
 
+    def accept(timeout: float | None) -> _Member | None:
+        """The next connection and the test it describes (None: it failed, said)."""
+        try:
+            qp = listener.accept(timeout=timeout)
+        except IwarpError as exc:  # this connection's MPA startup failed
+            if isinstance(exc, WaitTimeoutError):
+                raise
+            served.failed(str(exc))
+            return None
+        qp.busy_poll = busy_poll
+        member = _Member(qp, controls.pop(id(qp)), _client_of(qp))
+        try:
+            member.test = _describe(qp, member.control)
+        except (IwarpError, PerfError, OSError) as exc:
+            served.failed(str(exc), client=member.client)
+            qp.abort()
+            return None
+        return member
+
     with listen(bind, port, config=config, setup=post_control) as listener:
         served.listening(listener.address)
+        waiting: list[_Member] = []  # came while a -q test gathered its queue pairs
         while count is None or served.tests < count:
-            try:
-                qp = listener.accept()
-            except IwarpError as exc:  # this connection's MPA startup failed
-                served.failed(str(exc))
+            first = waiting.pop(0) if waiting else accept(None)
+            if first is None or first.test is None:
                 continue
-            qp.busy_poll = busy_poll
-            client = _client_of(qp)
+            group = [first]
+            test = first.test
             try:
-                _serve_one(qp, controls.pop(id(qp)), served, bind)
-            except (IwarpError, PerfError, OSError) as exc:
-                served.failed(str(exc), client=client)
-                qp.abort()
-            except BaseException:
-                qp.abort()
-                raise
-            else:
-                qp.close()
+                while len(group) < test.qps:  # the rest of a -q test's queue pairs
+                    member = accept(OPEN_TIMEOUT)
+                    if member is not None and member.test is not None:
+                        same = member.test.group == test.group
+                        (group if same else waiting).append(member)
+            except WaitTimeoutError:
+                for member in group:
+                    served.failed(
+                        f"{len(group)} of the test's {test.qps} queue pairs connected "
+                        f"within {OPEN_TIMEOUT:.0f} s",
+                        client=member.client,
+                        test=test,
+                    )
+                    member.qp.abort()
+                continue
+            _serve_group(group, served, bind)
     return 0
+
+
+@dataclass
+class _Member:
+    """An accepted connection of the sync server and the test it describes."""
+
+    qp: QueuePair
+    control: MemoryRegion
+    client: object
+    test: PerfTest | None = None
+
+
+def _serve_group(group: list[_Member], served: Served, bind: str) -> None:
+    """Serve one test's queue pairs: in this thread when it has one, else a
+    thread each (abort()ed from here on an interrupt, as iwarp.sync allows)."""
+    if len(group) == 1:
+        _serve_member(group[0], served, bind)
+        return
+    threads = [
+        threading.Thread(target=_serve_member, args=(m, served, bind), daemon=True) for m in group
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)  # (a signal interrupts the main thread between joins)
+    except BaseException:
+        for member in group:
+            member.qp.abort()
+        raise
+
+
+def _serve_member(member: _Member, served: Served, bind: str) -> None:
+    qp, test = member.qp, member.test
+    assert test is not None
+    try:
+        _serve_one(qp, member.control, test, served, bind)
+    except (IwarpError, PerfError, OSError) as exc:
+        served.failed(str(exc), client=member.client, test=test)
+        qp.abort()
+    except BaseException:
+        qp.abort()
+        raise
+    else:
+        qp.close()
 
 
 def _client_of(qp: QueuePair) -> object:
@@ -186,12 +261,27 @@ def _client_of(qp: QueuePair) -> object:
 
 def _receive(qp: QueuePair) -> Completion:
     done = qp.recv_cq.wait()
+    if done.status is CompletionStatus.FLUSHED:  # the connection ended: say how
+        raise qp.ended_error("receive")
     if done.status is not CompletionStatus.SUCCESS:
         raise PerfError(f"receive failed: {done.status.value}")
     return done
 
 
-def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) -> None:
+def _describe(qp: QueuePair, control: MemoryRegion) -> PerfTest:
+    """The test a connection's first message describes.
+
+    :raises PerfError: it is not a test description.
+    """
+    first = _receive(qp)
+    if first.wr_id != CONTROL_ID:
+        raise PerfError("the first message is not a test description")
+    return PerfTest.decode(bytes(control.view[: first.byte_len]))
+
+
+def _serve_one(
+    qp: QueuePair, control: MemoryRegion, test: PerfTest, served: Served, bind: str
+) -> None:
     sinks: list[MemoryRegion] = []
 
     def take(done: Completion, repost: bool = True) -> bytes:
@@ -201,10 +291,6 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
             qp.post_recv(RecvWR(Sge(region), wr_id=done.wr_id))
         return data
 
-    first = _receive(qp)
-    if first.wr_id != CONTROL_ID:
-        raise PerfError("the first message is not a test description")
-    test = PerfTest.decode(bytes(control.view[: first.byte_len]))
     served.begin(test)
     why = served.refusal(test)
     if why is not None:
@@ -254,7 +340,7 @@ def _serve_one(qp: QueuePair, control: MemoryRegion, served: Served, bind: str) 
     # and lost the result row).
     message = decode(take(_receive(qp), repost=False))
     if "result" in message:
-        served.result(message["result"], detail=message.get("detail") is not False)
+        served.result(message["result"], detail=message.get("detail") is not False, test=test)
 
 
 def _raw_serve(listener: socket.socket, test: PerfTest, busy_poll: float) -> dict[str, Any]:

@@ -12,9 +12,11 @@ iterations, ``-D`` seconds instead, ``-p`` the port, ``-a`` every size from
   flight; the time runs until the server confirms that every octet was
   placed. Printed like ib_write_bw: BW peak (the best of ten equal
   intervals of the run, none shorter than 0.1 s, the first, where the pipe
-  fills, left out; a run under 0.3 s shows its average: its intervals would
-  time bursts of TCP's buffering, not the transfer), BW average, message
-  rate.
+  fills, left out; a run under 0.5 s, fewer than five intervals, shows its
+  average, marked not meaningful: its intervals would time bursts of TCP's
+  buffering, not the transfer), BW average, message rate. A line under a
+  single test's row states the rule and the peak's ratio to the average
+  (a steady run stays within 1.5x; it says when a run's did not).
 * ``--latency``: one message at a time; t_min, t_max, t_typical (median),
   t_avg, t_stdev, 99% and 99.9% in microseconds, as ib_send_lat prints. A
   Send is answered by a Send of the same size; a Read completes when its
@@ -34,6 +36,13 @@ iterations, ``-D`` seconds instead, ``-p`` the port, ``-a`` every size from
   without RFC 7306 atomics ends the test with a message saying so.
 * ``--sync``: the blocking adapter (iwarp.sync) instead of asyncio, on
   either end or both.
+* ``-q N``: N queue pairs (connections) run the test in parallel between
+  the same client and server (asyncio: on one event loop; ``--sync``: a
+  thread each), ``-n`` messages each; the row sums them: iterations,
+  bandwidth (BW average, and BW peak as the sum of each one's peak),
+  message rate; latency figures are the mean of the queue pairs' own (the
+  title says which). The server takes the N connections of one test
+  together and prints the same summed row. Not with ``--compare-raw``.
 
 Both ends print the result table (the client sends its figures to the
 server when a test ends). The client describes each test in its first Send
@@ -52,13 +61,18 @@ for a failed test names the client's address and the test.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import secrets
 import sys
+import threading
+from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 from iwarp.cli._args import port, size
 from iwarp.cli._capture import add_pcap_option, captured, sync_pcap_capture
 from iwarp.cli._perf import (
     ATOMIC_SIZE,
+    MAX_QPS,
     MAX_SAMPLES,
     MAX_SIZE,
     OPS,
@@ -70,6 +84,7 @@ from iwarp.cli._perf import (
     Printer,
     Served,
     Ticker,
+    combine,
     summary,
 )
 from iwarp.cli._progress import add_progress_options
@@ -119,6 +134,16 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def _qps(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of queue pairs: {text!r}") from None
+    if not 0 < value <= MAX_QPS:
+        raise argparse.ArgumentTypeError(f"queue pairs must be 1 to {MAX_QPS}")
     return value
 
 
@@ -195,6 +220,15 @@ def register(sub: Any) -> None:
         "-n", "--iters", type=_iterations, help=f"messages per size ({DEFAULT_ITERS})"
     )
     runs.add_argument("-D", "--duration", type=_seconds, help="seconds per size instead of -n")
+    parser.add_argument(
+        "-q",
+        "--qp",
+        type=_qps,
+        default=1,
+        metavar="N",
+        help=f"N queue pairs (connections) in parallel, as perftest's -q (1 to {MAX_QPS}): "
+        "rates and BW summed, latency the mean of theirs; --sync: a thread each",
+    )
     parser.add_argument("--markers", action="store_true", help="ask for MPA markers")
     parser.add_argument("--no-crc", action="store_true", help="do not ask for MPA CRC")
     parser.add_argument("--latency", action="store_true", help="latency instead of bandwidth")
@@ -274,6 +308,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not args.server and not args.host:
         print("iwarp perf: give HOST, or --server to serve", file=sys.stderr)
+        return 2
+    if args.qp > 1 and (args.server or args.compare_raw):
+        what = "--server (it takes the queue pairs the client asks for)"
+        if not args.server:
+            what = "--compare-raw (its plain TCP runs one connection)"
+        print(f"iwarp perf: -q is a client setting, not with {what}", file=sys.stderr)
         return 2
     if args.busy_poll is not None and not args.sync:
         print("iwarp perf: --busy-poll is a setting of --sync (iwarp.sync)", file=sys.stderr)
@@ -365,42 +405,64 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
     detail = not args.all
     limit = args.iters or (MAX_SAMPLES if args.duration else DEFAULT_ITERS)
     adapter = "sync" if args.sync else "asyncio"
-    current: list[PerfResult] = []
+    current: list[PerfResult] = []  # the test under way: a result per queue pair
 
-    def begin(size_: int) -> tuple[PerfResult, Ticker]:
-        test = PerfTest(args.op, size_, args.latency, args.compare_raw, crc=not args.no_crc)
-        result = PerfResult(
-            test, adapter, args.markers, not args.no_crc, limit=limit, duration=args.duration
+    def begin(size_: int) -> tuple[list[PerfResult], Ticker]:
+        group = secrets.token_hex(8) if args.qp > 1 else None
+        test = PerfTest(
+            args.op,
+            size_,
+            args.latency,
+            args.compare_raw,
+            crc=not args.no_crc,
+            qps=args.qp,
+            group=group,
         )
-        current[:] = [result]
-        ticker = Ticker(result, enabled=not args.json, forced=args.progress, interval=args.interval)
-        return result, ticker
+        current[:] = [
+            PerfResult(
+                test, adapter, args.markers, not args.no_crc, limit=limit, duration=args.duration
+            )
+            for _ in range(args.qp)
+        ]
+        ticker = Ticker(
+            current[0],
+            enabled=not args.json,
+            forced=args.progress,
+            interval=args.interval,
+            results=list(current),
+        )
+        return list(current), ticker
 
-    def end(result: PerfResult) -> None:
+    def row(results: list[PerfResult]) -> dict[str, Any]:
+        return combine([summary(result) for result in results])
+
+    def end(results: list[PerfResult]) -> None:
         current.clear()
-        printer.result(summary(result), detail=detail)
+        printer.result(row(results), detail=detail)
 
     def interrupted(why: str) -> None:
         where = "between tests"
         if current:
-            result = current[0]
-            result.interrupt(why)
-            where = f"{result.iterations} iterations into the {result.test.size}-octet test"
-            if result.iterations:
-                printer.result(summary(result), detail=detail)
+            for result in current:
+                result.interrupt(why)
+            iterations = sum(result.iterations for result in current)
+            where = f"{iterations} iterations into the {current[0].test.size}-octet test"
+            if iterations:
+                printer.result(row(current), detail=detail)
         print(f"iwarp perf: interrupted by {why}, {where}", file=sys.stderr)
 
-    def lost(exc: Exception) -> int:
+    def lost(exc: BaseException) -> int:
         # The server went away (or refused) mid-test: the row measured so
         # far, marked interrupted, then why; exit 1.
-        if not current or not current[0].iterations:
+        iterations = sum(result.iterations for result in current)
+        if not iterations:
             raise exc
-        result = current[0]
-        result.interrupt(f"connection lost: {exc}")
-        printer.result(summary(result), detail=detail)
+        for result in current:
+            result.interrupt(f"connection lost: {exc}")
+        printer.result(row(current), detail=detail)
         print(
-            f"iwarp perf: the test ended {result.iterations} iterations into the "
-            f"{result.test.size}-octet test (the row is what was measured until then): {exc}",
+            f"iwarp perf: the test ended {iterations} iterations into the "
+            f"{current[0].test.size}-octet test (the row is what was measured until then): {exc}",
             file=sys.stderr,
         )
         return 1
@@ -410,23 +472,26 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
 
         busy_poll = BUSY_POLL if args.busy_poll is None else args.busy_poll
 
+        def one(result: PerfResult, ticker: Ticker) -> None:
+            _perf_sync.run_client(
+                args.host,
+                args.port,
+                config,
+                result,
+                detail=detail,
+                ticker=ticker,
+                busy_poll=busy_poll,
+            )
+
         def blocking() -> int:
             with sync_pcap_capture(args.pcap, initiator=True):
                 for size_ in sizes:
-                    result, ticker = begin(size_)
+                    results, ticker = begin(size_)
                     try:
-                        _perf_sync.run_client(
-                            args.host,
-                            args.port,
-                            config,
-                            result,
-                            detail=detail,
-                            ticker=ticker,
-                            busy_poll=busy_poll,
-                        )
+                        _in_threads(one, results, ticker)
                     except (OSError, IwarpError, PerfError) as exc:
                         return lost(exc)
-                    end(result)
+                    end(results)
             return 0
 
         return run_blocking_interruptible(blocking, interrupted)
@@ -435,14 +500,61 @@ def _client(args: argparse.Namespace, config: MpaConfig) -> int:
 
     async def tests() -> int:
         for size_ in sizes:
-            result, ticker = begin(size_)
-            try:
-                await _perf_async.run_client(
+            results, ticker = begin(size_)
+            runs = [
+                _perf_async.run_client(
                     args.host, args.port, config, result, detail=detail, ticker=ticker
                 )
+                for result in results
+            ]
+            try:
+                await _together(runs)
             except (OSError, IwarpError, PerfError) as exc:
                 return lost(exc)
-            end(result)
+            end(results)
         return 0
 
     return run_interruptible(captured(args.pcap, tests()), interrupted)
+
+
+async def _together(runs: list[Coroutine[Any, Any, None]]) -> None:
+    """Run a test's queue pairs at once; the first failure cancels the
+    others (their rows so far stay in their results) and is raised."""
+    if len(runs) == 1:
+        await runs[0]
+        return
+    tasks = [asyncio.ensure_future(run) for run in runs]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _in_threads(
+    one: Callable[[PerfResult, Ticker], None], results: list[PerfResult], ticker: Ticker
+) -> None:
+    """``one`` for each queue pair's result, a thread each (one: in this
+    thread); the first failure is raised once all ended (a failing queue
+    pair's peer ends the others' tests too). The joins wait in short steps
+    so that a signal reaches this thread."""
+    if len(results) == 1:
+        one(results[0], ticker)
+        return
+    errors: list[BaseException] = []
+
+    def run(result: PerfResult) -> None:
+        try:
+            one(result, ticker)
+        except BaseException as exc:  # handed to the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in results]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)
+    if errors:
+        raise errors[0]

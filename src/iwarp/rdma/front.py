@@ -274,20 +274,22 @@ class QueuePairFront:
         """Why the connection ended (Terminate fields, error), for messages."""
         return "connection closed" if self._endpoint is None else self._endpoint.end_reason
 
-    def ended_error(self) -> ConnectionTerminatedError:
+    def ended_error(self, call: str | None = None) -> ConnectionTerminatedError:
         """The error every call raises once the connection ended: the same
-        message and fields each time, naming the peer and the Terminate
-        (layer, type, code, the RFC's name) or the close that ended it."""
+        cause and fields each time, naming the peer and the Terminate
+        (layer, type, code, the RFC's name) or the close that ended it;
+        ``call`` (the verb's name) comes first (``rdma_read failed: ...``)."""
         self._end_told = True
         endpoint = self._endpoint
         if endpoint is None:
-            return connection_ended(self.peer_address, None, False, False, self.end_reason)
+            return connection_ended(self.peer_address, None, False, False, self.end_reason, call)
         return connection_ended(
             self.peer_address,
             endpoint.terminate,
             endpoint.terminate_received,
             endpoint.closed_by_peer,
             endpoint.end_reason,
+            call,
         )
 
     def register(
@@ -304,7 +306,7 @@ class QueuePairFront:
         try:
             self.endpoint.post_recv(wr)
         except ConnectionTerminatedError:
-            raise self.ended_error() from None
+            raise self.ended_error("post_recv") from None
 
     def post_send(self, wr: SendQueueWR) -> None:
         """Post a Send, RDMA Write, RDMA Read, or an RFC 7306 FetchAdd,
@@ -313,10 +315,14 @@ class QueuePairFront:
 
         :raises ConnectionTerminatedError: the connection has ended.
         """
+        self._post(wr, "post_send")
+
+    def _post(self, wr: SendQueueWR, call: str) -> None:
+        """:meth:`post_send` for ``call`` (the verb its error names)."""
         try:
             self.endpoint.post_send(wr)
         except ConnectionTerminatedError:
-            raise self.ended_error() from None
+            raise self.ended_error(call) from None
         self._driver.flush()
 
     def post_send_list(self, wrs: Iterable[SendQueueWR]) -> None:
@@ -335,7 +341,7 @@ class QueuePairFront:
             for wr in wrs:
                 endpoint.post_send(wr)
         except ConnectionTerminatedError:
-            raise self.ended_error() from None
+            raise self.ended_error("post_send_list") from None
         finally:
             self._driver.flush()
 
@@ -380,7 +386,7 @@ class QueuePairFront:
                     f"no receive pool: pass receive_buffers to {self._opened_by}"
                 )
             if endpoint.ended is not None or self._driver.gone:
-                raise self.ended_error()
+                raise self.ended_error("receive")
         elif self._reading_paused and endpoint.message_octets < RECEIVE_HIGH_WATER // 4:
             self._reading_paused = False
             self._driver.resume_reading()
@@ -401,35 +407,36 @@ class QueuePairFront:
         try:
             frame = endpoint.send_now(data, solicited=solicited, invalidate_stag=invalidate_stag)
         except ConnectionTerminatedError:
-            raise self.ended_error() from None
+            raise self.ended_error("send") from None
         if frame is None:
             return False
         self._driver.write(frame)
         return True
 
-    def _post_tracked(self, wr: SendQueueWR) -> Completion | None:
+    def _post_tracked(self, wr: SendQueueWR, call: str) -> Completion | None:
         """Post a simple call's work request, tracked (its completion does
         not go to ``send_cq``). Returns the completion when it finished while
         posted (a Send or Write that TCP took at once), else None: the
-        adapter waits for its :class:`WorkFinished`."""
+        adapter waits for its :class:`WorkFinished`. ``call``: the verb's
+        name, for its errors."""
         endpoint = self.endpoint
         endpoint.track(wr.wr_id)
         try:
-            self.post_send(wr)
+            self._post(wr, call)
         except BaseException:
             endpoint.untrack(wr.wr_id)
             raise
         return endpoint.result(wr.wr_id)
 
-    def _finished(self, wr_id: int) -> Completion | None:
+    def _finished(self, wr_id: int, call: str) -> Completion | None:
         """A tracked work request's completion once it finished; None while
         a wait may bring it.
 
-        :raises ConnectionTerminatedError: TCP is gone without it.
+        :raises ConnectionTerminatedError: TCP is gone without it (naming ``call``).
         """
         completion = self.endpoint.result(wr_id)
         if completion is None and self._driver.gone:
-            raise self.ended_error()
+            raise self.ended_error(call)
         return completion
 
     def _abandon(self, wr_id: int) -> None:
@@ -462,23 +469,30 @@ class QueuePairFront:
             sink = self._flush_sink = Sge(self.pd.register(bytearray(0), Access.LOCAL_WRITE))
         return ReadWR(sink, RTR_STAG, 0, self.endpoint.next_wr_id())
 
-    def _checked(self, completion: Completion) -> Completion:
-        """A simple call's completion.
+    def _checked(self, completion: Completion, call: str) -> Completion:
+        """A simple call's completion; ``call`` is the verb its error names
+        (never the internal work request id).
 
+        :raises ConnectionTerminatedError: it never executed (status
+            FLUSHED): what ended the connection.
         :raises AtomicsNotSupportedError: an Atomic Operation failed because
             the peer answered as one without RFC 7306 does.
-        :raises RdmaError: it failed otherwise.
+        :raises RdmaError: the peer refused it otherwise.
         """
         if not completion.ok:
             terminate = self.terminate
-            if completion.status is CompletionStatus.FLUSHED and not (
-                completion.opcode in _ATOMIC_OPCODES and refuses_extensions(terminate)
-            ):
-                raise self.ended_error()  # never executed: what ended the connection
+            atomics_refused = completion.opcode in _ATOMIC_OPCODES and refuses_extensions(terminate)
+            if completion.status is CompletionStatus.FLUSHED and not atomics_refused:
+                raise self.ended_error(call)
+            endpoint = self._endpoint
+            # The Terminate that refused it ended the connection: name it as the end's error does.
+            ended = None
+            if endpoint is not None and endpoint.ended is not None:
+                ended = self.ended_error()
             self._end_told = terminate is not None  # this error names the Terminate
-            if completion.opcode in _ATOMIC_OPCODES and refuses_extensions(terminate):
-                raise AtomicsNotSupportedError(completion, terminate)
-            raise RdmaError(completion, terminate)
+            if atomics_refused:
+                raise AtomicsNotSupportedError(completion, terminate, call=call, ended=ended)
+            raise RdmaError(completion, terminate, call=call, ended=ended)
         return completion
 
     def _send_wr(self, data: Buffer | Sge, solicited: bool, invalidate_stag: int | None) -> SendWR:

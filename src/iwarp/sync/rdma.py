@@ -124,20 +124,20 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         """Post ``wr`` and wait for its completion; ``call`` (the verb's
         name) and the peer name it in a timeout's message."""
         # A Send or Write that TCP took at once completed while posted.
-        completion = self._post_tracked(wr)
+        completion = self._post_tracked(wr, call)
         if completion is None:
             wr_id = wr.wr_id
             what = f"{call} to {self.peer_address or 'the peer'} to complete"
             try:
                 completion = self._driver.run_for(
-                    lambda: self._finished(wr_id), deadline_after(timeout), what
+                    lambda: self._finished(wr_id, call), deadline_after(timeout), what
                 )
                 if completion is None:
-                    raise self.ended_error()
+                    raise self.ended_error(call)
             except BaseException:
                 self._abandon(wr.wr_id)  # timed out or failed: it goes to send_cq
                 raise
-        return self._checked(completion)
+        return self._checked(completion, call)
 
     def send(
         self,
@@ -170,8 +170,9 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         deadline = deadline_after(timeout) if flush else None
         wr = self._write_wr(data, remote_stag, remote_to, offset, length)
         written = self._run(wr, timeout, "rdma_write").byte_len
-        if flush:
-            self.flush(timeout=None if deadline is None else max(deadline - clock(), 0.0))
+        if flush:  # flush()'s proof, named as this call in its errors
+            remaining = None if deadline is None else max(deadline - clock(), 0.0)
+            self._run(self._flush_wr(), remaining, "rdma_write")
         return written
 
     @overload
@@ -274,7 +275,7 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
             deadline = None if timeout is None else deadline_after(timeout)
             data = self._driver.wait_for(self._take_message, deadline, "a message")
             if data is None:
-                raise self.ended_error()
+                raise self.ended_error("receive")
         return data
 
     def flush(self, *, timeout: float | None = None) -> None:
