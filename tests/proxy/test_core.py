@@ -7,14 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from iwarp.analyze.mpa import PLAIN_OPCODES
 from iwarp.analyze.records import ErrorRecord, FpduRecord
-from iwarp.ddp.wire import TaggedHeader, UntaggedHeader
+from iwarp.ddp.wire import QueueNumber, TaggedHeader, UntaggedHeader
 from iwarp.errors import MpaError, MpaErrorCode
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder
 from iwarp.mpa.wire import ENHANCED_SIZE, EnhancedData, FrameFlags, MpaFrame
 from iwarp.proxy.core import Close, ProxyConnection, Role, Send
 from iwarp.proxy.spec import parse_fault
-from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader, rdmap_control
+from iwarp.rdmap.wire import OPCODE_QUEUE, RdmapOpcode, TerminateHeader, rdmap_control
 
 SEND = rdmap_control(RdmapOpcode.SEND)
 WRITE = rdmap_control(RdmapOpcode.RDMA_WRITE)
@@ -331,6 +332,15 @@ def test_counting_without_records_sees_what_records_see(markers: bool, step: int
     assert str(summary["initiator_after"]).startswith("terminate 1/1/0")
     others = [r for r in full.records if not isinstance(r, FpduRecord)]
     assert quiet.records == others and any(isinstance(r, ErrorRecord) for r in others)
+
+
+def test_bulk_counting_never_hides_a_terminate() -> None:
+    """Clean FPDUs counted in bulk are only those of PLAIN_OPCODES: a
+    Terminate always comes back from the walker as a record, whose code the
+    summary reports."""
+    for opcode in PLAIN_OPCODES:
+        assert opcode != RdmapOpcode.TERMINATE
+        assert OPCODE_QUEUE.get(opcode) != QueueNumber.TERMINATE
 
 
 def test_idle_timeout_closes_both_ends() -> None:

@@ -172,6 +172,20 @@ class _Kernels(Protocol):
         int,
     ]: ...
 
+    def fpdu_count(
+        self,
+        chunk: bytearray,
+        at: int,
+        phase: int,
+        markers: bool,
+        either_fpduptr: bool,
+        ddp: bool,
+        crc: bool,
+        max_ulpdu: int,
+        count: int,
+        /,
+    ) -> tuple[int, int, int]: ...
+
     def describe_table(
         self, names: tuple[str | None, ...], tagged: tuple[int, ...], queue: tuple[int, ...], /
     ) -> None: ...
@@ -385,10 +399,12 @@ class FpduWalker:
         #: header came): nothing to do before.
         self.wait_for = 0
         #: When set, the clean FPDUs the accelerator walks in bulk are not
-        #: made into records: this gets their ULP descriptions (a dict each,
-        #: or None) per batch. A caller that prints nothing counts with it.
-        #: Every other FPDU, error and note is yielded as a record still.
-        self.tally: Callable[[list[dict[str, object] | None]], None] | None = None
+        #: made into records, nor taken apart: this gets how many there were,
+        #: per run of them. A caller that prints nothing counts with it. They
+        #: are plain Writes, Sends and Read Responses (never a Terminate: see
+        #: PLAIN_OPCODES); every other FPDU, error and note is yielded as a
+        #: record still.
+        self.tally: Callable[[int], None] | None = None
 
     @property
     def low_water(self) -> int:
@@ -417,7 +433,7 @@ class FpduWalker:
                 found = stream.locate(pos)
                 if found is not None:
                     chunk, at, run_end = found
-                    taken, stop, need = kernel.fpdu_walk(
+                    walk = (
                         chunk,
                         at,
                         (pos - framing.origin) % MARKER_INTERVAL,
@@ -426,20 +442,24 @@ class FpduWalker:
                         framing.ddp,
                         framing.crc,
                         MAX_ULPDU,
-                        WALK_BATCH,
                     )
-                    if taken:
-                        tally = self.tally
-                        if tally is None:
+                    tally = self.tally
+                    if tally is None:
+                        taken, stop, need = kernel.fpdu_walk(*walk, WALK_BATCH)
+                        if taken:
                             yield from _clean_records(stream, pos - at, taken, framing, where)
-                        else:
-                            tally([entry[7] for entry in taken])
+                        count = len(taken)
+                    else:  # counted only: no object per FPDU, the whole run at once
+                        count, stop, need = kernel.fpdu_count(*walk, len(chunk))
+                        if count:
+                            tally(count)
+                    if count:
                         self.pos = pos = pos - at + stop
                         self.bad_in_a_row = 0
                     if need and run_end >= end and not stream.final:
                         self.wait_for = pos + need
                         return  # the rest of the FPDU has not arrived yet
-                    if taken:
+                    if count:
                         continue
             view = inspect_fpdu(stream, pos, framing)
             if not isinstance(view, FpduView):

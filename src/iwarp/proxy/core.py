@@ -555,13 +555,11 @@ class ProxyConnection:
             return
         self._apply(flow, fault, record, at, wire)
 
-    def _tally(self, flow: _Flow, ulps: list[dict[str, object] | None]) -> None:
-        """Clean FPDUs the walker counted in bulk (already forwarded)."""
-        flow.fpdus += len(ulps)
-        self.ends[flow.sender].fpdus += len(ulps)
-        for ulp in ulps:
-            if ulp is not None and ulp.get("qn") == QueueNumber.TERMINATE:
-                self._terminate_seen(flow, ulp)
+    def _tally(self, flow: _Flow, count: int) -> None:
+        """Clean FPDUs the walker counted in bulk (already forwarded). None
+        is a Terminate: the walker yields those as records (see _count)."""
+        flow.fpdus += count
+        self.ends[flow.sender].fpdus += count
 
     def _count(self, flow: _Flow, ulp: Mapping[str, object]) -> None:
         """Count an FPDU, and note a Terminate (the sender's answer)."""
