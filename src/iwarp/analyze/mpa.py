@@ -16,6 +16,7 @@ from typing import Final, Protocol, cast
 
 from iwarp._accel import speedups
 from iwarp._crc32c import crc32c
+from iwarp._typing import Buffer
 from iwarp.analyze.records import (
     ErrorRecord,
     FpduRecord,
@@ -174,7 +175,7 @@ class _Kernels(Protocol):
 
     def fpdu_count(
         self,
-        chunk: bytearray,
+        chunk: Buffer,
         at: int,
         phase: int,
         markers: bool,
@@ -523,6 +524,38 @@ class FpduWalker:
             if self.bad_in_a_row >= 2:
                 self.sync = (self.pos, "lost")
                 self.bad_in_a_row = 0
+
+    def count_ahead(self, data: Buffer) -> int:
+        """Count the clean FPDUs at the start of ``data``, octets that follow
+        the window's end but are not in it, and step over them (the window
+        skips them): a caller that only counts (:attr:`tally`) need not copy
+        a read into the window. Only when the walk is at the window's end
+        and the window holds nothing, and with the accelerator; returns the
+        octets counted (0: none, or not in step). The rest of ``data`` is
+        for the window, as usual."""
+        kernel, tally, stream = kernels, self.tally, self.stream
+        if kernel is None or tally is None or self.sync is not None or self.done:
+            return 0
+        if self.pos != stream.end or stream.held:
+            return 0
+        framing = self.framing
+        count, stop, _ = kernel.fpdu_count(
+            data,
+            0,
+            (self.pos - framing.origin) % MARKER_INTERVAL,
+            framing.markers,
+            framing.either_fpduptr,
+            framing.ddp,
+            framing.crc,
+            MAX_ULPDU,
+            len(data),
+        )
+        if count:
+            tally(count)
+            self.pos += stop
+            self.bad_in_a_row = 0
+            stream.skip(self.pos)
+        return int(stop)
 
     def _resync(self, offset: int, why: str) -> Iterator[Record]:
         stream, framing, where = self.stream, self.framing, self.where
