@@ -458,19 +458,23 @@ def _decode_kernel_call(data: bytes) -> None:
                 # (its FPDU starts lie on that grid).
                 if not (markers and phase & 3):
                     raise
-            # The clean FPDUs in a row from the same place: each within the buffer.
+            # The clean FPDUs in a row from the same place: each within the
+            # buffer; counted (fpdu_count), the same number, stop and need.
             at = draw.number(len(buffer))
-            taken, stop, need = fpdus.fpdu_walk(
+            walk = (
                 bytearray(buffer), at, phase, markers, bool(draw.octet() & 1),
                 bool(draw.octet() & 1), bool(draw.octet() & 1), draw.number(1 << 17),
                 draw.number(1 << 13),
             )  # fmt: skip
+            taken, stop, need = fpdus.fpdu_walk(*walk)
             if (
                 not at <= stop <= len(buffer)
                 or any(not (at <= t[0] and t[0] + t[1] <= stop) for t in taken)
                 or (need and need <= len(buffer) - stop)
             ):
                 raise AssertionError(f"a walk from {at} ended at {stop} of {len(buffer)}")
+            if fpdus.fpdu_count(*walk) != (len(taken), stop, need):
+                raise AssertionError(f"fpdu_count from {at} differs from fpdu_walk")
         else:
             fpdus.describe_ulpdu(buffer)
     except _ARGUMENT_ERRORS:

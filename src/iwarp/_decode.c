@@ -25,6 +25,9 @@
  *                      fpdu_view takes it apart (without the ULPDU's octets):
  *                      those the walk (mpa.py FpduWalker) records with no
  *                      error or note; it stops at any other.
+ *   fpdu_count(...)    how many FPDUs fpdu_walk would take, and where it
+ *                      stops, with no object made per FPDU (the proxy's
+ *                      count of what it forwards unprinted).
  *   fpdu_json(...)     the --json line of an FPDU record when its values are
  *                      of the usual kinds (records.py _fpdu_line; json_table
  *                      says which record types and ULPDU keys).
@@ -507,25 +510,41 @@ static int put(PyObject *d, int key, PyObject *value)
     return r;
 }
 
+/* The size of a ULPDU's DDP/RDMAP header (14 tagged, 18 untagged) when
+ * it is plain: an opcode the table names, with the T bit and queue that
+ * opcode must use, DDP version 1 and RDMAP version 0 or 1, and the whole
+ * header there; else 0 (Python describes it). Reads no further than
+ * that header. What describe makes a dict of, and fpdu_count counts. */
+static Py_ssize_t plain_header(const uint8_t *u, Py_ssize_t n)
+{
+    if (!table_ready || n < 2)
+        return 0;
+    uint32_t control = u[0], rdmap = u[1];
+    int tagged = (control & 0x80) != 0;
+    uint32_t opcode = rdmap & 0x0F;
+    if (opcode_names[opcode] == NULL || (control & 0x03) != 1 || rdmap >> 6 > 1)
+        return 0;
+    if (opcode_tagged[opcode] >= 0 && opcode_tagged[opcode] != tagged)
+        return 0;
+    Py_ssize_t header = tagged ? 14 : 18;
+    if (n < header)
+        return 0;
+    if (!tagged && opcode_queue[opcode] >= 0 && (uint32_t)opcode_queue[opcode] != be32(u + 6))
+        return 0;
+    return header;
+}
+
 /* The describe_ulpdu dict of a ULPDU without problems whose opcode the
  * table names; NULL with no exception set when Python is to describe it. */
 static PyObject *describe(const uint8_t *u, Py_ssize_t n)
 {
-    if (!table_ready || n < 2)
+    Py_ssize_t header = plain_header(u, n);
+    if (header == 0)
         return NULL;
     uint32_t control = u[0], rdmap = u[1];
     int tagged = (control & 0x80) != 0;
     uint32_t version = rdmap >> 6, opcode = rdmap & 0x0F;
     PyObject *name = opcode_names[opcode];
-    if (name == NULL || (control & 0x03) != 1 || version > 1)
-        return NULL;
-    if (opcode_tagged[opcode] >= 0 && opcode_tagged[opcode] != tagged)
-        return NULL;
-    Py_ssize_t header = tagged ? 14 : 18;
-    if (n < header)
-        return NULL;
-    if (!tagged && opcode_queue[opcode] >= 0 && (uint32_t)opcode_queue[opcode] != be32(u + 6))
-        return NULL;
     PyObject *d = PyDict_New();
     if (d == NULL)
         return NULL;
@@ -893,6 +912,124 @@ done:
     Py_XDECREF(list);
     PyBuffer_Release(&view);
     return out;
+}
+
+/* --- clean FPDUs counted (mpa.py FpduWalker.tally) ----------------------- */
+
+/* The wire size of the FPDU at f (room octets there, at marker phase
+ * ``phase``) when it is whole and clean as fpdu_walk takes FPDUs, else 0:
+ * ULPDU_Length at most max_ulpdu, every marker's Reserved field zero and
+ * its FPDUPTR the expected value, PAD zero, CRC right (when crc_used) and,
+ * with ddp, a plain header (plain_header). No object is made: a caller
+ * that only counts clean FPDUs (the proxy, when nothing prints them) pays
+ * for the CRC and little else. */
+static Py_ssize_t clean_fpdu(const uint8_t *f, Py_ssize_t room, unsigned int phase, int markers,
+                             int either, int ddp, int crc_used, Py_ssize_t max_ulpdu)
+{
+    Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
+    if (lead + HEADER_SIZE > room)
+        return 0;
+    Py_ssize_t length = (Py_ssize_t)be16(f + lead);
+    if (length > max_ulpdu)
+        return 0;
+    Py_ssize_t wire = fpdu_wire(length, phase, lead, markers);
+    if (wire > room)
+        return 0;
+    Py_ssize_t body = wire - CRC_SIZE;
+    /* The content (ULPDU_Length, ULPDU, PAD) is the body with its markers
+     * cut out: gather the ULPDU's first 18 octets (its DDP/RDMAP header)
+     * and the PAD, checking each marker on the way. Without markers the
+     * body is one span. */
+    uint8_t head[18], pad[3];
+    Py_ssize_t want_head = length < 18 ? length : 18, pad_at = HEADER_SIZE + length;
+    Py_ssize_t cursor = 0, filled = 0; /* body octets used, content octets so far */
+    Py_ssize_t m = !markers ? body : phase == 0 ? 0 : MARKER_INTERVAL - (Py_ssize_t)phase;
+    for (;; m += MARKER_INTERVAL) {
+        Py_ssize_t stop = m < body ? m : body;
+        if (stop > cursor) {
+            /* Content [lo, hi) lies at f[cursor..stop). */
+            Py_ssize_t lo = filled, hi = filled + (stop - cursor);
+            Py_ssize_t a = lo > HEADER_SIZE ? lo : HEADER_SIZE;
+            Py_ssize_t b = hi < HEADER_SIZE + want_head ? hi : HEADER_SIZE + want_head;
+            if (a < b)
+                memcpy(head + (a - HEADER_SIZE), f + cursor + (a - lo), (size_t)(b - a));
+            a = lo > pad_at ? lo : pad_at;
+            if (a < hi) {
+                if (hi - pad_at > 3) /* never with a consistent size */
+                    return 0;
+                memcpy(pad + (a - pad_at), f + cursor + (a - lo), (size_t)(hi - a));
+            }
+            filled = hi;
+        }
+        if (m >= body)
+            break;
+        if (MARKER_SIZE > body - m) /* never on the 4-octet grid */
+            return 0;
+        uint32_t reserved = be16(f + m), pointer = be16(f + m + 2);
+        Py_ssize_t expected = m == 0 ? 0 : m - lead;
+        if (lead && m && either && (Py_ssize_t)(pointer & FPDUPTR_MASK) == m)
+            expected = m; /* seeds 000/002: from the FPDU's first octet */
+        if (reserved != 0 || (Py_ssize_t)pointer != expected)
+            return 0;
+        cursor = m + MARKER_SIZE;
+    }
+    Py_ssize_t got_pad = filled - pad_at;
+    if (got_pad < 0 || got_pad > 3)
+        return 0;
+    for (Py_ssize_t i = 0; i < got_pad; i++)
+        if (pad[i] != 0)
+            return 0;
+    if (ddp && plain_header(head, length) == 0)
+        return 0; /* reads at most want_head octets of head: n is length */
+    if (crc_used && le32(f + body) != ~iw_crc32c(0xFFFFFFFFu, f, (size_t)body))
+        return 0;
+    return wire;
+}
+
+/* fpdu_count(chunk, at, phase, markers, either_fpduptr, ddp, crc, max_ulpdu, count)
+ *     -> (taken, offset, need)
+ *
+ * fpdu_walk without the objects: how many clean FPDUs lie in a row from
+ * chunk[at] (at most ``count``), where they end, and need as fpdu_walk
+ * says it. The same FPDUs as fpdu_walk takes (tests/analyze/
+ * test_decode_kernels.py holds both to the pure-Python view of each FPDU).
+ */
+static PyObject *py_fpdu_count(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t at, max_ulpdu, count;
+    unsigned int phase;
+    int markers, either, ddp, crc_used;
+    if (!PyArg_ParseTuple(args, "y*nIppppnn:fpdu_count", &view, &at, &phase, &markers, &either,
+                          &ddp, &crc_used, &max_ulpdu, &count))
+        return NULL;
+    const uint8_t *d = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len, taken = 0;
+    if (at < 0 || at > n || phase >= MARKER_INTERVAL || count < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "at, phase or count out of range");
+        return NULL;
+    }
+    while (taken < count) {
+        Py_ssize_t wire = clean_fpdu(d + at, n - at, phase, markers, either, ddp, crc_used,
+                                     max_ulpdu);
+        if (wire == 0)
+            break;
+        taken++;
+        at += wire;
+        phase = (unsigned int)(((Py_ssize_t)phase + wire) & (MARKER_INTERVAL - 1));
+    }
+    Py_ssize_t need = 0;
+    if (taken < count) {
+        Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
+        if (lead + HEADER_SIZE <= n - at) {
+            Py_ssize_t wire = fpdu_wire((Py_ssize_t)be16(d + at + lead), phase, lead, markers);
+            if (wire > n - at)
+                need = wire;
+        }
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nnn)", taken, at, need);
 }
 
 /* --- JSON lines (analyze/records.py _fpdu_line) ------------------------- */
@@ -1379,6 +1516,8 @@ PyMethodDef iw_decode_methods[] = {
      "The DDP/RDMAP fields of a ULPDU without problems, or None."},
     {"fpdu_walk", py_fpdu_walk, METH_VARARGS,
      "The clean FPDUs in a row from an offset of a buffer, taken apart."},
+    {"fpdu_count", py_fpdu_count, METH_VARARGS,
+     "How many clean FPDUs fpdu_walk would take from an offset of a buffer, and where it stops."},
     {"json_table", py_json_table, METH_VARARGS,
      "Set the record types and ULPDU keys fpdu_json writes."},
     {"fpdu_json", py_fpdu_json, METH_O, "The --json line of an FpduRecord, or None."},

@@ -345,6 +345,31 @@ def ddp_ulpdu(kind: int, size: int, number: int) -> bytes:
     return payload
 
 
+def assert_counted_as_walked(
+    chunk: bytearray,
+    at: int,
+    phase: int,
+    markers: bool,
+    either: bool,
+    ddp: bool,
+    crc: bool,
+    max_ulpdu: int = MAX_ULPDU,
+) -> None:
+    """fpdu_count takes the FPDUs fpdu_walk takes, stops where it stops and
+    says what it needs, at any count (1, 2, ... and more than there are)."""
+    flags = (markers, either, ddp, crc, max_ulpdu)
+    taken, stop, need = mpa_kernels().fpdu_walk(chunk, at, phase, *flags, 4096)
+    assert mpa_kernels().fpdu_count(chunk, at, phase, *flags, len(chunk)) == (
+        len(taken),
+        stop,
+        need,
+    )
+    for count in range(min(len(taken), 3) + 1):
+        walked = mpa_kernels().fpdu_walk(chunk, at, phase, *flags, count)
+        counted = mpa_kernels().fpdu_count(chunk, at, phase, *flags, count)
+        assert counted == (len(walked[0]), walked[1], walked[2])
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     ulpdus=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2000)), min_size=1, max_size=6),
@@ -384,6 +409,7 @@ def test_the_walk_takes_the_clean_fpdus_in_a_row(
         chunk, first, phase, markers, False, ddp, crc, MAX_ULPDU, 1 << 20
     )
     assert walked == expected_walk(bytes(chunk), first, phase, markers, crc, ddp)
+    assert_counted_as_walked(chunk, first, phase, markers, False, ddp, crc)
     if flip is None and cut % (len(data) + 1) == 0 and not ddp:
         assert walked[1:] == (len(chunk), 0)  # every FPDU is whole and clean
 
@@ -408,6 +434,7 @@ def test_the_walk_of_any_octets_is_the_clean_views(
         chunk[at + lead : at + lead + 2] = length.to_bytes(2, "big")
     walked = mpa_kernels().fpdu_walk(chunk, at, phase, markers, either, ddp, crc, MAX_ULPDU, 99)
     assert walked == expected_walk(bytes(chunk), at, phase, markers, crc, ddp, either, 99)
+    assert_counted_as_walked(chunk, at, phase, markers, either, ddp, crc)
 
 
 @pytest.mark.parametrize("markers", [False, True])
@@ -453,11 +480,43 @@ def test_the_walk_stops_at_each_kind_of_unclean_fpdu(markers: bool, either: bool
     assert len(walk(bytearray(read), 0, 0, markers, either, False, True, MAX_ULPDU, 9)[0]) == 1
 
 
+@pytest.mark.parametrize("markers", [False, True])
+@pytest.mark.parametrize("either", [False, True])
+def test_the_count_stops_where_the_walk_stops(markers: bool, either: bool) -> None:
+    encoder = FpduEncoder(markers=markers, crc=True, origin=0)
+    starts, data = [], bytearray()
+    for i, kind in enumerate((0, 1, 0, 2, 1, 0)):  # a Read Request, fourth: left to Python
+        starts.append(encoder.position)
+        data += b"".join(bytes(p) for p in encoder.encode(ddp_ulpdu(kind, 600 + 700 * i, i)))
+    cases: list[tuple[bytearray, int]] = [(bytearray(data), MAX_ULPDU), (bytearray(data), 2000)]
+    cases += [(bytearray(data[:cut]), MAX_ULPDU) for cut in (3, starts[2] + 5, len(data) - 1)]
+    for offset, change in ((starts[2] - 1, 1), (starts[1] + 6, 0x40), (MARKER_INTERVAL, 0x80)):
+        bad = bytearray(data)
+        bad[offset] ^= change  # a CRC, a DDP control field, a marker (or the payload)
+        cases.append((bad, MAX_ULPDU))
+    for chunk, max_ulpdu in cases:
+        for ddp, crc in ((True, True), (False, True), (True, False), (False, False)):
+            for first in starts[:2]:
+                if first <= len(chunk):
+                    phase = first % MARKER_INTERVAL
+                    args = (chunk, first, phase, markers, either, ddp, crc, max_ulpdu)
+                    assert_counted_as_walked(*args)
+
+
 def test_the_walk_refuses_out_of_range_arguments() -> None:
     walk = mpa_kernels().fpdu_walk
     for at, phase, count in ((-1, 0, 1), (5, 0, 1), (0, 512, 1), (0, 0, -1)):
         with pytest.raises(ValueError, match="out of range"):
             walk(bytearray(4), at, phase, True, False, True, True, MAX_ULPDU, count)
+        with pytest.raises(ValueError, match="out of range"):
+            mpa_kernels().fpdu_count(
+                bytearray(4), at, phase, True, False, True, True, MAX_ULPDU, count
+            )
+    assert mpa_kernels().fpdu_count(bytearray(64), 0, 506, True, False, False, False, 99, 9) == (
+        0,
+        0,
+        0,
+    )
     # Off the 4-octet grid a marker may fall across the CRC: fpdu_view
     # refuses that FPDU, the walk does not take it.
     with pytest.raises(RuntimeError):

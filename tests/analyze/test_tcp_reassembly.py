@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tracemalloc
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -79,6 +80,21 @@ def test_a_hole_is_given_up_past_the_limit() -> None:
     assert reasm.gaps == 1
     assert reasm.pending_octets <= limits.reassembly
     assert reasm.window.runs == [[0, 100], [200, 200 + 100 * 12]] or reasm.delivered > 200
+
+
+def test_an_empty_window_skips_octets_it_never_held() -> None:
+    window = StreamWindow(100, history=0, compact=0)
+    window.append(0, b"abcd", 1)
+    with pytest.raises(ValueError, match="holds octets"):
+        window.skip(10)
+    window.discard(4)
+    window.skip(1000)  # counted elsewhere: the window's end moves on
+    assert window.end == 1000 and window.held == 0
+    window.append(1000, b"ef", 2)
+    assert window.read(1000, 2) == b"ef" and window.seq(1000) == 1100
+    window.discard(1002)
+    window.skip(900)  # never backwards
+    assert window.end == 1002
 
 
 def test_discard_keeps_only_the_history() -> None:

@@ -7,14 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from iwarp.analyze import mpa
+from iwarp.analyze.mpa import PLAIN_OPCODES
 from iwarp.analyze.records import ErrorRecord, FpduRecord
-from iwarp.ddp.wire import TaggedHeader, UntaggedHeader
+from iwarp.analyze.tcp import StreamWindow
+from iwarp.ddp.wire import QueueNumber, TaggedHeader, UntaggedHeader
 from iwarp.errors import MpaError, MpaErrorCode
 from iwarp.mpa.framing import FpduDecoder, FpduEncoder
 from iwarp.mpa.wire import ENHANCED_SIZE, EnhancedData, FrameFlags, MpaFrame
 from iwarp.proxy.core import Close, ProxyConnection, Role, Send
 from iwarp.proxy.spec import parse_fault
-from iwarp.rdmap.wire import RdmapOpcode, TerminateHeader, rdmap_control
+from iwarp.rdmap.wire import OPCODE_QUEUE, RdmapOpcode, TerminateHeader, rdmap_control
 
 SEND = rdmap_control(RdmapOpcode.SEND)
 WRITE = rdmap_control(RdmapOpcode.RDMA_WRITE)
@@ -331,6 +334,91 @@ def test_counting_without_records_sees_what_records_see(markers: bool, step: int
     assert str(summary["initiator_after"]).startswith("terminate 1/1/0")
     others = [r for r in full.records if not isinstance(r, FpduRecord)]
     assert quiet.records == others and any(isinstance(r, ErrorRecord) for r in others)
+
+
+def _read_request_ulpdu(msn: int) -> bytes:
+    header = UntaggedHeader(qn=1, msn=msn, rsvdulp=rdmap_control(RdmapOpcode.RDMA_READ_REQUEST))
+    return header.pack() + bytes(28)  # not counted in bulk: decoded in full
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    cuts=st.lists(st.integers(1, 9000), min_size=1, max_size=20),
+    markers=st.booleans(),
+    sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=12),
+    damage=st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(1, 255)), max_size=2),
+    odd=st.lists(st.integers(0, 11), max_size=3),
+)
+def test_counting_reads_in_place_holds_one_fpdu_and_sees_what_records_see(
+    cuts: list[int],
+    markers: bool,
+    sizes: list[int],
+    damage: list[tuple[int, int]],
+    odd: list[int],
+) -> None:
+    """Counting (no FPDU records, no fault) takes clean FPDUs from each read
+    as it came, not from a copy: the window holds at most the FPDU a read
+    ends inside, or what does not count as clean; and the summary, errors
+    and notes are those of the full decode, at any segmentation, on damaged
+    streams and among FPDUs that are not counted in bulk."""
+    items = [u for size in sizes for u in ulpdus(1, size)]
+    for i in odd:  # a Terminate or a Read Request where the walk must stop
+        if i < len(items):
+            items[i] = _terminate_ulpdu(9) if i % 2 else _read_request_ulpdu(i)
+    data = bytearray(stream(items, markers))
+    for at, change in damage:
+        data[at % len(data)] ^= change
+    largest = max(len(stream([u], markers)) for u in items) + 2 * 4 + 8
+    full = Pair([], markers=markers)
+    quiet = Pair([], markers=markers, fpdu_records=False)
+    full.feed("initiator", bytes(data))
+    at = 0
+    window = quiet.core.flows["initiator"].window
+    for cut in [*cuts, len(data)]:
+        quiet.feed("initiator", bytes(data[at : at + cut]))
+        at += cut
+        if not damage:
+            assert window.held <= largest
+    for pair in (full, quiet):
+        pair.core.end("initiator", "close", 1.0)
+    assert quiet.out == full.out
+    assert quiet.core.summary() == full.core.summary()
+    assert quiet.records == [r for r in full.records if not isinstance(r, FpduRecord)]
+
+
+@pytest.mark.skipif(mpa.kernels is None, reason="counting in place is the accelerator's")
+@pytest.mark.parametrize("markers", [False, True])
+def test_clean_reads_are_counted_in_place_not_copied(
+    monkeypatch: pytest.MonkeyPatch, markers: bool
+) -> None:
+    """A quiet proxy's clean reads are not copied into the window to be
+    counted (copying and cutting off a read's size per read cost more than
+    the forwarding): only the FPDU a read ends inside goes in."""
+    appended: list[int] = []
+    append = StreamWindow.append
+
+    def spy(self: StreamWindow, offset: int, data: bytes | memoryview, frame: int) -> None:
+        appended.append(len(data))
+        append(self, offset, data, frame)
+
+    quiet = Pair([], markers=markers, fpdu_records=False)
+    monkeypatch.setattr(StreamWindow, "append", spy)
+    data = stream(ulpdus(200, size=1400), markers)
+    reads = [data[i : i + 65536] for i in range(0, len(data), 65536)]
+    for read in reads:
+        quiet.feed("initiator", read)
+    assert bytes(quiet.out["responder"]) == quiet.request + data
+    assert quiet.core.summary()["fpdus_to_responder"] == 200
+    assert sum(appended) <= len(reads) * 1600 < len(data) // 20
+
+
+def test_bulk_counting_never_hides_a_terminate() -> None:
+    """Clean FPDUs counted in bulk are only those of PLAIN_OPCODES: a
+    Terminate always comes back from the walker as a record, whose code the
+    summary reports."""
+    for opcode in PLAIN_OPCODES:
+        assert opcode != RdmapOpcode.TERMINATE
+        assert OPCODE_QUEUE.get(opcode) != QueueNumber.TERMINATE
 
 
 def test_idle_timeout_closes_both_ends() -> None:

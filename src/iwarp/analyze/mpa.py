@@ -16,6 +16,7 @@ from typing import Final, Protocol, cast
 
 from iwarp._accel import speedups
 from iwarp._crc32c import crc32c
+from iwarp._typing import Buffer
 from iwarp.analyze.records import (
     ErrorRecord,
     FpduRecord,
@@ -171,6 +172,20 @@ class _Kernels(Protocol):
         int,
         int,
     ]: ...
+
+    def fpdu_count(
+        self,
+        chunk: Buffer,
+        at: int,
+        phase: int,
+        markers: bool,
+        either_fpduptr: bool,
+        ddp: bool,
+        crc: bool,
+        max_ulpdu: int,
+        count: int,
+        /,
+    ) -> tuple[int, int, int]: ...
 
     def describe_table(
         self, names: tuple[str | None, ...], tagged: tuple[int, ...], queue: tuple[int, ...], /
@@ -385,10 +400,12 @@ class FpduWalker:
         #: header came): nothing to do before.
         self.wait_for = 0
         #: When set, the clean FPDUs the accelerator walks in bulk are not
-        #: made into records: this gets their ULP descriptions (a dict each,
-        #: or None) per batch. A caller that prints nothing counts with it.
-        #: Every other FPDU, error and note is yielded as a record still.
-        self.tally: Callable[[list[dict[str, object] | None]], None] | None = None
+        #: made into records, nor taken apart: this gets how many there were,
+        #: per run of them. A caller that prints nothing counts with it. They
+        #: are plain Writes, Sends and Read Responses (never a Terminate: see
+        #: PLAIN_OPCODES); every other FPDU, error and note is yielded as a
+        #: record still.
+        self.tally: Callable[[int], None] | None = None
 
     @property
     def low_water(self) -> int:
@@ -417,7 +434,7 @@ class FpduWalker:
                 found = stream.locate(pos)
                 if found is not None:
                     chunk, at, run_end = found
-                    taken, stop, need = kernel.fpdu_walk(
+                    walk = (
                         chunk,
                         at,
                         (pos - framing.origin) % MARKER_INTERVAL,
@@ -426,20 +443,24 @@ class FpduWalker:
                         framing.ddp,
                         framing.crc,
                         MAX_ULPDU,
-                        WALK_BATCH,
                     )
-                    if taken:
-                        tally = self.tally
-                        if tally is None:
+                    tally = self.tally
+                    if tally is None:
+                        taken, stop, need = kernel.fpdu_walk(*walk, WALK_BATCH)
+                        if taken:
                             yield from _clean_records(stream, pos - at, taken, framing, where)
-                        else:
-                            tally([entry[7] for entry in taken])
+                        count = len(taken)
+                    else:  # counted only: no object per FPDU, the whole run at once
+                        count, stop, need = kernel.fpdu_count(*walk, len(chunk))
+                        if count:
+                            tally(count)
+                    if count:
                         self.pos = pos = pos - at + stop
                         self.bad_in_a_row = 0
                     if need and run_end >= end and not stream.final:
                         self.wait_for = pos + need
                         return  # the rest of the FPDU has not arrived yet
-                    if taken:
+                    if count:
                         continue
             view = inspect_fpdu(stream, pos, framing)
             if not isinstance(view, FpduView):
@@ -503,6 +524,38 @@ class FpduWalker:
             if self.bad_in_a_row >= 2:
                 self.sync = (self.pos, "lost")
                 self.bad_in_a_row = 0
+
+    def count_ahead(self, data: Buffer) -> int:
+        """Count the clean FPDUs at the start of ``data``, octets that follow
+        the window's end but are not in it, and step over them (the window
+        skips them): a caller that only counts (:attr:`tally`) need not copy
+        a read into the window. Only when the walk is at the window's end
+        and the window holds nothing, and with the accelerator; returns the
+        octets counted (0: none, or not in step). The rest of ``data`` is
+        for the window, as usual."""
+        kernel, tally, stream = kernels, self.tally, self.stream
+        if kernel is None or tally is None or self.sync is not None or self.done:
+            return 0
+        if self.pos != stream.end or stream.held:
+            return 0
+        framing = self.framing
+        count, stop, _ = kernel.fpdu_count(
+            data,
+            0,
+            (self.pos - framing.origin) % MARKER_INTERVAL,
+            framing.markers,
+            framing.either_fpduptr,
+            framing.ddp,
+            framing.crc,
+            MAX_ULPDU,
+            len(data),
+        )
+        if count:
+            tally(count)
+            self.pos += stop
+            self.bad_in_a_row = 0
+            stream.skip(self.pos)
+        return int(stop)
 
     def _resync(self, offset: int, why: str) -> Iterator[Record]:
         stream, framing, where = self.stream, self.framing, self.where

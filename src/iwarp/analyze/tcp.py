@@ -129,6 +129,14 @@ class StreamWindow:
             self.chunks.append(bytearray(data))
         self.frames.append((offset, frame))
 
+    def skip(self, upto: int) -> None:
+        """Move the end of a window that holds nothing to ``upto``: octets
+        consumed without being stored (a walker counted them in the caller's
+        buffer, :meth:`~iwarp.analyze.mpa.FpduWalker.count_ahead`)."""
+        if self.runs:
+            raise ValueError("a window that holds octets cannot skip")
+        self.start = max(self.start, upto)
+
     def discard(self, upto: int) -> None:
         """Drop what lies before ``upto``, keeping :attr:`history` octets for comparisons."""
         keep = upto - self.history

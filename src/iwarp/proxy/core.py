@@ -253,9 +253,12 @@ class ProxyConnection:
         window = flow.window
         if flow.mode == _WALK and flow.sent == window.end and not self._holding(flow):
             # The clean path: the octets go on as they came (no copy of
-            # ours) and are decoded behind, from the window's copy.
+            # ours) and are decoded behind.
             self._emit(flow, Send(flow.to, data))
             flow.sent += len(data)
+            if flow.walker is not None and flow.walker.tally is not None:
+                self._count_through(flow, flow.walker, memoryview(data))
+                return
         window.append(window.end, data, 0)
         self._process(flow)
 
@@ -512,6 +515,25 @@ class ProxyConnection:
             self._forward_raw(flow, window.end)
         window.discard(min(walker.low_water, flow.sent))
 
+    def _count_through(self, flow: _Flow, walker: FpduWalker, data: memoryview) -> None:
+        """Decode a forwarded read behind it when its clean FPDUs are only
+        counted: the window takes in no more than the FPDU it holds part of
+        and what does not count as clean; the clean FPDUs are counted in
+        ``data`` itself. Copying every read into the window, then cutting it
+        off, would allocate and free a read's size twice per read: page
+        faults that cost the proxy more than the forwarding itself."""
+        window = flow.window
+        if walker.wait_for > window.end:  # the rest of an FPDU begun in an earlier read
+            head = min(len(data), walker.wait_for - window.end)
+            window.append(window.end, data[:head], 0)
+            data = data[head:]
+            self._process(flow)
+        if data and flow.mode == _WALK:
+            data = data[walker.count_ahead(data) :]
+        if data:
+            window.append(window.end, data, 0)
+            self._process(flow)
+
     def _holding(self, flow: _Flow) -> bool:
         """Whether the flow must hold octets to whole FPDUs: a fault may still
         apply, or the receiver's marker phase moved and FPDUs are reframed."""
@@ -555,13 +577,11 @@ class ProxyConnection:
             return
         self._apply(flow, fault, record, at, wire)
 
-    def _tally(self, flow: _Flow, ulps: list[dict[str, object] | None]) -> None:
-        """Clean FPDUs the walker counted in bulk (already forwarded)."""
-        flow.fpdus += len(ulps)
-        self.ends[flow.sender].fpdus += len(ulps)
-        for ulp in ulps:
-            if ulp is not None and ulp.get("qn") == QueueNumber.TERMINATE:
-                self._terminate_seen(flow, ulp)
+    def _tally(self, flow: _Flow, count: int) -> None:
+        """Clean FPDUs the walker counted in bulk (already forwarded). None
+        is a Terminate: the walker yields those as records (see _count)."""
+        flow.fpdus += count
+        self.ends[flow.sender].fpdus += count
 
     def _count(self, flow: _Flow, ulp: Mapping[str, object]) -> None:
         """Count an FPDU, and note a Terminate (the sender's answer)."""
