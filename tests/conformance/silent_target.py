@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 import threading
 
 from iwarp._crc32c import crc32c
@@ -39,11 +40,13 @@ def _recv_exactly(conn: socket.socket, n: int) -> bytes:
     return data
 
 
-def _serve(conn: socket.socket) -> None:
+def _serve(conn: socket.socket, startup_timeout: float | None) -> None:
     memory = bytearray(LENGTH)
     msn = 1
+    conn.settimeout(startup_timeout)  # RFC 5044 §7.1.2 rules 8 and 10, when given
     head = _recv_exactly(conn, FRAME_HEADER_SIZE)
     _recv_exactly(conn, int.from_bytes(head[18:20], "big"))
+    conn.settimeout(None)
     enhanced = head[16] & FrameFlags.ENHANCED
     flags = FrameFlags.CRC | (FrameFlags.ENHANCED if enhanced else 0)
     conn.sendall(
@@ -78,9 +81,14 @@ def _serve(conn: socket.socket) -> None:
 
 
 class SilentTarget:
-    """The target on a free loopback port, one thread per connection, until :meth:`close`."""
+    """The target on a free loopback port, one thread per connection, until :meth:`close`.
 
-    def __init__(self) -> None:
+    ``startup_timeout``: seconds it waits for a whole Request before it closes the
+    connection (a startup timer, as RFC 5044 §7.1.2 rules 8 and 10 ask); None: no timer.
+    """
+
+    def __init__(self, startup_timeout: float | None = None) -> None:
+        self.startup_timeout = startup_timeout
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port: int = self.sock.getsockname()[1]
         self._conns: list[socket.socket] = []
@@ -93,10 +101,11 @@ class SilentTarget:
                 self._conns.append(conn)
                 threading.Thread(target=self._run, args=(conn,), daemon=True).start()
 
-    @staticmethod
-    def _run(conn: socket.socket) -> None:
+    def _run(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError, ConnectionError):
-            _serve(conn)
+            _serve(conn, self.startup_timeout)
+        with contextlib.suppress(OSError):
+            conn.close()  # only a timer or the tool's own close end a connection
 
     def close(self) -> None:
         self.sock.close()
@@ -105,6 +114,7 @@ class SilentTarget:
 
 
 if __name__ == "__main__":  # a target to try by hand: prints its port, serves until killed
-    target = SilentTarget()
+    # python silent_target.py [STARTUP_TIMEOUT]: with a startup timer of that many seconds
+    target = SilentTarget(float(sys.argv[1]) if len(sys.argv) > 1 else None)
     print(target.port, flush=True)
     threading.Event().wait()
