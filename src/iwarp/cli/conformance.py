@@ -163,7 +163,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="run N cases at once against a Responder target, each on its own connection "
         "(default 1: a target that serves one connection at a time, such as a loop of "
-        "single-shot servers, needs it); an Initiator target always runs one at a time",
+        "single-shot servers, needs it); an Initiator target always runs one at a time. "
+        "The --strict cases that only wait for a Responder's startup timer (no Request "
+        "completes on their connections) run beside the others at any N",
     )
     parser.add_argument(
         "--settle",
