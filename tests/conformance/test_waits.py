@@ -54,10 +54,9 @@ def test_a_wait_after_bulk_lasts_at_least_the_cooperation_wait() -> None:
         assert any("octets just sent" in line for line in s.observed)
 
 
-def test_the_startup_timer_cases_wait_beside_the_others_at_j1() -> None:
-    """Against a target without a startup timer, rfc5044/7.1.2/8 holds its connection for
-    its whole timeout; at -j 1 the cases after it run meanwhile instead of after it (the
-    run took 210 s longer than the rest when they ran one after another)."""
+def _idle_first(*, overlap: bool) -> tuple[list[Result], list[tuple[str, str]]]:
+    """rfc5044/7.1.2/8 (3 s) then three quick cases at -j 1 against a target without a
+    startup timer: the results, and when each case started and ended."""
     events: list[tuple[str, str]] = []
 
     class Recording(Runner):
@@ -73,14 +72,31 @@ def test_the_startup_timer_cases_wait_beside_the_others_at_j1() -> None:
     target = SilentTarget()
     try:
         runner = Recording(ResponderTarget("127.0.0.1", target.port))
-        results = runner.run([dataclasses.replace(idle, timeout=3.0), *others], jobs=1)
+        cases = [dataclasses.replace(idle, timeout=3.0), *others]
+        results = runner.run(cases, jobs=1, overlap_idle=overlap)
     finally:
         target.close()
-    assert [r.case.id for r in results] == [idle.id, *(c.id for c in others)]  # case order
+    assert [r.case.id for r in results] == [c.id for c in cases]  # case order
     assert results[0].status is Status.FAILED and "still open" in results[0].reason
     assert all(r.status is Status.PASSED for r in results[1:]), _show(results)
-    idle_end = events.index(("end", idle.id))
-    assert all(events.index(("end", c.id)) < idle_end for c in others), events
+    return results, events
+
+
+def test_the_startup_timer_cases_wait_beside_the_others_at_j1() -> None:
+    """Against a target without a startup timer, rfc5044/7.1.2/8 holds its connection for
+    its whole timeout; at -j 1 the cases after it run meanwhile instead of after it (the
+    run took 210 s longer than the rest when they ran one after another)."""
+    results, events = _idle_first(overlap=True)
+    idle_end = events.index(("end", results[0].case.id))
+    assert all(events.index(("end", r.case.id)) < idle_end for r in results[1:]), events
+
+
+def test_one_at_a_time_runs_the_startup_timer_cases_in_turn() -> None:
+    """--one-at-a-time (siw behind rping -s -P stopped answering with the three open beside
+    a case): no case starts before the startup-timer case ended."""
+    results, events = _idle_first(overlap=False)
+    idle_end = events.index(("end", results[0].case.id))
+    assert all(events.index(("start", r.case.id)) > idle_end for r in results[1:]), events
 
 
 def test_only_the_startup_timer_cases_are_idle() -> None:

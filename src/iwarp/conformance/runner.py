@@ -403,12 +403,16 @@ class Runner:
             link.close()
         return True
 
-    def run(self, cases: Iterable[Case], *, jobs: int = 1) -> list[Result]:
+    def run(
+        self, cases: Iterable[Case], *, jobs: int = 1, overlap_idle: bool = True
+    ) -> list[Result]:
         """Run ``cases``; results come (and ``on_result`` is called) in case order.
 
         ``jobs`` > 1 runs that many cases at once against a Responder target
         (each case has its own connection, so cases are independent); an
         Initiator target connects once per case and runs one case at a time.
+        ``overlap_idle``: the idle cases (see below) run beside the others; without
+        it they take their turn like any case.
         """
         items = list(cases)
         results: list[Result] = []
@@ -423,7 +427,7 @@ class Runner:
             # target must process and no application sees their connections (no valid
             # Request completes), so even a target that serves one connection at a time
             # is not held up, and their long waits overlap the run instead of adding to it.
-            idle = [item for item in items if item.idle]
+            idle = [item for item in items if item.idle and overlap_idle]
             pool = ThreadPoolExecutor(max_workers=max(1, jobs))
             waiting = ThreadPoolExecutor(max_workers=max(1, len(idle)))
             try:
