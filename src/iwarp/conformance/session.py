@@ -916,6 +916,9 @@ class Session:
         # briefly, to name what came. A target that answers every broken Request costs no
         # whole timeout per case.
         ended = self.link.wait_end(deadline, until_data=not allow_reply)
+        quiet = ended is None and not (self.link.inbox and not allow_reply)
+        if quiet and not on_timer and (again := self._answered_meanwhile(cap)) is not None:
+            ended = self.link.wait_end(self.within(again), until_data=not allow_reply)
         if ended is None and self.link.inbox and not allow_reply:
             self.link.fill(len(REPLY_KEY), min(deadline, time.monotonic() + 0.2))
         data = bytes(self.link.inbox)  # what arrived after the frames already read
@@ -940,6 +943,37 @@ class Session:
             flags = data[16]
             if not flags & FrameFlags.REJECT and self.target is TargetRole.RESPONDER:
                 self.note("the target answered with a Reply (R=0) before closing")
+
+    def _answered_meanwhile(self, cap: float) -> float | None:
+        """Before a missing close fails a case: is the target answering at all just now?
+
+        Its answer times bound the wait for a close, but a target that stalls for a moment
+        (a busy host, a pause of its runtime) would fail the case for the stall. So a
+        Responder target is asked once more, on a twin connection, with a valid Request;
+        once it answered, the close, whose cause reached it before, is waited for as long
+        again (four times this answer). Returns that wait, or None when no twin can be
+        made (an Initiator target) or the target did not answer (then the case fails)."""
+        if self.opener is None or self.target is not TargetRole.RESPONDER:
+            return None
+        twin: Session | None = None
+        try:
+            twin = Session(self.opener(), self.target, deadline=self.within(cap), style=self.style)
+            twin.pace = self.pace
+            asked = time.monotonic()
+            twin.initiate()
+            took = time.monotonic() - asked
+        except Exception as exc:  # unreachable, closed, no Reply: the case fails as it was
+            self.note(f"a twin connection's valid Request was not answered: {exc}")
+            return None
+        finally:
+            if twin is not None:
+                twin.link.close()
+        wait = self.pace.wait(own=took, cap=max(0.0, self.remaining()))
+        self.note(
+            f"no close yet; on a twin connection the target answered a valid Request in "
+            f"{took:.3f}s: waiting {wait:.2f}s more"
+        )
+        return wait
 
     def expect_no_fpdu(self, seconds: float, what: str, *, close_ok: bool = True) -> None:
         """Nothing FPDU-shaped may arrive for ``seconds`` (a close is fine when ``close_ok``).
