@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 import threading
+import time
 
 from iwarp._crc32c import crc32c
 from iwarp.apps.rping import ADVERT
 from iwarp.conformance import craft
 from iwarp.ddp.wire import TAGGED_FLAG, UNTAGGED_HEADER_SIZE
+from iwarp.errors import TerminateLayer
 from iwarp.mpa.wire import CRC_FIELD, FRAME_HEADER_SIZE, EnhancedData, FrameFlags, pad_length
-from iwarp.rdmap.wire import RdmapOpcode, ReadRequest, split_control
+from iwarp.rdmap.wire import RdmapOpcode, ReadRequest, TerminateHeader, split_control
 
 #: The one buffer it advertises.
 STAG, TO, LENGTH = 0x4D_55_54_01, 0x7000_0000, 4096
@@ -39,11 +42,20 @@ def _recv_exactly(conn: socket.socket, n: int) -> bytes:
     return data
 
 
-def _serve(conn: socket.socket) -> None:
+#: What it sends for an FPDU whose CRC fails when ``late_terminate`` is set: a Terminate
+#: that does not report a CRC error (layer DDP), as a target that took the FPDU would.
+WRONG_ANSWER = TerminateHeader(TerminateLayer.DDP, 0, 0)
+
+
+def _serve(
+    conn: socket.socket, startup_timeout: float | None, late_terminate: float | None
+) -> None:
     memory = bytearray(LENGTH)
     msn = 1
+    conn.settimeout(startup_timeout)  # RFC 5044 §7.1.2 rules 8 and 10, when given
     head = _recv_exactly(conn, FRAME_HEADER_SIZE)
     _recv_exactly(conn, int.from_bytes(head[18:20], "big"))
+    conn.settimeout(None)
     enhanced = head[16] & FrameFlags.ENHANCED
     flags = FrameFlags.CRC | (FrameFlags.ENHANCED if enhanced else 0)
     conn.sendall(
@@ -57,6 +69,9 @@ def _serve(conn: socket.socket) -> None:
             crc32c(length.to_bytes(2, "big") + rest[:-4])
             != CRC_FIELD.unpack_from(rest, len(rest) - 4)[0]
         ):
+            if late_terminate is not None:
+                time.sleep(late_terminate)
+                conn.sendall(_fpdu(craft.terminate(WRONG_ANSWER).octets))
             continue  # a wrong CRC: dropped
         if len(ulpdu) < UNTAGGED_HEADER_SIZE or ulpdu[0] & TAGGED_FLAG or (ulpdu[0] & 3) != 1:
             continue  # tagged (Writes are not placed anywhere) or not DDP version 1
@@ -78,9 +93,20 @@ def _serve(conn: socket.socket) -> None:
 
 
 class SilentTarget:
-    """The target on a free loopback port, one thread per connection, until :meth:`close`."""
+    """The target on a free loopback port, one thread per connection, until :meth:`close`.
 
-    def __init__(self) -> None:
+    ``startup_timeout``: seconds it waits for a whole Request before it closes the
+    connection (a startup timer, as RFC 5044 §7.1.2 rules 8 and 10 ask); None: no timer.
+    ``late_terminate``: instead of dropping an FPDU whose CRC fails, answer it that many
+    seconds later with a Terminate that reports no CRC error (:data:`WRONG_ANSWER`), the
+    way Linux siw in the qemu guest answered garbage and wrong CRCs, 0.3 s late.
+    """
+
+    def __init__(
+        self, startup_timeout: float | None = None, *, late_terminate: float | None = None
+    ) -> None:
+        self.startup_timeout = startup_timeout
+        self.late_terminate = late_terminate
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port: int = self.sock.getsockname()[1]
         self._conns: list[socket.socket] = []
@@ -93,10 +119,11 @@ class SilentTarget:
                 self._conns.append(conn)
                 threading.Thread(target=self._run, args=(conn,), daemon=True).start()
 
-    @staticmethod
-    def _run(conn: socket.socket) -> None:
+    def _run(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError, ConnectionError):
-            _serve(conn)
+            _serve(conn, self.startup_timeout, self.late_terminate)
+        with contextlib.suppress(OSError):
+            conn.close()  # only a timer or the tool's own close end a connection
 
     def close(self) -> None:
         self.sock.close()
@@ -105,6 +132,7 @@ class SilentTarget:
 
 
 if __name__ == "__main__":  # a target to try by hand: prints its port, serves until killed
-    target = SilentTarget()
+    # python silent_target.py [STARTUP_TIMEOUT]: with a startup timer of that many seconds
+    target = SilentTarget(float(sys.argv[1]) if len(sys.argv) > 1 else None)
     print(target.port, flush=True)
     threading.Event().wait()

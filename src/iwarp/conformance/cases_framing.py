@@ -48,10 +48,23 @@ UNPROVEN: Final = (
 )
 
 
+def _send_broken(s: Session, data: bytes, what: str) -> None:
+    """Send the broken carrier, then a fence (:meth:`Session.send_fence`) with the MSN the
+    carrier would have used: a target that drops the carrier silently expects that MSN
+    next, answers the fence, and so ends the wait for a Terminate as soon as it shows it
+    sent none; a target that terminates or closes never answers the fence, and its answer
+    is waited for as long as the case allows (Linux siw in the qemu guest sent its Terminate
+    for a wrong CRC 0.02-0.35 s after the FPDU, while it answered the valid carrier within
+    10 ms: no multiple of that bounds it)."""
+    s.send_raw(data, what)
+    s.unsent_msn(1)
+    s.send_fence()
+
+
 def _crc_refused(s: Session, what: str, within: float | None = None) -> Received | None:
     """The FPDU with a bad CRC (or the garbage) must not be taken: a Terminate for code 2,
-    a close or silence (until ``within`` seconds from now, else the case's deadline);
-    returns the Terminate, if any."""
+    a close or silence (until ``within`` seconds from now, else the case's deadline, or
+    shortly after the fence sent behind it was answered); returns the Terminate, if any."""
     deadline = s.deadline if within is None else s.within(within)
     while True:
         got = s.next_fpdu(deadline)
@@ -75,6 +88,9 @@ def _crc_refused(s: Session, what: str, within: float | None = None) -> Received
                     f"{describe_terminate(term)}, not layer 2 type 0 code 0x02"
                 )
             return got
+        if s.is_fence(got):
+            deadline = s.fenced(got, deadline)
+            continue
         info = got.info
         if (
             info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE
@@ -109,19 +125,21 @@ def _bad_crc_case(number: int, title: str, *, warm: bool, how: str) -> None:
             changed = bytearray(s.frame_ulpdu(ulpdu))
             changed[len(changed) - 6] ^= 0x40
             data = bytes(changed)
-        s.send_raw(data, f"FPDU with a wrong CRC ({how})")
-        _judged(s, took, _crc_refused(s, "the FPDU with a wrong CRC", _wait(took)))
+        _send_broken(s, data, f"FPDU with a wrong CRC ({how})")
+        _judged(s, took, _crc_refused(s, "the FPDU with a wrong CRC"))
 
 
-def _wait(took: float | None) -> float | None:
-    """How long to wait for an answer to a broken carrier: four times what the valid one
-    took (at least 0.3 s), so that a target that drops silently costs no whole timeout."""
-    return None if took is None else max(0.3, 4 * took)
+def _wait(s: Session, took: float | None, sent: int = 0) -> float | None:
+    """How long to wait for an answer to a broken carrier: as long as the valid one took
+    (:meth:`Session.answer_wait`), so that a target that drops silently costs no whole
+    timeout; longer after many octets, whose transfer that time does not show."""
+    return None if took is None else s.answer_wait(s.remaining(), own=took, sent=sent)
 
 
 def _judged(s: Session, took: float | None, got: Received | None) -> None:
-    """A close or silence passes only where the valid carrier was seen answered."""
-    if got is None and took is None:
+    """A close or silence passes only where the valid carrier was seen answered (before, or
+    as the fence after the broken one)."""
+    if got is None and took is None and s.fence_answered is None:
         raise CaseSkipped(
             UNPROVEN.format(
                 why="the target is the MPA Initiator: no twin connection carries the valid "
@@ -149,7 +167,9 @@ def _prove_carrier(s: Session, *, first: bool) -> float | None:
     while (got := s.next_fpdu(s.within(1.0))) is not None and not got.is_terminate:
         info = got.info
         if info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE:
-            return time.monotonic() - sent
+            took = time.monotonic() - sent
+            s.pace.saw(took)
+            return took
     raise CaseSkipped(
         "the target did not answer the carrier (a valid zero-length Read Request) with a Read "
         "Response within 1 s: its silence after a broken one would prove nothing; a target "
@@ -195,7 +215,9 @@ def _answers_first_carrier(s: Session) -> float:
     while (got := twin.next_fpdu(twin.within(1.0))) is not None:
         info = got.info
         if info.get("opcode") == RdmapOpcode.RDMA_READ_RESPONSE:
-            return time.monotonic() - sent
+            took = time.monotonic() - sent
+            twin.pace.saw(took)
+            return took
         if got.is_terminate:
             break
     raise CaseSkipped(
@@ -229,14 +251,19 @@ def crc_first_no_terminate(s: Session) -> None:
         )
     took = _prove_carrier(s, first=True)
     assert took is not None  # a Responder target: the twin answered
-    s.send_raw(s.frame_ulpdu(_carrier(s), corrupt_crc=True), "first FPDU: the carrier, CRC wrong")
-    # Wait as long as the target showed it takes to answer (its answer would be out by then).
-    got = s.next_fpdu(s.within(_wait(took) or 0.3))
-    if got is not None:
-        raise CaseFailed(
-            f"the Responder sent {got.describe()} before it had validated any FPDU (the first "
-            "it received had a wrong CRC): rule 4 allows a close or silence, not an FPDU"
-        )
+    _send_broken(
+        s, s.frame_ulpdu(_carrier(s), corrupt_crc=True), "first FPDU: the carrier, CRC wrong"
+    )
+    # The fence is valid: once the target validated it, it may answer it (and that ends the
+    # wait); anything it sends before that answer came before any FPDU was validated.
+    deadline = s.deadline
+    while (got := s.next_fpdu(deadline)) is not None:
+        if not s.is_fence(got):
+            raise CaseFailed(
+                f"the Responder sent {got.describe()} before it had validated any FPDU (the "
+                "first it received had a wrong CRC): rule 4 allows a close or silence, not an FPDU"
+            )
+        deadline = s.fenced(got, deadline)
     s.note(f"target {'closed the connection' if s.link.ended else 'stayed silent'}")
 
 
@@ -248,12 +275,9 @@ def crc_first_no_terminate(s: Session) -> None:
     covers=("crc",),
 )
 def crc_term_no_copy(s: Session) -> None:
-    took = _prove_carrier(s, first=False)
-    s.send_raw(
-        s.frame_ulpdu(_carrier(s), corrupt_crc=True),
-        "FPDU with a wrong CRC",
-    )
-    got = _crc_refused(s, "the FPDU with a wrong CRC", _wait(took))
+    _prove_carrier(s, first=False)
+    _send_broken(s, s.frame_ulpdu(_carrier(s), corrupt_crc=True), "FPDU with a wrong CRC")
+    got = _crc_refused(s, "the FPDU with a wrong CRC")
     if got is None:
         raise CaseSkipped("the target closed or stayed silent instead of sending a Terminate")
     if got.terminate().hdrct:
@@ -268,12 +292,9 @@ def crc_term_no_copy(s: Session) -> None:
     covers=("crc",),
 )
 def nothing_after_term(s: Session) -> None:
-    took = _prove_carrier(s, first=False)
-    s.send_raw(
-        s.frame_ulpdu(_carrier(s), corrupt_crc=True),
-        "FPDU with a wrong CRC",
-    )
-    if _crc_refused(s, "the FPDU with a wrong CRC", _wait(took)) is None:
+    _prove_carrier(s, first=False)
+    _send_broken(s, s.frame_ulpdu(_carrier(s), corrupt_crc=True), "FPDU with a wrong CRC")
+    if _crc_refused(s, "the FPDU with a wrong CRC") is None:
         return
     s.send_ulpdu(_hello(s), "a valid Send after the error")
     deadline = s.within(1.0)
@@ -408,7 +429,7 @@ def ulpdu_too_long(s: Session) -> None:
     s.data_phase()
     ulpdu = craft.write(0x7E57_0000, 0, bytes(65535 - 14)).octets
     s.send_ulpdu(ulpdu, "FPDU with ULPDU_Length 65535")
-    deadline = s.within(3.0)
+    deadline = s.within(s.answer_wait(3.0, sent=len(ulpdu)))
     while True:
         fpdu = s.next_fpdu(deadline)
         if fpdu is None:
@@ -419,7 +440,7 @@ def ulpdu_too_long(s: Session) -> None:
             return
 
 
-def _garbage_case(number: int, title: str, data: bytes) -> None:
+def _garbage_case(number: int, title: str, data: bytes, *, framed: bool = False) -> None:
     @case(
         f"rfc5044/6/{number}",
         title,
@@ -429,17 +450,25 @@ def _garbage_case(number: int, title: str, data: bytes) -> None:
     )
     def run(s: Session) -> None:
         # Silence passes only once the target was seen to answer a valid FPDU on this very
-        # connection (the carrier, after its first FPDU: RFC 5044 §7.1.2 rule 4), and the
-        # wait for its answer to the garbage is bounded by how long that one took.
+        # connection (the carrier, after its first FPDU: RFC 5044 §7.1.2 rule 4). Garbage
+        # that frames as one FPDU (``framed``) is followed by a fence, which ends the wait;
+        # after other garbage no FPDU boundary is left for a fence, and the wait is bounded
+        # by how long the carrier took, and the octets' transfer (see Session.answer_wait).
         took = _prove_carrier(s, first=False)
-        s.send_raw(data, "garbage")
-        _judged(s, took, _crc_refused(s, "the garbage", _wait(took)))
+        if framed:
+            s.send_raw(data, "garbage")
+            s.send_fence()
+            _judged(s, took, _crc_refused(s, "the garbage"))
+        else:
+            s.send_raw(data, "garbage")
+            _judged(s, took, _crc_refused(s, "the garbage", _wait(s, took, len(data))))
 
 
 _garbage_case(
     1,
     "eight zero octets (an empty FPDU, CRC 0) are refused: TERM code 2, a close or a silent drop",
     bytes(8),
+    framed=True,
 )
 _garbage_case(
     2,

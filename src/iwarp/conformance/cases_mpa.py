@@ -479,7 +479,7 @@ def responder_fence(s: Session) -> None:
     reply = s.initiate()
     if reply.reject:
         raise CaseSkipped("the target rejected the default Request")
-    s.expect_no_fpdu(1.0, "before the Initiator's first FPDU")
+    s.expect_no_fpdu(s.answer_wait(1.0), "before the Initiator's first FPDU")
 
 
 @case(
@@ -499,7 +499,7 @@ def initiator_rejected(s: Session) -> None:
         | (FrameFlags.ENHANCED if request.is_enhanced else 0),
     )
     s.send_raw(data, "Reply with R=1")
-    s.expect_no_fpdu(1.0, "after a rejecting Reply")
+    s.expect_no_fpdu(s.answer_wait(1.0), "after a rejecting Reply")
 
 
 @case(
@@ -565,9 +565,10 @@ def fpdu_first(s: Session) -> None:
     level=Level.SHOULD,
     roles=R,
     timeout=70.0,
+    idle=True,
 )
 def request_timeout(s: Session) -> None:
-    s.expect_closed("waiting for a Request that never comes")
+    s.expect_closed("waiting for a Request that never comes", on_timer=True)
 
 
 @case(
@@ -578,10 +579,11 @@ def request_timeout(s: Session) -> None:
     level=Level.SHOULD,
     roles=R,
     timeout=70.0,
+    idle=True,
 )
 def partial_request(s: Session) -> None:
     s.send_raw(craft.request()[:10], "the first 10 octets of a Request")
-    s.expect_closed("half a Request")
+    s.expect_closed("half a Request", on_timer=True)
 
 
 @case(
@@ -592,13 +594,14 @@ def partial_request(s: Session) -> None:
     level=Level.SHOULD,
     roles=R,
     timeout=70.0,
+    idle=True,
 )
 def short_private_data(s: Session) -> None:
     s.send_raw(
         craft.request(revision=1, private_data=s.values.private_data(8), pd_length=100),
         "a Request with PD_Length 100 and 8 octets of private data",
     )
-    s.expect_closed("a short private data field")
+    s.expect_closed("a short private data field", on_timer=True)
 
 
 @case(
@@ -612,7 +615,7 @@ def short_private_data(s: Session) -> None:
 )
 def reply_timeout(s: Session) -> None:
     s.read_request()
-    s.expect_closed("waiting for a Reply that never comes")
+    s.expect_closed("waiting for a Reply that never comes", on_timer=True)
 
 
 @case(
@@ -627,7 +630,7 @@ def reply_timeout(s: Session) -> None:
 def partial_reply(s: Session) -> None:
     request = s.read_request()
     s.send_raw(s.default_reply(request)[:12], "the first 12 octets of a Reply")
-    s.expect_closed("half a Reply")
+    s.expect_closed("half a Reply", on_timer=True)
 
 
 #: RFC 5044 §7.1.2 rule 7, what the first octets after the startup frames are.
@@ -731,7 +734,8 @@ def rev0_request(s: Session) -> None:
         craft.request(revision=0, flags=FrameFlags.MARKERS | FrameFlags.CRC),
         "Rev 0 Request (M=1, C=1)",
     )
-    s.link.wait_end(s.within(3.0))
+    wait = s.answer_wait(3.0)
+    s.link.wait_end(s.within(wait))
     data = bytes(s.link.received)
     if len(data) >= FRAME_HEADER_SIZE and data[:16] == REPLY_KEY:
         rev, flags = data[17], data[16]
@@ -754,7 +758,7 @@ def rev0_request(s: Session) -> None:
             raise CaseFailed(f"a Rev {rev} Reply to a Rev 0 Request, and the connection stays open")
         return
     if s.link.ended is None:
-        raise CaseFailed("neither a Reply nor a close within 3 s of a Rev 0 Request")
+        raise CaseFailed(f"neither a Reply nor a close within {wait:.2f}s of a Rev 0 Request")
     if data:
         raise CaseFailed(f"{len(data)} octets that are not a Reply, then a close")
 

@@ -746,7 +746,7 @@ def _term_sent(number: int, header: TerminateHeader, name: str) -> None:
     def run(s: Session) -> None:
         s.data_phase()
         s.send_ulpdu(craft.terminate(header, msn=1).octets, f"Terminate {name}")
-        deadline = s.within(2.0)
+        deadline = s.within(s.answer_wait(2.0))
         while (got := s.next_fpdu(deadline)) is not None:
             if got.is_terminate:
                 raise CaseFailed(f"the target answered with {got.describe()}")

@@ -508,7 +508,7 @@ def _term_received(number: int, code: MpaErrorCode) -> None:
         s.data_phase()
         term = craft.terminate(TerminateHeader(TerminateLayer.LLP, 0, int(code)), msn=1)
         s.send_ulpdu(term.octets, f"TERM layer 2 type 0 code {int(code)}")
-        deadline = s.within(2.0)
+        deadline = s.within(s.answer_wait(2.0))
         while True:
             got = s.next_fpdu(deadline)
             if got is None:

@@ -66,6 +66,10 @@ class Case:
     #: The rules the case enforces, as short tags ("crc", "pd-length", "terminate"):
     #: a target that breaks one of them must fail every case tagged with it.
     covers: frozenset[str] = frozenset()
+    #: The case only holds an idle connection until the target's own timer closes it (a
+    #: startup timeout): it puts no load on a Responder target, so the runner starts it
+    #: beside the other cases, even at ``-j 1``, instead of adding its wait to theirs.
+    idle: bool = False
 
     @property
     def spec(self) -> str:
@@ -85,6 +89,7 @@ class Case:
             "roles": sorted(str(r) for r in self.roles),
             "needs": sorted(str(n) for n in self.needs),
             "covers": sorted(self.covers),
+            "idle": self.idle,
         }
 
 
@@ -124,6 +129,7 @@ def case(
     needs: Iterable[Need] = (),
     timeout: float | None = None,
     covers: Iterable[str] = (),
+    idle: bool = False,
 ) -> Callable[[Callable[[Session], None]], Callable[[Session], None]]:
     """Register the decorated function as the case ``id``."""
 
@@ -139,6 +145,7 @@ def case(
                 frozenset(needs),
                 timeout,
                 frozenset(covers),
+                idle,
             )
         )
         return run

@@ -27,6 +27,7 @@ import subprocess
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ from typing import Final
 
 from iwarp.conformance.link import Link
 from iwarp.conformance.model import Case, Result, Status
+from iwarp.conformance.pace import Pace
 from iwarp.conformance.session import NEED_HINTS, Session, StartupStyle, ToolValues
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.mpa.wire import Revision
@@ -221,6 +223,8 @@ class Runner:
         #: so that a run can be replayed octet for octet (``--seed``).
         self.seed = secrets.randbelow(1 << 32) if seed is None else seed
         self.values = ToolValues.draw(self.seed)
+        #: How fast the target answers, shared by every case: bounds waits for silence.
+        self.pace = Pace()
         self.target = target
         self.timeout = timeout
         self.cooperation_wait = cooperation_wait
@@ -242,6 +246,8 @@ class Runner:
         self._last = "the start"
         #: Whole data-phase waits in which each kind of cooperation did not come.
         self._missed: dict[Need, int] = {}
+        #: The connections cases opened, while they are open (see :meth:`close`).
+        self._links: weakref.WeakSet[Link] = weakref.WeakSet()
 
     # --- connections ------------------------------------------------------
 
@@ -266,7 +272,7 @@ class Runner:
                     "connect); hint: start the MPA Responder under test there, e.g. "
                     f"iwarp listen --host {host} --port {port}"
                 ) from None
-            link = Link(sock)
+            link = self._track(Link(sock))
             link.settle(SETTLE)
             if link.ended is None or link.received or time.monotonic() + 0.2 > deadline:
                 link.started = time.monotonic()
@@ -309,7 +315,7 @@ class Runner:
                         f"the peer command ended without connecting ({launched.stop()})"
                     ) from None
                 continue
-            return Link(sock)
+            return self._track(Link(sock))
 
     # --- the probe ------------------------------------------------------------
 
@@ -336,6 +342,7 @@ class Runner:
             deadline = time.monotonic() + self.timeout
             link = self._connect(deadline)
             session = Session(link, TargetRole.RESPONDER, deadline=deadline, style=style)
+            session.pace = self.pace
             try:
                 reply = session.initiate()
             except CaseFailed as exc:
@@ -387,6 +394,7 @@ class Runner:
             link.close()
             return True
         session = Session(link, TargetRole.RESPONDER, deadline=deadline, style=self.style)
+        session.pace = self.pace
         try:
             session.initiate()
         except CaseFailed:
@@ -395,25 +403,44 @@ class Runner:
             link.close()
         return True
 
-    def run(self, cases: Iterable[Case], *, jobs: int = 1) -> list[Result]:
+    def run(
+        self, cases: Iterable[Case], *, jobs: int = 1, overlap_idle: bool = True
+    ) -> list[Result]:
         """Run ``cases``; results come (and ``on_result`` is called) in case order.
 
         ``jobs`` > 1 runs that many cases at once against a Responder target
         (each case has its own connection, so cases are independent); an
         Initiator target connects once per case and runs one case at a time.
+        ``overlap_idle``: the idle cases (see below) run beside the others; without
+        it they take their turn like any case.
         """
         items = list(cases)
         results: list[Result] = []
         try:
             self.probe()
-            if jobs > 1 and isinstance(self.target, ResponderTarget):
-                with ThreadPoolExecutor(max_workers=jobs) as pool:
-                    futures = [pool.submit(self._run_one, item) for item in items]
-                    for future in futures:
-                        self._emit(results, future.result())
-            else:
+            if not isinstance(self.target, ResponderTarget):
                 for item in items:
                     self._emit(results, self._run_one(item))
+                return results
+            # The idle cases (a connection left alone until the target's startup timer
+            # closes it) wait beside the others from the start: they send nothing the
+            # target must process and no application sees their connections (no valid
+            # Request completes), so even a target that serves one connection at a time
+            # is not held up, and their long waits overlap the run instead of adding to it.
+            idle = [item for item in items if item.idle and overlap_idle]
+            pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+            waiting = ThreadPoolExecutor(max_workers=max(1, len(idle)))
+            try:
+                futures = {id(item): waiting.submit(self._run_one, item) for item in idle}
+                for item in items:
+                    if id(item) not in futures:
+                        futures[id(item)] = pool.submit(self._run_one, item)
+                for item in items:
+                    self._emit(results, futures[id(item)].result())
+            finally:
+                # Interrupted: no case starts any more, and close() ends the running ones.
+                for executor in (pool, waiting):
+                    executor.shutdown(wait=False, cancel_futures=True)
         finally:
             self.close()
         return results
@@ -492,6 +519,7 @@ class Runner:
             session.culley_line = self.culley_line
             session.settle = self.settle
             session.values = self.values
+            session.pace = self.pace
             if isinstance(self.target, ResponderTarget):
                 session.opener = lambda: self._connect(deadline)
             item.run(session)
@@ -537,9 +565,21 @@ class Runner:
             self.style = replace(style, unoffered=style.unoffered | given_up)
 
     def close(self) -> None:
+        """Stop listening, and end the connections of cases still running (an interrupted
+        run): their waits end at once instead of at their deadlines."""
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            with contextlib.suppress(OSError):
+                link.sock.shutdown(socket.SHUT_RDWR)
+
+    def _track(self, link: Link) -> Link:
+        with self._lock:
+            self._links.add(link)
+        return link
 
 
 def split_command(command: str) -> list[str]:

@@ -30,6 +30,7 @@ import iwarp.conformance.craft as craft
 from iwarp._crc32c import crc32c
 from iwarp.apps.rping import ADVERT
 from iwarp.conformance.link import Link
+from iwarp.conformance.pace import BULK, Pace
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.ddp.wire import TAGGED_FLAG, UNTAGGED_HEADER_SIZE
 from iwarp.errors import MpaError
@@ -410,6 +411,8 @@ class Session:
         self._fence_stag = 0
         #: Seconds the target took to answer the fence, once it did.
         self.fence_answered: float | None = None
+        #: The target's answer times in this run (the runner shares one among its cases).
+        self.pace = Pace()
 
     # --- bookkeeping -----------------------------------------------------
 
@@ -432,6 +435,7 @@ class Session:
         other.observed = self.observed
         other.label = f"[connection {len(self.others) + 2}] "
         other.values = self.values
+        other.pace = self.pace
         self.others.append(other)
         return other
 
@@ -445,10 +449,31 @@ class Session:
         """A deadline ``seconds`` from now, never past the case's own."""
         return min(self.deadline, time.monotonic() + seconds)
 
+    def answer_wait(self, cap: float, *, own: float | None = None, sent: int = 0) -> float:
+        """Seconds to wait for an answer that may not come (a close, a Terminate), at most
+        ``cap``: as long as the target showed it takes to answer (see :mod:`pace`).
+
+        ``own``: its answer time to the same message on this connection. ``sent``: the
+        octets just sent; beyond ``BULK`` the wait lasts at least ``cooperation_wait``,
+        since answer times say nothing of how long many octets take to arrive.
+        """
+        seconds = self.pace.wait(own=own, cap=cap)
+        why = self.pace.describe(own=own)
+        if sent > BULK and seconds < self.cooperation_wait:
+            seconds = min(cap, self.cooperation_wait)
+            why = f"{sent} octets just sent: at least the cooperation wait"
+        self.note(f"waiting up to {seconds:.2f}s for an answer ({why})")
+        return seconds
+
     def next_msn(self, qn: int) -> int:
         msn = self._msn.get(qn, 1)
         self._msn[qn] = msn + 1
         return msn
+
+    def unsent_msn(self, qn: int) -> None:
+        """The last message on queue ``qn`` was broken on purpose and is dropped by a target
+        that refuses it silently: its MSN is the one that target expects next."""
+        self._msn[qn] = max(1, self._msn.get(qn, 1) - 1)
 
     def summary(self) -> list[str]:
         """The received octets and how the connection ended, for a failure report."""
@@ -505,11 +530,14 @@ class Session:
 
     def read_reply(self) -> MpaFrame:
         reply = self.read_frame(request=False)
+        self._settle()
+        return reply
+
+    def _settle(self) -> None:
         if self.settle > 0:
             # The target's time to install its FPDU receive path (see Runner's ``settle``).
             time.sleep(min(self.settle, self.remaining()))
             self.note(f"waited {self.settle:g} s after the Reply (--settle)")
-        return reply
 
     def base_flags(self) -> FrameFlags:
         """The flags of the tool's normal Request: C, and S for a Rev 2 target."""
@@ -539,7 +567,10 @@ class Session:
         data = self.default_request() if request is None else request
         self.send_raw(data, "MPA Request")
         sent = parse_frame(data, _LENIENT, expect_request=True)
-        reply = self.read_reply()
+        asked = time.monotonic()
+        reply = self.read_frame(request=False)
+        self.pace.saw(time.monotonic() - asked)
+        self._settle()
         if sent is not None:
             self._negotiate(sent[0], reply)
         return reply
@@ -647,6 +678,7 @@ class Session:
         """
         self.startup()
         coop = self.cooperation
+        said = time.monotonic()
         if self.target is TargetRole.RESPONDER:
             hello = craft.send(ADVERT.pack(64, 0, 4096), msn=self.next_msn(0))
             self.send_ulpdu(hello.octets, "hello Send (count 64, STag 0, size 4096)")
@@ -665,6 +697,8 @@ class Session:
                 if not self.link.ended and time.monotonic() >= limit:
                     self.waited_out = True
                 break
+            if not coop.talks and self.target is TargetRole.RESPONDER:
+                self.pace.saw(time.monotonic() - said)  # its answer to the hello
             self.learn(got)
         return coop
 
@@ -859,19 +893,32 @@ class Session:
     # --- expectations -----------------------------------------------------------
 
     def expect_closed(
-        self, what: str, *, within: float | None = None, allow_reply: bool = False
+        self,
+        what: str,
+        *,
+        within: float | None = None,
+        allow_reply: bool = False,
+        on_timer: bool = False,
     ) -> None:
         """The target must close the connection (FIN or RST) without entering MPA.
 
+        The close answers what was just sent: it is waited for as long as the target
+        showed it takes to answer (:meth:`answer_wait`), at most ``within`` seconds (else
+        the case's timeout). ``on_timer``: the close comes from the target's own timer,
+        not as an answer; the whole ``within`` (or timeout) is waited.
         ``allow_reply``: a startup frame before the close is tolerated (RFC 5044
         Appendix C: a Responder may answer with its own Rev, then close).
         """
-        deadline = self.deadline if within is None else self.within(within)
+        cap = self.remaining() if within is None else within
+        deadline = self.within(cap if on_timer else self.answer_wait(cap))
         # Unless a frame is allowed, the first octet the target sends decides the case (it
         # fails, close or not): the wait ends there, and only the frame's key is read on,
         # briefly, to name what came. A target that answers every broken Request costs no
         # whole timeout per case.
         ended = self.link.wait_end(deadline, until_data=not allow_reply)
+        quiet = ended is None and not (self.link.inbox and not allow_reply)
+        if quiet and not on_timer and (again := self._answered_meanwhile(cap)) is not None:
+            ended = self.link.wait_end(self.within(again), until_data=not allow_reply)
         if ended is None and self.link.inbox and not allow_reply:
             self.link.fill(len(REPLY_KEY), min(deadline, time.monotonic() + 0.2))
         data = bytes(self.link.inbox)  # what arrived after the frames already read
@@ -896,6 +943,37 @@ class Session:
             flags = data[16]
             if not flags & FrameFlags.REJECT and self.target is TargetRole.RESPONDER:
                 self.note("the target answered with a Reply (R=0) before closing")
+
+    def _answered_meanwhile(self, cap: float) -> float | None:
+        """Before a missing close fails a case: is the target answering at all just now?
+
+        Its answer times bound the wait for a close, but a target that stalls for a moment
+        (a busy host, a pause of its runtime) would fail the case for the stall. So a
+        Responder target is asked once more, on a twin connection, with a valid Request;
+        once it answered, the close, whose cause reached it before, is waited for as long
+        again (four times this answer). Returns that wait, or None when no twin can be
+        made (an Initiator target) or the target did not answer (then the case fails)."""
+        if self.opener is None or self.target is not TargetRole.RESPONDER:
+            return None
+        twin: Session | None = None
+        try:
+            twin = Session(self.opener(), self.target, deadline=self.within(cap), style=self.style)
+            twin.pace = self.pace
+            asked = time.monotonic()
+            twin.initiate()
+            took = time.monotonic() - asked
+        except Exception as exc:  # unreachable, closed, no Reply: the case fails as it was
+            self.note(f"a twin connection's valid Request was not answered: {exc}")
+            return None
+        finally:
+            if twin is not None:
+                twin.link.close()
+        wait = self.pace.wait(own=took, cap=max(0.0, self.remaining()))
+        self.note(
+            f"no close yet; on a twin connection the target answered a valid Request in "
+            f"{took:.3f}s: waiting {wait:.2f}s more"
+        )
+        return wait
 
     def expect_no_fpdu(self, seconds: float, what: str, *, close_ok: bool = True) -> None:
         """Nothing FPDU-shaped may arrive for ``seconds`` (a close is fine when ``close_ok``).
@@ -952,10 +1030,11 @@ class Session:
             return deadline
         took = time.monotonic() - sent
         self._fence_sent = None
-        more = max(0.3, 4 * took)
+        self.pace.saw(took)
+        more = self.pace.wait(own=took)
         self.note(
             f"the fence was answered after {took:.3f}s with no Terminate before it; "
-            f"waiting {more:.1f}s more"
+            f"waiting {more:.2f}s more ({self.pace.describe(own=took)})"
         )
         self.fence_answered = took
         return min(deadline, time.monotonic() + more)
@@ -1072,8 +1151,9 @@ class Session:
         """No Terminate and no close for ``seconds`` (other FPDUs are fine).
 
         ``skip``: Terminates that show the case cannot judge this target (see
-        :meth:`expect_terminate`)."""
-        deadline = self.within(seconds)
+        :meth:`expect_terminate`). The wait is as long as the target showed it takes to
+        answer, at most ``seconds`` (:meth:`answer_wait`)."""
+        deadline = self.within(self.answer_wait(seconds))
         while True:
             got = self.next_fpdu(deadline)
             if got is None:

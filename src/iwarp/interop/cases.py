@@ -759,6 +759,9 @@ def _conformance_cases() -> list[InteropCase]:
                     "--json",
                     "--settle",
                     SIW_SETTLE,
+                    # siw's listener stopped answering Requests with the three startup-timer
+                    # cases' connections open beside a case's (docs/conformance.md).
+                    "--one-at-a-time",
                     *flag,
                     *(
                         arg
@@ -766,7 +769,11 @@ def _conformance_cases() -> list[InteropCase]:
                         for arg in ("--exclude", case_id)
                     ),
                 ),
-                needs=(HostCommand("conformance", ("--json", "--settle", "--exclude", *flag)),),
+                needs=(
+                    HostCommand(
+                        "conformance", ("--json", "--settle", "--one-at-a-time", "--exclude", *flag)
+                    ),
+                ),
                 timeout=600 if strict else 400,
                 wire_check=False,
             ),
