@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import select
 import socket
@@ -10,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from iwarp.cli import main
 from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.wire import REQUEST_KEY, FrameFlags
 
@@ -21,6 +24,7 @@ __all__ = [
     "listen",
     "mpa_peer",
     "read_terminate",
+    "run_in_process",
     "send_header",
 ]
 
@@ -31,7 +35,9 @@ class Listener:
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.proc = proc
         self.lines: list[dict[str, object]] = []
-        first = self.read_line(10)
+        # A bound for a listener that never starts, not a wait: a loaded
+        # machine (CI's two cores) can take more than 10 s to start Python.
+        first = self.read_line(60)
         assert first["type"] == "listening", first
         port = first["port"]
         assert isinstance(port, int)
@@ -78,6 +84,32 @@ def connect(port: int, *args: str) -> tuple[int, list[dict[str, object]]]:
         check=False,
     )
     return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def run_in_process(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``iwarp ARGV`` by :func:`iwarp.cli.main` in this process, with what
+    ``subprocess.run([*IWARP, *argv], capture_output=True, text=True)`` would
+    give: the exit status (argparse's usage errors included) and the text of
+    standard output and standard error.
+
+    Starting Python and importing iwarp costs a quarter to half a second of
+    CPU a run; a test that reads a command's output needs none of it. Only
+    for commands that start no processes (one capture for ``decode``: more
+    start ``--jobs`` workers), install no signal handlers and read no
+    standard input; a test about the process itself (signals, pipes, the
+    environment) runs it with :data:`IWARP`. An exception main lets out
+    fails the test with its traceback, as a traceback on stderr would."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(list(argv))
+        except SystemExit as exc:  # argparse: a usage error (2), or --help (0)
+            if exc.code is None or isinstance(exc.code, int):
+                status = exc.code or 0
+            else:
+                print(exc.code, file=sys.stderr)
+                status = 1
+    return subprocess.CompletedProcess([*IWARP, *argv], status, out.getvalue(), err.getvalue())
 
 
 def by_type(lines: list[dict[str, object]], kind: str) -> list[dict[str, object]]:
