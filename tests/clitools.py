@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from unittest import mock
 
 from iwarp.cli import main
 from iwarp.mpa.framing import FpduDecoder
@@ -86,7 +87,7 @@ def connect(port: int, *args: str) -> tuple[int, list[dict[str, object]]]:
     return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
 
 
-def run_in_process(*argv: str) -> subprocess.CompletedProcess[str]:
+def run_in_process(*argv: str, refused: bool = False) -> subprocess.CompletedProcess[str]:
     """``iwarp ARGV`` by :func:`iwarp.cli.main` in this process, with what
     ``subprocess.run([*IWARP, *argv], capture_output=True, text=True)`` would
     give: the exit status (argparse's usage errors included) and the text of
@@ -98,9 +99,21 @@ def run_in_process(*argv: str) -> subprocess.CompletedProcess[str]:
     start ``--jobs`` workers), install no signal handlers and read no
     standard input; a test about the process itself (signals, pipes, the
     environment) runs it with :data:`IWARP`. An exception main lets out
-    fails the test with its traceback, as a traceback on stderr would."""
+    fails the test with its traceback, as a traceback on stderr would.
+
+    ``refused``: the parser must refuse this command line (a usage error). Were
+    it accepted, the command would start here, in the test's process, and
+    might serve forever (pytest-timeout's alarm does not stop an event loop,
+    which takes the exception for a callback's): instead the first call after
+    parsing, ``loop_problem``, fails the test at once."""
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.ExitStack() as stack:
+        if refused:
+            stack.enter_context(
+                mock.patch("iwarp.cli._run.loop_problem", side_effect=_accepted(argv))
+            )
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
         try:
             status = main(list(argv))
         except SystemExit as exc:  # argparse: a usage error (2), or --help (0)
@@ -110,6 +123,10 @@ def run_in_process(*argv: str) -> subprocess.CompletedProcess[str]:
                 print(exc.code, file=sys.stderr)
                 status = 1
     return subprocess.CompletedProcess([*IWARP, *argv], status, out.getvalue(), err.getvalue())
+
+
+def _accepted(argv: tuple[str, ...]) -> AssertionError:
+    return AssertionError(f"iwarp {' '.join(argv)}: accepted, the command would run")
 
 
 def by_type(lines: list[dict[str, object]], kind: str) -> list[dict[str, object]]:
