@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import select
 import socket
@@ -9,7 +11,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from unittest import mock
 
+from iwarp.cli import main
 from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.wire import REQUEST_KEY, FrameFlags
 
@@ -21,6 +25,7 @@ __all__ = [
     "listen",
     "mpa_peer",
     "read_terminate",
+    "run_in_process",
     "send_header",
 ]
 
@@ -31,7 +36,9 @@ class Listener:
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.proc = proc
         self.lines: list[dict[str, object]] = []
-        first = self.read_line(10)
+        # A bound for a listener that never starts, not a wait: a loaded
+        # machine (CI's two cores) can take more than 10 s to start Python.
+        first = self.read_line(60)
         assert first["type"] == "listening", first
         port = first["port"]
         assert isinstance(port, int)
@@ -78,6 +85,48 @@ def connect(port: int, *args: str) -> tuple[int, list[dict[str, object]]]:
         check=False,
     )
     return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def run_in_process(*argv: str, refused: bool = False) -> subprocess.CompletedProcess[str]:
+    """``iwarp ARGV`` by :func:`iwarp.cli.main` in this process, with what
+    ``subprocess.run([*IWARP, *argv], capture_output=True, text=True)`` would
+    give: the exit status (argparse's usage errors included) and the text of
+    standard output and standard error.
+
+    Starting Python and importing iwarp costs a quarter to half a second of
+    CPU a run; a test that reads a command's output needs none of it. Only
+    for commands that start no processes (one capture for ``decode``: more
+    start ``--jobs`` workers), install no signal handlers and read no
+    standard input; a test about the process itself (signals, pipes, the
+    environment) runs it with :data:`IWARP`. An exception main lets out
+    fails the test with its traceback, as a traceback on stderr would.
+
+    ``refused``: the parser must refuse this command line (a usage error). Were
+    it accepted, the command would start here, in the test's process, and
+    might serve forever (pytest-timeout's alarm does not stop an event loop,
+    which takes the exception for a callback's): instead the first call after
+    parsing, ``loop_problem``, fails the test at once."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.ExitStack() as stack:
+        if refused:
+            stack.enter_context(
+                mock.patch("iwarp.cli._run.loop_problem", side_effect=_accepted(argv))
+            )
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        try:
+            status = main(list(argv))
+        except SystemExit as exc:  # argparse: a usage error (2), or --help (0)
+            if exc.code is None or isinstance(exc.code, int):
+                status = exc.code or 0
+            else:
+                print(exc.code, file=sys.stderr)
+                status = 1
+    return subprocess.CompletedProcess([*IWARP, *argv], status, out.getvalue(), err.getvalue())
+
+
+def _accepted(argv: tuple[str, ...]) -> AssertionError:
+    return AssertionError(f"iwarp {' '.join(argv)}: accepted, the command would run")
 
 
 def by_type(lines: list[dict[str, object]], kind: str) -> list[dict[str, object]]:

@@ -11,14 +11,13 @@ from analyze_traffic import standard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clitools import IWARP
+from clitools import IWARP, run_in_process
 from iwarp.analyze.fields import FIELDS, Kind, format_value
 
 
 def decode(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*IWARP, "decode", *argv], capture_output=True, text=True, timeout=120, check=False
-    )
+    """``iwarp decode ARGV`` on one capture, in this process."""
+    return run_in_process("decode", *argv)
 
 
 @pytest.fixture
@@ -89,7 +88,25 @@ def test_several_captures_one_header_no_total(capture: Path, tmp_path: Path) -> 
     second = tmp_path / "d.pcap"
     second.write_bytes(capture.read_bytes())
     for jobs in ("1", "2"):
-        done = decode(str(capture), str(second), "-e", "frame", "-E", "header=y", "--jobs", jobs)
+        # A process of its own: --jobs 2 starts worker processes.
+        done = subprocess.run(
+            [
+                *IWARP,
+                "decode",
+                str(capture),
+                str(second),
+                "-e",
+                "frame",
+                "-E",
+                "header=y",
+                "-j",
+                jobs,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0
         lines = done.stdout.splitlines()
         assert lines[0] == "frame" and lines.count("frame") == 1

@@ -11,7 +11,7 @@ from analyze_traffic import standard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clitools import IWARP
+from clitools import run_in_process
 from iwarp.analyze.fields import FIELDS, Row
 from iwarp.analyze.filter import MAX_DEPTH, FilterError, compile_filter
 
@@ -273,9 +273,8 @@ def test_and_binds_tighter_than_or(atoms: list[str]) -> None:
 
 
 def decode(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*IWARP, "decode", *argv], capture_output=True, text=True, timeout=120, check=False
-    )
+    """``iwarp decode ARGV`` on one capture, in this process."""
+    return run_in_process("decode", *argv)
 
 
 def test_the_filter_selects_json_records(tmp_path: Path) -> None:
@@ -327,9 +326,7 @@ def test_a_bad_filter_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_fields_lists_every_field() -> None:
-    done = subprocess.run(
-        [*IWARP, "decode", "--fields"], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = decode("--fields")
     assert done.returncode == 0
     names = [line.split()[0] for line in done.stdout.splitlines()]
     assert names == list(FIELDS)

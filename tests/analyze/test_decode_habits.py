@@ -12,16 +12,15 @@ from analyze_traffic import Conversation, payload, send, standard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clitools import IWARP, connect, listen
+from clitools import IWARP, connect, listen, run_in_process
 from iwarp.analyze.origin import RAW_ULP_TAG, application_name, shb_application
 from iwarp.analyze.pcapng import PcapngWriter
 from iwarp.cli._args import format_octets
 
 
 def decode(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*IWARP, "decode", *argv], capture_output=True, text=True, timeout=120, check=False
-    )
+    """``iwarp decode ARGV`` on one capture, in this process."""
+    return run_in_process("decode", *argv)
 
 
 def many_sends(tmp_path: Path, count: int = 400) -> Path:

@@ -14,7 +14,7 @@ from analyze_traffic import Conversation, Cutter, aligned, coalesced, resegmente
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clitools import IWARP
+from clitools import run_in_process
 from iwarp.analyze.capture import TcpPacket, read_tcp_packets
 from iwarp.analyze.listing import hex_dump
 from iwarp.analyze.records import FpduRecord
@@ -28,9 +28,8 @@ LINE = re.compile(
 
 
 def decode(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*IWARP, "decode", *argv], capture_output=True, text=True, timeout=120, check=False
-    )
+    """``iwarp decode ARGV`` on one capture, in this process."""
+    return run_in_process("decode", *argv)
 
 
 def in_process(*argv: str) -> tuple[int, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from analyze_traffic import resegmented, standard
 
-from clitools import IWARP
+from clitools import IWARP, run_in_process
 from iwarp.analyze.tables import TABLES
 from iwarp.cli import main
 
@@ -98,7 +98,7 @@ def test_typed_columns(tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     path = captures(tmp_path)[0]
-    assert decode(str(path), "--parquet", str(tmp_path / "pq")).returncode == 0
+    assert run_in_process("decode", str(path), "--parquet", str(tmp_path / "pq")).returncode == 0
     fpdus = pq.read_table(tmp_path / "pq" / "fpdus.parquet")
     schema = fpdus.schema
     assert schema.field("stag").type == pa.int64() and schema.field("crc_ok").type == pa.bool_()
@@ -142,10 +142,8 @@ def test_the_documented_duckdb_query(tmp_path: Path) -> None:
     duckdb = pytest.importorskip("duckdb")
     pytest.importorskip("pyarrow")
     for path in captures(tmp_path):
-        assert decode(str(path), "--parquet", str(tmp_path / "runs" / path.stem)).returncode in (
-            0,
-            1,
-        )
+        done = run_in_process("decode", str(path), "--parquet", str(tmp_path / "runs" / path.stem))
+        assert done.returncode in (0, 1)
     rows = duckdb.sql(
         f"""
         SELECT capture, opcode_name, count(*) AS fpdus, sum(payload_length) AS octets,
