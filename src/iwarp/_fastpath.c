@@ -55,6 +55,8 @@ typedef struct {
     Py_ssize_t taken;          /* messages received */
     Py_ssize_t octets, rest;   /* of the last receive */
     PyObject *append, *events, *make_event;
+    PyObject *last_event;      /* the event of the last message, its size */
+    size_t last_length;
 } FastPath;
 
 static int fp_check_phase(Py_ssize_t phase)
@@ -138,6 +140,7 @@ static int fp_init(FastPath *self, PyObject *args, PyObject *kwargs)
     Py_XSETREF(self->events, events);
     Py_INCREF(make_event);
     Py_XSETREF(self->make_event, make_event);
+    Py_CLEAR(self->last_event);
     self->tx_octets = self->rx_octets = 0;
     self->taken = self->octets = self->rest = 0;
     return 0;
@@ -156,6 +159,12 @@ static int fp_ready(FastPath *self)
  * it and say what is wrong). Other errors are raised (-1). */
 static int fp_octets(PyObject *obj, Py_buffer *view, int format)
 {
+    if (PyBytes_CheckExact(obj)) { /* the usual input: no exporter to ask */
+        view->obj = NULL;
+        view->buf = PyBytes_AS_STRING(obj);
+        view->len = PyBytes_GET_SIZE(obj);
+        return 1;
+    }
     if (PyObject_GetBuffer(obj, view, format ? PyBUF_FORMAT | PyBUF_ND : PyBUF_SIMPLE) == 0) {
         if (!format || (view->ndim == 1 && (view->format == NULL || strcmp(view->format, "B") == 0)))
             return 1;
@@ -219,9 +228,12 @@ done:
     return frame;
 }
 
-/* The event of a message of `length` octets: the shared one, else made. */
+/* The event of a message of `length` octets: the shared one, else made
+ * (the last one is kept: a flow of messages mostly has one size). */
 static PyObject *fp_event(FastPath *self, size_t length)
 {
+    if (self->last_event != NULL && self->last_length == length)
+        return Py_NewRef(self->last_event);
     PyObject *key = PyLong_FromSize_t(length);
     if (key == NULL)
         return NULL;
@@ -231,6 +243,10 @@ static PyObject *fp_event(FastPath *self, size_t length)
     else if (!PyErr_Occurred())
         event = PyObject_CallOneArg(self->make_event, key);
     Py_DECREF(key);
+    if (event != NULL) {
+        Py_XSETREF(self->last_event, Py_NewRef(event));
+        self->last_length = length;
+    }
     return event;
 }
 
@@ -322,6 +338,7 @@ static int fp_traverse(FastPath *self, visitproc visit, void *arg)
     Py_VISIT(self->append);
     Py_VISIT(self->events);
     Py_VISIT(self->make_event);
+    Py_VISIT(self->last_event);
     return 0;
 }
 
@@ -330,6 +347,7 @@ static int fp_clear(FastPath *self)
     Py_CLEAR(self->append);
     Py_CLEAR(self->events);
     Py_CLEAR(self->make_event);
+    Py_CLEAR(self->last_event);
     return 0;
 }
 

@@ -505,12 +505,12 @@ class QueuePairEndpoint:
     borrows_input = True
 
     def receive_data(self, data: Buffer, now: float) -> list[Event]:
-        self._now = now
         fast = self._fast
         if fast is not None:
             # The fast path takes the whole pool messages it can; the first
             # FPDU it declines, and all after it, go to the cores, which
-            # take its state back first.
+            # take its state back first. (What it takes leaves _now: only
+            # the cores' events and timers use it.)
             done = fast.receive(data)
             if done is not None:
                 self.message_octets += fast.octets
@@ -520,6 +520,7 @@ class QueuePairEndpoint:
                 self._events = done  # (empty while the fast path runs)
                 data = memoryview(data)[-rest:]
             self._disengage()
+        self._now = now
         conn = self.conn
         # A receive that is one whole FPDU carrying a one-segment Send for
         # the head buffer (most small messages) takes the small-message

@@ -37,10 +37,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Container, Mapping
-from typing import TYPE_CHECKING
+from operator import index
+from typing import TYPE_CHECKING, Any
 
 import iwarp._accel as _accel
 import iwarp._small as _small
+from iwarp._kernels import _ssize
 from iwarp.ddp.wire import LAST_FLAG, UNTAGGED_HEADER, UNTAGGED_HEADER_SIZE
 from iwarp.mpa.framing import fpdu_wire_size
 from iwarp.mpa.wire import ULPDU_LENGTH
@@ -58,6 +60,18 @@ MakeEvent = Callable[[int], MessageQueued]
 
 _pack_header = UNTAGGED_HEADER.pack
 _PHASE_MASK = 511
+
+
+def _integers(values: tuple[Any, ...], count: int, what: str) -> list[int]:
+    """A settings tuple's items as the C object's argument parsing takes
+    them: ``count`` of them, markers and CRC (items 4 and 5) by truth, the
+    others integers (TypeError) in the C ``Py_ssize_t`` range
+    (OverflowError), all converted before any range is checked."""
+    if len(values) != count:
+        raise TypeError(f"{what} must be a tuple of {count} items")
+    out = [bool(v) if k in (4, 5) else index(v) for k, v in enumerate(values)]
+    _ssize(*out)
+    return out
 
 
 def _check(value: int, top: int, what: str) -> int:
@@ -138,7 +152,15 @@ class PyFastPath:
         events: dict[int, MessageQueued],
         make_event: MakeEvent,
     ) -> None:
-        version, op, op_se, msn, markers, crc, phase, max_payload = send
+        # Checked in the C object's order: the types, then each tuple.
+        settings: tuple[object, ...] = (send, receive)  # (any object, at run time)
+        if not all(isinstance(item, tuple) for item in settings):
+            raise TypeError("send and receive must be tuples")
+        if not isinstance(events, dict):
+            raise TypeError("events must be a dict")
+        if not callable(make_event):
+            raise TypeError("make_event must be callable")
+        version, op, op_se, msn, markers, crc, phase, max_payload = _integers(send, 8, "send")
         self._tx_control = _check(version, 3, "version") | LAST_FLAG
         self._tx_send = _check(op, 255, "send")
         self._tx_send_se = _check(op_se, 255, "send_se")
@@ -147,7 +169,8 @@ class PyFastPath:
         self._tx_crc = bool(crc)
         self._tx_phase = _check_phase(phase)
         self._tx_max = _check(max_payload, 0xFFFF - UNTAGGED_HEADER_SIZE, "max_payload")
-        version, op, op_se, msn, markers, crc, phase, limit, size = receive
+        receive_ = _integers(receive, 9, "receive")
+        version, op, op_se, msn, markers, crc, phase, limit, size = receive_
         #: What the next Send received must carry: DDP version, the two
         #: RDMAP control octets.
         self._want = (
