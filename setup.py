@@ -50,6 +50,7 @@ def extensions() -> list[Extension]:
                 "src/iwarp/_lanes.c",
                 "src/iwarp/_decode.c",
                 "src/iwarp/_small.c",
+                "src/iwarp/_fastpath.c",
             ],
             depends=["src/iwarp/_speedups.h"],
             extra_compile_args=args,

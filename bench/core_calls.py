@@ -39,6 +39,7 @@ _LAYERS = (
     ("iwarp/rdmap/", "RDMAP"),
     ("iwarp/rdma/endpoint", "queue-pair endpoint"),
     ("iwarp/rdma/small", "small-message lane"),
+    ("iwarp/rdma/fastpath", "fast path (pure twin)"),
     ("iwarp/rdma/", "RDMA connection"),
     ("iwarp/_small", "kernels (pure twin)"),
     ("iwarp/_kernels", "kernels (pure twin)"),

@@ -691,6 +691,84 @@ def kernels(data: bytes) -> None:
     _recv_lane_call(data)
 
 
+def _fast_path_run(kind: Any, settings: tuple[Any, ...], steps: list[Any]) -> list[object]:
+    """What one fast-path object (``kind``, the C type or the pure twin)
+    does with ``steps``: a sender and a receiver made with ``settings``."""
+    from collections import deque
+
+    from iwarp.rdma.events import MessageQueued
+
+    log: list[object] = []
+    pair = []
+    for _ in range(2):
+        messages: deque[bytes] = deque()
+        try:
+            pair.append((kind(*settings, messages, {}, MessageQueued), messages))
+        except _ARGUMENT_ERRORS as exc:
+            return [type(exc).__name__]
+    (sender, _), (receiver, messages) = pair
+    stream = bytearray()
+    for step in steps:
+        if step[0] == "send":
+            frame = sender.send(step[1], step[2])
+            log.append(frame)
+            stream += frame or b""
+            continue
+        if step[0] == "raw":
+            data = step[1]
+        else:
+            data = bytearray(stream[: step[1]])
+            del stream[: step[1]]
+            if data and step[2] >= 0:
+                data[step[2] % len(data)] ^= step[3] | 1
+        taken = receiver.receive(bytes(data))
+        log.append((taken, receiver.octets, receiver.rest) if taken is not None else None)
+        if taken is not None:
+            stream[:0] = data[len(data) - receiver.rest :]
+        log.append(list(messages))
+        messages.clear()
+    log.append((sender.state(), receiver.state()))
+    return log
+
+
+def fast_path(data: bytes) -> None:
+    """The queue pair's fast path (iwarp.rdma.fastpath), the C object and
+    its pure twin side by side: settings drawn from the input (markers,
+    CRC, marker phase, MSNs near 2**32, ULPDU limit, pool buffer size, some
+    out of range), then Sends framed and handed back to a receiver with
+    octets changed or cut, and raw octets. Both must make the same FPDUs,
+    events, messages, leftovers and state, or refuse the same settings."""
+    draw = _Draw(data)
+    flags = draw.octet()
+    msn = draw.number(3) - 2 if flags & 4 else draw.number(2**32 + 1)
+    phase = 4 * draw.number(127) if flags & 8 else draw.number(600)
+    send = (1, 0x43, 0x45, msn, flags & 1, flags & 2, phase, draw.number(0x10000))
+    receive = (1, 0x43, 0x45, msn, flags & 1, flags & 2, phase, draw.number(0x10000))
+    settings = (send, (*receive, draw.number(2100)))
+    steps: list[Any] = []
+    for _ in range(16):
+        if draw.at >= len(data):
+            break
+        op = draw.octet() % 3
+        if op == 0:
+            size = draw.number(1200) % 1300
+            steps.append(("send", bytes([draw.octet()]) * size, draw.octet() & 1))
+        elif op == 1:
+            steps.append(("deliver", draw.number(3000), draw.number(3000) - 1, draw.octet()))
+        else:
+            steps.append(("raw", bytes(draw.octets(draw.octet() % 64))))
+    from iwarp.rdma.fastpath import PyFastPath
+
+    pure = _fast_path_run(PyFastPath, settings, steps)
+    try:
+        from iwarp._speedups import FastPath
+    except ImportError:
+        return
+    accelerated = _fast_path_run(FastPath, settings, steps)
+    if accelerated != pure:
+        raise AssertionError(f"C {accelerated!r:.300} != pure Python {pure!r:.300}")
+
+
 TARGETS: dict[str, Target] = {
     "mpa_responder": mpa_responder,
     "mpa_initiator": mpa_initiator,
@@ -702,6 +780,7 @@ TARGETS: dict[str, Target] = {
     "vitcp_connection": vitcp_connection,
     "capture": capture,
     "kernels": kernels,
+    "fast_path": fast_path,
 }
 
 
@@ -781,4 +860,15 @@ def seeds() -> dict[str, list[bytes]]:
         "vitcp_connection": [b"\x01\xc0" + vi_request],
         "capture": [_capture_seed()],
         "kernels": [bytes([k, 0, 200, 0]) + stream[:600] for k in range(7)],
+        # Settings in range (markers, CRC as the first octet's bits; MSN 1,
+        # phase 0, payload, ULPDU and buffer limits 200), then Sends (op 0:
+        # size, fill, solicited) delivered (op 1: octets, flip at, xor)
+        # whole, then one cut with an octet flipped, then the rest.
+        "fast_path": [
+            bytes([flags | 8, 0, 1, 0, 0, 0, 200, 0, 200, 0, 200])
+            + bytes([0, 0, 40, 0x61, 1, 1, 0, 255, 0, 0, 0])
+            + bytes([0, 0, 64, 0x62, 0, 0, 0, 30, 0x63, 0])
+            + bytes([1, 0, 70, 0, 11, 0x20, 1, 0, 255, 0, 0, 0])
+            for flags in range(4)
+        ],
     }

@@ -161,6 +161,48 @@ static int sm_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *name)
     return 0;
 }
 
+PyObject *iw_small_frame(IwFraming *f, const uint8_t *header, size_t hlen,
+                         const uint8_t *payload, size_t plen)
+{
+    if (hlen > 0xFFFF || plen > 0xFFFF - hlen) {
+        PyErr_SetString(PyExc_ValueError, "the ULPDU exceeds the 16-bit ULPDU_Length field");
+        return NULL;
+    }
+    size_t n = hlen + plen;
+    int markers = f->markers;
+    SmShape s = sm_shape(n, f->phase, markers);
+    if (sm_last_ptr(&s) > 0xFFFF) {
+        PyErr_SetString(PyExc_ValueError,
+                        "a marker's FPDUPTR would exceed its 16 bits (RFC 5044 §4.3)");
+        return NULL;
+    }
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s.wire);
+    if (frame == NULL)
+        return NULL;
+    SmEmit e = {(uint8_t *)PyBytes_AS_STRING(frame), 0, 0, s.at, markers};
+    if (s.lead) { /* a zero marker between FPDUs belongs to the next (§4.3) */
+        memset(e.out, 0, 4);
+        e.w = 4;
+    }
+    static const uint8_t zeros[4] = {0, 0, 0, 0};
+    uint8_t length[2] = {(uint8_t)(n >> 8), (uint8_t)n};
+    sm_put(&e, s.lead, length, 2);
+    sm_put(&e, s.lead, header, hlen);
+    sm_put(&e, s.lead, payload, plen);
+    sm_put(&e, s.lead, zeros, s.content - 6 - n);
+    if (markers && e.c == e.next) { /* a marker after the PAD, before the CRC */
+        sm_marker(&e, s.lead);
+    }
+    uint32_t value = f->crc ? ~iw_crc32c(0xFFFFFFFFu, e.out, e.w) : 0;
+    /* RFC 5044 §4.1: the CRC field as the CRC32c register's octets */
+    e.out[e.w] = (uint8_t)value;
+    e.out[e.w + 1] = (uint8_t)(value >> 8);
+    e.out[e.w + 2] = (uint8_t)(value >> 16);
+    e.out[e.w + 3] = (uint8_t)(value >> 24);
+    f->phase = (unsigned)((f->phase + s.wire) & SM_PHASE_MASK);
+    return frame;
+}
+
 static PyObject *py_small_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer header, payload;
@@ -180,49 +222,16 @@ static PyObject *py_small_send(PyObject *self, PyObject *const *args, Py_ssize_t
         PyBuffer_Release(&payload);
         return NULL;
     }
-    int markers = flags[0], crc = flags[1];
     PyObject *result = NULL;
-    size_t hlen = (size_t)header.len, plen = (size_t)payload.len;
     if (phase_arg < 0 || phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
         PyErr_SetString(PyExc_ValueError, "phase must be a multiple of 4 below 512");
         goto done;
     }
-    if (hlen > 0xFFFF || plen > 0xFFFF - hlen) {
-        PyErr_SetString(PyExc_ValueError, "the ULPDU exceeds the 16-bit ULPDU_Length field");
-        goto done;
-    }
-    size_t n = hlen + plen;
-    unsigned phase = (unsigned)phase_arg;
-    SmShape s = sm_shape(n, phase, markers);
-    if (sm_last_ptr(&s) > 0xFFFF) {
-        PyErr_SetString(PyExc_ValueError,
-                        "a marker's FPDUPTR would exceed its 16 bits (RFC 5044 §4.3)");
-        goto done;
-    }
-    PyObject *frame = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s.wire);
-    if (frame == NULL)
-        goto done;
-    SmEmit e = {(uint8_t *)PyBytes_AS_STRING(frame), 0, 0, s.at, markers};
-    if (s.lead) { /* a zero marker between FPDUs belongs to the next (§4.3) */
-        memset(e.out, 0, 4);
-        e.w = 4;
-    }
-    static const uint8_t zeros[4] = {0, 0, 0, 0};
-    uint8_t length[2] = {(uint8_t)(n >> 8), (uint8_t)n};
-    sm_put(&e, s.lead, length, 2);
-    sm_put(&e, s.lead, header.buf, hlen);
-    sm_put(&e, s.lead, payload.buf, plen);
-    sm_put(&e, s.lead, zeros, s.content - 6 - n);
-    if (markers && e.c == e.next) { /* a marker after the PAD, before the CRC */
-        sm_marker(&e, s.lead);
-    }
-    uint32_t value = crc ? ~iw_crc32c(0xFFFFFFFFu, e.out, e.w) : 0;
-    /* RFC 5044 §4.1: the CRC field as the CRC32c register's octets */
-    e.out[e.w] = (uint8_t)value;
-    e.out[e.w + 1] = (uint8_t)(value >> 8);
-    e.out[e.w + 2] = (uint8_t)(value >> 16);
-    e.out[e.w + 3] = (uint8_t)(value >> 24);
-    result = Py_BuildValue("(Nk)", frame, (unsigned long)((phase + s.wire) & SM_PHASE_MASK));
+    IwFraming f = {flags[0], flags[1], (unsigned)phase_arg};
+    PyObject *frame = iw_small_frame(&f, header.buf, (size_t)header.len, payload.buf,
+                                     (size_t)payload.len);
+    if (frame != NULL)
+        result = Py_BuildValue("(Nk)", frame, (unsigned long)f.phase);
 done:
     PyBuffer_Release(&header);
     PyBuffer_Release(&payload);
@@ -255,6 +264,60 @@ static void sm_gather(const uint8_t *wire, const SmShape *s, int markers, size_t
     }
 }
 
+int iw_small_check(const IwFraming *f, const IwSendWant *want, const uint8_t *p, size_t size,
+                   IwSmallSend *out)
+{
+    int markers = f->markers;
+    unsigned phase = f->phase;
+    size_t lead = markers && phase == 0 ? 4 : 0;
+    if (size < lead + 2 + SM_UNTAGGED + 4)
+        return 0;
+    if (lead && (p[0] | p[1] | p[2] | p[3]))
+        return 0;
+    size_t n = ((size_t)p[lead] << 8) | p[lead + 1];
+    if (want->limit < 0 || n > (size_t)want->limit || n < SM_UNTAGGED)
+        return 0;
+    SmShape s = sm_shape(n, phase, markers);
+    if (s.wire > size || sm_last_ptr(&s) > 0xFFFF)
+        return 0; /* (markers past 64 KiB: the full path's MPA error 3) */
+    if (markers) {
+        for (size_t at = s.at, k = 0; at < s.content; at += SM_STRIDE, k++) {
+            size_t off = lead + at + 4 * k;
+            if (off > s.wire - 4)
+                return 0;
+            size_t ptr = off - lead;
+            if (p[off] | p[off + 1] || p[off + 2] != (uint8_t)(ptr >> 8) ||
+                p[off + 3] != (uint8_t)ptr)
+                return 0;
+        }
+    }
+    if (f->crc) {
+        const uint8_t *c = p + s.wire - 4;
+        uint32_t field = (uint32_t)c[0] | ((uint32_t)c[1] << 8) | ((uint32_t)c[2] << 16) |
+                         ((uint32_t)c[3] << 24);
+        if (field != ~iw_crc32c(0xFFFFFFFFu, p, s.wire - 4))
+            return 0;
+    }
+    uint8_t hdr[SM_UNTAGGED];
+    sm_gather(p, &s, markers, 2, hdr, SM_UNTAGGED);
+    unsigned control = hdr[0], rdmap = hdr[1];
+    if ((Py_ssize_t)(control & (SM_TAGGED_FLAG | SM_VERSION_MASK)) != want->version ||
+        !(control & SM_LAST_FLAG) ||
+        ((Py_ssize_t)rdmap != want->send && (Py_ssize_t)rdmap != want->send_se) ||
+        sm_be32(hdr + 6) != 0 || sm_be32(hdr + 10) != want->msn || sm_be32(hdr + 14) != 0)
+        return 0;
+    out->wire = s.wire;
+    out->length = n - SM_UNTAGGED;
+    out->rdmap = rdmap;
+    return 1;
+}
+
+void iw_small_payload(const IwFraming *f, const uint8_t *p, const IwSmallSend *fpdu, uint8_t *dst)
+{
+    SmShape s = sm_shape(fpdu->length + SM_UNTAGGED, f->phase, f->markers);
+    sm_gather(p, &s, f->markers, 2 + SM_UNTAGGED, dst, fpdu->length);
+}
+
 static PyObject *py_small_receive(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer data, head;
@@ -272,9 +335,7 @@ static PyObject *py_small_receive(PyObject *self, PyObject *const *args, Py_ssiz
         PyBuffer_Release(&data);
         return NULL;
     }
-    int markers = flags[0], crc = flags[1];
-    Py_ssize_t phase_arg = ints[0], limit = ints[1], version = ints[2], msn = ints[3],
-               send = ints[4], send_se = ints[5];
+    Py_ssize_t phase_arg = ints[0];
     PyObject *result = NULL;
     if (phase_arg < 0 || phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
         PyErr_SetString(PyExc_ValueError, "phase must be a multiple of 4 below 512");
@@ -286,55 +347,21 @@ static PyObject *py_small_receive(PyObject *self, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_ValueError, "small_receive: head overlaps data");
         goto done;
     }
-    const uint8_t *p = data.buf;
+    IwFraming f = {flags[0], flags[1], (unsigned)phase_arg};
+    IwSendWant want = {ints[1], ints[2], (uint32_t)ints[3], ints[4], ints[5]};
+    IwSmallSend fpdu;
     size_t size = (size_t)data.len;
-    unsigned phase = (unsigned)phase_arg;
-    size_t lead = markers && phase == 0 ? 4 : 0;
-    if (size < lead + 2 + SM_UNTAGGED + 4)
-        goto decline;
-    if (lead && (p[0] | p[1] | p[2] | p[3]))
-        goto decline;
-    size_t n = ((size_t)p[lead] << 8) | p[lead + 1];
-    if (limit < 0 || n > (size_t)limit || n < SM_UNTAGGED)
-        goto decline;
-    SmShape s = sm_shape(n, phase, markers);
-    if (s.wire != size || sm_last_ptr(&s) > 0xFFFF)
-        goto decline; /* (markers past 64 KiB: the full path's MPA error 3) */
-    if (markers) {
-        for (size_t at = s.at, k = 0; at < s.content; at += SM_STRIDE, k++) {
-            size_t off = lead + at + 4 * k;
-            if (off > size - 4)
-                goto decline;
-            size_t ptr = off - lead;
-            if (p[off] | p[off + 1] || p[off + 2] != (uint8_t)(ptr >> 8) ||
-                p[off + 3] != (uint8_t)ptr)
-                goto decline;
-        }
+    /* Exactly one whole FPDU, whose payload fits head (else DDP reports the
+     * message too long, RFC 5041 §7.1). */
+    if (!iw_small_check(&f, &want, data.buf, size, &fpdu) || fpdu.wire != size ||
+        fpdu.length > (size_t)head.len) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
     }
-    if (crc) {
-        const uint8_t *f = p + size - 4;
-        uint32_t field = (uint32_t)f[0] | ((uint32_t)f[1] << 8) | ((uint32_t)f[2] << 16) |
-                         ((uint32_t)f[3] << 24);
-        if (field != ~iw_crc32c(0xFFFFFFFFu, p, size - 4))
-            goto decline;
-    }
-    uint8_t hdr[SM_UNTAGGED];
-    sm_gather(p, &s, markers, 2, hdr, SM_UNTAGGED);
-    unsigned control = hdr[0], rdmap = hdr[1];
-    if ((Py_ssize_t)(control & (SM_TAGGED_FLAG | SM_VERSION_MASK)) != version ||
-        !(control & SM_LAST_FLAG) || ((Py_ssize_t)rdmap != send && (Py_ssize_t)rdmap != send_se) ||
-        sm_be32(hdr + 6) != 0 || sm_be32(hdr + 10) != (uint32_t)msn || sm_be32(hdr + 14) != 0)
-        goto decline;
-    size_t length = n - SM_UNTAGGED;
-    if (length > (size_t)head.len)
-        goto decline; /* DDP reports the message too long (RFC 5041 §7.1) */
-    sm_gather(p, &s, markers, 2 + SM_UNTAGGED, head.buf, length);
-    result = Py_BuildValue("(kIk)", (unsigned long)length, rdmap,
-                           (unsigned long)((phase + size) & SM_PHASE_MASK));
-    goto done;
-decline:
-    Py_INCREF(Py_None);
-    result = Py_None;
+    iw_small_payload(&f, data.buf, &fpdu, head.buf);
+    result = Py_BuildValue("(kIk)", (unsigned long)fpdu.length, fpdu.rdmap,
+                           (unsigned long)((f.phase + size) & SM_PHASE_MASK));
 done:
     PyBuffer_Release(&data);
     PyBuffer_Release(&head);

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from iwarp.errors import IwarpError
 from iwarp.mpa.config import MpaConfig
 from iwarp.mpa.framing import fpdu_wire_size
-from iwarp.rdma import small
+from iwarp.rdma import fastpath, small
 from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdma.events import CompletionQueued
 from iwarp.rdmap.memory import Access
@@ -180,6 +180,9 @@ def test_a_whole_send_takes_the_lane(monkeypatch: pytest.MonkeyPatch) -> None:
         return result
 
     monkeypatch.setattr(small.SmallLane, "receive", spy)
+    # The lane's own test: the fast path, which takes a receive pool's
+    # Sends before the lane would (tests/rdma/test_fastpath.py), stays off.
+    monkeypatch.setattr(fastpath, "engage", lambda *args: None)
     # The Responder's first FPDU ends MPA's wait for it (the full path).
     script: list[Op] = [("send", 5, False), ("send", 7, True), ("invalidate", 3, False)]
     for config in (None, MpaConfig(markers=True, crc=False)):

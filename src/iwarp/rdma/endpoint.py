@@ -66,6 +66,7 @@ from iwarp.mpa.events import (
 )
 from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.policy import ConnectionRejectedError, Decider, answer_request
+from iwarp.rdma import fastpath
 from iwarp.rdma.connection import RdmaConnection
 from iwarp.rdma.errors import ConnectionTerminatedError, describe_terminate
 from iwarp.rdma.events import (
@@ -213,6 +214,18 @@ class QueuePairOptions:
 _MESSAGE_EVENTS: dict[int, MessageQueued] = {}
 _MESSAGE_EVENTS_KEPT: Final = 4096
 
+
+def _message_event(length: int) -> MessageQueued:
+    """The MessageQueued event of a message of ``length`` octets, kept in
+    :data:`_MESSAGE_EVENTS` while there is room."""
+    event = _MESSAGE_EVENTS.get(length)
+    if event is None:
+        event = MessageQueued(length)
+        if len(_MESSAGE_EVENTS) < _MESSAGE_EVENTS_KEPT:
+            _MESSAGE_EVENTS[length] = event
+    return event
+
+
 #: Called once MPA is in full operation, before any message is processed.
 Setup = Callable[[], None]
 
@@ -300,6 +313,8 @@ class QueuePairEndpoint:
         self._events: list[Event] = []
         #: The small-message lane, once the RDMAP stream exists.
         self._lane: SmallLane | None = None
+        #: The fast path while it owns the common case (iwarp.rdma.fastpath).
+        self._fast: fastpath.PyFastPath | None = None
         self.conn = RdmaConnection(
             role,
             pd,
@@ -323,6 +338,7 @@ class QueuePairEndpoint:
     @property
     def stream(self) -> RdmapStream | None:
         """The RDMAP core once in full operation (for inspection)."""
+        self._disengage()
         return self.conn.stream
 
     @property
@@ -351,6 +367,7 @@ class QueuePairEndpoint:
     # -- verbs ------------------------------------------------------------------
 
     def _stream(self) -> RdmapStream:
+        self._disengage()
         stream = self.conn.stream
         if stream is None:
             raise LocalProtocolError("the queue pair is not connected")
@@ -411,12 +428,19 @@ class QueuePairEndpoint:
         :raises LocalProtocolError: not connected yet, bad data or a bad
             Invalidate STag.
         """
+        fast = self._fast
+        if fast is not None and invalidate_stag is None:
+            frame = fast.send(data, solicited)
+            if frame is not None:
+                return frame
+        self._disengage()
         lane = self._lane
         if lane is not None and self.ended is None and self._hold_until is None:
             # The lane frames only in full operation with the stream
             # operational, where _stream() has nothing to refuse.
             frame = lane.send(data, solicited, invalidate_stag)
             if frame is not None:
+                self._engage()
                 return frame
         self._stream()  # why not: not connected, or ended
         return None
@@ -465,6 +489,7 @@ class QueuePairEndpoint:
         """End the connection with a Terminate "local catastrophic error"
         (e.g. the application failed); ``error`` is recorded as the cause.
         The events go to :meth:`take_events`."""
+        self._disengage()
         stream = self.conn.stream
         if error is not None and self.error is None:
             self.error = error
@@ -480,6 +505,21 @@ class QueuePairEndpoint:
     borrows_input = True
 
     def receive_data(self, data: Buffer, now: float) -> list[Event]:
+        fast = self._fast
+        if fast is not None:
+            # The fast path takes the whole pool messages it can; the first
+            # FPDU it declines, and all after it, go to the cores, which
+            # take its state back first. (What it takes leaves _now: only
+            # the cores' events and timers use it.)
+            done = fast.receive(data)
+            if done is not None:
+                self.message_octets += fast.octets
+                rest = fast.rest
+                if not rest:
+                    return done
+                self._events = done  # (empty while the fast path runs)
+                data = memoryview(data)[-rest:]
+            self._disengage()
         self._now = now
         conn = self.conn
         # A receive that is one whole FPDU carrying a one-segment Send for
@@ -499,6 +539,8 @@ class QueuePairEndpoint:
             else:
                 self._pool_message(entry, length)
         events, self._events = self._events, []
+        if lane is not None:
+            self._engage()
         return events
 
     # -- the receive lane (iwarp.rdma.lanes.ReceiveLane.pump drives these) -----
@@ -507,6 +549,7 @@ class QueuePairEndpoint:
         """What a receive lane may do now: MPA's decoder when it may walk
         the next FPDUs (else None: the octets go to :meth:`lane_feed`
         whole), and where it may place (the stream's windows, or None)."""
+        self._disengage()
         conn = self.conn
         decoder = conn.lane_framing()
         return decoder, (conn.lane_windows() if decoder is not None else None)
@@ -515,6 +558,7 @@ class QueuePairEndpoint:
         """The region RDMA Writes to ``stag`` may be placed in by the lane
         (:meth:`RdmapStream.lane_write_window
         <iwarp.rdmap.stream.RdmapStream.lane_write_window>`), or None."""
+        self._disengage()
         stream = self.conn.stream
         return stream.lane_write_window(stag) if stream is not None else None
 
@@ -524,6 +568,7 @@ class QueuePairEndpoint:
         """The lane took the next ``octets`` octets (whole FPDUs, checked;
         the marker phase after them ``phase``) and placed what ``records``
         say; the events follow in :meth:`take_events`."""
+        self._disengage()
         self._now = now
         conn = self.conn
         conn.lane_placed(records, octets, phase)
@@ -534,12 +579,14 @@ class QueuePairEndpoint:
     def lane_resync(self) -> int:
         """Octets that complete the FPDU MPA holds back (0: none), which the
         lane hands to :meth:`lane_feed` before it walks again."""
+        self._disengage()
         return self.conn.mpa.lane_resync()
 
     def lane_feed(self, data: Buffer, now: float) -> None:
         """Octets the lane leaves to the usual path, in stream order (the
         first FPDU it is not sure of and all after it); consumed before
         returning. The events follow in :meth:`take_events`."""
+        self._disengage()
         self._now = now
         self._route(self.conn.receive_data(data, now), now)
 
@@ -562,6 +609,7 @@ class QueuePairEndpoint:
 
     def lane_sent(self, lane: SendLane) -> None:
         """Every octet of ``lane`` is with TCP: its completion is routed."""
+        self._disengage()
         self.conn.lane_sent(lane)
         events = self.conn.take_events()
         if events:
@@ -603,6 +651,7 @@ class QueuePairEndpoint:
         return timer
 
     def handle_timer(self, now: float) -> list[Event]:
+        self._disengage()
         self._now = now
         if self._hold_until is not None and now >= self._hold_until:
             self._hold_until = None
@@ -613,6 +662,7 @@ class QueuePairEndpoint:
         return self._take()
 
     def connection_lost(self, now: float, reason: str = "connection reset") -> list[Event]:
+        self._disengage()
         self._end(None, reason)
         self._route(self.conn.connection_lost(now, reason), now)
         if self.error is None and self._params is None:
@@ -622,10 +672,12 @@ class QueuePairEndpoint:
         return self._take()
 
     def set_emss(self, emss: int) -> None:
+        self._disengage()
         self.conn.set_emss(emss)
 
     def close(self) -> list[Event]:
         """Close locally: outstanding work is flushed (FLUSHED completions)."""
+        self._disengage()
         self._end(None, "closed locally")
         self._route(self.conn.close(), None)
         return self._take()
@@ -683,6 +735,34 @@ class QueuePairEndpoint:
             self._setup_error = exc
         finally:
             self._in_setup = False
+
+    def _engage(self) -> None:
+        """After the cores handled a message: the fast path takes over the
+        common case when it may (:func:`fastpath.engage
+        <iwarp.rdma.fastpath.engage>`; only for the receive pool)."""
+        if self.receive_buffers and self.ended is None and self._hold_until is None:
+            if self._events:
+                return  # (they go out first; the fast path makes none but its own)
+            messages = self._messages
+            if messages is None:
+                messages = self._messages = deque()
+            self._fast = fastpath.engage(
+                self.conn,
+                self._pool,
+                self._tracked,
+                self.receive_size,
+                messages,
+                _MESSAGE_EVENTS,
+                _message_event,
+            )
+
+    def _disengage(self) -> None:
+        """The cores take back the fast path's state, if it runs: before
+        anything but the fast path's own calls uses them."""
+        fast = self._fast
+        if fast is not None:
+            self._fast = None
+            fastpath.hand_back(self.conn, fast)
 
     def _post_pool_buffer(self, stream: RdmapStream) -> None:
         """Register and post one more buffer of the receive pool."""
@@ -764,11 +844,7 @@ class QueuePairEndpoint:
                     region.deregister()
                     self._post_pool_buffer(stream)
         event = _MESSAGE_EVENTS.get(length)
-        if event is None:
-            event = MessageQueued(length)
-            if len(_MESSAGE_EVENTS) < _MESSAGE_EVENTS_KEPT:
-                _MESSAGE_EVENTS[length] = event
-        self._events.append(event)
+        self._events.append(event if event is not None else _message_event(length))
 
     def _on_request(self, event: RequestReceived, now: float | None) -> None:
         try:

@@ -258,6 +258,22 @@ class LaneWindows(NamedTuple):
     sends: deque[PostedBuffer[RecvWR | None]]
 
 
+class StreamLoan(NamedTuple):
+    """What a queue pair's fast path (:mod:`iwarp.rdma.fastpath`) owns
+    while it runs (:meth:`RdmapStream.lend`)."""
+
+    #: DDP DV and RDMAP RV of every segment.
+    version: int
+    #: The control octets of Send and Send with Solicited Event.
+    send_ctl: int
+    send_se_ctl: int
+    #: The MSN of the next Send sent, and of the next one received.
+    send_msn: int
+    recv_msn: int
+    #: The posted receive queue, head first (the fast path checks whose).
+    posted: deque[PostedBuffer[RecvWR | None]]
+
+
 def _released(stag: int, to: int, length: int, rsvdulp: int, first: bool) -> memoryview:
     raise LocalProtocolError("the stream was released")
 
@@ -1115,6 +1131,49 @@ class RdmapStream:
             self._send_se_rdmap,
             queue.buffers[0].view,
         )
+
+    def lend(self) -> StreamLoan | None:
+        """The state a queue pair's fast path takes over (:mod:`iwarp.rdma.fastpath`),
+        when the stream is operational and idle both ways: nothing queued,
+        being sent, awaiting completion or to answer, no event waiting, and
+        the receive queue holds buffers, with no message in progress or out
+        of order. None otherwise. Until :meth:`take_back`, the fast path
+        alone sends and takes one-segment Sends, and nothing else may use
+        this stream."""
+        queue = self._recv
+        if (
+            self.state is not _OPERATIONAL
+            or self._sq
+            or self._inflight
+            or self._irq
+            or self._current is not None
+            or self._lane_responses
+            or self._events
+            or not queue.buffers
+            or queue.received
+            or queue.out_of_order
+        ):
+            return None
+        return StreamLoan(
+            self.version,
+            self._send_rdmap,
+            self._send_se_rdmap,
+            self._msn[_SEND_QUEUE],
+            queue.next_msn,
+            queue.buffers,
+        )
+
+    def take_back(self, send_msn: int, recv_msn: int, taken: int) -> None:
+        """The fast path hands back what :meth:`lend` lent: the MSNs it
+        reached, and how many messages it took. Each went to the head
+        posted buffer, which was reposted at once (a receive pool's), so
+        the posted queue turned by that many."""
+        self._msn[_SEND_QUEUE] = send_msn & 0xFFFFFFFF
+        queue = self._recv
+        queue.next_msn = recv_msn & MAX_MSN
+        buffers = queue.buffers
+        if taken and buffers:
+            buffers.rotate(-(taken % len(buffers)))
 
     def lane_windows(self) -> LaneWindows | None:
         """What a receive lane (:mod:`iwarp.rdma.lanes`) may place now,
