@@ -32,91 +32,9 @@
  * octets. The pure-Python twin is iwarp/_small.py.
  */
 #include "_speedups.h"
+#include "_wire.h"
 
 #include <string.h>
-
-#define SM_INTERVAL 512u /* RFC 5044 §4.3: a marker every 512 octets */
-#define SM_PHASE_MASK 511u
-#define SM_STRIDE 508u       /* content octets between two markers */
-#define SM_UNTAGGED 18u      /* RFC 5041 §4.3 untagged header + RDMAP's octet */
-#define SM_TAGGED_FLAG 0x80u /* RFC 5041 §4.1 DDP control: T, L, DV */
-#define SM_LAST_FLAG 0x40u
-#define SM_VERSION_MASK 0x03u
-
-static inline uint32_t sm_be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-/* Content octets of an FPDU: length field, ULPDU, PAD, CRC. */
-static inline size_t sm_content(size_t ulpdu)
-{
-    return 6 + ulpdu + ((4 - ((2 + ulpdu) & 3)) & 3);
-}
-
-/* The framing geometry of one FPDU: the leading marker and where the first
- * marker inside falls, as content offset (`at`; later ones every 508). */
-typedef struct {
-    size_t lead, at, content, wire;
-} SmShape;
-
-static SmShape sm_shape(size_t ulpdu, unsigned phase, int markers)
-{
-    SmShape s;
-    s.content = sm_content(ulpdu);
-    s.lead = markers && phase == 0 ? 4 : 0;
-    s.at = SM_INTERVAL - ((phase + s.lead) & SM_PHASE_MASK);
-    s.wire = s.lead + s.content;
-    if (markers && s.at < s.content)
-        s.wire += 4 * ((s.content - s.at + SM_STRIDE - 1) / SM_STRIDE);
-    return s;
-}
-
-/* FPDUPTR of the FPDU's last marker inside it (0: none). RFC 5044 §4.3's
- * FPDUPTR is 16 bits: an FPDU whose markers would count back further
- * cannot be framed, and the full path refuses one (MPA error 3). */
-static size_t sm_last_ptr(const SmShape *s)
-{
-    size_t count = (s->wire - s->lead - s->content) / 4;
-    return count ? s->at + SM_INTERVAL * (count - 1) : 0;
-}
-
-/* Appends content octets to an FPDU being built, a marker before the
- * content offset `next` and every 508 content octets after it. */
-typedef struct {
-    uint8_t *out;
-    size_t w, c, next;
-    int markers;
-} SmEmit;
-
-/* A marker at the current wire offset: reserved zero, FPDUPTR. */
-static void sm_marker(SmEmit *e, size_t lead)
-{
-    size_t ptr = e->w - lead; /* back to the ULPDU_Length field */
-    e->out[e->w] = 0;
-    e->out[e->w + 1] = 0;
-    e->out[e->w + 2] = (uint8_t)(ptr >> 8);
-    e->out[e->w + 3] = (uint8_t)ptr;
-    e->w += 4;
-}
-
-static void sm_put(SmEmit *e, size_t lead, const uint8_t *src, size_t len)
-{
-    while (len) {
-        if (e->markers && e->c == e->next) {
-            sm_marker(e, lead);
-            e->next += SM_STRIDE;
-        }
-        size_t chunk = len;
-        if (e->markers && e->next - e->c < chunk)
-            chunk = e->next - e->c;
-        memcpy(e->out + e->w, src, chunk);
-        e->w += chunk;
-        e->c += chunk;
-        src += chunk;
-        len -= chunk;
-    }
-}
 
 /* The arguments, converted as PyArg_ParseTuple's formats would ("y*" and
  * "w*": a contiguous buffer, writable for "w*", else TypeError; "p": truth;
@@ -183,7 +101,7 @@ static PyObject *py_small_send(PyObject *self, PyObject *const *args, Py_ssize_t
     int markers = flags[0], crc = flags[1];
     PyObject *result = NULL;
     size_t hlen = (size_t)header.len, plen = (size_t)payload.len;
-    if (phase_arg < 0 || phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
+    if (phase_arg < 0 || phase_arg > IW_PHASE_MASK || (phase_arg & 3)) {
         PyErr_SetString(PyExc_ValueError, "phase must be a multiple of 4 below 512");
         goto done;
     }
@@ -193,66 +111,26 @@ static PyObject *py_small_send(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     size_t n = hlen + plen;
     unsigned phase = (unsigned)phase_arg;
-    SmShape s = sm_shape(n, phase, markers);
-    if (sm_last_ptr(&s) > 0xFFFF) {
+    IwFrame f = iw_frame(n, phase, markers);
+    if (iw_last_fpduptr(&f) > 0xFFFF) {
         PyErr_SetString(PyExc_ValueError,
                         "a marker's FPDUPTR would exceed its 16 bits (RFC 5044 §4.3)");
         goto done;
     }
-    PyObject *frame = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s.wire);
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)f.wire);
     if (frame == NULL)
         goto done;
-    SmEmit e = {(uint8_t *)PyBytes_AS_STRING(frame), 0, 0, s.at, markers};
-    if (s.lead) { /* a zero marker between FPDUs belongs to the next (§4.3) */
-        memset(e.out, 0, 4);
-        e.w = 4;
-    }
-    static const uint8_t zeros[4] = {0, 0, 0, 0};
-    uint8_t length[2] = {(uint8_t)(n >> 8), (uint8_t)n};
-    sm_put(&e, s.lead, length, 2);
-    sm_put(&e, s.lead, header.buf, hlen);
-    sm_put(&e, s.lead, payload.buf, plen);
-    sm_put(&e, s.lead, zeros, s.content - 6 - n);
-    if (markers && e.c == e.next) { /* a marker after the PAD, before the CRC */
-        sm_marker(&e, s.lead);
-    }
-    uint32_t value = crc ? ~iw_crc32c(0xFFFFFFFFu, e.out, e.w) : 0;
-    /* RFC 5044 §4.1: the CRC field as the CRC32c register's octets */
-    e.out[e.w] = (uint8_t)value;
-    e.out[e.w + 1] = (uint8_t)(value >> 8);
-    e.out[e.w + 2] = (uint8_t)(value >> 16);
-    e.out[e.w + 3] = (uint8_t)(value >> 24);
-    result = Py_BuildValue("(Nk)", frame, (unsigned long)((phase + s.wire) & SM_PHASE_MASK));
+    IwWriter w = {(uint8_t *)PyBytes_AS_STRING(frame), 0, phase, 0, markers};
+    iw_write_begin(&w, n);
+    iw_write(&w, header.buf, hlen);
+    iw_write(&w, payload.buf, plen);
+    iw_write_pad(&w, n);
+    iw_write_crc(&w, crc ? ~iw_crc32c(0xFFFFFFFFu, w.out, w.pos) : 0);
+    result = Py_BuildValue("(Nk)", frame, (unsigned long)w.phase);
 done:
     PyBuffer_Release(&header);
     PyBuffer_Release(&payload);
     return result;
-}
-
-/* Copies content octets [c, c + len) of a received FPDU to dst, skipping the
- * markers (the first at content offset `at`, then every 508). */
-static void sm_gather(const uint8_t *wire, const SmShape *s, int markers, size_t c, uint8_t *dst,
-                      size_t len)
-{
-    size_t next = s->at, skipped = 0;
-    if (markers)
-        while (next <= c) {
-            next += SM_STRIDE;
-            skipped += 4;
-        }
-    while (len) {
-        size_t chunk = len;
-        if (markers && next - c < chunk)
-            chunk = next - c;
-        memmove(dst, wire + s->lead + c + skipped, chunk); /* dst may be any buffer */
-        dst += chunk;
-        c += chunk;
-        len -= chunk;
-        if (markers && c == next) {
-            next += SM_STRIDE;
-            skipped += 4;
-        }
-    }
 }
 
 static PyObject *py_small_receive(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -276,7 +154,7 @@ static PyObject *py_small_receive(PyObject *self, PyObject *const *args, Py_ssiz
     Py_ssize_t phase_arg = ints[0], limit = ints[1], version = ints[2], msn = ints[3],
                send = ints[4], send_se = ints[5];
     PyObject *result = NULL;
-    if (phase_arg < 0 || phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
+    if (phase_arg < 0 || phase_arg > IW_PHASE_MASK || (phase_arg & 3)) {
         PyErr_SetString(PyExc_ValueError, "phase must be a multiple of 4 below 512");
         goto done;
     }
@@ -289,48 +167,42 @@ static PyObject *py_small_receive(PyObject *self, PyObject *const *args, Py_ssiz
     const uint8_t *p = data.buf;
     size_t size = (size_t)data.len;
     unsigned phase = (unsigned)phase_arg;
-    size_t lead = markers && phase == 0 ? 4 : 0;
-    if (size < lead + 2 + SM_UNTAGGED + 4)
+    size_t lead = markers && phase == 0 ? IW_MARKER_SIZE : 0;
+    if (size < lead + IW_LENGTH_SIZE + IW_UNTAGGED_HEADER + IW_CRC_SIZE)
         goto decline;
     if (lead && (p[0] | p[1] | p[2] | p[3]))
         goto decline;
-    size_t n = ((size_t)p[lead] << 8) | p[lead + 1];
-    if (limit < 0 || n > (size_t)limit || n < SM_UNTAGGED)
+    size_t n = iw_be16(p + lead);
+    if (limit < 0 || n > (size_t)limit || n < IW_UNTAGGED_HEADER)
         goto decline;
-    SmShape s = sm_shape(n, phase, markers);
-    if (s.wire != size || sm_last_ptr(&s) > 0xFFFF)
+    IwFrame f = iw_frame(n, phase, markers);
+    if (f.wire != size || iw_last_fpduptr(&f) > 0xFFFF)
         goto decline; /* (markers past 64 KiB: the full path's MPA error 3) */
-    if (markers) {
-        for (size_t at = s.at, k = 0; at < s.content; at += SM_STRIDE, k++) {
-            size_t off = lead + at + 4 * k;
-            if (off > size - 4)
-                goto decline;
-            size_t ptr = off - lead;
-            if (p[off] | p[off + 1] || p[off + 2] != (uint8_t)(ptr >> 8) ||
-                p[off + 3] != (uint8_t)ptr)
-                goto decline;
-        }
-    }
-    if (crc) {
-        const uint8_t *f = p + size - 4;
-        uint32_t field = (uint32_t)f[0] | ((uint32_t)f[1] << 8) | ((uint32_t)f[2] << 16) |
-                         ((uint32_t)f[3] << 24);
-        if (field != ~iw_crc32c(0xFFFFFFFFu, p, size - 4))
+    const uint8_t *h = p + lead; /* the ULPDU_Length field */
+    for (size_t k = 0; k < f.count; k++) {
+        /* Exactly what an RFC 5044 sender writes: Reserved zero, FPDUPTR. */
+        size_t m = f.first + IW_MARKER_INTERVAL * k;
+        if (iw_be16(h + m) != 0 || iw_be16(h + m + 2) != m)
             goto decline;
     }
-    uint8_t hdr[SM_UNTAGGED];
-    sm_gather(p, &s, markers, 2, hdr, SM_UNTAGGED);
-    unsigned control = hdr[0], rdmap = hdr[1];
-    if ((Py_ssize_t)(control & (SM_TAGGED_FLAG | SM_VERSION_MASK)) != version ||
-        !(control & SM_LAST_FLAG) || ((Py_ssize_t)rdmap != send && (Py_ssize_t)rdmap != send_se) ||
-        sm_be32(hdr + 6) != 0 || sm_be32(hdr + 10) != (uint32_t)msn || sm_be32(hdr + 14) != 0)
+    if (crc && iw_crc_field(p + size - IW_CRC_SIZE) !=
+                   ~iw_crc32c(0xFFFFFFFFu, p, size - IW_CRC_SIZE))
         goto decline;
-    size_t length = n - SM_UNTAGGED;
+    uint8_t hdr[IW_UNTAGGED_HEADER];
+    iw_gather(h, &f, IW_LENGTH_SIZE, IW_UNTAGGED_HEADER, hdr);
+    unsigned control = hdr[0], rdmap = hdr[1];
+    if ((Py_ssize_t)(control & (IW_DDP_TAGGED_FLAG | IW_DDP_VERSION_MASK)) != version ||
+        !(control & IW_DDP_LAST_FLAG) || ((Py_ssize_t)rdmap != send && (Py_ssize_t)rdmap != send_se) ||
+        iw_be32(hdr + IW_UNTAGGED_QN_AT) != 0 ||
+        iw_be32(hdr + IW_UNTAGGED_MSN_AT) != (uint32_t)msn ||
+        iw_be32(hdr + IW_UNTAGGED_MO_AT) != 0)
+        goto decline;
+    size_t length = n - IW_UNTAGGED_HEADER;
     if (length > (size_t)head.len)
         goto decline; /* DDP reports the message too long (RFC 5041 §7.1) */
-    sm_gather(p, &s, markers, 2 + SM_UNTAGGED, head.buf, length);
+    iw_gather(h, &f, IW_LENGTH_SIZE + IW_UNTAGGED_HEADER, length, head.buf);
     result = Py_BuildValue("(kIk)", (unsigned long)length, rdmap,
-                           (unsigned long)((phase + size) & SM_PHASE_MASK));
+                           (unsigned long)((phase + size) & IW_PHASE_MASK));
     goto done;
 decline:
     Py_INCREF(Py_None);

@@ -7,6 +7,9 @@
  * _decode.c     the capture analyzer's per-segment loops.
  * _small.c      the small-message lane: a one-segment Send framed, or
  *               checked and placed, in one call.
+ *
+ * The wire layout they read and write (FPDU geometry, markers, byte order,
+ * MPA/DDP/RDMAP constants) is _wire.h's, once.
  */
 #ifndef IWARP_SPEEDUPS_H
 #define IWARP_SPEEDUPS_H
