@@ -32,7 +32,7 @@ import os
 from collections import deque
 from collections.abc import Callable
 from enum import IntEnum
-from typing import Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import iwarp._accel as _accel
 from iwarp._typing import Buffer
@@ -40,6 +40,9 @@ from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.runs import SegmentRun
 from iwarp.rdmap.memory import MemoryRegion
 from iwarp.rdmap.stream import LaneWindows
+
+if TYPE_CHECKING:
+    from iwarp._speedups import LaneKernels
 
 __all__ = [
     "ACTIVE",
@@ -69,75 +72,13 @@ LANE_MIN: Final = 64 * 1024
 LANE_MIN_SEGMENT: Final = 8 * 1024
 
 
-class _LaneKernels(Protocol):
-    """The lane functions of ``iwarp._speedups`` (src/iwarp/_lanes.c)."""
-
-    def send_lane(
-        self,
-        fd: int | Buffer,
-        header: Buffer,
-        payload: Buffer,
-        start: int,
-        stop: int,
-        room: int,
-        field_at: int,
-        field_size: int,
-        base: int,
-        last_mask: int,
-        markers: bool,
-        crc: bool,
-        phase: int,
-        skip: int,
-        limit: int,
-        wait_ms: int,
-        watch_input: bool,
-        /,
-    ) -> tuple[int, int, int, int]: ...
-
-    def recv_lane(
-        self,
-        fd: int,
-        ring: Buffer,
-        start: int,
-        end: int,
-        wait_ms: int,
-        crc: bool,
-        limit: int,
-        version: int,
-        tagged: tuple[int, int, int] | None,
-        write_ctl: int,
-        writes: dict[int, tuple[memoryview, int]],
-        read_ctl: int,
-        reads: tuple[tuple[int, memoryview, int, int], ...],
-        send_ok: bool,
-        send_ctl: int,
-        send_se_ctl: int,
-        msn: int,
-        received: int,
-        sends: object,
-        markers: bool = False,
-        phase: int = 0,
-        either: bool = False,
-        /,
-    ) -> tuple[int, int, int, int, list[tuple[int, int, int, int, int]], int, int, int, int]: ...
-
-
-def _load() -> _LaneKernels | None:
-    kernels = _accel.speedups
-    if kernels is None or not hasattr(kernels, "send_lane"):
-        return None
-    if os.environ.get("IWARP_NO_LANES", "") not in ("", "0"):
-        return None  # the accelerator's framing path only (to compare)
-    return cast(_LaneKernels, kernels)
-
-
-_KERNELS = _load()
-#: Whether the lanes run (the C accelerator is active and has them).
-ACTIVE: Final = _KERNELS is not None
+#: Whether the lanes run (the C accelerator is active and has them; the
+#: choice is :mod:`iwarp._accel`'s).
+ACTIVE: Final = _accel.LANES
 #: Whether the drivers take the receive lane: :data:`ACTIVE`, unless
 #: ``IWARP_NO_RECEIVE_LANE=1`` turns it off alone (to compare with the send
 #: lanes still on).
-RECEIVE_ACTIVE: Final = ACTIVE and os.environ.get("IWARP_NO_RECEIVE_LANE", "") in ("", "0")
+RECEIVE_ACTIVE: Final = _accel.RECEIVE_LANE
 
 
 def lane_taker(core: object) -> Callable[[], SendLane | None] | None:
@@ -156,14 +97,16 @@ def lane_finished(core: Any, lane: SendLane) -> list[Any]:
     return events
 
 
-def lane_kernels() -> _LaneKernels:
-    """The C lane functions.
+def lane_kernels() -> LaneKernels:
+    """The C lane functions (``send_lane``, ``recv_lane``; typed in
+    ``_speedups.pyi``).
 
-    :raises RuntimeError: the accelerator is not active (see :data:`ACTIVE`).
+    :raises RuntimeError: the lanes do not run (see :data:`ACTIVE`).
     """
-    if _KERNELS is None:
+    kernels = _accel.lanes
+    if kernels is None:
         raise RuntimeError("the send lane needs the C accelerator (iwarp._speedups)")
-    return _KERNELS
+    return kernels
 
 
 class LaneState(IntEnum):
