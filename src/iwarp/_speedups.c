@@ -449,10 +449,12 @@ static inline void record_at(const uint8_t *records, size_t k, uint32_t *at, uin
 
 /* --- framing (sender) ------------------------------------------------------ */
 
-/* An FPDU's most octets at any phase, markers or not. */
+/* An FPDU's most octets at any phase, markers or not: the most PAD (3),
+ * a marker per 508 content octets and three more (mpa.framing's bound for
+ * the output buffer is the same). */
 static size_t fpdu_bound(size_t ulpdu)
 {
-    size_t content = iw_content(ulpdu) + 3;
+    size_t content = IW_LENGTH_SIZE + ulpdu + 3 + IW_CRC_SIZE;
     return content + IW_MARKER_SIZE * (content / IW_MARKER_STRIDE + 3);
 }
 
