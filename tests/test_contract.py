@@ -5,7 +5,8 @@ A core is any class of ``src/iwarp`` that defines both ``receive_data`` and
 Each must have every member of the contract: its methods with the
 contract's parameters (same names and kinds; ``now`` without a default:
 time is always passed in; extra parameters only with defaults), its
-properties, and ``borrows_input`` as a class-level bool.
+properties, ``borrows_input`` as a class-level bool and ``lanes`` (None at
+class level; a core with lanes sets its port).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ def _members(protocol: type) -> tuple[dict[str, Any], set[str], set[str]]:
     return methods, properties, attributes
 
 
+_MISSING: Final = object()
+
+
 def contract_problems(cls: type, protocol: type = Connection) -> list[str]:
     """What ``cls`` lacks or gets wrong of ``protocol``, as sentences."""
     methods, properties, attributes = _members(protocol)
@@ -91,7 +95,11 @@ def contract_problems(cls: type, protocol: type = Connection) -> list[str]:
         if not isinstance(inspect.getattr_static(cls, name, None), property):
             problems.append(f"{name}: not a property")
     for name in sorted(attributes):
-        if not isinstance(inspect.getattr_static(cls, name, None), bool):
+        value = inspect.getattr_static(cls, name, _MISSING)
+        if name == "lanes":  # None at class level; a core with lanes sets its port
+            if value is not None:
+                problems.append(f"{name}: not None at class level")
+        elif not isinstance(value, bool):
             problems.append(f"{name}: not a class-level bool")
     return problems
 
@@ -123,7 +131,7 @@ def test_the_contract_names_what_drivers_rely_on() -> None:
         "settled",
     }
     assert properties == {"has_data_to_send", "must_close"}
-    assert attributes == {"borrows_input"}
+    assert attributes == {"borrows_input", "lanes"}
     doc = importlib.import_module("iwarp.contract").__doc__ or ""
     assert "send_now" in doc and "Input borrowing" in doc
 

@@ -81,9 +81,7 @@ def _stub_parameters(function: ast.FunctionDef) -> list[tuple[str, str, bool, st
     args = function.args
     positional = [*args.posonlyargs, *args.args]
     defaults = [False] * (len(positional) - len(args.defaults)) + [True] * len(args.defaults)
-    kinds = ["POSITIONAL_ONLY"] * len(args.posonlyargs) + ["POSITIONAL_OR_KEYWORD"] * len(
-        args.args
-    )
+    kinds = ["POSITIONAL_ONLY"] * len(args.posonlyargs) + ["POSITIONAL_OR_KEYWORD"] * len(args.args)
     rows = [
         (a.arg, kind, default, ast.unparse(a.annotation) if a.annotation else "")
         for a, kind, default in zip(positional, kinds, defaults, strict=True)
@@ -120,8 +118,8 @@ def _runtime_imports_of_the_extension(tree: ast.Module) -> list[int]:
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            for child in node.orelse:
-                visit(child)
+            for otherwise in node.orelse:
+                visit(otherwise)
             return
         if isinstance(node, ast.Import) and any(a.name == "iwarp._speedups" for a in node.names):
             lines.append(node.lineno)

@@ -27,10 +27,9 @@ from typing import Any, Final, cast
 
 from iwarp._typing import Buffer
 from iwarp.asyncio._transport import receive_buffer, release_transport
-from iwarp.contract import Connection, DrivenFront
+from iwarp.contract import Connection, DrivenFront, LaneMessage, LaneRing, Lanes, LaneState
 from iwarp.mpa.connection import DEFAULT_EMSS
-from iwarp.rdma import lanes
-from iwarp.rdma.lanes import RING_START, LaneCore, LaneState, ReceiveLane, SendLane
+from iwarp.rdma.lanes import RING_START
 from iwarp.sockets import finish_writing, tcp_setup, write_chunks
 
 __all__ = ["CoreDriver", "wait_until", "wake"]
@@ -89,10 +88,12 @@ class CoreDriver(asyncio.BufferedProtocol):
         self._out: list[Buffer] = []
         self._close_when_sent = False
         self._write_error: OSError | None = None
+        #: The core's lanes (iwarp.contract.Lanes), read once it is made.
+        self._lanes: Lanes | None = None
         #: The message being written by its send lane (:mod:`iwarp.rdma.lanes`).
-        self._lane: SendLane | None = None
-        #: The receive lane, once a bulk transfer arrives (_start_recv_lane).
-        self._recv_lane: ReceiveLane | None = None
+        self._lane: LaneMessage | None = None
+        #: The receive lane's ring, once a bulk transfer arrives (_start_recv_lane).
+        self._recv_lane: LaneRing | None = None
         #: The thread's one receive buffer (the loop's thread: looked up once).
         self._rbuf = receive_buffer()
 
@@ -120,6 +121,7 @@ class CoreDriver(asyncio.BufferedProtocol):
             stream.abort()  # nobody waits for this connection any more
             return
         self.core = front.open(self._loop.time(), self.emss)
+        self._lanes = self.core.lanes
         front.dispatch(self.core.take_events())
         self.flush()
 
@@ -143,27 +145,25 @@ class CoreDriver(asyncio.BufferedProtocol):
             if events:
                 self.handle_events(events)
             self._answer()
-            if nbytes >= RING_START and self._fd is not None and lanes.RECEIVE_ACTIVE:
-                self._start_recv_lane()
+            if nbytes >= RING_START and self._fd is not None and self._lanes is not None:
+                self._start_recv_lane(self._lanes)
         else:
             # A copy the size of what arrived: the core may keep views.
             self.feed(bytes(self._rbuf[:nbytes]))
 
-    def _start_recv_lane(self) -> None:
+    def _start_recv_lane(self, lanes: Lanes) -> None:
         """A bulk transfer (a read of :data:`~iwarp.rdma.lanes.RING_START`
-        octets or more) on a core
-        with a receive lane (:class:`~iwarp.rdma.lanes.ReceiveLane`): from
-        now on the transport reads into the lane's ring (``get_buffer``)
-        and the lane checks and places what it is sure of, one C call per
-        read, no thread; the rest goes to the core's usual path. Only
-        while we write on the transport's own socket (no capture)."""
-        if hasattr(self.core, "lane_target"):
-            self._recv_lane = ReceiveLane()
+        octets or more) on a core with lanes: from now on the transport
+        reads into the receive lane's ring (``get_buffer``), if the core
+        gives one, and the lane checks and places what it is sure of, one C
+        call per read, no thread; the rest goes to the core's usual path.
+        Only while we write on the transport's own socket (no capture)."""
+        self._recv_lane = lanes.receive_ring()
 
-    def _feed_lane(self, lane: ReceiveLane) -> None:
+    def _feed_lane(self, lane: LaneRing) -> None:
         """What the transport read into the lane's ring, to the core (the
         front pauses reading when it holds too much)."""
-        self.handle_events(lane.pump(cast(LaneCore, self.core), -1, self._loop.time()))
+        self.handle_events(lane.pump(-1, self._loop.time()))
         self.flush()
 
     def data_received(self, data: bytes) -> None:
@@ -179,9 +179,7 @@ class CoreDriver(asyncio.BufferedProtocol):
         lane = self._recv_lane
         if lane is not None and lane.held:
             # The start of an FPDU the FIN cut: the core sees it first.
-            core = cast(LaneCore, self.core)
-            core.lane_feed(lane.held_view(lane.held), self._loop.time())
-            self.handle_events(core.take_events())
+            self.handle_events(lane.release(self._loop.time()))
         # What the input before the FIN caused goes out first: the FIN
         # closes MPA, and output the core had not handed out would never
         # leave (a Terminate, a Read Response).
@@ -308,15 +306,15 @@ class CoreDriver(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is None:
             return
-        take_lane = lanes.lane_taker(core) if self._fd is not None else None
+        lanes = self._lanes if self._fd is not None else None
         while True:
             if self._lane is not None:
                 if self._write_paused:
                     break  # the transport writes a piece of it; resume_writing goes on
                 self._pump_lane()  # (a piece the transport sent at once: on at once)
                 continue
-            if take_lane is not None and not self._write_paused and not transport.is_closing():
-                lane = take_lane()
+            if lanes is not None and not self._write_paused and not transport.is_closing():
+                lane = lanes.take_send()
                 if lane is not None:
                     self._lane = lane
                     continue
@@ -451,7 +449,8 @@ class CoreDriver(asyncio.BufferedProtocol):
             if not lane.done:
                 return False
         self._lane = None
-        self.handle_events(lanes.lane_finished(self.core, lane))
+        assert self._lanes is not None  # (it gave the lane)
+        self.handle_events(self._lanes.send_done())
         if self._out and self.transport is not None:
             chunks, self._out = self._out, []
             self._write_chunks(chunks)

@@ -26,13 +26,11 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Final, TypeAlias, TypeVar, cast
+from typing import Any, Final, TypeAlias, TypeVar
 
 from iwarp._typing import Buffer
-from iwarp.contract import Connection
+from iwarp.contract import Connection, LaneMessage, LaneRing, Lanes, LaneState
 from iwarp.errors import LocalProtocolError
-from iwarp.rdma import lanes
-from iwarp.rdma.lanes import LaneCore, LaneState, ReceiveLane, SendLane
 from iwarp.sockets import RECEIVE_BULK, RECEIVE_CHUNK, finish_writing, send_chunks
 from iwarp.sync._calls import (
     WaitTimeoutError,
@@ -105,24 +103,20 @@ class Driver:
         self._tap = tap_factory(sock)
         #: Seconds :meth:`wait` polls before it sleeps (:data:`BUSY_POLL`).
         self.busy_poll = BUSY_POLL
-        #: The core's send lanes (large messages written by one C call,
-        #: :mod:`iwarp.rdma.lanes`); None: everything goes through
-        #: ``data_to_send`` (no accelerator, a core without lanes, or a tap,
+        #: The core's lanes (:class:`iwarp.contract.Lanes`: large messages
+        #: written, bulk input checked and placed, by one C call each), read
+        #: once; None: everything goes through ``data_to_send`` and
+        #: ``receive_data`` (no accelerator, a core without lanes, or a tap,
         #: which must see every octet).
-        self._take_lane = lanes.lane_taker(core) if self._tap is None else None
+        self._lanes: Lanes | None = core.lanes if self._tap is None else None
         #: The message being written by its lane, ahead of ``_out``.
-        self._lane: SendLane | None = None
+        self._lane: LaneMessage | None = None
         self._lane_state = LaneState.DONE
-        #: The core's receive lane (:class:`~iwarp.rdma.lanes.ReceiveLane`),
-        #: made once a read fills the bulk buffer (an idle connection keeps
-        #: no ring); None: reads go to ``receive_data``.
-        self._recv_lane: ReceiveLane | None = None
-        self._recv_lane_ok = (
-            lanes.RECEIVE_ACTIVE
-            and self._tap is None
-            and self._borrows
-            and hasattr(core, "lane_target")
-        )
+        #: The receive lane's ring, made once a read fills the bulk buffer
+        #: (an idle connection keeps no ring); None: reads go to ``receive_data``.
+        self._recv_lane: LaneRing | None = None
+        #: A bulk read may start the receive lane (the core lends its input).
+        self._recv_lane_ok = self._lanes is not None and self._borrows
         #: Held while a lane's C call uses the descriptor number without the
         #: GIL: the socket is closed only under it (:meth:`_close_socket`),
         #: so the number is never reused (by another thread's new
@@ -182,8 +176,8 @@ class Driver:
                 return  # the kernel is full: wait for room (wait() does, in C)
             if self._out and not self._send_pending():
                 return  # the kernel is full: poll for POLLOUT
-            if self._take_lane is not None and self.sock is not None:
-                lane = self._take_lane()
+            if self._lanes is not None and self.sock is not None:
+                lane = self._lanes.take_send()
                 if lane is not None:
                     self._lane = lane
                     continue
@@ -247,7 +241,7 @@ class Driver:
     def _pump_lane(self, wait_ms: int, watch_input: bool = False) -> bool:
         """Write on the message of the lane; True once it is all out (and
         its completion dispatched) or the connection failed. Waits for room
-        as :meth:`SendLane.pump <iwarp.rdma.lanes.SendLane.pump>` says."""
+        as :meth:`LaneMessage.pump <iwarp.contract.LaneMessage.pump>` says."""
         lane = self._lane
         assert lane is not None
         with self._fd_lock:
@@ -268,7 +262,8 @@ class Driver:
         if state is not LaneState.DONE:
             return False
         self._lane = None
-        events = lanes.lane_finished(self.core, lane)
+        assert self._lanes is not None  # (it gave the lane)
+        events = self._lanes.send_done()
         if events:
             self._dispatch(events)
         return True
@@ -322,10 +317,14 @@ class Driver:
             # contract's order rule), then the next read.
             self._answer()
             if self._recv_lane_ok:
-                # A bulk transfer: on by the receive lane from here.
-                self._recv_lane = ReceiveLane()
-                self._read_lane(self._recv_lane)
-                return True
+                # A bulk transfer: on by the receive lane from here, if the
+                # core's lanes give one.
+                assert self._lanes is not None
+                ring = self._recv_lane = self._lanes.receive_ring()
+                self._recv_lane_ok = False
+                if ring is not None:
+                    self._read_lane(ring)
+                    return True
             if n < RECEIVE_BULK:
                 # A read filled the buffer: a bulk transfer, read more at once.
                 self._rbuf = bytearray(RECEIVE_BULK)
@@ -333,19 +332,18 @@ class Driver:
             sock = self.sock
         return got
 
-    def _read_lane(self, lane: ReceiveLane) -> bool:
+    def _read_lane(self, lane: LaneRing) -> bool:
         """:meth:`_read` by the receive lane: one C call per ring's worth
         reads without the GIL, checks and places what it is sure of, and
         hands the rest to the core's usual path; the lane's ring holds a
         partial FPDU between reads. False when there was nothing to read."""
-        core = cast(LaneCore, self.core)
         got = False
         while self.sock is not None and not self.eof:
             with self._fd_lock:
                 if self.sock is None:  # (closed by another thread while we waited)
                     return True
                 try:
-                    events = lane.pump(core, self._fd, clock())
+                    events = lane.pump(self._fd, clock())
                 except OSError as exc:
                     if not self._shut:  # else closed under the call: not a loss
                         self._lost(exc)
