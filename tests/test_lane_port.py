@@ -24,7 +24,11 @@ from iwarp.rdma.lanes import ReceiveLane, SendLane
 from iwarp.rdma.port import LaneOwner, LanePort
 
 PACKAGE = Path(iwarp.__file__).parent
-DRIVERS = [PACKAGE / "sync" / "_driver.py", PACKAGE / "asyncio" / "driver.py"]
+#: Each adapter's driver: its modules.
+DRIVERS = {
+    "sync": [PACKAGE / "sync" / "_driver.py", PACKAGE / "sync" / "_writer.py"],
+    "asyncio": [PACKAGE / "asyncio" / "driver.py", PACKAGE / "asyncio" / "_writer.py"],
+}
 
 
 def _members(protocol: type) -> set[str]:
@@ -109,13 +113,13 @@ _BEFORE: tuple[str, ...] = (
 )
 
 
-@pytest.mark.parametrize("path", DRIVERS, ids=lambda p: p.parent.name)
-def test_a_driver_reads_the_port_once_and_probes_nothing(path: Path) -> None:
-    text = path.read_text(encoding="utf-8")
-    tree = ast.parse(text)
-    assert _probes(tree) == []
-    assert len(re.findall(r"\bcore\.lanes\b", text)) == 1
-    assert [name for name in _BEFORE if re.search(rf"\b{name}\b", text)] == []
+@pytest.mark.parametrize("adapter", sorted(DRIVERS))
+def test_a_driver_reads_the_port_once_and_probes_nothing(adapter: str) -> None:
+    texts = [path.read_text(encoding="utf-8") for path in DRIVERS[adapter]]
+    for text in texts:
+        assert _probes(ast.parse(text)) == []
+        assert [name for name in _BEFORE if re.search(rf"\b{name}\b", text)] == []
+    assert sum(len(re.findall(r"\bcore\.lanes\b", text)) for text in texts) == 1
 
 
 def test_a_queue_pair_without_the_lanes_has_no_port() -> None:
