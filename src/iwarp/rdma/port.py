@@ -170,7 +170,7 @@ class LanePort:
         if stream is not None and records:
             events += stream.take_events()
         owner = self._owner()
-        if events and owner is not None:
+        if owner is not None:  # (also with no events: the input's time is its now)
             owner.lane_events(events, now)
 
     def lane_resync(self) -> int:
