@@ -91,9 +91,11 @@ class LanePort:
         octets before anything ``data_to_send`` gives later. Its completion
         waits for :meth:`send_done`.
         """
-        owner = self._owner()
         stream = self._conn.stream
-        if owner is None or owner.output_held or stream is None or not stream.has_data_to_send:
+        if stream is None or not stream.has_data_to_send:
+            return None  # (the common case, asked at every flush: cheapest first)
+        owner = self._owner()
+        if owner is None or owner.output_held:
             return None
         encoder = self._conn.mpa.lane_encoder()
         if encoder is None or stream.mulpdu > encoder.max_ulpdu:
