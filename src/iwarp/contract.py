@@ -252,9 +252,13 @@ class Connection(Protocol[EventT]):
     #: ``receive_data`` is done with its buffer when it returns (see
     #: "Input borrowing" above): a class attribute of every core.
     borrows_input: bool
-    #: The core's lanes (see "Lanes" above), or None: everything goes
-    #: through ``receive_data`` and ``data_to_send``. Read once by a driver.
-    lanes: Lanes | None
+
+    @property
+    def lanes(self) -> Lanes | None:
+        """The core's lanes (see "Lanes" above), or None: everything goes
+        through ``receive_data`` and ``data_to_send`` (a class-level None in
+        a core without them). Read once by a driver."""
+        ...
 
     def receive_data(self, data: Buffer, now: float) -> list[EventT]:
         """Octets read from TCP; ``b""`` means the peer sent FIN.

@@ -312,10 +312,6 @@ class QueuePairEndpoint:
             atomic_ord=atomic_ord,
             atomic_ird=atomic_ird,
         )
-        #: The lanes' port (iwarp.contract.Lanes) while the lanes run, else
-        #: None; the drivers read it once.
-        if _accel.LANES:
-            self.lanes = LanePort(self.conn, self)
         self._route(self.conn.take_events(), now)
 
     # -- state ------------------------------------------------------------------
@@ -483,8 +479,15 @@ class QueuePairEndpoint:
 
     #: Like RdmaConnection: the input buffer is consumed before returning.
     borrows_input = True
-    #: Its lanes' port: set per queue pair (``__init__``) while the lanes run.
-    lanes: Lanes | None = None
+
+    @property
+    def lanes(self) -> Lanes | None:
+        """Its lanes' port (:class:`iwarp.contract.Lanes`) while the lanes
+        run, else None: a new port per read, which a driver does once. (Not
+        an instance attribute: one more would take the queue pair's past
+        the 30 keys CPython shares between instances, and every attribute
+        it reads per message would cost a dict lookup.)"""
+        return LanePort(self.conn, self) if _accel.LANES else None
 
     def receive_data(self, data: Buffer, now: float) -> list[Event]:
         self._now = now
