@@ -19,10 +19,10 @@ stream's messages and windows (:meth:`RdmapStream.take_message
 that holds the port (:class:`LaneOwner`) whether its output is held back
 and where its events go.
 
-A :class:`~iwarp.rdma.endpoint.QueuePairEndpoint` holds one
+A :class:`~iwarp.rdma.endpoint.QueuePairEndpoint` gives a
 :class:`LanePort` as its ``lanes`` while the lanes run (the C accelerator,
-``IWARP_NO_LANES`` unset: :data:`iwarp._accel.LANES`); the drivers read that
-attribute once.
+``IWARP_NO_LANES`` unset: :data:`iwarp._accel.LANES`); a driver reads that
+attribute once and keeps the port.
 """
 
 from __future__ import annotations
