@@ -52,7 +52,7 @@ def extensions() -> list[Extension]:
                 "src/iwarp/_small.c",
                 "src/iwarp/_fastpath.c",
             ],
-            depends=["src/iwarp/_speedups.h"],
+            depends=["src/iwarp/_speedups.h", "src/iwarp/_wire.h"],
             extra_compile_args=args,
             optional=True,
         )

@@ -35,6 +35,7 @@ from iwarp.mpa.config import MpaConfig, Role
 from iwarp.rdma import lanes
 from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdma.lanes import RING_SIZE, ReceiveLane
+from iwarp.rdma.port import LanePort
 from iwarp.rdmap.memory import Access, MemoryRegion, MemoryRegistry
 from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WriteWR
 from iwarp.sockets import RECEIVE_BULK
@@ -129,7 +130,8 @@ def run(setup: Setup, chunk: int, path: str, ring: int = RING_SIZE) -> float:
     b, wire = setup.rx, setup.wire
     tx, rx = connected()
     fd = rx.fileno()
-    lane = ReceiveLane(ring)
+    assert isinstance(b.lanes, LanePort), "the lanes do not run"
+    lane = ReceiveLane(b.lanes, ring)
     buffer = bytearray(RECV_BUFFER)
     view = memoryview(buffer)
 
@@ -142,7 +144,7 @@ def run(setup: Setup, chunk: int, path: str, ring: int = RING_SIZE) -> float:
         return n
 
     def by_lane() -> int:
-        lane.pump(b, fd, 0.0)
+        lane.pump(fd, 0.0)
         return lane.got
 
     receive: Callable[[], int] = by_lane if path == "lane" else usual

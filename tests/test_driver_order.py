@@ -24,6 +24,7 @@ import pytest
 
 from iwarp._typing import Buffer
 from iwarp.asyncio.driver import CoreDriver
+from iwarp.contract import Lanes
 from iwarp.mpa.framing import FpduDecoder
 from iwarp.rdma import lanes
 from iwarp.rdma.lanes import ReceiveLane
@@ -35,8 +36,8 @@ from iwarp.sync._driver import Driver
 class ScriptedCore:
     """Answers ``answer`` octets (in ``batch``-octet pieces, segmented
     lazily) once ``request`` octets arrived; on the FIN drops what it did
-    not hand out yet and must close. Has the receive lane's calls, taking
-    every octet on its usual path."""
+    not hand out yet and must close. Has lanes (with the receive lane on)
+    that take every octet on its usual path."""
 
     borrows_input = True
 
@@ -51,6 +52,7 @@ class ScriptedCore:
         self.fin = False
         self.closed = False
         self.log: list[str] = []
+        self.lanes: Lanes | None = FeedAll(self) if lanes.RECEIVE_ACTIVE else None
 
     # -- the contract -----------------------------------------------------------
 
@@ -106,16 +108,44 @@ class ScriptedCore:
     def set_emss(self, emss: int) -> None:
         pass
 
-    # -- the receive lane (every octet to the usual path) -----------------------
+
+class FeedAll:
+    """The lanes of a scripted core: no send lane; a receive ring that
+    hands every octet to the core's usual path."""
+
+    def __init__(self, core: ScriptedCore) -> None:
+        self.core = core
+
+    def take_send(self) -> None:
+        return None
+
+    def send_done(self) -> list[Any]:
+        return []
+
+    def receive_ring(self) -> ReceiveLane:
+        return ReceiveLane(self)
+
+    # -- what the ring asks (iwarp.rdma.lanes.RingOwner) --------------------------
 
     def lane_target(self) -> tuple[FpduDecoder | None, LaneWindows | None]:
         return None, None
+
+    def lane_write_window(self, stag: int) -> None:
+        return None
+
+    def lane_placed(
+        self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int, now: float
+    ) -> None:
+        raise AssertionError("nothing is placed")
 
     def lane_resync(self) -> int:
         return 0
 
     def lane_feed(self, data: Buffer, now: float) -> None:
-        self.receive_data(data, now)
+        self.core.receive_data(data, now)
+
+    def take_events(self) -> list[Any]:
+        return []
 
 
 def _pair() -> tuple[socket.socket, socket.socket]:
@@ -270,7 +300,8 @@ def test_a_read_that_fails_after_data_processes_the_data_first(
         core = ScriptedCore(size + 1, 0, 1)
         driver = Driver(near, core, lambda events: None)
         if lane:
-            driver._recv_lane = ReceiveLane()  # as after a bulk read
+            assert core.lanes is not None
+            driver._recv_lane = core.lanes.receive_ring()  # as after a bulk read
         for _ in range(1000):
             if driver.closed:
                 break

@@ -1,53 +1,100 @@
-"""Which kernels run the per-FPDU loops: the C accelerator or pure Python.
+"""Which kernels run, decided once, here, for every family: the C
+accelerator or pure Python.
 
-``iwarp._speedups`` (src/iwarp/_speedups.c) is built at install time when a
-C compiler is there; ``iwarp._kernels`` is its pure-Python twin, with the
-same functions, signatures, results and errors (its docstrings are the
-contract of both; tests compare the two function by function). One of them
-is chosen here, once, at import, as :data:`kernels`; the call sites call it
-without a branch of their own, so the accelerator changes speed only.
+``iwarp._speedups`` (src/iwarp/*.c, one extension) is built at install
+time when a C compiler is there; its functions are declared, with types, in
+``_speedups.pyi`` alone. They come in four families:
 
-Set ``IWARP_NO_ACCEL=1`` to run the pure-Python kernels although the
-extension is built (the test suite runs both ways).
+=====================  ==================  ===================================
+family                 C                   without it
+=====================  ==================  ===================================
+FPDU kernels           ``_speedups.c``     :mod:`iwarp._kernels` (:data:`kernels`)
+small-message lane     ``_small.c``        :mod:`iwarp._small` (:func:`choose_small`)
+whole-message lanes    ``_lanes.c``        none: the drivers read and write
+                                           through the cores (:data:`lanes`)
+capture decoding       ``_decode.c``       the pure paths of ``iwarp.analyze``
+                                           (:data:`decode`)
+=====================  ==================  ===================================
+
+A pure twin has the same functions, signatures, results and errors (its
+docstrings are the contract of both; tests compare the two function by
+function), so the call sites call what is chosen here without a branch of
+their own and the accelerator changes speed only. The twins that lie above
+this module (``iwarp._small`` needs MPA's and DDP's declarations) are
+handed in (:func:`choose_small`): the answer is this module's all the same.
+
+Set ``IWARP_NO_ACCEL=1`` to run the pure-Python paths although the
+extension is built (the test suite runs both ways); ``IWARP_NO_LANES=1``
+turns the whole-message lanes off alone (the accelerator's framing path, to
+compare), ``IWARP_NO_RECEIVE_LANE=1`` the receive lane alone.
 """
 
 from __future__ import annotations
 
 import os
-from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import iwarp._kernels as _kernels
 
-__all__ = ["ACTIVE", "describe", "kernels", "speedups"]
+if TYPE_CHECKING:
+    from iwarp._speedups import DecodeKernels, Extension, Kernels, LaneKernels, SmallKernels
+
+__all__ = [
+    "ACTIVE",
+    "LANES",
+    "RECEIVE_LANE",
+    "choose_small",
+    "decode",
+    "describe",
+    "kernels",
+    "lanes",
+    "speedups",
+]
 
 
-def _load() -> tuple[object, str]:
-    if os.environ.get("IWARP_NO_ACCEL", "") not in ("", "0"):
-        return _kernels, "pure Python (IWARP_NO_ACCEL is set)"
+def _off(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+def _load() -> tuple[Extension | None, str]:
+    if _off("IWARP_NO_ACCEL"):
+        return None, "pure Python (IWARP_NO_ACCEL is set)"
     try:
         import iwarp._speedups as _speedups
     except ImportError:
-        return _kernels, "pure Python (the C accelerator is not built)"
+        return None, "pure Python (the C accelerator is not built)"
     return _speedups, f"C accelerator ({_speedups.describe()})"
 
 
-_CHOSEN, _DESCRIPTION = _load()
-
-if TYPE_CHECKING:
-    # Both modules have one signature per function (_speedups.pyi re-exports
-    # _kernels'), so the pure module's types are the types of the choice.
-    kernels = _kernels
-else:
-    #: The kernels that run: ``iwarp._speedups`` or ``iwarp._kernels``.
-    kernels = _CHOSEN
+_C, _DESCRIPTION = _load()
 
 #: Whether the C accelerator runs.
-ACTIVE: bool = _CHOSEN is not _kernels
-#: The extension module when the C accelerator runs, else None: for its
-#: functions that have no pure-Python twin (the whole-message lanes of
-#: ``_lanes.c``, whose callers fall back to the framing path without them).
-speedups: ModuleType | None = _CHOSEN if isinstance(_CHOSEN, ModuleType) and ACTIVE else None
+ACTIVE: Final = _C is not None
+#: Whether the whole-message lanes run (:mod:`iwarp.rdma.lanes`): the
+#: accelerator, unless ``IWARP_NO_LANES=1``.
+LANES: Final = ACTIVE and not _off("IWARP_NO_LANES")
+#: Whether the drivers take the receive lane: :data:`LANES`, unless
+#: ``IWARP_NO_RECEIVE_LANE=1`` turns it off alone (to compare with the send
+#: lanes still on).
+RECEIVE_LANE: Final = LANES and not _off("IWARP_NO_RECEIVE_LANE")
+
+#: The extension module when the C accelerator runs, else None.
+speedups: Final[Extension | None] = _C
+#: The FPDU kernels that run: ``iwarp._speedups`` or :mod:`iwarp._kernels`
+#: (mypy checks the twin against the family's protocol here).
+kernels: Final[Kernels] = _C if _C is not None else _kernels
+#: The whole-message lanes' kernels when :data:`LANES`, else None.
+lanes: Final[LaneKernels | None] = _C if LANES else None
+#: The capture decoding kernels when the accelerator runs, else None
+#: (``iwarp.analyze`` then runs its pure-Python paths).
+decode: Final[DecodeKernels | None] = _C
+
+
+def choose_small(pure: SmallKernels) -> SmallKernels:
+    """The small-message lane's kernels: the extension's when the
+    accelerator runs, else ``pure`` (:mod:`iwarp._small`, which lies above
+    this module and is handed in by :mod:`iwarp.rdma.small`)."""
+    return _C if _C is not None else pure
 
 
 def describe() -> str:

@@ -39,6 +39,7 @@
  * multi-octet field is read octet by octet (no unaligned word reads).
  */
 #include "_speedups.h"
+#include "_wire.h"
 
 #include <limits.h>
 #include <string.h>
@@ -59,21 +60,6 @@
 /* Most records decoded per call (bounds the list handed back). */
 #define BATCH_MAX 65536
 
-#define MARKER_INTERVAL 512
-#define MARKER_SIZE 4
-#define HEADER_SIZE 2
-#define CRC_SIZE 4
-#define FPDUPTR_MASK 0xFFFC
-
-static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
-static inline uint32_t be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-static inline uint32_t le32(const uint8_t *p)
-{
-    return ((uint32_t)p[3] << 24) | ((uint32_t)p[2] << 16) | ((uint32_t)p[1] << 8) | p[0];
-}
 
 /* What one frame holds, when it is a plain IPv4 TCP segment. */
 typedef struct {
@@ -91,7 +77,7 @@ static int link_layer(const uint8_t *d, Py_ssize_t n, long linktype, uint32_t *e
     case LINKTYPE_ETHERNET: {
         Py_ssize_t at = 12;
         while (n >= 2 && at <= n - 2) {
-            uint32_t type = be16(d + at);
+            uint32_t type = iw_be16(d + at);
             if (type != 0x8100 && type != 0x88A8 && type != 0x9100) {
                 *ethertype = type;
                 *offset = at + 2;
@@ -104,13 +90,13 @@ static int link_layer(const uint8_t *d, Py_ssize_t n, long linktype, uint32_t *e
     case LINKTYPE_LINUX_SLL:
         if (n < 16)
             return 0;
-        *ethertype = be16(d + 14);
+        *ethertype = iw_be16(d + 14);
         *offset = 16;
         return 1;
     case LINKTYPE_LINUX_SLL2:
         if (n < 20)
             return 0;
-        *ethertype = be16(d);
+        *ethertype = iw_be16(d);
         *offset = 20;
         return 1;
     case 12:
@@ -128,9 +114,9 @@ static int link_layer(const uint8_t *d, Py_ssize_t n, long linktype, uint32_t *e
     case LINKTYPE_NULL: {
         if (n < 4)
             return 0;
-        uint32_t family = le32(d);
+        uint32_t family = iw_le32(d);
         if (family > 0xFFFF)
-            family = be32(d);
+            family = iw_be32(d);
         if (family != 2)
             return 0;
         *ethertype = ETHERTYPE_IPV4;
@@ -157,12 +143,12 @@ static int decode_frame(const uint8_t *d, Py_ssize_t n, long linktype, segment *
     uint32_t version_ihl = ip[0];
     if (version_ihl >> 4 != 4 || ip[9] != IPPROTO_TCP_)
         return 0;
-    if (be16(ip + 6) & 0x3FFF) /* a fragment: counted by Python */
+    if (iw_be16(ip + 6) & 0x3FFF) /* a fragment: counted by Python */
         return 0;
     if ((version_ihl & 0x0F) < 5)
         return 0;
     Py_ssize_t start = at + (Py_ssize_t)(version_ihl & 0x0F) * 4;
-    uint32_t total = be16(ip + 2);
+    uint32_t total = iw_be16(ip + 2);
     /* The IP length, not the frame length: Ethernet pads short frames. */
     Py_ssize_t end = total ? at + (Py_ssize_t)total : n;
     if (end - start < 20 || start > n - 20)
@@ -172,12 +158,12 @@ static int decode_frame(const uint8_t *d, Py_ssize_t n, long linktype, segment *
     if (header < 20)
         return 0;
     Py_ssize_t payload_start = start + header;
-    s->src = be32(ip + 12);
-    s->dst = be32(ip + 16);
-    s->sport = be16(tcp);
-    s->dport = be16(tcp + 2);
-    s->seq = be32(tcp + 4);
-    s->ack = be32(tcp + 8);
+    s->src = iw_be32(ip + 12);
+    s->dst = iw_be32(ip + 16);
+    s->sport = iw_be16(tcp);
+    s->dport = iw_be16(tcp + 2);
+    s->seq = iw_be32(tcp + 4);
+    s->ack = iw_be32(tcp + 8);
     s->flags = tcp[13];
     s->wire_length = end > payload_start ? end - payload_start : 0;
     /* A capture cut short (snaplen) holds less than the IP length says. */
@@ -309,9 +295,9 @@ static PyObject *py_pcap_batch(PyObject *self, PyObject *args)
     Py_ssize_t len = view.len;
     for (int count = 0; count < BATCH_MAX && 16 <= len - pos; count++) {
         const uint8_t *h = buf + pos;
-        uint32_t seconds = big ? be32(h) : le32(h);
-        uint32_t fraction = big ? be32(h + 4) : le32(h + 4);
-        uint32_t caplen = big ? be32(h + 8) : le32(h + 8);
+        uint32_t seconds = big ? iw_be32(h) : iw_le32(h);
+        uint32_t fraction = big ? iw_be32(h + 4) : iw_le32(h + 4);
+        uint32_t caplen = big ? iw_be32(h + 8) : iw_le32(h + 8);
         if ((Py_ssize_t)caplen > frame_cap || (Py_ssize_t)caplen > len - pos - 16)
             break;
         double time = (double)seconds + (double)fraction * resolution;
@@ -388,17 +374,17 @@ static PyObject *py_pcapng_batch(PyObject *self, PyObject *args)
     Py_ssize_t len = view.len;
     for (int count = 0; count < BATCH_MAX && 8 <= len - pos; count++) {
         const uint8_t *h = buf + pos;
-        uint32_t type = big ? be32(h) : le32(h);
-        uint32_t length = big ? be32(h + 4) : le32(h + 4);
+        uint32_t type = big ? iw_be32(h) : iw_le32(h);
+        uint32_t length = big ? iw_be32(h + 4) : iw_le32(h + 4);
         if (type != 6 || length < 32 || length % 4 || (Py_ssize_t)(length - 12) > block_cap ||
             (Py_ssize_t)length > len - pos)
             break;
         const uint8_t *body = h + 8;
         Py_ssize_t body_len = (Py_ssize_t)length - 12;
-        uint32_t iface = big ? be32(body) : le32(body);
-        uint32_t high = big ? be32(body + 4) : le32(body + 4);
-        uint32_t low = big ? be32(body + 8) : le32(body + 8);
-        uint32_t caplen = big ? be32(body + 12) : le32(body + 12);
+        uint32_t iface = big ? iw_be32(body) : iw_le32(body);
+        uint32_t high = big ? iw_be32(body + 4) : iw_le32(body + 4);
+        uint32_t low = big ? iw_be32(body + 8) : iw_le32(body + 8);
+        uint32_t caplen = big ? iw_be32(body + 12) : iw_le32(body + 12);
         if ((Py_ssize_t)iface >= known || (Py_ssize_t)caplen > frame_cap)
             break;
         Py_ssize_t n = (Py_ssize_t)caplen < body_len - 20 ? (Py_ssize_t)caplen : body_len - 20;
@@ -529,7 +515,7 @@ static Py_ssize_t plain_header(const uint8_t *u, Py_ssize_t n)
     Py_ssize_t header = tagged ? 14 : 18;
     if (n < header)
         return 0;
-    if (!tagged && opcode_queue[opcode] >= 0 && (uint32_t)opcode_queue[opcode] != be32(u + 6))
+    if (!tagged && opcode_queue[opcode] >= 0 && (uint32_t)opcode_queue[opcode] != iw_be32(u + 6))
         return 0;
     return header;
 }
@@ -558,14 +544,14 @@ static PyObject *describe(const uint8_t *u, Py_ssize_t n)
               put(d, K_OPCODE, PyLong_FromLong(opcode)) < 0 ||
               put(d, K_OPCODE_NAME, Py_NewRef(name)) < 0;
     if (!bad && tagged) {
-        uint64_t to = ((uint64_t)be32(u + 6) << 32) | be32(u + 10);
-        bad = put(d, K_STAG, PyLong_FromUnsignedLong(be32(u + 2))) < 0 ||
+        uint64_t to = ((uint64_t)iw_be32(u + 6) << 32) | iw_be32(u + 10);
+        bad = put(d, K_STAG, PyLong_FromUnsignedLong(iw_be32(u + 2))) < 0 ||
               put(d, K_TO, PyLong_FromUnsignedLongLong(to)) < 0;
     } else if (!bad) {
-        bad = put(d, K_INV_STAG, PyLong_FromUnsignedLong(be32(u + 2))) < 0 ||
-              put(d, K_QN, PyLong_FromUnsignedLong(be32(u + 6))) < 0 ||
-              put(d, K_MSN, PyLong_FromUnsignedLong(be32(u + 10))) < 0 ||
-              put(d, K_MO, PyLong_FromUnsignedLong(be32(u + 14))) < 0;
+        bad = put(d, K_INV_STAG, PyLong_FromUnsignedLong(iw_be32(u + 2))) < 0 ||
+              put(d, K_QN, PyLong_FromUnsignedLong(iw_be32(u + 6))) < 0 ||
+              put(d, K_MSN, PyLong_FromUnsignedLong(iw_be32(u + 10))) < 0 ||
+              put(d, K_MO, PyLong_FromUnsignedLong(iw_be32(u + 14))) < 0;
     }
     if (!bad)
         bad = put(d, K_PAYLOAD_OFFSET, PyLong_FromSsize_t(header)) < 0 ||
@@ -591,18 +577,10 @@ static PyObject *py_describe_ulpdu(PyObject *self, PyObject *args)
 }
 
 /* mpa/framing.py fpdu_wire_size: header, ULPDU, PAD to 4 and CRC, plus the
- * markers that fall inside from the phase on (lead: a marker first). */
-static Py_ssize_t fpdu_wire(Py_ssize_t length, unsigned int phase, Py_ssize_t lead, int markers)
+ * markers that fall inside from the phase on (a leading one included). */
+static Py_ssize_t fpdu_wire(Py_ssize_t length, unsigned int phase, int markers)
 {
-    Py_ssize_t content = 6 + length + ((-(2 + length)) & 3);
-    if (!markers)
-        return content;
-    Py_ssize_t first = MARKER_INTERVAL - (((Py_ssize_t)phase + lead) & (MARKER_INTERVAL - 1));
-    Py_ssize_t wire = lead + content;
-    if (first < content)
-        wire += 4 * ((content - first + MARKER_INTERVAL - MARKER_SIZE - 1) /
-                     (MARKER_INTERVAL - MARKER_SIZE));
-    return wire;
+    return (Py_ssize_t)iw_frame((size_t)length, phase, markers).wire;
 }
 
 /* fpdu_view(chunk, at, phase, markers, either_fpduptr, ddp)
@@ -627,30 +605,30 @@ static PyObject *py_fpdu_view(PyObject *self, PyObject *args)
     PyObject *out = NULL;
     const uint8_t *d = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len;
-    if (at < 0 || at > n || phase >= MARKER_INTERVAL) {
+    if (at < 0 || at > n || phase >= IW_MARKER_INTERVAL) {
         PyErr_SetString(PyExc_ValueError, "at or phase out of range");
         goto done;
     }
-    Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
-    if (lead + HEADER_SIZE > n - at) {
+    Py_ssize_t lead = markers && phase == 0 ? IW_MARKER_SIZE : 0;
+    if (lead + IW_LENGTH_SIZE > n - at) {
         out = Py_NewRef(Py_None);
         goto done;
     }
-    Py_ssize_t length = (Py_ssize_t)be16(d + at + lead);
-    Py_ssize_t wire = fpdu_wire(length, phase, lead, markers);
+    Py_ssize_t length = (Py_ssize_t)iw_be16(d + at + lead);
+    Py_ssize_t wire = fpdu_wire(length, phase, markers);
     if (wire > n - at) {
         out = Py_NewRef(Py_None);
         goto done;
     }
     const uint8_t *f = d + at;
-    Py_ssize_t body = wire - CRC_SIZE;
+    Py_ssize_t body = wire - IW_CRC_SIZE;
     uint32_t crc_expected = ~iw_crc32c(0xFFFFFFFFu, f, (size_t)body);
-    uint32_t crc = le32(f + body);
+    uint32_t crc = iw_le32(f + body);
     PyObject *list = NULL, *ulpdu = NULL, *pad = NULL;
     if (!markers) {
-        ulpdu = PyBytes_FromStringAndSize((const char *)f + HEADER_SIZE, length);
-        pad = PyBytes_FromStringAndSize((const char *)f + HEADER_SIZE + length,
-                                        body - HEADER_SIZE - length);
+        ulpdu = PyBytes_FromStringAndSize((const char *)f + IW_LENGTH_SIZE, length);
+        pad = PyBytes_FromStringAndSize((const char *)f + IW_LENGTH_SIZE + length,
+                                        body - IW_LENGTH_SIZE - length);
         list = PyTuple_New(0);
     } else {
         /* Cut the markers out: the content is at most 64 KiB + 2. */
@@ -663,18 +641,18 @@ static PyObject *py_fpdu_view(PyObject *self, PyObject *args)
         }
         char *k = PyBytes_AS_STRING(kept);
         Py_ssize_t cursor = 0, filled = 0;
-        Py_ssize_t m = phase == 0 ? 0 : MARKER_INTERVAL - (Py_ssize_t)phase;
-        for (; m < body; m += MARKER_INTERVAL) {
-            if (MARKER_SIZE > body - m) { /* never with a consistent size */
+        Py_ssize_t m = phase == 0 ? 0 : IW_MARKER_INTERVAL - (Py_ssize_t)phase;
+        for (; m < body; m += IW_MARKER_INTERVAL) {
+            if (IW_MARKER_SIZE > body - m) { /* never with a consistent size */
                 Py_DECREF(kept);
                 Py_DECREF(list);
                 PyErr_SetString(PyExc_RuntimeError, "a marker splits the CRC");
                 goto done;
             }
-            uint32_t reserved = be16(f + m);
-            uint32_t pointer = be16(f + m + 2);
+            uint32_t reserved = iw_be16(f + m);
+            uint32_t pointer = iw_be16(f + m + 2);
             Py_ssize_t expected = m == 0 ? 0 : m - lead;
-            if (lead && m && either && (Py_ssize_t)(pointer & FPDUPTR_MASK) == m)
+            if (lead && m && either && (Py_ssize_t)(pointer & IW_FPDUPTR_MASK) == m)
                 expected = m; /* seeds 000/002: from the FPDU's first octet */
             PyObject *entry = Py_BuildValue("(nIIn)", m, reserved, pointer, expected);
             if (entry == NULL || PyList_Append(list, entry) < 0) {
@@ -686,19 +664,19 @@ static PyObject *py_fpdu_view(PyObject *self, PyObject *args)
             Py_DECREF(entry);
             memcpy(k + filled, f + cursor, (size_t)(m - cursor));
             filled += m - cursor;
-            cursor = m + MARKER_SIZE;
+            cursor = m + IW_MARKER_SIZE;
         }
         memcpy(k + filled, f + cursor, (size_t)(body - cursor));
         filled += body - cursor;
-        Py_ssize_t pad_len = filled - HEADER_SIZE - length;
+        Py_ssize_t pad_len = filled - IW_LENGTH_SIZE - length;
         if (pad_len < 0) { /* cannot happen with a consistent size; be safe */
             Py_DECREF(kept);
             Py_DECREF(list);
             PyErr_SetString(PyExc_RuntimeError, "inconsistent FPDU size");
             goto done;
         }
-        ulpdu = PyBytes_FromStringAndSize(k + HEADER_SIZE, length);
-        pad = PyBytes_FromStringAndSize(k + HEADER_SIZE + length, pad_len);
+        ulpdu = PyBytes_FromStringAndSize(k + IW_LENGTH_SIZE, length);
+        pad = PyBytes_FromStringAndSize(k + IW_LENGTH_SIZE + length, pad_len);
         Py_DECREF(kept);
         PyObject *tuple = list == NULL ? NULL : PyList_AsTuple(list);
         Py_XDECREF(list);
@@ -732,6 +710,92 @@ done:
 /* Most FPDUs the walk of fpdu_walk hands back in one call. */
 #define WALK_MAX 4096
 
+/* An FPDU with markers, taken apart for fpdu_walk: its content's first
+ * octets (the ULPDU's header) and PAD copied out around the markers, each
+ * marker checked (Reserved zero, FPDUPTR exactly as expected). */
+typedef struct {
+    const uint8_t *f;     /* the FPDU's first octet */
+    Py_ssize_t body;      /* its octets before the CRC field */
+    Py_ssize_t lead;      /* a marker first: 4 */
+    Py_ssize_t length;    /* ULPDU_Length */
+    unsigned int phase;   /* of f[0] */
+    int either;           /* FPDUPTRs may count from a leading marker */
+    uint8_t *head;        /* gets the ULPDU's first want_head octets */
+    Py_ssize_t want_head;
+    uint8_t *pad;         /* gets the PAD (at most 3 octets) */
+    Py_ssize_t got_pad;   /* how many */
+} WalkParts;
+
+/* 1 and *marks (a tuple of the markers' entries) when every marker is
+ * right and the PAD is in place; 0 when not (the analyzer takes it apart);
+ * -1 with an error set. */
+static int walk_marked(WalkParts *w, PyObject **marks)
+{
+    const uint8_t *f = w->f;
+    Py_ssize_t body = w->body, lead = w->lead, want_head = w->want_head;
+    Py_ssize_t pad_at = IW_LENGTH_SIZE + w->length;
+    PyObject *entries = PyList_New(0);
+    if (entries == NULL)
+        return -1;
+    int clean = 1;
+    Py_ssize_t cursor = 0, filled = 0; /* content octets so far */
+    Py_ssize_t m = w->phase == 0 ? 0 : IW_MARKER_INTERVAL - (Py_ssize_t)w->phase;
+    for (;; m += IW_MARKER_INTERVAL) {
+        Py_ssize_t stop = m < body ? m : body;
+        /* Content octets [filled, filled + stop - cursor) lie at f[cursor..stop). */
+        Py_ssize_t span = stop - cursor;
+        if (span > 0) {
+            Py_ssize_t lo = filled, hi = filled + span;
+            /* ULPDU header: content [2, 2 + want_head). */
+            Py_ssize_t a = lo > IW_LENGTH_SIZE ? lo : IW_LENGTH_SIZE;
+            Py_ssize_t b = hi < IW_LENGTH_SIZE + want_head ? hi : IW_LENGTH_SIZE + want_head;
+            if (a < b)
+                memcpy(w->head + (a - IW_LENGTH_SIZE), f + cursor + (a - lo), (size_t)(b - a));
+            /* PAD: content [pad_at, ...). */
+            a = lo > pad_at ? lo : pad_at;
+            if (a < hi) {
+                if (hi - pad_at > 3) { /* cannot happen with a consistent size */
+                    clean = 0;
+                    break;
+                }
+                memcpy(w->pad + (a - pad_at), f + cursor + (a - lo), (size_t)(hi - a));
+            }
+            filled = hi;
+        }
+        if (m >= body)
+            break;
+        if (IW_MARKER_SIZE > body - m) { /* never on the 4-octet grid */
+            clean = 0;
+            break;
+        }
+        uint32_t reserved = iw_be16(f + m);
+        uint32_t pointer = iw_be16(f + m + 2);
+        Py_ssize_t expected = m == 0 ? 0 : m - lead;
+        if (lead && m && w->either && (Py_ssize_t)(pointer & IW_FPDUPTR_MASK) == m)
+            expected = m; /* seeds 000/002: from the FPDU's first octet */
+        if (reserved != 0 || (Py_ssize_t)pointer != expected) {
+            clean = 0;
+            break;
+        }
+        PyObject *entry = Py_BuildValue("(nIIn)", m, reserved, pointer, expected);
+        if (entry == NULL || PyList_Append(entries, entry) < 0) {
+            Py_XDECREF(entry);
+            Py_DECREF(entries);
+            return -1;
+        }
+        Py_DECREF(entry);
+        cursor = m + IW_MARKER_SIZE;
+    }
+    w->got_pad = filled - pad_at;
+    if (!clean || w->got_pad < 0 || w->got_pad > 3) {
+        Py_DECREF(entries);
+        return 0;
+    }
+    *marks = PyList_AsTuple(entries);
+    Py_DECREF(entries);
+    return *marks == NULL ? -1 : 1;
+}
+
 /* fpdu_walk(chunk, at, phase, markers, either_fpduptr, ddp, crc, max_ulpdu, count)
  *     -> ([(offset, wire_length, ulpdu_length, pad, crc, crc_expected, markers, ulp), ...],
  *         offset, need)
@@ -759,7 +823,7 @@ static PyObject *py_fpdu_walk(PyObject *self, PyObject *args)
     PyObject *list = NULL, *out = NULL;
     const uint8_t *d = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len;
-    if (at < 0 || at > n || phase >= MARKER_INTERVAL || count < 0) {
+    if (at < 0 || at > n || phase >= IW_MARKER_INTERVAL || count < 0) {
         PyErr_SetString(PyExc_ValueError, "at, phase or count out of range");
         goto done;
     }
@@ -770,95 +834,44 @@ static PyObject *py_fpdu_walk(PyObject *self, PyObject *args)
     /* The ULPDU's header and the PAD with the markers cut out. */
     uint8_t head[18 + 8];
     while (PyList_GET_SIZE(list) < count) {
-        Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
-        if (lead + HEADER_SIZE > n - at)
+        Py_ssize_t lead = markers && phase == 0 ? IW_MARKER_SIZE : 0;
+        if (lead + IW_LENGTH_SIZE > n - at)
             break;
-        Py_ssize_t length = (Py_ssize_t)be16(d + at + lead);
+        Py_ssize_t length = (Py_ssize_t)iw_be16(d + at + lead);
         if (length > max_ulpdu)
             break;
-        Py_ssize_t wire = fpdu_wire(length, phase, lead, markers);
+        Py_ssize_t wire = fpdu_wire(length, phase, markers);
         if (wire > n - at)
             break;
         const uint8_t *f = d + at;
-        Py_ssize_t body = wire - CRC_SIZE;
-        uint32_t crc = le32(f + body);
+        Py_ssize_t body = wire - IW_CRC_SIZE;
+        uint32_t crc = iw_le32(f + body);
         uint32_t crc_expected = ~iw_crc32c(0xFFFFFFFFu, f, (size_t)body);
         if (crc_used && crc != crc_expected)
             break;
-        Py_ssize_t pad_len = body - lead - HEADER_SIZE - length; /* markers still in */
+        Py_ssize_t pad_len = body - lead - IW_LENGTH_SIZE - length; /* markers still in */
         PyObject *marks;
         /* The octets of the content (header, ULPDU, PAD) wanted: the ULPDU's
          * first 18 (its DDP/RDMAP header) and the PAD's. */
         Py_ssize_t want_head = length < 18 ? length : 18;
-        Py_ssize_t got_pad = 0, pad_at = HEADER_SIZE + length;
+        Py_ssize_t got_pad = 0;
         uint8_t pad[4];
         int clean = 1;
         if (!markers) {
-            memcpy(head, f + HEADER_SIZE, (size_t)want_head);
+            memcpy(head, f + IW_LENGTH_SIZE, (size_t)want_head);
             if (pad_len < 0 || pad_len > 3)
                 break; /* cannot happen with a consistent size */
-            memcpy(pad, f + HEADER_SIZE + length, (size_t)pad_len);
+            memcpy(pad, f + IW_LENGTH_SIZE + length, (size_t)pad_len);
             got_pad = pad_len;
             marks = PyTuple_New(0);
         } else {
-            PyObject *entries = PyList_New(0);
-            if (entries == NULL)
+            WalkParts parts = {f, body, lead, length, phase, either, head, want_head, pad, 0};
+            int clean_marks = walk_marked(&parts, &marks);
+            if (clean_marks < 0)
                 goto fail;
-            Py_ssize_t cursor = 0, filled = 0; /* content octets so far */
-            Py_ssize_t m = phase == 0 ? 0 : MARKER_INTERVAL - (Py_ssize_t)phase;
-            for (;; m += MARKER_INTERVAL) {
-                Py_ssize_t stop = m < body ? m : body;
-                /* Content octets [filled, filled + stop - cursor) lie at f[cursor..stop). */
-                Py_ssize_t span = stop - cursor;
-                if (span > 0) {
-                    Py_ssize_t lo = filled, hi = filled + span;
-                    /* ULPDU header: content [2, 2 + want_head). */
-                    Py_ssize_t a = lo > HEADER_SIZE ? lo : HEADER_SIZE;
-                    Py_ssize_t b = hi < HEADER_SIZE + want_head ? hi : HEADER_SIZE + want_head;
-                    if (a < b)
-                        memcpy(head + (a - HEADER_SIZE), f + cursor + (a - lo), (size_t)(b - a));
-                    /* PAD: content [pad_at, ...). */
-                    a = lo > pad_at ? lo : pad_at;
-                    if (a < hi) {
-                        if (hi - pad_at > 3) { /* cannot happen with a consistent size */
-                            clean = 0;
-                            break;
-                        }
-                        memcpy(pad + (a - pad_at), f + cursor + (a - lo), (size_t)(hi - a));
-                    }
-                    filled = hi;
-                }
-                if (m >= body)
-                    break;
-                if (MARKER_SIZE > body - m) { /* never on the 4-octet grid */
-                    clean = 0;
-                    break;
-                }
-                uint32_t reserved = be16(f + m);
-                uint32_t pointer = be16(f + m + 2);
-                Py_ssize_t expected = m == 0 ? 0 : m - lead;
-                if (lead && m && either && (Py_ssize_t)(pointer & FPDUPTR_MASK) == m)
-                    expected = m; /* seeds 000/002: from the FPDU's first octet */
-                if (reserved != 0 || (Py_ssize_t)pointer != expected) {
-                    clean = 0;
-                    break;
-                }
-                PyObject *entry = Py_BuildValue("(nIIn)", m, reserved, pointer, expected);
-                if (entry == NULL || PyList_Append(entries, entry) < 0) {
-                    Py_XDECREF(entry);
-                    Py_DECREF(entries);
-                    goto fail;
-                }
-                Py_DECREF(entry);
-                cursor = m + MARKER_SIZE;
-            }
-            got_pad = filled - pad_at;
-            if (!clean || got_pad < 0 || got_pad > 3) {
-                Py_DECREF(entries);
+            if (!clean_marks)
                 break;
-            }
-            marks = PyList_AsTuple(entries);
-            Py_DECREF(entries);
+            got_pad = parts.got_pad;
         }
         if (marks == NULL)
             goto fail;
@@ -890,15 +903,15 @@ static PyObject *py_fpdu_walk(PyObject *self, PyObject *args)
         }
         Py_DECREF(entry);
         at += wire;
-        phase = (unsigned int)(((Py_ssize_t)phase + wire) & (MARKER_INTERVAL - 1));
+        phase = (unsigned int)(((Py_ssize_t)phase + wire) & (IW_MARKER_INTERVAL - 1));
     }
     /* Why the walk stopped: the FPDU at ``at`` not whole yet (its wire size
      * when its length field is here), or anything else (0). */
     Py_ssize_t need = 0;
     if (PyList_GET_SIZE(list) < count) {
-        Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
-        if (lead + HEADER_SIZE <= n - at) {
-            Py_ssize_t wire = fpdu_wire((Py_ssize_t)be16(d + at + lead), phase, lead, markers);
+        Py_ssize_t lead = markers && phase == 0 ? IW_MARKER_SIZE : 0;
+        if (lead + IW_LENGTH_SIZE <= n - at) {
+            Py_ssize_t wire = fpdu_wire((Py_ssize_t)iw_be16(d + at + lead), phase, markers);
             if (wire > n - at)
                 need = wire;
         }
@@ -929,7 +942,7 @@ static Py_ssize_t clean_fpdu(const uint8_t *f, Py_ssize_t room, unsigned int pha
     Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
     if (lead + HEADER_SIZE > room)
         return 0;
-    Py_ssize_t length = (Py_ssize_t)be16(f + lead);
+    Py_ssize_t length = (Py_ssize_t)iw_be16(f + lead);
     if (length > max_ulpdu)
         return 0;
     Py_ssize_t wire = fpdu_wire(length, phase, lead, markers);
@@ -965,7 +978,7 @@ static Py_ssize_t clean_fpdu(const uint8_t *f, Py_ssize_t room, unsigned int pha
             break;
         if (MARKER_SIZE > body - m) /* never on the 4-octet grid */
             return 0;
-        uint32_t reserved = be16(f + m), pointer = be16(f + m + 2);
+        uint32_t reserved = iw_be16(f + m), pointer = iw_be16(f + m + 2);
         Py_ssize_t expected = m == 0 ? 0 : m - lead;
         if (lead && m && either && (Py_ssize_t)(pointer & FPDUPTR_MASK) == m)
             expected = m; /* seeds 000/002: from the FPDU's first octet */
@@ -981,7 +994,7 @@ static Py_ssize_t clean_fpdu(const uint8_t *f, Py_ssize_t room, unsigned int pha
             return 0;
     if (ddp && plain_header(head, length) == 0)
         return 0; /* reads at most want_head octets of head: n is length */
-    if (crc_used && le32(f + body) != ~iw_crc32c(0xFFFFFFFFu, f, (size_t)body))
+    if (crc_used && iw_le32(f + body) != ~iw_crc32c(0xFFFFFFFFu, f, (size_t)body))
         return 0;
     return wire;
 }
@@ -1023,7 +1036,7 @@ static PyObject *py_fpdu_count(PyObject *self, PyObject *args)
     if (taken < count) {
         Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
         if (lead + HEADER_SIZE <= n - at) {
-            Py_ssize_t wire = fpdu_wire((Py_ssize_t)be16(d + at + lead), phase, lead, markers);
+            Py_ssize_t wire = fpdu_wire((Py_ssize_t)iw_be16(d + at + lead), phase, lead, markers);
             if (wire > n - at)
                 need = wire;
         }
@@ -1274,7 +1287,7 @@ static int text_marker(text *t, PyObject *m)
     }
     if (r == 1) {
         /* MarkerRecord.ok: RFC 5044 §4.3, the two low bits of FPDUPTR as zero. */
-        int ok = n[1] == 0 && (n[2] & FPDUPTR_MASK) == n[3];
+        int ok = n[1] == 0 && (n[2] & IW_FPDUPTR_MASK) == n[3];
         if ((ok ? TEXT_LIT(t, ", \"ok\": true}") : TEXT_LIT(t, ", \"ok\": false}")) < 0)
             r = -1;
     }

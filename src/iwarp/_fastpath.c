@@ -35,13 +35,12 @@
  * (Terminate codes, MPA errors) on such input is unchanged.
  */
 #include "_speedups.h"
+#include "_wire.h"
 
 #include <string.h>
 
 #include <structmember.h>
 
-#define FP_UNTAGGED 18u /* RFC 5041 §4.3 untagged header + RDMAP's octet */
-#define FP_LAST_FLAG 0x40u
 
 typedef struct {
     PyObject_HEAD
@@ -88,10 +87,10 @@ static int fp_set_send(FastPath *self, PyObject *send)
     if (!fp_check_octet(version, 3, "version") || !fp_check_octet(op, 255, "send") ||
         !fp_check_octet(op_se, 255, "send_se") || !fp_check_octet(msn, 0xFFFFFFFF, "msn") ||
         !fp_check_phase(phase) ||
-        !fp_check_octet(max_payload, 0xFFFF - FP_UNTAGGED, "max_payload"))
+        !fp_check_octet(max_payload, 0xFFFF - IW_UNTAGGED_HEADER, "max_payload"))
         return 0;
     self->tx = (IwFraming){markers, crc, (unsigned)phase};
-    self->tx_control = (uint8_t)(version | FP_LAST_FLAG);
+    self->tx_control = (uint8_t)(version | IW_DDP_LAST_FLAG);
     self->tx_send = (uint8_t)op;
     self->tx_send_se = (uint8_t)op_se;
     self->tx_msn = (uint32_t)msn;
@@ -198,26 +197,12 @@ static PyObject *fp_send(FastPath *self, PyObject *const *args, Py_ssize_t nargs
     /* RFC 5041 §4.3: the untagged header of the last (only) segment, queue
      * 0, MO 0; its second octet is RDMAP's control octet (RFC 5040 §4.2). */
     uint32_t msn = self->tx_msn;
-    uint8_t header[FP_UNTAGGED] = {self->tx_control,
-                                   solicited ? self->tx_send_se : self->tx_send,
-                                   0,
-                                   0,
-                                   0,
-                                   0,
-                                   0,
-                                   0,
-                                   0,
-                                   0,
-                                   (uint8_t)(msn >> 24),
-                                   (uint8_t)(msn >> 16),
-                                   (uint8_t)(msn >> 8),
-                                   (uint8_t)msn,
-                                   0,
-                                   0,
-                                   0,
-                                   0};
+    /* RFC 5041 §4.3 untagged header and RDMAP's octet: queue 0, MSN, MO 0. */
+    uint8_t header[IW_UNTAGGED_HEADER] = {self->tx_control,
+                                          solicited ? self->tx_send_se : self->tx_send};
+    iw_put_be(header + IW_UNTAGGED_MSN_AT, 4, msn);
     IwFraming tx = self->tx;
-    frame = iw_small_frame(&tx, header, FP_UNTAGGED, data.buf, (size_t)data.len);
+    frame = iw_small_frame(&tx, header, IW_UNTAGGED_HEADER, data.buf, (size_t)data.len);
     if (frame != NULL) {
         self->tx = tx;
         self->tx_msn = msn + 1;

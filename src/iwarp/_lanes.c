@@ -23,6 +23,7 @@
  * position) stay with the Python cores; this file only moves octets.
  */
 #include "_speedups.h"
+#include "_wire.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -32,9 +33,6 @@
 #include <sys/uio.h>
 #include <time.h>
 
-#define LANE_MARKER_INTERVAL 512u
-#define LANE_PHASE_MASK 511u
-#define LANE_MARKER_STRIDE 508u
 /* iovecs per sendmsg (Linux IOV_MAX is 1024) and scratch octets per batch */
 #define LANE_IOV 1024
 #define LANE_SCRATCH (64 * 1024)
@@ -57,21 +55,6 @@ static inline size_t seg_len(const LaneRun *r, size_t offset)
 {
     size_t left = r->stop - offset;
     return left < r->room ? left : r->room;
-}
-
-/* Octets on the wire of an FPDU whose ULPDU has `ulpdu` octets and whose
- * first octet is at `phase` (mod 512) from the marker origin; as
- * mpa.framing.fpdu_wire_size. */
-static size_t fpdu_wire(size_t ulpdu, unsigned phase, int markers)
-{
-    size_t content = 6 + ulpdu + ((4 - ((2 + ulpdu) & 3)) & 3);
-    if (!markers)
-        return content;
-    size_t lead = phase == 0 ? 4 : 0;
-    size_t at = LANE_MARKER_INTERVAL - ((phase + lead) & LANE_PHASE_MASK);
-    if (at >= content)
-        return lead + content;
-    return lead + content + 4 * ((content - at + LANE_MARKER_STRIDE - 1) / LANE_MARKER_STRIDE);
 }
 
 /* One sendmsg's worth of iovecs, heads and tails in `scratch`. */
@@ -111,13 +94,14 @@ static void emit_user(Batch *b, const uint8_t *src, size_t n)
 
 static void emit_marker(Batch *b, int do_crc, unsigned ptr)
 {
-    uint8_t m[4] = {0, 0, (uint8_t)(ptr >> 8), (uint8_t)ptr};
-    emit_scratch(b, m, 4);
+    uint8_t m[IW_MARKER_SIZE];
+    iw_put_marker(m, ptr);
+    emit_scratch(b, m, IW_MARKER_SIZE);
     if (do_crc)
-        b->crc = iw_crc32c(b->crc, m, 4);
-    b->bytes += 4;
-    b->phase = (b->phase + 4) & LANE_PHASE_MASK;
-    b->since_len += 4;
+        b->crc = iw_crc32c(b->crc, m, IW_MARKER_SIZE);
+    b->bytes += IW_MARKER_SIZE;
+    b->phase = (b->phase + IW_MARKER_SIZE) & IW_PHASE_MASK;
+    b->since_len += IW_MARKER_SIZE;
 }
 
 /* n octets of FPDU content, a marker before every one at phase 0. */
@@ -126,7 +110,7 @@ static void emit(Batch *b, const LaneRun *r, const uint8_t *src, size_t n, int u
     while (n) {
         if (r->markers && b->phase == 0)
             emit_marker(b, r->crc, (unsigned)b->since_len);
-        size_t k = r->markers ? LANE_MARKER_INTERVAL - b->phase : n;
+        size_t k = r->markers ? IW_MARKER_INTERVAL - b->phase : n;
         if (k > n)
             k = n;
         if (user)
@@ -137,7 +121,7 @@ static void emit(Batch *b, const LaneRun *r, const uint8_t *src, size_t n, int u
             b->crc = iw_crc32c(b->crc, src, k);
         b->bytes += k;
         b->since_len += k;
-        b->phase = (unsigned)((b->phase + k) & LANE_PHASE_MASK);
+        b->phase = (unsigned)((b->phase + k) & IW_PHASE_MASK);
         src += k;
         n -= k;
     }
@@ -146,7 +130,7 @@ static void emit(Batch *b, const LaneRun *r, const uint8_t *src, size_t n, int u
 /* Whether an FPDU of `wire` octets still fits the batch (worst case). */
 static int batch_fits(const Batch *b, size_t wire)
 {
-    size_t markers = wire / LANE_MARKER_STRIDE + 3;
+    size_t markers = wire / IW_MARKER_STRIDE + 3;
     return (size_t)b->niov + 2 * markers + 6 <= LANE_IOV &&
            b->used + 48 + 4 * markers <= LANE_SCRATCH;
 }
@@ -162,28 +146,22 @@ static void emit_fpdu(Batch *b, const LaneRun *r, size_t offset)
     if (r->markers && b->phase == 0) /* RFC 5044 §4.3: FPDUPTR 0, CRC'd with this FPDU */
         emit_marker(b, r->crc, 0);
     b->since_len = 0;
-    uint8_t head[2 + 32];
-    head[0] = (uint8_t)(ulpdu >> 8);
-    head[1] = (uint8_t)ulpdu;
-    memcpy(head + 2, r->header, r->hlen);
-    uint64_t value = r->base + (uint64_t)offset;
-    for (size_t k = r->field_size; k-- > 0;) {
-        head[2 + r->field_at + k] = (uint8_t)value;
-        value >>= 8;
-    }
+    uint8_t head[IW_LENGTH_SIZE + 32];
+    iw_put_be16(head, (uint32_t)ulpdu);
+    memcpy(head + IW_LENGTH_SIZE, r->header, r->hlen);
+    iw_put_be(head + IW_LENGTH_SIZE + r->field_at, r->field_size, r->base + (uint64_t)offset);
     if (offset + n == r->plen)
-        head[2] |= r->last_mask;
-    emit(b, r, head, 2 + r->hlen, 0);
+        head[IW_LENGTH_SIZE] |= r->last_mask;
+    emit(b, r, head, IW_LENGTH_SIZE + r->hlen, 0);
     emit(b, r, r->payload + offset, n, 1);
-    emit(b, r, zeros, (4 - ((2 + ulpdu) & 3)) & 3, 0);
+    emit(b, r, zeros, iw_pad(ulpdu), 0);
     if (r->markers && b->phase == 0) /* a marker right before the CRC */
         emit_marker(b, r->crc, (unsigned)b->since_len);
-    uint32_t crc = r->crc ? ~b->crc : 0;
-    uint8_t tail[4] = {(uint8_t)crc, (uint8_t)(crc >> 8), (uint8_t)(crc >> 16),
-                       (uint8_t)(crc >> 24)};
-    emit_scratch(b, tail, 4);
-    b->bytes += 4;
-    b->phase = (b->phase + 4) & LANE_PHASE_MASK;
+    uint8_t tail[IW_CRC_SIZE];
+    iw_put_le32(tail, r->crc ? ~b->crc : 0);
+    emit_scratch(b, tail, IW_CRC_SIZE);
+    b->bytes += IW_CRC_SIZE;
+    b->phase = (b->phase + IW_CRC_SIZE) & IW_PHASE_MASK;
 }
 
 /* Drop the first n octets of the batch's iovecs. */
@@ -235,14 +213,26 @@ typedef struct {
     int error;    /* errno of a failed sendmsg, else 0 */
 } LaneResult;
 
+/* Where a lane writes and how it waits (send_lane's arguments), and the
+ * memory it builds a batch in. */
+typedef struct {
+    int fd;           /* the socket, when copy_to is NULL */
+    uint8_t *copy_to; /* else the octets are copied here */
+    int wait_ms;      /* for room: -1 until done, 0 not at all, else at most */
+    int watch_input;  /* a wait also ends when the socket is readable */
+    struct iovec *iov;
+    uint8_t *scratch;
+} LaneIo;
+
 /*
- * Write the run's wire octets [skip, min(total, skip + limit)) to fd.
+ * Write the run's wire octets [skip, min(total, skip + limit)) to io->fd.
  * Runs without the GIL: touches only the run's buffers and its own memory.
  */
 static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, size_t skip,
-                             size_t limit, int fd, uint8_t *copy_to, int wait_ms,
-                             int watch_input, struct iovec *iov, uint8_t *scratch)
+                             size_t limit, const LaneIo *io)
 {
+    int fd = io->fd, wait_ms = io->wait_ms, watch_input = io->watch_input;
+    uint8_t *copy_to = io->copy_to;
     LaneResult res = {0, LANE_DONE, 0};
     size_t end = total - skip > limit ? skip + limit : total;
     double deadline = wait_ms > 0 ? now_ms() + wait_ms : 0.0;
@@ -251,15 +241,15 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
     unsigned phase = phase0;
     for (;;) {
         size_t n = seg_len(r, offset);
-        size_t w = fpdu_wire(r->hlen + n, phase, r->markers);
+        size_t w = iw_frame(r->hlen + n, phase, r->markers).wire;
         if (wpos + w > skip || offset + n >= r->stop)
             break;
         wpos += w;
-        phase = (unsigned)((phase + w) & LANE_PHASE_MASK);
+        phase = (unsigned)((phase + w) & IW_PHASE_MASK);
         offset += n;
     }
     size_t pos = skip;
-    Batch b = {iov, 0, scratch, 0, 0, phase, 0, 0};
+    Batch b = {io->iov, 0, io->scratch, 0, 0, phase, 0, 0};
     while (pos < end) {
         if (b.niov == 0) {
             /* Build the next batch from the FPDU at `offset` (wire `wpos`). */
@@ -268,7 +258,7 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
             size_t first = wpos;
             for (;;) {
                 size_t n = seg_len(r, offset);
-                size_t w = fpdu_wire(r->hlen + n, b.phase, r->markers);
+                size_t w = iw_frame(r->hlen + n, b.phase, r->markers).wire;
                 if (b.niov && (!batch_fits(&b, w) || first + b.bytes >= end))
                     break;
                 emit_fpdu(&b, r, offset);
@@ -415,7 +405,7 @@ static PyObject *py_send_lane(PyObject *self, PyObject *args)
     if (hlen > 32 || field_at < 0 || field_size < 1 || field_size > 8 || field_at > hlen ||
         field_size > hlen - field_at || room <= 0 || room > 0xFFFF - hlen || start < 0 ||
         stop < start || stop > payload.len || last_mask < 0 || last_mask > 0xFF ||
-        (phase & 3) || phase > LANE_PHASE_MASK || skip < 0 || limit < -1 ||
+        (phase & 3) || phase > IW_PHASE_MASK || skip < 0 || limit < -1 ||
         (fd < 0 && out.obj == NULL && limit != 0)) {
         PyErr_SetString(PyExc_ValueError, "send_lane: inconsistent arguments");
         goto done;
@@ -438,9 +428,9 @@ static PyObject *py_send_lane(PyObject *self, PyObject *args)
     unsigned end_phase = phase;
     do {
         size_t n = seg_len(&r, offset);
-        size_t w = fpdu_wire(r.hlen + n, end_phase, markers);
+        size_t w = iw_frame(r.hlen + n, end_phase, markers).wire;
         total += w;
-        end_phase = (unsigned)((end_phase + w) & LANE_PHASE_MASK);
+        end_phase = (unsigned)((end_phase + w) & IW_PHASE_MASK);
         offset += n;
     } while (offset < r.stop);
     if ((size_t)skip > total) {
@@ -457,8 +447,8 @@ static PyObject *py_send_lane(PyObject *self, PyObject *args)
             goto done;
         }
         Py_BEGIN_ALLOW_THREADS
-        res = lane_write(&r, phase, total, (size_t)skip, cap, fd, out.buf, wait_ms, watch_input,
-                         iov, scratch);
+        LaneIo io = {fd, out.buf, wait_ms, watch_input, iov, scratch};
+        res = lane_write(&r, phase, total, (size_t)skip, cap, &io);
         Py_END_ALLOW_THREADS
         if (res.error) {
             errno = res.error;
@@ -510,26 +500,9 @@ PyMethodDef iw_lane_methods[] = {
  * learn them and the Python path takes the rest.
  */
 
-#define RL_TAGGED_HEADER 14u
-#define RL_UNTAGGED_HEADER 18u
-#define RL_TAGGED_FLAG 0x80u
-#define RL_LAST_FLAG 0x40u
-#define RL_VERSION_MASK 0x03u
 #define RL_READ_WINDOWS 8
-/* The largest FPDU: a 16-bit ULPDU_Length, PAD and CRC. */
-#define RL_MIN_ROOM (0x10000u + 8u)
 
 enum { RL_WRITE = 1, RL_READ = 2, RL_SEND = 3 };
-
-static inline uint32_t rl_be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static inline uint64_t rl_be64(const uint8_t *p)
-{
-    return ((uint64_t)rl_be32(p) << 32) | rl_be32(p + 4);
-}
 
 /* A tagged window: octets at TO base .. base + len - 1 of a writable buffer. */
 typedef struct {
@@ -622,44 +595,6 @@ static int rl_record(PyObject *records, int kind, unsigned long long a, unsigned
     return rc;
 }
 
-/* Where the FPDU that starts at `phase` (mod 512 from the marker origin)
- * puts its parts (RFC 5044 §4.1, §4.3): a leading marker when it starts on
- * a marker position, the content (ULPDU_Length, ULPDU, PAD, CRC) split by a
- * marker every 508 octets from `first` (content offset of the first one). */
-typedef struct {
-    size_t lead, first, count, wire;
-} RlFrame;
-
-static RlFrame rl_frame(size_t n, unsigned phase, int markers)
-{
-    RlFrame f = {0, SIZE_MAX, 0, 0};
-    size_t content = 6 + n + ((4 - ((2 + n) & 3)) & 3);
-    f.wire = content;
-    if (markers) {
-        f.lead = phase == 0 ? 4 : 0;
-        f.first = LANE_MARKER_INTERVAL - ((phase + f.lead) & LANE_PHASE_MASK);
-        if (f.first < content)
-            f.count = (content - f.first + LANE_MARKER_STRIDE - 1) / LANE_MARKER_STRIDE;
-        f.wire = f.lead + content + 4 * f.count;
-    }
-    return f;
-}
-
-/* Copy `len` content octets from content offset `c` of the FPDU whose
- * ULPDU_Length field is at `h` to `dst`, around the markers. */
-static void rl_gather(const uint8_t *h, const RlFrame *f, size_t c, size_t len, uint8_t *dst)
-{
-    while (len) {
-        size_t before = c < f->first ? 0 : (c - f->first) / LANE_MARKER_STRIDE + 1;
-        size_t next = c < f->first ? f->first : f->first + before * LANE_MARKER_STRIDE;
-        size_t piece = next - c < len ? next - c : len;
-        memcpy(dst, h + c + 4 * before, piece);
-        dst += piece;
-        c += piece;
-        len -= piece;
-    }
-}
-
 /* The wire end of the complete FPDUs from `at` (their length fields only):
  * where the Python path's handover ends. A length above the limit: `end`
  * (that path reports it). */
@@ -667,17 +602,17 @@ static size_t rl_complete(const uint8_t *ring, size_t at, size_t end, size_t lim
                           unsigned phase)
 {
     for (;;) {
-        size_t lead = markers && phase == 0 ? 4 : 0;
-        if (end - at < lead + 2)
+        size_t lead = markers && phase == 0 ? IW_MARKER_SIZE : 0;
+        if (end - at < lead + IW_LENGTH_SIZE)
             break;
-        size_t n = ((size_t)ring[at + lead] << 8) | ring[at + lead + 1];
+        size_t n = iw_be16(ring + at + lead);
         if (n > limit)
             return end;
-        size_t wire = rl_frame(n, phase, markers).wire;
+        size_t wire = iw_frame(n, phase, markers).wire;
         if (wire > end - at)
             break;
         at += wire;
-        phase = (unsigned)((phase + wire) & LANE_PHASE_MASK);
+        phase = (unsigned)((phase + wire) & IW_PHASE_MASK);
     }
     return at;
 }
@@ -730,346 +665,466 @@ static size_t rl_complete(const uint8_t *ring, size_t at, size_t end, size_t lim
  * (3, index, end, solicited, last) a Send into `sends[index]` placed up to
  * MO `end` (last: its message is complete).
  */
+/* recv_lane's arguments, as parsed (see above for their meaning). */
+typedef struct {
+    int fd, wait_ms, crc, version, markers, either;
+    int write_ctl, read_ctl, send_ok, send_ctl, send_se_ctl;
+    Py_ssize_t start, end, limit, received;
+    unsigned long msn;
+    unsigned phase;
+    PyObject *ring, *tagged, *writes, *reads, *sends;
+} RlArgs;
+
+static int rl_parse(PyObject *args, RlArgs *a)
+{
+    a->markers = 0;
+    a->either = 0;
+    a->phase = 0;
+    if (!PyArg_ParseTuple(args, "iOnnipniOiOiO!piiknO|pIp:recv_lane", &a->fd, &a->ring, &a->start,
+                          &a->end, &a->wait_ms, &a->crc, &a->limit, &a->version, &a->tagged,
+                          &a->write_ctl, &a->writes, &a->read_ctl, &PyTuple_Type, &a->reads,
+                          &a->send_ok, &a->send_ctl, &a->send_se_ctl, &a->msn, &a->received,
+                          &a->sends, &a->markers, &a->phase, &a->either))
+        return 0;
+    return 1;
+}
+
+/* An RDMAP control octet argument: -1 (none) or an octet. */
+static inline int rl_ctl_ok(int ctl) { return ctl >= -1 && ctl <= 0xFF; }
+
+static int rl_args_ok(const RlArgs *a, size_t cap)
+{
+    return a->start >= 0 && a->end >= a->start && (size_t)a->end <= cap && a->limit >= 0 &&
+           a->limit <= (Py_ssize_t)IW_MAX_ULPDU && a->version >= 0 && a->version <= 3 &&
+           rl_ctl_ok(a->write_ctl) && rl_ctl_ok(a->read_ctl) && rl_ctl_ok(a->send_ctl) &&
+           rl_ctl_ok(a->send_se_ctl) && a->msn <= 0xFFFFFFFFul && a->received >= 0 &&
+           a->wait_ms >= -1 && (a->tagged == Py_None || PyTuple_Check(a->tagged)) &&
+           PyDict_Check(a->writes) && !(a->phase & 3) && a->phase <= IW_PHASE_MASK;
+}
+
+/* The state of one walk: the windows acquired, the tagged message and the
+ * Send message in progress, and the record being built. */
+typedef struct {
+    const RlArgs *a;
+    RlWindow write_win; /* write_win.view.obj NULL: none acquired */
+    RlWindow read_win[RL_READ_WINDOWS];
+    Py_ssize_t nreads;
+    Py_buffer send_buf;
+    Py_ssize_t send_index; /* sends[] entry send_buf holds, -1: none */
+    /* the unfinished tagged message */
+    int open;
+    uint32_t open_stag;
+    uint64_t open_to;
+    int open_ctl;
+    /* the record being built: RL_WRITE / RL_READ, 0: none */
+    int run_kind;
+    uint32_t run_stag;
+    uint64_t run_to, run_octets;
+    Py_ssize_t read_index; /* reads[] entry of the head Read */
+    uint64_t read_filled;
+    uint32_t msn;
+    uint64_t mo;
+    Py_ssize_t send_at; /* sends[] entry of the next Send message */
+    long long need;
+    PyObject *records;
+} RlWalk;
+
+/* How one segment went: placed, or the walk stops there (the Python path
+ * takes it), or a Python error is set. */
+enum { RL_FAIL = -1, RL_STOP = 0, RL_PLACED = 1 };
+
+static void rl_walk_release(RlWalk *w)
+{
+    rl_release(&w->write_win.view);
+    for (int k = 0; k < RL_READ_WINDOWS; k++)
+        rl_release(&w->read_win[k].view);
+    rl_release(&w->send_buf);
+    Py_CLEAR(w->records);
+}
+
+/* The walk's starting state from the arguments; 0 with an error set. */
+static int rl_walk_init(RlWalk *w, const RlArgs *a)
+{
+    memset(w, 0, sizeof *w);
+    w->a = a;
+    w->send_index = -1;
+    w->need = -1;
+    w->msn = (uint32_t)a->msn;
+    w->mo = (uint64_t)a->received;
+    w->nreads = PyTuple_GET_SIZE(a->reads);
+    if (w->nreads > RL_READ_WINDOWS)
+        w->nreads = RL_READ_WINDOWS;
+    if (a->tagged != Py_None) {
+        unsigned long s;
+        unsigned long long t;
+        if (!PyArg_ParseTuple(a->tagged, "kKi:recv_lane tagged", &s, &t, &w->open_ctl))
+            return 0;
+        if (s > 0xFFFFFFFFul) {
+            PyErr_SetString(PyExc_ValueError, "recv_lane: inconsistent arguments");
+            return 0;
+        }
+        w->open = 1;
+        w->open_stag = (uint32_t)s;
+        w->open_to = t;
+    }
+    if (w->nreads > 0) {
+        unsigned long s;
+        PyObject *obj;
+        unsigned long long b, f;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(a->reads, 0), "kOKK:recv_lane reads", &s, &obj, &b,
+                              &f))
+            return 0;
+        w->read_filled = f;
+    }
+    return (w->records = PyList_New(0)) != NULL;
+}
+
+/* Close the record being built, if any (not the message's last). */
+static int rl_end_run(RlWalk *w)
+{
+    int kind = w->run_kind;
+    w->run_kind = 0;
+    if (!kind)
+        return 0;
+    return rl_record(w->records, kind, kind == RL_WRITE ? w->run_stag : (uint64_t)w->read_index,
+                     w->run_to, w->run_octets, 0);
+}
+
+/* The window of RDMA Writes to `stag`; NULL: the walk stops (`need` set
+ * when the core has not published one). */
+static RlWindow *rl_write_window(RlWalk *w, uint32_t stag, int *failed)
+{
+    RlWindow *win = &w->write_win;
+    if (win->view.obj != NULL && win->stag == stag)
+        return win;
+    rl_release(&win->view);
+    PyObject *key = PyLong_FromUnsignedLong(stag);
+    if (key == NULL) {
+        *failed = 1;
+        return NULL;
+    }
+    PyObject *entry = PyDict_GetItemWithError(w->a->writes, key);
+    Py_DECREF(key);
+    if (entry == NULL) {
+        if (PyErr_Occurred())
+            *failed = 1;
+        else
+            w->need = stag;
+        return NULL;
+    }
+    PyObject *obj;
+    unsigned long long base;
+    if (!PyTuple_Check(entry) || !PyArg_ParseTuple(entry, "OK", &obj, &base)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (rl_acquire(obj, &win->view) < 0)
+        return NULL;
+    win->stag = stag;
+    win->base = base;
+    win->len = (uint64_t)win->view.len;
+    return win;
+}
+
+/* The head Read's sink, if a Read Response segment (`stag`, `to`, `len`
+ * octets, `last`) continues it in order; NULL otherwise. */
+static RlWindow *rl_read_window(RlWalk *w, uint32_t stag, uint64_t to, uint64_t len, int last)
+{
+    if (w->read_index >= w->nreads)
+        return NULL;
+    RlWindow *win = &w->read_win[w->read_index];
+    if (win->view.obj == NULL) {
+        unsigned long s;
+        PyObject *obj;
+        unsigned long long b, f;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(w->a->reads, w->read_index), "kOKK", &s, &obj, &b,
+                              &f)) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (rl_acquire(obj, &win->view) < 0)
+            return NULL;
+        win->stag = (uint32_t)s;
+        win->base = b;
+        win->len = (uint64_t)win->view.len;
+        w->read_filled = f;
+    }
+    /* In order only: the next octet of the sink. */
+    if (stag != win->stag || w->read_filled > win->len || to < win->base ||
+        to - win->base != w->read_filled || len > win->len - w->read_filled)
+        return NULL;
+    if (last && len != win->len - w->read_filled)
+        return NULL;
+    return win;
+}
+
+/* A tagged segment (RFC 5041 §4.2): an RDMA Write or Read Response placed
+ * into its window. `u` holds the header, `h` the FPDU's ULPDU_Length. */
+static int rl_tagged(RlWalk *w, const uint8_t *h, const IwFrame *f, size_t n, const uint8_t *u)
+{
+    const RlArgs *a = w->a;
+    if (n <= IW_TAGGED_HEADER)
+        return RL_STOP; /* zero-length segments: the Python path */
+    int last = (u[0] & IW_DDP_LAST_FLAG) != 0;
+    int ctl = u[1];
+    uint32_t stag = iw_be32(u + IW_TAGGED_STAG_AT);
+    uint64_t to = iw_be64(u + IW_TAGGED_TO_AT);
+    uint64_t len = n - IW_TAGGED_HEADER;
+    if (w->open && (stag != w->open_stag || to != w->open_to || ctl != w->open_ctl))
+        return RL_STOP;
+    RlWindow *win;
+    int kind, failed = 0;
+    if (ctl == a->write_ctl) {
+        kind = RL_WRITE;
+        win = rl_write_window(w, stag, &failed);
+    } else if (ctl == a->read_ctl) {
+        kind = RL_READ;
+        win = rl_read_window(w, stag, to, len, last);
+    } else {
+        return RL_STOP;
+    }
+    if (win == NULL)
+        return failed ? RL_FAIL : RL_STOP;
+    /* Wholly inside the window, compared without an addition. */
+    if (to < win->base || to - win->base > win->len || len > win->len - (to - win->base))
+        return RL_STOP;
+    iw_gather(h, f, IW_LENGTH_SIZE + IW_TAGGED_HEADER, (size_t)len,
+              (uint8_t *)win->view.buf + (to - win->base));
+    if (w->run_kind == kind && w->run_stag == stag && w->run_to + w->run_octets == to) {
+        w->run_octets += len;
+    } else {
+        if (rl_end_run(w) < 0)
+            return RL_FAIL;
+        w->run_kind = kind;
+        w->run_stag = stag;
+        w->run_to = to;
+        w->run_octets = len;
+    }
+    if (kind == RL_READ)
+        w->read_filled += len;
+    if (!last) {
+        w->open = 1;
+        w->open_stag = stag;
+        w->open_to = to + len;
+        w->open_ctl = ctl;
+        return RL_PLACED;
+    }
+    uint64_t which = kind == RL_WRITE ? stag : (uint64_t)w->read_index;
+    if (rl_record(w->records, kind, which, w->run_to, w->run_octets, 1) < 0)
+        return RL_FAIL;
+    w->run_kind = 0;
+    w->open = 0;
+    if (kind == RL_READ) {
+        w->read_index++;
+        w->read_filled = 0;
+    }
+    return RL_PLACED;
+}
+
+/* The posted buffer of the next Send message, acquired into send_buf; 0:
+ * none the lane may place into. */
+static int rl_send_buffer(RlWalk *w)
+{
+    if (w->send_index == w->send_at)
+        return 1;
+    rl_release(&w->send_buf);
+    w->send_index = -1;
+    if (w->send_at >= PySequence_Size(w->a->sends)) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *item = PySequence_GetItem(w->a->sends, w->send_at);
+    if (item == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    /* A buffer whose placements hold the RFC 7306 Atomic Operations' lock
+     * (`guarded`): the usual path's. */
+    PyObject *guarded = PyObject_GetAttrString(item, "guarded");
+    int locked = guarded != NULL ? PyObject_IsTrue(guarded) : 0;
+    Py_XDECREF(guarded);
+    PyErr_Clear();
+    PyObject *v = locked ? NULL : PyObject_GetAttrString(item, "view");
+    Py_DECREF(item);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int bad = rl_acquire(v, &w->send_buf);
+    Py_DECREF(v);
+    if (bad < 0)
+        return 0;
+    w->send_index = w->send_at;
+    return 1;
+}
+
+/* An untagged segment (RFC 5041 §4.3): a plain Send into its posted buffer. */
+static int rl_untagged(RlWalk *w, const uint8_t *h, const IwFrame *f, size_t n, const uint8_t *u)
+{
+    const RlArgs *a = w->a;
+    if (!a->send_ok || n < IW_UNTAGGED_HEADER)
+        return RL_STOP;
+    int ctl = u[1];
+    if (ctl != a->send_ctl && ctl != a->send_se_ctl)
+        return RL_STOP;
+    if (iw_be32(u + IW_UNTAGGED_QN_AT) != 0 || iw_be32(u + IW_UNTAGGED_MSN_AT) != w->msn ||
+        (uint64_t)iw_be32(u + IW_UNTAGGED_MO_AT) != w->mo)
+        return RL_STOP;
+    if (!rl_send_buffer(w))
+        return RL_STOP;
+    uint64_t len = n - IW_UNTAGGED_HEADER;
+    if (w->mo > (uint64_t)w->send_buf.len || len > (uint64_t)w->send_buf.len - w->mo)
+        return RL_STOP; /* too long: the Python path reports it */
+    if (len)
+        iw_gather(h, f, IW_LENGTH_SIZE + IW_UNTAGGED_HEADER, (size_t)len,
+                  (uint8_t *)w->send_buf.buf + w->mo);
+    /* A Send between tagged segments ends the current record. */
+    if (rl_end_run(w) < 0)
+        return RL_FAIL;
+    w->mo += len;
+    if (u[0] & IW_DDP_LAST_FLAG) {
+        if (rl_record(w->records, RL_SEND, (uint64_t)w->send_at, w->mo, ctl == a->send_se_ctl,
+                      1) < 0)
+            return RL_FAIL;
+        w->send_at++;
+        w->msn++;
+        w->mo = 0;
+    }
+    return RL_PLACED;
+}
+
+/* Whether the complete FPDU at `p` (its ULPDU_Length at p + lead) is one
+ * the usual path would accept: CRC (RFC 5044 §6) and every marker's FPDUPTR
+ * (§4.3, low two bits ignored), as that path checks them (and reports
+ * them when wrong). */
+static int rl_fpdu_ok(const uint8_t *p, const IwFrame *f, int crc, int either)
+{
+    if (crc && iw_crc_field(p + f->wire - IW_CRC_SIZE) !=
+                   ~iw_crc32c(0xFFFFFFFFu, p, f->wire - IW_CRC_SIZE))
+        return 0;
+    if (f->lead && (iw_be16(p + 2) & IW_FPDUPTR_MASK))
+        return 0;
+    const uint8_t *h = p + f->lead;
+    for (size_t k = 0; k < f->count; k++) {
+        size_t m = f->first + IW_MARKER_INTERVAL * k; /* from `h` */
+        if (!iw_fpduptr_ok(iw_be16(h + m + 2) & IW_FPDUPTR_MASK, m, f->lead, f->lead && either))
+            return 0;
+    }
+    return 1;
+}
+
+/* Walk the complete FPDUs of buf[at, end) placing what the lane is sure
+ * of; returns where it stopped (RL_FAIL's: an error is set, *failed). */
+static size_t rl_walk(RlWalk *w, uint8_t *buf, size_t at, size_t end, unsigned *phase,
+                      int *failed)
+{
+    const RlArgs *a = w->a;
+    for (;;) {
+        size_t lead = a->markers && *phase == 0 ? IW_MARKER_SIZE : 0;
+        if (end - at < lead + IW_LENGTH_SIZE)
+            break;
+        const uint8_t *h = buf + at + lead; /* the ULPDU_Length field */
+        size_t n = iw_be16(h);
+        if (n > (size_t)a->limit)
+            break; /* the Python path reports it */
+        IwFrame f = iw_frame(n, *phase, a->markers);
+        if (f.wire > end - at || !rl_fpdu_ok(buf + at, &f, a->crc, a->either))
+            break;
+        /* The DDP/RDMAP header, gathered around markers. */
+        uint8_t u[IW_UNTAGGED_HEADER] = {0};
+        iw_gather(h, &f, IW_LENGTH_SIZE, n < sizeof u ? n : sizeof u, u);
+        if (n < 2 || (u[0] & IW_DDP_VERSION_MASK) != (unsigned)a->version)
+            break;
+        int done = (u[0] & IW_DDP_TAGGED_FLAG) ? rl_tagged(w, h, &f, n, u)
+                                               : rl_untagged(w, h, &f, n, u);
+        if (done == RL_FAIL)
+            *failed = 1;
+        if (done != RL_PLACED)
+            break;
+        at += f.wire;
+        *phase = (unsigned)((*phase + f.wire) & IW_PHASE_MASK);
+    }
+    return at;
+}
+
+/* The records that close a walk: the open run, and where a Send message in
+ * progress at the end stands. */
+static int rl_walk_end(RlWalk *w)
+{
+    if (rl_end_run(w) < 0)
+        return -1;
+    if ((w->mo != (uint64_t)w->a->received || w->send_at > 0) && w->mo &&
+        rl_record(w->records, RL_SEND, (uint64_t)w->send_at, w->mo, 0, 0) < 0)
+        return -1;
+    return 0;
+}
+
+/* Make room and read the socket into the ring: the data moves to the
+ * front when less room than the largest FPDU is left after it (or nothing
+ * is held); then `fd` is read until it is empty or the ring is full.
+ * Returns the state bits (see above); -1 with OSError set when the read
+ * failed before any octet. */
+static int rl_fill(const RlArgs *a, uint8_t *buf, size_t cap, size_t *s0, size_t *e0,
+                   size_t *got)
+{
+    if (*s0 > 0 && (cap - *e0 < IW_FPDU_MAX || *s0 == *e0)) {
+        memmove(buf, buf + *s0, *e0 - *s0);
+        *e0 -= *s0;
+        *s0 = 0;
+    }
+    *got = 0;
+    if (a->fd < 0 || *e0 >= cap)
+        return *e0 >= cap ? 2 : 0;
+    RlRead r;
+    Py_BEGIN_ALLOW_THREADS
+    r = rl_read(a->fd, buf, *e0, cap, a->wait_ms);
+    Py_END_ALLOW_THREADS
+    if (r.error && r.got == 0) {
+        errno = r.error;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    /* An error after some octets: they are processed first, the error
+     * comes back in the state (the kernel reports it once). */
+    *e0 += r.got;
+    *got = r.got;
+    return (r.eof ? 1 : 0) | (r.full ? 2 : 0) | (r.error << 8);
+}
+
 static PyObject *py_recv_lane(PyObject *self, PyObject *args)
 {
-    int fd, wait_ms, crc, version, write_ctl, read_ctl, send_ok, send_ctl, send_se_ctl;
-    int markers = 0, either = 0;
-    unsigned phase = 0;
-    Py_ssize_t start, end, limit;
-    unsigned long msn_arg;
-    Py_ssize_t received;
-    PyObject *ring_obj, *tagged, *writes, *reads, *sends;
-    if (!PyArg_ParseTuple(args, "iOnnipniOiOiO!piiknO|pIp:recv_lane", &fd, &ring_obj, &start,
-                          &end, &wait_ms, &crc, &limit, &version, &tagged, &write_ctl, &writes,
-                          &read_ctl, &PyTuple_Type, &reads, &send_ok, &send_ctl, &send_se_ctl,
-                          &msn_arg, &received, &sends, &markers, &phase, &either))
+    RlArgs a;
+    if (!rl_parse(args, &a))
         return NULL;
     Py_buffer ring;
-    if (PyObject_GetBuffer(ring_obj, &ring, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+    if (PyObject_GetBuffer(a.ring, &ring, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
-    PyObject *result = NULL, *records = NULL;
-    RlWindow write_win = {0, 0, {0}, 0};
-    int write_have = 0;
-    RlWindow read_win[RL_READ_WINDOWS];
-    memset(read_win, 0, sizeof read_win);
-    Py_buffer send_buf = {0};
-    Py_ssize_t send_index = -1;
+    PyObject *result = NULL;
+    RlWalk w;
+    memset(&w, 0, sizeof w);
     size_t cap = (size_t)ring.len;
-    if (start < 0 || end < start || (size_t)end > cap || limit < 0 || limit > 0xFFFF ||
-        version < 0 || version > 3 || write_ctl < -1 || write_ctl > 0xFF || read_ctl < -1 ||
-        read_ctl > 0xFF || send_ctl < -1 || send_ctl > 0xFF || send_se_ctl < -1 ||
-        send_se_ctl > 0xFF || msn_arg > 0xFFFFFFFFul || received < 0 || wait_ms < -1 ||
-        (tagged != Py_None && !PyTuple_Check(tagged)) || !PyDict_Check(writes) ||
-        (phase & 3) || phase > LANE_PHASE_MASK) {
+    if (!rl_args_ok(&a, cap)) {
         PyErr_SetString(PyExc_ValueError, "recv_lane: inconsistent arguments");
         goto done;
     }
-    Py_ssize_t nreads = PyTuple_GET_SIZE(reads);
-    if (nreads > RL_READ_WINDOWS)
-        nreads = RL_READ_WINDOWS;
-    /* The unfinished tagged message, if any. */
-    int open = 0;
-    uint32_t open_stag = 0;
-    uint64_t open_to = 0;
-    int open_ctl = 0;
-    if (tagged != Py_None) {
-        unsigned long s;
-        unsigned long long t;
-        if (!PyArg_ParseTuple(tagged, "kKi:recv_lane tagged", &s, &t, &open_ctl))
-            goto done;
-        if (s > 0xFFFFFFFFul) {
-            PyErr_SetString(PyExc_ValueError, "recv_lane: inconsistent arguments");
-            goto done;
-        }
-        open = 1;
-        open_stag = (uint32_t)s;
-        open_to = t;
-    }
+    if (!rl_walk_init(&w, &a))
+        goto done;
     uint8_t *buf = ring.buf;
-    size_t s0 = (size_t)start, e0 = (size_t)end;
-    /* Room for the largest FPDU after the data, else the data moves to the
-     * front (a partial FPDU, mostly: moved only once in a while). */
-    if (s0 > 0 && (cap - e0 < RL_MIN_ROOM || s0 == e0)) {
-        memmove(buf, buf + s0, e0 - s0);
-        e0 -= s0;
-        s0 = 0;
-    }
-    int state = 0;
-    size_t got = 0;
-    if (fd >= 0 && e0 < cap) {
-        RlRead r;
-        Py_BEGIN_ALLOW_THREADS
-        r = rl_read(fd, buf, e0, cap, wait_ms);
-        Py_END_ALLOW_THREADS
-        if (r.error && r.got == 0) {
-            errno = r.error;
-            PyErr_SetFromErrno(PyExc_OSError);
-            goto done;
-        }
-        /* An error after some octets: they are processed first, the
-         * error comes back in the state (the kernel reports it once). */
-        e0 += r.got;
-        got = r.got;
-        state = (r.eof ? 1 : 0) | (r.full ? 2 : 0) | (r.error << 8);
-    } else if (e0 >= cap) {
-        state = 2;
-    }
-    records = PyList_New(0);
-    if (records == NULL)
+    size_t s0 = (size_t)a.start, e0 = (size_t)a.end, got;
+    int state = rl_fill(&a, buf, cap, &s0, &e0, &got);
+    if (state < 0)
         goto done;
-    /* Per-call progress of the records being built. */
-    int run_kind = 0;          /* RL_WRITE / RL_READ of the open record */
-    uint32_t run_stag = 0;
-    uint64_t run_to = 0, run_octets = 0;
-    Py_ssize_t read_index = 0; /* reads[] entry of the head Read */
-    uint64_t read_filled = 0;
-    if (nreads > 0) {
-        PyObject *w = PyTuple_GET_ITEM(reads, 0);
-        unsigned long long f;
-        unsigned long s;
-        PyObject *obj;
-        unsigned long long b;
-        if (!PyArg_ParseTuple(w, "kOKK:recv_lane reads", &s, &obj, &b, &f))
-            goto done;
-        read_filled = f;
-    }
-    uint32_t msn = (uint32_t)msn_arg;
-    uint64_t mo = (uint64_t)received;
-    Py_ssize_t send_at = 0; /* sends[] entry of the next Send message */
-    long long need = -1;
-    size_t at = s0;
-    size_t lim = (size_t)limit;
-    for (;;) {
-        size_t lead = markers && phase == 0 ? 4 : 0;
-        if (e0 - at < lead + 2)
-            break;
-        const uint8_t *h = buf + at + lead; /* the ULPDU_Length field */
-        size_t n = ((size_t)h[0] << 8) | h[1];
-        if (n > lim)
-            break; /* the Python path reports it */
-        RlFrame frame = rl_frame(n, phase, markers);
-        size_t wire = frame.wire;
-        if (wire > e0 - at)
-            break;
-        if (crc) {
-            uint32_t computed = ~iw_crc32c(0xFFFFFFFFu, buf + at, wire - 4);
-            const uint8_t *f = buf + at + wire - 4;
-            uint32_t field = (uint32_t)f[0] | ((uint32_t)f[1] << 8) | ((uint32_t)f[2] << 16) |
-                             ((uint32_t)f[3] << 24);
-            if (field != computed)
-                break;
-        }
-        /* RFC 5044 §4.3: the markers' FPDUPTRs (low two bits ignored), as
-         * the usual path checks them (and reports them when wrong). */
-        if (lead && (((unsigned)buf[at + 2] << 8 | buf[at + 3]) & 0xFFFCu))
-            break;
-        int marked = 1;
-        for (size_t k = 0; k < frame.count; k++) {
-            size_t m = frame.first + LANE_MARKER_INTERVAL * k; /* from `h` */
-            size_t found = ((size_t)h[m + 2] << 8 | h[m + 3]) & 0xFFFCu;
-            if (found != m && !(either && lead && found == m + lead)) {
-                marked = 0;
-                break;
-            }
-        }
-        if (!marked)
-            break;
-        /* The DDP/RDMAP header, gathered around markers. */
-        uint8_t u[RL_UNTAGGED_HEADER] = {0};
-        rl_gather(h, &frame, 2, n < sizeof u ? n : sizeof u, u);
-        if (n < 2 || (u[0] & RL_VERSION_MASK) != (unsigned)version)
-            break;
-        int last = (u[0] & RL_LAST_FLAG) != 0;
-        if (u[0] & RL_TAGGED_FLAG) {
-            if (n <= RL_TAGGED_HEADER)
-                break; /* zero-length segments: the Python path */
-            int ctl = u[1];
-            uint32_t stag = rl_be32(u + 2);
-            uint64_t to = rl_be64(u + 6);
-            uint64_t len = n - RL_TAGGED_HEADER;
-            if (open && (stag != open_stag || to != open_to || ctl != open_ctl))
-                break;
-            RlWindow *win;
-            int kind;
-            if (ctl == write_ctl) {
-                kind = RL_WRITE;
-                if (!write_have || write_win.stag != stag) {
-                    rl_release(&write_win.view);
-                    write_have = 0;
-                    PyObject *key = PyLong_FromUnsignedLong(stag);
-                    if (key == NULL)
-                        goto done;
-                    PyObject *entry = PyDict_GetItemWithError(writes, key);
-                    Py_DECREF(key);
-                    if (entry == NULL) {
-                        if (PyErr_Occurred())
-                            goto done;
-                        need = stag;
-                        break;
-                    }
-                    PyObject *obj;
-                    unsigned long long b;
-                    if (!PyTuple_Check(entry) || !PyArg_ParseTuple(entry, "OK", &obj, &b)) {
-                        PyErr_Clear();
-                        break;
-                    }
-                    if (rl_acquire(obj, &write_win.view) < 0)
-                        break;
-                    write_win.stag = stag;
-                    write_win.base = b;
-                    write_win.len = (uint64_t)write_win.view.len;
-                    write_have = 1;
-                }
-                win = &write_win;
-            } else if (ctl == read_ctl) {
-                kind = RL_READ;
-                if (read_index >= nreads)
-                    break;
-                win = &read_win[read_index];
-                if (win->view.obj == NULL) {
-                    unsigned long s;
-                    PyObject *obj;
-                    unsigned long long b, f;
-                    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(reads, read_index), "kOKK", &s, &obj,
-                                          &b, &f)) {
-                        PyErr_Clear();
-                        break;
-                    }
-                    if (rl_acquire(obj, &win->view) < 0)
-                        break;
-                    win->stag = (uint32_t)s;
-                    win->base = b;
-                    win->len = (uint64_t)win->view.len;
-                    read_filled = f;
-                }
-                /* In order only: the next octet of the sink. */
-                if (stag != win->stag || read_filled > win->len || to - win->base != read_filled ||
-                    to < win->base || len > win->len - read_filled)
-                    break;
-                if (last && len != win->len - read_filled)
-                    break;
-            } else {
-                break;
-            }
-            /* Wholly inside the window, compared without an addition. */
-            if (to < win->base || to - win->base > win->len || len > win->len - (to - win->base))
-                break;
-            uint8_t *dst = (uint8_t *)win->view.buf + (to - win->base);
-            rl_gather(h, &frame, 2 + RL_TAGGED_HEADER, (size_t)len, dst);
-            if (run_kind == kind && run_stag == stag && run_to + run_octets == to) {
-                run_octets += len;
-            } else {
-                if (run_kind && rl_record(records, run_kind,
-                                          run_kind == RL_WRITE ? run_stag : (uint64_t)read_index,
-                                          run_to, run_octets, 0) < 0)
-                    goto done;
-                run_kind = kind;
-                run_stag = stag;
-                run_to = to;
-                run_octets = len;
-            }
-            if (kind == RL_READ)
-                read_filled += len;
-            if (last) {
-                if (rl_record(records, kind, kind == RL_WRITE ? stag : (uint64_t)read_index,
-                              run_to, run_octets, 1) < 0)
-                    goto done;
-                run_kind = 0;
-                open = 0;
-                if (kind == RL_READ) {
-                    read_index++;
-                    read_filled = 0;
-                }
-            } else {
-                open = 1;
-                open_stag = stag;
-                open_to = to + len;
-                open_ctl = ctl;
-            }
-        } else {
-            /* An untagged segment: a plain Send into its posted buffer. */
-            if (!send_ok || n < RL_UNTAGGED_HEADER)
-                break;
-            int ctl = u[1];
-            if (ctl != send_ctl && ctl != send_se_ctl)
-                break;
-            uint32_t qn = rl_be32(u + 6), smsn = rl_be32(u + 10);
-            uint64_t smo = rl_be32(u + 14);
-            if (qn != 0 || smsn != msn || smo != mo)
-                break;
-            if (send_index != send_at) {
-                rl_release(&send_buf);
-                send_index = -1;
-                if (send_at >= PySequence_Size(sends)) {
-                    PyErr_Clear();
-                    break;
-                }
-                PyObject *item = PySequence_GetItem(sends, send_at);
-                if (item == NULL) {
-                    PyErr_Clear();
-                    break;
-                }
-                /* A buffer whose placements hold the RFC 7306 Atomic
-                 * Operations' lock (`guarded`): the usual path's. */
-                PyObject *guarded = PyObject_GetAttrString(item, "guarded");
-                int locked = guarded != NULL ? PyObject_IsTrue(guarded) : 0;
-                Py_XDECREF(guarded);
-                PyErr_Clear();
-                PyObject *v = locked ? NULL : PyObject_GetAttrString(item, "view");
-                Py_DECREF(item);
-                if (v == NULL) {
-                    PyErr_Clear();
-                    break;
-                }
-                int bad = rl_acquire(v, &send_buf);
-                Py_DECREF(v);
-                if (bad < 0)
-                    break;
-                send_index = send_at;
-            }
-            uint64_t len = n - RL_UNTAGGED_HEADER;
-            if (mo > (uint64_t)send_buf.len || len > (uint64_t)send_buf.len - mo)
-                break; /* too long: the Python path reports it */
-            if (len)
-                rl_gather(h, &frame, 2 + RL_UNTAGGED_HEADER, (size_t)len,
-                          (uint8_t *)send_buf.buf + mo);
-            /* A Send between tagged segments ends the current record. */
-            if (run_kind && rl_record(records, run_kind,
-                                      run_kind == RL_WRITE ? run_stag : (uint64_t)read_index,
-                                      run_to, run_octets, 0) < 0)
-                goto done;
-            run_kind = 0;
-            mo += len;
-            if (last) {
-                if (rl_record(records, RL_SEND, (uint64_t)send_at, mo, ctl == send_se_ctl, 1) < 0)
-                    goto done;
-                send_at++;
-                msn++;
-                mo = 0;
-            }
-        }
-        at += wire;
-        phase = (unsigned)((phase + wire) & LANE_PHASE_MASK);
-    }
-    if (run_kind && rl_record(records, run_kind,
-                              run_kind == RL_WRITE ? run_stag : (uint64_t)read_index, run_to,
-                              run_octets, 0) < 0)
+    unsigned phase = a.phase;
+    int failed = 0;
+    size_t at = rl_walk(&w, buf, s0, e0, &phase, &failed);
+    if (failed || rl_walk_end(&w) < 0)
         goto done;
-    if (mo != (uint64_t)received || send_at > 0) {
-        /* A Send message in progress at the end: where it stands. */
-        if (mo && rl_record(records, RL_SEND, (uint64_t)send_at, mo, 0, 0) < 0)
-            goto done;
-    }
-    size_t complete = rl_complete(buf, at, e0, lim, markers, phase);
+    size_t complete = rl_complete(buf, at, e0, (size_t)a.limit, a.markers, phase);
     result = Py_BuildValue("(nnniOLnnI)", (Py_ssize_t)at, (Py_ssize_t)e0, (Py_ssize_t)complete,
-                           state, records, need, (Py_ssize_t)(at - s0), (Py_ssize_t)got,
-                           markers ? phase : 0u);
+                           state, w.records, w.need, (Py_ssize_t)(at - s0), (Py_ssize_t)got,
+                           a.markers ? phase : 0u);
 done:
-    rl_release(&write_win.view);
-    for (int k = 0; k < RL_READ_WINDOWS; k++)
-        rl_release(&read_win[k].view);
-    rl_release(&send_buf);
-    Py_XDECREF(records);
+    rl_walk_release(&w);
     PyBuffer_Release(&ring);
     return result;
 }

@@ -32,91 +32,9 @@
  * octets. The pure-Python twin is iwarp/_small.py.
  */
 #include "_speedups.h"
+#include "_wire.h"
 
 #include <string.h>
-
-#define SM_INTERVAL 512u /* RFC 5044 §4.3: a marker every 512 octets */
-#define SM_PHASE_MASK 511u
-#define SM_STRIDE 508u       /* content octets between two markers */
-#define SM_UNTAGGED 18u      /* RFC 5041 §4.3 untagged header + RDMAP's octet */
-#define SM_TAGGED_FLAG 0x80u /* RFC 5041 §4.1 DDP control: T, L, DV */
-#define SM_LAST_FLAG 0x40u
-#define SM_VERSION_MASK 0x03u
-
-static inline uint32_t sm_be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-/* Content octets of an FPDU: length field, ULPDU, PAD, CRC. */
-static inline size_t sm_content(size_t ulpdu)
-{
-    return 6 + ulpdu + ((4 - ((2 + ulpdu) & 3)) & 3);
-}
-
-/* The framing geometry of one FPDU: the leading marker and where the first
- * marker inside falls, as content offset (`at`; later ones every 508). */
-typedef struct {
-    size_t lead, at, content, wire;
-} SmShape;
-
-static SmShape sm_shape(size_t ulpdu, unsigned phase, int markers)
-{
-    SmShape s;
-    s.content = sm_content(ulpdu);
-    s.lead = markers && phase == 0 ? 4 : 0;
-    s.at = SM_INTERVAL - ((phase + s.lead) & SM_PHASE_MASK);
-    s.wire = s.lead + s.content;
-    if (markers && s.at < s.content)
-        s.wire += 4 * ((s.content - s.at + SM_STRIDE - 1) / SM_STRIDE);
-    return s;
-}
-
-/* FPDUPTR of the FPDU's last marker inside it (0: none). RFC 5044 §4.3's
- * FPDUPTR is 16 bits: an FPDU whose markers would count back further
- * cannot be framed, and the full path refuses one (MPA error 3). */
-static size_t sm_last_ptr(const SmShape *s)
-{
-    size_t count = (s->wire - s->lead - s->content) / 4;
-    return count ? s->at + SM_INTERVAL * (count - 1) : 0;
-}
-
-/* Appends content octets to an FPDU being built, a marker before the
- * content offset `next` and every 508 content octets after it. */
-typedef struct {
-    uint8_t *out;
-    size_t w, c, next;
-    int markers;
-} SmEmit;
-
-/* A marker at the current wire offset: reserved zero, FPDUPTR. */
-static void sm_marker(SmEmit *e, size_t lead)
-{
-    size_t ptr = e->w - lead; /* back to the ULPDU_Length field */
-    e->out[e->w] = 0;
-    e->out[e->w + 1] = 0;
-    e->out[e->w + 2] = (uint8_t)(ptr >> 8);
-    e->out[e->w + 3] = (uint8_t)ptr;
-    e->w += 4;
-}
-
-static void sm_put(SmEmit *e, size_t lead, const uint8_t *src, size_t len)
-{
-    while (len) {
-        if (e->markers && e->c == e->next) {
-            sm_marker(e, lead);
-            e->next += SM_STRIDE;
-        }
-        size_t chunk = len;
-        if (e->markers && e->next - e->c < chunk)
-            chunk = e->next - e->c;
-        memcpy(e->out + e->w, src, chunk);
-        e->w += chunk;
-        e->c += chunk;
-        src += chunk;
-        len -= chunk;
-    }
-}
 
 /* The arguments, converted as PyArg_ParseTuple's formats would ("y*" and
  * "w*": a contiguous buffer, writable for "w*", else TypeError; "p": truth;
@@ -161,46 +79,78 @@ static int sm_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *name)
     return 0;
 }
 
+/* --- the shared framing and checks (also _fastpath.c's) ---------------- */
+
 PyObject *iw_small_frame(IwFraming *f, const uint8_t *header, size_t hlen,
                          const uint8_t *payload, size_t plen)
 {
-    if (hlen > 0xFFFF || plen > 0xFFFF - hlen) {
+    if (hlen > IW_MAX_ULPDU || plen > IW_MAX_ULPDU - hlen) {
         PyErr_SetString(PyExc_ValueError, "the ULPDU exceeds the 16-bit ULPDU_Length field");
         return NULL;
     }
     size_t n = hlen + plen;
-    int markers = f->markers;
-    SmShape s = sm_shape(n, f->phase, markers);
-    if (sm_last_ptr(&s) > 0xFFFF) {
+    IwFrame shape = iw_frame(n, f->phase, f->markers);
+    if (iw_last_fpduptr(&shape) > 0xFFFF) {
         PyErr_SetString(PyExc_ValueError,
                         "a marker's FPDUPTR would exceed its 16 bits (RFC 5044 §4.3)");
         return NULL;
     }
-    PyObject *frame = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s.wire);
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)shape.wire);
     if (frame == NULL)
         return NULL;
-    SmEmit e = {(uint8_t *)PyBytes_AS_STRING(frame), 0, 0, s.at, markers};
-    if (s.lead) { /* a zero marker between FPDUs belongs to the next (§4.3) */
-        memset(e.out, 0, 4);
-        e.w = 4;
-    }
-    static const uint8_t zeros[4] = {0, 0, 0, 0};
-    uint8_t length[2] = {(uint8_t)(n >> 8), (uint8_t)n};
-    sm_put(&e, s.lead, length, 2);
-    sm_put(&e, s.lead, header, hlen);
-    sm_put(&e, s.lead, payload, plen);
-    sm_put(&e, s.lead, zeros, s.content - 6 - n);
-    if (markers && e.c == e.next) { /* a marker after the PAD, before the CRC */
-        sm_marker(&e, s.lead);
-    }
-    uint32_t value = f->crc ? ~iw_crc32c(0xFFFFFFFFu, e.out, e.w) : 0;
-    /* RFC 5044 §4.1: the CRC field as the CRC32c register's octets */
-    e.out[e.w] = (uint8_t)value;
-    e.out[e.w + 1] = (uint8_t)(value >> 8);
-    e.out[e.w + 2] = (uint8_t)(value >> 16);
-    e.out[e.w + 3] = (uint8_t)(value >> 24);
-    f->phase = (unsigned)((f->phase + s.wire) & SM_PHASE_MASK);
+    IwWriter w = {(uint8_t *)PyBytes_AS_STRING(frame), 0, f->phase, 0, f->markers};
+    iw_write_begin(&w, n);
+    iw_write(&w, header, hlen);
+    iw_write(&w, payload, plen);
+    iw_write_pad(&w, n);
+    iw_write_crc(&w, f->crc ? ~iw_crc32c(0xFFFFFFFFu, w.out, w.pos) : 0);
+    f->phase = w.phase;
     return frame;
+}
+
+int iw_small_check(const IwFraming *f, const IwSendWant *want, const uint8_t *p, size_t size,
+                   IwSmallSend *out)
+{
+    size_t lead = f->markers && f->phase == 0 ? IW_MARKER_SIZE : 0;
+    if (size < lead + IW_LENGTH_SIZE + IW_UNTAGGED_HEADER + IW_CRC_SIZE)
+        return 0;
+    if (lead && (p[0] | p[1] | p[2] | p[3]))
+        return 0;
+    size_t n = iw_be16(p + lead);
+    if (want->limit < 0 || n > (size_t)want->limit || n < IW_UNTAGGED_HEADER)
+        return 0;
+    IwFrame shape = iw_frame(n, f->phase, f->markers);
+    if (shape.wire > size || iw_last_fpduptr(&shape) > 0xFFFF)
+        return 0; /* (markers past 64 KiB: the full path's MPA error 3) */
+    const uint8_t *h = p + lead; /* the ULPDU_Length field */
+    for (size_t k = 0; k < shape.count; k++) {
+        /* Exactly what an RFC 5044 sender writes: Reserved zero, FPDUPTR. */
+        size_t m = shape.first + IW_MARKER_INTERVAL * k;
+        if (iw_be16(h + m) != 0 || iw_be16(h + m + 2) != m)
+            return 0;
+    }
+    if (f->crc && iw_crc_field(p + shape.wire - IW_CRC_SIZE) !=
+                      ~iw_crc32c(0xFFFFFFFFu, p, shape.wire - IW_CRC_SIZE))
+        return 0;
+    uint8_t hdr[IW_UNTAGGED_HEADER];
+    iw_gather(h, &shape, IW_LENGTH_SIZE, IW_UNTAGGED_HEADER, hdr);
+    unsigned control = hdr[0], rdmap = hdr[1];
+    if ((Py_ssize_t)(control & (IW_DDP_TAGGED_FLAG | IW_DDP_VERSION_MASK)) != want->version ||
+        !(control & IW_DDP_LAST_FLAG) ||
+        ((Py_ssize_t)rdmap != want->send && (Py_ssize_t)rdmap != want->send_se) ||
+        iw_be32(hdr + IW_UNTAGGED_QN_AT) != 0 || iw_be32(hdr + IW_UNTAGGED_MSN_AT) != want->msn ||
+        iw_be32(hdr + IW_UNTAGGED_MO_AT) != 0)
+        return 0;
+    out->wire = shape.wire;
+    out->length = n - IW_UNTAGGED_HEADER;
+    out->rdmap = rdmap;
+    return 1;
+}
+
+void iw_small_payload(const IwFraming *f, const uint8_t *p, const IwSmallSend *fpdu, uint8_t *dst)
+{
+    IwFrame shape = iw_frame(fpdu->length + IW_UNTAGGED_HEADER, f->phase, f->markers);
+    iw_gather(p + shape.lead, &shape, IW_LENGTH_SIZE + IW_UNTAGGED_HEADER, fpdu->length, dst);
 }
 
 static PyObject *py_small_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -223,7 +173,7 @@ static PyObject *py_small_send(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     PyObject *result = NULL;
-    if (phase_arg < 0 || phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
+    if (phase_arg < 0 || phase_arg > IW_PHASE_MASK || (phase_arg & 3)) {
         PyErr_SetString(PyExc_ValueError, "phase must be a multiple of 4 below 512");
         goto done;
     }
@@ -236,86 +186,6 @@ done:
     PyBuffer_Release(&header);
     PyBuffer_Release(&payload);
     return result;
-}
-
-/* Copies content octets [c, c + len) of a received FPDU to dst, skipping the
- * markers (the first at content offset `at`, then every 508). */
-static void sm_gather(const uint8_t *wire, const SmShape *s, int markers, size_t c, uint8_t *dst,
-                      size_t len)
-{
-    size_t next = s->at, skipped = 0;
-    if (markers)
-        while (next <= c) {
-            next += SM_STRIDE;
-            skipped += 4;
-        }
-    while (len) {
-        size_t chunk = len;
-        if (markers && next - c < chunk)
-            chunk = next - c;
-        memmove(dst, wire + s->lead + c + skipped, chunk); /* dst may be any buffer */
-        dst += chunk;
-        c += chunk;
-        len -= chunk;
-        if (markers && c == next) {
-            next += SM_STRIDE;
-            skipped += 4;
-        }
-    }
-}
-
-int iw_small_check(const IwFraming *f, const IwSendWant *want, const uint8_t *p, size_t size,
-                   IwSmallSend *out)
-{
-    int markers = f->markers;
-    unsigned phase = f->phase;
-    size_t lead = markers && phase == 0 ? 4 : 0;
-    if (size < lead + 2 + SM_UNTAGGED + 4)
-        return 0;
-    if (lead && (p[0] | p[1] | p[2] | p[3]))
-        return 0;
-    size_t n = ((size_t)p[lead] << 8) | p[lead + 1];
-    if (want->limit < 0 || n > (size_t)want->limit || n < SM_UNTAGGED)
-        return 0;
-    SmShape s = sm_shape(n, phase, markers);
-    if (s.wire > size || sm_last_ptr(&s) > 0xFFFF)
-        return 0; /* (markers past 64 KiB: the full path's MPA error 3) */
-    if (markers) {
-        for (size_t at = s.at, k = 0; at < s.content; at += SM_STRIDE, k++) {
-            size_t off = lead + at + 4 * k;
-            if (off > s.wire - 4)
-                return 0;
-            size_t ptr = off - lead;
-            if (p[off] | p[off + 1] || p[off + 2] != (uint8_t)(ptr >> 8) ||
-                p[off + 3] != (uint8_t)ptr)
-                return 0;
-        }
-    }
-    if (f->crc) {
-        const uint8_t *c = p + s.wire - 4;
-        uint32_t field = (uint32_t)c[0] | ((uint32_t)c[1] << 8) | ((uint32_t)c[2] << 16) |
-                         ((uint32_t)c[3] << 24);
-        if (field != ~iw_crc32c(0xFFFFFFFFu, p, s.wire - 4))
-            return 0;
-    }
-    uint8_t hdr[SM_UNTAGGED];
-    sm_gather(p, &s, markers, 2, hdr, SM_UNTAGGED);
-    unsigned control = hdr[0], rdmap = hdr[1];
-    if ((Py_ssize_t)(control & (SM_TAGGED_FLAG | SM_VERSION_MASK)) != want->version ||
-        !(control & SM_LAST_FLAG) ||
-        ((Py_ssize_t)rdmap != want->send && (Py_ssize_t)rdmap != want->send_se) ||
-        sm_be32(hdr + 6) != 0 || sm_be32(hdr + 10) != want->msn || sm_be32(hdr + 14) != 0)
-        return 0;
-    out->wire = s.wire;
-    out->length = n - SM_UNTAGGED;
-    out->rdmap = rdmap;
-    return 1;
-}
-
-void iw_small_payload(const IwFraming *f, const uint8_t *p, const IwSmallSend *fpdu, uint8_t *dst)
-{
-    SmShape s = sm_shape(fpdu->length + SM_UNTAGGED, f->phase, f->markers);
-    sm_gather(p, &s, f->markers, 2 + SM_UNTAGGED, dst, fpdu->length);
 }
 
 static PyObject *py_small_receive(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -337,7 +207,7 @@ static PyObject *py_small_receive(PyObject *self, PyObject *const *args, Py_ssiz
     }
     Py_ssize_t phase_arg = ints[0];
     PyObject *result = NULL;
-    if (phase_arg < 0 || phase_arg > SM_PHASE_MASK || (phase_arg & 3)) {
+    if (phase_arg < 0 || phase_arg > IW_PHASE_MASK || (phase_arg & 3)) {
         PyErr_SetString(PyExc_ValueError, "phase must be a multiple of 4 below 512");
         goto done;
     }
@@ -361,7 +231,7 @@ static PyObject *py_small_receive(PyObject *self, PyObject *const *args, Py_ssiz
     }
     iw_small_payload(&f, data.buf, &fpdu, head.buf);
     result = Py_BuildValue("(kIk)", (unsigned long)fpdu.length, fpdu.rdmap,
-                           (unsigned long)((f.phase + size) & SM_PHASE_MASK));
+                           (unsigned long)((f.phase + size) & IW_PHASE_MASK));
 done:
     PyBuffer_Release(&data);
     PyBuffer_Release(&head);

@@ -58,7 +58,7 @@ def _first_marker(phase: int, lead: int) -> int:
 
 
 def small_send(
-    header: Buffer, payload: Buffer, markers: bool, crc: bool, phase: int
+    header: Buffer, payload: Buffer, markers: bool, crc: bool, phase: int, /
 ) -> tuple[bytes, int]:
     """The FPDU of the ULPDU ``header + payload`` whose first octet is at
     marker phase ``phase`` (RFC 5044 §4.1: ULPDU_Length, ULPDU, PAD, CRC,
@@ -139,6 +139,7 @@ def small_receive(
     send: int,
     send_se: int,
     head: Buffer,
+    /,
 ) -> tuple[int, int, int] | None:
     """Check and place a received FPDU that is a one-segment Send.
 

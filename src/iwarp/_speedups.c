@@ -20,9 +20,7 @@
  *   place_run(...)               copy those segments' payloads into one
  *                                target the caller checked once.
  *
- * Layout facts relied on (RFC 5044 §4.3): from the marker origin on, FPDUs
- * are multiples of 4 octets and markers 4 octets every 512, so a marker
- * never splits the length field, the PAD or the CRC.
+ * The wire layout (FPDU geometry, markers, byte order) is _wire.h's.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,6 +28,7 @@
 #include <string.h>
 
 #include "_speedups.h"
+#include "_wire.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -38,11 +37,6 @@
 #include <wmmintrin.h>
 #define IWARP_X86 1
 #endif
-
-#define MARKER_INTERVAL 512
-#define PHASE_MASK 511
-#define MARKER_STRIDE 508
-#define FPDUPTR_MASK 0xFFFC
 
 /* --- CRC-32C ------------------------------------------------------------- */
 
@@ -455,51 +449,13 @@ static inline void record_at(const uint8_t *records, size_t k, uint32_t *at, uin
 
 /* --- framing (sender) ------------------------------------------------------ */
 
-typedef struct {
-    uint8_t *out;
-    size_t pos;     /* next octet written */
-    unsigned phase; /* (stream position of out[pos] - origin) mod 512 */
-    size_t header;  /* index of the current FPDU's ULPDU_Length field */
-    int markers;
-} Writer;
-
-static inline void put_marker(Writer *w, unsigned ptr)
-{
-    uint8_t *m = w->out + w->pos;
-    m[0] = 0;
-    m[1] = 0;
-    m[2] = (uint8_t)(ptr >> 8);
-    m[3] = (uint8_t)ptr;
-    w->pos += 4;
-    w->phase = (w->phase + 4) & PHASE_MASK;
-}
-
-/* Copy n octets of FPDU content, a marker at every 512th stream octet. */
-static void put(Writer *w, const uint8_t *src, size_t n)
-{
-    if (!w->markers) {
-        memcpy(w->out + w->pos, src, n);
-        w->pos += n;
-        w->phase = (unsigned)((w->phase + n) & PHASE_MASK);
-        return;
-    }
-    while (n) {
-        if (w->phase == 0)
-            put_marker(w, (unsigned)(w->pos - w->header));
-        size_t room = MARKER_INTERVAL - w->phase;
-        size_t k = n < room ? n : room;
-        memcpy(w->out + w->pos, src, k);
-        w->pos += k;
-        w->phase = (unsigned)((w->phase + k) & PHASE_MASK);
-        src += k;
-        n -= k;
-    }
-}
-
+/* An FPDU's most octets at any phase, markers or not: the most PAD (3),
+ * a marker per 508 content octets and three more (mpa.framing's bound for
+ * the output buffer is the same). */
 static size_t fpdu_bound(size_t ulpdu)
 {
-    size_t content = 6 + ulpdu + 3;
-    return content + 4 * (content / MARKER_STRIDE + 3);
+    size_t content = IW_LENGTH_SIZE + ulpdu + 3 + IW_CRC_SIZE;
+    return content + IW_MARKER_SIZE * (content / IW_MARKER_STRIDE + 3);
 }
 
 /*
@@ -541,7 +497,7 @@ static PyObject *py_frame_run(PyObject *self, PyObject *args)
     if (hlen > 32 || field_size < 1 || field_size > 8 || field_size > hlen || field_at < 0 ||
         field_at > hlen - field_size || room <= 0 || room > 0xFFFF - hlen || start < 0 ||
         stop < start || stop > payload.len || last_mask < 0 || last_mask > 0xFF || phase < 0 ||
-        phase > PHASE_MASK || (phase & 3)) {
+        phase > IW_PHASE_MASK || (phase & 3)) {
         PyErr_SetString(PyExc_ValueError, "frame_run: inconsistent arguments");
         goto done;
     }
@@ -575,40 +531,22 @@ static PyObject *py_frame_run(PyObject *self, PyObject *args)
         }
         dest = given.buf;
     }
-    Writer w = {dest, 0, (unsigned)phase, 0, markers};
+    IwWriter w = {dest, 0, (unsigned)phase, 0, markers};
     const uint8_t *src = payload.buf;
-    static const uint8_t zeros[4] = {0, 0, 0, 0};
     Py_ssize_t offset = start;
     do {
         Py_ssize_t n = stop - offset < room ? stop - offset : room;
         size_t ulpdu = (size_t)(hlen + n);
         size_t begin = w.pos;
-        if (markers && w.phase == 0) /* RFC 5044 §4.3: FPDUPTR 0, CRC'd with this FPDU */
-            put_marker(&w, 0);
-        w.header = w.pos;
         memcpy(hdr, header.buf, hlen);
-        unsigned long long value = base + (unsigned long long)offset;
-        for (Py_ssize_t k = field_size - 1; k >= 0; k--) {
-            hdr[field_at + k] = (uint8_t)value;
-            value >>= 8;
-        }
+        iw_put_be(hdr + field_at, (size_t)field_size, base + (unsigned long long)offset);
         if (offset + n == payload.len)
             hdr[0] |= (uint8_t)last_mask;
-        uint8_t length[2] = {(uint8_t)(ulpdu >> 8), (uint8_t)ulpdu};
-        put(&w, length, 2);
-        put(&w, hdr, hlen);
-        put(&w, src + offset, n);
-        put(&w, zeros, (-(2 + ulpdu)) & 3);
-        if (markers && w.phase == 0) /* a marker right before the CRC */
-            put_marker(&w, (unsigned)(w.pos - w.header));
-        uint32_t value32 = crc ? ~crc_update(0xFFFFFFFFu, w.out + begin, w.pos - begin) : 0;
-        uint8_t *c = w.out + w.pos;
-        c[0] = (uint8_t)value32;
-        c[1] = (uint8_t)(value32 >> 8);
-        c[2] = (uint8_t)(value32 >> 16);
-        c[3] = (uint8_t)(value32 >> 24);
-        w.pos += 4;
-        w.phase = (w.phase + 4) & PHASE_MASK;
+        iw_write_begin(&w, ulpdu);
+        iw_write(&w, hdr, hlen);
+        iw_write(&w, src + offset, n);
+        iw_write_pad(&w, ulpdu);
+        iw_write_crc(&w, crc ? ~crc_update(0xFFFFFFFFu, w.out + begin, w.pos - begin) : 0);
         offset += n;
     } while (offset < stop);
     if (out == NULL) {
@@ -632,16 +570,35 @@ done:
 
 enum { SCAN_OK = 0, SCAN_CRC = 2, SCAN_MARKER = 3, SCAN_LENGTH = 4 };
 
-static inline unsigned be16(const uint8_t *p) { return ((unsigned)p[0] << 8) | p[1]; }
-
-static inline uint32_t be32(const uint8_t *p)
+/* The first marker of the FPDU whose ULPDU_Length field is at `h` with a
+ * wrong FPDUPTR: its offset from `h`, or -1 when all are right. */
+static Py_ssize_t scan_markers(const uint8_t *h, const IwFrame *f, int either)
 {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+    for (size_t k = 0; k < f->count; k++) {
+        size_t m = f->first + IW_MARKER_INTERVAL * k;
+        size_t found = iw_be16(h + m + 2) & IW_FPDUPTR_MASK;
+        if (!iw_fpduptr_ok(found, m, f->lead, either))
+            return (Py_ssize_t)m;
+    }
+    return -1;
 }
 
-static inline uint64_t be64(const uint8_t *p)
+/* Make the ULPDU of n octets at h + 2 contiguous in place: markers with a
+ * ULPDU offset below n split it (a last one may sit after the PAD, before
+ * the CRC, and stays). */
+static void cut_markers(uint8_t *h, const IwFrame *f, size_t n)
 {
-    return ((uint64_t)be32(p) << 32) | be32(p + 4);
+    size_t inside = 0;
+    while (inside < f->count && f->first - IW_LENGTH_SIZE + IW_MARKER_STRIDE * inside < n)
+        inside++;
+    size_t dst = f->first; /* first marker: the ULPDU continues here */
+    for (size_t k = 0; k < inside; k++) {
+        size_t from = f->first + IW_MARKER_INTERVAL * k + IW_MARKER_SIZE;
+        size_t piece_end = (k + 1 < inside) ? f->first + IW_MARKER_INTERVAL * (k + 1)
+                                            : IW_LENGTH_SIZE + n + IW_MARKER_SIZE * inside;
+        memmove(h + dst, h + from, piece_end - from);
+        dst += piece_end - from;
+    }
 }
 
 /*
@@ -672,7 +629,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     uint32_t *recs = NULL;
     if (start < 0 || end < start || end > view.len || view.len > 0xFFFFFFFFll || phase_arg < 0 ||
-        phase_arg > PHASE_MASK || (phase_arg & 3) || limit_arg < 0) {
+        phase_arg > IW_PHASE_MASK || (phase_arg & 3) || limit_arg < 0) {
         PyErr_SetString(PyExc_ValueError, "scan: inconsistent arguments");
         goto done;
     }
@@ -690,32 +647,23 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
     unsigned long long a = 0, b = 0;
     Py_ssize_t where = 0;
     for (;;) {
-        size_t lead = (markers && phase == 0) ? 4 : 0;
-        if ((size_t)(end - i) < lead + 2)
+        size_t lead = (markers && phase == 0) ? IW_MARKER_SIZE : 0;
+        if ((size_t)(end - i) < lead + IW_LENGTH_SIZE)
             break;
-        size_t n = be16(p + i + lead);
+        size_t n = iw_be16(p + i + lead);
         if (n > limit) {
             error = SCAN_LENGTH;
             a = n;
             where = i + (Py_ssize_t)lead;
             break;
         }
-        size_t content = 6 + n + ((-(2 + n)) & 3);
-        size_t count_m = 0, at = 0, wire = content;
-        if (markers) {
-            at = MARKER_INTERVAL - ((phase + lead) & PHASE_MASK);
-            if (at < content)
-                count_m = (content - at + MARKER_STRIDE - 1) / MARKER_STRIDE;
-            wire = lead + content + 4 * count_m;
-        }
-        if ((size_t)(end - i) < wire)
+        IwFrame f = iw_frame(n, phase, markers);
+        if ((size_t)(end - i) < f.wire)
             break;
-        Py_ssize_t stop = i + (Py_ssize_t)wire;
+        Py_ssize_t stop = i + (Py_ssize_t)f.wire;
         if (crc) {
-            const uint8_t *c = p + stop - 4;
-            uint32_t received =
-                (uint32_t)c[0] | ((uint32_t)c[1] << 8) | ((uint32_t)c[2] << 16) | ((uint32_t)c[3] << 24);
-            uint32_t computed = ~crc_update(0xFFFFFFFFu, p + i, wire - 4);
+            uint32_t received = iw_crc_field(p + stop - IW_CRC_SIZE);
+            uint32_t computed = ~crc_update(0xFFFFFFFFu, p + i, f.wire - IW_CRC_SIZE);
             if (received != computed) {
                 error = SCAN_CRC;
                 a = received;
@@ -725,41 +673,24 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
             }
         }
         size_t header = (size_t)i + lead;
-        if (lead && (be16(p + i + 2) & FPDUPTR_MASK)) {
+        if (lead && (iw_be16(p + i + 2) & IW_FPDUPTR_MASK)) {
             error = SCAN_MARKER;
-            a = be16(p + i + 2);
+            a = iw_be16(p + i + 2);
             b = 0;
             where = i;
             break;
         }
-        size_t inside = 0;
-        if (count_m) {
-            for (size_t k = 0; k < count_m; k++) {
-                size_t m = header + at + MARKER_INTERVAL * k;
-                size_t expected = m - header;
-                size_t found = be16(p + m + 2) & FPDUPTR_MASK;
-                if (found != expected && !(either && lead && found == expected + lead)) {
-                    error = SCAN_MARKER;
-                    a = be16(p + m + 2);
-                    b = expected;
-                    where = (Py_ssize_t)m;
-                    break;
-                }
-            }
-            if (error)
+        if (f.count) {
+            where = scan_markers(p + header, &f, either);
+            if (where >= 0) {
+                error = SCAN_MARKER;
+                a = iw_be16(p + header + (size_t)where + 2);
+                b = (size_t)where;
+                where += (Py_ssize_t)header;
                 break;
-            /* Markers with a ULPDU offset below n split the ULPDU; a last one
-             * may sit after the PAD, before the CRC. */
-            while (inside < count_m && at - 2 + MARKER_STRIDE * inside < n)
-                inside++;
-            size_t dst = header + at; /* first marker: the ULPDU continues here */
-            for (size_t k = 0; k < inside; k++) {
-                size_t from = header + at + MARKER_INTERVAL * k + 4;
-                size_t piece_end = (k + 1 < inside) ? header + at + MARKER_INTERVAL * (k + 1)
-                                                    : header + 2 + n + 4 * inside;
-                memmove(p + dst, p + from, piece_end - from);
-                dst += piece_end - from;
             }
+            where = 0;
+            cut_markers(p + header, &f, n);
         }
         if (count == cap) {
             cap *= 2;
@@ -774,7 +705,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
         recs[2 * count + 1] = (uint32_t)n;
         count++;
         i = stop;
-        phase = (unsigned)((phase + wire) & PHASE_MASK);
+        phase = (unsigned)((phase + f.wire) & IW_PHASE_MASK);
     }
     PyObject *records = PyBytes_FromStringAndSize((const char *)recs, (Py_ssize_t)(count * 8));
     if (records == NULL)
@@ -820,7 +751,7 @@ static PyObject *py_segment_run(PyObject *self, PyObject *args)
     Py_ssize_t total = recs.len / 8, count = 0;
     unsigned long long octets = 0;
     int last = 0;
-    size_t hsize = tagged ? 14 : 18;
+    size_t hsize = tagged ? IW_TAGGED_HEADER : IW_UNTAGGED_HEADER;
     for (Py_ssize_t k = index; k >= 0 && k < total; k++) {
         uint32_t at32, n32;
         record_at(r, (size_t)k, &at32, &n32);
@@ -833,17 +764,19 @@ static PyObject *py_segment_run(PyObject *self, PyObject *args)
         if (((Py_ssize_t)h[0] & control_mask) != control || (Py_ssize_t)h[1] != rdmap)
             break;
         if (tagged) {
-            if ((Py_ssize_t)be32(h + 2) != key || be64(h + 6) != offset)
+            if ((Py_ssize_t)iw_be32(h + IW_TAGGED_STAG_AT) != key ||
+                iw_be64(h + IW_TAGGED_TO_AT) != offset)
                 break;
-        } else if ((Py_ssize_t)be32(h + 6) != key || (Py_ssize_t)be32(h + 10) != msn ||
-                   be32(h + 14) != offset) {
+        } else if ((Py_ssize_t)iw_be32(h + IW_UNTAGGED_QN_AT) != key ||
+                   (Py_ssize_t)iw_be32(h + IW_UNTAGGED_MSN_AT) != msn ||
+                   iw_be32(h + IW_UNTAGGED_MO_AT) != offset) {
             break;
         }
         size_t length = n - hsize;
         offset += length;
         octets += length;
         count++;
-        if (h[0] & 0x40) {
+        if (h[0] & IW_DDP_LAST_FLAG) {
             last = 1;
             break;
         }

@@ -9,6 +9,9 @@
  *               checked and placed, in one call.
  * _fastpath.c   the fast-path object of one queue pair (FastPath), built on
  *               _small.c's framing and checks.
+ *
+ * The wire layout they read and write (FPDU geometry, markers, byte order,
+ * MPA/DDP/RDMAP constants) is _wire.h's, once.
  */
 #ifndef IWARP_SPEEDUPS_H
 #define IWARP_SPEEDUPS_H

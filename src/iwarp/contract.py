@@ -66,6 +66,11 @@ Rules every core follows:
   FIN in one call (the receive lane) feeds the data, writes what it
   caused, then the FIN. tests/test_driver_order.py holds both adapters'
   drivers to it with a scripted core.
+* **Lanes.** A core whose bulk paths may bypass its per-FPDU code exposes
+  them as one port, :attr:`Connection.lanes` (:class:`Lanes`; None for a
+  core without them, or when they do not run): a driver reads it once and
+  asks it only what :class:`Lanes`, :class:`LaneMessage` and
+  :class:`LaneRing` declare. The rules above hold for what the lanes move.
 * **Loss.** :meth:`Connection.connection_lost` reports that TCP is gone
   (reset, error, closed under us); FIN is ``receive_data(b"", now)``.
 * **Asking after input.** :meth:`Connection.settled` answers the three
@@ -85,13 +90,155 @@ Rules every core follows:
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from iwarp._typing import Buffer
 
-__all__ = ["Connection", "DrivenFront", "EventT", "FrontDriver"]
+__all__ = [
+    "Connection",
+    "DrivenFront",
+    "EventT",
+    "FrontDriver",
+    "LaneMessage",
+    "LaneRing",
+    "LaneState",
+    "Lanes",
+]
 
 EventT = TypeVar("EventT")
+
+
+class LaneState(IntEnum):
+    """How a :meth:`LaneMessage.pump` call ended."""
+
+    #: Every octet of the message is with the kernel.
+    DONE = 0
+    #: The socket is full (or the wait ran out, or the call's limit was reached).
+    FULL = 1
+    #: Input arrived while waiting for room: read it, then pump again.
+    INPUT = 2
+
+
+class LaneMessage(Protocol):
+    """One large message on its way to TCP by its send lane: its FPDUs
+    written from the caller's buffer, one kernel call per :meth:`pump`
+    (:class:`iwarp.rdma.lanes.SendLane`)."""
+
+    @property
+    def total(self) -> int:
+        """Octets of the message's FPDUs on the wire."""
+        ...
+
+    @property
+    def sent(self) -> int:
+        """Octets the kernel took so far."""
+        ...
+
+    @property
+    def done(self) -> bool:
+        """Every octet is with the kernel."""
+        ...
+
+    def pump(self, fd: int, *, wait_ms: int = 0, watch_input: bool = False) -> LaneState:
+        """Write on to the socket ``fd`` until it is full, then wait for
+        room without the GIL: ``wait_ms`` -1 until done, 0 not at all, else
+        at most that long; with ``watch_input`` the wait also ends when the
+        socket is readable (:attr:`LaneState.INPUT`: read, then pump again).
+        The caller keeps ``fd`` open until the call returns.
+
+        :raises OSError: the connection failed.
+        """
+        ...
+
+    def copy(self, out: bytearray | memoryview) -> int:
+        """Copy the next octets (as many as ``out`` holds) into ``out`` and
+        count them as sent, for a transport that writes them itself when the
+        socket is full; returns how many."""
+        ...
+
+
+class LaneRing(Protocol):
+    """One connection's receive ring (:class:`iwarp.rdma.lanes.ReceiveLane`):
+    the socket is read into it, and every FPDU the lane is sure of is
+    checked and placed by one kernel call; the rest goes to the core's
+    usual path, exactly as if the core had read those octets."""
+
+    #: The last :meth:`pump` read the end of the stream (the peer's FIN);
+    #: every octet before it is processed.
+    eof: bool
+    #: The last :meth:`pump` filled the ring: more may wait in the socket.
+    filled: bool
+    #: Octets the last :meth:`pump` read from the socket (or :meth:`arrived`).
+    got: int
+
+    @property
+    def held(self) -> int:
+        """Octets in the ring not processed yet (the start of an FPDU)."""
+        ...
+
+    def room(self) -> memoryview:
+        """The ring's free octets, for a transport that reads into it (an
+        event loop's ``get_buffer``); then :meth:`arrived` and :meth:`pump`
+        with no socket."""
+        ...
+
+    def arrived(self, octets: int) -> None:
+        """``octets`` were read into :meth:`room`."""
+        ...
+
+    def pump(self, fd: int, now: float, wait_ms: int = 0) -> list[Any]:
+        """Read the socket ``fd`` into the ring (-1: no read, the octets
+        :meth:`arrived`) until it is empty or the ring is full (``wait_ms``
+        for the first octet, as :meth:`LaneMessage.pump`'s), and process
+        what is held; returns the core's events. A partial FPDU waits.
+
+        Order: the data read with the peer's FIN is processed here, the FIN
+        is not: the driver writes what the data caused, then feeds the core
+        ``receive_data(b"", now)`` (the FIN rule of the contract).
+
+        :raises OSError: reading failed (what arrived before is processed first).
+        """
+        ...
+
+    def release(self, now: float) -> list[Any]:
+        """What the ring holds goes to the core's usual path (the input
+        ended: a partial FPDU the core then holds or reports); returns the
+        core's events."""
+        ...
+
+
+class Lanes(Protocol):
+    """A core's lanes, as one port: bulk paths that move a message's octets
+    below the core's per-FPDU code while the core keeps every decision
+    (MSNs, completions, the stream position, errors), as on an RNIC
+    (:mod:`iwarp.rdma.lanes`). This is all a driver may ask of them.
+
+    Order, both ways: what a lane moves keeps the contract's rules. A send
+    lane's message goes out before anything :meth:`Connection.data_to_send`
+    gives after it was taken, and the peer's FIN reaches the core only once
+    no send lane's message is unwritten; a receive ring's octets reach the
+    core in stream order, and the FIN after them (:meth:`LaneRing.pump`).
+    """
+
+    def take_send(self) -> LaneMessage | None:
+        """The core's next large message as a send lane (None: write what
+        :meth:`Connection.data_to_send` gives). The core's stream position
+        moves past the whole message at once: the driver writes all of it
+        before any output the core makes later, and asks for the next lane
+        only after :meth:`send_done`."""
+        ...
+
+    def send_done(self) -> list[Any]:
+        """Every octet of the lane :meth:`take_send` gave is with TCP: the
+        core completes its work request; returns the events that caused."""
+        ...
+
+    def receive_ring(self) -> LaneRing | None:
+        """A receive ring for this connection (a bulk transfer arrived; an
+        idle connection keeps none), or None: the receive lane does not run,
+        reads go to :meth:`Connection.receive_data`. Called once."""
+        ...
 
 
 @runtime_checkable
@@ -105,6 +252,13 @@ class Connection(Protocol[EventT]):
     #: ``receive_data`` is done with its buffer when it returns (see
     #: "Input borrowing" above): a class attribute of every core.
     borrows_input: bool
+
+    @property
+    def lanes(self) -> Lanes | None:
+        """The core's lanes (see "Lanes" above), or None: everything goes
+        through ``receive_data`` and ``data_to_send`` (a class-level None in
+        a core without them). Read once by a driver."""
+        ...
 
     def receive_data(self, data: Buffer, now: float) -> list[EventT]:
         """Octets read from TCP; ``b""`` means the peer sent FIN.

@@ -89,6 +89,19 @@ def test_frame_run_matches_pure(
     assert fast == slow
 
 
+@pytest.mark.parametrize("markers", [False, True])
+@pytest.mark.parametrize("room", [1, 2, 3, 4])
+def test_frame_run_fits_the_framers_bound(room: int, markers: bool) -> None:
+    """Many segments whose ULPDUs need PAD: the output buffer MPA sizes for
+    the run (the most PAD per FPDU, not each one's) is large enough."""
+    run = SegmentRun(bytes(18), memoryview(bytes(2287)), 0, 2287, room, 14, 4, 0, 0x40)
+    encoder = FpduEncoder(markers=markers)
+    fast = b"".join(encoder.encode_run(run))
+    with pure():
+        slow = b"".join(FpduEncoder(markers=markers).encode_run(run))
+    assert fast == slow
+
+
 def test_frame_run_refuses_too_large() -> None:
     run = SegmentRun(bytes(14), memoryview(bytes(100)), 0, 100, 100, 6, 8, 0, 0x40)
     for path in (nullcontext, pure):

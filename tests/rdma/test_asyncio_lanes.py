@@ -151,14 +151,21 @@ class _OneLaneCore:
 
     def __init__(self, lane: Any) -> None:
         self.lane: Any = lane
+        self.taken: Any = None
         self.sent: list[Any] = []
+        #: Its own lanes' port (iwarp.contract.Lanes).
+        self.lanes = self
 
-    def take_lane(self) -> Any:
-        lane, self.lane = self.lane, None
-        return lane
+    def take_send(self) -> Any:
+        self.taken, self.lane = self.lane, None
+        return self.taken
 
-    def lane_sent(self, lane: Any) -> None:
-        self.sent.append(lane)
+    def send_done(self) -> list[Any]:
+        self.sent.append(self.taken)
+        return []
+
+    def receive_ring(self) -> None:
+        return None
 
     def data_to_send(self) -> list[bytes]:
         return []
@@ -248,6 +255,7 @@ def test_a_piece_the_transport_sends_at_once_does_not_stall_the_lane() -> None:
         core = _OneLaneCore(lane)
         transport = _EagerTransport(right)
         driver.core = core  # type: ignore[assignment]
+        driver._lanes = core.lanes
         driver.transport = transport  # type: ignore[assignment]
         driver._fd = left.fileno()
         driver.flush()  # one call: the socket fills, pieces go to the transport

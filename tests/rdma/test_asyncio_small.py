@@ -26,6 +26,7 @@ class _Core:
     """A core with nothing of its own to send; counts the driver's pulls."""
 
     borrows_input = False
+    lanes = None
     must_close = False
 
     def __init__(self) -> None:

@@ -30,7 +30,8 @@ from iwarp.mpa.config import MpaConfig, Role
 from iwarp.rdma import lanes
 from iwarp.rdma.endpoint import QueuePairEndpoint
 from iwarp.rdma.events import CompletionQueued, Ended
-from iwarp.rdma.lanes import RING_MIN, ReceiveLane
+from iwarp.rdma.lanes import RING_MIN, ReceiveLane, RingOwner
+from iwarp.rdma.port import LanePort
 from iwarp.rdmap.memory import Access, MemoryRegion, MemoryRegistry
 from iwarp.rdmap.work import ReadWR, RecvWR, SendWR, Sge, WriteWR
 
@@ -198,13 +199,19 @@ def _flipped(wire: bytes, flip: int | None) -> bytes:
     return bytes(changed)
 
 
+def _port(endpoint: QueuePairEndpoint) -> LanePort:
+    """The endpoint's lanes' port (the core half a ring serves)."""
+    assert isinstance(endpoint.lanes, LanePort)
+    return endpoint.lanes
+
+
 class CountingLane(ReceiveLane):
     """Counts the octets the lane took itself (checked and placed)."""
 
     __slots__ = ("placed",)
 
-    def __init__(self, size: int) -> None:
-        super().__init__(size)
+    def __init__(self, owner: RingOwner, size: int) -> None:
+        super().__init__(owner, size)
         self.placed = 0
 
     def walk(self, *args: Any) -> Any:
@@ -268,7 +275,7 @@ def _lane(
     world.vague_end = flip is not None
     wire, actions = world.script(script)
     wire = _flipped(wire, flip)
-    lane = CountingLane(ring)
+    lane = CountingLane(_port(world.r), ring)
     tx, rx = socket.socketpair()
     tx.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     rx.setblocking(False)
@@ -280,7 +287,7 @@ def _lane(
             tx.sendall(wire[start:stop])
             got = 0
             while got < stop - start:
-                log += world.seen(lane.pump(world.r, rx.fileno(), 0.0))
+                log += world.seen(lane.pump(rx.fileno(), 0.0))
                 got += lane.got
             assert lane.got == 0 or not lane.eof
     finally:
@@ -366,7 +373,7 @@ def test_an_invalidated_region_is_not_placed_into() -> None:
 
 def test_the_ring_is_at_least_one_fpdu() -> None:
     with pytest.raises(ValueError, match="at least"):
-        ReceiveLane(RING_MIN - 1)
+        ReceiveLane(_port(World(None, 1448).r), RING_MIN - 1)
 
 
 @pytest.mark.parametrize("emss", [536, 1448, 9000])
@@ -398,7 +405,7 @@ def test_the_peer_closes_inside_an_fpdu(cut: int) -> None:
     events += usual.seen(usual.r.receive_data(b"", 0.0))
     world = World(None, 1448)
     world.script(script)
-    lane = ReceiveLane(RING_MIN)
+    lane = ReceiveLane(_port(world.r), RING_MIN)
     tx, rx = socket.socketpair()
     rx.setblocking(False)
     tx.sendall(wire)
@@ -406,7 +413,7 @@ def test_the_peer_closes_inside_an_fpdu(cut: int) -> None:
     seen: list[Any] = []
     try:
         while not lane.eof:
-            seen += world.seen(lane.pump(world.r, rx.fileno(), 0.0))
+            seen += world.seen(lane.pump(rx.fileno(), 0.0))
         assert lane.held == 0
         seen += world.seen(world.r.receive_data(b"", 0.0))
     finally:
@@ -433,13 +440,13 @@ def test_memory_of_atomic_operations_is_left_to_the_usual_path() -> None:
         s.post_send(WriteWR(b"w" * 3000, atomic.stag, 0, wr_id=1))
         s.post_send(SendWR(b"s" * 2000, wr_id=2))
         wire += b"".join(bytes(c) for c in s.data_to_send(None))
-        lane = CountingLane(RING_MIN)
+        lane = CountingLane(_port(r), RING_MIN)
         events: list[Any] = []
         if by_lane:
             tx, rx = socket.socketpair()
             rx.setblocking(False)
             tx.sendall(wire)
-            events += world.seen(lane.pump(r, rx.fileno(), 0.0))
+            events += world.seen(lane.pump(rx.fileno(), 0.0))
             tx.close()
             rx.close()
         else:

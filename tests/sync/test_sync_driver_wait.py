@@ -18,6 +18,7 @@ class Core:
     """A core that only records what the driver asks of it."""
 
     borrows_input = False
+    lanes = None
 
     def __init__(self, settled: bool, timer: float | None) -> None:
         self._settled = settled

@@ -193,6 +193,7 @@ class _Sink:
     """A core that records the size of each receive."""
 
     borrows_input = True
+    lanes = None
 
     def __init__(self) -> None:
         self.got: list[int] = []

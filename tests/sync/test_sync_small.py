@@ -23,6 +23,7 @@ class _Core:
     """A core with nothing of its own to send, that records how it ended."""
 
     borrows_input = False
+    lanes = None
     has_data_to_send = False
     must_close = False
 

@@ -17,9 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address
-from typing import BinaryIO, Final, NamedTuple, Protocol, cast
+from typing import TYPE_CHECKING, BinaryIO, Final, NamedTuple
 
-from iwarp._accel import speedups
+import iwarp._accel as _accel
+
+if TYPE_CHECKING:
+    from iwarp._speedups import DecodeKernels
 
 __all__ = [
     "BLOCK_CAP",
@@ -132,53 +135,9 @@ TCP_FIN: Final = 0x01
 TCP_RST: Final = 0x04
 
 
-class _Kernels(Protocol):
-    """The C accelerator's capture loops (src/iwarp/_decode.c), twins of
-    :func:`_pcap_frames` + :func:`_decode`."""
-
-    def pcap_batch(
-        self,
-        buffer: bytes,
-        pos: int,
-        big_endian: bool,
-        resolution: float,
-        linktype: int,
-        frame_cap: int,
-        frames_before: int,
-        cls: type[TcpPacket],
-        cache: dict[int, str],
-        /,
-    ) -> tuple[list[TcpPacket | _Frame], int]: ...
-
-    def pcapng_batch(
-        self,
-        buffer: bytes,
-        pos: int,
-        big_endian: bool,
-        interfaces: list[tuple[int, float]],
-        frame_cap: int,
-        block_cap: int,
-        frames_before: int,
-        cls: type[TcpPacket],
-        cache: dict[int, str],
-        /,
-    ) -> tuple[list[TcpPacket | _Frame], int]: ...
-
-    def tcp_packet(
-        self,
-        frame: int,
-        linktype: int,
-        time: float,
-        data: bytes,
-        cls: type[TcpPacket],
-        cache: dict[int, str],
-        /,
-    ) -> TcpPacket | None: ...
-
-
 #: The C loops, or None for the pure-Python path (``IWARP_NO_ACCEL=1``);
 #: both give the same segments (tests/analyze/test_decode_kernels.py).
-kernels = cast("_Kernels | None", speedups)
+kernels: DecodeKernels | None = _accel.decode
 #: Dotted IPv4 addresses the C loops made, by address (bounded there).
 _ADDRESSES: Final[dict[int, str]] = {}
 #: A frame for :func:`_decode`: ``(linktype, time, data)``.

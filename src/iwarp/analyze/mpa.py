@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Final, Protocol, cast
+from typing import TYPE_CHECKING, Final
 
-from iwarp._accel import speedups
+import iwarp._accel as _accel
 from iwarp._crc32c import crc32c
 from iwarp._typing import Buffer
 from iwarp.analyze.records import (
@@ -49,6 +49,9 @@ from iwarp.mpa.wire import (
     parse_frame_header,
 )
 from iwarp.rdmap.wire import OPCODE_QUEUE, OPCODE_TAGGED, RdmapOpcode, describe_ulpdu
+
+if TYPE_CHECKING:
+    from iwarp._speedups import DecodeKernels
 
 __all__ = [
     "LOOKAHEAD",
@@ -118,85 +121,9 @@ class FpduView:
         return crc_ok and all(r == 0 and p & FPDUPTR_MASK == e for _, r, p, e in self.markers)
 
 
-class _Kernels(Protocol):
-    """The C accelerator's FPDU view (src/iwarp/_decode.c), twin of the
-    pure-Python part of :func:`inspect_fpdu`."""
-
-    def fpdu_view(
-        self,
-        chunk: bytearray,
-        at: int,
-        phase: int,
-        markers: bool,
-        either_fpduptr: bool,
-        ddp: bool,
-        /,
-    ) -> (
-        tuple[
-            int,
-            bytes,
-            bytes,
-            int,
-            int,
-            tuple[tuple[int, int, int, int], ...],
-            dict[str, object] | None,
-        ]
-        | None
-    ): ...
-
-    def fpdu_walk(
-        self,
-        chunk: bytearray,
-        at: int,
-        phase: int,
-        markers: bool,
-        either_fpduptr: bool,
-        ddp: bool,
-        crc: bool,
-        max_ulpdu: int,
-        count: int,
-        /,
-    ) -> tuple[
-        list[
-            tuple[
-                int,
-                int,
-                int,
-                bytes,
-                int,
-                int,
-                tuple[tuple[int, int, int, int], ...],
-                dict[str, object] | None,
-            ]
-        ],
-        int,
-        int,
-    ]: ...
-
-    def fpdu_count(
-        self,
-        chunk: Buffer,
-        at: int,
-        phase: int,
-        markers: bool,
-        either_fpduptr: bool,
-        ddp: bool,
-        crc: bool,
-        max_ulpdu: int,
-        count: int,
-        /,
-    ) -> tuple[int, int, int]: ...
-
-    def describe_table(
-        self, names: tuple[str | None, ...], tagged: tuple[int, ...], queue: tuple[int, ...], /
-    ) -> None: ...
-
-    def describe_ulpdu(self, ulpdu: bytes, /) -> dict[str, object] | None: ...
-
-
 #: The C loop, or None for the pure-Python path (``IWARP_NO_ACCEL=1``); both
 #: give the same views (tests/analyze/test_decode_kernels.py).
-kernels = cast("_Kernels | None", speedups)
+kernels: DecodeKernels | None = _accel.decode
 #: Most clean FPDUs one C walk call takes apart (bounds the list it returns).
 WALK_BATCH: Final = 256
 #: Opcodes whose ULPDUs the C loop describes: those describe_ulpdu gives

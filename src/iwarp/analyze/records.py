@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import partial
 from json.encoder import encode_basestring_ascii
-from typing import Any, Protocol, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
-from iwarp._accel import speedups
+import iwarp._accel as _accel
 from iwarp.mpa.wire import MpaFrame, RtrFlags
 
 __all__ = [
@@ -42,6 +42,9 @@ _RDMAP_KEYS = (
     *("rdmap_version", "rdmap_reserved", "opcode", "opcode_name", "inv_stag"),
     *("read_request", "atomic_request", "atomic_response", "immediate_data", "terminate"),
 )
+
+if TYPE_CHECKING:
+    from iwarp._speedups import DecodeKernels
 
 _R = TypeVar("_R")
 
@@ -283,28 +286,9 @@ def _fpdu_line(r: FpduRecord) -> str:
     )
 
 
-class _JsonKernels(Protocol):
-    """The C accelerator's FPDU line (src/iwarp/_decode.c), twin of :func:`_fpdu_line`
-    for records whose values are of the usual kinds (None for any other), and
-    its record maker (:func:`record_maker`)."""
-
-    def json_table(
-        self,
-        fpdu: type[FpduRecord],
-        marker: type[MarkerRecord],
-        ddp_keys: tuple[str, ...],
-        rdmap_keys: tuple[str, ...],
-        /,
-    ) -> None: ...
-
-    def fpdu_json(self, record: FpduRecord, /) -> str | None: ...
-
-    def new_record(self, cls: type[_R], slots: tuple[object, ...], /, *values: object) -> _R: ...
-
-
 #: The C line writer, or None for the pure-Python path (``IWARP_NO_ACCEL=1``);
 #: both give json.dumps's text (tests/analyze/test_json_lines.py).
-kernels = cast("_JsonKernels | None", speedups)
+kernels: DecodeKernels | None = _accel.decode
 if kernels is not None:
     kernels.json_table(FpduRecord, MarkerRecord, _DDP_KEYS, _RDMAP_KEYS)
 

@@ -124,8 +124,7 @@ class QueuePair(QueuePairFront):
 
     async def _run(self, wr: SendQueueWR, call: str, timeout: float | None = None) -> Completion:
         # A Send or Write that TCP took at once completed while it was
-        # posted: no trip through the event loop. ``call``: the verb its
-        # errors name.
+        # posted: no trip through the event loop. ``call``: the verb errors name.
         completion = self._post_tracked(wr, call)
         if completion is None:
             wr_id = wr.wr_id

@@ -65,6 +65,7 @@ from dataclasses import replace
 from typing import Final
 
 from iwarp._typing import Buffer
+from iwarp.contract import Lanes
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.events import (
@@ -461,6 +462,8 @@ class MpaConnection:
     #: ``receive_data`` may keep views of its input (ULPDUs are handed out
     #: as views of a copy; startup frames wait in a buffer): not borrowed.
     borrows_input = False
+    #: No lanes: everything goes through receive_data and data_to_send.
+    lanes: Lanes | None = None
 
     def receive_data(self, data: Buffer, now: float) -> list[Event]:
         """Process received octets (``b""`` means the peer sent FIN); return

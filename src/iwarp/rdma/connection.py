@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-import iwarp.rdma.lanes as lanes
 from iwarp._typing import Buffer
+from iwarp.contract import Lanes
 from iwarp.errors import LocalProtocolError, MpaError, MpaErrorCode, RemoteProtocolError
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import DEFAULT_EMSS, MpaConnection
@@ -43,15 +43,13 @@ from iwarp.mpa.events import (
     UlpduReceived,
 )
 from iwarp.mpa.events import Event as MpaEvent
-from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.handshake import MpaState
 from iwarp.mpa.wire import RtrFlags
 from iwarp.rdma.events import StackEvent
-from iwarp.rdma.lanes import LANE_MIN, LANE_MIN_SEGMENT, SendLane
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.memory import ProtectionDomain
 from iwarp.rdmap.state import StreamState
-from iwarp.rdmap.stream import LaneWindows, RdmapStream
+from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.work import (
     RecvWR,
     SendQueueWR,
@@ -88,6 +86,8 @@ class RdmaConnection:
     #: placed or copied into posted memory), so an adapter may pass a view
     #: of a buffer it reuses, and the octets are copied once: into place.
     borrows_input = True
+    #: The lanes are its queue pair's (QueuePairEndpoint.lanes), not its own.
+    lanes: Lanes | None = None
 
     def __init__(
         self,
@@ -334,78 +334,6 @@ class RdmaConnection:
                 mpa.send_run(run)
             self._events.extend(stream.take_events())
         return mpa.data_to_send()
-
-    def take_lane(
-        self, min_octets: int = LANE_MIN, min_segment: int = LANE_MIN_SEGMENT
-    ) -> SendLane | None:
-        """The next message as a send lane (:mod:`iwarp.rdma.lanes`), when
-        MPA is in full operation with nothing queued and the stream's next
-        message is a Send, RDMA Write or Read Response of at least
-        ``min_octets`` octets (or the rest of one begun), and the lane pays
-        off: no markers and a MULPDU of at least ``min_segment`` octets
-        (0: any framing). None: use :meth:`data_to_send`.
-
-        MPA's stream position moves past the whole message at once: whatever
-        is framed next goes after it, and the caller writes the lane's
-        octets before anything :meth:`data_to_send` gives later. Its
-        completion waits for :meth:`lane_sent`.
-        """
-        stream = self.stream
-        if stream is None or not lanes.ACTIVE or not stream.has_data_to_send:
-            return None
-        encoder = self.mpa.lane_encoder()
-        if encoder is None or stream.mulpdu > encoder.max_ulpdu:
-            return None
-        if min_segment and (encoder.markers or stream.mulpdu < min_segment):
-            return None
-        taken = stream.take_message(min_octets)
-        if taken is None:
-            return None
-        run, token = taken
-        lane = SendLane(
-            run, markers=encoder.markers, crc=encoder.crc, phase=encoder.phase, token=token
-        )
-        encoder.advance(lane.total, lane.end_phase)
-        return lane
-
-    def lane_framing(self) -> FpduDecoder | None:
-        """MPA's decoder when a receive lane may take the next FPDUs
-        (:mod:`iwarp.rdma.lanes`): full operation, no event waiting,
-        nothing held back, no error. None: the usual path takes the
-        octets."""
-        return self.mpa.lane_decoder()
-
-    def lane_windows(self) -> LaneWindows | None:
-        """Where a receive lane may place (:meth:`RdmapStream.lane_windows
-        <iwarp.rdmap.stream.RdmapStream.lane_windows>`), or None."""
-        stream = self.stream
-        return stream.lane_windows() if stream is not None else None
-
-    def lane_placed(
-        self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int
-    ) -> None:
-        """A receive lane took the next ``octets`` octets of the stream
-        (whole FPDUs, checked; the marker phase after them ``phase``) and
-        placed what ``records`` say: MPA's position moves past them and the
-        stream does its bookkeeping
-        (:meth:`RdmapStream.lane_placed
-        <iwarp.rdmap.stream.RdmapStream.lane_placed>`); the events follow in
-        :meth:`take_events`."""
-        decoder = self.mpa.lane_decoder()
-        assert decoder is not None
-        decoder.advance(octets, phase)
-        stream = self.stream
-        if stream is not None and records:
-            stream.lane_placed(records)
-            self._events.extend(stream.take_events())
-
-    def lane_sent(self, lane: SendLane) -> None:
-        """Every octet of ``lane`` is with TCP: its work request completes
-        (:meth:`take_events`)."""
-        stream = self.stream
-        if stream is not None:
-            stream.message_sent(lane.token)
-            self._events.extend(stream.take_events())
 
     def settled(self) -> bool:
         """No output, no timer, no close required

@@ -51,7 +51,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+import iwarp._accel as _accel
 from iwarp._typing import Buffer
+from iwarp.contract import Lanes
 from iwarp.errors import IwarpError, LocalProtocolError, MpaError, MpaErrorCode
 from iwarp.mpa.config import MpaConfig, Role
 from iwarp.mpa.connection import DEFAULT_EMSS
@@ -64,7 +66,6 @@ from iwarp.mpa.events import (
     NegotiationFailed,
     RequestReceived,
 )
-from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.policy import ConnectionRejectedError, Decider, answer_request
 from iwarp.rdma import fastpath
 from iwarp.rdma.connection import RdmaConnection
@@ -78,7 +79,7 @@ from iwarp.rdma.events import (
     StackEvent,
     WorkFinished,
 )
-from iwarp.rdma.lanes import SendLane
+from iwarp.rdma.port import LanePort
 from iwarp.rdma.small import SmallLane
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.errors import LocalCatastrophicError
@@ -88,7 +89,7 @@ from iwarp.rdmap.events import (
 )
 from iwarp.rdmap.memory import MemoryRegion, ProtectionDomain
 from iwarp.rdmap.state import StreamState
-from iwarp.rdmap.stream import LaneWindows, RdmapStream
+from iwarp.rdmap.stream import RdmapStream
 from iwarp.rdmap.wire import TerminateHeader
 from iwarp.rdmap.work import (
     Completion,
@@ -504,6 +505,15 @@ class QueuePairEndpoint:
     #: Like RdmaConnection: the input buffer is consumed before returning.
     borrows_input = True
 
+    @property
+    def lanes(self) -> Lanes | None:
+        """Its lanes' port (:class:`iwarp.contract.Lanes`) while the lanes
+        run, else None: a new port per read, which a driver does once. (Not
+        an instance attribute: one more would take the queue pair's past
+        the 30 keys CPython shares between instances, and every attribute
+        it reads per message would cost a dict lookup.)"""
+        return LanePort(self.conn, self) if _accel.LANES else None
+
     def receive_data(self, data: Buffer, now: float) -> list[Event]:
         fast = self._fast
         if fast is not None:
@@ -543,52 +553,24 @@ class QueuePairEndpoint:
             self._engage()
         return events
 
-    # -- the receive lane (iwarp.rdma.lanes.ReceiveLane.pump drives these) -----
+    # -- the lanes (iwarp.rdma.port.LanePort asks these) ------------------------
 
-    def lane_target(self) -> tuple[FpduDecoder | None, LaneWindows | None]:
-        """What a receive lane may do now: MPA's decoder when it may walk
-        the next FPDUs (else None: the octets go to :meth:`lane_feed`
-        whole), and where it may place (the stream's windows, or None)."""
-        self._disengage()
-        conn = self.conn
-        decoder = conn.lane_framing()
-        return decoder, (conn.lane_windows() if decoder is not None else None)
+    @property
+    def output_held(self) -> bool:
+        """The stream's output is held back (the first send's delay): no
+        send lane starts."""
+        return self._hold_until is not None
 
-    def lane_write_window(self, stag: int) -> MemoryRegion | None:
-        """The region RDMA Writes to ``stag`` may be placed in by the lane
-        (:meth:`RdmapStream.lane_write_window
-        <iwarp.rdmap.stream.RdmapStream.lane_write_window>`), or None."""
+    def lane_begin(self) -> None:
+        """A lane is about to use MPA's or the stream's state: the cores take
+        back whatever the fast path holds first."""
         self._disengage()
-        stream = self.conn.stream
-        return stream.lane_write_window(stag) if stream is not None else None
 
-    def lane_placed(
-        self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int, now: float
-    ) -> None:
-        """The lane took the next ``octets`` octets (whole FPDUs, checked;
-        the marker phase after them ``phase``) and placed what ``records``
-        say; the events follow in :meth:`take_events`."""
-        self._disengage()
-        self._now = now
-        conn = self.conn
-        conn.lane_placed(records, octets, phase)
-        events = conn.take_events()
-        if events:
-            self._route(events, now)
-
-    def lane_resync(self) -> int:
-        """Octets that complete the FPDU MPA holds back (0: none), which the
-        lane hands to :meth:`lane_feed` before it walks again."""
-        self._disengage()
-        return self.conn.mpa.lane_resync()
-
-    def lane_feed(self, data: Buffer, now: float) -> None:
-        """Octets the lane leaves to the usual path, in stream order (the
-        first FPDU it is not sure of and all after it); consumed before
-        returning. The events follow in :meth:`take_events`."""
-        self._disengage()
-        self._now = now
-        self._route(self.conn.receive_data(data, now), now)
+    def lane_events(self, events: list[StackEvent], now: float | None) -> None:
+        """Events the lanes caused, routed as an input's (``now``: its time)."""
+        if now is not None:
+            self._now = now
+        self._route(events, now)
 
     def data_to_send(self, limit: int | None = SEND_BATCH) -> list[Buffer]:
         if self._hold_until is not None:
@@ -598,22 +580,6 @@ class QueuePairEndpoint:
         if events:
             self._route(events, None)
         return chunks
-
-    def take_lane(self) -> SendLane | None:
-        """The next large message as a send lane, unless output is held
-        (:meth:`RdmaConnection.take_lane
-        <iwarp.rdma.connection.RdmaConnection.take_lane>`)."""
-        if self._hold_until is not None:
-            return None
-        return self.conn.take_lane()
-
-    def lane_sent(self, lane: SendLane) -> None:
-        """Every octet of ``lane`` is with TCP: its completion is routed."""
-        self._disengage()
-        self.conn.lane_sent(lane)
-        events = self.conn.take_events()
-        if events:
-            self._route(events, None)
 
     @property
     def has_data_to_send(self) -> bool:

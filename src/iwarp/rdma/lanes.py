@@ -16,9 +16,13 @@ are exactly those :meth:`FpduEncoder.encode_run
 What the lane keeps is a count of the octets the kernel took
 (:attr:`SendLane.sent`): that is the whole cursor, and a later call resumes
 from it. The cores learn one thing back: that the message is all out
-(:meth:`RdmaConnection.lane_sent
-<iwarp.rdma.connection.RdmaConnection.lane_sent>`), which completes its work
-request; the MSN, the stream position and the completions stay theirs.
+(:meth:`LanePort.send_done <iwarp.rdma.port.LanePort.send_done>`), which
+completes its work request; the MSN, the stream position and the
+completions stay theirs.
+
+These are the lanes' moving parts; the drivers reach them only through a
+core's port (:class:`iwarp.contract.Lanes`, made by
+:class:`iwarp.rdma.port.LanePort`, which also holds the lanes' core half).
 
 Without the accelerator (or with ``IWARP_NO_ACCEL=1``) there are no lanes
 and the drivers write what ``data_to_send`` gives, as before;
@@ -30,16 +34,18 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable
-from enum import IntEnum
-from typing import Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import iwarp._accel as _accel
 from iwarp._typing import Buffer
+from iwarp.contract import LaneState
 from iwarp.mpa.framing import FpduDecoder
 from iwarp.mpa.runs import SegmentRun
 from iwarp.rdmap.memory import MemoryRegion
 from iwarp.rdmap.stream import LaneWindows
+
+if TYPE_CHECKING:
+    from iwarp._speedups import LaneKernels
 
 __all__ = [
     "ACTIVE",
@@ -47,14 +53,12 @@ __all__ = [
     "LANE_MIN",
     "LANE_MIN_SEGMENT",
     "RING_MIN",
-    "LaneCore",
+    "RingOwner",
     "RING_SIZE",
     "LaneState",
     "ReceiveLane",
     "SendLane",
-    "lane_finished",
     "lane_kernels",
-    "lane_taker",
 ]
 
 #: Messages of at least this many payload octets take the send lane; smaller
@@ -69,112 +73,25 @@ LANE_MIN: Final = 64 * 1024
 LANE_MIN_SEGMENT: Final = 8 * 1024
 
 
-class _LaneKernels(Protocol):
-    """The lane functions of ``iwarp._speedups`` (src/iwarp/_lanes.c)."""
-
-    def send_lane(
-        self,
-        fd: int | Buffer,
-        header: Buffer,
-        payload: Buffer,
-        start: int,
-        stop: int,
-        room: int,
-        field_at: int,
-        field_size: int,
-        base: int,
-        last_mask: int,
-        markers: bool,
-        crc: bool,
-        phase: int,
-        skip: int,
-        limit: int,
-        wait_ms: int,
-        watch_input: bool,
-        /,
-    ) -> tuple[int, int, int, int]: ...
-
-    def recv_lane(
-        self,
-        fd: int,
-        ring: Buffer,
-        start: int,
-        end: int,
-        wait_ms: int,
-        crc: bool,
-        limit: int,
-        version: int,
-        tagged: tuple[int, int, int] | None,
-        write_ctl: int,
-        writes: dict[int, tuple[memoryview, int]],
-        read_ctl: int,
-        reads: tuple[tuple[int, memoryview, int, int], ...],
-        send_ok: bool,
-        send_ctl: int,
-        send_se_ctl: int,
-        msn: int,
-        received: int,
-        sends: object,
-        markers: bool = False,
-        phase: int = 0,
-        either: bool = False,
-        /,
-    ) -> tuple[int, int, int, int, list[tuple[int, int, int, int, int]], int, int, int, int]: ...
-
-
-def _load() -> _LaneKernels | None:
-    kernels = _accel.speedups
-    if kernels is None or not hasattr(kernels, "send_lane"):
-        return None
-    if os.environ.get("IWARP_NO_LANES", "") not in ("", "0"):
-        return None  # the accelerator's framing path only (to compare)
-    return cast(_LaneKernels, kernels)
-
-
-_KERNELS = _load()
-#: Whether the lanes run (the C accelerator is active and has them).
-ACTIVE: Final = _KERNELS is not None
+#: Whether the lanes run (the C accelerator is active and has them; the
+#: choice is :mod:`iwarp._accel`'s).
+ACTIVE: Final = _accel.LANES
 #: Whether the drivers take the receive lane: :data:`ACTIVE`, unless
 #: ``IWARP_NO_RECEIVE_LANE=1`` turns it off alone (to compare with the send
 #: lanes still on).
-RECEIVE_ACTIVE: Final = ACTIVE and os.environ.get("IWARP_NO_RECEIVE_LANE", "") in ("", "0")
+RECEIVE_ACTIVE: Final = _accel.RECEIVE_LANE
 
 
-def lane_taker(core: object) -> Callable[[], SendLane | None] | None:
-    """What a driver calls for the core's next lane: the core's
-    ``take_lane``, or None when lanes do not run (no accelerator) or the
-    core has none (everything then goes through ``data_to_send``)."""
-    take: Callable[[], SendLane | None] | None = getattr(core, "take_lane", None)
-    return take if ACTIVE else None
+def lane_kernels() -> LaneKernels:
+    """The C lane functions (``send_lane``, ``recv_lane``; typed in
+    ``_speedups.pyi``).
 
-
-def lane_finished(core: Any, lane: SendLane) -> list[Any]:
-    """A lane's message is all out: the core completes it (``lane_sent``);
-    returns the events that caused (the work request's completion)."""
-    core.lane_sent(lane)
-    events: list[Any] = core.take_events()
-    return events
-
-
-def lane_kernels() -> _LaneKernels:
-    """The C lane functions.
-
-    :raises RuntimeError: the accelerator is not active (see :data:`ACTIVE`).
+    :raises RuntimeError: the lanes do not run (see :data:`ACTIVE`).
     """
-    if _KERNELS is None:
+    kernels = _accel.lanes
+    if kernels is None:
         raise RuntimeError("the send lane needs the C accelerator (iwarp._speedups)")
-    return _KERNELS
-
-
-class LaneState(IntEnum):
-    """How a :meth:`SendLane.pump` call ended."""
-
-    #: Every octet of the message is with the kernel.
-    DONE = 0
-    #: The socket is full (or the wait ran out, or the call's limit was reached).
-    FULL = 1
-    #: Input arrived while waiting for room: read it, then pump again.
-    INPUT = 2
+    return kernels
 
 
 class SendLane:
@@ -278,23 +195,37 @@ _WRITE_WINDOWS: Final = 16
 _NO_WINDOWS: Final = LaneWindows(0, None, -1, -1, (), False, -1, -1, 0, 0, deque())
 
 
-class LaneCore(Protocol):
-    """What a receive lane asks of the core it serves
-    (:class:`~iwarp.rdma.endpoint.QueuePairEndpoint`)."""
+class RingOwner(Protocol):
+    """What a receive ring asks of the core half it serves
+    (:class:`iwarp.rdma.port.LanePort`)."""
 
-    def lane_target(self) -> tuple[FpduDecoder | None, LaneWindows | None]: ...
+    def lane_target(self) -> tuple[FpduDecoder | None, LaneWindows | None]:
+        """MPA's decoder when the lane may walk the next FPDUs (None: the
+        octets go to :meth:`lane_feed` whole), and where it may place."""
+        ...
 
-    def lane_write_window(self, stag: int) -> MemoryRegion | None: ...
+    def lane_write_window(self, stag: int) -> MemoryRegion | None:
+        """The region RDMA Writes to ``stag`` may be placed in, or None."""
+        ...
 
     def lane_placed(
         self, records: list[tuple[int, int, int, int, int]], octets: int, phase: int, now: float
-    ) -> None: ...
+    ) -> None:
+        """The lane took the next ``octets`` octets (whole FPDUs, checked;
+        the marker phase after them ``phase``) and placed what ``records`` say."""
+        ...
 
-    def lane_resync(self) -> int: ...
+    def lane_resync(self) -> int:
+        """Octets that complete the FPDU MPA holds back (0: none)."""
+        ...
 
-    def lane_feed(self, data: Buffer, now: float) -> None: ...
+    def lane_feed(self, data: Buffer, now: float) -> None:
+        """Octets the lane leaves to the usual path, in stream order."""
+        ...
 
-    def take_events(self) -> list[Any]: ...
+    def take_events(self) -> list[Any]:
+        """The core's events."""
+        ...
 
 
 class ReceiveLane:
@@ -308,17 +239,31 @@ class ReceiveLane:
 
     A partial FPDU stays in the ring for the next read. The lane keeps no
     protocol state: the MSN, completions and the stream position stay the
-    cores', which learn what was placed from its records.
+    cores', which learn what was placed from its records (through
+    ``owner``). A driver holds it as its :class:`iwarp.contract.LaneRing`.
 
+    :param owner: the core half it serves (:class:`iwarp.rdma.port.LanePort`).
     :param size: the ring's octets (at least :data:`RING_MIN`).
     """
 
-    __slots__ = ("_regions", "_writes", "end", "eof", "error", "filled", "got", "ring", "start")
+    __slots__ = (
+        "_owner",
+        "_regions",
+        "_writes",
+        "end",
+        "eof",
+        "error",
+        "filled",
+        "got",
+        "ring",
+        "start",
+    )
 
-    def __init__(self, size: int = RING_SIZE) -> None:
+    def __init__(self, owner: RingOwner, size: int = RING_SIZE) -> None:
         if size < RING_MIN:
             raise ValueError(f"a receive ring holds at least {RING_MIN} octets, not {size}")
         lane_kernels()
+        self._owner = owner
         self.ring = bytearray(size)
         #: The octets ``ring[start:end]`` arrived and were not taken yet.
         self.start = 0
@@ -436,7 +381,7 @@ class ReceiveLane:
             return records, 0, -1, end, 0
         return records, took, need, done, after
 
-    def pump(self, core: LaneCore, fd: int, now: float, wait_ms: int = 0) -> list[Any]:
+    def pump(self, fd: int, now: float, wait_ms: int = 0) -> list[Any]:
         """Read the socket ``fd`` into the ring (until it is empty or the
         ring is full; ``wait_ms`` for the first octet: -1 until one comes,
         0 not at all, else at most that long, without the GIL; ``fd`` -1:
@@ -445,13 +390,14 @@ class ReceiveLane:
         (RDMA Writes, Read Responses and plain Sends inside the windows the
         core publishes), the core's usual path takes the rest, exactly as
         if it had read those octets. A partial FPDU waits in the ring.
-        Returns ``core.take_events()``. After it, :attr:`eof` says the peer
+        Returns the core's events. After it, :attr:`eof` says the peer
         closed (every octet before it is processed), :attr:`filled` that
         more may wait in the socket, :attr:`got` how much was read.
 
         :raises OSError: reading the socket failed (what arrived before the
             failure is processed first).
         """
+        core = self._owner
         read = fd
         asked: set[int] = set()
         while True:
@@ -485,4 +431,12 @@ class ReceiveLane:
         if self.error:
             error, self.error = self.error, 0
             raise OSError(error, os.strerror(error))
+        return core.take_events()
+
+    def release(self, now: float) -> list[Any]:
+        """What the ring holds goes to the core's usual path (the input
+        ended); returns the core's events."""
+        core = self._owner
+        if self.held:
+            core.lane_feed(self.held_view(self.held), now)
         return core.take_events()

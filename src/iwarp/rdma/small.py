@@ -26,12 +26,10 @@ and marker phase (:meth:`FpduEncoder.advance
 
 The kernels are the C accelerator's (``src/iwarp/_small.c``) or their
 pure-Python twin (:mod:`iwarp._small`), chosen once, at import, as
-:data:`kernels` (``IWARP_NO_ACCEL=1``: the pure ones).
+:data:`kernels` by :mod:`iwarp._accel` (``IWARP_NO_ACCEL=1``: the pure ones).
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import iwarp._accel as _accel
 import iwarp._small as _small
@@ -42,12 +40,9 @@ from iwarp.rdmap.work import RecvWR, Sge
 
 __all__ = ["SmallLane", "kernels"]
 
-if TYPE_CHECKING:
-    kernels = _small
-else:
-    #: The lane's kernels: ``iwarp._speedups`` when the C accelerator runs,
-    #: else :mod:`iwarp._small`.
-    kernels = _accel.speedups if _accel.speedups is not None else _small
+#: The lane's kernels: ``iwarp._speedups`` when the C accelerator runs,
+#: else :mod:`iwarp._small` (the choice is :func:`iwarp._accel.choose_small`'s).
+kernels = _accel.choose_small(_small)
 
 
 class SmallLane:

@@ -12,28 +12,21 @@ the next call picks it up.
 
 It knows no protocol: a front gives it a core (:class:`iwarp.contract.Connection`)
 and the function that handles its events, and holds it as its
-:class:`~iwarp.contract.FrontDriver`. Clock, deadlines, opening TCP:
-:mod:`iwarp.sync._calls`.
+:class:`~iwarp.contract.FrontDriver`. The socket, the output and closing
+are :class:`iwarp.sync._writer.Writer`'s, which it extends with input and
+the waits; clock, deadlines, opening TCP: :mod:`iwarp.sync._calls`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import select
 import socket
-import threading
-from collections import deque
 from collections.abc import Callable
-from functools import partial
-from typing import Any, Final, TypeAlias, TypeVar, cast
+from typing import Any, Final, TypeVar
 
-from iwarp._typing import Buffer
-from iwarp.contract import Connection
+from iwarp.contract import LaneRing, LaneState
 from iwarp.errors import LocalProtocolError
-from iwarp.rdma import lanes
-from iwarp.rdma.lanes import LaneCore, LaneState, ReceiveLane, SendLane
-from iwarp.sockets import RECEIVE_BULK, RECEIVE_CHUNK, finish_writing, send_chunks
+from iwarp.sockets import RECEIVE_BULK
 from iwarp.sync._calls import (
     WaitTimeoutError,
     clock,
@@ -41,17 +34,12 @@ from iwarp.sync._calls import (
     sleep_until,
     spin,
     spin_read,
-    tap_factory,
-    tap_sent,
 )
+from iwarp.sync._writer import POLL_END, POLL_IN, POLL_OUT, Core, Writer
 
 __all__ = ["BUSY_POLL", "Core", "Driver"]
 
 T = TypeVar("T")
-
-_POLLIN: Final = select.POLLIN | select.POLLPRI
-_POLLOUT: Final = select.POLLOUT
-_POLLEND: Final = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
 #: Seconds a blocking wait keeps polling the socket before it sleeps in
 #: ``poll`` (busy polling, as verbs applications spin on ``ibv_poll_cq``).
@@ -62,12 +50,9 @@ _POLLEND: Final = select.POLLHUP | select.POLLERR | select.POLLNVAL
 BUSY_POLL: Final = 200e-6
 
 
-#: The connection contract every core keeps (any core's events).
-Core: TypeAlias = Connection[Any]
-
-
-class Driver:
-    """Moves octets between one socket and one core, on demand.
+class Driver(Writer):
+    """Moves octets between one socket and one core, on demand: a
+    :class:`~iwarp.sync._writer.Writer` that also reads and waits.
 
     :param dispatch: called with each non-empty list of the core's events.
     """
@@ -75,212 +60,9 @@ class Driver:
     def __init__(
         self, sock: socket.socket, core: Core, dispatch: Callable[[list[Any]], None]
     ) -> None:
-        sock.setblocking(False)
-        self.sock: socket.socket | None = sock
-        #: The front's driver's ``gone`` (the socket is closed), an attribute
-        #: set where the socket closes: a receive asks it per message.
-        self.gone = False
-        self.core = core
-        self._dispatch = dispatch
-        self._fd = sock.fileno()
-        self._poll = select.poll()
-        self._mask = _POLLIN
-        self._poll.register(self._fd, self._mask)
-        #: Pieces of buffers the kernel did not take yet, in order.
-        self._out: deque[Buffer] = deque()
-        self._rbuf = bytearray(RECEIVE_CHUNK)
-        self._rview = memoryview(self._rbuf)
-        #: The core consumes its input before ``receive_data`` returns (the
-        #: RDMA stack): it gets a view of the receive buffer, not a copy.
-        self._borrows = core.borrows_input
-        #: The peer sent FIN (or the connection failed): nothing more to read.
-        self.eof = False
-        #: The peer's FIN waits until the core's output is out (the contract's
-        #: order rule): the core hears of it from :meth:`flush`.
-        self._fin_due = False
-        #: False while the adapter holds back reading (receive high-water mark).
-        self.reading = True
-        #: The socket error that ended the connection, if any.
-        self.error: OSError | None = None
-        self._tap = tap_factory(sock)
+        super().__init__(sock, core, dispatch)
         #: Seconds :meth:`wait` polls before it sleeps (:data:`BUSY_POLL`).
         self.busy_poll = BUSY_POLL
-        #: The core's send lanes (large messages written by one C call,
-        #: :mod:`iwarp.rdma.lanes`); None: everything goes through
-        #: ``data_to_send`` (no accelerator, a core without lanes, or a tap,
-        #: which must see every octet).
-        self._take_lane = lanes.lane_taker(core) if self._tap is None else None
-        #: The message being written by its lane, ahead of ``_out``.
-        self._lane: SendLane | None = None
-        self._lane_state = LaneState.DONE
-        #: The core's receive lane (:class:`~iwarp.rdma.lanes.ReceiveLane`),
-        #: made once a read fills the bulk buffer (an idle connection keeps
-        #: no ring); None: reads go to ``receive_data``.
-        self._recv_lane: ReceiveLane | None = None
-        self._recv_lane_ok = (
-            lanes.RECEIVE_ACTIVE
-            and self._tap is None
-            and self._borrows
-            and hasattr(core, "lane_target")
-        )
-        #: Held while a lane's C call uses the descriptor number without the
-        #: GIL: the socket is closed only under it (:meth:`_close_socket`),
-        #: so the number is never reused (by another thread's new
-        #: connection) while a lane reads or writes it.
-        self._fd_lock = threading.RLock()
-        #: Another thread shut the socket down to end a lane's call and
-        #: closes it next: the call's error is that close, not a loss.
-        self._shut = False
-
-    # -- state ------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        """The socket is closed: nothing will be read or written any more."""
-        return self.sock is None
-
-    @property
-    def unsent(self) -> bool:
-        """Octets wait for room in the kernel's send buffer."""
-        return bool(self._out) or self._lane is not None
-
-    def fileno(self) -> int:
-        return self._fd
-
-    # -- the front's driver (iwarp.contract.FrontDriver) ------------------------------
-
-    def now(self) -> float:
-        """The blocking adapters' clock (:data:`clock`)."""
-        return clock()
-
-    def wake(self, key: object = None) -> None:
-        """Nothing: a blocking call checks what it waits for after each input."""
-
-    def started(self) -> None:
-        """Nothing to do: the blocking driver has one write path."""
-
-    def pause_reading(self) -> None:
-        """Stop reading (a wait then looks for output and timers only)."""
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        """Read again."""
-        self.reading = True
-
-    # -- output -------------------------------------------------------------------
-
-    def flush(self) -> None:
-        """Hand the core's output to the kernel, as far as it takes it now.
-
-        Pulls more from the core while it has some (large messages are
-        segmented lazily) and the kernel keeps up; closes the socket once the
-        core says the protocol requires it and everything went out.
-        """
-        core = self.core
-        while True:
-            if self._lane is not None and not self._pump_lane(0):
-                return  # the kernel is full: wait for room (wait() does, in C)
-            if self._out and not self._send_pending():
-                return  # the kernel is full: poll for POLLOUT
-            if self._take_lane is not None and self.sock is not None:
-                lane = self._take_lane()
-                if lane is not None:
-                    self._lane = lane
-                    continue
-            chunks = core.data_to_send()
-            if chunks and self.sock is not None:  # else nowhere to go: the connection is gone
-                # Octets first, then the events they caused (completions): the
-                # peer's wait ends sooner. If the send fails, the loss events
-                # come after those completions all the same (the core queues
-                # them in order).
-                self._send(chunks)
-            events = core.take_events()
-            if events:
-                self._dispatch(events)
-            if self._out:
-                return
-            if not core.has_data_to_send:
-                if self._fin_due and self._lane is None:
-                    # Everything the core produced is with the kernel: now
-                    # it hears of the FIN (which may close it).
-                    self._fin_due = False
-                    events = core.receive_data(b"", clock())
-                    if events:
-                        self._dispatch(events)
-                    continue
-                break
-        if core.must_close:
-            self.close()
-
-    def write(self, data: Buffer) -> None:
-        """Octets the core handed out directly, ahead of its next
-        ``data_to_send``: sent now, as far as the kernel takes them, behind
-        whatever waits (dropped when the socket is closed)."""
-        sock = self.sock
-        if self._out or self._lane is not None:
-            self._out.append(data)
-        elif sock is not None and self._tap is None:
-            # One send, no gathering (a small message's FPDU, per message).
-            try:
-                sent = sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as exc:
-                self._lost(exc)
-                return
-            size = len(data) if type(data) is bytes else memoryview(data).nbytes
-            if sent < size:
-                self._out.append(memoryview(data).cast("B")[sent:])
-        elif sock is not None:
-            self._send([data])
-
-    def _send(self, chunks: list[Buffer]) -> None:
-        assert self.sock is not None
-        tap = self._tap
-        try:
-            left = send_chunks(self.sock, chunks, None if tap is None else partial(tap_sent, tap))
-        except OSError as exc:
-            self._lost(exc)
-            return
-        self._out.extend(left)
-
-    def _pump_lane(self, wait_ms: int, watch_input: bool = False) -> bool:
-        """Write on the message of the lane; True once it is all out (and
-        its completion dispatched) or the connection failed. Waits for room
-        as :meth:`SendLane.pump <iwarp.rdma.lanes.SendLane.pump>` says."""
-        lane = self._lane
-        assert lane is not None
-        with self._fd_lock:
-            if self.sock is None:  # (closed by another thread while we waited)
-                self._lane = None
-                return True
-            try:
-                state = lane.pump(self._fd, wait_ms=wait_ms, watch_input=watch_input)
-            except OSError as exc:
-                self._lane = None
-                if not self._shut:  # else closed under the call: not a loss
-                    self._lost(exc)
-                return True
-            if self._shut:
-                self._lane = None
-                return True
-        self._lane_state = state
-        if state is not LaneState.DONE:
-            return False
-        self._lane = None
-        events = lanes.lane_finished(self.core, lane)
-        if events:
-            self._dispatch(events)
-        return True
-
-    def _send_pending(self) -> bool:
-        """Retry what waits; True when all of it went out."""
-        chunks = list(self._out)
-        self._out.clear()
-        if self.sock is None:
-            return True
-        self._send(chunks)
-        return not self._out
 
     # -- input ----------------------------------------------------------------------
 
@@ -322,10 +104,14 @@ class Driver:
             # contract's order rule), then the next read.
             self._answer()
             if self._recv_lane_ok:
-                # A bulk transfer: on by the receive lane from here.
-                self._recv_lane = ReceiveLane()
-                self._read_lane(self._recv_lane)
-                return True
+                # A bulk transfer: on by the receive lane from here, if the
+                # core's lanes give one.
+                assert self._lanes is not None
+                ring = self._recv_lane = self._lanes.receive_ring()
+                self._recv_lane_ok = False
+                if ring is not None:
+                    self._read_lane(ring)
+                    return True
             if n < RECEIVE_BULK:
                 # A read filled the buffer: a bulk transfer, read more at once.
                 self._rbuf = bytearray(RECEIVE_BULK)
@@ -333,19 +119,18 @@ class Driver:
             sock = self.sock
         return got
 
-    def _read_lane(self, lane: ReceiveLane) -> bool:
+    def _read_lane(self, lane: LaneRing) -> bool:
         """:meth:`_read` by the receive lane: one C call per ring's worth
         reads without the GIL, checks and places what it is sure of, and
         hands the rest to the core's usual path; the lane's ring holds a
         partial FPDU between reads. False when there was nothing to read."""
-        core = cast(LaneCore, self.core)
         got = False
         while self.sock is not None and not self.eof:
             with self._fd_lock:
                 if self.sock is None:  # (closed by another thread while we waited)
                     return True
                 try:
-                    events = lane.pump(core, self._fd, clock())
+                    events = lane.pump(self._fd, clock())
                 except OSError as exc:
                     if not self._shut:  # else closed under the call: not a loss
                         self._lost(exc)
@@ -376,17 +161,6 @@ class Driver:
         if self.sock is not None:
             self.flush()
 
-    def _lost(self, exc: OSError) -> None:
-        self.error = exc
-        self.eof = True
-        self._fin_due = False
-        self._out.clear()
-        self._lane = None
-        events = self.core.connection_lost(clock(), f"TCP connection lost: {exc}")
-        self._close_socket()
-        if events:
-            self._dispatch(events)
-
     # -- waiting -------------------------------------------------------------------
 
     def interest(self) -> int:
@@ -395,14 +169,14 @@ class Driver:
             return 0
         mask = 0
         if self.reading and not self.eof:
-            mask |= _POLLIN
+            mask |= POLL_IN
         if self._out or self._lane is not None:
-            mask |= _POLLOUT
+            mask |= POLL_OUT
         return mask
 
     def service(self, revents: int) -> None:
         """Act on what ``poll`` reported for this socket."""
-        if revents & (_POLLIN | _POLLEND) and (self.reading or revents & _POLLEND):
+        if revents & (POLL_IN | POLL_END) and (self.reading or revents & POLL_END):
             self._read()
         self._answer()
 
@@ -439,10 +213,10 @@ class Driver:
         if self.sock is None:
             mask = 0
         else:
-            mask = _POLLIN if self.reading and not self.eof else 0
+            mask = POLL_IN if self.reading and not self.eof else 0
             if self._out or self._lane is not None:
-                mask |= _POLLOUT
-        busy = mask == _POLLIN and self.busy_poll > 0
+                mask |= POLL_OUT
+        busy = mask == POLL_IN and self.busy_poll > 0
         if busy and self._read():
             # Input was there at the first look (a ping-pong's usual case):
             # handled without asking the timer first. A core that settled
@@ -458,7 +232,7 @@ class Driver:
             # A message on its lane: the wait for room is the C call's own
             # (without the GIL), which also ends when input arrives.
             wait_ms = -1 if wake is None else max(math.ceil((wake - clock()) * 1000.0), 0)
-            done = self._pump_lane(wait_ms, bool(mask & _POLLIN))
+            done = self._pump_lane(wait_ms, bool(mask & POLL_IN))
             if not done and self._lane_state is LaneState.INPUT:
                 self._read()
             self._answer()
@@ -529,55 +303,3 @@ class Driver:
                 return take()
             if (got := take()) is not None:
                 return got
-
-    # -- closing -------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the socket (FIN); pieces the kernel did not take are dropped.
-        While the peer may still send, the write side is shut first and its
-        input discarded (:func:`~iwarp.sockets.finish_writing`), so that no
-        reset overtakes what was written last."""
-        self._out.clear()
-        self._close_socket(graceful=True)
-
-    def _close_socket(self, graceful: bool = False) -> None:
-        sock = self.sock
-        if sock is None:
-            return
-        if not self._fd_lock.acquire(blocking=False):
-            # Another thread's lane is in a C call on this descriptor: shut
-            # the socket down, which ends that call at once (a write fails, a
-            # read sees the end, a wait for room wakes), and close once it
-            # returned, so that the number is not reused under it.
-            self._shut = True
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            self._fd_lock.acquire()
-        try:
-            self._close_locked(sock, graceful)
-        finally:
-            self._fd_lock.release()
-
-    def _close_locked(self, sock: socket.socket, graceful: bool) -> None:
-        if self.sock is not sock:
-            return  # another thread closed it first
-        if graceful and not self.eof and not self._shut:
-            finish_writing(sock, self._fd)
-        self.sock = None
-        self.gone = True
-        self.eof = True
-        self._fin_due = False
-        with contextlib.suppress(KeyError, ValueError):
-            self._poll.unregister(self._fd)
-        sock.close()
-        if self._tap is not None:
-            self._tap.close()
-
-    def abort(self) -> None:
-        """Close at once with RST (SO_LINGER 0), dropping unsent octets."""
-        sock = self.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
-        self._out.clear()
-        self._close_socket()

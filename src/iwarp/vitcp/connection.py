@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from iwarp._typing import Buffer
+from iwarp.contract import Lanes
 from iwarp.statemachine import Machine
 from iwarp.vitcp.config import MAX_MTU, Negotiated, ViRole, VitcpConfig
 from iwarp.vitcp.errors import (
@@ -701,6 +702,8 @@ class VitcpConnection:
     #: ``receive_data`` keeps the tail of a segment that spans reads (and
     #: hands out message data it copied): the driver passes a copy.
     borrows_input = False
+    #: No lanes: everything goes through receive_data and data_to_send.
+    lanes: Lanes | None = None
 
     def receive_data(self, data: Buffer, now: float) -> list[Event]:
         """Octets TCP delivered (``b""``: the peer closed, which ends the VI:
