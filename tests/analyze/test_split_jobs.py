@@ -137,6 +137,50 @@ def test_split_gives_what_one_process_gives(
     assert decoded(path, jobs, records=False) == reports
 
 
+def timed(plan: list[tuple[float, bytes]]) -> bytes:
+    """A capture of ``(seconds after the frame before, frame)``."""
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1)]
+    now = 10.0
+    for gap, frame in plan:
+        now += gap
+        seconds = int(now)
+        micros = min(999_999, round((now - seconds) * 1e6))
+        out.append(struct.pack("<IIII", seconds, micros, len(frame), len(frame)) + frame)
+    return b"".join(out)
+
+
+def test_a_late_segment_moves_the_clock(tmp_path: Path) -> None:
+    """A segment of a connection already reported moves the clock as any
+    other: a connection whose linger ran out by then is reported at it,
+    before the next segment's records. (One process used to wait for the
+    next segment; a worker cannot tell another's late segment from a live
+    one.)"""
+    ports = iter(range(40000, 40100))
+    # Three connections on different workers of two: C reported early, then
+    # a late segment of it after A's linger ran out, in the middle of B.
+    late = next(p for p in ports if shard_of("10.0.0.1", p, "127.0.0.1", 4000, 2) == 0)
+    lingering = next(p for p in ports if shard_of("10.0.0.1", p, "127.0.0.1", 4000, 2) == 1)
+    busy = next(p for p in ports if shard_of("10.0.0.1", p, "127.0.0.1", 4000, 2) == 0)
+    c, a = conversation(late, False, True), conversation(lingering, False, True)
+    b = [frame for _, _, frame in conversation(busy, True, True)]
+    # The late segment right before a data segment of B (one FPDU each).
+    half = next(i for i in range(len(b) // 2, len(b)) if len(b[i]) > 54)
+    plan = [(0.001, frame) for _, _, frame in c]
+    plan += [(1.5, a[0][2])] + [(0.001, frame) for _, _, frame in a[1:]]
+    plan += [(0.001, frame) for frame in b[:half]]
+    plan += [(1.5, c[len(c) // 2][2])] + [(0.001, frame) for frame in b[half:]]
+    path = tmp_path / "late.pcap"
+    path.write_bytes(timed(plan))
+    alone = decoded(path, 1)
+    frame = len(c) + len(a) + half + 1  # the late segment's frame number
+    kinds = [(line["type"], line["stream"], line.get("frame")) for line in map(json.loads, alone)]
+    reported = kinds.index(("stream_summary", 1, None))
+    before, after = kinds[reported - 1], kinds[reported + 1]
+    assert before[1] == 2 and before[2] < frame  # after B's records before it ...
+    assert after[1:] == (2, frame + 1)  # ... before B's next one
+    assert decoded(path, 2) == alone  # as the workers put it
+
+
 def test_pairs_go_to_one_shard_both_ways() -> None:
     for port in range(40000, 40100):
         for shards in (2, 3, 7):
