@@ -259,30 +259,6 @@ class StreamAnalyzer:
     def feed(self, packet: TcpPacket) -> None:
         """The next segment of the capture."""
         self.position += 1
-        self._segment(packet)
-        self.expire(packet.time)
-
-    def tick(self, time: float) -> None:
-        """The next segment of the capture belongs to a connection another
-        analyzer decodes (``iwarp decode --jobs N``, split by connection):
-        only the clock moves, closing connections whose linger ran out as
-        :meth:`feed` would."""
-        self.position += 1
-        self.expire(time)
-
-    def expire(self, time: float) -> None:
-        """Report the connections closed both ways whose linger ran out at capture time ``time``."""
-        lingering = self._lingering
-        while lingering and (lingering[0][2].closed or time - lingering[0][0] > LINGER):
-            _, position, connection = lingering.popleft()
-            self._close_lingered(position, connection)
-
-    def _close_lingered(self, position: int, connection: _Connection) -> None:
-        """Report a connection whose linger ran out; ``position``: the
-        segment that closed its second half (the order they expire in)."""
-        self._close(connection)
-
-    def _segment(self, packet: TcpPacket) -> None:
         key = (packet.src, packet.sport, packet.dst, packet.dport)
         found = self._live.get(key)
         flags = packet.flags
@@ -303,7 +279,10 @@ class StreamAnalyzer:
                     found = None
             if found is None:
                 if not is_open and key in self._closed:
+                    # Of a connection already reported: only the clock moves.
                     self.late_segments += 1
+                    if self._lingering:
+                        self.expire(packet.time)
                     return
                 found = self._start(packet, key)
             connection, side = found
@@ -316,6 +295,29 @@ class StreamAnalyzer:
         elif connection.closing and not connection.lingering:
             connection.lingering = True
             self._lingering.append((packet.time, self.position, connection))
+        if self._lingering:
+            self.expire(packet.time)
+
+    def tick(self, time: float) -> None:
+        """The next segment of the capture belongs to a connection another
+        analyzer decodes (``iwarp decode --jobs N``, split by connection):
+        only the clock moves, closing connections whose linger ran out as
+        :meth:`feed` would."""
+        self.position += 1
+        if self._lingering:
+            self.expire(time)
+
+    def expire(self, time: float) -> None:
+        """Report the connections closed both ways whose linger ran out at capture time ``time``."""
+        lingering = self._lingering
+        while lingering and (lingering[0][2].closed or time - lingering[0][0] > LINGER):
+            _, position, connection = lingering.popleft()
+            self._close_lingered(position, connection)
+
+    def _close_lingered(self, position: int, connection: _Connection) -> None:
+        """Report a connection whose linger ran out; ``position``: the
+        segment that closed its second half (the order they expire in)."""
+        self._close(connection)
 
     def _check_total(self) -> None:
         """Past ``Limits.total`` octets held in all connections together, the

@@ -77,20 +77,19 @@ def shard_of(src: str, sport: int, dst: str, dport: int, shards: int) -> int:
 
 
 class _Shards:
-    """:func:`shard_of` per segment, remembered per address pair and direction."""
+    """Whether a segment is of one shard's connections, remembered per
+    address pair and direction (:attr:`known`, looked up first)."""
 
-    def __init__(self, shards: int) -> None:
-        self.shards = shards
-        self.known: dict[tuple[str, int, str, int], int] = {}
+    def __init__(self, shard: int, shards: int) -> None:
+        self.shard, self.shards = shard, shards
+        self.known: dict[tuple[str, int, str, int], bool] = {}
 
-    def __call__(self, packet: TcpPacket) -> int:
-        key = (packet.src, packet.sport, packet.dst, packet.dport)
-        found = self.known.get(key)
-        if found is None:
-            if len(self.known) >= PAIR_TABLE:
-                self.known.clear()
-            found = self.known[key] = shard_of(*key, self.shards)
-        return found
+    def learn(self, key: tuple[str, int, str, int]) -> bool:
+        known = self.known
+        if len(known) >= PAIR_TABLE:
+            known.clear()
+        mine = known[key] = shard_of(*key, self.shards) == self.shard
+        return mine
 
 
 class _ShardAnalyzer(StreamAnalyzer):
@@ -145,10 +144,15 @@ def _work(
     try:
         analyzer = _ShardAnalyzer(options, limits)
         out, marks = analyzer.out, analyzer.marks
-        owner = _Shards(shards)
+        owner = _Shards(shard, shards)
+        known = owner.known
         with open_capture(path, counter) as f:
             for packet in read_tcp_packets(f, stats):
-                if owner(packet) == shard:
+                key = (packet.src, packet.sport, packet.dst, packet.dport)
+                mine = known.get(key)
+                if mine is None:
+                    mine = owner.learn(key)
+                if mine:
                     count = analyzer.count
                     analyzer.feed(packet)
                     if analyzer.count != count:
