@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from analyze_traffic import pcap_records, standard
+from analyze_traffic import pcap_records, resegmented, standard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_analyzer import to_pcapng
@@ -298,3 +298,21 @@ def test_jobs_on_a_capture_broken_in_the_middle(
             assert alone[0] == 2 and alone[2], (path.name, mode)
             assert run(capsys, str(path), "--jobs", "2", *mode) == alone, (path.name, mode)
     assert not multiprocessing.active_children()
+
+
+def test_jobs_with_the_receiver_replay_stopped_by_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lost segment: the receiver replay's summary holds the MPA error it
+    stopped at, which crosses from the worker as it is (it did not unpickle)."""
+
+    def lose(name: str, pieces: list[bytes]) -> list[bytes]:
+        return pieces[:1] + pieces[2:] if name == "initiator" else pieces
+
+    cap, _ = standard(True, False).capture(resegmented([50, 700]), mutate=lose)
+    path = tmp_path / "lost.pcap"
+    cap.write(str(path))
+    for mode in ((), ("--json",), ("-T", "text")):
+        alone = run(capsys, str(path), *mode)
+        assert alone[0] == 1
+        assert run(capsys, str(path), "--jobs", "2", *mode) == alone

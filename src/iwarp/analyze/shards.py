@@ -317,6 +317,10 @@ class SplitAnalysis:
             except EOFError:
                 endings[worker] = _Ending(0, CaptureStats(), 0, failure="it stopped unexpectedly")
                 return
+            except Exception as exc:  # a batch that cannot be read back: said, not a traceback
+                failure = f"its batch cannot be read back ({type(exc).__name__}: {exc})"
+                endings[worker] = _Ending(0, CaptureStats(), 0, failure=failure)
+                return
             merged = heapq.merge(
                 [(position, _START, local, None) for position, local in starts],
                 [(position, _OUTPUT, order, output) for position, order, output in items],
