@@ -2,7 +2,8 @@
 
     python bench/decode_bench.py [--size 200M] [--repeat 3] [--keep DIR]
                                  [--kinds default,marked,ethernet] [--no-tshark]
-                                 [--jobs-files 4] [-- DECODE ARGS...]
+                                 [--jobs-files 4] [--split KIND|none]
+                                 [-- DECODE ARGS...]
 
 Makes three captures with ``bench/make_capture.py`` in a temporary directory
 (deleted afterwards unless ``--keep``): ``default`` (its usual mix, 16
@@ -27,13 +28,15 @@ for tshark its FPDUs and "Bad CRC32" verdicts; then, for each ``iwarp
 decode`` variant, each tshark's CPU time over iwarp's (how many times
 faster iwarp is). With ``--repeat`` above 1 each figure is a range.
 
-Then ``--jobs`` across files: ``iwarp decode --jobs 1`` and ``--jobs 2``
-over ``--jobs-files`` captures (the ones made, each named more than once),
-interleaved, each ``--repeat`` times: wall and CPU seconds (the workers'
-included), CPU time over wall time (how many cores the run kept busy),
-the speed-up on the wall clock, and how idle the machine's CPUs were
-during each run (``/proc/stat``): a second worker is only as fast as the
-core it finds free.
+Then ``--jobs`` on one capture (``--split``, the ethernet one by default):
+``--jobs 1`` against ``--jobs 2``, which splits its connections across two
+workers, with the same figures as below. Then ``--jobs`` across files:
+``iwarp decode --jobs 1`` and ``--jobs 2`` over ``--jobs-files`` captures
+(the ones made, each named more than once), interleaved, each ``--repeat``
+times: wall and CPU seconds (the workers' included), CPU time over wall time
+(how many cores the run kept busy), the speed-up on the wall clock, and how
+idle the machine's CPUs were during each run (``/proc/stat``): a second
+worker is only as fast as the core it finds free.
 """
 
 from __future__ import annotations
@@ -215,14 +218,20 @@ class Figures:
 
 
 def jobs_scaling(paths: list[Path], repeat: int) -> None:
-    """``iwarp decode --jobs 1`` against ``--jobs 2`` over ``paths``, interleaved."""
+    """``iwarp decode --jobs 1`` against ``--jobs 2`` over ``paths``, interleaved
+    (one path: its connections split across the workers)."""
     size = sum(p.stat().st_size for p in paths)
     runs: dict[int, Figures] = {1: Figures(), 2: Figures()}
     for _ in range(repeat):
         for jobs, figures in runs.items():
             argv = [*DECODE, "--jobs", str(jobs), *map(str, paths)]
             figures.runs.append(measure(argv, lambda lines: (0, 0)))
-    print(f"\n--jobs over {len(paths)} captures ({size / 1e6:.1f} MB):")
+    if len(paths) == 1:
+        print(
+            f"\n--jobs on one capture, split by connection ({paths[0].name}, {size / 1e6:.1f} MB):"
+        )
+    else:
+        print(f"\n--jobs over {len(paths)} captures ({size / 1e6:.1f} MB):")
     for jobs, figures in runs.items():
         idle = [100 * r.idle for r in figures.runs]
         busy = [r.cpu / r.wall for r in figures.runs if r.wall]
@@ -254,6 +263,13 @@ def main() -> int:
         default=4,
         metavar="N",
         help="captures for the --jobs 1 / --jobs 2 comparison (0: leave it out; default 4)",
+    )
+    parser.add_argument(
+        "--split",
+        default="ethernet",
+        metavar="KIND",
+        help="the capture whose connections --jobs 2 splits, against --jobs 1 "
+        "(one of --kinds; 'none' leaves it out; default ethernet, else the first made)",
     )
     parser.add_argument("decode_args", nargs="*", help="one variant of extra decode arguments")
     args = parser.parse_args()
@@ -336,6 +352,9 @@ def main() -> int:
                     if speeds:
                         tail += "; speed (CPU) over " + ", ".join(speeds)
                 print(f"  {name}: {figures.line(size, frames[kind])}{tail}")
+        split = args.split if args.split in captures else next(iter(captures))
+        if args.split != "none":
+            jobs_scaling([captures[split][0]], args.repeat)
         if args.jobs_files:
             paths = [captures[kinds[i % len(kinds)]][0] for i in range(args.jobs_files)]
             jobs_scaling(paths, args.repeat)

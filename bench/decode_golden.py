@@ -2,6 +2,7 @@
 
     python bench/decode_golden.py write REF.json [--dir DIR] [--size 4M] [--src SRC]
     python bench/decode_golden.py check REF.json [--dir DIR] [--size 4M] [--src SRC]
+                                 [--modes M,...] [--paths c,pure] [--decode-args ARGS]
 
 A change to the analyzer's hot path must not change one octet of what it
 prints. This makes a corpus of captures in ``--dir`` (kept there; made once,
@@ -17,9 +18,12 @@ and every file written (the elapsed time and rate the closing line
 states are masked). ``write`` stores the digests, ``check`` compares with
 them and names each difference (exit 1 when there is one).
 
-``--src`` runs another tree's code (its ``src`` directory on PYTHONPATH,
-this interpreter), e.g. to write the reference from the main branch's tree
-and check a branch against it. Generated captures are never committed.
+``--decode-args`` adds arguments to every run: ``check REF.json
+--decode-args '--jobs 2'`` holds one capture split across two workers to a
+reference written without. ``--src`` runs another tree's code (its ``src`` directory
+on PYTHONPATH, this interpreter), e.g. to write the reference from the main
+branch's tree and check a branch against it. Generated captures are never
+committed.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -120,14 +125,19 @@ def unclocked(output: bytes) -> bytes:
     return _CLOCK.sub(b"<clock>", output)
 
 
-def digest_run(capture: Path, args: tuple[str, ...], env: dict[str, str]) -> dict[str, str]:
+def digest_run(
+    capture: Path, args: tuple[str, ...], env: dict[str, str], extra: tuple[str, ...] = ()
+) -> dict[str, str]:
     """Digests of one decode: its output, exit status and the files it wrote."""
     with tempfile.TemporaryDirectory(prefix="iwarp-golden-") as out:
         argv = [a.replace("{out}", out) for a in args]
         # Run beside the capture and name it alone: its name appears in the
         # output and in the tables, the directory it is in does not matter.
         done = subprocess.run(
-            [sys.executable, "-m", "iwarp", "decode", "--progress", "no", *argv, capture.name],
+            [
+                *(sys.executable, "-m", "iwarp", "decode", "--progress", "no"),
+                *(*argv, *extra, capture.name),
+            ],
             capture_output=True,
             env=env,
             cwd=capture.parent,
@@ -151,19 +161,33 @@ def main() -> int:
     parser.add_argument("--size", default="4M", help="size of each bench capture (default 4M)")
     parser.add_argument("--src", default=str(ROOT / "src"), help="the tree's src to run")
     parser.add_argument("--modes", default=",".join(m for m, _ in MODES), help="modes to run")
+    parser.add_argument(
+        "--paths", default=",".join(p for p, _ in PATHS), help="c, pure or both (default)"
+    )
+    parser.add_argument(
+        "--decode-args",
+        default="",
+        metavar="ARGS",
+        help="more decode arguments for every run, e.g. '--jobs 2' to check one capture "
+        "split across two workers against a reference written without",
+    )
     args = parser.parse_args()
+    more = tuple(shlex.split(args.decode_args))
     directory = Path(args.dir or tempfile.mkdtemp(prefix="iwarp-golden-"))
     directory.mkdir(parents=True, exist_ok=True)
     captures = bench_captures(directory, args.size) + test_corpus(directory)
     wanted = set(args.modes.split(","))
     digests: dict[str, dict[str, str]] = {}
+    paths = set(args.paths.split(","))
     for capture in captures:
         for path_name, extra in PATHS:
+            if path_name not in paths:
+                continue
             env = {**os.environ, "PYTHONPATH": str(Path(args.src).resolve()), **extra}
             for mode, mode_args in MODES:
                 if mode in wanted:
                     key = f"{capture.name} {path_name} {mode}"
-                    digests[key] = digest_run(capture, mode_args, env)
+                    digests[key] = digest_run(capture, mode_args, env, more)
     if args.action == "write":
         Path(args.reference).write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
         print(f"{len(digests)} runs written to {args.reference}")

@@ -172,6 +172,11 @@ class MpaError(RemoteProtocolError):
         #: sequence number where the caller uses one) where it was detected.
         self.stream_offset = stream_offset
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled from its own arguments (the default passes only the
+        # message): iwarp decode --jobs N sends the receiver replay's.
+        return (type(self), (self.mpa_code, self.message), self.__dict__)
+
     def __str__(self) -> str:
         where = "" if self.stream_offset is None else f" at stream offset {self.stream_offset}"
         return f"MPA error {int(self.mpa_code)} ({self.mpa_code.name}){where}: {self.message}"

@@ -246,14 +246,19 @@ class StreamAnalyzer:
         self._live: dict[_Key, tuple[_Connection, int]] = {}
         self._closed: OrderedDict[_Key, int] = OrderedDict()
         self._open = 0
-        #: Connections closed by FIN both ways, waiting out LINGER: ``(time, connection)``.
-        self._lingering: deque[tuple[float, _Connection]] = deque()
+        #: Connections closed by FIN both ways, waiting out LINGER: ``(time,
+        #: position, connection)``.
+        self._lingering: deque[tuple[float, int, _Connection]] = deque()
+        #: Segments of the capture so far (:meth:`feed` and :meth:`tick`).
+        self.position = 0
         #: Segments of connections already reported (late ACKs, retransmissions).
         self.late_segments = 0
         self.evicted = 0
         self._segments = 0
 
     def feed(self, packet: TcpPacket) -> None:
+        """The next segment of the capture."""
+        self.position += 1
         key = (packet.src, packet.sport, packet.dst, packet.dport)
         found = self._live.get(key)
         flags = packet.flags
@@ -274,7 +279,10 @@ class StreamAnalyzer:
                     found = None
             if found is None:
                 if not is_open and key in self._closed:
+                    # Of a connection already reported: only the clock moves.
                     self.late_segments += 1
+                    if self._lingering:
+                        self.expire(packet.time)
                     return
                 found = self._start(packet, key)
             connection, side = found
@@ -286,10 +294,30 @@ class StreamAnalyzer:
             self._close(connection)
         elif connection.closing and not connection.lingering:
             connection.lingering = True
-            self._lingering.append((packet.time, connection))
+            self._lingering.append((packet.time, self.position, connection))
+        if self._lingering:
+            self.expire(packet.time)
+
+    def tick(self, time: float) -> None:
+        """The next segment of the capture belongs to a connection another
+        analyzer decodes (``iwarp decode --jobs N``, split by connection):
+        only the clock moves, closing connections whose linger ran out as
+        :meth:`feed` would."""
+        self.position += 1
+        if self._lingering:
+            self.expire(time)
+
+    def expire(self, time: float) -> None:
+        """Report the connections closed both ways whose linger ran out at capture time ``time``."""
         lingering = self._lingering
-        while lingering and (lingering[0][1].closed or packet.time - lingering[0][0] > LINGER):
-            self._close(lingering.popleft()[1])
+        while lingering and (lingering[0][2].closed or time - lingering[0][0] > LINGER):
+            _, position, connection = lingering.popleft()
+            self._close_lingered(position, connection)
+
+    def _close_lingered(self, position: int, connection: _Connection) -> None:
+        """Report a connection whose linger ran out; ``position``: the
+        segment that closed its second half (the order they expire in)."""
+        self._close(connection)
 
     def _check_total(self) -> None:
         """Past ``Limits.total`` octets held in all connections together, the
@@ -306,7 +334,11 @@ class StreamAnalyzer:
     def finish(self) -> None:
         """The end of the capture: every open connection is reported."""
         for connection in sorted({c for c, _ in self._live.values()}, key=lambda c: c.index):
-            self._close(connection)
+            self._close_at_end(connection)
+
+    def _close_at_end(self, connection: _Connection) -> None:
+        """Report a connection still open at the end of the capture."""
+        self._close(connection)
 
     def _start(self, packet: TcpPacket, key: _Key) -> tuple[_Connection, int]:
         if self._open >= self.limits.open_connections:

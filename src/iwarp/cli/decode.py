@@ -15,12 +15,12 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TextIO
 
 from iwarp.analyze import records
-from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
+from iwarp.analyze.analyzer import ConnectionReport, Options, Output, analyze_stream
 from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
 from iwarp.analyze.fields import ALIASES, FIELDS, Row, field_named, format_value
 from iwarp.analyze.filter import FilterError, compile_filter
@@ -56,6 +56,8 @@ from iwarp.cli._args import format_octets, format_rate, rate_mib_per_s
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
+
+    from iwarp.analyze.shards import SplitAnalysis
 
 #: Exit status when the capture shows protocol errors.
 EXIT_PROTOCOL_ERRORS = 1
@@ -194,8 +196,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         type=_positive,
         default=None,
-        help="captures decoded at once, in separate processes (default: one per CPU, "
-        "at most one per capture)",
+        help="worker processes: several captures are decoded at once, one per worker "
+        "(default: one per CPU, at most one per capture); one capture file is split by "
+        "connection across N workers (default 1), which helps when it holds many "
+        "connections and the CPUs are idle; the output is the same",
     )
     parser.add_argument(
         "--progress",
@@ -360,6 +364,8 @@ class Settings:
     separator: str = "\t"
     quote: str = ""
     aggregator: str = ","
+    #: Worker processes one capture's connections are split across (1: none).
+    split: int = 1
 
     @property
     def json(self) -> bool:
@@ -447,6 +453,7 @@ def run(args: argparse.Namespace) -> int:
         separator=field_format["separator"],
         quote=field_format["quote"],
         aggregator=field_format["aggregator"],
+        split=args.jobs if len(files) == 1 and files[0] != "-" and args.jobs else 1,
     )
     if view == FIELD_LIST and dict(args.field_options).get("header") == "y":
         sys.stdout.write(settings.separator.join(settings.fields) + "\n")
@@ -566,6 +573,9 @@ def decode_capture(
     stopped = False
     # With -c, what was read of connections not yet reported when it stops.
     counting = _ReadSoFar() if settings.count else None
+    workers: Generator[Output, None, None] | None = None
+    split: SplitAnalysis | None = None
+    in_step = True
     try:
         with f:
             packets: Iterable[TcpPacket] = read_tcp_packets(f, stats)
@@ -573,7 +583,24 @@ def decode_capture(
                 packets = meter.wrap(packets)
             if index is not None:
                 packets = index.wrap(packets)
-            outputs = analyze_stream(packets, options, settings.limits)
+            if settings.split > 1:
+                # Imported here: multiprocessing costs the usual run's start-up.
+                from iwarp.analyze.shards import SplitAnalysis
+
+                split = SplitAnalysis(
+                    path,
+                    options,
+                    settings.limits,
+                    settings.split,
+                    # The summary alone needs the connections' reports only.
+                    records=settings.view != SUMMARY or bool(tables),
+                )
+                # Read here too only for what needs the segments in step.
+                in_step = meter is not None or index is not None
+                workers = split.outputs(packets if in_step else None)
+                outputs: Iterator[Output] = workers
+            else:
+                outputs = analyze_stream(packets, options, settings.limits)
             if settings.json and not (tables or streams or live or settings.count or index):
                 # The usual --json, every record: written in batches (the
                 # loop below then finds nothing left).
@@ -625,11 +652,16 @@ def decode_capture(
     except (OSError, CaptureError) as exc:
         _failed(result, exc)
     finally:
+        if workers is not None:
+            workers.close()  # stopped early (-c, an error): the workers too
+            if not in_step:  # what the workers' reader saw
+                assert split is not None
+                stats = result.stats = split.stats
         if meter is not None:
             meter.clear()
         for table in tables:
             table.close()
-    result.octets_read = counter[0].count
+    result.octets_read = counter[0].count if split is None or in_step else split.octets_read
     result.seconds = time.perf_counter() - started
     if result.status == EXIT_BAD_FILE and result.message and stats.frames == 0:
         return result
