@@ -939,33 +939,33 @@ done:
 static Py_ssize_t clean_fpdu(const uint8_t *f, Py_ssize_t room, unsigned int phase, int markers,
                              int either, int ddp, int crc_used, Py_ssize_t max_ulpdu)
 {
-    Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
-    if (lead + HEADER_SIZE > room)
+    Py_ssize_t lead = markers && phase == 0 ? IW_MARKER_SIZE : 0;
+    if (lead + IW_LENGTH_SIZE > room)
         return 0;
     Py_ssize_t length = (Py_ssize_t)iw_be16(f + lead);
     if (length > max_ulpdu)
         return 0;
-    Py_ssize_t wire = fpdu_wire(length, phase, lead, markers);
+    Py_ssize_t wire = fpdu_wire(length, phase, markers);
     if (wire > room)
         return 0;
-    Py_ssize_t body = wire - CRC_SIZE;
+    Py_ssize_t body = wire - IW_CRC_SIZE;
     /* The content (ULPDU_Length, ULPDU, PAD) is the body with its markers
      * cut out: gather the ULPDU's first 18 octets (its DDP/RDMAP header)
      * and the PAD, checking each marker on the way. Without markers the
      * body is one span. */
     uint8_t head[18], pad[3];
-    Py_ssize_t want_head = length < 18 ? length : 18, pad_at = HEADER_SIZE + length;
+    Py_ssize_t want_head = length < 18 ? length : 18, pad_at = IW_LENGTH_SIZE + length;
     Py_ssize_t cursor = 0, filled = 0; /* body octets used, content octets so far */
-    Py_ssize_t m = !markers ? body : phase == 0 ? 0 : MARKER_INTERVAL - (Py_ssize_t)phase;
-    for (;; m += MARKER_INTERVAL) {
+    Py_ssize_t m = !markers ? body : phase == 0 ? 0 : IW_MARKER_INTERVAL - (Py_ssize_t)phase;
+    for (;; m += IW_MARKER_INTERVAL) {
         Py_ssize_t stop = m < body ? m : body;
         if (stop > cursor) {
             /* Content [lo, hi) lies at f[cursor..stop). */
             Py_ssize_t lo = filled, hi = filled + (stop - cursor);
-            Py_ssize_t a = lo > HEADER_SIZE ? lo : HEADER_SIZE;
-            Py_ssize_t b = hi < HEADER_SIZE + want_head ? hi : HEADER_SIZE + want_head;
+            Py_ssize_t a = lo > IW_LENGTH_SIZE ? lo : IW_LENGTH_SIZE;
+            Py_ssize_t b = hi < IW_LENGTH_SIZE + want_head ? hi : IW_LENGTH_SIZE + want_head;
             if (a < b)
-                memcpy(head + (a - HEADER_SIZE), f + cursor + (a - lo), (size_t)(b - a));
+                memcpy(head + (a - IW_LENGTH_SIZE), f + cursor + (a - lo), (size_t)(b - a));
             a = lo > pad_at ? lo : pad_at;
             if (a < hi) {
                 if (hi - pad_at > 3) /* never with a consistent size */
@@ -976,15 +976,15 @@ static Py_ssize_t clean_fpdu(const uint8_t *f, Py_ssize_t room, unsigned int pha
         }
         if (m >= body)
             break;
-        if (MARKER_SIZE > body - m) /* never on the 4-octet grid */
+        if (IW_MARKER_SIZE > body - m) /* never on the 4-octet grid */
             return 0;
         uint32_t reserved = iw_be16(f + m), pointer = iw_be16(f + m + 2);
         Py_ssize_t expected = m == 0 ? 0 : m - lead;
-        if (lead && m && either && (Py_ssize_t)(pointer & FPDUPTR_MASK) == m)
+        if (lead && m && either && (Py_ssize_t)(pointer & IW_FPDUPTR_MASK) == m)
             expected = m; /* seeds 000/002: from the FPDU's first octet */
         if (reserved != 0 || (Py_ssize_t)pointer != expected)
             return 0;
-        cursor = m + MARKER_SIZE;
+        cursor = m + IW_MARKER_SIZE;
     }
     Py_ssize_t got_pad = filled - pad_at;
     if (got_pad < 0 || got_pad > 3)
@@ -1018,7 +1018,7 @@ static PyObject *py_fpdu_count(PyObject *self, PyObject *args)
         return NULL;
     const uint8_t *d = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len, taken = 0;
-    if (at < 0 || at > n || phase >= MARKER_INTERVAL || count < 0) {
+    if (at < 0 || at > n || phase >= IW_MARKER_INTERVAL || count < 0) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "at, phase or count out of range");
         return NULL;
@@ -1030,13 +1030,13 @@ static PyObject *py_fpdu_count(PyObject *self, PyObject *args)
             break;
         taken++;
         at += wire;
-        phase = (unsigned int)(((Py_ssize_t)phase + wire) & (MARKER_INTERVAL - 1));
+        phase = (unsigned int)(((Py_ssize_t)phase + wire) & (IW_MARKER_INTERVAL - 1));
     }
     Py_ssize_t need = 0;
     if (taken < count) {
-        Py_ssize_t lead = markers && phase == 0 ? MARKER_SIZE : 0;
-        if (lead + HEADER_SIZE <= n - at) {
-            Py_ssize_t wire = fpdu_wire((Py_ssize_t)iw_be16(d + at + lead), phase, lead, markers);
+        Py_ssize_t lead = markers && phase == 0 ? IW_MARKER_SIZE : 0;
+        if (lead + IW_LENGTH_SIZE <= n - at) {
+            Py_ssize_t wire = fpdu_wire((Py_ssize_t)iw_be16(d + at + lead), phase, markers);
             if (wire > n - at)
                 need = wire;
         }
