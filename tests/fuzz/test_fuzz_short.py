@@ -53,6 +53,7 @@ def test_every_parser_survives_the_short_fuzz(tmp_path: Path) -> None:
         "vitcp_connection",
         "capture",
         "kernels",
+        "fast_path",
     }, proc.stderr
     for result in results:
         assert result["inputs"] > 100, result  # it really ran
