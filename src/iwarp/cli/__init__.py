@@ -190,6 +190,10 @@ def _dispatch(argv: Sequence[str]) -> int:
         if problem is not None:
             print(problem, file=sys.stderr)
             return 2
+    from iwarp.cli._interrupt import early_interrupt
+
+    if early_interrupt() is not None:  # an interrupt the imports swallowed
+        return INTERRUPTED
     status: int = args.func(args)
     return status
 
@@ -201,12 +205,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ends with :data:`INTERRUPTED` and no traceback; a closed standard
     output (``iwarp decode ... | head``) ends quietly with 0.
     """
+    from iwarp.cli._interrupt import catch_early_interrupts
+
+    restore = catch_early_interrupts()
     try:
         return _dispatch(sys.argv[1:] if argv is None else list(argv))
     except KeyboardInterrupt:
         return INTERRUPTED
     except BrokenPipeError:
         return 0
+    finally:
+        restore()
 
 
 if __name__ == "__main__":

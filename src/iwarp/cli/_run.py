@@ -26,6 +26,8 @@ from collections.abc import Callable, Coroutine
 from types import FrameType
 from typing import Any
 
+from iwarp.cli._interrupt import early_interrupt
+
 __all__ = [
     "CAPTURE_FAILED",
     "CommandStoppedError",
@@ -149,6 +151,9 @@ async def _guarded(main: Coroutine[Any, Any, int], on_stop: Callable[[str], None
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
             continue
         installed.append(signum)
+    early = early_interrupt()
+    if early is not None:  # (one an import swallowed before these were in place)
+        interrupt(early)
     try:
         status = await task
     except asyncio.CancelledError:
@@ -191,6 +196,10 @@ def run_blocking_interruptible(main: Callable[[], int], on_stop: Callable[[str],
     except ValueError:  # not the main thread
         pass
     try:
+        early = early_interrupt()
+        if early is not None:  # (one an import swallowed before these were in place)
+            caught.append(early)
+            raise _Interrupted(early)
         return main()
     except _Interrupted as exc:
         on_stop(exc.signum.name)
