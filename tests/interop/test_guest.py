@@ -122,3 +122,120 @@ def test_unknown_variant_refused(tmp_path: Path) -> None:
 def test_free_ports_differ() -> None:
     ports = free_ports(4)
     assert len(set(ports)) == 4
+
+
+def _built(root: Path, kernel: bytes = b"kernel", initrd: bytes = b"initrd") -> Path:
+    """A guest folder as a finished build leaves it (the manifest names the files' digests)."""
+    import hashlib
+    import json
+
+    out = root / "guest"
+    out.mkdir(parents=True)
+    (out / "vmlinuz").write_bytes(kernel)
+    (out / "initrd.img").write_bytes(initrd)
+    files = {"vmlinuz": hashlib.sha256(kernel).hexdigest()}
+    files["initrd.img"] = hashlib.sha256(initrd).hexdigest()
+    manifest = {"kver": "6.1.0-0-amd64", "variants": list(VARIANTS), "files": files}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def test_a_guest_whose_files_match_its_manifest_loads(tmp_path: Path) -> None:
+    _built(tmp_path)
+    image = GuestImage.load(tmp_path)
+    assert image is not None and image.kver == "6.1.0-0-amd64"
+    assert GuestImage.problem(tmp_path) == ""
+
+
+def test_a_kernel_from_another_build_is_refused(tmp_path: Path) -> None:
+    """A build that stopped after writing the new kernel, before the initramfs with its
+    modules: that guest cannot mount its share and powers off. It must not load."""
+    out = _built(tmp_path)
+    (out / "vmlinuz").write_bytes(b"another kernel")
+    assert GuestImage.load(tmp_path) is None
+    assert "vmlinuz does not match its manifest" in GuestImage.problem(tmp_path)
+
+
+def test_a_guest_without_digests_is_rebuilt_not_trusted(tmp_path: Path) -> None:
+    import json
+
+    out = _built(tmp_path)
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["files"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert GuestImage.load(tmp_path) is None
+    assert "predates file digests" in GuestImage.problem(tmp_path)
+    assert "not built" in GuestImage.problem(tmp_path / "elsewhere")
+
+
+class _FakeBuilder(GuestBuilder):
+    """Every step of a build stubbed: what build() does with their results is the test."""
+
+    def __init__(self, root: Path, kernel: bytes, *, fail_packing: bool = False) -> None:
+        super().__init__(root, kver="6.1.0-1-amd64", log=lambda _: None)
+        self.kernel = kernel
+        self.fail_packing = fail_packing
+
+    def check_host(self) -> None:
+        pass
+
+    def kver(self) -> str:
+        return "6.1.0-1-amd64"
+
+    def resolve_packages(self) -> dict[str, str]:
+        return {"busybox-static": "1"}
+
+    def download(self, packages: object) -> None:
+        pass
+
+    def unpack_kernel(self, kver: str) -> Path:
+        kroot = self.root / "kroot"
+        (kroot / "boot").mkdir(parents=True, exist_ok=True)
+        (kroot / "boot" / f"vmlinuz-{kver}").write_bytes(self.kernel)
+        return kroot
+
+    def unpack_siw_source(self, series: str) -> Path:
+        return self.root
+
+    def build_siw(self, src: Path, kver: str, variant: object) -> tuple[Path, str]:
+        return self.root, ""
+
+    def make_rootfs(self, *args: object) -> Path:
+        return self.root
+
+    def pack_initrd(self, rootfs: Path, dest: Path) -> None:
+        if self.fail_packing:
+            raise GuestBuildError("stopped while packing")
+        dest.write_bytes(b"initrd for " + self.kernel)
+
+
+def test_a_build_that_stops_half_way_leaves_the_old_guest(tmp_path: Path) -> None:
+    _built(tmp_path)
+    with pytest.raises(GuestBuildError):
+        _FakeBuilder(tmp_path, b"new kernel", fail_packing=True).build()
+    image = GuestImage.load(tmp_path)
+    assert image is not None and image.kernel.read_bytes() == b"kernel"
+    # The next build replaces the guest whole, and knows it up to date afterwards.
+    built = _FakeBuilder(tmp_path, b"new kernel").build()
+    assert built.kver == "6.1.0-1-amd64"
+    assert built.kernel.read_bytes() == b"new kernel"
+    assert built.initrd.read_bytes() == b"initrd for new kernel"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("guest")) == ["guest"]
+    again = _FakeBuilder(tmp_path, b"other kernel")
+    assert again.build().kernel.read_bytes() == b"new kernel"  # up to date: not rebuilt
+
+
+def test_an_early_power_off_is_explained_by_the_guests_last_words(tmp_path: Path) -> None:
+    from iwarp.interop.vm import last_words
+
+    console = tmp_path / "console.log"
+    assert last_words(console) == ""
+    console.write_text(
+        "Booting from ROM...\n"
+        "mount: mounting host on /host failed: No such device\n"
+        "iwarp-guest: cannot mount the host share (kernel 6.1.0-57-amd64; modprobe: x)\n"
+        "[    7.3] reboot: Power down\n"
+    )
+    assert last_words(console).startswith("iwarp-guest: cannot mount the host share")
+    console.write_text("[ 1.0] Kernel panic - not syncing: VFS\n[ 1.1] reboot\n")
+    assert last_words(console) == "Kernel panic - not syncing: VFS"

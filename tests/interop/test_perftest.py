@@ -301,7 +301,7 @@ def test_ib_write_bw_in_the_guest_against_iwarp(tmp_path: Path) -> None:
         pytest.skip("SIW GUEST NOT RUN: qemu-system-x86_64 missing")
     image = GuestImage.load()
     if image is None:
-        pytest.skip("SIW GUEST NOT RUN: the guest is not built (run: iwarp interop build)")
+        pytest.skip(f"SIW GUEST NOT RUN: {GuestImage.problem()}")
     (case,) = [c for c in all_cases() if c.name == "perftest/ib_write_bw"]
     runner = InteropRunner(image, tmp_path, log=lambda _: None)
     try:

@@ -27,7 +27,7 @@ def image() -> GuestImage:
         )
     found = GuestImage.load()
     if found is None:
-        pytest.skip("SIW GUEST NOT RUN: the guest is not built (run: iwarp interop build)")
+        pytest.skip(f"SIW GUEST NOT RUN: {GuestImage.problem()}")
     return found
 
 

@@ -193,7 +193,7 @@ def run_suite(args: argparse.Namespace) -> int:
         image = None
         _log(f"cannot build the guest: {exc}")
     if image is None:
-        reason = "the siw guest is not built (run: iwarp interop build)"
+        reason = GuestImage.problem() or "the siw guest is not built (run: iwarp interop build)"
         report = Report([Outcome(c, InteropStatus.NOT_RUN, reason) for c in cases])
         # One line, not a table of "not run" (the report still goes where
         # --json or --report asked).
@@ -257,7 +257,7 @@ def run_guest(args: argparse.Namespace) -> int:
 
     image = GuestImage.load()
     if image is None:
-        _log("the siw guest is not built (run: iwarp interop build)")
+        _log(GuestImage.problem() or "the siw guest is not built (run: iwarp interop build)")
         return 3
     script = " ".join(args.script[1:] if args.script[:1] == ["--"] else args.script)
     try:

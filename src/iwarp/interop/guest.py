@@ -190,19 +190,66 @@ class GuestImage:
 
     @classmethod
     def load(cls, root: Path | None = None) -> GuestImage | None:
-        """The guest built under ``root`` (default: the cache), or None if there is none."""
-        root = root or cache_root()
+        """The guest built under ``root`` (default: the cache), or None if none is usable.
+
+        Usable means its manifest names the kernel and initramfs that are there, octet for
+        octet: a build that stopped half way (a new kernel beside the old modules, say) would
+        boot a guest that cannot load a module and powers off. :meth:`problem` says why not.
+        """
+        found = cls._inspect(root or cache_root())
+        return found if isinstance(found, GuestImage) else None
+
+    @classmethod
+    def problem(cls, root: Path | None = None) -> str:
+        """Why :meth:`load` finds no usable guest under ``root`` ('' when it finds one)."""
+        found = cls._inspect(root or cache_root())
+        return "" if isinstance(found, GuestImage) else found
+
+    @classmethod
+    def _inspect(cls, root: Path) -> GuestImage | str:
+        out = root / "guest"
         try:
-            manifest = json.loads((root / "guest" / "manifest.json").read_text())
+            manifest = json.loads((out / "manifest.json").read_text())
         except (OSError, ValueError):
-            return None
+            return f"the siw guest is not built (run: iwarp interop build; looked in {out})"
         image = cls(
-            root / "guest",
+            out,
             manifest["kver"],
             tuple(manifest["variants"]),
             dict(manifest.get("packages", {})),
         )
-        return image if image.kernel.exists() and image.initrd.exists() else None
+        digests = manifest.get("files")
+        if not isinstance(digests, dict):
+            return f"the siw guest in {out} predates file digests (run: iwarp interop build)"
+        for path in (image.kernel, image.initrd):
+            if _digest(path) != digests.get(path.name):
+                return (
+                    f"{path} does not match its manifest, as when a build stopped half way "
+                    "(run: iwarp interop build)"
+                )
+        return image
+
+
+def _digest(path: Path) -> str | None:
+    """The SHA-256 of ``path`` as hex, None when it is missing."""
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def _swap_into_place(staging: Path, out: Path) -> None:
+    """Replace ``out`` by ``staging``: a reader sees the old guest, none, or the new one."""
+    old = out.with_name(out.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        out.rename(old)
+    staging.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _guest_file(name: str) -> bytes:
@@ -255,15 +302,25 @@ class GuestBuilder:
             if {k: old.get(k) for k in wanted} == wanted:
                 self.log(f"guest up to date in {out}")
                 return existing
+        elif existing is None and out.exists():
+            self.log(f"rebuilding: {GuestImage.problem(self.root)}")
         self.download({**packages, f"linux-image-{kver}": None, f"linux-source-{series}": None})
         kroot = self.unpack_kernel(kver)
         src = self.unpack_siw_source(series)
         modules = {name: self.build_siw(src, kver, v) for name, v in VARIANTS.items()}
         rootfs = self.make_rootfs(packages, kroot, kver, modules)
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(kroot / "boot" / f"vmlinuz-{kver}", out / "vmlinuz")
-        self.pack_initrd(rootfs, out / "initrd.img")
-        (out / "manifest.json").write_text(json.dumps(wanted, indent=1) + "\n")
+        # Built beside the guest in use and swapped in whole, the manifest (with the
+        # files' digests) written last: a build that stops half way leaves the old
+        # guest, or none, never a new kernel beside old modules.
+        staging = out.with_name(out.name + ".new")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        shutil.copyfile(kroot / "boot" / f"vmlinuz-{kver}", staging / "vmlinuz")
+        self.pack_initrd(rootfs, staging / "initrd.img")
+        files = {n: _digest(staging / n) for n in ("vmlinuz", "initrd.img")}
+        manifest = {**wanted, "files": files}
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        _swap_into_place(staging, out)
         size = (out / "initrd.img").stat().st_size / 1e6
         self.log(f"guest built in {time.monotonic() - t0:.0f} s: {out} (initrd {size:.1f} MB)")
         image = GuestImage.load(self.root)

@@ -120,6 +120,24 @@ class Job:
         )
 
 
+def last_words(console: Path) -> str:
+    """The guest's last say before it stopped: its init's last line, or a kernel panic.
+
+    A guest that powers off early (qemu exits 0) has said why on its console; the
+    error names it so a CI log shows the cause without the console file.
+    """
+    try:
+        lines = console.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        for mark in ("iwarp-guest:", "Kernel panic"):
+            at = line.find(mark)
+            if at >= 0:
+                return line[at:].strip()[:300]
+    return ""
+
+
 class Guest:
     """One boot of the siw guest.
 
@@ -232,7 +250,9 @@ class Guest:
         if self._proc is None:
             raise GuestError("guest not started")
         if self._proc.poll() is not None:
-            raise GuestError(f"qemu exited ({self._proc.returncode}); see {self.console_path}")
+            said = last_words(self.console_path)
+            why = f": {said}" if said else ""
+            raise GuestError(f"qemu exited ({self._proc.returncode}){why}; see {self.console_path}")
 
     def spawn(self, script: str, *, timeout: float | None = None) -> Job:
         """Start ``script`` (sh) in the guest; with ``timeout`` the guest kills it after that."""
