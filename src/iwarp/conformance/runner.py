@@ -35,7 +35,7 @@ from typing import Final
 
 from iwarp.conformance.link import Link
 from iwarp.conformance.model import Case, Result, Status
-from iwarp.conformance.pace import Pace
+from iwarp.conformance.pace import Pace, StartupWait
 from iwarp.conformance.session import NEED_HINTS, Session, StartupStyle, ToolValues
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.mpa.wire import Revision
@@ -207,6 +207,7 @@ class Runner:
         culley_line: bytes = b"",
         settle: float = 0.0,
         seed: int | None = None,
+        startup_wait: StartupWait | None = None,
     ) -> None:
         if mpa_mode not in MPA_MODES:
             raise ValueError(f"mpa_mode is one of {', '.join(MPA_MODES)}, not {mpa_mode!r}")
@@ -225,6 +226,8 @@ class Runner:
         self.values = ToolValues.draw(self.seed)
         #: How fast the target answers, shared by every case: bounds waits for silence.
         self.pace = Pace()
+        #: How long the cases on the target's own startup timer wait for its close.
+        self.startup_wait = StartupWait() if startup_wait is None else startup_wait
         self.target = target
         self.timeout = timeout
         self.cooperation_wait = cooperation_wait
@@ -492,7 +495,7 @@ class Runner:
         if (Need.CULLEY in item.needs) != (self.mpa_mode == "culley"):
             reason = NEED_HINTS[Need.CULLEY] if self.mpa_mode == "rfc" else CULLEY_ONLY
             return Result(item, Status.SKIPPED, reason), False
-        deadline = started + (item.timeout or self.timeout)
+        deadline = started + self._case_time(item)
         launched = Launched(None, "")
         session: Session | None = None
         status, reason = Status.PASSED, ""
@@ -507,7 +510,7 @@ class Runner:
                 link = self._accept(deadline, launched)
                 self._accepted += 1
                 # The case's own time starts once the target is connected.
-                deadline = time.monotonic() + (item.timeout or self.timeout)
+                deadline = time.monotonic() + self._case_time(item)
             session = Session(
                 link,
                 self.target.role,
@@ -520,6 +523,7 @@ class Runner:
             session.settle = self.settle
             session.values = self.values
             session.pace = self.pace
+            session.startup_wait = self.startup_wait
             if isinstance(self.target, ResponderTarget):
                 session.opener = lambda: self._connect(deadline)
             item.run(session)
@@ -550,6 +554,13 @@ class Runner:
             if status is Status.FAILED:
                 observed.append(f"peer command `{launched.command}`: {tail}")
         return Result(item, status, reason, observed, time.monotonic() - started), ended
+
+    def _case_time(self, item: Case) -> float:
+        """Seconds ``item`` may take once connected: a case on the target's startup timer
+        waits the run's startup wait, and the runner's timeout more for what it sends."""
+        if item.timer:
+            return self.startup_wait.seconds + self.timeout
+        return item.timeout or self.timeout
 
     def _learn_unoffered(self, session: Session) -> None:
         """After a data phase that waited in vain: a target that did not answer the hello
