@@ -291,20 +291,13 @@ def test_the_values_of_one_seed_are_the_same_and_within_bounds() -> None:
         ToolValues.draw(0).private_data(1025)
 
 
-@pytest.mark.parametrize(
-    ("value", "why"),
-    [
-        ("0", "--startup-wait must be more than 0 and at most 600"),
-        ("-5", "--startup-wait must be more than 0 and at most 600"),
-        ("nan", "--startup-wait must be more than 0 and at most 600"),
-        ("inf", "--startup-wait must be more than 0 and at most 600"),
-        ("601", "--startup-wait must be more than 0 and at most 600"),
-    ],
-)
-def test_startup_wait_is_bounded(value: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "601"])
+def test_startup_wait_is_bounded(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["conformance", "127.0.0.1", "1", "rfc5044/7.1.2/8", "--strict"]
     assert main([*args, "--startup-wait", value]) == 2
-    assert why in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--startup-wait: a startup wait is more than 0 and at most 600 s, not" in err, err
+    assert "Traceback" not in err
 
 
 def test_startup_wait_that_is_no_number_is_a_usage_error(
