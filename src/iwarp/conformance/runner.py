@@ -50,6 +50,7 @@ __all__ = [
     "Runner",
     "ShellLauncher",
     "NotAnMpaResponderError",
+    "STAGGER",
     "TargetUnavailableError",
 ]
 
@@ -64,6 +65,13 @@ CULLEY_ONLY: Final = (
 )
 #: Seconds a new connection to a Responder is watched before use (is it closed at once?).
 SETTLE: Final = 0.02
+#: Seconds between the idle cases' connections at the start of a run, and after the last of
+#: them before the other cases start. A Responder may take only so many new connections at
+#: once before it has handled them: Linux siw 6.1 queues one accept work item per TCP
+#: connection from a pool the size of the listen backlog (rping -s listens with 3); a
+#: fourth connection arriving within the same 3 ms was never accepted, and its close later
+#: reached siw's listener as the listener's own peer closing, which closed it for good.
+STAGGER: Final = 0.25
 #: Seconds an Initiator target may take to make its first connection (it may be starting up).
 FIRST_CONNECT: Final = 30.0
 #: Seconds it may take to connect for a later case (a program per case starts, or one that a
@@ -430,11 +438,15 @@ class Runner:
             # target must process and no application sees their connections (no valid
             # Request completes), so even a target that serves one connection at a time
             # is not held up, and their long waits overlap the run instead of adding to it.
+            # Their connections open STAGGER apart, never in one burst.
             idle = [item for item in items if item.idle and overlap_idle]
             pool = ThreadPoolExecutor(max_workers=max(1, jobs))
             waiting = ThreadPoolExecutor(max_workers=max(1, len(idle)))
             try:
-                futures = {id(item): waiting.submit(self._run_one, item) for item in idle}
+                futures = {}
+                for item in idle:  # one new connection at a time (see STAGGER)
+                    futures[id(item)] = waiting.submit(self._run_one, item)
+                    self._pause(STAGGER)
                 for item in items:
                     if id(item) not in futures:
                         futures[id(item)] = pool.submit(self._run_one, item)
@@ -447,6 +459,10 @@ class Runner:
         finally:
             self.close()
         return results
+
+    def _pause(self, seconds: float) -> None:
+        """Let ``seconds`` pass before the next case starts (a test may count them)."""
+        time.sleep(seconds)
 
     def _emit(self, results: list[Result], result: Result) -> None:
         results.append(result)
