@@ -104,8 +104,8 @@ def test_the_startup_timer_cases_wait_beside_the_others_at_j1() -> None:
 
 
 def test_one_at_a_time_runs_the_startup_timer_cases_in_turn() -> None:
-    """--one-at-a-time (siw behind rping -s -P stopped answering with the three open beside
-    a case): no case starts before the startup-timer case ended."""
+    """--one-at-a-time (for a target whose MPA code serves one connection at a time until
+    its startup ends): no case starts before the startup-timer case ended."""
     results, events = _idle_first(overlap=False)
     idle_end = events.index(("end", results[0].case.id))
     assert all(events.index(("start", r.case.id)) > idle_end for r in results[1:]), events

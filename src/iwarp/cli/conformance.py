@@ -184,9 +184,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--one-at-a-time",
         action="store_true",
         help="run even the startup-timer cases in turn with the others, so that the target "
-        "never has more than one of the tool's connections in MPA startup (Linux siw 6.1 "
-        "behind rping -s -P stopped answering Requests while the three were open beside a "
-        "case); their waits (--startup-wait) then add up",
+        "never has more than one of the tool's connections in MPA startup, for a target whose "
+        "MPA code serves one connection at a time until its startup ends; their waits "
+        "(--startup-wait) then add up",
     )
     parser.add_argument(
         "--settle",
