@@ -7,7 +7,8 @@ mutant of ``RULES`` (one MUST rule broken, e.g. ``crc``: FPDUs are never
 CRC-checked; the Responder's rules act in ``listen``, the Initiator's, such as
 ``request-key`` or ``reply-r``, in ``connect``, and a rule of code both roles
 share in both), a conforming variant (``VARIANTS`` for the Responder,
-``INITIATOR_VARIANTS`` for the Initiator) or an older stack (``OLDER``).
+``INITIATOR_VARIANTS`` for the Initiator), an older stack (``OLDER``), a Responder that
+sends no FPDU (``SILENT``) or one that leaves out a SHOULD (``SHOULD_SKIPPED``).
 
 Test-only: these are monkeypatches, not options of the product.
 """
@@ -1800,6 +1801,34 @@ def mute_responder() -> None:
 SILENT = {"mute": mute_responder}
 
 
+# --- a Responder without the startup timer RFC 5044 asks for (a SHOULD) ---------------------
+
+#: Its "timer": longer than any run (the MPA core keeps a deadline, so it gets a far one).
+NEVER = 1e6
+
+
+def without_startup_timer() -> None:
+    """RFC 5044 §7.1.2 rules 8 and 10 (SHOULD): the Responder puts no timeout on the
+    Request it waits for, whole or in part (nor the Initiator on the Reply); a connection
+    that never sends one stays open until the peer closes it. By default the startup-timer
+    cases skip it, saying the close did not come within the wait; with ``--startup-wait``
+    they fail it."""
+    connection = iwarp.mpa.connection.MpaConnection
+    original = connection.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.config = dataclasses.replace(
+            self.config, request_timeout=NEVER, reply_timeout=NEVER, frame_timeout=NEVER
+        )
+
+    _patch(connection, "__init__", init)
+
+
+#: Conforming stacks that leave out a SHOULD no MUST case covers.
+SHOULD_SKIPPED = {"no-startup-timer": without_startup_timer}
+
+
 # --- an Initiator that has nothing to say: conforming, every case must pass -----------------
 
 #: Seconds the quiet Initiator keeps a connection open, at most.
@@ -1825,7 +1854,7 @@ def quiet_initiator() -> None:
 
 #: Conforming Initiators that differ from ``iwarp connect`` in what the RFCs leave open.
 INITIATOR_VARIANTS = {"quiet": quiet_initiator}
-SWITCHES = {**RULES, **VARIANTS, **OLDER, **INITIATOR_VARIANTS, **SILENT}
+SWITCHES = {**RULES, **VARIANTS, **OLDER, **INITIATOR_VARIANTS, **SILENT, **SHOULD_SKIPPED}
 
 if __name__ == "__main__":
     SWITCHES[sys.argv[1]]()

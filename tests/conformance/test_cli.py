@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from iwarp.cli import main
+from iwarp.conformance.pace import StartupWait
 
 from .conftest import TARGET_TIMEOUT, listening
 
@@ -288,3 +289,54 @@ def test_the_values_of_one_seed_are_the_same_and_within_bounds() -> None:
     check()
     with pytest.raises(ValueError, match="1025 octets of private data"):
         ToolValues.draw(0).private_data(1025)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "601"])
+def test_startup_wait_is_bounded(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["conformance", "127.0.0.1", "1", "rfc5044/7.1.2/8", "--strict"]
+    assert main([*args, "--startup-wait", value]) == 2
+    err = capsys.readouterr().err
+    assert "--startup-wait: a startup wait is more than 0 and at most 600 s, not" in err, err
+    assert "Traceback" not in err
+
+
+def test_startup_wait_that_is_no_number_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["conformance", "127.0.0.1", "1", "--strict", "--startup-wait", "soon"])
+    assert exited.value.code == 2
+    assert "--startup-wait: invalid float value: 'soon'" in capsys.readouterr().err
+
+
+def test_startup_wait_without_a_timer_case_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without --strict no case waits for a startup timer: the option would do nothing."""
+    assert main(["conformance", "127.0.0.1", "1", "rfc5044/", "--startup-wait", "75"]) == 2
+    err = capsys.readouterr().err
+    assert "none of the selected cases waits for the target's startup timer" in err
+    assert "--strict" in err
+
+
+def test_a_longer_timer_is_skipped_then_judged_with_startup_wait(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """iwarp listen --timeout 3 against a default startup wait made 1 s: skipped, the reason
+    and the header saying how to wait longer, exit 0; with --startup-wait 5 it passes."""
+    import iwarp.cli.conformance
+
+    def short(seconds: float = 1.0, *, chosen: bool = False) -> StartupWait:
+        return StartupWait(seconds, chosen=chosen)
+
+    monkeypatch.setattr(iwarp.cli.conformance, "StartupWait", short)
+    with listening(["--timeout", "3"]) as port:
+        args = ["conformance", "127.0.0.1", str(port), "rfc5044/7.1.2/8", "--strict"]
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert "judged when it closes within 1 s (--startup-wait S waits longer)" in out
+        assert "SKIP rfc5044/7.1.2/8" in out, out
+        assert "no close within 1 s; --startup-wait S to judge a longer timer" in out
+        assert main([*args, "--startup-wait", "5", "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert result["status"] == "passed" and result["timer"] and result["idle"], result

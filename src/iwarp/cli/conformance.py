@@ -9,6 +9,7 @@ from pathlib import Path
 
 from iwarp.conformance import all_cases, expected
 from iwarp.conformance.model import Result, matches, select
+from iwarp.conformance.pace import STARTUP_WAIT, STARTUP_WAIT_MAX, StartupWait
 from iwarp.conformance.report import (
     format_case,
     format_result,
@@ -125,8 +126,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=DEFAULT_TIMEOUT,
         metavar="S",
-        help=f"seconds per case (default {DEFAULT_TIMEOUT:g}; some cases that "
-        "wait for the target's own timeouts have longer ones)",
+        help=f"seconds per case (default {DEFAULT_TIMEOUT:g}; the cases that wait for the "
+        "target's own startup timer wait --startup-wait instead)",
+    )
+    parser.add_argument(
+        "--startup-wait",
+        type=float,
+        metavar="SECONDS",
+        help="how long the --strict cases on the target's own MPA startup timer "
+        "(rfc5044/7.1.2/8-12: no Request, half a frame...) wait for its close, from the "
+        f"start of their connection. Default {STARTUP_WAIT:g}: a target that has not "
+        "closed by then is neither passed nor failed, the case is skipped (the RFCs give "
+        "the timer no value). Given, the wait is a verdict: a close that did not come "
+        f"fails the case. At most {STARTUP_WAIT_MAX:g}; e.g. 75 for Chelsio's cxgb4, "
+        "whose timer is 60 s",
     )
     parser.add_argument(
         "--json",
@@ -165,15 +178,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default 1: a target that serves one connection at a time, such as a loop of "
         "single-shot servers, needs it); an Initiator target always runs one at a time. "
         "The --strict cases that only wait for a Responder's startup timer (no Request "
-        "completes on their connections) run beside the others at any N",
+        "completes on their connections) start first and run beside the others at any N",
     )
     parser.add_argument(
         "--one-at-a-time",
         action="store_true",
         help="run even the startup-timer cases in turn with the others, so that the target "
-        "never has more than one of the tool's connections in MPA startup (Linux siw 6.1 "
-        "behind rping -s -P stopped answering Requests while the three were open beside a "
-        "case); their 70 s waits then add up",
+        "never has more than one of the tool's connections in MPA startup, for a target whose "
+        "MPA code serves one connection at a time until its startup ends; their waits "
+        "(--startup-wait) then add up",
     )
     parser.add_argument(
         "--settle",
@@ -203,6 +216,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _fail(message: str) -> int:
     print(f"iwarp conformance: error: {message}", file=sys.stderr)
     return 2
+
+
+def _timer_note(wait: StartupWait) -> str:
+    """The header's word on the startup-timer cases' wait."""
+    if wait.chosen:
+        return f"a startup timer must close within {wait.seconds:g} s (--startup-wait)"
+    return (
+        f"a startup timer is judged when it closes within {wait.seconds:g} s "
+        "(--startup-wait S waits longer)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -235,6 +258,12 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--seed must be between 0 and 2^64-1")
     if not 0 <= args.settle <= 10:
         return _fail("--settle must be between 0 and 10 seconds")
+    startup_wait = StartupWait()
+    if args.startup_wait is not None:
+        try:
+            startup_wait = StartupWait(args.startup_wait, chosen=True)
+        except ValueError as exc:  # 0, negative, NaN, inf, over the limit
+            return _fail(f"--startup-wait: {exc}")
     catalogue = all_cases()
     if args.mpa_mode == "culley" and not words:
         words = ["draft-culley/"]  # the RFC cases would only skip
@@ -250,6 +279,11 @@ def run(args: argparse.Namespace) -> int:
         return _fail(
             f"no case matches {' '.join(words) or 'the selection'}"
             + ("" if args.strict else " (SHOULD cases need --strict)")
+        )
+    if args.startup_wait is not None and not any(c.timer for c in cases):
+        return _fail(
+            "--startup-wait: none of the selected cases waits for the target's startup timer "
+            "(rfc5044/7.1.2/8-12 are SHOULD cases: they run with --strict)"
         )
     if args.list:
         if args.json:
@@ -290,6 +324,7 @@ def run(args: argparse.Namespace) -> int:
         culley_line=culley_line,
         settle=args.settle,
         seed=args.seed,
+        startup_wait=startup_wait,
     )
     try:
         # A target that is no MPA Responder at all ends the run here, in one line.
@@ -297,7 +332,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(
                 f"target: {target.describe()}; {len(cases)} cases; seed {runner.seed} "
-                f"(--seed {runner.seed} replays the tool's values)",
+                f"(--seed {runner.seed} replays the tool's values)"
+                + (f"; {_timer_note(startup_wait)}" if any(c.timer for c in cases) else ""),
                 flush=True,
             )
         runner.run(cases, jobs=args.jobs, overlap_idle=not args.one_at_a_time)

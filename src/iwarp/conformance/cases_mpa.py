@@ -564,8 +564,7 @@ def fpdu_first(s: Session) -> None:
     'when started in Responder mode"',
     level=Level.SHOULD,
     roles=R,
-    timeout=70.0,
-    idle=True,
+    timer=True,
 )
 def request_timeout(s: Session) -> None:
     s.expect_closed("waiting for a Request that never comes", on_timer=True)
@@ -578,8 +577,7 @@ def request_timeout(s: Session) -> None:
     'for the entire set of startup frames"',
     level=Level.SHOULD,
     roles=R,
-    timeout=70.0,
-    idle=True,
+    timer=True,
 )
 def partial_request(s: Session) -> None:
     s.send_raw(craft.request()[:10], "the first 10 octets of a Request")
@@ -593,8 +591,7 @@ def partial_request(s: Session) -> None:
     'match the length of the Private Data field ... the receiver MUST close the connection"',
     level=Level.SHOULD,
     roles=R,
-    timeout=70.0,
-    idle=True,
+    timer=True,
 )
 def short_private_data(s: Session) -> None:
     s.send_raw(
@@ -611,7 +608,7 @@ def short_private_data(s: Session) -> None:
     'startup frames"',
     level=Level.SHOULD,
     roles=I,
-    timeout=70.0,
+    timer=True,
 )
 def reply_timeout(s: Session) -> None:
     s.read_request()
@@ -625,7 +622,7 @@ def reply_timeout(s: Session) -> None:
     'startup frames"',
     level=Level.SHOULD,
     roles=I,
-    timeout=70.0,
+    timer=True,
 )
 def partial_reply(s: Session) -> None:
     request = s.read_request()

@@ -66,10 +66,17 @@ class Case:
     #: The rules the case enforces, as short tags ("crc", "pd-length", "terminate"):
     #: a target that breaks one of them must fail every case tagged with it.
     covers: frozenset[str] = frozenset()
-    #: The case only holds an idle connection until the target's own timer closes it (a
-    #: startup timeout): it puts no load on a Responder target, so the runner starts it
-    #: beside the other cases, even at ``-j 1``, instead of adding its wait to theirs.
-    idle: bool = False
+    #: The case waits for a close from the target's own startup timer (RFC 5044 §7.1.2
+    #: rules 8 and 10), which no answer bounds: it waits the run's startup wait
+    #: (:class:`~iwarp.conformance.pace.StartupWait`), not ``timeout``.
+    timer: bool = False
+
+    @property
+    def idle(self) -> bool:
+        """The case only holds a connection to a Responder until its timer closes it: it
+        puts no load on the target, so the runner starts it beside the other cases, even
+        at ``-j 1``, instead of adding its wait to theirs."""
+        return self.timer and TargetRole.INITIATOR not in self.roles
 
     @property
     def spec(self) -> str:
@@ -89,6 +96,7 @@ class Case:
             "roles": sorted(str(r) for r in self.roles),
             "needs": sorted(str(n) for n in self.needs),
             "covers": sorted(self.covers),
+            "timer": self.timer,
             "idle": self.idle,
         }
 
@@ -129,7 +137,7 @@ def case(
     needs: Iterable[Need] = (),
     timeout: float | None = None,
     covers: Iterable[str] = (),
-    idle: bool = False,
+    timer: bool = False,
 ) -> Callable[[Callable[[Session], None]], Callable[[Session], None]]:
     """Register the decorated function as the case ``id``."""
 
@@ -145,7 +153,7 @@ def case(
                 frozenset(needs),
                 timeout,
                 frozenset(covers),
-                idle,
+                timer,
             )
         )
         return run

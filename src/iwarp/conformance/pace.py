@@ -13,14 +13,21 @@ What the timed answers cannot predict is how long tens of kilobytes take to reac
 target: Linux siw in the qemu guest answered the carrier (52 octets) within 10 ms and
 20-70 KB of garbage 0.33-0.36 s after it was sent. A wait after more than :data:`BULK`
 octets lasts at least the data phase's cooperation wait (1 s).
+
+One kind of wait no answer bounds: a close from the target's own startup timer (RFC 5044
+§7.1.2 rules 8 and 10), which fires on no input at all and has no value in the RFCs
+(iwarp and siw: 5-10 s; Chelsio's cxgb4: 60 s). Such a wait lasts :class:`StartupWait`:
+:data:`STARTUP_WAIT` by default, after which a missing close is no verdict (the case is
+skipped, saying how to wait longer), or as long as the user chose, after which it is one.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["BULK", "FACTOR", "FLOOR", "Pace"]
+__all__ = ["BULK", "FACTOR", "FLOOR", "STARTUP_WAIT", "STARTUP_WAIT_MAX", "Pace", "StartupWait"]
 
 #: How many times the target's slowest answer a wait for an absent one lasts.
 FACTOR: Final = 4.0
@@ -28,6 +35,40 @@ FACTOR: Final = 4.0
 FLOOR: Final = 0.1
 #: Octets sent at once beyond which the answer times say nothing of the transfer.
 BULK: Final = 4096
+#: Seconds the startup-timer cases wait for a close unless told otherwise: a timer of up to
+#: this long is judged; the idle cases wait beside the others, and at ``-j 1`` a --strict
+#: run's other cases against a target that drops faults silently take about as long, so
+#: the wait adds little to the run.
+STARTUP_WAIT: Final = 20.0
+#: The longest wait ``--startup-wait`` may choose, in seconds.
+STARTUP_WAIT_MAX: Final = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class StartupWait:
+    """How long the cases on the target's own startup timer wait for its close.
+
+    ``chosen``: the user set ``seconds`` (``--startup-wait``), so a timer that did not
+    fire within it is a verdict: the case fails. By default a missing close says only that
+    the timer, if any, is longer than ``seconds``: the case is skipped with that reason.
+    """
+
+    seconds: float = STARTUP_WAIT
+    chosen: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 < self.seconds <= STARTUP_WAIT_MAX:  # NaN fails this too
+            raise ValueError(
+                f"a startup wait is more than 0 and at most {STARTUP_WAIT_MAX:g} s, "
+                f"not {self.seconds!r}"
+            )
+
+    def unjudged(self, what: str) -> str:
+        """Why a case that saw no close within the default wait is skipped."""
+        return (
+            f"{what}: no close within {self.seconds:g} s; --startup-wait S to judge a longer "
+            "timer (the RFCs give it no value; Chelsio's cxgb4 waits 60 s)"
+        )
 
 
 class Pace:

@@ -35,7 +35,7 @@ from typing import Final
 
 from iwarp.conformance.link import Link
 from iwarp.conformance.model import Case, Result, Status
-from iwarp.conformance.pace import Pace
+from iwarp.conformance.pace import Pace, StartupWait
 from iwarp.conformance.session import NEED_HINTS, Session, StartupStyle, ToolValues
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.mpa.wire import Revision
@@ -50,6 +50,7 @@ __all__ = [
     "Runner",
     "ShellLauncher",
     "NotAnMpaResponderError",
+    "STAGGER",
     "TargetUnavailableError",
 ]
 
@@ -64,6 +65,13 @@ CULLEY_ONLY: Final = (
 )
 #: Seconds a new connection to a Responder is watched before use (is it closed at once?).
 SETTLE: Final = 0.02
+#: Seconds between the idle cases' connections at the start of a run, and after the last of
+#: them before the other cases start. A Responder may take only so many new connections at
+#: once before it has handled them: Linux siw 6.1 queues one accept work item per TCP
+#: connection from a pool the size of the listen backlog (rping -s listens with 3); a
+#: fourth connection arriving within the same 3 ms was never accepted, and its close later
+#: reached siw's listener as the listener's own peer closing, which closed it for good.
+STAGGER: Final = 0.25
 #: Seconds an Initiator target may take to make its first connection (it may be starting up).
 FIRST_CONNECT: Final = 30.0
 #: Seconds it may take to connect for a later case (a program per case starts, or one that a
@@ -207,6 +215,7 @@ class Runner:
         culley_line: bytes = b"",
         settle: float = 0.0,
         seed: int | None = None,
+        startup_wait: StartupWait | None = None,
     ) -> None:
         if mpa_mode not in MPA_MODES:
             raise ValueError(f"mpa_mode is one of {', '.join(MPA_MODES)}, not {mpa_mode!r}")
@@ -225,6 +234,8 @@ class Runner:
         self.values = ToolValues.draw(self.seed)
         #: How fast the target answers, shared by every case: bounds waits for silence.
         self.pace = Pace()
+        #: How long the cases on the target's own startup timer wait for its close.
+        self.startup_wait = StartupWait() if startup_wait is None else startup_wait
         self.target = target
         self.timeout = timeout
         self.cooperation_wait = cooperation_wait
@@ -427,11 +438,15 @@ class Runner:
             # target must process and no application sees their connections (no valid
             # Request completes), so even a target that serves one connection at a time
             # is not held up, and their long waits overlap the run instead of adding to it.
+            # Their connections open STAGGER apart, never in one burst.
             idle = [item for item in items if item.idle and overlap_idle]
             pool = ThreadPoolExecutor(max_workers=max(1, jobs))
             waiting = ThreadPoolExecutor(max_workers=max(1, len(idle)))
             try:
-                futures = {id(item): waiting.submit(self._run_one, item) for item in idle}
+                futures = {}
+                for item in idle:  # one new connection at a time (see STAGGER)
+                    futures[id(item)] = waiting.submit(self._run_one, item)
+                    self._pause(STAGGER)
                 for item in items:
                     if id(item) not in futures:
                         futures[id(item)] = pool.submit(self._run_one, item)
@@ -444,6 +459,10 @@ class Runner:
         finally:
             self.close()
         return results
+
+    def _pause(self, seconds: float) -> None:
+        """Let ``seconds`` pass before the next case starts (a test may count them)."""
+        time.sleep(seconds)
 
     def _emit(self, results: list[Result], result: Result) -> None:
         results.append(result)
@@ -492,7 +511,7 @@ class Runner:
         if (Need.CULLEY in item.needs) != (self.mpa_mode == "culley"):
             reason = NEED_HINTS[Need.CULLEY] if self.mpa_mode == "rfc" else CULLEY_ONLY
             return Result(item, Status.SKIPPED, reason), False
-        deadline = started + (item.timeout or self.timeout)
+        deadline = started + self._case_time(item)
         launched = Launched(None, "")
         session: Session | None = None
         status, reason = Status.PASSED, ""
@@ -507,7 +526,7 @@ class Runner:
                 link = self._accept(deadline, launched)
                 self._accepted += 1
                 # The case's own time starts once the target is connected.
-                deadline = time.monotonic() + (item.timeout or self.timeout)
+                deadline = time.monotonic() + self._case_time(item)
             session = Session(
                 link,
                 self.target.role,
@@ -520,6 +539,7 @@ class Runner:
             session.settle = self.settle
             session.values = self.values
             session.pace = self.pace
+            session.startup_wait = self.startup_wait
             if isinstance(self.target, ResponderTarget):
                 session.opener = lambda: self._connect(deadline)
             item.run(session)
@@ -550,6 +570,13 @@ class Runner:
             if status is Status.FAILED:
                 observed.append(f"peer command `{launched.command}`: {tail}")
         return Result(item, status, reason, observed, time.monotonic() - started), ended
+
+    def _case_time(self, item: Case) -> float:
+        """Seconds ``item`` may take once connected: a case on the target's startup timer
+        waits the run's startup wait, and the runner's timeout more for what it sends."""
+        if item.timer:
+            return self.startup_wait.seconds + self.timeout
+        return item.timeout or self.timeout
 
     def _learn_unoffered(self, session: Session) -> None:
         """After a data phase that waited in vain: a target that did not answer the hello

@@ -30,7 +30,7 @@ import iwarp.conformance.craft as craft
 from iwarp._crc32c import crc32c
 from iwarp.apps.rping import ADVERT
 from iwarp.conformance.link import Link
-from iwarp.conformance.pace import BULK, Pace
+from iwarp.conformance.pace import BULK, Pace, StartupWait
 from iwarp.conformance.terms import CaseFailed, CaseSkipped, Need, TargetRole
 from iwarp.ddp.wire import TAGGED_FLAG, UNTAGGED_HEADER_SIZE
 from iwarp.errors import MpaError
@@ -413,6 +413,8 @@ class Session:
         self.fence_answered: float | None = None
         #: The target's answer times in this run (the runner shares one among its cases).
         self.pace = Pace()
+        #: How long a close from the target's own startup timer is waited for (the runner's).
+        self.startup_wait = StartupWait()
 
     # --- bookkeeping -----------------------------------------------------
 
@@ -904,13 +906,15 @@ class Session:
 
         The close answers what was just sent: it is waited for as long as the target
         showed it takes to answer (:meth:`answer_wait`), at most ``within`` seconds (else
-        the case's timeout). ``on_timer``: the close comes from the target's own timer,
-        not as an answer; the whole ``within`` (or timeout) is waited.
+        the case's timeout). ``on_timer``: the close comes from the target's own startup
+        timer, not as an answer: it is waited for the run's startup wait from the start of
+        the connection; when it did not come, the case is skipped unless the user chose
+        that wait (``--startup-wait``: then it fails).
         ``allow_reply``: a startup frame before the close is tolerated (RFC 5044
         Appendix C: a Responder may answer with its own Rev, then close).
         """
         cap = self.remaining() if within is None else within
-        deadline = self.within(cap if on_timer else self.answer_wait(cap))
+        deadline = self._timer_deadline() if on_timer else self.within(self.answer_wait(cap))
         # Unless a frame is allowed, the first octet the target sends decides the case (it
         # fails, close or not): the wait ends there, and only the frame's key is read on,
         # briefly, to name what came. A target that answers every broken Request costs no
@@ -923,8 +927,11 @@ class Session:
             self.link.fill(len(REPLY_KEY), min(deadline, time.monotonic() + 0.2))
         data = bytes(self.link.inbox)  # what arrived after the frames already read
         if ended is None and (allow_reply or not data):
+            if on_timer and not self.startup_wait.chosen:
+                raise CaseSkipped(self.startup_wait.unjudged(what))
             raise CaseFailed(
                 f"{what}: the connection is still open after {self.link.elapsed():.1f}s"
+                + (f" (--startup-wait {self.startup_wait.seconds:g})" if on_timer else "")
             )
         if ended is not None:
             self.note(f"target closed the connection ({ended})")
@@ -943,6 +950,19 @@ class Session:
             flags = data[16]
             if not flags & FrameFlags.REJECT and self.target is TargetRole.RESPONDER:
                 self.note("the target answered with a Reply (R=0) before closing")
+
+    def _timer_deadline(self) -> float:
+        """When a close from the target's startup timer is late: the startup wait after the
+        connection began (when the target's timer starts), plus the time the target showed
+        it takes to act, so that a timer of exactly the startup wait is still judged."""
+        wait = self.startup_wait
+        slack = self.pace.wait(cap=1.0)
+        how = "--startup-wait" if wait.chosen else "the default startup wait"
+        self.note(
+            f"waiting for the target's startup timer to close the connection: up to "
+            f"{wait.seconds:g}s from its start ({how}) and {slack:.2f}s for the target to act"
+        )
+        return min(self.deadline, self.link.started + wait.seconds + slack)
 
     def _answered_meanwhile(self, cap: float) -> float | None:
         """Before a missing close fails a case: is the target answering at all just now?
