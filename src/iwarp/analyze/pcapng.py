@@ -94,8 +94,20 @@ class PcapngWriter:
         if self._out is None:
             return
         stamp = round((time.time() if timestamp is None else timestamp) * 1e6)
-        body = _EPB_BODY.pack(0, stamp >> 32, stamp & _MASK32, len(frame), len(frame))
-        if self._write(_block(_BLOCK_EPB, body + frame + bytes(-len(frame) % 4))):
+        size = len(frame)
+        pad = -size % 4
+        length = _BLOCK_HEAD.size + _EPB_BODY.size + size + pad + _U32.size
+        # One join, not a concatenation per layer: the frame is copied once.
+        block = b"".join(
+            (
+                _BLOCK_HEAD.pack(_BLOCK_EPB, length),
+                _EPB_BODY.pack(0, stamp >> 32, stamp & _MASK32, size, size),
+                frame,
+                bytes(pad),
+                _U32.pack(length),
+            )
+        )
+        if self._write(block):
             self.frames += 1
 
     def _write(self, block: bytes) -> bool:
@@ -143,13 +155,18 @@ class FpduAligner:
         """The whole segments that ``data`` completes."""
         self._pending += data
         units: list[bytes] = []
-        while self._pending:
-            size = self._unit_size()
-            if size is None:
-                break
-            size = min(size, MAX_SEGMENT)
-            units.append(bytes(self._pending[:size]))
-            del self._pending[:size]
+        at = 0
+        # Each unit is copied once, out of a view; the consumed octets are cut
+        # off once at the end.
+        with memoryview(self._pending) as view:
+            while at < len(view):
+                size = self._unit_size(view[at:])
+                if size is None:
+                    break
+                size = min(size, MAX_SEGMENT)
+                units.append(bytes(view[at : at + size]))
+                at += size
+        del self._pending[:at]
         return units
 
     def flush(self) -> list[bytes]:
@@ -158,8 +175,7 @@ class FpduAligner:
         self._pending.clear()
         return [rest[i : i + MAX_SEGMENT] for i in range(0, len(rest), MAX_SEGMENT)]
 
-    def _unit_size(self) -> int | None:
-        data = self._pending
+    def _unit_size(self, data: memoryview) -> int | None:
         if self.raw:
             return len(data)
         if not self._framed:
