@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import struct
 from ipaddress import ip_address
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iwarp.analyze.pcapng import FpduAligner
+from iwarp.analyze.pcapng import FpduAligner, PcapngWriter, TcpFlow
 from iwarp.analyze.synth import Endpoint, _checksum, tcp_frame
 
 
@@ -72,3 +73,18 @@ def test_the_aligner_cuts_the_same_units_at_any_segmentation(
         units += aligner.feed(memoryview(stream)[a:b])
     units += aligner.flush()
     assert units == [request, *fpdus]
+
+
+def test_every_read_is_on_disk_when_it_returns(tmp_path: Path) -> None:
+    """Frames of one read are flushed together, once: the file holds all of them
+    (the capture can be read while it grows) when the read's call returns."""
+    request = b"MPA ID Req Frame" + bytes([0x40, 0, 0, 0])
+    read = b"".join(_fpdu(n) + bytes(-(n + 2) % 4) + b"CRC!" for n in (10, 1000, 3))
+    path = tmp_path / "flow.pcapng"
+    with path.open("wb") as out:
+        writer = PcapngWriter(out)
+        flow = TcpFlow(writer, ("127.0.0.1", 40000), ("127.0.0.1", 7000), initiator=True)
+        for data in (request, read[:7], read[7:]):
+            flow.sent(data)
+            assert path.stat().st_size == out.tell()
+        assert writer.frames == 3 + 1 + 3  # handshake, the Request, three FPDUs

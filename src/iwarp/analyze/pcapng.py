@@ -88,9 +88,10 @@ class PcapngWriter:
         idb += _options((_OPT_IF_NAME, b"iwarp (synthesized from the process's own sockets)"))
         self._write(_block(_BLOCK_SHB, shb) + _block(_BLOCK_IDB, idb))
 
-    def frame(self, frame: bytes, timestamp: float | None = None) -> None:
+    def frame(self, frame: bytes, timestamp: float | None = None, *, flush: bool = True) -> None:
         """One frame, stamped ``timestamp`` (``time.time()`` seconds) or now;
-        written through at once, so the file can be read while it grows."""
+        written through at once, so the file can be read while it grows
+        (``flush=False``: a frame more is coming at once, which flushes both)."""
         if self._out is None:
             return
         stamp = round((time.time() if timestamp is None else timestamp) * 1e6)
@@ -107,10 +108,10 @@ class PcapngWriter:
                 _U32.pack(length),
             )
         )
-        if self._write(block):
+        if self._write(block, flush=flush):
             self.frames += 1
 
-    def _write(self, block: bytes) -> bool:
+    def _write(self, block: bytes, *, flush: bool = True) -> bool:
         """Write and flush ``block``; a failure (a full disk, an I/O error) is
         kept in :attr:`error`, ends the writing and goes to ``on_error``
         rather than to whoever recorded the frame (a protocol's callback,
@@ -119,7 +120,8 @@ class PcapngWriter:
             return False
         try:
             self._out.write(block)
-            self._out.flush()
+            if flush:
+                self._out.flush()
         except OSError as exc:
             self._out = None
             self.error = exc
@@ -257,15 +259,26 @@ class TcpFlow:
 
     def _data(self, local_sends: bool, data: Buffer) -> None:
         aligner = self._aligners[local_sends]
-        for unit in aligner.feed(data):
-            self._segment(local_sends, PSH | ACK, unit)
+        units = aligner.feed(data)
+        last = len(units) - 1
+        for i, unit in enumerate(units):
+            # One flush per read, not per FPDU (a system call each).
+            self._segment(local_sends, PSH | ACK, unit, flush=i == last)
         if aligner.raw:
             self._aligners[not local_sends].raw = True
 
-    def _segment(self, local_sends: bool, flags: int, payload: Buffer, *, ack: bool = True) -> None:
+    def _segment(
+        self,
+        local_sends: bool,
+        flags: int,
+        payload: Buffer,
+        *,
+        ack: bool = True,
+        flush: bool = True,
+    ) -> None:
         src, dst = (self._local, self._remote) if local_sends else (self._remote, self._local)
         seq = self._next[local_sends]
         acknowledged = self._next[not local_sends] if ack else 0
-        self._writer.frame(tcp_frame(src, dst, seq, acknowledged, flags, payload))
+        self._writer.frame(tcp_frame(src, dst, seq, acknowledged, flags, payload), flush=flush)
         length = len(memoryview(payload))
         self._next[local_sends] = (seq + length + (1 if flags & (SYN | FIN) else 0)) & _MASK32

@@ -231,7 +231,7 @@ def proxy_cases() -> list[InteropCase]:
         ),
         _case(
             "proxy/rping/resegment-1",
-            clean.format("every FPDU and frame in 1-octet writes, both ways; nothing changes"),
+            clean.format("every FPDU in 1-octet writes, both ways; nothing changes"),
             forwarded_unchanged(action="resegment"),
             ("to=responder; every; resegment 1", "to=initiator; every; resegment 1"),
             count=3,
