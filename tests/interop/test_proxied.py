@@ -178,6 +178,11 @@ def test_clean_forwarding_needs_the_same_data_at_both_ends(name: str, tmp_path: 
     rpings["rping -c"] = JobResult(0, changed, 3.0)
     out = _play(case, rpings, _summary(faults=faults), tmp_path)[2]
     assert out.status is InteropStatus.FAIL and "data differ" in out.reason
+    short = {
+        k: JobResult(0, "".join(v.output.splitlines(True)[:2]), 3.0) for k, v in _rpings(3).items()
+    }
+    out = _play(case, short, _summary(faults=faults), tmp_path)[2]
+    assert out.status is InteropStatus.FAIL and "the client printed 2 lines" in out.reason
     out = _play(case, _rpings(3, client_rc=1), _summary(faults=faults), tmp_path)[2]
     assert out.status is InteropStatus.FAIL and "rping -c exit 1" in out.reason
     out = _play(case, _rpings(3), _summary(faults=faults, errors=2), tmp_path)[2]
@@ -199,9 +204,13 @@ def _answered(answer: SiwAnswer) -> tuple[dict[str, object], dict[str, JobResult
     }
     rpings = _rpings(
         1,
-        client_rc=0 if answer.client_ok in (None, True) else 1,
+        client_rc=0 if answer.client_ok in (None, True) else 255,
         server_rc=0 if answer.server_ok in (None, True) else 1,
     )
+    for key, says in (("rping -c", answer.client_says), ("rping -s", answer.server_says)):
+        if says is not None:
+            job = rpings[key]
+            rpings[key] = JobResult(job.rc, f"{says}\n{job.output}", job.seconds)
     return ends, rpings
 
 
@@ -226,6 +235,31 @@ def test_a_fault_case_passes_on_siws_recorded_answer_only(name: str, tmp_path: P
         other = {**ends, end: "silence"}
         out = _play(case, rpings, _summary(faults=[fault], **other), tmp_path)[2]
         assert out.status is InteropStatus.FAIL and f"{end}='silence'" in out.reason
+    for key, says in (("rping -c", answer.client_says), ("rping -s", answer.server_says)):
+        if says is None:
+            continue
+        quiet = dict(rpings)
+        job = quiet[key]
+        quiet[key] = JobResult(job.rc, job.output.replace(says, ""), job.seconds)
+        out = _play(case, quiet, _summary(faults=[fault], **ends), tmp_path)[2]
+        assert out.status is InteropStatus.FAIL and f"{key} did not print" in out.reason
+    for key, ok in (("rping -c", answer.client_ok), ("rping -s", answer.server_ok)):
+        if ok is None:
+            continue
+        flipped = dict(rpings)
+        job = flipped[key]
+        flipped[key] = JobResult(1 if ok else 0, job.output, job.seconds)
+        out = _play(case, flipped, _summary(faults=[fault], **ends), tmp_path)[2]
+        assert out.status is InteropStatus.FAIL and f"{key} exit" in out.reason
+
+
+def test_the_records_hold_what_siw_did() -> None:
+    """siw 6.1's answers, from the run in docs/interop.md: the MPA CRC error's Terminate
+    with its nibbles swapped, the invalid-STag Terminate, the Initiator's startup timeout."""
+    assert RECORDED["proxy/rping/corrupt-crc"].responder_after == "terminate 0/2/2"
+    assert RECORDED["proxy/rping/rewrite-stag"].initiator_after == "terminate 1/1/0"
+    assert RECORDED["proxy/rping/stall-reply"].client_ok is False
+    assert all(a.initiator_after and a.responder_after for a in RECORDED.values())
 
 
 def test_no_summary_and_no_listener_are_failures_that_say_so(tmp_path: Path) -> None:
