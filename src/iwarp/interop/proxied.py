@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from iwarp.interop.host import HostCommand
+from iwarp.interop.host import HostCommand, ProcResult
 from iwarp.interop.suite import InteropCase, InteropDirection, Judge, Run
+from iwarp.interop.vm import JobResult
 
 #: The proxy's command line: one connection, JSON records, both legs captured.
 PROXY_ARGS: Final = (
@@ -65,9 +66,10 @@ def transcript(output: str, prefix: str) -> list[str]:
     ]
 
 
-def _rc(job: object | None) -> str:
-    rc = getattr(job, "rc", None) if job is not None else None
-    return "did not run" if job is None else ("hung" if rc is None else f"exit {rc}")
+def _rc(job: JobResult | ProcResult | None) -> str:
+    if job is None:
+        return "did not run"
+    return "hung" if job.rc is None else f"exit {job.rc}"
 
 
 def siw_did(run: Run) -> str:
@@ -165,7 +167,7 @@ def fault_answered(action: str, answer: SiwAnswer) -> Judge:
             ("rping -c", run.guest, answer.client_ok),
             ("rping -s", run.guest_server, answer.server_ok),
         ):
-            rc = getattr(job, "rc", None) if job is not None else None
+            rc = job.rc if job is not None else None
             if want_ok is not None and (rc == 0) != want_ok:
                 wrong.append(f"{label} {_rc(job)} (recorded: {'0' if want_ok else 'non-zero'})")
         for label, job, words in (
