@@ -9,8 +9,10 @@ Starts ``iwarp perf --server`` and ``iwarp proxy --quiet`` in front of it
 ``iwarp perf --op write`` straight to the server and through the proxy in
 turn, ``--repeat`` times each (interleaved, so both see the same machine
 load), and prints each run's MiB/s, the medians and their ratio, and the
-CPU the proxy process used per MiB it forwarded (from ``/proc``; steadier
-than the wall clock on a shared machine). With ``--quiet`` and no fault
+CPU per MiB moved of the proxy process and of the two peers (the server
+from ``/proc``, the client from its rusage), direct and proxied: CPU is
+steadier than the wall clock on a shared machine. ``--pcap FILE`` has the
+proxy record both legs. With ``--quiet`` and no fault
 the proxy counts FPDUs and checks their CRCs without a record for each;
 ``--decode`` makes it build them (its ``--json`` output, thrown away).
 For MTU 1500, run it in a network namespace of its own::
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -54,16 +57,20 @@ def wait_for(port: int, timeout: float = 20.0) -> None:
     raise SystemExit(f"nothing listens on port {port}")
 
 
-def run_perf(port: int, args: argparse.Namespace) -> float:
+def run_perf(port: int, args: argparse.Namespace) -> tuple[float, float]:
+    """One ``iwarp perf`` run: its MiB/s and the CPU seconds the client used."""
     command = [*IWARP, "perf", "127.0.0.1", "-p", str(port), "--op", "write"]
     command += ["-s", args.size, "-n", str(args.iters), "--json"]
     if args.markers:
         command.append("--markers")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if done.returncode != 0:
         raise SystemExit(f"iwarp perf failed: {done.stderr or done.stdout}")
     record = json.loads(done.stdout.splitlines()[-1])
-    return float(record["average_mib_s"])
+    return float(record["average_mib_s"]), client
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -93,6 +100,7 @@ def main() -> None:
         "--decode", action="store_true", help="the proxy builds every FPDU's record (--json)"
     )
     parser.add_argument("--fault", action="append", default=[], help="a --fault for the proxy")
+    parser.add_argument("--pcap", metavar="FILE", help="the proxy records both legs to FILE")
     args = parser.parse_args()
     server_port, proxy_port = free_port(), free_port()
     server = subprocess.Popen(
@@ -101,6 +109,8 @@ def main() -> None:
         stderr=subprocess.DEVNULL,
     )
     faults = [word for spec in args.fault for word in ("--fault", spec)]
+    if args.pcap:
+        faults += ["--pcap", args.pcap]
     listen = ["--listen", str(proxy_port), "--to", f"127.0.0.1:{server_port}"]
     proxy = subprocess.Popen(
         [*IWARP, "proxy", "--json" if args.decode else "--quiet", *listen, *faults],
@@ -112,25 +122,43 @@ def main() -> None:
         wait_for(proxy_port)
         direct: list[float] = []
         through: list[float] = []
-        cpu: list[float] = []
+        #: CPU ms per MiB: the proxy, and (direct, proxied) the client and the server.
+        cpu: dict[str, list[float]] = {
+            k: [] for k in ("proxy", "client", "server", "client+p", "server+p")
+        }
         moved = mebibytes(args.size, args.iters)
+
+        def per_mib(seconds: float | None) -> float:
+            return float("nan") if seconds is None else seconds * 1000 / moved
+
         for i in range(args.repeat):
-            direct.append(run_perf(server_port, args))
-            before = cpu_seconds(proxy.pid)
-            through.append(run_perf(proxy_port, args))
-            after = cpu_seconds(proxy.pid)
-            used = ""
-            if before is not None and after is not None:
-                cpu.append((after - before) * 1000 / moved)
-                used = f"   proxy CPU {cpu[-1]:6.2f} ms/MiB"
+            s0 = cpu_seconds(server.pid)
+            rate, client = run_perf(server_port, args)
+            s1 = cpu_seconds(server.pid)
+            direct.append(rate)
+            cpu["client"].append(per_mib(client))
+            cpu["server"].append(per_mib(None if s0 is None or s1 is None else s1 - s0))
+            p0 = cpu_seconds(proxy.pid)
+            rate, client = run_perf(proxy_port, args)
+            p1, s2 = cpu_seconds(proxy.pid), cpu_seconds(server.pid)
+            through.append(rate)
+            cpu["proxy"].append(per_mib(None if p0 is None or p1 is None else p1 - p0))
+            cpu["client+p"].append(per_mib(client))
+            cpu["server+p"].append(per_mib(None if s1 is None or s2 is None else s2 - s1))
             print(
                 f"run {i + 1}: direct {direct[-1]:9.1f} MiB/s   proxied {through[-1]:9.1f} MiB/s"
-                + used
+                f"   CPU ms/MiB: proxy {cpu['proxy'][-1]:.2f}, client {cpu['client'][-1]:.2f}"
+                f" / {cpu['client+p'][-1]:.2f} proxied, server {cpu['server'][-1]:.2f}"
+                f" / {cpu['server+p'][-1]:.2f} proxied"
             )
         a, b = statistics.median(direct), statistics.median(through)
         print(f"median: direct {a:.1f} MiB/s, proxied {b:.1f} MiB/s, ratio {b / a:.2f}")
-        if cpu:
-            print(f"median proxy CPU: {statistics.median(cpu):.2f} ms/MiB of {moved:.0f} MiB")
+        m = {k: statistics.median(v) for k, v in cpu.items()}
+        print(
+            f"median CPU ms/MiB of {moved:.0f} MiB: proxy {m['proxy']:.2f}; "
+            f"client {m['client']:.2f} direct, {m['client+p']:.2f} proxied; "
+            f"server {m['server']:.2f} direct, {m['server+p']:.2f} proxied"
+        )
     finally:
         for proc in (proxy, server):
             proc.terminate()

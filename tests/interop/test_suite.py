@@ -64,6 +64,7 @@ def test_catalogue_covers_the_issue() -> None:
     names = {c.name for c in all_cases()}
     prefixes = ["mpa/", "p2p/", "profile/", "rping/iwarp-client/", "rping/iwarp-server/"]
     prefixes += ["ucmatose/", "rdma_server/", "rdma_client/", "perftest/ib_read_lat"]
+    prefixes += ["proxy/rping/"]
     for prefix in prefixes:
         assert any(n.startswith(prefix) for n in names), prefix
     # both directions of rping, counts 1 and 100, smallest and largest size, CRC off and on

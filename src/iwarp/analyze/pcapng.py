@@ -88,17 +88,30 @@ class PcapngWriter:
         idb += _options((_OPT_IF_NAME, b"iwarp (synthesized from the process's own sockets)"))
         self._write(_block(_BLOCK_SHB, shb) + _block(_BLOCK_IDB, idb))
 
-    def frame(self, frame: bytes, timestamp: float | None = None) -> None:
+    def frame(self, frame: bytes, timestamp: float | None = None, *, flush: bool = True) -> None:
         """One frame, stamped ``timestamp`` (``time.time()`` seconds) or now;
-        written through at once, so the file can be read while it grows."""
+        written through at once, so the file can be read while it grows
+        (``flush=False``: a frame more is coming at once, which flushes both)."""
         if self._out is None:
             return
         stamp = round((time.time() if timestamp is None else timestamp) * 1e6)
-        body = _EPB_BODY.pack(0, stamp >> 32, stamp & _MASK32, len(frame), len(frame))
-        if self._write(_block(_BLOCK_EPB, body + frame + bytes(-len(frame) % 4))):
+        size = len(frame)
+        pad = -size % 4
+        length = _BLOCK_HEAD.size + _EPB_BODY.size + size + pad + _U32.size
+        # One join, not a concatenation per layer: the frame is copied once.
+        block = b"".join(
+            (
+                _BLOCK_HEAD.pack(_BLOCK_EPB, length),
+                _EPB_BODY.pack(0, stamp >> 32, stamp & _MASK32, size, size),
+                frame,
+                bytes(pad),
+                _U32.pack(length),
+            )
+        )
+        if self._write(block, flush=flush):
             self.frames += 1
 
-    def _write(self, block: bytes) -> bool:
+    def _write(self, block: bytes, *, flush: bool = True) -> bool:
         """Write and flush ``block``; a failure (a full disk, an I/O error) is
         kept in :attr:`error`, ends the writing and goes to ``on_error``
         rather than to whoever recorded the frame (a protocol's callback,
@@ -107,7 +120,8 @@ class PcapngWriter:
             return False
         try:
             self._out.write(block)
-            self._out.flush()
+            if flush:
+                self._out.flush()
         except OSError as exc:
             self._out = None
             self.error = exc
@@ -143,13 +157,18 @@ class FpduAligner:
         """The whole segments that ``data`` completes."""
         self._pending += data
         units: list[bytes] = []
-        while self._pending:
-            size = self._unit_size()
-            if size is None:
-                break
-            size = min(size, MAX_SEGMENT)
-            units.append(bytes(self._pending[:size]))
-            del self._pending[:size]
+        at = 0
+        # Each unit is copied once, out of a view; the consumed octets are cut
+        # off once at the end.
+        with memoryview(self._pending) as view:
+            while at < len(view):
+                size = self._unit_size(view[at:])
+                if size is None:
+                    break
+                size = min(size, MAX_SEGMENT)
+                units.append(bytes(view[at : at + size]))
+                at += size
+        del self._pending[:at]
         return units
 
     def flush(self) -> list[bytes]:
@@ -158,8 +177,7 @@ class FpduAligner:
         self._pending.clear()
         return [rest[i : i + MAX_SEGMENT] for i in range(0, len(rest), MAX_SEGMENT)]
 
-    def _unit_size(self) -> int | None:
-        data = self._pending
+    def _unit_size(self, data: memoryview) -> int | None:
         if self.raw:
             return len(data)
         if not self._framed:
@@ -241,15 +259,26 @@ class TcpFlow:
 
     def _data(self, local_sends: bool, data: Buffer) -> None:
         aligner = self._aligners[local_sends]
-        for unit in aligner.feed(data):
-            self._segment(local_sends, PSH | ACK, unit)
+        units = aligner.feed(data)
+        last = len(units) - 1
+        for i, unit in enumerate(units):
+            # One flush per read, not per FPDU (a system call each).
+            self._segment(local_sends, PSH | ACK, unit, flush=i == last)
         if aligner.raw:
             self._aligners[not local_sends].raw = True
 
-    def _segment(self, local_sends: bool, flags: int, payload: Buffer, *, ack: bool = True) -> None:
+    def _segment(
+        self,
+        local_sends: bool,
+        flags: int,
+        payload: Buffer,
+        *,
+        ack: bool = True,
+        flush: bool = True,
+    ) -> None:
         src, dst = (self._local, self._remote) if local_sends else (self._remote, self._local)
         seq = self._next[local_sends]
         acknowledged = self._next[not local_sends] if ack else 0
-        self._writer.frame(tcp_frame(src, dst, seq, acknowledged, flags, payload))
+        self._writer.frame(tcp_frame(src, dst, seq, acknowledged, flags, payload), flush=flush)
         length = len(memoryview(payload))
         self._next[local_sends] = (seq + length + (1 if flags & (SYN | FIN) else 0)) & _MASK32

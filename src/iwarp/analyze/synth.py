@@ -38,13 +38,22 @@ class Direction(Enum):
     S2C = "s2c"
 
 
-def _checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    total: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
+def _checksum(*parts: Buffer) -> int:
+    """The Internet checksum (RFC 1071) of ``parts`` laid end to end, each
+    but the last of even length (a word never straddles two parts).
+
+    Since 2**16 leaves 1 modulo 0xFFFF, the number a part's octets spell
+    is congruent to the sum of its 16-bit words: one big-integer remainder
+    in C instead of a Python int per word, and no copy to join the parts
+    (a capture of bulk traffic spent a third of its time here).
+    """
+    total = 0
+    for part in parts:
+        value = int.from_bytes(part, "big")
+        total += value << 8 if memoryview(part).nbytes % 2 else value
+    # The end-around-carry sum is 0 only for all-zero words, else in 1..0xFFFF.
+    folded = (total - 1) % 0xFFFF + 1 if total else 0
+    return ~folded & 0xFFFF
 
 
 @dataclass
@@ -190,20 +199,21 @@ def tcp_frame(
     checksums (RFC 791, RFC 8200, RFC 9293 §3.1); the one place that lays
     out these headers for every capture this package writes."""
     tcp = _TCP.pack(src.port, dst.port, seq & _MASK32, ack & _MASK32, 5 << 4, flags, 65535, 0, 0)
-    segment = tcp + bytes(payload)
-    if src.address.version == 4:
-        pseudo = src.address.packed + dst.address.packed + struct.pack("!BBH", 0, 6, len(segment))
+    length = len(tcp) + memoryview(payload).nbytes
+    # ipaddress's properties are Python code: each read once per frame.
+    here, there, v4 = src.address.packed, dst.address.packed, src.address.version == 4
+    if v4:
+        pseudo = here + there + struct.pack("!BBH", 0, 6, length)
     else:
-        pseudo = src.address.packed + dst.address.packed + struct.pack("!IxxxB", len(segment), 6)
-    csum = _checksum(pseudo + segment)
-    segment = segment[:16] + struct.pack("!H", csum) + segment[18:]
-    if src.address.version == 4:
-        ip = _IPV4.pack(
-            0x45, 0, 20 + len(segment), 0, 0x4000, 64, 6, 0, src.address.packed, dst.address.packed
-        )
+        pseudo = here + there + struct.pack("!IxxxB", length, 6)
+    # The payload is summed and copied once, into the frame itself.
+    csum = _checksum(pseudo + tcp, payload)
+    tcp = tcp[:16] + struct.pack("!H", csum) + tcp[18:]
+    if v4:
+        ip = _IPV4.pack(0x45, 0, 20 + length, 0, 0x4000, 64, 6, 0, here, there)
         ip = ip[:10] + struct.pack("!H", _checksum(ip)) + ip[12:]
         ethertype = 0x0800
     else:
-        ip = _IPV6.pack(6 << 28, len(segment), 6, 64, src.address.packed, dst.address.packed)
+        ip = _IPV6.pack(6 << 28, length, 6, 64, here, there)
         ethertype = 0x86DD
-    return _ETH.pack(dst.mac, src.mac, ethertype) + ip + segment
+    return b"".join((_ETH.pack(dst.mac, src.mac, ethertype), ip, tcp, payload))

@@ -23,6 +23,7 @@ from iwarp.interop.perftest import CLIENT_TESTS as PERFTEST_CLIENT_TESTS
 from iwarp.interop.perftest import TESTS as PERFTEST_TESTS
 from iwarp.interop.perftest import parse_report, summarize
 from iwarp.interop.profiles import PROFILES, cli_options
+from iwarp.interop.proxied import proxy_cases
 from iwarp.interop.suite import (
     NOT_FINITE,
     InteropCase,
@@ -815,4 +816,5 @@ def all_cases() -> list[InteropCase]:
         *_sync_ping_cases(),
         *_rdmacm_cases(),
         *_conformance_cases(),
+        *proxy_cases(),
     ]

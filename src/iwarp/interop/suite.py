@@ -16,6 +16,11 @@ Directions:
   forward (``127.0.0.1:H`` -> guest port).
 * ``siw↔siw``: both ends in the guest on siw0 (a control: does the tool itself
   run on siw here?). No iwarp, so nothing to capture on the host.
+* ``siw→proxy→siw``: both ends in the guest, their connection routed through
+  ``iwarp proxy`` on the host: the guest server behind a host forward
+  (``127.0.0.1:H`` -> guest port), the proxy on ``127.0.0.1:P`` reached from the
+  guest as ``10.0.2.100:P``, the guest client connecting there. The proxy writes
+  both legs to the case's capture (``--pcap``) and its summary is the record.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class InteropDirection(StrEnum):
     SIW_TO_IWARP = "siw→iwarp"
     IWARP_TO_SIW = "iwarp→siw"
     SIW_TO_SIW = "siw↔siw"
+    SIW_VIA_PROXY = "siw→proxy→siw"
 
 
 @dataclass(slots=True)
@@ -457,6 +463,8 @@ class InteropRunner:
         """One attempt at ``case``: in the guest alone (controls) or against iwarp."""
         if case.direction is InteropDirection.SIW_TO_SIW:
             return self._guest_only(guest, case)
+        if case.direction is InteropDirection.SIW_VIA_PROXY:
+            return self._via_proxy(guest, case)
         return self._with_iwarp(guest, case)
 
     def _again(self, case: InteropCase, first: Outcome, stall: str) -> Outcome:
@@ -489,6 +497,19 @@ class InteropRunner:
         }
         return self._last_values
 
+    # The host side's three dealings with the world, apart so that a test can script them.
+
+    def _launch(self, args: list[str], log: Path) -> IwarpProcess:
+        """Start ``iwarp ARGS`` with its output in ``log``."""
+        return IwarpProcess(args, log)
+
+    def _listening(self, port: int) -> bool:
+        return port_listening(port)
+
+    def _check(self, pcap: Path) -> Verdict:
+        """tshark's verdict on a capture."""
+        return check_capture(pcap)
+
     def _guest_only(self, guest: Guest, case: InteropCase) -> Outcome:
         v = self._values(guest)
         port = v["guest_port"]
@@ -507,6 +528,72 @@ class InteropRunner:
         out.commands = {"guest server": server_cmd, "guest": client_cmd}
         return out
 
+    def _via_proxy(self, guest: Guest, case: InteropCase) -> Outcome:
+        """Both ends in the guest, their connection through ``iwarp proxy`` on the host.
+
+        The guest server listens behind a host forward; the proxy listens on the port
+        the guest reaches by its guest forward and connects to the host forward; the
+        guest client connects to the proxy. ``{pcap}`` in the proxy's arguments is the
+        case's capture (both legs, as the proxy wrote them)."""
+        v = self._values(guest)
+        safe = case.name.replace("/", "_")
+        pcap = self.workdir / "captures" / f"{safe}.pcapng"
+        log = self.workdir / "logs" / f"{safe}.proxy.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        pcap.parent.mkdir(parents=True, exist_ok=True)
+        pcap.unlink(missing_ok=True)
+        v = {**v, "pcap": str(pcap)}
+        args = [self.fill(a, v) for a in case.iwarp_args]
+        server_cmd, client_cmd = self.fill(case.guest_server, v), self.fill(case.guest_cmd, v)
+        commands = {
+            "guest server": server_cmd,
+            "iwarp": "iwarp " + shlex.join(args),
+            "guest": client_cmd,
+        }
+        server = guest.spawn(server_cmd, timeout=case.timeout)
+        listening = guest.run(f"wait-listen {v['guest_port']} 20", timeout=25)
+        if not listening.ok:
+            srv = server.wait(5, kill=True)
+            out = Outcome(
+                case, InteropStatus.FAIL, f"guest server never listened: {_tail(srv.output)}"
+            )
+            out.commands = commands
+            return out
+        proc = self._launch(args, log)
+        port = v["serve_port"]
+        deadline = time.monotonic() + 15
+        while not self._listening(port) and proc.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self._listening(port):
+            res = proc.wait(1)
+            server.wait(3, kill=True)
+            out = Outcome(
+                case, InteropStatus.FAIL, f"iwarp proxy never listened: {_tail(res.output)}"
+            )
+            out.commands = commands
+            return out
+        run = Run()
+        run.guest = guest.run(client_cmd, timeout=case.timeout)
+        # The proxy ends after its one connection (--connections 1): both ends have closed.
+        run.iwarp = proc.wait(10.0 if run.guest.rc is not None else 2.0)
+        run.guest_server = server.wait(15.0 if run.guest.rc == 0 else 5.0, kill=True)
+        captured = pcap.exists() and pcap.stat().st_size > 0
+        if captured and case.wire_check:
+            run.verdict = self._check(pcap)
+        ok, reason = case.judge(run)
+        status = InteropStatus.PASS if ok else InteropStatus.FAIL
+        if ok and run.verdict is not None and not run.verdict.ok:
+            status, reason = InteropStatus.FAIL, "tshark: " + "; ".join(run.verdict.problems())
+        out = Outcome(
+            case,
+            status,
+            reason,
+            capture=str(pcap) if captured else "",
+            tshark=run.verdict.as_dict() if run.verdict is not None else {},
+        )
+        out.commands = commands
+        return out
+
     def _with_iwarp(self, guest: Guest, case: InteropCase) -> Outcome:
         v = self._values(guest)
         args = [self.fill(a, v) for a in case.iwarp_args]
@@ -519,11 +606,11 @@ class InteropRunner:
         if case.direction is InteropDirection.SIW_TO_IWARP:
             port = v["serve_port"]
             with Capture(pcap, port):
-                proc = IwarpProcess(args, log)
+                proc = self._launch(args, log)
                 deadline = time.monotonic() + 15
-                while not port_listening(port) and proc.running() and time.monotonic() < deadline:
+                while not self._listening(port) and proc.running() and time.monotonic() < deadline:
                     time.sleep(0.05)
-                if not port_listening(port):
+                if not self._listening(port):
                     res = proc.wait(1)
                     return Outcome(
                         case, InteropStatus.FAIL, f"iwarp never listened: {_tail(res.output)}"
@@ -546,10 +633,10 @@ class InteropRunner:
                     case, InteropStatus.FAIL, f"guest server never listened: {_tail(srv.output)}"
                 )
             with Capture(pcap, port):
-                proc = IwarpProcess(args, log)
+                proc = self._launch(args, log)
                 run.iwarp = proc.wait(case.timeout)
                 run.guest = server.wait(15 if run.iwarp.rc == 0 else 3, kill=True)
-        run.verdict = check_capture(pcap)
+        run.verdict = self._check(pcap)
         ok, reason = case.judge(run)
         status = InteropStatus.PASS if ok else InteropStatus.FAIL
         if not case.wire_check:
