@@ -8,7 +8,12 @@
  *                  sendmsg: per FPDU a head (marker, ULPDU_Length, DDP/RDMAP
  *                  header) and a tail (PAD, marker, CRC) built in a scratch
  *                  area, the payload as iovecs pointing into the caller's
- *                  buffer (no copy of it here). Resumable: the caller keeps
+ *                  buffer (no copy of it here); or, `contiguous`, every
+ *                  octet framed into one buffer of up to 64 KiB, the
+ *                  payload copied once and each FPDU's CRC taken over its
+ *                  framed octets right after (small FPDUs and markers: one
+ *                  iovec per batch, not two or more per FPDU). Resumable:
+ *                  the caller keeps
  *                  the count of octets the kernel took (`skip`), which is
  *                  the whole cursor. The octets on the wire are exactly
  *                  frame_run's for the same arguments.
@@ -36,6 +41,13 @@
 /* iovecs per sendmsg (Linux IOV_MAX is 1024) and scratch octets per batch */
 #define LANE_IOV 1024
 #define LANE_SCRATCH (64 * 1024)
+/* A contiguous batch: FPDUs are added while the batch stays within
+ * LANE_BATCH; the first always goes in, so the scratch also holds one FPDU
+ * of the largest size (with its markers) beyond it. 64 KiB: as many
+ * system calls per MiB as the framing path's 64 KiB runs, and the batch
+ * stays in the L2 cache between our copy and the kernel's. */
+#define LANE_BATCH (64 * 1024)
+#define LANE_COPY_SCRATCH (LANE_BATCH + IW_FPDU_MAX + 1024)
 
 /* What a run of segments is (the arguments of frame_run). */
 typedef struct {
@@ -68,6 +80,8 @@ typedef struct {
     unsigned phase;    /* of the next wire octet */
     size_t since_len;  /* wire octets since its ULPDU_Length field began */
     uint32_t crc;      /* running CRC state (inverted) */
+    int copy;          /* contiguous: the payload is copied into scratch too,
+                          and the CRC taken over the framed FPDU at its end */
 } Batch;
 
 static void emit_scratch(Batch *b, const uint8_t *src, size_t n)
@@ -97,7 +111,7 @@ static void emit_marker(Batch *b, int do_crc, unsigned ptr)
     uint8_t m[IW_MARKER_SIZE];
     iw_put_marker(m, ptr);
     emit_scratch(b, m, IW_MARKER_SIZE);
-    if (do_crc)
+    if (do_crc && !b->copy)
         b->crc = iw_crc32c(b->crc, m, IW_MARKER_SIZE);
     b->bytes += IW_MARKER_SIZE;
     b->phase = (b->phase + IW_MARKER_SIZE) & IW_PHASE_MASK;
@@ -113,11 +127,11 @@ static void emit(Batch *b, const LaneRun *r, const uint8_t *src, size_t n, int u
         size_t k = r->markers ? IW_MARKER_INTERVAL - b->phase : n;
         if (k > n)
             k = n;
-        if (user)
+        if (user && !b->copy)
             emit_user(b, src, k);
         else
             emit_scratch(b, src, k);
-        if (r->crc)
+        if (r->crc && !b->copy)
             b->crc = iw_crc32c(b->crc, src, k);
         b->bytes += k;
         b->since_len += k;
@@ -131,6 +145,8 @@ static void emit(Batch *b, const LaneRun *r, const uint8_t *src, size_t n, int u
 static int batch_fits(const Batch *b, size_t wire)
 {
     size_t markers = wire / IW_MARKER_STRIDE + 3;
+    if (b->copy) /* (wire is at most one FPDU's: no wrap) */
+        return b->used <= LANE_BATCH && wire + 48 + 4 * markers <= LANE_BATCH - b->used;
     return (size_t)b->niov + 2 * markers + 6 <= LANE_IOV &&
            b->used + 48 + 4 * markers <= LANE_SCRATCH;
 }
@@ -141,6 +157,7 @@ static void emit_fpdu(Batch *b, const LaneRun *r, size_t offset)
     static const uint8_t zeros[4] = {0, 0, 0, 0};
     size_t n = seg_len(r, offset);
     size_t ulpdu = r->hlen + n;
+    size_t begin = b->used; /* where the FPDU starts in a contiguous batch */
     b->crc = 0xFFFFFFFFu;
     b->since_len = 0;
     if (r->markers && b->phase == 0) /* RFC 5044 §4.3: FPDUPTR 0, CRC'd with this FPDU */
@@ -157,6 +174,8 @@ static void emit_fpdu(Batch *b, const LaneRun *r, size_t offset)
     emit(b, r, zeros, iw_pad(ulpdu), 0);
     if (r->markers && b->phase == 0) /* a marker right before the CRC */
         emit_marker(b, r->crc, (unsigned)b->since_len);
+    if (b->copy && r->crc) /* every octet before the CRC, while in L1 */
+        b->crc = iw_crc32c(0xFFFFFFFFu, b->scratch + begin, b->used - begin);
     uint8_t tail[IW_CRC_SIZE];
     iw_put_le32(tail, r->crc ? ~b->crc : 0);
     emit_scratch(b, tail, IW_CRC_SIZE);
@@ -220,6 +239,7 @@ typedef struct {
     uint8_t *copy_to; /* else the octets are copied here */
     int wait_ms;      /* for room: -1 until done, 0 not at all, else at most */
     int watch_input;  /* a wait also ends when the socket is readable */
+    int contiguous;   /* frame into scratch (LANE_COPY_SCRATCH octets) */
     struct iovec *iov;
     uint8_t *scratch;
 } LaneIo;
@@ -249,7 +269,7 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
         offset += n;
     }
     size_t pos = skip;
-    Batch b = {io->iov, 0, io->scratch, 0, 0, phase, 0, 0};
+    Batch b = {io->iov, 0, io->scratch, 0, 0, phase, 0, 0, io->contiguous};
     while (pos < end) {
         if (b.niov == 0) {
             /* Build the next batch from the FPDU at `offset` (wire `wpos`). */
@@ -343,7 +363,7 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
 /*
  * send_lane(fd, header, payload, start, stop, room, field_at, field_size,
  *           base, last_mask, markers, crc, phase, skip, limit, wait_ms,
- *           watch_input) -> (sent, total, end_phase, state)
+ *           watch_input, contiguous=False) -> (sent, total, end_phase, state)
  *
  * The run is frame_run's (same meaning, same checks); `phase` is the marker
  * phase of its first octet. Writes its wire octets from `skip` on (octets
@@ -354,6 +374,8 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
  * socket is full it waits in poll without the GIL: `wait_ms` -1 until done,
  * 0 not at all, else at most that long; with `watch_input` it also returns
  * as soon as the socket is readable (the caller reads, then calls again).
+ * `contiguous` frames every octet into one buffer per batch (the payload
+ * copied) instead of pointing iovecs into the payload: the same octets.
  *
  * Returns the octets the kernel took in this call, the run's wire size, the
  * marker phase after it (as frame_run's with markers) and the state: 0 every
@@ -362,16 +384,17 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
  */
 static PyObject *py_send_lane(PyObject *self, PyObject *args)
 {
-    int fd = -1, markers, crc, watch_input, wait_ms;
+    int fd = -1, markers, crc, watch_input, wait_ms, contiguous = 0;
     PyObject *sink;
     Py_buffer header, payload, out = {0};
     Py_ssize_t start, stop, room, field_at, field_size, skip, limit;
     unsigned long long base;
     int last_mask;
     unsigned phase;
-    if (!PyArg_ParseTuple(args, "Oy*y*nnnnnKippInnip:send_lane", &sink, &header, &payload, &start,
-                          &stop, &room, &field_at, &field_size, &base, &last_mask, &markers,
-                          &crc, &phase, &skip, &limit, &wait_ms, &watch_input))
+    if (!PyArg_ParseTuple(args, "Oy*y*nnnnnKippInnip|p:send_lane", &sink, &header, &payload,
+                          &start, &stop, &room, &field_at, &field_size, &base, &last_mask,
+                          &markers, &crc, &phase, &skip, &limit, &wait_ms, &watch_input,
+                          &contiguous))
         return NULL;
     PyObject *result = NULL;
     struct iovec *iov = NULL;
@@ -441,13 +464,13 @@ static PyObject *py_send_lane(PyObject *self, PyObject *args)
     size_t cap = limit < 0 ? SIZE_MAX : (size_t)limit;
     if ((size_t)skip < total && cap > 0) {
         iov = PyMem_RawMalloc(LANE_IOV * sizeof(struct iovec));
-        scratch = PyMem_RawMalloc(LANE_SCRATCH);
+        scratch = PyMem_RawMalloc(contiguous ? LANE_COPY_SCRATCH : LANE_SCRATCH);
         if (iov == NULL || scratch == NULL) {
             PyErr_NoMemory();
             goto done;
         }
         Py_BEGIN_ALLOW_THREADS
-        LaneIo io = {fd, out.buf, wait_ms, watch_input, iov, scratch};
+        LaneIo io = {fd, out.buf, wait_ms, watch_input, contiguous, iov, scratch};
         res = lane_write(&r, phase, total, (size_t)skip, cap, &io);
         Py_END_ALLOW_THREADS
         if (res.error) {
@@ -475,7 +498,7 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args);
 PyMethodDef iw_lane_methods[] = {
     {"send_lane", py_send_lane, METH_VARARGS,
      "send_lane(fd, header, payload, start, stop, room, field_at, field_size, base, "
-     "last_mask, markers, crc, phase, skip, limit, wait_ms, watch_input) -> "
+     "last_mask, markers, crc, phase, skip, limit, wait_ms, watch_input, contiguous=False) -> "
      "(sent, total, end_phase, state): a message's FPDUs written with sendmsg."},
     {"recv_lane", py_recv_lane, METH_VARARGS,
      "recv_lane(fd, ring, start, end, wait_ms, crc, limit, version, tagged, write_ctl, writes, "
