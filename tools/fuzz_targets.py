@@ -664,6 +664,46 @@ def _recv_lane_call(data: bytes) -> None:
                 raise AssertionError(f"recv_lane placed {record} past a {size}-octet window")
 
 
+def _send_lane_call(data: bytes) -> None:
+    """The send lane's kernel (``send_lane``, C only) on drawn runs (header
+    sizes and field places at the edges, segments of 1 octet to the largest,
+    TO/MO bases near 2**64, markers at any phase, CRC on or off), both ways
+    of building a batch (iovecs into the payload, or contiguous), copying
+    into a buffer of any size from any ``skip`` within any ``limit``: it
+    returns or refuses, and what it copied are exactly the octets the pure
+    framing (``iwarp._kernels.frame_run``) gives there."""
+    try:
+        from iwarp import _speedups
+    except ImportError:
+        return
+    from iwarp import _kernels
+
+    lane: Any = _speedups
+    draw = _Draw(data[::-1])  # (other draws than the kernels' from the same octets)
+    payload = draw.octets(draw.number(3000) % 70_000)
+    header = draw.octets(draw.number(32) % 40)
+    size = 1 + draw.number(7)
+    start = draw.number(len(payload))
+    stop = start + draw.number(len(payload) - start)
+    room = 1 + draw.number(0xFFFF)
+    field_at, base, mask = draw.number(len(header) - size), draw.number(2**64), draw.number(255)
+    markers, crc, phase = bool(draw.octet() & 1), bool(draw.octet() & 1), 4 * draw.number(127)
+    skip, limit, contiguous = draw.number(200_000), draw.number(200_000), bool(draw.octet() & 1)
+    out = bytearray(draw.number(200_000) % 300_000)
+    run = (header, payload, start, stop, room, field_at, size, base, mask, markers, crc, phase)
+    try:
+        copied, total, _, _ = lane.send_lane(out, *run, skip, limit, 0, False, contiguous)
+    except _ARGUMENT_ERRORS:
+        return
+    try:
+        framed, _ = _kernels.frame_run(None, *run)
+    except _ARGUMENT_ERRORS:
+        return  # (frame_run bounds the run its own way)
+    assert isinstance(framed, bytes)  # (no output buffer: a bytes object)
+    if total != len(framed) or out[:copied] != framed[skip : skip + copied]:
+        raise AssertionError("send_lane's octets are not frame_run's")
+
+
 def kernels(data: bytes) -> None:
     """Each kernel with hostile arguments: offsets, lengths and indexes near
     2**32 and 2**64, misaligned and torn records, outputs overlapping
@@ -675,8 +715,9 @@ def kernels(data: bytes) -> None:
     buffer is what the sanitizer build (.ci/sanitize) reports. The same
     octets then draw arguments for one of the analyzer's decode kernels
     (capture records, frames, FPDU views and walks, ULPDU descriptions,
-    FPDU JSON lines) and for the receive lane's kernel (``recv_lane``, C
-    only: no octet outside its windows)."""
+    FPDU JSON lines), for the receive lane's kernel (``recv_lane``, C
+    only: no octet outside its windows) and for the send lane's
+    (``send_lane``: frame_run's octets)."""
     from iwarp import _kernels, _small
 
     pure = _kernel_call(_kernels, _small, data)
@@ -689,6 +730,7 @@ def kernels(data: bytes) -> None:
         raise AssertionError(f"C {accelerated!r:.300} != pure Python {pure!r:.300}")
     _decode_kernel_call(data)
     _recv_lane_call(data)
+    _send_lane_call(data)
 
 
 def _fast_path_run(kind: Any, settings: tuple[Any, ...], steps: list[Any]) -> list[object]:

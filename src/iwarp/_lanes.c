@@ -8,7 +8,12 @@
  *                  sendmsg: per FPDU a head (marker, ULPDU_Length, DDP/RDMAP
  *                  header) and a tail (PAD, marker, CRC) built in a scratch
  *                  area, the payload as iovecs pointing into the caller's
- *                  buffer (no copy of it here). Resumable: the caller keeps
+ *                  buffer (no copy of it here); or, `contiguous`, every
+ *                  octet framed into one buffer of up to 64 KiB, the
+ *                  payload copied once and each FPDU's CRC taken over its
+ *                  framed octets right after (small FPDUs and markers: one
+ *                  iovec per batch, not two or more per FPDU). Resumable:
+ *                  the caller keeps
  *                  the count of octets the kernel took (`skip`), which is
  *                  the whole cursor. The octets on the wire are exactly
  *                  frame_run's for the same arguments.
@@ -36,6 +41,13 @@
 /* iovecs per sendmsg (Linux IOV_MAX is 1024) and scratch octets per batch */
 #define LANE_IOV 1024
 #define LANE_SCRATCH (64 * 1024)
+/* A contiguous batch: FPDUs are added while the batch stays within
+ * LANE_BATCH; the first always goes in, so the scratch also holds one FPDU
+ * of the largest size (with its markers) beyond it. 64 KiB: as many
+ * system calls per MiB as the framing path's 64 KiB runs, and the batch
+ * stays in the L2 cache between our copy and the kernel's. */
+#define LANE_BATCH (64 * 1024)
+#define LANE_COPY_SCRATCH (LANE_BATCH + IW_FPDU_MAX + 1024)
 
 /* What a run of segments is (the arguments of frame_run). */
 typedef struct {
@@ -57,6 +69,68 @@ static inline size_t seg_len(const LaneRun *r, size_t offset)
     return left < r->room ? left : r->room;
 }
 
+/* Segments in the run: an empty run is one empty segment. */
+static size_t lane_count(const LaneRun *r)
+{
+    size_t len = r->stop - r->start;
+    size_t count = len / r->room + (len % r->room != 0);
+    return count ? count : 1;
+}
+
+/* The run's wire size, and the marker phase after it (from `phase`).
+ * Without markers an FPDU's size does not depend on where it starts and
+ * every segment but the last has `room` octets: arithmetic, not a walk
+ * (a walk is some 730 FPDUs per MiB at MTU 1500, on every call). */
+static size_t lane_size(const LaneRun *r, unsigned phase, unsigned *end_phase)
+{
+    size_t total = 0, offset = r->start;
+    if (!r->markers) {
+        size_t last = lane_count(r) - 1; /* (last * room <= stop - start) */
+        total = last * iw_content(r->hlen + r->room) +
+                iw_content(r->hlen + seg_len(r, r->start + last * r->room));
+        *end_phase = (unsigned)((phase + total) & IW_PHASE_MASK);
+        return total;
+    }
+    do {
+        size_t n = seg_len(r, offset);
+        size_t w = iw_frame(r->hlen + n, phase, r->markers).wire;
+        total += w;
+        phase = (unsigned)((phase + w) & IW_PHASE_MASK);
+        offset += n;
+    } while (offset < r->stop);
+    *end_phase = phase;
+    return total;
+}
+
+/* The FPDU holding wire octet `skip` (the last one from its end on): its
+ * segment's offset, its first wire octet and the phase there. */
+static void lane_seek(const LaneRun *r, unsigned phase0, size_t skip, size_t *offset,
+                      size_t *wpos, unsigned *phase)
+{
+    if (!r->markers) {
+        size_t w = iw_content(r->hlen + r->room), last = lane_count(r) - 1;
+        size_t index = skip / w < last ? skip / w : last;
+        *offset = r->start + index * r->room;
+        *wpos = index * w;
+        *phase = (unsigned)((phase0 + *wpos) & IW_PHASE_MASK);
+        return;
+    }
+    size_t at = r->start, wp = 0;
+    unsigned ph = phase0;
+    for (;;) {
+        size_t n = seg_len(r, at);
+        size_t w = iw_frame(r->hlen + n, ph, r->markers).wire;
+        if (wp + w > skip || at + n >= r->stop)
+            break;
+        wp += w;
+        ph = (unsigned)((ph + w) & IW_PHASE_MASK);
+        at += n;
+    }
+    *offset = at;
+    *wpos = wp;
+    *phase = ph;
+}
+
 /* One sendmsg's worth of iovecs, heads and tails in `scratch`. */
 typedef struct {
     struct iovec *iov;
@@ -68,6 +142,8 @@ typedef struct {
     unsigned phase;    /* of the next wire octet */
     size_t since_len;  /* wire octets since its ULPDU_Length field began */
     uint32_t crc;      /* running CRC state (inverted) */
+    int copy;          /* contiguous: the payload is copied into scratch too,
+                          and the CRC taken over the framed FPDU at its end */
 } Batch;
 
 static void emit_scratch(Batch *b, const uint8_t *src, size_t n)
@@ -97,7 +173,7 @@ static void emit_marker(Batch *b, int do_crc, unsigned ptr)
     uint8_t m[IW_MARKER_SIZE];
     iw_put_marker(m, ptr);
     emit_scratch(b, m, IW_MARKER_SIZE);
-    if (do_crc)
+    if (do_crc && !b->copy)
         b->crc = iw_crc32c(b->crc, m, IW_MARKER_SIZE);
     b->bytes += IW_MARKER_SIZE;
     b->phase = (b->phase + IW_MARKER_SIZE) & IW_PHASE_MASK;
@@ -113,11 +189,11 @@ static void emit(Batch *b, const LaneRun *r, const uint8_t *src, size_t n, int u
         size_t k = r->markers ? IW_MARKER_INTERVAL - b->phase : n;
         if (k > n)
             k = n;
-        if (user)
+        if (user && !b->copy)
             emit_user(b, src, k);
         else
             emit_scratch(b, src, k);
-        if (r->crc)
+        if (r->crc && !b->copy)
             b->crc = iw_crc32c(b->crc, src, k);
         b->bytes += k;
         b->since_len += k;
@@ -131,6 +207,8 @@ static void emit(Batch *b, const LaneRun *r, const uint8_t *src, size_t n, int u
 static int batch_fits(const Batch *b, size_t wire)
 {
     size_t markers = wire / IW_MARKER_STRIDE + 3;
+    if (b->copy) /* (wire is at most one FPDU's: no wrap) */
+        return b->used <= LANE_BATCH && wire + 48 + 4 * markers <= LANE_BATCH - b->used;
     return (size_t)b->niov + 2 * markers + 6 <= LANE_IOV &&
            b->used + 48 + 4 * markers <= LANE_SCRATCH;
 }
@@ -141,6 +219,7 @@ static void emit_fpdu(Batch *b, const LaneRun *r, size_t offset)
     static const uint8_t zeros[4] = {0, 0, 0, 0};
     size_t n = seg_len(r, offset);
     size_t ulpdu = r->hlen + n;
+    size_t begin = b->used; /* where the FPDU starts in a contiguous batch */
     b->crc = 0xFFFFFFFFu;
     b->since_len = 0;
     if (r->markers && b->phase == 0) /* RFC 5044 §4.3: FPDUPTR 0, CRC'd with this FPDU */
@@ -157,6 +236,8 @@ static void emit_fpdu(Batch *b, const LaneRun *r, size_t offset)
     emit(b, r, zeros, iw_pad(ulpdu), 0);
     if (r->markers && b->phase == 0) /* a marker right before the CRC */
         emit_marker(b, r->crc, (unsigned)b->since_len);
+    if (b->copy && r->crc) /* every octet before the CRC, while in L1 */
+        b->crc = iw_crc32c(0xFFFFFFFFu, b->scratch + begin, b->used - begin);
     uint8_t tail[IW_CRC_SIZE];
     iw_put_le32(tail, r->crc ? ~b->crc : 0);
     emit_scratch(b, tail, IW_CRC_SIZE);
@@ -220,6 +301,7 @@ typedef struct {
     uint8_t *copy_to; /* else the octets are copied here */
     int wait_ms;      /* for room: -1 until done, 0 not at all, else at most */
     int watch_input;  /* a wait also ends when the socket is readable */
+    int contiguous;   /* frame into scratch (LANE_COPY_SCRATCH octets) */
     struct iovec *iov;
     uint8_t *scratch;
 } LaneIo;
@@ -237,19 +319,11 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
     size_t end = total - skip > limit ? skip + limit : total;
     double deadline = wait_ms > 0 ? now_ms() + wait_ms : 0.0;
     /* Find the FPDU holding octet `skip`: sizes only, no CRC. */
-    size_t offset = r->start, wpos = 0;
-    unsigned phase = phase0;
-    for (;;) {
-        size_t n = seg_len(r, offset);
-        size_t w = iw_frame(r->hlen + n, phase, r->markers).wire;
-        if (wpos + w > skip || offset + n >= r->stop)
-            break;
-        wpos += w;
-        phase = (unsigned)((phase + w) & IW_PHASE_MASK);
-        offset += n;
-    }
+    size_t offset, wpos;
+    unsigned phase;
+    lane_seek(r, phase0, skip, &offset, &wpos, &phase);
     size_t pos = skip;
-    Batch b = {io->iov, 0, io->scratch, 0, 0, phase, 0, 0};
+    Batch b = {io->iov, 0, io->scratch, 0, 0, phase, 0, 0, io->contiguous};
     while (pos < end) {
         if (b.niov == 0) {
             /* Build the next batch from the FPDU at `offset` (wire `wpos`). */
@@ -343,7 +417,7 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
 /*
  * send_lane(fd, header, payload, start, stop, room, field_at, field_size,
  *           base, last_mask, markers, crc, phase, skip, limit, wait_ms,
- *           watch_input) -> (sent, total, end_phase, state)
+ *           watch_input, contiguous=False) -> (sent, total, end_phase, state)
  *
  * The run is frame_run's (same meaning, same checks); `phase` is the marker
  * phase of its first octet. Writes its wire octets from `skip` on (octets
@@ -354,6 +428,8 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
  * socket is full it waits in poll without the GIL: `wait_ms` -1 until done,
  * 0 not at all, else at most that long; with `watch_input` it also returns
  * as soon as the socket is readable (the caller reads, then calls again).
+ * `contiguous` frames every octet into one buffer per batch (the payload
+ * copied) instead of pointing iovecs into the payload: the same octets.
  *
  * Returns the octets the kernel took in this call, the run's wire size, the
  * marker phase after it (as frame_run's with markers) and the state: 0 every
@@ -362,16 +438,17 @@ static LaneResult lane_write(const LaneRun *r, unsigned phase0, size_t total, si
  */
 static PyObject *py_send_lane(PyObject *self, PyObject *args)
 {
-    int fd = -1, markers, crc, watch_input, wait_ms;
+    int fd = -1, markers, crc, watch_input, wait_ms, contiguous = 0;
     PyObject *sink;
     Py_buffer header, payload, out = {0};
     Py_ssize_t start, stop, room, field_at, field_size, skip, limit;
     unsigned long long base;
     int last_mask;
     unsigned phase;
-    if (!PyArg_ParseTuple(args, "Oy*y*nnnnnKippInnip:send_lane", &sink, &header, &payload, &start,
-                          &stop, &room, &field_at, &field_size, &base, &last_mask, &markers,
-                          &crc, &phase, &skip, &limit, &wait_ms, &watch_input))
+    if (!PyArg_ParseTuple(args, "Oy*y*nnnnnKippInnip|p:send_lane", &sink, &header, &payload,
+                          &start, &stop, &room, &field_at, &field_size, &base, &last_mask,
+                          &markers, &crc, &phase, &skip, &limit, &wait_ms, &watch_input,
+                          &contiguous))
         return NULL;
     PyObject *result = NULL;
     struct iovec *iov = NULL;
@@ -424,15 +501,8 @@ static PyObject *py_send_lane(PyObject *self, PyObject *args)
                  markers,
                  crc};
     /* The run's wire size and the phase after it: sizes only. */
-    size_t total = 0, offset = r.start;
-    unsigned end_phase = phase;
-    do {
-        size_t n = seg_len(&r, offset);
-        size_t w = iw_frame(r.hlen + n, end_phase, markers).wire;
-        total += w;
-        end_phase = (unsigned)((end_phase + w) & IW_PHASE_MASK);
-        offset += n;
-    } while (offset < r.stop);
+    unsigned end_phase;
+    size_t total = lane_size(&r, phase, &end_phase);
     if ((size_t)skip > total) {
         PyErr_SetString(PyExc_ValueError, "send_lane: skip is past the run's end");
         goto done;
@@ -441,13 +511,13 @@ static PyObject *py_send_lane(PyObject *self, PyObject *args)
     size_t cap = limit < 0 ? SIZE_MAX : (size_t)limit;
     if ((size_t)skip < total && cap > 0) {
         iov = PyMem_RawMalloc(LANE_IOV * sizeof(struct iovec));
-        scratch = PyMem_RawMalloc(LANE_SCRATCH);
+        scratch = PyMem_RawMalloc(contiguous ? LANE_COPY_SCRATCH : LANE_SCRATCH);
         if (iov == NULL || scratch == NULL) {
             PyErr_NoMemory();
             goto done;
         }
         Py_BEGIN_ALLOW_THREADS
-        LaneIo io = {fd, out.buf, wait_ms, watch_input, iov, scratch};
+        LaneIo io = {fd, out.buf, wait_ms, watch_input, contiguous, iov, scratch};
         res = lane_write(&r, phase, total, (size_t)skip, cap, &io);
         Py_END_ALLOW_THREADS
         if (res.error) {
@@ -475,7 +545,7 @@ static PyObject *py_recv_lane(PyObject *self, PyObject *args);
 PyMethodDef iw_lane_methods[] = {
     {"send_lane", py_send_lane, METH_VARARGS,
      "send_lane(fd, header, payload, start, stop, room, field_at, field_size, base, "
-     "last_mask, markers, crc, phase, skip, limit, wait_ms, watch_input) -> "
+     "last_mask, markers, crc, phase, skip, limit, wait_ms, watch_input, contiguous=False) -> "
      "(sent, total, end_phase, state): a message's FPDUs written with sendmsg."},
     {"recv_lane", py_recv_lane, METH_VARARGS,
      "recv_lane(fd, ring, start, end, wait_ms, crc, limit, version, tagged, write_ctl, writes, "

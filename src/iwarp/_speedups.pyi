@@ -139,6 +139,7 @@ class LaneKernels(Protocol):
         limit: int,
         wait_ms: int,
         watch_input: bool,
+        contiguous: bool = False,
         /,
     ) -> tuple[int, int, int, int]: ...
     def recv_lane(

@@ -1,10 +1,11 @@
 """The C send lane against the pure-Python framing: the same octets on the wire.
 
 ``send_lane`` writes a run of DDP segments as FPDUs with ``sendmsg`` from the
-caller's buffer; whatever the split of the writes (a call's ``limit``, a full
-socket), the octets read at the other end must be exactly those
-``FpduEncoder.encode`` gives ULPDU by ULPDU, and the stream position and
-marker phase afterwards the same.
+caller's buffer (iovecs into it), or framed into one contiguous buffer per
+batch (``contiguous``: small FPDUs, markers); whatever the split of the
+writes (a call's ``limit``, a full socket), the octets read at the other end
+must be exactly those ``FpduEncoder.encode`` gives ULPDU by ULPDU, and the
+stream position and marker phase afterwards the same.
 """
 
 from __future__ import annotations
@@ -72,12 +73,13 @@ phases = st.integers(0, 127).map(lambda k: 4 * k)
     crc=st.booleans(),
     phase=phases,
     splits=st.lists(st.integers(1, 3000), max_size=6),
+    contiguous=st.booleans(),
 )
 def test_the_wire_octets_are_the_framings_at_any_split(
-    run: SegmentRun, markers: bool, crc: bool, phase: int, splits: list[int]
+    run: SegmentRun, markers: bool, crc: bool, phase: int, splits: list[int], contiguous: bool
 ) -> None:
     wire, position, end_phase = expected(run, markers, crc, phase)
-    lane = SendLane(run, markers=markers, crc=crc, phase=phase)
+    lane = SendLane(run, markers=markers, crc=crc, phase=phase, contiguous=contiguous)
     assert lane.total == len(wire) == (position - phase) & 0xFFFFFFFF
     if markers:
         assert lane.end_phase == end_phase
@@ -104,10 +106,10 @@ def test_the_wire_octets_are_the_framings_at_any_split(
 def test_every_split_point_of_a_small_message_with_markers() -> None:
     payload = memoryview(os.urandom(1500))
     run = SegmentRun(bytes(range(18)), payload, 0, 1500, 500, 14, 4, 0, LAST_FLAG)
-    for markers in (False, True):
+    for markers, contiguous in ((False, False), (True, False), (False, True), (True, True)):
         wire, _, _ = expected(run, markers, True, 504)
         for split in range(1, len(wire)):
-            lane = SendLane(run, markers=markers, crc=True, phase=504)
+            lane = SendLane(run, markers=markers, crc=True, phase=504, contiguous=contiguous)
             a, b = socket.socketpair()
             with a, b:
                 assert lane.pump(a.fileno(), limit=split) is LaneState.FULL
@@ -115,12 +117,13 @@ def test_every_split_point_of_a_small_message_with_markers() -> None:
                 assert read_exactly(b, len(wire)) == wire
 
 
-def test_a_full_socket_is_resumed_where_the_kernel_stopped() -> None:
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_a_full_socket_is_resumed_where_the_kernel_stopped(contiguous: bool) -> None:
     size = 3 << 20
     payload = memoryview(os.urandom(size))
     run = SegmentRun(bytes(14), payload, 0, size, 1440, 6, 8, 7, LAST_FLAG)
     wire, _, _ = expected(run, True, True, 0)
-    lane = SendLane(run, markers=True, crc=True, phase=0)
+    lane = SendLane(run, markers=True, crc=True, phase=0, contiguous=contiguous)
     a, b = socket.socketpair()
     with a, b:
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
@@ -246,15 +249,21 @@ def test_a_skip_past_the_end_is_refused() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(run=runs(), markers=st.booleans(), phase=phases, sizes=st.lists(st.integers(1, 5000)))
+@given(
+    run=runs(),
+    markers=st.booleans(),
+    phase=phases,
+    sizes=st.lists(st.integers(1, 5000)),
+    contiguous=st.booleans(),
+)
 def test_copied_pieces_are_the_wire_octets(
-    run: SegmentRun, markers: bool, phase: int, sizes: list[int]
+    run: SegmentRun, markers: bool, phase: int, sizes: list[int], contiguous: bool
 ) -> None:
     """The copy mode (what the asyncio driver hands its transport when the
     socket is full) gives the same octets, in pieces of any size, and
     resumes where a socket write left off."""
     wire, _, _ = expected(run, markers, True, phase)
-    lane = SendLane(run, markers=markers, crc=True, phase=phase)
+    lane = SendLane(run, markers=markers, crc=True, phase=phase, contiguous=contiguous)
     got = bytearray()
     a, b = socket.socketpair()
     with a, b:
@@ -282,3 +291,26 @@ def test_a_copy_into_the_message_itself_is_refused() -> None:
         lane.copy(memoryview(buffer)[39_000:])
     assert lane.sent == 0
     assert lane.copy(bytearray(100)) == 100
+
+
+@pytest.mark.parametrize("markers", [False, True])
+@pytest.mark.parametrize("room", [1, 700, 1440, 9000, MAX_ULPDU - 14])
+def test_a_contiguous_lane_frames_the_largest_fpdus_and_many_small_ones(
+    markers: bool, room: int
+) -> None:
+    """Contiguous batches hold one FPDU of the largest size (with markers:
+    the scratch's reserve beyond its 64 KiB batch) and thousands of tiny
+    ones; every octet as the framing's, in one call or in pieces."""
+    size = 200_000 if room > 1 else 3000
+    run = SegmentRun(bytes(range(14)), memoryview(os.urandom(size)), 0, size, room, 6, 8, 3, 0x40)
+    wire, _, _ = expected(run, markers, True, 8)
+    whole = bytearray(len(wire))
+    lane = SendLane(run, markers=markers, crc=True, phase=8, contiguous=True)
+    assert lane.copy(whole) == len(wire)
+    assert whole == wire
+    lane = SendLane(run, markers=markers, crc=True, phase=8, contiguous=True)
+    got = bytearray()
+    while not lane.done:
+        out = bytearray(70_001)
+        got += out[: lane.copy(out)]
+    assert got == wire

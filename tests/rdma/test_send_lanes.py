@@ -116,7 +116,10 @@ def by_lanes(a: End, draw: Callable[[st.SearchStrategy[Any]], Any]) -> tuple[byt
     with left, right:
         while True:
             if draw(st.booleans()):
-                lane = owner.port.take_send(draw(st.sampled_from([0, 1, 5000, 20_000])), 0)
+                lane = owner.port.take_send(
+                    draw(st.sampled_from([0, 1, 5000, 20_000])),
+                    draw(st.sampled_from([0, 1 << 16])),  # iovecs, or contiguous framing
+                )
                 if lane is not None:
                     before = len([e for e in a.conn.take_events() if isinstance(e, Completion)])
                     assert before == 0  # nothing completes when a lane is taken
@@ -214,15 +217,22 @@ def test_small_messages_and_reads_keep_the_queue() -> None:
 
 
 @pytest.mark.parametrize(
-    ("markers", "emss", "taken"), [(False, 65483, True), (False, 1460, False), (True, 65483, False)]
+    ("markers", "emss", "contiguous"),
+    [(False, 65483, False), (False, 1460, True), (True, 65483, True), (True, 1460, True)],
 )
-def test_lanes_run_where_their_iovecs_are_few(markers: bool, emss: int, taken: bool) -> None:
-    """By default a lane is taken without markers and with large segments
-    only (LANE_MIN_SEGMENT); elsewhere the framing path costs less."""
+def test_a_bulk_message_takes_a_lane_at_every_framing(
+    markers: bool, emss: int, contiguous: bool
+) -> None:
+    """A large message always leaves by one C call: with iovecs into it
+    where they are few (no markers, segments of LANE_MIN_SEGMENT or more),
+    else framed contiguously (an Ethernet-sized MTU, markers), where the
+    Python framing path took a call per 64 KiB run before."""
     config = MpaConfig(crc=True, markers=markers)
     a, b = make_ends(config, config, emss=emss)
     pump(a, b)
     mr = b.pd.register(bytearray(1 << 20), Access.LOCAL_WRITE | Access.REMOTE_WRITE)
     a.conn.post_send(WriteWR(bytes(1 << 20), mr.stag, 0, wr_id=1))
     owner = Owner(a)
-    assert (owner.port.take_send() is not None) is taken
+    lane = owner.port.take_send()
+    assert lane is not None
+    assert lane.contiguous is contiguous

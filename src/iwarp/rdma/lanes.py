@@ -65,11 +65,12 @@ __all__ = [
 #: ones are framed by MPA as before (one buffer, one ``send``), which costs
 #: less than a lane's setup for them.
 LANE_MIN: Final = 64 * 1024
-#: The send lane runs only where its iovecs are few: without markers, and
-#: with segments of at least this many octets (MULPDU). With MTU-sized
-#: FPDUs (two iovecs per 1.4 KB) or markers (two more per 508 octets) the
-#: kernel's cost per iovec ate the copy the lane saves: measured, the
-#: framing path's sender took less CPU per MiB there (docs/performance.md).
+#: The send lane points iovecs into the message only where they are few:
+#: without markers, and with segments of at least this many octets (MULPDU).
+#: With MTU-sized FPDUs (two iovecs per 1.4 KB) or markers (two more per 508
+#: octets) the kernel's cost per iovec ate the copy the iovecs save
+#: (measured: docs/performance.md), so there the lane frames each batch
+#: into one contiguous buffer instead (``SendLane(contiguous=True)``).
 LANE_MIN_SEGMENT: Final = 8 * 1024
 
 
@@ -103,18 +104,40 @@ class SendLane:
     :param phase: marker phase (mod 512 from the marker origin) of the
         message's first octet.
     :param token: what the core needs back when the message is out.
+    :param contiguous: frame every octet into one buffer per batch of up to
+        64 KiB (the payload copied once, each FPDU's CRC taken right after)
+        rather than pointing iovecs into the payload: the same octets, one
+        iovec per ``sendmsg`` instead of two or more per FPDU.
     """
 
-    __slots__ = ("crc", "end_phase", "markers", "phase", "run", "sent", "token", "total")
+    __slots__ = (
+        "contiguous",
+        "crc",
+        "end_phase",
+        "markers",
+        "phase",
+        "run",
+        "sent",
+        "token",
+        "total",
+    )
 
     def __init__(
-        self, run: SegmentRun, *, markers: bool, crc: bool, phase: int, token: object = None
+        self,
+        run: SegmentRun,
+        *,
+        markers: bool,
+        crc: bool,
+        phase: int,
+        token: object = None,
+        contiguous: bool = False,
     ) -> None:
         self.run = run
         self.markers = markers
         self.crc = crc
         self.phase = phase
         self.token = token
+        self.contiguous = contiguous
         #: Octets the kernel took so far (the cursor).
         self.sent = 0
         _, total, end_phase, _ = self._call(-1, 0, 0, False)
@@ -175,6 +198,7 @@ class SendLane:
             limit,
             wait_ms,
             watch_input,
+            self.contiguous,
         )
 
 

@@ -94,9 +94,13 @@ class LanePort:
         """The next message as a send lane, when the queue pair's output is
         not held back, MPA is in full operation with nothing queued and the
         stream's next message is a Send, RDMA Write or Read Response of at
-        least ``min_octets`` octets (or the rest of one begun), and the lane
-        pays off: no markers and a MULPDU of at least ``min_segment`` octets
-        (0: any framing). None: use ``data_to_send``.
+        least ``min_octets`` octets (or the rest of one begun). None: use
+        ``data_to_send``.
+
+        Without markers and with a MULPDU of at least ``min_segment``
+        octets the lane points iovecs into the message (few of them);
+        otherwise it frames into one contiguous buffer per batch, the
+        payload copied once (``min_segment`` 0: iovecs at any framing).
 
         MPA's stream position moves past the whole message at once: whatever
         is framed next goes after it, and the caller writes the lane's
@@ -113,14 +117,18 @@ class LanePort:
         encoder = self._conn.mpa.lane_encoder()
         if encoder is None or stream.mulpdu > encoder.max_ulpdu:
             return None
-        if min_segment and (encoder.markers or stream.mulpdu < min_segment):
-            return None
+        contiguous = bool(min_segment) and (encoder.markers or stream.mulpdu < min_segment)
         taken = stream.take_message(min_octets)
         if taken is None:
             return None
         run, token = taken
         lane = SendLane(
-            run, markers=encoder.markers, crc=encoder.crc, phase=encoder.phase, token=token
+            run,
+            markers=encoder.markers,
+            crc=encoder.crc,
+            phase=encoder.phase,
+            token=token,
+            contiguous=contiguous,
         )
         encoder.advance(lane.total, lane.end_phase)
         self._sending = lane
