@@ -222,13 +222,15 @@ static void qb_dealloc(QueuePairBase *self)
 
 static PyMethodDef qb_methods[] = {
     {"send_now", (PyCFunction)(void (*)(void))qb_send_now, METH_FASTCALL | METH_KEYWORDS,
-     "send_now(data, *, solicited=False, invalidate_stag=None): the FPDU, or None."},
+     "send_now($self, data, *, solicited=False, invalidate_stag=None)\n--\n\n"
+     "The FPDU of a Send framed now, or None (iwarp.rdma.qpbase)."},
     {"receive_data", (PyCFunction)(void (*)(void))qb_receive_data,
-     METH_FASTCALL | METH_KEYWORDS, "receive_data(data, now): the events of an input."},
+     METH_FASTCALL | METH_KEYWORDS,
+     "receive_data($self, data, now)\n--\n\nThe events of an input (iwarp.rdma.qpbase)."},
     {"take_message", (PyCFunction)qb_take_message, METH_NOARGS,
-     "take_message(): the oldest message received, or None."},
+     "take_message($self)\n--\n\nThe oldest message received, or None."},
     {"settled", (PyCFunction)qb_settled, METH_NOARGS,
-     "settled(): no output, no timer, no close required."},
+     "settled($self)\n--\n\nNo output, no timer, no close required."},
     {NULL, NULL, 0, NULL},
 };
 

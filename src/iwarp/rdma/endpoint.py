@@ -692,7 +692,7 @@ class QueuePairEndpoint(QueuePairBase):
             if fast is not None:
                 # What settled() says while it runs: nothing moves the
                 # cores or this queue pair's timers until it is handed back.
-                self._settled_fast = self._settled_slow()
+                self._settled_fast = bool(self._settled_slow())  # (C: a bool member)
             self._fast = fast
 
     def _disengage(self) -> None:
