@@ -51,6 +51,7 @@ def extensions() -> list[Extension]:
                 "src/iwarp/_decode.c",
                 "src/iwarp/_small.c",
                 "src/iwarp/_fastpath.c",
+                "src/iwarp/_qpbase.c",
             ],
             depends=["src/iwarp/_speedups.h", "src/iwarp/_wire.h"],
             extra_compile_args=args,

@@ -153,7 +153,11 @@ def queue_pair(data: bytes) -> None:
     """A queue-pair endpoint (Responder, after MPA startup, with a receive
     pool and a region any peer may write and read) fed FPDUs framed around
     ULPDUs ``(BE16 length, octets)``: each FPDU whole (the small-message
-    short ways) or in pieces (the full path), as the first octet says."""
+    short ways) or in pieces (the full path), as the first octet says;
+    after each, the endpoint answers with a Send of the ULPDU's first
+    octets, which the peer takes (the queue pair's per-message calls,
+    iwarp.rdma.qpbase: ``send_now``, ``receive_data``, ``take_message``,
+    ``settled``, on the fast path and off it)."""
     if len(data) < 1:
         return
     options = data[0]
@@ -182,6 +186,13 @@ def queue_pair(data: bytes) -> None:
             qp.receive_data(piece, 0.0)
         qp.data_to_send()
         while qp.take_message() is not None:
+            pass
+        qp.settled()
+        frame = qp.send_now(data[i - size % 2048 : i][: size % 96], solicited=bool(size & 1))
+        answer = frame or b"".join(bytes(c) for c in qp.data_to_send())
+        if answer:  # (b"" would be a FIN)
+            peer.receive_data(answer, 0.0)
+        while peer.take_message() is not None:
             pass
 
 

@@ -176,17 +176,12 @@ static int fp_octets(PyObject *obj, Py_buffer *view, int format)
     return 0;
 }
 
-static PyObject *fp_send(FastPath *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *fp_send_data(FastPath *self, PyObject *obj, int solicited)
 {
-    if (nargs < 1 || nargs > 2) {
-        PyErr_Format(PyExc_TypeError, "send() takes 1 or 2 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    int solicited = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
-    if (solicited < 0 || !fp_ready(self))
+    if (!fp_ready(self))
         return NULL;
     Py_buffer data;
-    int got = fp_octets(args[0], &data, 0);
+    int got = fp_octets(obj, &data, 0);
     if (got <= 0)
         return got < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *frame = NULL;
@@ -211,6 +206,18 @@ static PyObject *fp_send(FastPath *self, PyObject *const *args, Py_ssize_t nargs
 done:
     PyBuffer_Release(&data);
     return frame;
+}
+
+static PyObject *fp_send(FastPath *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "send() takes 1 or 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int solicited = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
+    if (solicited < 0)
+        return NULL;
+    return fp_send_data(self, args[0], solicited);
 }
 
 /* The event of a message of `length` octets: the shared one, else made
@@ -374,6 +381,26 @@ static PyTypeObject FastPathType = {
     .tp_methods = fp_methods,
     .tp_members = fp_members,
 };
+
+int iw_is_fastpath(PyObject *obj)
+{
+    return Py_IS_TYPE(obj, &FastPathType);
+}
+
+PyObject *iw_fastpath_send(PyObject *fast, PyObject *data, int solicited)
+{
+    return fp_send_data((FastPath *)fast, data, solicited);
+}
+
+PyObject *iw_fastpath_receive(PyObject *fast, PyObject *data, Py_ssize_t *octets,
+                              Py_ssize_t *rest)
+{
+    FastPath *self = (FastPath *)fast;
+    PyObject *done = fp_receive(self, data);
+    *octets = self->octets;
+    *rest = self->rest;
+    return done;
+}
 
 int iw_fastpath_add(PyObject *module)
 {

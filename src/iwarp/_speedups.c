@@ -888,7 +888,8 @@ PyMODINIT_FUNC PyInit__speedups(void)
     /* The kernels of the other source files join this one module. */
     if (PyModule_AddFunctions(m, iw_lane_methods) < 0 ||
         PyModule_AddFunctions(m, iw_decode_methods) < 0 ||
-        PyModule_AddFunctions(m, iw_small_methods) < 0 || iw_fastpath_add(m) < 0) {
+        PyModule_AddFunctions(m, iw_small_methods) < 0 || iw_fastpath_add(m) < 0 ||
+        iw_qpbase_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -9,6 +9,8 @@
  *               checked and placed, in one call.
  * _fastpath.c   the fast-path object of one queue pair (FastPath), built on
  *               _small.c's framing and checks.
+ * _qpbase.c     the queue pair's per-message calls (QueuePairBase), on a
+ *               FastPath while one runs.
  *
  * The wire layout they read and write (FPDU geometry, markers, byte order,
  * MPA/DDP/RDMAP constants) is _wire.h's, once.
@@ -77,5 +79,16 @@ void iw_small_payload(const IwFraming *f, const uint8_t *p, const IwSmallSend *f
 
 /* Adds the FastPath type to the module (_fastpath.c); -1 on error. */
 int iw_fastpath_add(PyObject *module);
+
+/* For QueuePairBase (_qpbase.c): whether obj is exactly a FastPath, and its
+ * send and receive methods on one (its `octets` and `rest` after a receive
+ * are stored through the pointers, whatever the result). */
+int iw_is_fastpath(PyObject *obj);
+PyObject *iw_fastpath_send(PyObject *fast, PyObject *data, int solicited);
+PyObject *iw_fastpath_receive(PyObject *fast, PyObject *data, Py_ssize_t *octets,
+                              Py_ssize_t *rest);
+
+/* Adds the QueuePairBase type to the module (_qpbase.c); -1 on error. */
+int iw_qpbase_add(PyObject *module);
 
 #endif

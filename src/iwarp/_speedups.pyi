@@ -300,3 +300,9 @@ new_record = _decode.new_record
 from iwarp.rdma.fastpath import PyFastPath as _PyFastPath  # noqa: E402
 
 FastPath = _PyFastPath
+
+# The base of the queue pair (_qpbase.c): its per-message calls, the fast
+# path's own while it runs, whose methods are those of its pure-Python twin.
+from iwarp.rdma.qpbase import PyQueuePairBase as _PyQueuePairBase  # noqa: E402
+
+QueuePairBase = _PyQueuePairBase

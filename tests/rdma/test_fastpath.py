@@ -275,7 +275,7 @@ def _qp_run(script: list[Any], config: MpaConfig | None) -> list[Any]:
         while (message := a.take_message()) is not None:
             log.append(message)
         log.append([repr(c) for c in a.send_cq.poll()])
-        log.append((b.message_octets, a.message_octets))
+        log.append((b.message_octets, a.message_octets, a.settled(), b.settled()))
     log.append((repr(b.error), b.end_reason, repr(b.terminate), b.terminate_received))
     log.append((repr(a.error), a.end_reason))
     # The state the cores hold once they have it back.

@@ -80,6 +80,7 @@ from iwarp.rdma.events import (
     WorkFinished,
 )
 from iwarp.rdma.port import LanePort
+from iwarp.rdma.qpbase import QueuePairBase
 from iwarp.rdma.small import SmallLane
 from iwarp.rdmap.atomics import ATOMIC_DEPTH
 from iwarp.rdmap.errors import LocalCatastrophicError
@@ -231,8 +232,12 @@ def _message_event(length: int) -> MessageQueued:
 Setup = Callable[[], None]
 
 
-class QueuePairEndpoint:
+class QueuePairEndpoint(QueuePairBase):
     """One queue pair on one TCP connection, without I/O.
+
+    Its per-message calls (``send_now``, ``receive_data``,
+    ``take_message``) are :class:`~iwarp.rdma.qpbase.QueuePairBase`'s: C
+    calls straight into the fast path while it runs.
 
     :param role: MPA Initiator (sends the Request) or Responder.
     :param pd: the protection domain of the queue pair.
@@ -301,8 +306,7 @@ class QueuePairEndpoint:
         self._tracked: dict[int, Completion | None] = {}
         #: The receive pool's buffers by wr_id: region, work request, the region's view.
         self._pool: dict[int, tuple[MemoryRegion, RecvWR, memoryview]] = {}
-        self._messages: deque[bytes] | None = None  # made on the first message
-        #: Octets of received messages not taken yet (drivers pause reading above a mark).
+        self._messages = None  # made on the first message
         self.message_octets = 0
         self._params: MpaParams | None = None
         #: How the connection ended, or None while it lives (an attribute,
@@ -314,8 +318,8 @@ class QueuePairEndpoint:
         self._events: list[Event] = []
         #: The small-message lane, once the RDMAP stream exists.
         self._lane: SmallLane | None = None
-        #: The fast path while it owns the common case (iwarp.rdma.fastpath).
-        self._fast: fastpath.PyFastPath | None = None
+        self._fast = None  # while it owns the common case (iwarp.rdma.fastpath)
+        self._settled_fast = False
         self.conn = RdmaConnection(
             role,
             pd,
@@ -409,31 +413,10 @@ class QueuePairEndpoint:
         self.conn.mpa.send_lane_fpdus(frame)
         return True
 
-    def send_now(
-        self,
-        data: Buffer | Sge,
-        *,
-        solicited: bool = False,
-        invalidate_stag: int | None = None,
+    def _send_slow(
+        self, data: Buffer | Sge, solicited: bool, invalidate_stag: int | None
     ) -> bytes | None:
-        """The simple API's Send on an idle queue pair, by the small-message
-        lane (:meth:`SmallLane.send <iwarp.rdma.small.SmallLane.send>`):
-        framed now and complete (no work request, no completion: nothing can
-        fail it later). Returns its FPDU, which the caller writes to TCP
-        before anything :meth:`data_to_send` gives later (nothing waits
-        there now). None: nothing was done; post a :class:`SendWR` instead
-        (the queue pair is busy, the message needs more than one segment,
-        or the first send is held back).
-
-        :raises ConnectionTerminatedError: the connection has ended.
-        :raises LocalProtocolError: not connected yet, bad data or a bad
-            Invalidate STag.
-        """
-        fast = self._fast
-        if fast is not None and invalidate_stag is None:
-            frame = fast.send(data, solicited)
-            if frame is not None:
-                return frame
+        """:meth:`send_now` past the fast path: by the small-message lane."""
         self._disengage()
         lane = self._lane
         if lane is not None and self.ended is None and self._hold_until is None:
@@ -477,15 +460,6 @@ class QueuePairEndpoint:
         """The tracked work requests still without a completion."""
         return [wr_id for wr_id, done in self._tracked.items() if done is None]
 
-    def take_message(self) -> bytes | None:
-        """The oldest message from the receive pool, or None."""
-        messages = self._messages
-        if not messages:
-            return None
-        data = messages.popleft()
-        self.message_octets -= len(data)
-        return data
-
     def abort(self, error: IwarpError | None = None) -> None:
         """End the connection with a Terminate "local catastrophic error"
         (e.g. the application failed); ``error`` is recorded as the cause.
@@ -514,21 +488,16 @@ class QueuePairEndpoint:
         it reads per message would cost a dict lookup.)"""
         return LanePort(self.conn, self) if _accel.LANES else None
 
-    def receive_data(self, data: Buffer, now: float) -> list[Event]:
+    def _receive_slow(self, data: Buffer, now: float, done: list[Event] | None) -> list[Event]:
+        """:meth:`receive_data` past the fast path: the first FPDU it
+        declined, and all after it, go to the cores, which take its state
+        back first. (What it took leaves _now: only the cores' events and
+        timers use it.)"""
         fast = self._fast
         if fast is not None:
-            # The fast path takes the whole pool messages it can; the first
-            # FPDU it declines, and all after it, go to the cores, which
-            # take its state back first. (What it takes leaves _now: only
-            # the cores' events and timers use it.)
-            done = fast.receive(data)
             if done is not None:
-                self.message_octets += fast.octets
-                rest = fast.rest
-                if not rest:
-                    return done
                 self._events = done  # (empty while the fast path runs)
-                data = memoryview(data)[-rest:]
+                data = memoryview(data)[-fast.rest :]
             self._disengage()
         self._now = now
         conn = self.conn
@@ -588,11 +557,10 @@ class QueuePairEndpoint:
             return conn.mpa.has_data_to_send
         return conn.has_data_to_send
 
-    def settled(self) -> bool:
-        """No output, no timer, no close required
-        (:meth:`iwarp.contract.Connection.settled`): the connection's
-        answer, unless output is held back or a warning is due (both
-        timers) or the connection ended (must_close)."""
+    def _settled_slow(self) -> bool:
+        """:meth:`settled` without the fast path: the connection's answer,
+        unless output is held back or a warning is due (both timers) or the
+        connection ended (must_close)."""
         if (
             self._hold_until is not None
             or self._fence_warn_at is not None
@@ -712,7 +680,7 @@ class QueuePairEndpoint:
             messages = self._messages
             if messages is None:
                 messages = self._messages = deque()
-            self._fast = fastpath.engage(
+            fast = fastpath.engage(
                 self.conn,
                 self._pool,
                 self._tracked,
@@ -721,6 +689,11 @@ class QueuePairEndpoint:
                 _MESSAGE_EVENTS,
                 _message_event,
             )
+            if fast is not None:
+                # What settled() says while it runs: nothing moves the
+                # cores or this queue pair's timers until it is handed back.
+                self._settled_fast = bool(self._settled_slow())  # (C: a bool member)
+            self._fast = fast
 
     def _disengage(self) -> None:
         """The cores take back the fast path's state, if it runs: before

@@ -392,6 +392,17 @@ class QueuePairFront:
             self._driver.resume_reading()
         return data
 
+    def _taker(self) -> Callable[[], bytes | None]:
+        """What a receive asks first for the next message: the endpoint's
+        own ``take_message`` (a C call on the fast path) while reading runs
+        and nothing needs checking on a message, else :meth:`_take_message`.
+        Only a message counts: on None the receive asks
+        :meth:`_take_message`, which says why none can come."""
+        endpoint = self._endpoint
+        if endpoint is None or self._reading_paused:
+            return self._take_message
+        return endpoint.take_message
+
     # -- the simple calls' work requests (the adapters post them and wait) --
 
     def _sent_at_once(

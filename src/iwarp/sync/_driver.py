@@ -291,6 +291,27 @@ class Driver(Writer):
         got = take()
         return got if got is not None else self.wait_for(take, deadline, what)
 
+    def look(self, take: Callable[[], T | None]) -> T | None:
+        """``take()``, and when it gave None and only input is awaited, once
+        more after one look at the socket (what it held read and handled,
+        as a :meth:`wait`'s first look): a ping-pong's answer is mostly
+        there, and a blocking call then needs no wait. None: still nothing."""
+        got = take()
+        if (
+            got is None
+            and self.sock is not None
+            and self.reading
+            and not self.eof
+            and not self._out
+            and self._lane is None
+            and self.busy_poll > 0
+            and self._read()
+        ):
+            if not self._answer():
+                self.run_timer()
+            got = take()
+        return got
+
     def wait_for(self, take: Callable[[], T | None], deadline: float | None, what: str) -> T | None:
         """:meth:`run_for` when ``take()`` just gave None: waits before it
         asks again (a blocking call's hot wait, which has looked already,

@@ -270,8 +270,8 @@ class QueuePair(QueuePairFront, BusyPolled, CloseOnExit):
         :raises ConnectionTerminatedError: the connection ended first.
         :raises WaitTimeoutError: nothing arrived in time.
         """
-        data = self._take_message()
-        if data is None:  # (no closure: this is the hot wait of a ping-pong)
+        data = self._driver.look(self._taker())  # (a ping-pong's: no wait)
+        if data is None and (data := self._take_message()) is None:
             deadline = None if timeout is None else deadline_after(timeout)
             data = self._driver.wait_for(self._take_message, deadline, "a message")
             if data is None:
