@@ -2,7 +2,7 @@
 
     python bench/decode_bench.py [--size 200M] [--repeat 3] [--keep DIR]
                                  [--kinds default,marked,ethernet] [--no-tshark]
-                                 [--jobs-files 4] [--split KIND|none]
+                                 [--jobs-files 4] [--split KIND|none] [--pure]
                                  [-- DECODE ARGS...]
 
 Makes three captures with ``bench/make_capture.py`` in a temporary directory
@@ -26,7 +26,11 @@ packet and milliseconds per MB, the process's own
 peak RSS (``wait4``), FPDUs found against those the generator sent, and
 for tshark its FPDUs and "Bad CRC32" verdicts; then, for each ``iwarp
 decode`` variant, each tshark's CPU time over iwarp's (how many times
-faster iwarp is). With ``--repeat`` above 1 each figure is a range.
+faster iwarp is), and where the summary stands against issue 34's goals
+(MB/s of capture per CPU second: 150 on the ``ethernet`` capture, 400 on the
+large-FPDU ones; 5x tshark ``-O iwarp_mpa``). ``--pure`` adds the summary
+on the pure-Python path (``IWARP_NO_ACCEL=1``: the decode kernels' twin).
+With ``--repeat`` above 1 each figure is a range.
 
 Then ``--jobs`` on one capture (``--split``, the ethernet one by default):
 ``--jobs 1`` against ``--jobs 2``, which splits its connections across two
@@ -82,6 +86,12 @@ TSHARK_VARIANTS = (
     # -q alone skips the iWARP dissectors; a filter on them makes them run.
     ("tshark -q -Y iwarp_mpa (dissection, no output)", ("-q", "-Y", "iwarp_mpa")),
 )
+#: Issue 34's goals for the summary, MB/s of capture per CPU second, per capture.
+GOAL_MBPS = {"default": 400, "marked": 400, "ethernet": 150}
+#: And its speed over tshark -O iwarp_mpa on the same file.
+GOAL_RATIO = 5.0
+#: The name of the pure-Python variant (--pure).
+PURE = "iwarp decode (summary, pure Python: IWARP_NO_ACCEL=1)"
 KINDS = {
     "default": {"concurrent": 16, "mix": "default"},
     "marked": {"concurrent": 40, "mix": "marked"},
@@ -102,13 +112,20 @@ class Run:
     idle: float = 0.0
 
 
-def measure(argv: list[str], count: Callable[[TextIO], tuple[int, int]]) -> Run:
+def measure(
+    argv: list[str], count: Callable[[TextIO], tuple[int, int]], env: dict[str, str] | None = None
+) -> Run:
     """Run ``argv`` to completion, its output in a file read back line by line
     (this process stays small: a child's peak RSS counts its parent's at the fork)."""
     with tempfile.TemporaryFile("w+") as out:
         idle_before, total_before = cpu_idle()
         started = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            env=None if env is None else os.environ | env,
+        )
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - started
         idle_after, total_after = cpu_idle()
@@ -217,6 +234,23 @@ class Figures:
         )
 
 
+def goals(kind: str, size: int, summary: Figures, tshark_cpu: list[float] | None) -> str:
+    """Where the summary's runs stand against issue 34's goals."""
+    rates = [size / 1e6 / r.cpu for r in summary.runs]
+    goal = GOAL_MBPS[kind]
+    text = (
+        f"goals: >= {goal} MB/s (CPU): {summary.span(rates, '.0f')} "
+        f"({'met' if min(rates) >= goal else 'not met'})"
+    )
+    if tshark_cpu:
+        ratios = [t / r.cpu for t, r in zip(tshark_cpu, summary.runs, strict=True)]
+        text += (
+            f"; >= {GOAL_RATIO:.0f}x tshark -O: {summary.span(ratios, '.2f')}x "
+            f"({'met' if min(ratios) >= GOAL_RATIO else 'not met'})"
+        )
+    return text
+
+
 def jobs_scaling(paths: list[Path], repeat: int) -> None:
     """``iwarp decode --jobs 1`` against ``--jobs 2`` over ``paths``, interleaved
     (one path: its connections split across the workers)."""
@@ -271,6 +305,11 @@ def main() -> int:
         help="the capture whose connections --jobs 2 splits, against --jobs 1 "
         "(one of --kinds; 'none' leaves it out; default ethernet, else the first made)",
     )
+    parser.add_argument(
+        "--pure",
+        action="store_true",
+        help="also run the summary on the pure-Python path (IWARP_NO_ACCEL=1)",
+    )
     parser.add_argument("decode_args", nargs="*", help="one variant of extra decode arguments")
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
@@ -312,6 +351,8 @@ def main() -> int:
                     )
                     for extra in variants
                 ]
+                if args.pure:
+                    commands.append((PURE, [*DECODE, str(path)]))
                 if tshark is not None:
                     commands += [
                         (name, [tshark, *TSHARK_ARGS, *extra, "-r", str(path)])
@@ -319,7 +360,7 @@ def main() -> int:
                     ]
                 for name, argv in commands:
                     counter = tshark_counts if name.startswith("tshark") else iwarp_counts
-                    run = measure(argv, counter)
+                    run = measure(argv, counter, {"IWARP_NO_ACCEL": "1"} if name == PURE else None)
                     results.setdefault((kind, name), Figures()).runs.append(run)
                     counts[(kind, name)] = (*run.counts, run.status)
         for kind, (_path, size, sent) in captures.items():
@@ -352,6 +393,9 @@ def main() -> int:
                     if speeds:
                         tail += "; speed (CPU) over " + ", ".join(speeds)
                 print(f"  {name}: {figures.line(size, frames[kind])}{tail}")
+            summary = results.get((kind, "iwarp decode (summary, receiver replay on)"))
+            if summary is not None:
+                print("  " + goals(kind, size, summary, tshark_cpu.get(TSHARK_VARIANTS[0][0])))
         split = args.split if args.split in captures else next(iter(captures))
         if args.split != "none":
             jobs_scaling([captures[split][0]], args.repeat)

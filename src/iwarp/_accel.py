@@ -12,16 +12,16 @@ FPDU kernels           ``_speedups.c``     :mod:`iwarp._kernels` (:data:`kernels
 small-message lane     ``_small.c``        :mod:`iwarp._small` (:func:`choose_small`)
 whole-message lanes    ``_lanes.c``        none: the drivers read and write
                                            through the cores (:data:`lanes`)
-capture decoding       ``_decode.c``       the pure paths of ``iwarp.analyze``
-                                           (:data:`decode`)
+capture decoding       ``_decode.c``       :mod:`iwarp._decode` (:func:`choose_decode`)
 =====================  ==================  ===================================
 
 A pure twin has the same functions, signatures, results and errors (its
 docstrings are the contract of both; tests compare the two function by
 function), so the call sites call what is chosen here without a branch of
 their own and the accelerator changes speed only. The twins that lie above
-this module (``iwarp._small`` needs MPA's and DDP's declarations) are
-handed in (:func:`choose_small`): the answer is this module's all the same.
+this module (``iwarp._small`` and ``iwarp._decode`` need MPA's and DDP's
+declarations) are handed in (:func:`choose_small`, :func:`choose_decode`):
+the answer is this module's all the same.
 
 Set ``IWARP_NO_ACCEL=1`` to run the pure-Python paths although the
 extension is built (the test suite runs both ways); ``IWARP_NO_LANES=1``
@@ -43,8 +43,8 @@ __all__ = [
     "ACTIVE",
     "LANES",
     "RECEIVE_LANE",
+    "choose_decode",
     "choose_small",
-    "decode",
     "describe",
     "kernels",
     "lanes",
@@ -85,15 +85,19 @@ speedups: Final[Extension | None] = _C
 kernels: Final[Kernels] = _C if _C is not None else _kernels
 #: The whole-message lanes' kernels when :data:`LANES`, else None.
 lanes: Final[LaneKernels | None] = _C if LANES else None
-#: The capture decoding kernels when the accelerator runs, else None
-#: (``iwarp.analyze`` then runs its pure-Python paths).
-decode: Final[DecodeKernels | None] = _C
 
 
 def choose_small(pure: SmallKernels) -> SmallKernels:
     """The small-message lane's kernels: the extension's when the
     accelerator runs, else ``pure`` (:mod:`iwarp._small`, which lies above
     this module and is handed in by :mod:`iwarp.rdma.small`)."""
+    return _C if _C is not None else pure
+
+
+def choose_decode(pure: DecodeKernels) -> DecodeKernels:
+    """The capture decoding kernels: the extension's when the accelerator
+    runs, else ``pure`` (:mod:`iwarp._decode`, which lies above this module
+    and is handed in by :mod:`iwarp.analyze.kernels`)."""
     return _C if _C is not None else pure
 
 

@@ -3,8 +3,9 @@
  * TCP segments, and one FPDU taken apart.
  *
  * Optional, as the rest of the module: each function has a pure-Python
- * twin in iwarp/analyze/ that defines the behaviour, and tests assert both
- * give the same segments and FPDUs. These functions only walk buffers; every
+ * twin of the same name and signature in iwarp/_decode.py, whose
+ * docstrings are the contract of both; tests assert both give the same
+ * results (tests/analyze/test_decode_twin.py). These functions only walk buffers; every
  * decision (connections, reassembly, framing, errors) stays in Python.
  *
  *   pcap_batch(...)    the complete records of a pcap buffer, each decoded
@@ -583,6 +584,14 @@ static Py_ssize_t fpdu_wire(Py_ssize_t length, unsigned int phase, int markers)
     return (Py_ssize_t)iw_frame((size_t)length, phase, markers).wire;
 }
 
+/* A marker phase argument, read as a Py_ssize_t (the "I" format would take
+ * any int modulo 2**32): out of range, IW_MARKER_INTERVAL, which the
+ * callers refuse. */
+static unsigned int phase_of(Py_ssize_t phase)
+{
+    return phase >= 0 && phase < IW_MARKER_INTERVAL ? (unsigned int)phase : IW_MARKER_INTERVAL;
+}
+
 /* fpdu_view(chunk, at, phase, markers, either_fpduptr, ddp)
  *     -> (wire_length, ulpdu, pad, crc, crc_expected, markers, ulp) | None
  *
@@ -598,10 +607,12 @@ static PyObject *py_fpdu_view(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t at;
-    unsigned int phase;
+    Py_ssize_t phase_arg;
     int markers, either, ddp;
-    if (!PyArg_ParseTuple(args, "y*nIppp:fpdu_view", &view, &at, &phase, &markers, &either, &ddp))
+    if (!PyArg_ParseTuple(args, "y*nnppp:fpdu_view", &view, &at, &phase_arg, &markers, &either,
+                          &ddp))
         return NULL;
+    unsigned int phase = phase_of(phase_arg);
     PyObject *out = NULL;
     const uint8_t *d = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len;
@@ -815,11 +826,12 @@ static PyObject *py_fpdu_walk(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t at, max_ulpdu, count;
-    unsigned int phase;
+    Py_ssize_t phase_arg;
     int markers, either, ddp, crc_used;
-    if (!PyArg_ParseTuple(args, "y*nIppppnn:fpdu_walk", &view, &at, &phase, &markers, &either,
+    if (!PyArg_ParseTuple(args, "y*nnppppnn:fpdu_walk", &view, &at, &phase_arg, &markers, &either,
                           &ddp, &crc_used, &max_ulpdu, &count))
         return NULL;
+    unsigned int phase = phase_of(phase_arg);
     PyObject *list = NULL, *out = NULL;
     const uint8_t *d = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len;
@@ -1011,11 +1023,12 @@ static PyObject *py_fpdu_count(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t at, max_ulpdu, count;
-    unsigned int phase;
+    Py_ssize_t phase_arg;
     int markers, either, ddp, crc_used;
-    if (!PyArg_ParseTuple(args, "y*nIppppnn:fpdu_count", &view, &at, &phase, &markers, &either,
+    if (!PyArg_ParseTuple(args, "y*nnppppnn:fpdu_count", &view, &at, &phase_arg, &markers, &either,
                           &ddp, &crc_used, &max_ulpdu, &count))
         return NULL;
+    unsigned int phase = phase_of(phase_arg);
     const uint8_t *d = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len, taken = 0;
     if (at < 0 || at > n || phase >= IW_MARKER_INTERVAL || count < 0) {

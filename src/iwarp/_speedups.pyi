@@ -18,10 +18,9 @@ Four families, each chosen once, by :mod:`iwarp._accel`:
   (:mod:`iwarp.rdma.lanes` documents both).
 * capture decoding (src/iwarp/_decode.c): ``pcap_batch``, ``pcapng_batch``,
   ``tcp_packet``, ``fpdu_view``, ``fpdu_walk``, ``fpdu_count``, ``describe_table``,
-  ``describe_ulpdu``, ``json_table``, ``fpdu_json``, ``new_record``; the
-  twin is the pure-Python code of :mod:`iwarp.analyze.capture`,
-  :mod:`iwarp.analyze.mpa` and :mod:`iwarp.analyze.records`, which call
-  these when they run.
+  ``describe_ulpdu``, ``json_table``, ``fpdu_json``, ``new_record``; pure
+  twin :mod:`iwarp._decode` (chosen by :mod:`iwarp.analyze.kernels`), whose
+  docstrings are the contract of both.
 """
 
 from collections.abc import Sequence

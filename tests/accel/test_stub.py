@@ -26,7 +26,7 @@ FAMILIES = {
     "Kernels": "iwarp._kernels",
     "SmallKernels": "iwarp._small",
     "LaneKernels": None,
-    "DecodeKernels": None,
+    "DecodeKernels": "iwarp._decode",
 }
 
 
@@ -114,6 +114,16 @@ def _stub_parameters(function: ast.FunctionDef) -> list[tuple[str, str, bool, st
         (a.arg, kind, default, ast.unparse(a.annotation) if a.annotation else "")
         for a, kind, default in zip(positional, kinds, defaults, strict=True)
     ]
+    if args.vararg is not None:
+        annotation = args.vararg.annotation
+        rows.append(
+            (
+                args.vararg.arg,
+                "VAR_POSITIONAL",
+                False,
+                ast.unparse(annotation) if annotation else "",
+            )
+        )
     assert rows[0][0] == "self"
     return rows[1:]
 
@@ -180,10 +190,13 @@ def test_the_kernels_are_chosen_in_one_place() -> None:
 
 def test_the_choice_is_one_answer() -> None:
     speedups = _accel.speedups
+    from iwarp.analyze import kernels as decode
+
     if speedups is None:
         assert _accel.kernels is importlib.import_module("iwarp._kernels")
-        assert _accel.lanes is None and _accel.decode is None
+        assert decode.kernels is importlib.import_module("iwarp._decode") is decode.pure
+        assert _accel.lanes is None
         assert not _accel.LANES and not _accel.RECEIVE_LANE
     else:
-        assert _accel.kernels is speedups and _accel.decode is speedups
+        assert _accel.kernels is speedups and decode.kernels is speedups
         assert _accel.lanes is (speedups if _accel.LANES else None)

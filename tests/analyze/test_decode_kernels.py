@@ -1,10 +1,11 @@
 """The C loops of the analyzer (src/iwarp/_decode.c) against their
-pure-Python twins: the same segments from every capture, the same FPDU
-views from any octets, the same records from whole generated captures.
+pure-Python twins (iwarp._decode): the same segments from every capture,
+the same FPDU views from any octets, the same records from whole generated
+captures.
 
-Each test runs the same input twice, with the kernels and without (the
-module attributes ``capture.kernels`` and ``mpa.kernels`` set to None, as
-``IWARP_NO_ACCEL=1`` does), and compares everything.
+Each test runs the same input twice, with the C kernels and with the pure
+twin (twin_kernels.pure_python: the analyzer's modules call iwarp._decode,
+as ``IWARP_NO_ACCEL=1`` has them do), and compares everything.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import io
 import json
 import random
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_analyzer import to_linktype, to_pcapng
 from test_capture_scale import make_capture_module
+from twin_kernels import KERNELS, needs_c, pure_python
 
-from iwarp.analyze import capture, mpa, records
+from iwarp.analyze import mpa, records
 from iwarp.analyze.analyzer import ConnectionReport, Options, analyze_stream
 from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
 from iwarp.analyze.mpa import FpduView, Framing, inspect_fpdu
@@ -39,24 +41,11 @@ from iwarp.mpa.framing import FpduEncoder, fpdu_wire_size
 from iwarp.mpa.wire import MARKER_INTERVAL, MARKER_SIZE, MAX_ULPDU
 from iwarp.rdmap.wire import OPCODE_QUEUE, OPCODE_TAGGED, describe_ulpdu, rdmap_control
 
-pytestmark = pytest.mark.skipif(
-    capture.kernels is None, reason="the C accelerator is not built or IWARP_NO_ACCEL is set"
-)
+pytestmark = needs_c
 
 
 def mpa_kernels() -> Any:
-    assert mpa.kernels is not None
-    return mpa.kernels
-
-
-@contextlib.contextmanager
-def pure_python() -> Iterator[None]:
-    saved = capture.kernels, mpa.kernels
-    capture.kernels, mpa.kernels = None, None
-    try:
-        yield
-    finally:
-        capture.kernels, mpa.kernels = saved
+    return KERNELS
 
 
 def segments(data: bytes) -> tuple[list[TcpPacket], CaptureStats, str | None]:
@@ -615,7 +604,7 @@ def test_hostile_arguments_are_refused_or_read_within_bounds(
 ) -> None:
     # Reading outside the buffer is what the sanitizer build reports; here,
     # only refusals (ValueError, OverflowError) or results come back.
-    kernel: Any = capture.kernels
+    kernel: Any = KERNELS
     a, b, c, d = numbers
     cache: dict[int, str] = {}
     with contextlib.suppress(ValueError, OverflowError):
@@ -639,7 +628,7 @@ def test_hostile_arguments_are_refused_or_read_within_bounds(
 
 
 def test_out_of_range_arguments_are_refused() -> None:
-    kernel: Any = capture.kernels
+    kernel: Any = KERNELS
     data = classic()
     for pos, frames in ((len(data) + 1, 0), (-1, 0), (24, -1), (24, 2**63 - 1)):
         with pytest.raises(ValueError, match="out of range"):
@@ -774,7 +763,7 @@ def test_record_maker_uses_the_kernel_for_frozen_slots_dataclasses_only() -> Non
 
 
 def test_new_record_refuses_what_is_not_a_plain_class_of_slots() -> None:
-    kernel: Any = records.kernels
+    kernel: Any = KERNELS
     slots = tuple(getattr(MarkerRecord, f.name) for f in dataclasses.fields(MarkerRecord))
 
     class FromDict(dict):  # type: ignore[type-arg]

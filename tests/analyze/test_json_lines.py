@@ -1,23 +1,23 @@
 """`iwarp decode --json` lines: json_line(record) is json.dumps(record.to_json()), always.
 
 The C accelerator writes an FPDU's line when its values are of the usual
-kinds (src/iwarp/_decode.c fpdu_json); the tests here run with it when it
-is built and compare it with the pure-Python line (records.kernels set to
-None, as ``IWARP_NO_ACCEL=1`` does).
+kinds (src/iwarp/_decode.c fpdu_json); its pure twin (iwarp._decode
+fpdu_json) writes every one. The tests here run with C when it is built and
+compare it with the pure twin (twin_kernels.pure_python, as
+``IWARP_NO_ACCEL=1`` has the analyzer do).
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from twin_kernels import HAVE_C, KERNELS, PURE, needs_c, pure_python
 
 from iwarp.analyze import records
 from iwarp.analyze.analyzer import Options, analyze_stream
@@ -143,24 +143,9 @@ def test_a_typical_fpdu_takes_the_direct_line() -> None:
 
 # -- the C line (src/iwarp/_decode.c fpdu_json) ----------------------------------------
 
-needs_c = pytest.mark.skipif(
-    records.kernels is None, reason="the C accelerator is not built or IWARP_NO_ACCEL is set"
-)
-
-
-@contextlib.contextmanager
-def pure_python() -> Iterator[None]:
-    saved = records.kernels
-    records.kernels = None
-    try:
-        yield
-    finally:
-        records.kernels = saved
-
 
 def c_line(record: FpduRecord) -> str | None:
-    kernel: Any = records.kernels
-    line: str | None = kernel.fpdu_json(record)
+    line: str | None = KERNELS.fpdu_json(record)
     return line
 
 
@@ -173,7 +158,8 @@ def test_fpdu_line_is_json_dumps_of_to_json(record: FpduRecord) -> None:
     expected = json.dumps(record.to_json())
     assert json_line(record) == expected
     assert "\n" not in expected
-    if records.kernels is not None:
+    assert PURE.fpdu_json(record) == expected  # the pure twin writes every line
+    if HAVE_C:
         # And the C line, when it writes one, is the pure-Python line.
         line = c_line(record)
         assert line is None or line == expected
@@ -272,7 +258,7 @@ def test_unusual_values_are_left_to_python(change: dict[str, object]) -> None:
 
 @needs_c
 def test_the_c_line_refuses_other_objects() -> None:
-    kernel: Any = records.kernels
+    kernel: Any = KERNELS
     for other in (None, 1, "fpdu", MarkerRecord(1, 0, 0, 0), NoteRecord(1, "x", 1, None, "m")):
         with pytest.raises(TypeError):
             kernel.fpdu_json(other)
@@ -301,7 +287,7 @@ def test_generated_captures_give_the_same_lines_both_ways(tmp_path: Path, mix: s
     with pure_python():
         assert [json_line(record) for record in found] == lines
     assert lines == [json.dumps(record.to_json()) for record in found]
-    if records.kernels is not None:
+    if HAVE_C:
         # C writes every FPDU's line but those with a nested object (Read
         # Requests, Terminates, Atomics), which Python writes.
         nested = [r for r in found if any(isinstance(v, dict) for v in r.ulp.values())]
@@ -309,7 +295,8 @@ def test_generated_captures_give_the_same_lines_both_ways(tmp_path: Path, mix: s
         assert len(taken) == len(found) - len(nested) > len(nested)
 
 
-def test_the_record_maker_is_the_class_without_the_accelerator() -> None:
-    # With it, the same records in one call each (tests/analyze/test_decode_kernels.py).
+def test_the_record_maker_is_the_kernels_new_record_on_either_path() -> None:
+    # The same records in one call each (tests/analyze/test_decode_kernels.py).
     for cls in (records.FpduRecord, records.MarkerRecord):
-        assert (records.record_maker(cls) is cls) == (records.kernels is None)
+        maker: Any = records.record_maker(cls)
+        assert maker.func is KERNELS.new_record and maker.args[0] is cls

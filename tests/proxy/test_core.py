@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iwarp.analyze import mpa
 from iwarp.analyze.mpa import PLAIN_OPCODES
 from iwarp.analyze.records import ErrorRecord, FpduRecord
 from iwarp.analyze.tcp import StreamWindow
@@ -386,7 +385,6 @@ def test_counting_reads_in_place_holds_one_fpdu_and_sees_what_records_see(
     assert quiet.records == [r for r in full.records if not isinstance(r, FpduRecord)]
 
 
-@pytest.mark.skipif(mpa.kernels is None, reason="counting in place is the accelerator's")
 @pytest.mark.parametrize("markers", [False, True])
 def test_clean_reads_are_counted_in_place_not_copied(
     monkeypatch: pytest.MonkeyPatch, markers: bool

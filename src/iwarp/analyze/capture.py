@@ -17,12 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address
-from typing import TYPE_CHECKING, BinaryIO, Final, NamedTuple
+from typing import BinaryIO, Final, NamedTuple
 
-import iwarp._accel as _accel
-
-if TYPE_CHECKING:
-    from iwarp._speedups import DecodeKernels
+from iwarp.analyze.kernels import kernels
 
 __all__ = [
     "BLOCK_CAP",
@@ -135,10 +132,7 @@ TCP_FIN: Final = 0x01
 TCP_RST: Final = 0x04
 
 
-#: The C loops, or None for the pure-Python path (``IWARP_NO_ACCEL=1``);
-#: both give the same segments (tests/analyze/test_decode_kernels.py).
-kernels: DecodeKernels | None = _accel.decode
-#: Dotted IPv4 addresses the C loops made, by address (bounded there).
+#: Dotted IPv4 addresses the kernels made, by address (bounded there).
 _ADDRESSES: Final[dict[int, str]] = {}
 #: A frame for :func:`_decode`: ``(linktype, time, data)``.
 _Frame = tuple[int, float, bytes]
@@ -157,14 +151,12 @@ def read_tcp_packets(f: BinaryIO, stats: CaptureStats | None = None) -> Iterator
     kernel = kernels
     for item in frames:
         stats.frames += 1
-        if isinstance(item, TcpPacket):  # decoded by the C loop already
+        if isinstance(item, TcpPacket):  # decoded by the batch kernel already
             stats.tcp += 1
             yield item
             continue
         linktype, time, data = item
-        packet = None
-        if kernel is not None:
-            packet = kernel.tcp_packet(stats.frames, linktype, time, data, TcpPacket, _ADDRESSES)
+        packet = kernel.tcp_packet(stats.frames, linktype, time, data, TcpPacket, _ADDRESSES)
         if packet is None:
             packet = _decode(stats.frames, linktype, time, data, stats)
         if packet is None:
@@ -274,11 +266,11 @@ def _oversized(stats: CaptureStats) -> None:
 
 
 def _pcap_frames(f: BinaryIO, magic: bytes, stats: CaptureStats) -> Iterator[TcpPacket | _Frame]:
-    """The file's frames; with the C loop, most come decoded already.
+    """The file's frames, most decoded already.
 
-    The C loop takes every complete record of the buffer; the record at its
-    edge (incomplete, longer than :data:`FRAME_CAP`, or the end of the file)
-    is taken here, one at a time.
+    The batch kernel (``pcap_batch``) takes every complete record of the
+    buffer; the record at its edge (incomplete, longer than
+    :data:`FRAME_CAP`, or the end of the file) is taken here, one at a time.
     """
     order, resolution = _PCAP_MAGIC[magic]
     rest = f.read(20)
@@ -291,7 +283,7 @@ def _pcap_frames(f: BinaryIO, magic: bytes, stats: CaptureStats) -> Iterator[Tcp
     kernel = kernels
     big = order == ">"
     while True:
-        if kernel is not None and len(source.buf) - source.pos >= 16:
+        if len(source.buf) - source.pos >= 16:
             # stats.frames counts every frame handed out so far: the
             # consumer counts each before it asks for the next.
             batch, source.pos = kernel.pcap_batch(
@@ -335,15 +327,15 @@ def _pcap_frames(f: BinaryIO, magic: bytes, stats: CaptureStats) -> Iterator[Tcp
 
 
 def _pcapng_frames(f: BinaryIO, first: bytes, stats: CaptureStats) -> Iterator[TcpPacket | _Frame]:
-    """The file's frames; with the C loop, the Enhanced Packet Blocks come
-    decoded already (every other block is taken here)."""
+    """The file's frames; the batch kernel (``pcapng_batch``) decodes the
+    Enhanced Packet Blocks (every other block is taken here)."""
     order = "<"
     interfaces: list[tuple[int, float]] = []
     source = _Input(f, 0)
     source.buf = first
     kernel = kernels
     while True:
-        if kernel is not None and interfaces and len(source.buf) - source.pos >= 32:
+        if interfaces and len(source.buf) - source.pos >= 32:
             batch, source.pos = kernel.pcapng_batch(
                 source.buf,
                 source.pos,

@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-import iwarp._accel as _accel
-from iwarp._crc32c import crc32c
 from iwarp._typing import Buffer
+from iwarp.analyze.kernels import kernels, register
 from iwarp.analyze.records import (
     ErrorRecord,
     FpduRecord,
@@ -30,7 +29,6 @@ from iwarp.analyze.tcp import StreamWindow
 from iwarp.errors import MpaErrorCode
 from iwarp.mpa.framing import fpdu_wire_size
 from iwarp.mpa.wire import (
-    CRC_FIELD,
     CRC_SIZE,
     ENHANCED_SIZE,
     FPDUPTR_MASK,
@@ -121,9 +119,6 @@ class FpduView:
         return crc_ok and all(r == 0 and p & FPDUPTR_MASK == e for _, r, p, e in self.markers)
 
 
-#: The C loop, or None for the pure-Python path (``IWARP_NO_ACCEL=1``); both
-#: give the same views (tests/analyze/test_decode_kernels.py).
-kernels: DecodeKernels | None = _accel.decode
 #: Most clean FPDUs one C walk call takes apart (bounds the list it returns).
 WALK_BATCH: Final = 256
 #: Opcodes whose ULPDUs the C loop describes: those describe_ulpdu gives
@@ -139,12 +134,17 @@ PLAIN_OPCODES: Final = frozenset(
         RdmapOpcode.SEND_WITH_SE_AND_INVALIDATE,
     }
 )
-if kernels is not None:
-    kernels.describe_table(
+
+
+def _tables(k: DecodeKernels) -> None:
+    k.describe_table(
         tuple(RdmapOpcode(op).name if op in PLAIN_OPCODES else None for op in range(16)),
         tuple(int(OPCODE_TAGGED.get(op, -1)) for op in range(16)),
         tuple(OPCODE_QUEUE.get(op, -1) for op in range(16)),
     )
+
+
+register(_tables)
 
 
 def inspect_fpdu(stream: StreamWindow, start: int, framing: Framing) -> FpduView | int | None:
@@ -154,67 +154,19 @@ def inspect_fpdu(stream: StreamWindow, start: int, framing: Framing) -> FpduView
     FPDU (a gap or the end of the capture), or None when ``start`` itself
     was not captured.
     """
+    # Runs of captured octets never touch (a gap lies between two), so an
+    # FPDU is complete only inside the run holding its first octet.
+    found = stream.locate(start)
+    if found is None:
+        return None
+    chunk, at, run_end = found
     phase = (start - framing.origin) % MARKER_INTERVAL
-    kernel = kernels
-    if kernel is not None:
-        # Runs of captured octets never touch (a gap lies between two), so
-        # an FPDU is complete only inside the run holding its first octet.
-        found = stream.locate(start)
-        if found is None:
-            return None
-        chunk, at, run_end = found
-        taken = kernel.fpdu_view(
-            chunk, at, phase, framing.markers, framing.either_fpduptr, framing.ddp
-        )
-        if taken is None:
-            return run_end
-        return FpduView(*taken)
-    lead = MARKER_SIZE if framing.markers and phase == 0 else 0
-    head = stream.read(start + lead, HEADER_SIZE)
-    if head is None:
-        stop = stream.run_end(start)
-        return None if stop == start else stop
-    length: int = ULPDU_LENGTH.unpack_from(head)[0]
-    wire = fpdu_wire_size(length, phase, markers=framing.markers)
-    data = stream.read(start, wire)
-    if data is None:
-        return stream.run_end(start)
-    if not framing.markers:  # the common case: no markers to list or cut out
-        end = HEADER_SIZE + length
-        return FpduView(
-            wire_length=wire,
-            ulpdu=data[HEADER_SIZE:end],
-            pad=data[end : wire - CRC_SIZE],
-            crc=CRC_FIELD.unpack_from(data, wire - CRC_SIZE)[0],
-            crc_expected=crc32c(memoryview(data)[: wire - CRC_SIZE]),
-            markers=(),
-        )
-    body = memoryview(data)[:-CRC_SIZE]
-    markers: list[tuple[int, int, int, int]] = []
-    pieces: list[memoryview] = []
-    cursor = 0
-    if framing.markers:
-        # RFC 5044 §4.3: FPDUPTR counts back to the ULPDU_Length field; a
-        # marker right before that field (between FPDUs) holds 0.
-        for at in range(-phase % MARKER_INTERVAL, len(body), MARKER_INTERVAL):
-            reserved, pointer = MARKER.unpack_from(body, at)
-            expected = 0 if at == 0 else at - lead
-            if lead and at and framing.either_fpduptr and pointer & FPDUPTR_MASK == at:
-                expected = at  # seeds 000/002: from the FPDU's first octet
-            markers.append((at, reserved, pointer, expected))
-            pieces.append(body[cursor:at])
-            cursor = at + MARKER_SIZE
-    pieces.append(body[cursor:])
-    content = b"".join(pieces)
-    ulpdu = content[HEADER_SIZE : HEADER_SIZE + length]
-    return FpduView(
-        wire_length=wire,
-        ulpdu=ulpdu,
-        pad=content[HEADER_SIZE + length :],
-        crc=CRC_FIELD.unpack_from(data, wire - CRC_SIZE)[0],
-        crc_expected=crc32c(body),
-        markers=tuple(markers),
+    taken = kernels.fpdu_view(
+        chunk, at, phase, framing.markers, framing.either_fpduptr, framing.ddp
     )
+    if taken is None:
+        return run_end
+    return FpduView(*taken)
 
 
 # -- Request / Reply frames ------------------------------------------------------
@@ -354,41 +306,39 @@ class FpduWalker:
                 return
             if end < self.wait_for and not stream.final:
                 return
-            kernel = kernels
-            if kernel is not None:
-                # The clean FPDUs from pos on, in one C call (the common case):
-                # those the steps below record with no error or note.
-                found = stream.locate(pos)
-                if found is not None:
-                    chunk, at, run_end = found
-                    walk = (
-                        chunk,
-                        at,
-                        (pos - framing.origin) % MARKER_INTERVAL,
-                        framing.markers,
-                        framing.either_fpduptr,
-                        framing.ddp,
-                        framing.crc,
-                        MAX_ULPDU,
-                    )
-                    tally = self.tally
-                    if tally is None:
-                        taken, stop, need = kernel.fpdu_walk(*walk, WALK_BATCH)
-                        if taken:
-                            yield from _clean_records(stream, pos - at, taken, framing, where)
-                        count = len(taken)
-                    else:  # counted only: no object per FPDU, the whole run at once
-                        count, stop, need = kernel.fpdu_count(*walk, len(chunk))
-                        if count:
-                            tally(count)
+            # The clean FPDUs from pos on, in one kernel call (the common case):
+            # those the steps below record with no error or note.
+            found = stream.locate(pos)
+            if found is not None:
+                chunk, at, run_end = found
+                walk = (
+                    chunk,
+                    at,
+                    (pos - framing.origin) % MARKER_INTERVAL,
+                    framing.markers,
+                    framing.either_fpduptr,
+                    framing.ddp,
+                    framing.crc,
+                    MAX_ULPDU,
+                )
+                tally = self.tally
+                if tally is None:
+                    taken, stop, need = kernels.fpdu_walk(*walk, WALK_BATCH)
+                    if taken:
+                        yield from _clean_records(stream, pos - at, taken, framing, where)
+                    count = len(taken)
+                else:  # counted only: no object per FPDU, the whole run at once
+                    count, stop, need = kernels.fpdu_count(*walk, len(chunk))
                     if count:
-                        self.pos = pos = pos - at + stop
-                        self.bad_in_a_row = 0
-                    if need and run_end >= end and not stream.final:
-                        self.wait_for = pos + need
-                        return  # the rest of the FPDU has not arrived yet
-                    if count:
-                        continue
+                        tally(count)
+                if count:
+                    self.pos = pos = pos - at + stop
+                    self.bad_in_a_row = 0
+                if need and run_end >= end and not stream.final:
+                    self.wait_for = pos + need
+                    return  # the rest of the FPDU has not arrived yet
+                if count:
+                    continue
             view = inspect_fpdu(stream, pos, framing)
             if not isinstance(view, FpduView):
                 stop = pos if view is None else view
@@ -460,13 +410,13 @@ class FpduWalker:
         and the window holds nothing, and with the accelerator; returns the
         octets counted (0: none, or not in step). The rest of ``data`` is
         for the window, as usual."""
-        kernel, tally, stream = kernels, self.tally, self.stream
-        if kernel is None or tally is None or self.sync is not None or self.done:
+        tally, stream = self.tally, self.stream
+        if tally is None or self.sync is not None or self.done:
             return 0
         if self.pos != stream.end or stream.held:
             return 0
         framing = self.framing
-        count, stop, _ = kernel.fpdu_count(
+        count, stop, _ = kernels.fpdu_count(
             data,
             0,
             (self.pos - framing.origin) % MARKER_INTERVAL,

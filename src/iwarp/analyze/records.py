@@ -13,10 +13,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import partial
-from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
-import iwarp._accel as _accel
+from iwarp.analyze.kernels import kernels, pure, register
 from iwarp.mpa.wire import MpaFrame, RtrFlags
 
 __all__ = [
@@ -205,104 +204,32 @@ class NoteRecord(_Where):
 Record: TypeAlias = FrameRecord | FpduRecord | ViSegmentRecord | ErrorRecord | NoteRecord
 
 
-# -- JSON lines ---------------------------------------------------------------
+# -- JSON lines and records made in one call ------------------------------------
 #
 # ``iwarp --json`` writes one record per line, as json.dumps(record.to_json())
-# would (default separators, ASCII). FPDUs are most of a capture's records, so
-# their line is built directly from the record, without the intermediate
-# dicts; any value other than a bool, None, an int or a str goes through
-# json.dumps, so the text is always json.dumps's.
+# would. An FPDU record's line is written by the decode kernels (fpdu_json:
+# the pure writer of iwarp._decode takes every record, the C writer those
+# whose values are of the usual kinds).
 
 
-def _value(v: object) -> str:
-    """One JSON value as json.dumps writes it."""
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    if v is None:
-        return "null"
-    if isinstance(v, int):
-        return int.__repr__(v)
-    if isinstance(v, str):
-        return encode_basestring_ascii(v)
-    return json.dumps(v)
+def _tables(k: DecodeKernels) -> None:
+    k.json_table(FpduRecord, MarkerRecord, _DDP_KEYS, _RDMAP_KEYS)
 
 
-def _members(ulp: dict[str, object], keys: tuple[tuple[str, str], ...]) -> str:
-    """The object of the keys of ``ulp`` that are present, in the order of ``keys``
-    (each with its JSON text)."""
-    parts = []
-    for key, name in keys:
-        if key in ulp:
-            v = ulp[key]
-            t = type(v)
-            if t is int:
-                parts.append(f"{name}: {v}")
-            elif t is bool:
-                parts.append(f"{name}: true" if v else f"{name}: false")
-            else:
-                parts.append(f"{name}: {_value(v)}")
-    return ", ".join(parts)
-
-
-_DDP_NAMES = tuple((k, encode_basestring_ascii(k)) for k in _DDP_KEYS)
-_RDMAP_NAMES = tuple((k, encode_basestring_ascii(k)) for k in _RDMAP_KEYS)
-
-
-def _marker_line(m: MarkerRecord) -> str:
-    seq, reserved, ptr, expected = m.seq, m.reserved, m.fpduptr, m.expected
-    if type(seq) is int and type(reserved) is int and type(ptr) is int and type(expected) is int:
-        ok = "true" if m.ok else "false"
-        return (
-            f'{{"seq": {seq}, "reserved": {reserved}, "fpduptr": {ptr}, '
-            f'"expected": {expected}, "ok": {ok}}}'
-        )
-    return json.dumps(m.to_json())
-
-
-def _fpdu_line(r: FpduRecord) -> str:
-    stream, seq, frame, wire, length = r.stream, r.seq, r.frame, r.wire_length, r.ulpdu_length
-    if not (
-        type(stream) is int
-        and type(seq) is int
-        and type(wire) is int
-        and type(length) is int
-        and (frame is None or type(frame) is int)
-        and r.crc_checked is True
-    ):
-        return json.dumps(r.to_json())
-    ulp = r.ulp
-    markers = ", ".join([_marker_line(m) for m in r.markers]) if r.markers else ""
-    crc, expected = r.crc, r.crc_expected
-    return (
-        f'{{"type": "fpdu", "stream": {stream}, '
-        f'"direction": {encode_basestring_ascii(r.direction)}, "seq": {seq}, '
-        f'"frame": {"null" if frame is None else frame}, "wire_length": {wire}, '
-        f'"ulpdu_length": {length}, "crc_ok": {"true" if crc == expected else "false"}, '
-        f'"crc": "{crc:#010x}", "crc_expected": "{expected:#010x}", '
-        f'"pad": "{r.pad.hex()}", "markers": [{markers}], '
-        f'"ddp": {{{_members(ulp, _DDP_NAMES)}}}, "rdmap": {{{_members(ulp, _RDMAP_NAMES)}}}}}'
-    )
-
-
-#: The C line writer, or None for the pure-Python path (``IWARP_NO_ACCEL=1``);
-#: both give json.dumps's text (tests/analyze/test_json_lines.py).
-kernels: DecodeKernels | None = _accel.decode
-if kernels is not None:
-    kernels.json_table(FpduRecord, MarkerRecord, _DDP_KEYS, _RDMAP_KEYS)
+register(_tables)
 
 
 def record_maker(cls: type[_R]) -> Callable[..., _R]:
     """How the decoder's loops make many records of ``cls`` (a frozen slots
     dataclass): called with every field's value, in order, positionally, it
-    gives what ``cls(*values)`` gives. With the C accelerator, one call sets
-    the slots (a frozen dataclass's ``__init__`` makes a Python call per
-    field); without it, ``cls`` itself."""
+    gives what ``cls(*values)`` gives: the kernels' ``new_record``, which
+    sets the slots in one call (a frozen dataclass's ``__init__`` makes a
+    Python call per field). A class that runs code of its own when made
+    (``__post_init__``, fields outside ``__init__``) or has no slots is made
+    by ``cls`` itself."""
     members = fields(cast("Any", cls))
     if (
-        kernels is None
-        or hasattr(cls, "__post_init__")
+        hasattr(cls, "__post_init__")
         or not all(f.init for f in members)
         or "__slots__" not in vars(cls)
     ):
@@ -313,9 +240,9 @@ def record_maker(cls: type[_R]) -> Callable[..., _R]:
 def json_line(record: Record) -> str:
     """The record's JSON object as one line of text: ``json.dumps(record.to_json())``."""
     if type(record) is FpduRecord:
-        if kernels is not None:
-            line = kernels.fpdu_json(record)
-            if line is not None:
-                return line
-        return _fpdu_line(record)
+        line = kernels.fpdu_json(record)
+        if line is None:  # the C writer declines unusual values; the pure one writes every line
+            line = pure.fpdu_json(record)
+            assert line is not None
+        return line
     return json.dumps(record.to_json())

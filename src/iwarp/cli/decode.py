@@ -19,11 +19,11 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TextIO
 
-from iwarp.analyze import records
 from iwarp.analyze.analyzer import ConnectionReport, Options, Output, analyze_stream
 from iwarp.analyze.capture import CaptureError, CaptureStats, TcpPacket, read_tcp_packets
 from iwarp.analyze.fields import ALIASES, FIELDS, Row, field_named, format_value
 from iwarp.analyze.filter import FilterError, compile_filter
+from iwarp.analyze.kernels import kernels
 from iwarp.analyze.listing import FrameIndex, hex_dump, list_line
 from iwarp.analyze.origin import peek_origin
 from iwarp.analyze.parquet import (
@@ -728,10 +728,10 @@ def _json_lines(
     are written before it goes on."""
     lines: list[str] = []
     append = lines.append
-    kernel = records.kernels  # the C line of an FPDU record, when built
+    kernel = kernels  # an FPDU record's line (json_line when the kernel declines it)
     try:
         for output in outputs:
-            if kernel is not None and type(output) is FpduRecord:
+            if type(output) is FpduRecord:
                 line = kernel.fpdu_json(output)
                 append(line if line is not None else json_line(output))
             elif isinstance(output, ConnectionReport):
