@@ -51,7 +51,7 @@ LAYERS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     ("lowest protocols", ("iwarp.mpa", "iwarp.vitcp")),
     ("placement", ("iwarp.ddp",)),
     ("RDMA protocol", ("iwarp.rdmap",)),
-    ("small-message kernels", ("iwarp._small",)),
+    ("pure kernel twins", ("iwarp._small", "iwarp._decode")),
     ("composed stack", ("iwarp.rdma",)),
     ("driver support", ("iwarp.sockets", "iwarp.serving")),
     ("adapters", ("iwarp.asyncio", "iwarp.sync")),
