@@ -29,6 +29,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import iwarp
+
 sys.path.insert(0, str(Path(__file__).parent))
 from sync_rtt import core_cost
 
@@ -44,24 +46,31 @@ _LAYERS = (
     ("iwarp/_small", "kernels (pure twin)"),
     ("iwarp/_kernels", "kernels (pure twin)"),
     ("iwarp/", "iwarp, other"),
-    ("bench/", "the bench's loop"),
 )
+#: Where the package and this bench lie: a frame's layer comes from where its
+#: file is, not from a name in its path (a clone may well be named "iwarp").
+_PACKAGE = Path(iwarp.__file__).resolve().parent
+_BENCH = Path(__file__).resolve().parent
 #: Round trips run before counting (the first messages make the pool's objects).
 _WARM = 20
 
 
 def _layer(filename: str) -> str:
-    name = filename.replace("\\", "/")
-    for part, layer in _LAYERS:
-        if part in name:
-            return layer
+    path = Path(filename).resolve()
+    if path.is_relative_to(_BENCH):
+        return "the bench's loop"
+    if path.is_relative_to(_PACKAGE):
+        name = "iwarp/" + path.relative_to(_PACKAGE).as_posix()
+        for part, layer in _LAYERS:
+            if name.startswith(part):
+                return layer
     return "Python's library"
 
 
 def _key(frame: FrameType) -> str:
     code = frame.f_code
     name = code.co_filename.replace("\\", "/")
-    short = name.split("/iwarp/", 1)[-1] if "/iwarp/" in name else Path(name).name
+    short = name.rsplit("/iwarp/", 1)[-1] if "/iwarp/" in name else Path(name).name
     return f"{short}:{code.co_firstlineno} {code.co_qualname}"
 
 
