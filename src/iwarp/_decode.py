@@ -56,9 +56,6 @@ _R = TypeVar("_R")
 _Frame = tuple[int, float, bytes]
 #: A marker taken apart: (offset in the FPDU, reserved, fpduptr, expected fpduptr).
 _Marker = tuple[int, int, int, int]
-#: One FPDU of :func:`fpdu_walk`: (offset, wire_length, ulpdu_length, pad, crc,
-#: crc_expected, markers, ulp).
-_WalkRow = tuple[int, int, int, bytes, int, int, tuple[_Marker, ...], dict[str, object] | None]
 
 #: Dotted addresses remembered in the caller's cache, at most (then cleared).
 ADDRESS_CACHE: Final = 4096
@@ -499,7 +496,7 @@ def fpdu_walk(
     count: int,
     /,
 ) -> tuple[
-    list[_WalkRow],
+    list[tuple[int, int, int, bytes, int, int, tuple[_Marker, ...], dict[str, object] | None]],
     int,
     int,
 ]:
@@ -517,7 +514,9 @@ def fpdu_walk(
     _check_walk(at, len(chunk), phase, count)
     count = min(count, WALK_MAX)
     flags = (markers, either_fpduptr, ddp, crc, max_ulpdu)
-    taken: list[_WalkRow] = []
+    taken: list[
+        tuple[int, int, int, bytes, int, int, tuple[_Marker, ...], dict[str, object] | None]
+    ] = []
     while len(taken) < count:
         found = _clean(chunk, at, phase, flags)
         if found is None:
@@ -545,17 +544,18 @@ def fpdu_count(
     """:func:`fpdu_walk` without the objects: how many clean FPDUs lie in a
     row from ``chunk[at]`` (at most ``count``; no :data:`WALK_MAX` here),
     where they end, and need as :func:`fpdu_walk` says it."""
-    _check_walk(at, len(chunk), phase, count)
+    data = chunk
+    _check_walk(at, len(data), phase, count)
     flags = (markers, either_fpduptr, ddp, crc, max_ulpdu)
     taken = 0
     while taken < count:
-        found = _clean(chunk, at, phase, flags)
+        found = _clean(data, at, phase, flags)
         if found is None:
             break
         taken += 1
         at += found[0]
         phase = (phase + found[0]) % MARKER_INTERVAL
-    need = _need(chunk, at, phase, markers) if taken < count else 0
+    need = _need(data, at, phase, markers) if taken < count else 0
     return taken, at, need
 
 
